@@ -1,0 +1,9 @@
+module github.com/toolwire/toolwire/pkg/envelope
+
+go 1.26.8
+
+require (
+	github.com/gowebpki/jcs v1.0.2
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
+	golang.org/x/text v0.14.0
+)

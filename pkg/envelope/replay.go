@@ -1,0 +1,41 @@
+package envelope
+
+import "time"
+
+// Usage counts the tokens of one model call.
+type Usage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+// ModelResponse is one answer of the model in provider-neutral form: either tool
+// calls, or final text, or both.
+type ModelResponse struct {
+	Content    string     `json:"content,omitempty"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	StopReason string     `json:"stop_reason,omitempty"`
+	Usage      Usage      `json:"usage"`
+}
+
+// ModelTurn records one model call of a run: what was sent and what came back.
+type ModelTurn struct {
+	Iteration int           `json:"iteration"`
+	Model     Model         `json:"model"`
+	Messages  []Message     `json:"messages"`
+	Tools     []string      `json:"tools"`
+	Response  ModelResponse `json:"response"`
+	TStart    time.Time     `json:"t_start"`
+	TEnd      time.Time     `json:"t_end"`
+}
+
+// ReplayBundle is everything needed to replay a run deterministically (spec
+// 6.4): the initial request (prompt and messages), the tool definitions as they
+// were called, every model turn and every envelope in order.
+type ReplayBundle struct {
+	RunID     string           `json:"run_id"`
+	Request   RunRequest       `json:"request"`
+	Tools     []ToolDefinition `json:"tools"`
+	Turns     []ModelTurn      `json:"turns"`
+	Envelopes []ToolEnvelope   `json:"envelopes"`
+	Outputs   *AgentOutputs    `json:"outputs,omitempty"`
+}

@@ -1,0 +1,196 @@
+package envelope
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+//go:embed schemas/*.schema.json
+var schemaFiles embed.FS
+
+// Names of the contract schemas shipped in schemas/.
+const (
+	SchemaAgentOutputs   = "agent_outputs"
+	SchemaToolEnvelope   = "tool_envelope"
+	SchemaToolError      = "tool_error"
+	SchemaToolDefinition = "tool_definition"
+	SchemaRunRequest     = "run_request"
+	SchemaPinnedHandle   = "pinned_handle"
+	SchemaReplayBundle   = "replay_bundle"
+)
+
+// SchemaBaseURL is the $id prefix of every contract schema; a schema named n has
+// the id SchemaBaseURL + n + ".schema.json".
+const SchemaBaseURL = "https://toolwire.dev/schemas/"
+
+// SchemaURL is the $id (and CloudEvents dataschema) of the named schema.
+func SchemaURL(name string) string { return SchemaBaseURL + name + ".schema.json" }
+
+// SchemaFS returns the contract schema files, for serving or copying.
+func SchemaFS() fs.FS {
+	sub, err := fs.Sub(schemaFiles, "schemas")
+	if err != nil {
+		panic(err) // the embedded tree always has the directory
+	}
+	return sub
+}
+
+// ErrSchemaViolation is wrapped by every validation failure of a payload.
+var ErrSchemaViolation = errors.New("payload violates its JSON Schema")
+
+// SchemaError is a payload's validation failure, with one line per problem.
+type SchemaError struct {
+	Schema   string
+	Problems []string
+}
+
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("%s %s: %s", e.Schema, ErrSchemaViolation, strings.Join(e.Problems, "; "))
+}
+
+func (e *SchemaError) Unwrap() error { return ErrSchemaViolation }
+
+// Schemas holds compiled JSON Schemas. Build one with NewSchemas (the contract
+// schemas) and add others with Add; it is safe for concurrent validation.
+type Schemas struct {
+	compiler *jsonschema.Compiler
+	compiled map[string]*jsonschema.Schema
+}
+
+// NewSchemas compiles the contract schemas plus any extra files, given as name
+// to schema document (for example the event data schemas of pkg/events).
+func NewSchemas(extra map[string][]byte) (*Schemas, error) {
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	docs := map[string][]byte{}
+	entries, err := fs.ReadDir(schemaFiles, "schemas")
+	if err != nil {
+		return nil, fmt.Errorf("read embedded schemas: %w", err)
+	}
+	for _, e := range entries {
+		b, err := schemaFiles.ReadFile("schemas/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		docs[strings.TrimSuffix(e.Name(), ".schema.json")] = b
+	}
+	for n, b := range extra {
+		docs[n] = b
+	}
+	names := make([]string, 0, len(docs))
+	for n, b := range docs {
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("schema %s: %w", n, err)
+		}
+		if err := c.AddResource(SchemaURL(n), doc); err != nil {
+			return nil, fmt.Errorf("schema %s: %w", n, err)
+		}
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	s := &Schemas{compiler: c, compiled: make(map[string]*jsonschema.Schema, len(names))}
+	for _, n := range names {
+		sch, err := c.Compile(SchemaURL(n))
+		if err != nil {
+			return nil, fmt.Errorf("compile schema %s: %w", n, err)
+		}
+		s.compiled[n] = sch
+	}
+	return s, nil
+}
+
+// Validate checks raw JSON against the named schema. A violation is a
+// *SchemaError; an unknown schema name or invalid JSON is a plain error.
+func (s *Schemas) Validate(name string, raw []byte) error {
+	sch, ok := s.compiled[name]
+	if !ok {
+		return fmt.Errorf("unknown schema %q", name)
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return fmt.Errorf("%s: %w: %v", name, ErrInvalidJSON, err)
+	}
+	return validateValue(name, sch, v)
+}
+
+// ValidateValue checks a Go value by marshalling it first.
+func (s *Schemas) ValidateValue(name string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%s: marshal: %w", name, err)
+	}
+	return s.Validate(name, b)
+}
+
+func validateValue(name string, sch *jsonschema.Schema, v any) error {
+	err := sch.Validate(v)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return &SchemaError{Schema: name, Problems: ValidationProblems(ve)}
+}
+
+// ValidationProblems flattens a validator error into "at /path: message" lines,
+// leaves only, in a stable order.
+func ValidationProblems(ve *jsonschema.ValidationError) []string {
+	printer := message.NewPrinter(language.English)
+	var out []string
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			loc := "/" + strings.Join(e.InstanceLocation, "/")
+			out = append(out, fmt.Sprintf("at %s: %s", loc, e.ErrorKind.LocalizedString(printer)))
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	sort.Strings(out)
+	return out
+}
+
+// CompileToolSchema compiles a tool's input or output schema (any draft the
+// document declares, 2020-12 by default) under a synthetic URL.
+func CompileToolSchema(url string, doc []byte) (*jsonschema.Schema, error) {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	if err != nil {
+		return nil, fmt.Errorf("tool schema %s: %w: %v", url, ErrInvalidJSON, err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	if err := c.AddResource(url, v); err != nil {
+		return nil, fmt.Errorf("tool schema %s: %w", url, err)
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		return nil, fmt.Errorf("tool schema %s: %w", url, err)
+	}
+	return sch, nil
+}
+
+// ValidateAgainst validates raw JSON against a compiled tool schema and returns
+// a *SchemaError listing the problems.
+func ValidateAgainst(name string, sch *jsonschema.Schema, raw []byte) error {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return &SchemaError{Schema: name, Problems: []string{"not valid JSON: " + err.Error()}}
+	}
+	return validateValue(name, sch, v)
+}

@@ -1,0 +1,205 @@
+package envelope
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Category is a tool's high-level category for the tool selector.
+type Category string
+
+// Categories (spec 3.3).
+const (
+	CategoryAPI     Category = "api"
+	CategoryCode    Category = "code"
+	CategoryData    Category = "data"
+	CategorySearch  Category = "search"
+	CategoryUtility Category = "utility"
+)
+
+// SideEffects is a tool's security manifest for the Policy Guard. The values are
+// ordered: none < reads < writes.
+type SideEffects string
+
+// Side-effect classes (spec 3.3).
+const (
+	SideEffectsNone   SideEffects = "none"
+	SideEffectsReads  SideEffects = "reads"
+	SideEffectsWrites SideEffects = "writes"
+)
+
+// Rank orders side effects: none 0, reads 1, writes 2, anything else -1.
+func (s SideEffects) Rank() int {
+	switch s {
+	case SideEffectsNone:
+		return 0
+	case SideEffectsReads:
+		return 1
+	case SideEffectsWrites:
+		return 2
+	}
+	return -1
+}
+
+// CachePolicy is a tool's caching policy.
+type CachePolicy string
+
+// Cache policies (spec 3.3).
+const (
+	CacheNone    CachePolicy = "none"
+	CacheTTL     CachePolicy = "ttl"
+	CacheForever CachePolicy = "forever"
+)
+
+// ImplementationKind says which runtime executes a tool.
+type ImplementationKind string
+
+// Implementation kinds.
+const (
+	ImplBuiltin ImplementationKind = "builtin" // compiled into the executor
+	ImplHTTP    ImplementationKind = "http"    // an HTTP endpoint
+	ImplMCP     ImplementationKind = "mcp"     // a tool of an MCP server
+	ImplSandbox ImplementationKind = "sandbox" // code run by the sandbox service
+)
+
+// DefaultToolTimeout applies when a definition sets no timeout.
+const DefaultToolTimeout = 30 * time.Second
+
+// Implementation says how a tool runs; Config is interpreted by its runtime.
+type Implementation struct {
+	Kind   ImplementationKind `json:"kind"`
+	Config json.RawMessage    `json:"config,omitempty"`
+}
+
+// ToolMetadata is the BaseTool metadata of spec 3.3.
+type ToolMetadata struct {
+	Category    Category    `json:"category"`
+	SideEffects SideEffects `json:"side_effects"`
+	Cache       CachePolicy `json:"cache"`
+	CacheTTLS   int         `json:"cache_ttl_s,omitempty"`
+}
+
+// ToolDefinition is a registry entry: the BaseTool interface's data (name,
+// version, schemas, metadata) plus what the executor needs to run it.
+type ToolDefinition struct {
+	Name           string          `json:"name"`
+	Version        string          `json:"version"`
+	Description    string          `json:"description,omitempty"`
+	InputSchema    json.RawMessage `json:"input_schema"`
+	OutputSchema   json.RawMessage `json:"output_schema,omitempty"`
+	Metadata       ToolMetadata    `json:"metadata"`
+	TimeoutMS      int             `json:"timeout_ms,omitempty"`
+	Implementation Implementation  `json:"implementation"`
+}
+
+// Ref returns the tool's "name@version".
+func (d *ToolDefinition) Ref() ToolRef { return ToolRef{Name: d.Name, Version: d.Version} }
+
+// Timeout is the tool's timeout, DefaultToolTimeout when unset.
+func (d *ToolDefinition) Timeout() time.Duration {
+	if d.TimeoutMS <= 0 {
+		return DefaultToolTimeout
+	}
+	return time.Duration(d.TimeoutMS) * time.Millisecond
+}
+
+// Validate checks the definition's fields; the JSON Schemas themselves are
+// compiled by the services that use them.
+func (d *ToolDefinition) Validate() error {
+	if err := d.Ref().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidTool, err)
+	}
+	var problems []string
+	if len(d.InputSchema) == 0 || !json.Valid(d.InputSchema) {
+		problems = append(problems, "input_schema must be a JSON Schema object")
+	}
+	if len(d.OutputSchema) > 0 && !json.Valid(d.OutputSchema) {
+		problems = append(problems, "output_schema is not valid JSON")
+	}
+	switch d.Metadata.Category {
+	case CategoryAPI, CategoryCode, CategoryData, CategorySearch, CategoryUtility:
+	default:
+		problems = append(problems, fmt.Sprintf("metadata.category %q is not one of api, code, data, search, utility", d.Metadata.Category))
+	}
+	if d.Metadata.SideEffects.Rank() < 0 {
+		problems = append(problems, fmt.Sprintf("metadata.side_effects %q is not one of none, reads, writes", d.Metadata.SideEffects))
+	}
+	switch d.Metadata.Cache {
+	case CacheNone, CacheForever:
+	case CacheTTL:
+		if d.Metadata.CacheTTLS <= 0 {
+			problems = append(problems, "metadata.cache_ttl_s must be positive when cache is ttl")
+		}
+	default:
+		problems = append(problems, fmt.Sprintf("metadata.cache %q is not one of none, ttl, forever", d.Metadata.Cache))
+	}
+	if d.Metadata.Cache != CacheNone && d.Metadata.SideEffects == SideEffectsWrites {
+		problems = append(problems, "a tool whose side_effects is writes cannot be cached")
+	}
+	if d.TimeoutMS < 0 {
+		problems = append(problems, "timeout_ms must not be negative")
+	}
+	switch d.Implementation.Kind {
+	case ImplBuiltin, ImplHTTP, ImplMCP, ImplSandbox:
+	default:
+		problems = append(problems, fmt.Sprintf("implementation.kind %q is not one of builtin, http, mcp, sandbox", d.Implementation.Kind))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w %s: %s", ErrInvalidTool, d.Ref(), strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+var (
+	toolNameRE    = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	toolVersionRE = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
+)
+
+// ToolRef names one version of a tool: "name@version".
+//
+// Names are what LLM providers accept as function names (letters, digits, '_'
+// and '-', at most 64); versions are semantic versions without build metadata.
+type ToolRef struct {
+	Name    string
+	Version string
+}
+
+// ParseToolRef parses "name@version".
+func ParseToolRef(s string) (ToolRef, error) {
+	name, version, ok := strings.Cut(s, "@")
+	if !ok {
+		return ToolRef{}, fmt.Errorf("%w %q: want name@version", ErrInvalidToolRef, s)
+	}
+	r := ToolRef{Name: name, Version: version}
+	return r, r.Validate()
+}
+
+// Validate checks the name and version.
+func (r ToolRef) Validate() error {
+	if !toolNameRE.MatchString(r.Name) {
+		return fmt.Errorf("%w %q: name must be 1-64 letters, digits, '_' or '-'", ErrInvalidToolRef, r.String())
+	}
+	if !toolVersionRE.MatchString(r.Version) {
+		return fmt.Errorf("%w %q: version must be a semantic version like 1.2.0", ErrInvalidToolRef, r.String())
+	}
+	return nil
+}
+
+// String returns "name@version".
+func (r ToolRef) String() string { return r.Name + "@" + r.Version }
+
+// MarshalText implements encoding.TextMarshaler.
+func (r ToolRef) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (r *ToolRef) UnmarshalText(b []byte) error {
+	p, err := ParseToolRef(string(b))
+	if err != nil {
+		return err
+	}
+	*r = p
+	return nil
+}

@@ -1,0 +1,97 @@
+package envelope
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// AttachmentKind is the kind of a ToolEnvelope attachment.
+type AttachmentKind string
+
+// Attachment kinds (spec 3.2).
+const (
+	AttachmentBlob  AttachmentKind = "blob"
+	AttachmentImage AttachmentKind = "image"
+	AttachmentTable AttachmentKind = "table"
+)
+
+// Attachment is a rich attachment of a tool call, such as the blob holding an
+// oversized output.
+type Attachment struct {
+	Kind        AttachmentKind `json:"kind"`
+	URL         string         `json:"url"`
+	ContentType string         `json:"content_type,omitempty"`
+	Bytes       int64          `json:"bytes,omitempty"`
+}
+
+// ToolEnvelope is the receipt of a single tool call (spec 3.2).
+//
+// Input and Output are kept as raw JSON so that the receipt carries exactly what
+// the tool saw and returned. Output is absent when Error is set.
+type ToolEnvelope struct {
+	CallID      string          `json:"call_id"`
+	Name        string          `json:"name"`
+	Version     string          `json:"version"`
+	Input       json.RawMessage `json:"input"`
+	Output      json.RawMessage `json:"output,omitempty"`
+	Error       *ToolError      `json:"error,omitempty"`
+	TStart      time.Time       `json:"t_start"`
+	TEnd        time.Time       `json:"t_end"`
+	Cached      bool            `json:"cached,omitempty"`
+	Truncated   bool            `json:"truncated,omitempty"`
+	Attachments []Attachment    `json:"attachments,omitempty"`
+}
+
+// OK reports whether the call succeeded.
+func (e *ToolEnvelope) OK() bool { return e != nil && e.Error == nil }
+
+// Latency is the wall time of the call.
+func (e *ToolEnvelope) Latency() time.Duration { return e.TEnd.Sub(e.TStart) }
+
+// ToolRef returns "name@version".
+func (e *ToolEnvelope) ToolRef() string { return e.Name + "@" + e.Version }
+
+// AgentOutputs is the stable output contract of every agent node (spec 3.1). Its
+// shape never depends on node configuration.
+type AgentOutputs struct {
+	Response  string                  `json:"response"`
+	ToolsByID map[string]ToolEnvelope `json:"tools_by_id"`
+	ToolOrder []string                `json:"tool_order"`
+	LastTool  *ToolEnvelope           `json:"last_tool,omitempty"`
+	TracesURL string                  `json:"traces_url,omitempty"`
+}
+
+// NewAgentOutputs builds AgentOutputs from the final response and the envelopes
+// in chronological order. LastTool is the last envelope without an error.
+func NewAgentOutputs(response string, ordered []ToolEnvelope, tracesURL string) AgentOutputs {
+	out := AgentOutputs{
+		Response:  response,
+		ToolsByID: make(map[string]ToolEnvelope, len(ordered)),
+		ToolOrder: make([]string, 0, len(ordered)),
+		TracesURL: tracesURL,
+	}
+	for i := range ordered {
+		env := ordered[i]
+		out.ToolsByID[env.CallID] = env
+		out.ToolOrder = append(out.ToolOrder, env.CallID)
+		if env.Error == nil {
+			last := env
+			out.LastTool = &last
+		}
+	}
+	return out
+}
+
+// MarshalJSON keeps tools_by_id and tool_order present (as {} and []) when empty,
+// so consumers never see null where the contract promises a map or a list.
+func (o AgentOutputs) MarshalJSON() ([]byte, error) {
+	type plain AgentOutputs
+	p := plain(o)
+	if p.ToolsByID == nil {
+		p.ToolsByID = map[string]ToolEnvelope{}
+	}
+	if p.ToolOrder == nil {
+		p.ToolOrder = []string{}
+	}
+	return json.Marshal(p)
+}

@@ -1,0 +1,3 @@
+module github.com/toolwire/toolwire/services/orchestrator
+
+go 1.26.8

@@ -1,0 +1,3 @@
+module github.com/toolwire/toolwire/services/policy
+
+go 1.26.8
