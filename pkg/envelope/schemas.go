@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
@@ -69,9 +70,14 @@ type Schemas struct {
 
 // NewSchemas compiles the contract schemas plus any extra files, given as name
 // to schema document (for example the event data schemas of pkg/events).
+//
+// Formats (date-time, uri-reference, ...) are asserted, not just annotations as
+// draft 2020-12 makes them by default: a t_start that is not an RFC 3339
+// timestamp is a violation.
 func NewSchemas(extra map[string][]byte) (*Schemas, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
 	docs := map[string][]byte{}
 	entries, err := fs.ReadDir(schemaFiles, "schemas")
 	if err != nil {
@@ -146,24 +152,47 @@ func validateValue(name string, sch *jsonschema.Schema, v any) error {
 }
 
 // ValidationProblems flattens a validator error into "at /path: message" lines,
-// leaves only, in a stable order.
+// leaves only, in a stable order. The path is a JSON Pointer (RFC 6901) into the
+// payload.
 func ValidationProblems(ve *jsonschema.ValidationError) []string {
 	printer := message.NewPrinter(language.English)
 	var out []string
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
+	// A propertyNames failure validates the name as its own document, so its
+	// causes carry the location "/"; report them at the object instead, naming
+	// the offending property.
+	var walk func(e *jsonschema.ValidationError, loc []string, prefix string)
+	walk = func(e *jsonschema.ValidationError, loc []string, prefix string) {
+		if pn, ok := e.ErrorKind.(*kind.PropertyNames); ok {
+			loc, prefix = e.InstanceLocation, prefix+fmt.Sprintf("property name %q: ", pn.Property)
+		}
 		if len(e.Causes) == 0 {
-			loc := "/" + strings.Join(e.InstanceLocation, "/")
-			out = append(out, fmt.Sprintf("at %s: %s", loc, e.ErrorKind.LocalizedString(printer)))
+			l := e.InstanceLocation
+			if loc != nil {
+				l = loc
+			}
+			out = append(out, fmt.Sprintf("at %s: %s%s", jsonPointer(l), prefix, e.ErrorKind.LocalizedString(printer)))
 			return
 		}
 		for _, c := range e.Causes {
-			walk(c)
+			walk(c, loc, prefix)
 		}
 	}
-	walk(ve)
+	walk(ve, nil, "")
 	sort.Strings(out)
 	return out
+}
+
+// jsonPointer joins reference tokens into a JSON Pointer, escaping '~' and '/'.
+func jsonPointer(tokens []string) string {
+	var b strings.Builder
+	b.WriteByte('/')
+	for i, t := range tokens {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
+	}
+	return b.String()
 }
 
 // CompileToolSchema compiles a tool's input or output schema (any draft the

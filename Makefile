@@ -1,0 +1,102 @@
+# toolwire — developer entry points.
+#
+# `make` (or `make help`) lists the targets. Every per-module target walks the
+# modules of go.work as `go list -m` reports them, so a module added to go.work
+# is picked up without touching this file.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+MAKEFLAGS += --no-print-directory
+
+# VCS stamping needs a .git directory and a git binary; builds in CI clones,
+# containers and tarballs must not depend on either.
+export GOFLAGS := -buildvcs=false
+
+GO            ?= go
+GOLANGCI_LINT ?= golangci-lint
+BIN_DIR       ?= bin
+# Extra arguments for `toolwire bench`, e.g. make bench BENCH_ARGS='--runs 50'.
+BENCH_ARGS    ?=
+
+# The binaries: the CLI and one per service (services/<name>/cmd/<name>).
+SERVICES := orchestrator policy executor sandbox recorder
+BIN_PKGS := ./cmd/toolwire $(foreach s,$(SERVICES),./services/$(s)/cmd/$(s))
+
+# for_each_module runs the shell command $(1) in the directory of every module
+# of the workspace, in `go list -m` order. It stops at the first module whose
+# command fails and names that module. A module with no Go packages yet is
+# skipped: `go vet ./...` and `go test ./...` exit non-zero on an empty match.
+define for_each_module
+for dir in $$($(GO) list -m -f '{{.Dir}}'); do \
+	rel=$${dir#$(CURDIR)}; rel=.$${rel}; \
+	if [ -z "$$(cd "$$dir" && $(GO) list -e ./... 2>/dev/null)" ]; then \
+		echo "==> $$rel: no packages, skipped"; continue; \
+	fi; \
+	echo "==> $$rel"; \
+	if ! (cd "$$dir" && $(1)); then \
+		echo "FAILED in module $$rel ($$dir)" >&2; exit 1; \
+	fi; \
+done
+endef
+
+.PHONY: help
+help: ## Show this list of targets
+	@echo "Usage: make <target>"
+	@echo
+	@grep -hE '^[a-zA-Z0-9_.-]+:.*## ' $(MAKEFILE_LIST) \
+		| awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: run
+run: ## Run everything in one process with an embedded NATS and demo data (toolwire dev --demo)
+	$(GO) run ./cmd/toolwire dev --demo
+
+.PHONY: test
+test: ## go vet, then go test -race -count=1 in every module; stops at the first failing module
+	@$(call for_each_module,$(GO) vet ./... && $(GO) test -race -count=1 -timeout 15m ./...)
+
+.PHONY: test-race
+test-race: ## Like test, but every test three times (-count=3) to shake out flaky races
+	@$(call for_each_module,$(GO) vet ./... && $(GO) test -race -count=3 -timeout 15m ./...)
+
+.PHONY: bench
+bench: ## Go benchmarks of every module (-benchmem), then the end-to-end `toolwire bench`
+	@$(call for_each_module,$(GO) test -run='^$$' -bench=. -benchmem ./...)
+	$(GO) run ./cmd/toolwire bench $(BENCH_ARGS)
+
+.PHONY: lint
+lint: ## gofmt check, go vet per module, golangci-lint per module when installed
+	@echo "==> gofmt -l"
+	@files=$$(find . -name '*.go' -not -path './.git/*' -not -path '*/testdata/*' \
+		-not -path './.toolwire/*' -not -path './bin/*' -print0 | xargs -0 -r gofmt -l); \
+	if [ -n "$$files" ]; then \
+		echo "These files are not gofmt-formatted (run gofmt -w on them):" >&2; \
+		echo "$$files" >&2; exit 1; \
+	fi
+	@$(call for_each_module,$(GO) vet ./...)
+	@if command -v $(GOLANGCI_LINT) >/dev/null 2>&1; then \
+		$(call for_each_module,$(GOLANGCI_LINT) run ./...); \
+	else \
+		echo "==> golangci-lint not installed; skipped. Install it with:"; \
+		echo "    go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@latest"; \
+	fi
+	@scripts/check-dockerfile-modules.sh
+
+.PHONY: tidy
+tidy: ## go mod tidy in every module, then go work sync
+	@for dir in $$($(GO) list -m -f '{{.Dir}}'); do \
+		echo "==> go mod tidy in $$dir"; \
+		(cd "$$dir" && $(GO) mod tidy) || { echo "FAILED: go mod tidy in $$dir" >&2; exit 1; }; \
+	done
+	$(GO) work sync
+
+.PHONY: build
+build: ## Build the CLI and the five service binaries into ./bin/
+	@mkdir -p $(BIN_DIR)
+	$(GO) build -o $(BIN_DIR)/ $(BIN_PKGS)
+	@ls -l $(BIN_DIR)
+
+.PHONY: clean
+clean: ## Remove ./bin/
+	rm -rf $(BIN_DIR)

@@ -1,0 +1,293 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Dead-letter headers added to a message moved to the DLQ stream.
+const (
+	HeaderDLQSubject    = "Toolwire-Dlq-Subject"
+	HeaderDLQStream     = "Toolwire-Dlq-Stream"
+	HeaderDLQConsumer   = "Toolwire-Dlq-Consumer"
+	HeaderDLQStreamSeq  = "Toolwire-Dlq-Stream-Seq"
+	HeaderDLQDeliveries = "Toolwire-Dlq-Deliveries"
+	HeaderDLQError      = "Toolwire-Dlq-Error"
+	HeaderDLQTime       = "Toolwire-Dlq-Time"
+)
+
+// DLQSubject is where a consumer's dead letters go: toolwire.dlq.<stream>.<durable>.
+func DLQSubject(stream, durable string) string {
+	return Prefix + ".dlq." + stream + "." + durable
+}
+
+// Delivery is one event handed to a Handler.
+type Delivery struct {
+	Event   *event.Event
+	Subject string
+	Attempt uint64 // 1 on the first delivery
+	Msg     jetstream.Msg
+}
+
+// Handler processes one event. Returning nil acknowledges it; an error
+// redelivers it with back-off until the consumer's MaxDeliver, then moves it to
+// the dead-letter stream. Wrap an error with Permanent to dead-letter at once.
+// Handlers must be idempotent: delivery is at least once.
+type Handler func(ctx context.Context, d *Delivery) error
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not worth retrying.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	Spec        ConsumerSpec
+	Handler     Handler
+	Concurrency int // handlers at once in this replica; default 16
+	Logger      *slog.Logger
+	// Backoff returns the redelivery delay after a failed attempt; default
+	// 100ms doubling up to 10s.
+	Backoff func(attempt uint64) time.Duration
+}
+
+// Runner consumes one durable pull consumer with a bounded pool of handlers.
+// Start it once; Stop drains: it stops pulling, lets handlers in flight finish
+// and acknowledge, and only then returns.
+type Runner struct {
+	js     jetstream.JetStream
+	cfg    RunnerConfig
+	log    *slog.Logger
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	cc     jetstream.ConsumeContext
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+// NewRunner returns a runner for cfg on js.
+func NewRunner(js jetstream.JetStream, cfg RunnerConfig) (*Runner, error) {
+	if cfg.Handler == nil {
+		return nil, errors.New("runner: nil handler")
+	}
+	if cfg.Spec.Stream == "" || cfg.Spec.Durable == "" {
+		return nil, errors.New("runner: stream and durable are required")
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = DefaultBackoff
+	}
+	return &Runner{
+		js: js, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency),
+		log: cfg.Logger.With("consumer", cfg.Spec.Durable, "stream", cfg.Spec.Stream),
+	}, nil
+}
+
+// DefaultBackoff doubles from 100ms up to 10s.
+func DefaultBackoff(attempt uint64) time.Duration {
+	d := 100 * time.Millisecond
+	for i := uint64(1); i < attempt && d < 10*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 10*time.Second)
+}
+
+// Start creates or updates the consumer and starts pulling. The handlers' base
+// context is ctx's values without its cancellation: they are cancelled by Stop,
+// after draining.
+func (r *Runner) Start(ctx context.Context) error {
+	c, err := EnsureConsumer(ctx, r.js, r.cfg.Spec)
+	if err != nil {
+		return err
+	}
+	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	cc, err := c.Consume(r.dispatch,
+		jetstream.PullMaxMessages(r.cfg.Concurrency),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, nats.ErrConnectionClosed) {
+				r.log.Warn("consume", "err", err)
+			}
+		}))
+	if err != nil {
+		r.cancel()
+		return fmt.Errorf("consume %s: %w", r.cfg.Spec.Durable, err)
+	}
+	r.cc = cc
+	return nil
+}
+
+// Stop stops pulling, waits for the handlers in flight (bounded by ctx) and
+// releases the runner. It is idempotent.
+func (r *Runner) Stop(ctx context.Context) error {
+	var err error
+	r.once.Do(func() {
+		if r.cc == nil {
+			return
+		}
+		r.cc.Drain()
+		select {
+		case <-r.cc.Closed():
+		case <-ctx.Done():
+			err = fmt.Errorf("drain %s: %w", r.cfg.Spec.Durable, ctx.Err())
+		}
+		done := make(chan struct{})
+		go func() { r.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = errors.Join(err, fmt.Errorf("wait handlers of %s: %w", r.cfg.Spec.Durable, ctx.Err()))
+		}
+		r.cancel()
+	})
+	return err
+}
+
+func (r *Runner) dispatch(m jetstream.Msg) {
+	r.sem <- struct{}{} // back-pressure: block the pull loop when all handlers are busy
+	r.wg.Add(1)
+	go func() {
+		defer func() { <-r.sem; r.wg.Done() }()
+		r.handle(m)
+	}()
+}
+
+func (r *Runner) handle(m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		r.log.Error("message without metadata", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return
+	}
+	ctx := ExtractHop(r.ctx, m.Headers())
+	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+	ev, err := Decode(nm)
+	if err != nil {
+		r.deadLetter(ctx, m, meta, fmt.Errorf("decode: %w", err))
+		return
+	}
+	d := &Delivery{Event: ev, Subject: m.Subject(), Attempt: meta.NumDelivered, Msg: m}
+
+	stopKeepAlive := r.keepAlive(m)
+	herr := r.safeHandle(ctx, d)
+	stopKeepAlive()
+
+	switch {
+	case herr == nil:
+		if err := m.DoubleAck(ctx); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			r.log.Warn("ack", "subject", m.Subject(), "err", err)
+		}
+	case IsPermanent(herr) || int(meta.NumDelivered) >= r.maxDeliver():
+		r.deadLetter(ctx, m, meta, herr)
+	default:
+		delay := r.cfg.Backoff(meta.NumDelivered)
+		r.log.Warn("handler failed; will retry", "subject", m.Subject(), "id", ev.ID(),
+			"attempt", meta.NumDelivered, "retry_in", delay, "err", herr)
+		_ = m.NakWithDelay(delay)
+	}
+}
+
+func (r *Runner) maxDeliver() int {
+	if r.cfg.Spec.MaxDeliver > 0 {
+		return r.cfg.Spec.MaxDeliver
+	}
+	return 8
+}
+
+func (r *Runner) safeHandle(ctx context.Context, d *Delivery) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panic: %v", p)
+		}
+	}()
+	return r.cfg.Handler(ctx, d)
+}
+
+// keepAlive tells JetStream the message is still being worked on while a slow
+// handler runs, so that it is not redelivered to another replica meanwhile.
+func (r *Runner) keepAlive(m jetstream.Msg) func() {
+	wait := r.cfg.Spec.AckWait
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	t := time.NewTicker(wait / 3)
+	done := make(chan struct{})
+	go func() {
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+func (r *Runner) deadLetter(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, cause error) {
+	dl := nats.NewMsg(DLQSubject(r.cfg.Spec.Stream, r.cfg.Spec.Durable))
+	for k, v := range m.Headers() {
+		if k == HeaderMsgID {
+			continue
+		}
+		dl.Header[k] = v
+	}
+	seq := strconv.FormatUint(meta.Sequence.Stream, 10)
+	dl.Header.Set(HeaderDLQSubject, m.Subject())
+	dl.Header.Set(HeaderDLQStream, meta.Stream)
+	dl.Header.Set(HeaderDLQConsumer, meta.Consumer)
+	dl.Header.Set(HeaderDLQStreamSeq, seq)
+	dl.Header.Set(HeaderDLQDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
+	dl.Header.Set(HeaderDLQError, truncate(cause.Error(), 2000))
+	dl.Header.Set(HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
+	dl.Header.Set(HeaderMsgID, "dlq/"+meta.Stream+"/"+meta.Consumer+"/"+seq)
+	dl.Data = m.Data()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := r.js.PublishMsg(pctx, dl); err != nil {
+		// Not stored anywhere yet: leave it to be redelivered rather than lose it.
+		r.log.Error("dead-letter publish failed; message left for redelivery", "subject", m.Subject(), "err", err)
+		_ = m.NakWithDelay(r.cfg.Backoff(meta.NumDelivered))
+		return
+	}
+	r.log.Error("event moved to dead-letter stream", "subject", m.Subject(), "seq", seq,
+		"deliveries", meta.NumDelivered, "err", cause)
+	_ = m.Term()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

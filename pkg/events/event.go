@@ -1,0 +1,242 @@
+package events
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/toolwire/toolwire/pkg/envelope"
+)
+
+// CloudEvents extension attribute names used by toolwire.
+const (
+	ExtRunID       = "runid"
+	ExtCallID      = "callid"
+	ExtTenantID    = "tenantid"
+	ExtTraceParent = "traceparent" // distributed-tracing extension: the run's trace
+	ExtTraceState  = "tracestate"
+)
+
+// Outgoing is an event ready to publish on its subject.
+type Outgoing struct {
+	Subject string
+	Event   event.Event
+}
+
+// RunTrace is the run's starting trace context, carried by every event of the
+// run in the distributed-tracing extension.
+type RunTrace struct {
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+}
+
+// Attrs are the attributes of an event besides its type, id and data.
+type Attrs struct {
+	Source   string // "/toolwire/<service>" for toolwire's own services
+	RunID    string
+	CallID   string
+	TenantID string
+	Trace    RunTrace
+	Time     time.Time // zero: now
+}
+
+// ErrInvalidEvent is wrapped when an event lacks what its type requires.
+var ErrInvalidEvent = errors.New("invalid event")
+
+// Build makes an event of type typ with the given id, subject and data, the
+// dataschema of its type, and the toolwire extensions.
+func Build(typ, id, subject string, a Attrs, data any) (Outgoing, error) {
+	e := event.New()
+	e.SetID(id)
+	e.SetType(typ)
+	if a.Source == "" {
+		a.Source = "/toolwire"
+	}
+	e.SetSource(a.Source)
+	t := a.Time
+	if t.IsZero() {
+		t = time.Now()
+	}
+	e.SetTime(t.UTC())
+	if name := DataSchema(typ); name != "" {
+		e.SetDataSchema(envelope.SchemaURL(name))
+	}
+	if a.RunID != "" {
+		e.SetExtension(ExtRunID, a.RunID)
+	}
+	if a.CallID != "" {
+		e.SetExtension(ExtCallID, a.CallID)
+		e.SetSubject(a.CallID)
+	}
+	if a.TenantID != "" {
+		e.SetExtension(ExtTenantID, a.TenantID)
+	}
+	if a.Trace.TraceParent != "" {
+		e.SetExtension(ExtTraceParent, a.Trace.TraceParent)
+		if a.Trace.TraceState != "" {
+			e.SetExtension(ExtTraceState, a.Trace.TraceState)
+		}
+	}
+	b, err := json.Marshal(data)
+	if err != nil {
+		return Outgoing{}, fmt.Errorf("%w: marshal %s data: %w", ErrInvalidEvent, typ, err)
+	}
+	if err := e.SetData(event.ApplicationJSON, b); err != nil {
+		return Outgoing{}, fmt.Errorf("%w: %s data: %w", ErrInvalidEvent, typ, err)
+	}
+	if err := e.Validate(); err != nil {
+		return Outgoing{}, fmt.Errorf("%w: %s: %w", ErrInvalidEvent, typ, err)
+	}
+	return Outgoing{Subject: subject, Event: e}, nil
+}
+
+// NewRunRequested builds a run request event. Its id is "<run_id>/requested",
+// so a request published twice is one request.
+func NewRunRequested(source string, req envelope.RunRequest, trace RunTrace) (Outgoing, error) {
+	subj, err := RunSubject(req.RunID, "requested")
+	if err != nil {
+		return Outgoing{}, err
+	}
+	return Build(TypeRunRequested, req.RunID+"/requested", subj,
+		Attrs{Source: source, RunID: req.RunID, TenantID: req.Tenant.ID(), Trace: trace}, req)
+}
+
+var runStatusTypes = map[string]string{
+	StatusStarted:   TypeRunStarted,
+	StatusSuspended: TypeRunSuspended,
+	StatusResumed:   TypeRunResumed,
+	StatusCompleted: TypeRunCompleted,
+	StatusFailed:    TypeRunFailed,
+}
+
+// NewRunStatus builds a lifecycle event. Its id is "<run_id>/<status>", plus
+// "/<discriminator>" when one run can have several (suspensions, resumptions).
+func NewRunStatus(source string, s RunStatus, discriminator string, trace RunTrace) (Outgoing, error) {
+	typ, ok := runStatusTypes[s.Status]
+	if !ok {
+		return Outgoing{}, fmt.Errorf("%w: unknown run status %q", ErrInvalidEvent, s.Status)
+	}
+	subj, err := RunSubject(s.RunID, s.Status)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	id := s.RunID + "/" + s.Status
+	if discriminator != "" {
+		id += "/" + discriminator
+	}
+	return Build(typ, id, subj, Attrs{Source: source, RunID: s.RunID, TenantID: s.Tenant.ID(), Trace: trace}, s)
+}
+
+// NewIterationRequested builds the policy check of iteration c.Iteration.
+func NewIterationRequested(source string, c IterationCheck, trace RunTrace) (Outgoing, error) {
+	subj, err := IterationSubject(c.RunID, c.Iteration, "requested")
+	if err != nil {
+		return Outgoing{}, err
+	}
+	return Build(TypeIterationRequested, c.RunID+"/iteration/"+strconv.Itoa(c.Iteration)+"/requested", subj,
+		Attrs{Source: source, RunID: c.RunID, TenantID: c.Tenant.ID(), Trace: trace}, c)
+}
+
+// NewVerdict builds the policy's answer to an iteration check.
+func NewVerdict(source string, v Verdict, tenant envelope.Tenant, trace RunTrace) (Outgoing, error) {
+	verb, typ := "approved", TypeIterationApproved
+	if !v.Allowed {
+		verb, typ = "denied", TypeIterationDenied
+	}
+	subj, err := IterationSubject(v.RunID, v.Iteration, verb)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	// approved and denied share an id: one iteration gets one verdict.
+	return Build(typ, v.RunID+"/iteration/"+strconv.Itoa(v.Iteration)+"/verdict", subj,
+		Attrs{Source: source, RunID: v.RunID, TenantID: tenant.ID(), Trace: trace}, v)
+}
+
+// NewLLMCompleted builds the record of one model call.
+func NewLLMCompleted(source string, l LLMCompleted, tenant envelope.Tenant, trace RunTrace) (Outgoing, error) {
+	subj, err := LLMSubject(l.RunID, l.Turn.Iteration)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	return Build(TypeLLMCompleted, l.RunID+"/llm/"+strconv.Itoa(l.Turn.Iteration)+"/completed", subj,
+		Attrs{Source: source, RunID: l.RunID, TenantID: tenant.ID(), Trace: trace}, l)
+}
+
+// NewCallRequested builds a tool call request (verb "requested") or its
+// approval by policy (verb "approved").
+func NewCallRequest(source, verb string, c CallRequest, trace RunTrace) (Outgoing, error) {
+	typ := TypeCallRequested
+	switch verb {
+	case "requested":
+	case "approved":
+		typ = TypeCallApproved
+	default:
+		return Outgoing{}, fmt.Errorf("%w: call request verb %q", ErrInvalidEvent, verb)
+	}
+	subj, err := CallSubject(c.RunID, c.CallID, verb)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	return Build(typ, c.RunID+"/"+c.CallID+"/"+verb, subj,
+		Attrs{Source: source, RunID: c.RunID, CallID: c.CallID, TenantID: c.Tenant.ID(), Trace: trace}, c)
+}
+
+// NewCallStarted builds the announcement that an executor began a call.
+func NewCallStarted(source string, s CallStarted, tenant envelope.Tenant, trace RunTrace) (Outgoing, error) {
+	subj, err := CallSubject(s.RunID, s.CallID, "started")
+	if err != nil {
+		return Outgoing{}, err
+	}
+	return Build(TypeCallStarted, s.RunID+"/"+s.CallID+"/started", subj,
+		Attrs{Source: source, RunID: s.RunID, CallID: s.CallID, TenantID: tenant.ID(), Trace: trace}, s)
+}
+
+// NewCallCompleted builds the completion of a call; its data is the envelope.
+func NewCallCompleted(source, runID string, env envelope.ToolEnvelope, tenant envelope.Tenant, trace RunTrace) (Outgoing, error) {
+	subj, err := CallSubject(runID, env.CallID, "completed")
+	if err != nil {
+		return Outgoing{}, err
+	}
+	return Build(TypeCallCompleted, runID+"/"+env.CallID+"/completed", subj,
+		Attrs{Source: source, RunID: runID, CallID: env.CallID, TenantID: tenant.ID(), Trace: trace}, env)
+}
+
+// Ext returns a string extension of e, or "".
+func Ext(e *event.Event, name string) string {
+	v, ok := e.Extensions()[name]
+	if !ok {
+		return ""
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return fmt.Sprint(v)
+}
+
+// TraceOf returns the run trace carried by e.
+func TraceOf(e *event.Event) RunTrace {
+	return RunTrace{TraceParent: Ext(e, ExtTraceParent), TraceState: Ext(e, ExtTraceState)}
+}
+
+// DecodeData unmarshals e's JSON data into v, rejecting unknown fields so that
+// a producer's mistake is a clear error rather than silently dropped data.
+func DecodeData(e *event.Event, v any) error {
+	if ct := e.DataContentType(); ct != "" && ct != event.ApplicationJSON && ct != "text/json" {
+		return fmt.Errorf("%w: %s data content type %q, want application/json", ErrInvalidEvent, e.Type(), ct)
+	}
+	if len(e.Data()) == 0 {
+		return fmt.Errorf("%w: %s has no data", ErrInvalidEvent, e.Type())
+	}
+	dec := json.NewDecoder(bytesReader(e.Data()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %s data: %w", ErrInvalidEvent, e.Type(), err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: %s data: trailing content after the JSON value", ErrInvalidEvent, e.Type())
+	}
+	return nil
+}

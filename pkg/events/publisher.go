@@ -1,0 +1,88 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Publisher publishes events to JetStream and waits for their PubAcks. Each
+// message carries its event id as Nats-Msg-Id (a retried publish is dropped as
+// a duplicate) and the hop's trace context.
+type Publisher struct {
+	js      jetstream.JetStream
+	timeout time.Duration
+}
+
+// NewPublisher returns a publisher on js.
+func NewPublisher(js jetstream.JetStream) *Publisher {
+	return &Publisher{js: js, timeout: 10 * time.Second}
+}
+
+// JetStream returns the underlying JetStream handle.
+func (p *Publisher) JetStream() jetstream.JetStream { return p.js }
+
+func (p *Publisher) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, p.timeout)
+}
+
+// Publish publishes one event and waits until JetStream has stored it.
+func (p *Publisher) Publish(ctx context.Context, out Outgoing) error {
+	m, err := Encode(out.Subject, &out.Event)
+	if err != nil {
+		return err
+	}
+	InjectHop(ctx, m.Header)
+	ctx, cancel := p.ctx(ctx)
+	defer cancel()
+	if _, err := p.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publish %s %s: %w", out.Event.Type(), out.Event.ID(), err)
+	}
+	return nil
+}
+
+// PublishAll publishes the events concurrently and waits for every PubAck; the
+// first failure is returned after all have settled. Order of storage is not
+// guaranteed between the events.
+func (p *Publisher) PublishAll(ctx context.Context, outs []Outgoing) error {
+	switch len(outs) {
+	case 0:
+		return nil
+	case 1:
+		return p.Publish(ctx, outs[0])
+	}
+	ctx, cancel := p.ctx(ctx)
+	defer cancel()
+	futures := make([]jetstream.PubAckFuture, 0, len(outs))
+	var errs []error
+	for _, out := range outs {
+		m, err := Encode(out.Subject, &out.Event)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		InjectHop(ctx, m.Header)
+		f, err := p.js.PublishMsgAsync(m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("publish %s %s: %w", out.Event.Type(), out.Event.ID(), err))
+			continue
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs = append(errs, fmt.Errorf("publish %s: %w", f.Msg().Subject, err))
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("publish %s: %w", f.Msg().Subject, ctx.Err()))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,140 @@
+package events
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+)
+
+// Event types. Each names its data's Go type and JSON Schema (see DataSchema).
+const (
+	TypeRunRequested       = "dev.toolwire.run.requested.v1"           // data: envelope.RunRequest
+	TypeRunStarted         = "dev.toolwire.run.started.v1"             // data: RunStatus
+	TypeRunSuspended       = "dev.toolwire.run.suspended.v1"           // data: RunStatus
+	TypeRunResumed         = "dev.toolwire.run.resumed.v1"             // data: RunStatus
+	TypeRunCompleted       = "dev.toolwire.run.completed.v1"           // data: RunStatus (with outputs)
+	TypeRunFailed          = "dev.toolwire.run.failed.v1"              // data: RunStatus (with reason)
+	TypeIterationRequested = "dev.toolwire.run.iteration.requested.v1" // data: IterationCheck
+	TypeIterationApproved  = "dev.toolwire.run.iteration.approved.v1"  // data: Verdict
+	TypeIterationDenied    = "dev.toolwire.run.iteration.denied.v1"    // data: Verdict
+	TypeLLMCompleted       = "dev.toolwire.run.llm.completed.v1"       // data: LLMCompleted
+	TypeCallRequested      = "dev.toolwire.call.requested.v1"          // data: CallRequest
+	TypeCallApproved       = "dev.toolwire.call.approved.v1"           // data: CallRequest
+	TypeCallStarted        = "dev.toolwire.call.started.v1"            // data: CallStarted
+	TypeCallCompleted      = "dev.toolwire.call.completed.v1"          // data: envelope.ToolEnvelope
+)
+
+// Run statuses carried by RunStatus.
+const (
+	StatusStarted   = "started"
+	StatusSuspended = "suspended"
+	StatusResumed   = "resumed"
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+)
+
+// RunStatus is the data of the run lifecycle events.
+type RunStatus struct {
+	RunID     string                            `json:"run_id"`
+	Status    string                            `json:"status"`
+	Agent     string                            `json:"agent,omitempty"`
+	Tenant    envelope.Tenant                   `json:"tenant"`
+	Reason    string                            `json:"reason,omitempty"`
+	Warnings  []string                          `json:"warnings,omitempty"`
+	Outputs   *envelope.AgentOutputs            `json:"outputs,omitempty"`
+	Pinned    map[string]*envelope.ToolEnvelope `json:"pinned,omitempty"`
+	TraceID   string                            `json:"trace_id,omitempty"`
+	Iteration int                               `json:"iteration,omitempty"`
+	ToolCalls int                               `json:"tool_calls,omitempty"`
+}
+
+// IterationCheck asks the Policy Guard whether iteration N of a run may call
+// the model. It carries the run's policy so that the guard stays stateless.
+type IterationCheck struct {
+	RunID     string          `json:"run_id"`
+	Iteration int             `json:"iteration"`
+	Tenant    envelope.Tenant `json:"tenant"`
+	Agent     string          `json:"agent"`
+	Policy    envelope.Policy `json:"policy"`
+	ToolCalls int             `json:"tool_calls"`
+	Spend     float64         `json:"spend"`
+}
+
+// Verdict is the Policy Guard's answer to an IterationCheck.
+type Verdict struct {
+	RunID     string             `json:"run_id"`
+	Iteration int                `json:"iteration"`
+	Allowed   bool               `json:"allowed"`
+	Code      envelope.ErrorCode `json:"code,omitempty"`
+	Reason    string             `json:"reason,omitempty"`
+}
+
+// LLMCompleted records one model call of a run.
+type LLMCompleted struct {
+	RunID string             `json:"run_id"`
+	Turn  envelope.ModelTurn `json:"turn"`
+}
+
+// CallRequest asks for one tool call. The orchestrator publishes it (requested);
+// the Policy Guard re-publishes it unchanged when it approves it (approved).
+type CallRequest struct {
+	RunID          string          `json:"run_id"`
+	CallID         string          `json:"call_id"`
+	Seq            int             `json:"seq"`
+	Iteration      int             `json:"iteration"`
+	Name           string          `json:"name"`
+	Version        string          `json:"version"`
+	Input          json.RawMessage `json:"input"`
+	ProviderCallID string          `json:"provider_call_id,omitempty"`
+	Tenant         envelope.Tenant `json:"tenant"`
+	Agent          string          `json:"agent"`
+	EnabledTools   []string        `json:"enabled_tools"`
+	Policy         envelope.Policy `json:"policy"`
+}
+
+// Ref is the called tool's name@version.
+func (c *CallRequest) Ref() envelope.ToolRef {
+	return envelope.ToolRef{Name: c.Name, Version: c.Version}
+}
+
+// CallStarted announces that an executor began a call.
+type CallStarted struct {
+	RunID    string    `json:"run_id"`
+	CallID   string    `json:"call_id"`
+	Name     string    `json:"name"`
+	Version  string    `json:"version"`
+	TStart   time.Time `json:"t_start"`
+	Executor string    `json:"executor,omitempty"`
+}
+
+// DataSchema maps each event type to the name of its data's JSON Schema, among
+// the contract schemas of pkg/envelope and the event schemas of this package.
+var dataSchemas = map[string]string{
+	TypeRunRequested:       envelope.SchemaRunRequest,
+	TypeRunStarted:         SchemaRunStatus,
+	TypeRunSuspended:       SchemaRunStatus,
+	TypeRunResumed:         SchemaRunStatus,
+	TypeRunCompleted:       SchemaRunStatus,
+	TypeRunFailed:          SchemaRunStatus,
+	TypeIterationRequested: SchemaIterationCheck,
+	TypeIterationApproved:  SchemaVerdict,
+	TypeIterationDenied:    SchemaVerdict,
+	TypeLLMCompleted:       SchemaLLMCompleted,
+	TypeCallRequested:      SchemaCallRequest,
+	TypeCallApproved:       SchemaCallRequest,
+	TypeCallStarted:        SchemaCallStarted,
+	TypeCallCompleted:      envelope.SchemaToolEnvelope,
+}
+
+// DataSchema returns the schema name of an event type's data, or "".
+func DataSchema(eventType string) string { return dataSchemas[eventType] }
+
+// EventTypes lists every event type.
+func EventTypes() []string {
+	out := make([]string, 0, len(dataSchemas))
+	for t := range dataSchemas {
+		out = append(out, t)
+	}
+	return out
+}
