@@ -154,30 +154,29 @@ func validateValue(name string, sch *jsonschema.Schema, v any) error {
 // ValidationProblems flattens a validator error into "at /path: message" lines,
 // leaves only, in a stable order. The path is a JSON Pointer (RFC 6901) into the
 // payload.
+//
+// The validator checks a propertyNames subschema against the name alone, so the
+// causes of such a failure are located at "/" (the name), not at the object, and
+// the object's own location is unreliable (jsonschema v6.0.3 aliases it); such
+// lines are prefixed with the offending property name instead. The contract
+// schemas use patternProperties, which reports at the object.
 func ValidationProblems(ve *jsonschema.ValidationError) []string {
 	printer := message.NewPrinter(language.English)
 	var out []string
-	// A propertyNames failure validates the name as its own document, so its
-	// causes carry the location "/"; report them at the object instead, naming
-	// the offending property.
-	var walk func(e *jsonschema.ValidationError, loc []string, prefix string)
-	walk = func(e *jsonschema.ValidationError, loc []string, prefix string) {
+	var walk func(e *jsonschema.ValidationError, prefix string)
+	walk = func(e *jsonschema.ValidationError, prefix string) {
 		if pn, ok := e.ErrorKind.(*kind.PropertyNames); ok {
-			loc, prefix = e.InstanceLocation, prefix+fmt.Sprintf("property name %q: ", pn.Property)
+			prefix += fmt.Sprintf("property name %q: ", pn.Property)
 		}
 		if len(e.Causes) == 0 {
-			l := e.InstanceLocation
-			if loc != nil {
-				l = loc
-			}
-			out = append(out, fmt.Sprintf("at %s: %s%s", jsonPointer(l), prefix, e.ErrorKind.LocalizedString(printer)))
+			out = append(out, fmt.Sprintf("at %s: %s%s", jsonPointer(e.InstanceLocation), prefix, e.ErrorKind.LocalizedString(printer)))
 			return
 		}
 		for _, c := range e.Causes {
-			walk(c, loc, prefix)
+			walk(c, prefix)
 		}
 	}
-	walk(ve, nil, "")
+	walk(ve, "")
 	sort.Strings(out)
 	return out
 }

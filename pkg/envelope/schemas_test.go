@@ -284,13 +284,13 @@ func TestSchemasRejectBrokenPayloads(t *testing.T) {
 		{"outputs: null tool_order", envelope.SchemaAgentOutputs, outputs, []edit{{"/tool_order", nil}}, "at /tool_order:", "want array"},
 		{"outputs: bad call_id in tool_order", envelope.SchemaAgentOutputs, outputs, []edit{{"/tool_order/1", "abc"}}, "at /tool_order/1:", "pattern"},
 		{"outputs: duplicate call_id in tool_order", envelope.SchemaAgentOutputs, outputs, []edit{{"/tool_order/1", okID}}, "at /tool_order:", "equal"},
-		{"outputs: key is not a call_id", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + upperID, mustDecode(t, envelopeRaw)}}, "at /tools_by_id:", `property name "` + upperID + `"`},
+		{"outputs: key is not a call_id", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + upperID, mustDecode(t, envelopeRaw)}}, "at /tools_by_id:", upperID},
 		{"outputs: wrong error code", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + failID + "/error/code", "OOPS"}}, "at /tools_by_id/" + failID + "/error/code:", "RATE_LIMIT"},
 		{"outputs: envelope extra property", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + okID + "/secret", "hunter2"}}, "at /tools_by_id/" + okID + ":", "secret"},
 		{"outputs: cached is a string", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + cachedID + "/cached", "yes"}}, "at /tools_by_id/" + cachedID + "/cached:", "want boolean"},
 		{"outputs: truncated without blob", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + truncID + "/attachments/0/kind", "image"}}, "at /tools_by_id/" + truncID + "/attachments/0/kind:", "blob"},
 		{"outputs: truncated without attachments", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + truncID + "/attachments", deleted{}}}, "at /tools_by_id/" + truncID + ":", "attachments"},
-		{"outputs: last_tool failed", envelope.SchemaAgentOutputs, outputs, []edit{{"/last_tool", mustDecode(t, failedRaw)}}, "at /last_tool:", ""},
+		{"outputs: last_tool failed", envelope.SchemaAgentOutputs, outputs, []edit{{"/last_tool", mustDecode(t, failedRaw)}}, "at /last_tool/error:", "false schema"},
 		{"outputs: extra property", envelope.SchemaAgentOutputs, outputs, []edit{{"/status", "ok"}}, "at /:", "status"},
 		{"outputs: response is a number", envelope.SchemaAgentOutputs, outputs, []edit{{"/response", 42}}, "at /response:", "want string"},
 
@@ -361,7 +361,7 @@ func TestSchemasRejectBrokenPayloads(t *testing.T) {
 		{"pin: name starts with a digit", envelope.SchemaPinnedHandle, pin, []edit{{"/name", "1st"}}, "at /name:", "pattern"},
 		{"pin: missing selector.tool", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/tool", deleted{}}}, "at /selector:", "tool"},
 		{"pin: unknown strategy", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/strategy", "oldest"}}, "at /selector/strategy:", "first_success"},
-		{"pin: call_id with latest", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/call_id", okID}}, "at /selector:", ""},
+		{"pin: call_id with latest", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/call_id", okID}}, "at /selector/call_id:", "false schema"},
 		{"pin: by_call_id with bad call_id", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/strategy", "by_call_id"}, {"/selector/call_id", "xyz"}}, "at /selector/call_id:", "pattern"},
 		{"pin: extra property", envelope.SchemaPinnedHandle, pin, []edit{{"/label", "Weather"}}, "at /:", "label"},
 
@@ -386,6 +386,7 @@ func TestSchemasRejectBrokenPayloads(t *testing.T) {
 			require.ErrorAs(t, err, &se)
 			require.Equal(t, tc.schema, se.Schema)
 			require.NotEmpty(t, se.Problems)
+			t.Logf("%q", se.Problems)
 			require.True(t, slices.ContainsFunc(se.Problems, func(p string) bool {
 				return strings.HasPrefix(p, tc.loc) && strings.Contains(p, tc.msg)
 			}), "no problem %q ... %q in %q", tc.loc, tc.msg, se.Problems)
@@ -420,6 +421,14 @@ func TestSchemasValidateErrors(t *testing.T) {
 	err = s.Validate(envelope.SchemaRunRequest, raw)
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, []string{"at /metadata/a~1b~0c: got number, want string"}, se.Problems)
+
+	// a propertyNames failure names the property
+	s2, err := envelope.NewSchemas(map[string][]byte{"names": []byte(`{"type":"object","propertyNames":{"pattern":"^[a-z]+$"}}`)})
+	require.NoError(t, err)
+	err = s2.Validate("names", []byte(`{"ok":1,"Bad":2}`))
+	require.ErrorAs(t, err, &se)
+	require.Len(t, se.Problems, 1)
+	require.Contains(t, se.Problems[0], `property name "Bad": 'Bad' does not match pattern`)
 }
 
 func TestNewSchemasExtra(t *testing.T) {

@@ -1,0 +1,284 @@
+// Package service is the plumbing every toolwire service binary shares: its
+// configuration from the environment, the NATS connection, provisioning,
+// OpenTelemetry, the probe and metrics server, and a run loop with
+// signal-aware, ordered shutdown.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// Environment variables read by every service.
+const (
+	EnvNATSURL        = "NATS_URL"
+	EnvHTTPAddr       = "TOOLWIRE_HTTP_ADDR"
+	EnvReplicas       = "TOOLWIRE_STREAM_REPLICAS"
+	EnvLogLevel       = "TOOLWIRE_LOG_LEVEL"
+	EnvTracesTemplate = "TOOLWIRE_TRACES_URL_TEMPLATE"
+	EnvOTLPEndpoint   = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	EnvOTLPTraces     = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	EnvOTelService    = "OTEL_SERVICE_NAME"
+	EnvOTelExporter   = "OTEL_TRACES_EXPORTER"
+)
+
+// CommonEnvVars lists the variables of Common, for docs and deployment checks.
+func CommonEnvVars() []string {
+	return []string{EnvNATSURL, EnvHTTPAddr, EnvReplicas, EnvLogLevel, EnvTracesTemplate,
+		EnvOTLPEndpoint, EnvOTLPTraces, EnvOTelService, EnvOTelExporter}
+}
+
+// Common is the configuration every service shares.
+type Common struct {
+	Name              string // service name: orchestrator, policy, ...
+	NATSURL           string
+	HTTPAddr          string
+	Replicas          int
+	LogLevel          slog.Level
+	TracesURLTemplate string
+}
+
+// CommonFromEnv reads Common from the environment, with defaults.
+func CommonFromEnv(name, defaultHTTPAddr string, getenv func(string) string) (Common, error) {
+	c := Common{
+		Name:              name,
+		NATSURL:           orDefault(getenv(EnvNATSURL), nats.DefaultURL),
+		HTTPAddr:          orDefault(getenv(EnvHTTPAddr), defaultHTTPAddr),
+		Replicas:          1,
+		TracesURLTemplate: getenv(EnvTracesTemplate),
+	}
+	var errs []error
+	if v := getenv(EnvReplicas); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 5 {
+			errs = append(errs, fmt.Errorf("%s=%q: want a number from 1 to 5", EnvReplicas, v))
+		}
+		c.Replicas = n
+	}
+	if v := getenv(EnvLogLevel); v != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want debug, info, warn or error", EnvLogLevel, v))
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		errs = append(errs, fmt.Errorf("%s=%q: want host:port", EnvHTTPAddr, c.HTTPAddr))
+	}
+	if t := c.TracesURLTemplate; t != "" && !strings.Contains(t, "{trace_id}") {
+		errs = append(errs, fmt.Errorf("%s=%q: must contain {trace_id}", EnvTracesTemplate, t))
+	}
+	return c, errors.Join(errs...)
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// NewLogger returns a JSON logger at level, tagged with the service name.
+func NewLogger(name string, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("service", name)
+}
+
+// Connect connects to NATS, retrying the first connection until ctx ends and
+// reconnecting forever afterwards.
+func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	opts := []nats.Option{
+		nats.Name("toolwire-" + name),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			nc.Close()
+			return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return nc, js, nil
+}
+
+// TracerProvider builds the service's tracer provider from the standard OTEL_
+// variables: with an OTLP endpoint it exports over OTLP/HTTP; without one it
+// still records trace ids (so traces_url works) and exports nothing.
+func TracerProvider(ctx context.Context, name string, getenv func(string) string) (*sdktrace.TracerProvider, error) {
+	svc := orDefault(getenv(EnvOTelService), "toolwire-"+name)
+	res := resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(svc))
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if getenv(EnvOTelExporter) != "none" && (getenv(EnvOTLPEndpoint) != "" || getenv(EnvOTLPTraces) != "") {
+		exp, err := otlptracehttp.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("otlp exporter: %w", err)
+		}
+		opts = append(opts, sdktrace.WithBatcher(exp))
+	}
+	return sdktrace.NewTracerProvider(opts...), nil
+}
+
+// Deps are what a service's constructor receives.
+type Deps struct {
+	Common  Common
+	Conn    *nats.Conn
+	JS      jetstream.JetStream
+	Log     *slog.Logger
+	Tracer  trace.TracerProvider
+	Metrics prometheus.Registerer
+	Getenv  func(string) string
+}
+
+// Component is a started service: Stop drains and releases it.
+type Component interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// Build constructs a service's component; it may return an extra HTTP handler
+// mounted on the service's HTTP server (the recorder's API), or nil.
+type Build func(ctx context.Context, d Deps) (Component, http.Handler, error)
+
+// Main runs a service binary: configuration from the environment, NATS,
+// provisioning, the component, the probe server; then waits for SIGINT or
+// SIGTERM and shuts down in order (stop pulling and drain, then the HTTP
+// server, then NATS, then telemetry), joining every error.
+func Main(name, defaultHTTPAddr string, build Build) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, name, defaultHTTPAddr, os.Getenv, build); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// Run is Main without the process: it returns when ctx ends.
+func Run(ctx context.Context, name, defaultHTTPAddr string, getenv func(string) string, build Build) (err error) {
+	cfg, err := CommonFromEnv(name, defaultHTTPAddr, getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	log := NewLogger(name, cfg.LogLevel)
+	tp, err := TracerProvider(ctx, name, getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		err = errors.Join(err, tp.Shutdown(sctx))
+	}()
+
+	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	nc, js, err := Connect(startCtx, cfg.NATSURL, name, log)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, nc.Drain()) }()
+	if err := events.Provision(startCtx, js, events.StoreConfig{Replicas: cfg.Replicas}); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	comp, api, err := build(ctx, Deps{Common: cfg, Conn: nc, JS: js, Log: log, Tracer: tp, Metrics: reg, Getenv: getenv})
+	if err != nil {
+		return err
+	}
+	probes := &Probes{}
+	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: probes.Handler(reg, nc, api), ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
+	}
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Serve(ln) }()
+
+	if err := comp.Start(startCtx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	probes.SetReady(true)
+	log.Info("started", "nats", cfg.NATSURL, "http", ln.Addr().String())
+
+	select {
+	case <-ctx.Done():
+	case err := <-srvErr:
+		log.Error("http server failed", "err", err)
+	}
+	log.Info("shutting down")
+	probes.SetReady(false)
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer scancel()
+	err = errors.Join(err, comp.Stop(sctx))
+	if herr := srv.Shutdown(sctx); herr != nil && !errors.Is(herr, http.ErrServerClosed) {
+		err = errors.Join(err, herr)
+	}
+	return err
+}
+
+// Probes serves /healthz, /readyz and /metrics.
+type Probes struct{ ready atomic.Bool }
+
+// SetReady flips readiness.
+func (p *Probes) SetReady(v bool) { p.ready.Store(v) }
+
+// Handler returns the probe mux; api, when not nil, serves every other path.
+func (p *Probes) Handler(g prometheus.Gatherer, nc *nats.Conn, api http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !p.ready.Load() || (nc != nil && !nc.IsConnected()) {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	if api != nil {
+		mux.Handle("/", api)
+	}
+	return mux
+}
