@@ -1,0 +1,111 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+)
+
+func TestParseScript(t *testing.T) {
+	for _, tc := range []struct {
+		name, options, err string
+	}{
+		{"missing", ``, "options.script is required"},
+		{"not json", `{`, "options"},
+		{"no turns", `{"script":[]}`, "no turns"},
+		{"empty turn", `{"script":[{}]}`, "script[0] has neither content nor tool_calls"},
+		{"nameless call", `{"script":[{"tool_calls":[{"arguments":{}}]}]}`, "script[0].tool_calls[0] has no name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseScript(json.RawMessage(tc.options))
+			require.ErrorContains(t, err, tc.err)
+		})
+	}
+	s, err := ParseScript(json.RawMessage(`{"script":[{"content":"hi"}]}`))
+	require.NoError(t, err)
+	require.Equal(t, "hi", s.Turns[0].Content)
+}
+
+func TestScriptedProviderPlaysTurnsByConversation(t *testing.T) {
+	opts := json.RawMessage(`{"script":[{"tool_calls":[{"name":"echo","arguments":{"text":"a"}},{"name":"echo"}]},{"content":"done"}]}`)
+	p := ScriptedProvider{}
+	req := ModelRequest{Iteration: 1, Model: envelope.Model{Provider: "scripted", Options: opts},
+		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "go"}}}
+	r1, err := p.Complete(t.Context(), req)
+	require.NoError(t, err)
+	require.Len(t, r1.ToolCalls, 2)
+	require.Equal(t, "call_1_1", r1.ToolCalls[0].ID)
+	require.JSONEq(t, `{}`, string(r1.ToolCalls[1].Arguments))
+	require.Equal(t, "tool_use", r1.StopReason)
+
+	// The same conversation gives the same answer (replays and retries).
+	again, err := p.Complete(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, r1, again)
+
+	req.Iteration = 2
+	req.Messages = append(req.Messages, envelope.Message{Role: envelope.RoleAssistant, ToolCalls: r1.ToolCalls})
+	r2, err := p.Complete(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, "done", r2.Content)
+	require.Empty(t, r2.ToolCalls)
+}
+
+func TestToolResultContent(t *testing.T) {
+	ok := &envelope.ToolEnvelope{Output: json.RawMessage(`{"x":1}`)}
+	require.Equal(t, `{"x":1}`, ToolResultContent(ok))
+	require.Equal(t, "null", ToolResultContent(&envelope.ToolEnvelope{}))
+
+	rl := &envelope.ToolEnvelope{Error: &envelope.ToolError{Code: envelope.CodeRateLimit, Message: "slow down", RetryAfterS: 2}}
+	require.JSONEq(t, `{"error":{"code":"RATE_LIMIT","message":"slow down","retry_after_s":2}}`, ToolResultContent(rl))
+
+	val := &envelope.ToolEnvelope{Error: &envelope.ToolError{Code: envelope.CodeValidation, Message: "bad", Details: []string{"at /x: missing"}}}
+	require.JSONEq(t, `{"error":{"code":"VALIDATION_ERROR","message":"bad","details":["at /x: missing"]}}`, ToolResultContent(val))
+
+	// Internals of an UNKNOWN error never reach the model.
+	unk := &envelope.ToolEnvelope{Error: &envelope.ToolError{Code: envelope.CodeUnknown, Message: "internal error in tool x", Details: "stack trace"}}
+	require.NotContains(t, ToolResultContent(unk), "stack trace")
+}
+
+func TestApplyTurnAssignsSeqAndCallIDs(t *testing.T) {
+	s := &Service{cfg: Config{}.withDefaults()}
+	st := &RunState{RunID: "r1", Iteration: 1, Request: envelope.RunRequest{Agent: envelope.Agent{
+		EnabledTools: []string{"echo@1.0.0", "calculator@2.1.0"}}}}
+	turn := envelope.ModelTurn{Iteration: 1, Response: envelope.ModelResponse{ToolCalls: []envelope.ToolCall{
+		{ID: "a", Name: "echo", Arguments: json.RawMessage(`{"text": "x", "n": 1.0}`)},
+		{ID: "b", Name: "calculator", Arguments: json.RawMessage(`{not json`)},
+		{ID: "c", Name: "unknown_tool", Arguments: nil},
+	}}}
+	require.NoError(t, s.applyTurn(st, turn))
+	require.Equal(t, PhaseAwaitingTools, st.Phase)
+	require.Len(t, st.Calls, 3)
+
+	want, err := envelope.CallID("echo", "1.0.0", []byte(`{"n":1,"text":"x"}`), 1)
+	require.NoError(t, err)
+	require.Equal(t, want, st.Calls[0].CallID)
+	require.Equal(t, "2.1.0", st.Calls[1].Version)
+	require.JSONEq(t, `"{not json"`, string(st.Calls[1].Input), "broken JSON reaches the tool as a string")
+	require.Equal(t, "", st.Calls[2].Version)
+	require.JSONEq(t, `{}`, string(st.Calls[2].Input))
+	for i, c := range st.Calls {
+		require.Equal(t, i+1, c.Seq)
+	}
+
+	// A later turn continues the sequence.
+	st.Iteration = 2
+	require.NoError(t, s.applyTurn(st, envelope.ModelTurn{Iteration: 2, Response: envelope.ModelResponse{
+		ToolCalls: []envelope.ToolCall{{ID: "d", Name: "echo", Arguments: json.RawMessage(`{"text":"x","n":1}`)}}}}))
+	require.Equal(t, 4, st.Calls[3].Seq)
+	require.NotEqual(t, st.Calls[0].CallID, st.Calls[3].CallID, "same input, other seq: other id")
+
+	// A turn without calls ends the run with its outputs.
+	st.Iteration = 3
+	st.Calls[0].Envelope = &envelope.ToolEnvelope{CallID: st.Calls[0].CallID, Name: "echo"}
+	require.NoError(t, s.applyTurn(st, envelope.ModelTurn{Iteration: 3, Response: envelope.ModelResponse{Content: "bye"}}))
+	require.Equal(t, PhaseCompleted, st.Phase)
+	require.Equal(t, "bye", st.Outputs.Response)
+	require.Equal(t, []string{st.Calls[0].CallID}, st.Outputs.ToolOrder)
+}

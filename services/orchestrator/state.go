@@ -1,0 +1,162 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// Run phases.
+const (
+	PhaseAwaitingVerdict = "awaiting_verdict" // iteration check published, no verdict yet
+	PhaseAwaitingTools   = "awaiting_tools"   // tool calls published, envelopes pending
+	PhaseCompleted       = "completed"
+	PhaseFailed          = "failed"
+)
+
+// CallState is one tool call of a run.
+type CallState struct {
+	Seq            int                    `json:"seq"`
+	Iteration      int                    `json:"iteration"`
+	CallID         string                 `json:"call_id"`
+	Name           string                 `json:"name"`
+	Version        string                 `json:"version"`
+	ProviderCallID string                 `json:"provider_call_id"`
+	Input          json.RawMessage        `json:"input"`
+	Envelope       *envelope.ToolEnvelope `json:"envelope,omitempty"`
+}
+
+// RunState is everything the orchestrator knows of a run, kept in KV.
+type RunState struct {
+	RunID     string                            `json:"run_id"`
+	Request   envelope.RunRequest               `json:"request"`
+	Phase     string                            `json:"phase"`
+	Iteration int                               `json:"iteration"`
+	Messages  []envelope.Message                `json:"messages"`
+	Calls     []CallState                       `json:"calls"`
+	Turns     []envelope.ModelTurn              `json:"turns"`
+	Trace     events.RunTrace                   `json:"trace"`
+	Warnings  []string                          `json:"warnings,omitempty"`
+	Response  string                            `json:"response,omitempty"`
+	Reason    string                            `json:"reason,omitempty"`
+	Outputs   *envelope.AgentOutputs            `json:"outputs,omitempty"`
+	Pinned    map[string]*envelope.ToolEnvelope `json:"pinned,omitempty"`
+	StartedAt time.Time                         `json:"started_at"`
+	UpdatedAt time.Time                         `json:"updated_at"`
+}
+
+// Done reports whether the run has ended.
+func (s *RunState) Done() bool { return s.Phase == PhaseCompleted || s.Phase == PhaseFailed }
+
+// callsOf returns the calls of iteration n, in seq order.
+func (s *RunState) callsOf(n int) []*CallState {
+	var out []*CallState
+	for i := range s.Calls {
+		if s.Calls[i].Iteration == n {
+			out = append(out, &s.Calls[i])
+		}
+	}
+	return out
+}
+
+func (s *RunState) call(id string) *CallState {
+	for i := range s.Calls {
+		if s.Calls[i].CallID == id {
+			return &s.Calls[i]
+		}
+	}
+	return nil
+}
+
+func (s *RunState) turn(n int) *envelope.ModelTurn {
+	for i := range s.Turns {
+		if s.Turns[i].Iteration == n {
+			return &s.Turns[i]
+		}
+	}
+	return nil
+}
+
+// envelopes returns the envelopes of every completed call in seq order.
+func (s *RunState) envelopes() []envelope.ToolEnvelope {
+	out := make([]envelope.ToolEnvelope, 0, len(s.Calls))
+	for _, c := range s.Calls {
+		if c.Envelope != nil {
+			out = append(out, *c.Envelope)
+		}
+	}
+	return out
+}
+
+// stateStore keeps run states in KV, changed only by compare-and-set.
+type stateStore struct{ kv jetstream.KeyValue }
+
+var errStateExists = errors.New("run state exists")
+
+func (st stateStore) get(ctx context.Context, runID string) (*RunState, uint64, error) {
+	e, err := st.kv.Get(ctx, runID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("load run %s: %w", runID, err)
+	}
+	var s RunState
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return nil, 0, fmt.Errorf("decode run %s: %w", runID, err)
+	}
+	return &s, e.Revision(), nil
+}
+
+func (st stateStore) create(ctx context.Context, s *RunState) (uint64, error) {
+	s.UpdatedAt = time.Now().UTC()
+	b, err := json.Marshal(s)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := st.kv.Create(ctx, s.RunID, b)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, errStateExists
+	}
+	if err != nil {
+		return 0, fmt.Errorf("create run %s: %w", s.RunID, err)
+	}
+	return rev, nil
+}
+
+// update applies change to the run's state under compare-and-set, retrying on
+// a conflicting write. change returns false when there is nothing to write.
+func (st stateStore) update(ctx context.Context, runID string, change func(s *RunState) (bool, error)) (*RunState, error) {
+	for attempt := 0; ; attempt++ {
+		s, rev, err := st.get(ctx, runID)
+		if err != nil {
+			return nil, err
+		}
+		if s == nil {
+			return nil, fmt.Errorf("run %s has no state", runID)
+		}
+		changed, err := change(s)
+		if err != nil || !changed {
+			return s, err
+		}
+		s.UpdatedAt = time.Now().UTC()
+		b, err := json.Marshal(s)
+		if err != nil {
+			return nil, err
+		}
+		_, err = st.kv.Update(ctx, runID, b, rev)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) || attempt > 50 {
+			return nil, fmt.Errorf("update run %s: %w", runID, err)
+		}
+		// Another replica or event changed the run meanwhile: re-read and re-apply.
+	}
+}
