@@ -59,23 +59,23 @@ WORKDIR /home/nonroot
 USER nonroot:nonroot
 
 FROM runtime AS orchestrator
-ENV TOOLWIRE_HTTP_ADDR=:8081 OTEL_SERVICE_NAME=orchestrator
+ENV TOOLWIRE_HTTP_ADDR=:8081 OTEL_SERVICE_NAME=toolwire-orchestrator
 EXPOSE 8081
 ENTRYPOINT ["/usr/local/bin/orchestrator"]
 
 FROM runtime AS policy
-ENV TOOLWIRE_HTTP_ADDR=:8082 OTEL_SERVICE_NAME=policy
+ENV TOOLWIRE_HTTP_ADDR=:8082 OTEL_SERVICE_NAME=toolwire-policy
 EXPOSE 8082
 ENTRYPOINT ["/usr/local/bin/policy"]
 
 FROM runtime AS executor
-ENV TOOLWIRE_HTTP_ADDR=:8083 OTEL_SERVICE_NAME=executor
+ENV TOOLWIRE_HTTP_ADDR=:8083 OTEL_SERVICE_NAME=toolwire-executor
 EXPOSE 8083
 ENTRYPOINT ["/usr/local/bin/executor"]
 
 FROM runtime AS recorder
 # :8080 serves the public HTTP API and the timeline page as well as health and metrics.
-ENV TOOLWIRE_HTTP_ADDR=:8080 OTEL_SERVICE_NAME=recorder
+ENV TOOLWIRE_HTTP_ADDR=:8080 OTEL_SERVICE_NAME=toolwire-recorder
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/recorder"]
 
@@ -99,7 +99,7 @@ RUN set -eu; \
 COPY --from=builder /out/sandbox /usr/local/bin/sandbox
 WORKDIR /home/nonroot
 USER 65532:65532
-ENV TOOLWIRE_HTTP_ADDR=:8084 OTEL_SERVICE_NAME=sandbox
+ENV TOOLWIRE_HTTP_ADDR=:8084 OTEL_SERVICE_NAME=toolwire-sandbox
 EXPOSE 8084
 ENTRYPOINT ["/usr/local/bin/sandbox"]
 
