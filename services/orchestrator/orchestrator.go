@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -391,18 +392,84 @@ func (s *Service) applyTurn(st *RunState, turn envelope.ModelTurn) error {
 			b, _ := json.Marshal(string(input))
 			input = b
 		}
-		version := versions[tc.Name]
-		id, err := envelope.CallID(tc.Name, version, input, seq)
+		name, valid := toolName(tc.Name)
+		version := versions[name]
+		if !valid {
+			version = ""
+		}
+		id, err := envelope.CallID(name, version, input, seq)
 		if err != nil {
 			return fmt.Errorf("call id: %w", err)
 		}
-		st.Calls = append(st.Calls, CallState{
-			Seq: seq, Iteration: st.Iteration, CallID: id, Name: tc.Name, Version: version,
+		c := CallState{
+			Seq: seq, Iteration: st.Iteration, CallID: id, Name: name, Version: version,
 			ProviderCallID: tc.ID, Input: input,
-		})
+		}
+		if !valid {
+			// No tool can have this name: answer the call here, as the guard
+			// would, so that the model sees why and the receipt stays valid.
+			now := time.Now().UTC()
+			c.Local = true
+			c.Envelope = &envelope.ToolEnvelope{
+				CallID: id, Name: name, Input: input, TStart: now, TEnd: now,
+				Error: envelope.NewToolError(envelope.CodePolicyDenied,
+					"the model called %q, which is not a valid tool name (letters, digits, '_' or '-', at most 64)", truncateName(tc.Name)),
+			}
+		}
+		st.Calls = append(st.Calls, c)
 	}
 	st.Phase = PhaseAwaitingTools
+	advanceIfTurnDone(st)
 	return nil
+}
+
+var validToolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// toolName returns the name to record for a model's tool call, and whether it
+// is a valid tool name; an invalid one is made safe for the receipt.
+func toolName(raw string) (string, bool) {
+	if validToolName.MatchString(raw) {
+		return raw, true
+	}
+	b := []byte(truncateName(raw))
+	for i, c := range b {
+		if !(c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 {
+		return "invalid_tool_name", false
+	}
+	return string(b), false
+}
+
+func truncateName(s string) string {
+	if len(s) > 64 {
+		return s[:64]
+	}
+	return s
+}
+
+// advanceIfTurnDone moves the run to its next iteration once every call of
+// the current turn has its envelope: the results join the conversation in the
+// order the model made the calls.
+func advanceIfTurnDone(st *RunState) {
+	if st.Phase != PhaseAwaitingTools {
+		return
+	}
+	calls := st.callsOf(st.Iteration)
+	for _, c := range calls {
+		if c.Envelope == nil {
+			return
+		}
+	}
+	for _, c := range calls {
+		st.Messages = append(st.Messages, envelope.Message{
+			Role: envelope.RoleTool, ToolCallID: c.ProviderCallID, Name: c.Name, Content: ToolResultContent(c.Envelope),
+		})
+	}
+	st.Iteration++
+	st.Phase = PhaseAwaitingVerdict
 }
 
 // finish computes the run's outputs and pinned handles.
@@ -443,22 +510,9 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 		}
 		e := env
 		c.Envelope = &e
-		if st.Phase != PhaseAwaitingTools || c.Iteration != st.Iteration {
-			return true, nil
+		if c.Iteration == st.Iteration {
+			advanceIfTurnDone(st)
 		}
-		calls := st.callsOf(st.Iteration)
-		for _, c := range calls {
-			if c.Envelope == nil {
-				return true, nil // more to come
-			}
-		}
-		for _, c := range calls {
-			st.Messages = append(st.Messages, envelope.Message{
-				Role: envelope.RoleTool, ToolCallID: c.ProviderCallID, Name: c.Name, Content: ToolResultContent(c.Envelope),
-			})
-		}
-		st.Iteration++
-		st.Phase = PhaseAwaitingVerdict
 		return true, nil
 	})
 	if err != nil {
@@ -517,6 +571,15 @@ func (s *Service) publishEffects(ctx context.Context, st *RunState) error {
 	if n := len(st.Turns); n > 0 && st.Phase != PhaseAwaitingVerdict {
 		if err := add(events.NewLLMCompleted(s.cfg.Source, events.LLMCompleted{RunID: st.RunID, Turn: st.Turns[n-1]}, req.Tenant, tr)); err != nil {
 			return err
+		}
+	}
+	if n := len(st.Turns); n > 0 {
+		for _, c := range st.callsOf(st.Turns[n-1].Iteration) {
+			if c.Local {
+				if err := add(events.NewCallCompleted(s.cfg.Source, st.RunID, *c.Envelope, req.Tenant, tr)); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	switch st.Phase {

@@ -109,3 +109,21 @@ func TestApplyTurnAssignsSeqAndCallIDs(t *testing.T) {
 	require.Equal(t, "bye", st.Outputs.Response)
 	require.Equal(t, []string{st.Calls[0].CallID}, st.Outputs.ToolOrder)
 }
+
+func TestApplyTurnAnswersInvalidToolNamesItself(t *testing.T) {
+	s := &Service{cfg: Config{}.withDefaults()}
+	st := &RunState{RunID: "r1", Iteration: 1, Request: envelope.RunRequest{Agent: envelope.Agent{EnabledTools: []string{"web_search@1.0.0"}}}}
+	require.NoError(t, s.applyTurn(st, envelope.ModelTurn{Iteration: 1, Response: envelope.ModelResponse{ToolCalls: []envelope.ToolCall{
+		{ID: "a", Name: "web.search", Arguments: json.RawMessage(`{}`)},
+	}}}))
+	c := st.Calls[0]
+	require.True(t, c.Local)
+	require.Equal(t, "web_search", c.Name, "made safe for the receipt")
+	require.Equal(t, "", c.Version, "but never matched to the enabled tool")
+	require.Equal(t, envelope.CodePolicyDenied, c.Envelope.Error.Code)
+	require.Contains(t, c.Envelope.Error.Message, `"web.search"`)
+	// The only call is answered: the run moves on to its next iteration.
+	require.Equal(t, PhaseAwaitingVerdict, st.Phase)
+	require.Equal(t, 2, st.Iteration)
+	require.Equal(t, envelope.RoleTool, st.Messages[len(st.Messages)-1].Role)
+}

@@ -30,6 +30,9 @@ type CallState struct {
 	ProviderCallID string                 `json:"provider_call_id"`
 	Input          json.RawMessage        `json:"input"`
 	Envelope       *envelope.ToolEnvelope `json:"envelope,omitempty"`
+	// Local marks a call the orchestrator answered itself (the model named no
+	// valid tool): its envelope is published by the orchestrator.
+	Local bool `json:"local,omitempty"`
 }
 
 // RunState is everything the orchestrator knows of a run, kept in KV.
