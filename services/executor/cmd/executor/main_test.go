@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/services/executor"
+)
+
+// TestRun runs the binary's wiring against an embedded server: a call goes
+// through, and cancelling the context shuts the service down cleanly.
+func TestRun(t *testing.T) {
+	env := eventstest.Start(t)
+	getenv := mapEnv(map[string]string{
+		service.EnvNATSURL:      env.URL,
+		service.EnvHTTPAddr:     "127.0.0.1:0",
+		executor.EnvConcurrency: "4",
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- service.Run(ctx, "executor", ":8083", getenv, build) }()
+
+	input := json.RawMessage(`{"expression":"6*7"}`)
+	callID, err := envelope.CallID("calculator", "1.0.0", input, 1)
+	require.NoError(t, err)
+	req := events.CallRequest{
+		RunID: "run-main", CallID: callID, Seq: 1, Iteration: 1, Name: "calculator", Version: "1.0.0",
+		Input: input, Tenant: envelope.Tenant{OrgID: "acme"}, Agent: "a", EnabledTools: []string{"calculator@1.0.0"},
+	}
+	out, err := events.NewCallRequest("/toolwire/test", "approved", req, events.RunTrace{})
+	require.NoError(t, err)
+	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+
+	subj, err := events.CallSubject(req.RunID, req.CallID, "completed")
+	require.NoError(t, err)
+	cons, err := env.JS.OrderedConsumer(t.Context(), events.StreamCalls, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	require.NoError(t, err)
+	m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+	require.NoError(t, err)
+	ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	require.NoError(t, err)
+	var got envelope.ToolEnvelope
+	require.NoError(t, events.DecodeData(ev, &got))
+	require.Nil(t, got.Error)
+	require.JSONEq(t, `{"result":42}`, string(got.Output))
+
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	env := eventstest.Start(t)
+	getenv := mapEnv(map[string]string{
+		service.EnvNATSURL:      env.URL,
+		service.EnvHTTPAddr:     "127.0.0.1:0",
+		executor.EnvConcurrency: "lots",
+	})
+	err := service.Run(t.Context(), "executor", ":8083", getenv, build)
+	require.ErrorContains(t, err, executor.EnvConcurrency)
+}
+
+func mapEnv(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}

@@ -1,0 +1,517 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+)
+
+func okOutput(context.Context, json.RawMessage) (json.RawMessage, error) {
+	return json.RawMessage(`{"ok":true}`), nil
+}
+
+func TestExecutorEndToEnd(t *testing.T) {
+	env := eventstest.Start(t)
+	schemas, err := events.NewSchemas()
+	require.NoError(t, err)
+	reg, err := registry.Open(t.Context(), env.JS)
+	require.NoError(t, err)
+
+	s := startExecutor(t, env, Config{Concurrency: 8, ID: "executor-e2e"}, WithTools(
+		newTestTool("panicky", func(context.Context, json.RawMessage) (json.RawMessage, error) {
+			panic("secret-token-123 exploded")
+		}),
+		newTestTool("erroring", func(context.Context, json.RawMessage) (json.RawMessage, error) {
+			return nil, errors.New("dial tcp 10.0.0.1:5432: password=hunter2 rejected")
+		}),
+		newTestTool("bad_output", func(context.Context, json.RawMessage) (json.RawMessage, error) {
+			return json.RawMessage(`{"ok":"yes"}`), nil
+		}),
+		newTestTool("not_json", func(context.Context, json.RawMessage) (json.RawMessage, error) {
+			return json.RawMessage(`{"ok":`), nil
+		}),
+		newTestTool("rate_limited", func(context.Context, json.RawMessage) (json.RawMessage, error) {
+			return nil, fmt.Errorf("upstream: %w", &envelope.ToolError{Code: envelope.CodeRateLimit, Message: "slow down", RetryAfterS: 1.5})
+		}),
+	))
+
+	// Entries written after the start: the executor finds them even before its
+	// catalog's watch delivers them.
+	putEntry(t, reg, sleepTool{}.Definition(), registry.StateActive, func(d *envelope.ToolDefinition) {
+		d.Version, d.TimeoutMS = "0.0.1-test", 50 // run by the sleep built-in
+	})
+	putEntry(t, reg, echoTool{}.Definition(), registry.StateBlocked, func(d *envelope.ToolDefinition) { d.Version = "0.9.0" })
+	putEntry(t, reg, echoTool{}.Definition(), registry.StateDeprecated, func(d *envelope.ToolDefinition) { d.Version = "0.8.0" })
+	putEntry(t, reg, echoTool{}.Definition(), registry.StateActive, func(d *envelope.ToolDefinition) {
+		d.Name, d.Implementation = "remote", envelope.Implementation{Kind: envelope.ImplHTTP, Config: json.RawMessage(`{"url":"http://example.invalid"}`)}
+	})
+	putEntry(t, reg, echoTool{}.Definition(), registry.StateActive, func(d *envelope.ToolDefinition) {
+		d.Name, d.Implementation = "ghost", BuiltinImplementation("no_such_builtin")
+	})
+
+	const runID = "run-e2e"
+	w := watchRun(t, env.JS, runID)
+	pub := events.NewPublisher(env.JS)
+	rt := events.RunTrace{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "vendor=1"}
+
+	tests := []struct {
+		name     string
+		tool     string // name@version
+		input    string
+		wantOut  string
+		wantCode envelope.ErrorCode
+		wantMsg  string
+		problems []string // in error.details
+		hidden   []string // never in the completed event
+		retry    float64
+	}{
+		{name: "echo", tool: "echo@1.0.0", input: "{ \"text\" : \"h\\u00e9llo  world\" }", wantOut: `{"text":"héllo  world"}`},
+		{name: "deprecated still runs", tool: "echo@0.8.0", input: `{"text":"old"}`, wantOut: `{"text":"old"}`},
+		{name: "calculator", tool: "calculator@1.0.0", input: `{"expression":"2*(3+4)^2"}`, wantOut: `{"result":98}`},
+		{name: "get_current_time", tool: "get_current_time@1.0.0", input: `{"format":"unix","timezone":"UTC"}`},
+		{name: "sleep", tool: "sleep@1.0.0", input: `{"ms":1}`, wantOut: `{"slept_ms":1}`},
+		{
+			name: "bad arguments", tool: "calculator@1.0.0", input: `{"expr":"1+1"}`,
+			wantCode: envelope.CodeValidation, wantMsg: "input for tool calculator@1.0.0 does not match its input schema",
+			problems: []string{"missing property 'expression'", "additional properties 'expr' not allowed"},
+		},
+		{name: "division by zero", tool: "calculator@1.0.0", input: `{"expression":"1/0"}`, wantCode: envelope.CodeValidation, wantMsg: "division by zero at position 2"},
+		{name: "unknown timezone", tool: "get_current_time@1.0.0", input: `{"timezone":"Nowhere/Land"}`, wantCode: envelope.CodeValidation, wantMsg: "unknown timezone"},
+		{name: "unknown tool", tool: "nope@1.0.0", input: `{}`, wantCode: envelope.CodeValidation, wantMsg: "unknown tool nope@1.0.0"},
+		{name: "unknown version", tool: "echo@9.9.9", input: `{"text":"x"}`, wantCode: envelope.CodeValidation, wantMsg: "unknown tool echo@9.9.9"},
+		{name: "blocked", tool: "echo@0.9.0", input: `{"text":"x"}`, wantCode: envelope.CodePolicyDenied, wantMsg: "echo@0.9.0 is blocked"},
+		{name: "timeout", tool: "sleep@0.0.1-test", input: `{"ms":600000}`, wantCode: envelope.CodeTimeout, wantMsg: "tool sleep@0.0.1-test timed out after 50ms"},
+		{name: "failing", tool: "failing@1.0.0", input: `{"message":"upstream said 503"}`, wantCode: envelope.CodeProviderError, wantMsg: "upstream said 503"},
+		{name: "tool error keeps its code", tool: "rate_limited@1.0.0", input: `{}`, wantCode: envelope.CodeRateLimit, wantMsg: "slow down", retry: 1.5},
+		{
+			name: "panic", tool: "panicky@1.0.0", input: `{}`,
+			wantCode: envelope.CodeUnknown, wantMsg: "internal error in tool panicky@1.0.0", hidden: []string{"secret-token-123"},
+		},
+		{
+			name: "plain error", tool: "erroring@1.0.0", input: `{}`,
+			wantCode: envelope.CodeUnknown, wantMsg: "internal error in tool erroring@1.0.0", hidden: []string{"hunter2", "10.0.0.1"},
+		},
+		{
+			name: "output breaks its schema", tool: "bad_output@1.0.0", input: `{}`,
+			wantCode: envelope.CodeProviderError, wantMsg: "output of tool bad_output@1.0.0 does not match its output schema",
+			problems: []string{"at /ok"},
+		},
+		{name: "output not JSON", tool: "not_json@1.0.0", input: `{}`, wantCode: envelope.CodeProviderError, wantMsg: "not JSON"},
+		{name: "kind not run here", tool: "remote@1.0.0", input: `{"text":"x"}`, wantCode: envelope.CodeUnknown, wantMsg: `kind "http" is not builtin`},
+		{name: "builtin missing", tool: "ghost@1.0.0", input: `{"text":"x"}`, wantCode: envelope.CodeUnknown, wantMsg: `builtin "no_such_builtin" is not available`},
+	}
+
+	reqs := make([]events.CallRequest, len(tests))
+	outs := make([]events.Outgoing, len(tests))
+	for i, tc := range tests {
+		ref, err := envelope.ParseToolRef(tc.tool)
+		require.NoError(t, err)
+		reqs[i] = callRequest(t, runID, i+1, ref.Name, ref.Version, tc.input)
+		outs[i] = approved(t, reqs[i], rt)
+	}
+	require.NoError(t, pub.PublishAll(t.Context(), outs))
+
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := reqs[i]
+			got := w.envelopeOf(t, schemas, req)
+			require.Equal(t, req.CallID, got.CallID)
+			require.Equal(t, req.Name, got.Name)
+			require.Equal(t, req.Version, got.Version)
+			var compact bytes.Buffer
+			require.NoError(t, json.Compact(&compact, req.Input))
+			require.Equal(t, compact.String(), string(got.Input), "input exactly as received")
+			require.Equal(t, time.UTC, got.TStart.Location())
+			require.False(t, got.TEnd.Before(got.TStart), "t_end %s before t_start %s", got.TEnd, got.TStart)
+
+			ev := w.wait(t, completedSubject(t, req))
+			require.Equal(t, DefaultSource, ev.Source())
+			require.Equal(t, runID, events.Ext(ev, events.ExtRunID))
+			require.Equal(t, req.CallID, events.Ext(ev, events.ExtCallID))
+			require.Equal(t, req.Tenant.ID(), events.Ext(ev, events.ExtTenantID))
+			require.Equal(t, rt, events.TraceOf(ev), "the run trace is carried on")
+			for _, h := range tc.hidden {
+				require.NotContains(t, string(ev.Data()), h)
+			}
+
+			startedSubj, err := events.CallSubject(runID, req.CallID, "started")
+			require.NoError(t, err)
+			sev := w.wait(t, startedSubj)
+			require.NoError(t, schemas.Validate(events.SchemaCallStarted, sev.Data()))
+			var started events.CallStarted
+			require.NoError(t, events.DecodeData(sev, &started))
+			require.Equal(t, "executor-e2e", started.Executor)
+			require.True(t, started.TStart.Equal(got.TStart))
+			require.Equal(t, rt, events.TraceOf(sev))
+
+			if tc.wantCode == "" {
+				require.Nil(t, got.Error, "error: %+v", got.Error)
+				if tc.wantOut != "" {
+					require.JSONEq(t, tc.wantOut, string(got.Output))
+				}
+				return
+			}
+			require.NotNil(t, got.Error)
+			require.Empty(t, got.Output)
+			require.Equal(t, tc.wantCode, got.Error.Code)
+			require.Contains(t, got.Error.Message, tc.wantMsg)
+			require.Equal(t, tc.retry, got.Error.RetryAfterS)
+			if len(tc.problems) > 0 {
+				problems := problemsOf(t, got.Error)
+				for _, p := range tc.problems {
+					require.Contains(t, problems, p)
+				}
+			}
+		})
+	}
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), waitLimit)
+	defer cancel()
+	require.NoError(t, s.Stop(ctx))
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("calculator", "ok")))
+	require.Equal(t, 2.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("calculator", "VALIDATION_ERROR")))
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("sleep", "TIMEOUT")))
+	require.Equal(t, 2.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues(unknownTool, "VALIDATION_ERROR")),
+		"nope@1.0.0 and echo@9.9.9 are not in the registry")
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("echo", "POLICY_DENIED")))
+	require.Equal(t, 0.0, testutil.ToFloat64(s.metrics.inFlight))
+	require.Equal(t, 13, testutil.CollectAndCount(s.metrics.duration), "one duration series per tool name")
+}
+
+// TestRedeliveryIsIdempotent: the same approved event published twice is one
+// message; a redelivery after the completion is acknowledged without running
+// the tool; a run that does repeat publishes no second completed event.
+func TestRedeliveryIsIdempotent(t *testing.T) {
+	env := eventstest.Start(t)
+	var runs atomic.Int32
+	s := startExecutor(t, env, Config{}, WithTools(newTestTool("counting", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
+		runs.Add(1)
+		return okOutput(ctx, in)
+	})))
+	schemas, err := events.NewSchemas()
+	require.NoError(t, err)
+
+	const runID = "run-redeliver"
+	w := watchRun(t, env.JS, runID)
+	pub := events.NewPublisher(env.JS)
+	req := callRequest(t, runID, 1, "counting", "1.0.0", `{"n":1}`)
+	out := approved(t, req, events.RunTrace{})
+	require.NoError(t, pub.Publish(t.Context(), out))
+	require.NoError(t, pub.Publish(t.Context(), out))
+
+	got := w.envelopeOf(t, schemas, req)
+	require.Nil(t, got.Error)
+	require.Equal(t, uint64(1), count(t, env.JS, out.Subject), "the duplicate approval is dropped")
+	require.Equal(t, int32(1), runs.Load())
+
+	// Redelivered after the completion was stored (say the ack was lost).
+	require.NoError(t, s.handle(t.Context(), &events.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: 2}))
+	require.Equal(t, int32(1), runs.Load(), "not run again")
+
+	// Run again anyway (say the completion's publish timed out after storing):
+	// the completed event is a duplicate of the stored one.
+	require.NoError(t, s.handle(t.Context(), &events.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: 1}))
+	require.Equal(t, int32(2), runs.Load())
+
+	started, err := events.CallSubject(runID, req.CallID, "started")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), count(t, env.JS, completedSubject(t, req)), "one completed event")
+	require.Equal(t, uint64(1), count(t, env.JS, started), "one started event")
+}
+
+// TestCallsRunInParallel: four sleep(200ms) calls published together overlap
+// in time.
+func TestCallsRunInParallel(t *testing.T) {
+	env := eventstest.Start(t)
+	startExecutor(t, env, Config{Concurrency: 4})
+	schemas, err := events.NewSchemas()
+	require.NoError(t, err)
+
+	const runID = "run-parallel"
+	w := watchRun(t, env.JS, runID)
+	var reqs []events.CallRequest
+	var outs []events.Outgoing
+	for i := range 4 {
+		req := callRequest(t, runID, i+1, "sleep", "1.0.0", `{"ms":200}`)
+		reqs = append(reqs, req)
+		outs = append(outs, approved(t, req, events.RunTrace{}))
+	}
+	require.NoError(t, events.NewPublisher(env.JS).PublishAll(t.Context(), outs))
+
+	var latestStart, earliestEnd time.Time
+	for _, req := range reqs {
+		got := w.envelopeOf(t, schemas, req)
+		require.Nil(t, got.Error)
+		if got.TStart.After(latestStart) {
+			latestStart = got.TStart
+		}
+		if earliestEnd.IsZero() || got.TEnd.Before(earliestEnd) {
+			earliestEnd = got.TEnd
+		}
+	}
+	require.True(t, latestStart.Before(earliestEnd),
+		"every [t_start, t_end] intersects: last start %s, first end %s", latestStart, earliestEnd)
+}
+
+// TestReplicasShareTheConsumer: two executors on one durable consumer complete
+// every call exactly once.
+func TestReplicasShareTheConsumer(t *testing.T) {
+	env := eventstest.Start(t)
+	startExecutor(t, env, Config{ID: "replica-a", Concurrency: 2})
+	startExecutor(t, env, Config{ID: "replica-b", Concurrency: 2})
+	schemas, err := events.NewSchemas()
+	require.NoError(t, err)
+
+	const runID = "run-replicas"
+	w := watchRun(t, env.JS, runID)
+	var reqs []events.CallRequest
+	var outs []events.Outgoing
+	for i := range 20 {
+		req := callRequest(t, runID, i+1, "echo", "1.0.0", fmt.Sprintf(`{"text":"call %d"}`, i))
+		reqs = append(reqs, req)
+		outs = append(outs, approved(t, req, events.RunTrace{}))
+	}
+	require.NoError(t, events.NewPublisher(env.JS).PublishAll(t.Context(), outs))
+
+	for i, req := range reqs {
+		got := w.envelopeOf(t, schemas, req)
+		require.JSONEq(t, fmt.Sprintf(`{"text":"call %d"}`, i), string(got.Output))
+		startedSubj, err := events.CallSubject(runID, req.CallID, "started")
+		require.NoError(t, err)
+		var started events.CallStarted
+		require.NoError(t, events.DecodeData(w.wait(t, startedSubj), &started))
+		require.Contains(t, []string{"replica-a", "replica-b"}, started.Executor)
+	}
+	for _, req := range reqs {
+		require.Equal(t, uint64(1), count(t, env.JS, completedSubject(t, req)))
+	}
+	st, err := env.JS.Stream(t.Context(), events.StreamCalls)
+	require.NoError(t, err)
+	infos := st.ListConsumers(t.Context())
+	var durables []string
+	for ci := range infos.Info() {
+		if ci.Config.Durable != "" {
+			durables = append(durables, ci.Config.Durable)
+		}
+	}
+	require.NoError(t, infos.Err())
+	require.Equal(t, []string{Durable}, durables, "the replicas share one durable consumer")
+}
+
+// TestStopDrainsCallsInFlight: Stop returns only after the call in flight has
+// completed and been acknowledged.
+func TestStopDrainsCallsInFlight(t *testing.T) {
+	env := eventstest.Start(t)
+	entered := make(chan struct{})
+	enteredOnce := sync.OnceFunc(func() { close(entered) })
+	release := make(chan struct{})
+	s, err := New(testDeps(t, env, nil), Config{}, WithTools(newTestTool("blocking", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
+		enteredOnce()
+		<-release
+		return okOutput(ctx, in)
+	})))
+	require.NoError(t, err)
+	require.NoError(t, s.Start(t.Context()))
+
+	req := callRequest(t, "run-drain", 1, "blocking", "1.0.0", `{}`)
+	publishApproved(t, events.NewPublisher(env.JS), req)
+	select {
+	case <-entered:
+	case <-time.After(waitLimit):
+		t.Fatal("the call never started")
+	}
+
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		stopped <- s.Stop(ctx)
+	}()
+	close(release)
+	require.NoError(t, <-stopped)
+
+	require.Equal(t, uint64(1), count(t, env.JS, completedSubject(t, req)), "completed before Stop returned")
+	cons, err := env.JS.Consumer(t.Context(), events.StreamCalls, Durable)
+	require.NoError(t, err)
+	info, err := cons.Info(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, info.NumAckPending, "acknowledged before Stop returned")
+	require.Zero(t, info.NumPending)
+	require.NoError(t, s.Stop(t.Context()), "Stop is idempotent")
+}
+
+// TestToolIgnoringItsContext: a tool that does not stop at its deadline is
+// abandoned and the call still ends in TIMEOUT.
+func TestToolIgnoringItsContext(t *testing.T) {
+	env := eventstest.Start(t)
+	release := make(chan struct{})
+	stubborn := newTestTool("stubborn", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
+		<-release // ignores ctx
+		return okOutput(ctx, in)
+	})
+	stubborn.def.TimeoutMS = 20
+	s, err := New(testDeps(t, env, nil), Config{}, WithTools(stubborn))
+	require.NoError(t, err)
+	s.abandonAfter = 10 * time.Millisecond
+	require.NoError(t, s.Start(t.Context()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		require.NoError(t, s.Stop(ctx))
+	})
+	t.Cleanup(func() { close(release) }) // runs first: lets the abandoned tool return
+
+	schemas, err := events.NewSchemas()
+	require.NoError(t, err)
+	w := watchRun(t, env.JS, "run-stubborn")
+	req := callRequest(t, "run-stubborn", 1, "stubborn", "1.0.0", `{}`)
+	publishApproved(t, events.NewPublisher(env.JS), req)
+	got := w.envelopeOf(t, schemas, req)
+	require.NotNil(t, got.Error)
+	require.Equal(t, envelope.CodeTimeout, got.Error.Code)
+	require.Equal(t, "tool stubborn@1.0.0 timed out after 20ms", got.Error.Message)
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.abandoned))
+}
+
+// TestMalformedCallIsDeadLettered: an approved event whose data is not a
+// CallRequest is not retried but moved to the dead-letter stream.
+func TestMalformedCallIsDeadLettered(t *testing.T) {
+	env := eventstest.Start(t)
+	startExecutor(t, env, Config{})
+	subj, err := events.CallSubject("run-poison", "abc123", "approved")
+	require.NoError(t, err)
+	out, err := events.Build(events.TypeCallApproved, "run-poison/abc123/approved", subj,
+		events.Attrs{Source: testSource, RunID: "run-poison", CallID: "abc123"}, map[string]any{"surprise": true})
+	require.NoError(t, err)
+	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+
+	cons, err := env.JS.OrderedConsumer(t.Context(), events.StreamDLQ, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.DLQSubject(events.StreamCalls, Durable)},
+	})
+	require.NoError(t, err)
+	m, err := cons.Next(jetstream.FetchMaxWait(waitLimit))
+	require.NoError(t, err)
+	require.Equal(t, subj, m.Headers().Get(events.HeaderDLQSubject))
+	require.Equal(t, "1", m.Headers().Get(events.HeaderDLQDeliveries), "not retried")
+	require.Contains(t, m.Headers().Get(events.HeaderDLQError), "surprise")
+}
+
+func TestLifecycle(t *testing.T) {
+	env := eventstest.Start(t)
+
+	t.Run("stop before start", func(t *testing.T) {
+		s, err := New(testDeps(t, env, nil), Config{})
+		require.NoError(t, err)
+		require.NoError(t, s.Stop(t.Context()))
+		require.ErrorIs(t, s.Start(t.Context()), ErrStopped)
+	})
+	t.Run("start twice, stop twice", func(t *testing.T) {
+		s, err := New(testDeps(t, env, nil), Config{})
+		require.NoError(t, err)
+		require.NoError(t, s.Start(t.Context()))
+		require.ErrorContains(t, s.Start(t.Context()), "already started")
+		require.NoError(t, s.Stop(t.Context()))
+		require.NoError(t, s.Stop(t.Context()))
+		require.ErrorIs(t, s.Start(t.Context()), ErrStopped)
+	})
+	t.Run("start with an ended context", func(t *testing.T) {
+		s, err := New(testDeps(t, env, nil), Config{})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		require.Error(t, s.Start(ctx))
+		require.ErrorIs(t, s.Start(t.Context()), ErrStopped)
+		require.NoError(t, s.Stop(t.Context()))
+	})
+	t.Run("built-ins are in the registry", func(t *testing.T) {
+		s := startExecutor(t, env, Config{})
+		reg, err := registry.Open(t.Context(), env.JS)
+		require.NoError(t, err)
+		for _, def := range s.Definitions() {
+			e, err := reg.Get(t.Context(), def.Ref())
+			require.NoError(t, err)
+			require.Equal(t, registry.StateActive, e.State)
+			require.JSONEq(t, string(def.InputSchema), string(e.Definition.InputSchema))
+		}
+		// An operator's state change survives a restart, and an unchanged
+		// definition is not written again.
+		require.NoError(t, reg.SetState(t.Context(), envelope.ToolRef{Name: "failing", Version: BuiltinVersion}, registry.StateBlocked))
+		kv, err := env.JS.KeyValue(t.Context(), events.BucketTools)
+		require.NoError(t, err)
+		echoKey := registry.Key(envelope.ToolRef{Name: "echo", Version: BuiltinVersion})
+		before, err := kv.Get(t.Context(), echoKey)
+		require.NoError(t, err)
+		startExecutor(t, env, Config{})
+		after, err := kv.Get(t.Context(), echoKey)
+		require.NoError(t, err)
+		require.Equal(t, before.Revision(), after.Revision())
+		e, err := reg.Get(t.Context(), envelope.ToolRef{Name: "failing", Version: BuiltinVersion})
+		require.NoError(t, err)
+		require.Equal(t, registry.StateBlocked, e.State)
+	})
+}
+
+func TestNewRejects(t *testing.T) {
+	env := eventstest.Start(t)
+	tool := func(name string, change func(*envelope.ToolDefinition)) Tool {
+		tt := newTestTool(name, okOutput)
+		change(&tt.def)
+		return tt
+	}
+	nop := func(*envelope.ToolDefinition) {}
+	tests := []struct {
+		name    string
+		cfg     Config
+		tools   []Tool
+		noJS    bool
+		wantErr string
+	}{
+		{name: "bad config", cfg: Config{Concurrency: -1}, wantErr: "concurrency"},
+		{name: "no JetStream", noJS: true, wantErr: "no JetStream"},
+		{name: "two tools, one key", tools: []Tool{tool("a", nop), tool("a", nop)}, wantErr: `two tools have the builtin key "test_a"`},
+		{name: "a key of a built-in", tools: []Tool{tool("b", func(d *envelope.ToolDefinition) { d.Implementation = BuiltinImplementation("echo") })}, wantErr: `builtin key "echo"`},
+		{name: "invalid definition", tools: []Tool{tool("c", func(d *envelope.ToolDefinition) { d.Metadata.Category = "misc" })}, wantErr: "metadata.category"},
+		{name: "not builtin", tools: []Tool{tool("d", func(d *envelope.ToolDefinition) { d.Implementation.Kind = envelope.ImplMCP })}, wantErr: "not builtin"},
+		{name: "schema does not compile", tools: []Tool{tool("e", func(d *envelope.ToolDefinition) { d.InputSchema = json.RawMessage(`{"type":12}`) })}, wantErr: "tool schema"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := testDeps(t, env, nil)
+			if tc.noJS {
+				d.JS = nil
+			}
+			_, err := New(d, tc.cfg, WithTools(tc.tools...))
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+func BenchmarkCallRoundTrip(b *testing.B) {
+	env := eventstest.Start(b)
+	startExecutor(b, env, Config{})
+	pub := events.NewPublisher(env.JS)
+	const runID = "run-bench"
+	w := watchRun(b, env.JS, runID)
+	seq := 0
+	for b.Loop() {
+		seq++
+		req := callRequest(b, runID, seq, "echo", "1.0.0", `{"text":"hi"}`)
+		publishApproved(b, pub, req)
+		w.wait(b, completedSubject(b, req))
+	}
+}
