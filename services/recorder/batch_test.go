@@ -1,0 +1,81 @@
+package recorder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/recorder/pgtest"
+)
+
+// TestBatchWriterIsolatesABadRecord writes many records at once, one of which
+// Postgres refuses: that one fails as ErrUnstorable, every other one commits,
+// whatever batches the writer formed.
+func TestBatchWriterIsolatesABadRecord(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	pool, err := NewPool(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	if _, err := Migrate(ctx, pool, log); err != nil {
+		t.Fatal(err)
+	}
+	store := NewPostgresStore(pool)
+	w := newBatchWriter(store, 16, log)
+	w.start(ctx)
+
+	const n, bad = 64, 17
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		reason := ""
+		if i == bad {
+			reason = "nul \u0000"
+		}
+		o, err := events.NewRunStatus("/test", events.RunStatus{RunID: fmt.Sprintf("batch-%02d", i),
+			Status: events.StatusFailed, Tenant: envelope.Tenant{OrgID: "o"}, Reason: reason}, "", events.RunTrace{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := RecordOf(&o.Event, o.Subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { errs[i] = w.write(ctx, rec) })
+	}
+	wg.Wait()
+	if err := w.stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if i == bad {
+			if !errors.Is(err, ErrUnstorable) {
+				t.Errorf("record %d: %v, want ErrUnstorable", i, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("record %d: %v", i, err)
+		}
+	}
+	runs, err := store.ListRuns(ctx, RunFilter{Limit: MaxListLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != n-1 {
+		t.Fatalf("%d runs committed, want %d", len(runs), n-1)
+	}
+	if err := w.write(ctx, Record{}); !errors.Is(err, errWriterStopped) {
+		t.Fatalf("write after stop: %v", err)
+	}
+}

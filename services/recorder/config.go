@@ -1,0 +1,82 @@
+package recorder
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Environment variables read by ConfigFromEnv.
+const (
+	// EnvDatabaseURL names the Postgres database, as a URL
+	// (postgres://user@host:5432/db?sslmode=disable) or a keyword/value string.
+	EnvDatabaseURL = "DATABASE_URL"
+	// EnvBatch sets Config.Batch.
+	EnvBatch = "TOOLWIRE_RECORDER_BATCH"
+)
+
+// Defaults of Config.
+const (
+	DefaultBatch = 256
+	maxBatch     = 4096
+)
+
+// ErrNoDatabase is returned when no database is configured.
+var ErrNoDatabase = errors.New("recorder: " + EnvDatabaseURL + " is required: set it to a Postgres URL such as postgres://user@host:5432/toolwire?sslmode=disable")
+
+// Config configures the recorder. Zero values mean the defaults.
+type Config struct {
+	// DatabaseURL is the Postgres connection string (required).
+	DatabaseURL string
+	// Batch is the most events written in one transaction. Under load the
+	// recorder groups the events its handlers hold into one commit; each is
+	// acknowledged only after that commit.
+	Batch int
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Batch == 0 {
+		c.Batch = DefaultBatch
+	}
+	return c
+}
+
+// Validate checks c (after defaults).
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	if c.DatabaseURL == "" {
+		errs = append(errs, ErrNoDatabase)
+	}
+	if c.Batch < 1 || c.Batch > maxBatch {
+		errs = append(errs, fmt.Errorf("recorder: batch %d: want 1 to %d", c.Batch, maxBatch))
+	}
+	return errors.Join(errs...)
+}
+
+// ConfigFromEnv reads the configuration from the environment; unset variables
+// take their defaults. DATABASE_URL is required.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	c := Config{DatabaseURL: getenv(EnvDatabaseURL)}
+	var errs []error
+	if v := getenv(EnvBatch); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxBatch {
+			errs = append(errs, fmt.Errorf("%s=%q: want a number from 1 to %d", EnvBatch, v, maxBatch))
+		}
+		c.Batch = n
+	}
+	if c.DatabaseURL == "" {
+		errs = append(errs, ErrNoDatabase)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	c = c.WithDefaults()
+	return c, c.Validate()
+}
+
+// EnvVars lists the variables ConfigFromEnv reads, besides the common ones of
+// every service (service.CommonEnvVars).
+func EnvVars() []string { return []string{EnvDatabaseURL, EnvBatch} }

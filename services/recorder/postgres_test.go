@@ -1,0 +1,153 @@
+package recorder_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/recorder/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/storetest"
+)
+
+// newPostgres returns a migrated store in a fresh schema, and its pool.
+func newPostgres(t *testing.T) (*recorder.PostgresStore, *pgxpool.Pool) {
+	t.Helper()
+	dsn := pgtest.Schema(t)
+	pool, err := recorder.NewPool(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := recorder.Migrate(testCtx(t), pool, quietLog()); err != nil {
+		t.Fatal(err)
+	}
+	return recorder.NewPostgresStore(pool), pool
+}
+
+func TestPostgresStoreContract(t *testing.T) {
+	storetest.RunStoreContract(t, func(t *testing.T) recorder.Store {
+		s, _ := newPostgres(t)
+		return s
+	})
+}
+
+func TestMigrationsTwiceAreANoop(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	pool, err := recorder.NewPool(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	first, err := recorder.Migrate(testCtx(t), pool, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Applied) == 0 || first.Version != first.Applied[len(first.Applied)-1] {
+		t.Fatalf("first migration = %+v; want every version applied", first)
+	}
+	second, err := recorder.Migrate(testCtx(t), pool, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(second.Applied) != 0 || second.Version != first.Version {
+		t.Fatalf("second migration = %+v; want nothing applied, version %d", second, first.Version)
+	}
+	// The tables are in the test's schema and nowhere else.
+	var schema string
+	var n int
+	if err := pool.QueryRow(testCtx(t), `SELECT current_schema(), count(*) FROM information_schema.tables
+		WHERE table_schema = current_schema() AND table_name IN ('events', 'runs', 'tool_calls', 'model_turns', 'verdicts', 'goose_db_version')`).
+		Scan(&schema, &n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 6 {
+		t.Fatalf("schema %s holds %d of the 6 tables", schema, n)
+	}
+}
+
+// TestMigrationsConcurrently starts several migrations of one schema at once:
+// the advisory lock lets one apply and the others find nothing to do.
+func TestMigrationsConcurrently(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	pool, err := recorder.NewPool(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	const n = 4
+	results := make(chan recorder.MigrationResult, n)
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			res, err := recorder.Migrate(testCtx(t), pool, quietLog())
+			results <- res
+			errs <- err
+		}()
+	}
+	applied := 0
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		if res := <-results; len(res.Applied) > 0 {
+			applied++
+		}
+	}
+	if applied != 1 {
+		t.Fatalf("%d migrations applied versions; want exactly 1", applied)
+	}
+}
+
+// TestPostgresRefusesNULAtomically: jsonb cannot hold \u0000. Such a record
+// fails as ErrUnstorable (dead-lettered, not retried), and the batch holding
+// it leaves nothing behind.
+func TestPostgresRefusesNULAtomically(t *testing.T) {
+	s, pool := newPostgres(t)
+	fx := storetest.StartedRun(t, "run-nul", "weather", storetest.TenantA, storetest.Base)
+	o, err := events.Build(events.TypeRunStarted, "run-nul/started", fx.Events[1].Subject,
+		events.Attrs{Source: storetest.Source, RunID: "run-nul", Time: storetest.Base},
+		map[string]any{"run_id": "run-nul", "status": "started", "tenant": map[string]any{"org_id": "org-a"},
+			"reason": "nul \u0000 here"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := storetest.Records(t, fx.Events[0], o)
+	err = s.Write(testCtx(t), recs...)
+	if !errors.Is(err, recorder.ErrUnstorable) {
+		t.Fatalf("Write = %v; want ErrUnstorable", err)
+	}
+	var n int
+	if err := pool.QueryRow(testCtx(t), `SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM runs)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("a failed batch left %d rows", n)
+	}
+}
+
+func TestNewPoolHidesThePassword(t *testing.T) {
+	_, err := recorder.NewPool("postgres://u:s3cret@host:notaport/db")
+	if err == nil {
+		t.Fatal("NewPool accepted a bad URL")
+	}
+	if got := err.Error(); strings.Contains(got, "s3cret") {
+		t.Fatalf("error shows the password: %s", got)
+	}
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func quietLog() *slog.Logger {
+	return slog.New(slog.DiscardHandler)
+}

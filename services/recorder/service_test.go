@@ -1,0 +1,103 @@
+package recorder_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/recorder/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/storetest"
+)
+
+// TestServiceRun runs the recorder as its binary does (service.Run with
+// Build, configured by environment): it gets ready, records a run, serves it
+// beside the probes, and shuts down cleanly.
+func TestServiceRun(t *testing.T) {
+	env := eventstest.Start(t)
+	dsn := pgtest.Schema(t)
+	addr := freeAddr(t)
+	vars := map[string]string{
+		service.EnvNATSURL:      env.URL,
+		service.EnvHTTPAddr:     addr,
+		service.EnvLogLevel:     "error",
+		service.EnvOTelExporter: "none",
+		recorder.EnvDatabaseURL: dsn,
+		recorder.EnvBatch:       "8",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- service.Run(ctx, "recorder", ":8080", func(k string) string { return vars[k] }, recorder.Build)
+	}()
+
+	base := "http://" + addr
+	eventually(t, "the recorder to be ready", func() (bool, string) {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+
+	fx := storetest.StartedRun(t, "svc-run", "weather", storetest.TenantA, time.Now())
+	pub := events.NewPublisher(env.JS)
+	for _, o := range fx.Events {
+		if err := pub.Publish(testCtx(t), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the run to be recorded", func() (bool, string) {
+		resp, err := http.Get(base + "/v1/runs/svc-run")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var run recorder.RunDetailJSON
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&run) != nil {
+			return false, resp.Status
+		}
+		return run.Status == events.StatusStarted && run.Agent == "weather", run.Status
+	})
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("service.Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the recorder did not shut down")
+	}
+}
+
+func TestServiceRunWithoutDatabase(t *testing.T) {
+	env := eventstest.Start(t)
+	vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: freeAddr(t),
+		service.EnvLogLevel: "error", service.EnvOTelExporter: "none"}
+	err := service.Run(testCtx(t), "recorder", ":8080", func(k string) string { return vars[k] }, recorder.Build)
+	if !errors.Is(err, recorder.ErrNoDatabase) || !strings.Contains(err.Error(), "DATABASE_URL is required") {
+		t.Fatalf("service.Run without DATABASE_URL = %v", err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}

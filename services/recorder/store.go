@@ -1,0 +1,275 @@
+package recorder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// Store is what the recorder keeps: every event it consumed, and the runs,
+// tool calls, model turns and verdicts materialized from them. The
+// materializer writes through Write; the HTTP API reads through the rest.
+//
+// Every implementation passes the contract suite of package storetest, which
+// pins down the rules below; PostgresStore is the production one.
+type Store interface {
+	// Write stores the records in one transaction: all of them or none. A
+	// record whose event id is already stored changes nothing, so a redelivered
+	// event is harmless. The materialized rows converge to the same state
+	// whatever order the records arrive in:
+	//
+	//   - a run's status moves forward only, along requested < started <
+	//     suspended | resumed < completed | failed; between two statuses of the
+	//     same rank the later event (by event time) wins. reason and
+	//     completed_at follow the winning status;
+	//   - a run's request, tenant and agent come from its run request when it
+	//     has arrived, and otherwise from the first event that named them;
+	//   - iteration and tool call counts only grow; created_at is the earliest
+	//     event's time, updated_at the latest one's;
+	//   - a tool call's status moves forward only, along requested < approved <
+	//     started < completed; once its envelope has arrived, the envelope's
+	//     name, version, input and times win over those of other events;
+	//   - the first model turn and the first verdict of an iteration win.
+	Write(ctx context.Context, recs ...Record) error
+
+	// Run returns one run, or an error wrapping ErrRunNotFound.
+	Run(ctx context.Context, runID string) (Run, error)
+	// ToolCalls returns a run's tool calls in order: by seq, then by start
+	// time, then by call id (a call whose request has not arrived yet has no
+	// seq and sorts last).
+	ToolCalls(ctx context.Context, runID string) ([]ToolCall, error)
+	// Envelopes returns the envelopes of a run's completed calls, in the
+	// order of ToolCalls.
+	Envelopes(ctx context.Context, runID string) ([]json.RawMessage, error)
+	// ListRuns returns the runs that match f, newest first (by created_at,
+	// then run id), without their Request, Outputs and Pinned.
+	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
+	// Events returns the events stored for a run in the order they were
+	// recorded.
+	Events(ctx context.Context, runID string) ([]EventRow, error)
+}
+
+// ErrRunNotFound is wrapped when a run is not in the store.
+var ErrRunNotFound = errors.New("run not found")
+
+// ErrUnstorable is wrapped when the database refuses a record's data for what
+// it is (for example a JSON string holding \u0000, which Postgres's jsonb
+// cannot store): retrying cannot help, so the event is dead-lettered.
+var ErrUnstorable = errors.New("data cannot be stored")
+
+// Record is one consumed event and what it changes, ready to be written. The
+// materializer builds it from a CloudEvent with RecordOf; a Store applies it.
+// Run, Call, Turn and Verdict are nil when the event does not touch them: an
+// event of an unknown type has only its Event.
+type Record struct {
+	Event   EventRow
+	Run     *RunUpdate
+	Call    *CallUpdate
+	Turn    *TurnRow
+	Verdict *VerdictRow
+}
+
+// EventRow is one consumed CloudEvent as the events table keeps it.
+type EventRow struct {
+	ID      string    `json:"id"`
+	Type    string    `json:"type"`
+	Source  string    `json:"source"`
+	Subject string    `json:"subject"` // the NATS subject it was delivered on
+	Time    time.Time `json:"time"`
+	RunID   string    `json:"run_id,omitempty"`
+	CallID  string    `json:"call_id,omitempty"`
+	// Stream and StreamSeq locate the event in JetStream (empty when the
+	// event did not come from a stream).
+	Stream    string `json:"stream,omitempty"`
+	StreamSeq uint64 `json:"stream_seq,omitempty"`
+	// Extensions are the CloudEvents extension attributes (runid, callid,
+	// tenantid, traceparent, ...), so that the event can be republished as
+	// it was.
+	Extensions map[string]string `json:"extensions,omitempty"`
+	Data       json.RawMessage   `json:"data,omitempty"`
+	// RecordedAt is set by the store.
+	RecordedAt time.Time `json:"recorded_at"`
+}
+
+// RunUpdate is what one event says about its run. Zero fields say nothing.
+type RunUpdate struct {
+	RunID string
+	// At is the event's time: it orders statuses of the same rank and sets
+	// created_at, updated_at and completed_at.
+	At time.Time
+	// Request is the run request as received; when set, its Tenant and Agent
+	// override what earlier events said.
+	Request json.RawMessage
+	Tenant  envelope.Tenant
+	Agent   string
+	// Status is one of the events.Status* values or StatusRequested; "" leaves
+	// the status as it is.
+	Status  string
+	Reason  string
+	Outputs json.RawMessage // the AgentOutputs of a completed run, as received
+	Pinned  json.RawMessage // its resolved pinned handles, as received
+	TraceID string
+	// Iterations and ToolCalls are counts the event reports; the stored ones
+	// are the greatest reported.
+	Iterations int
+	ToolCalls  int
+}
+
+// CallUpdate is what one event says about a tool call. Zero fields say
+// nothing.
+type CallUpdate struct {
+	RunID  string
+	CallID string
+	// Status is one of the Call* statuses.
+	Status    string
+	Seq       *int // from the call request
+	Iteration *int // from the call request
+	Name      string
+	Version   string
+	Input     json.RawMessage
+	TStart    *time.Time
+	// Envelope is set by the call's completion; the fields below come from it.
+	Envelope  json.RawMessage
+	TEnd      *time.Time
+	LatencyMS *int64
+	ErrorCode string
+	Cached    bool
+	Truncated bool
+}
+
+// TurnRow is one model call of a run.
+type TurnRow struct {
+	RunID     string
+	Iteration int
+	Turn      json.RawMessage // envelope.ModelTurn as received
+}
+
+// VerdictRow is the Policy Guard's answer to one iteration check.
+type VerdictRow struct {
+	RunID     string
+	Iteration int
+	Allowed   bool
+	Code      string
+	Reason    string
+}
+
+// StatusRequested is the status of a run whose request is all the recorder has
+// seen (events.Status* has the others).
+const StatusRequested = "requested"
+
+// Tool call statuses, in the order a call moves through them.
+const (
+	CallRequested = "requested"
+	CallApproved  = "approved"
+	CallStarted   = "started"
+	CallCompleted = "completed"
+)
+
+// RunStatuses lists the run statuses in rank order.
+func RunStatuses() []string {
+	return []string{StatusRequested, events.StatusStarted, events.StatusSuspended,
+		events.StatusResumed, events.StatusCompleted, events.StatusFailed}
+}
+
+// RunStatusRank orders run statuses: requested 0, started 1, suspended and
+// resumed 2, completed and failed 3 (terminal); anything else -1.
+func RunStatusRank(s string) int {
+	switch s {
+	case StatusRequested:
+		return 0
+	case events.StatusStarted:
+		return 1
+	case events.StatusSuspended, events.StatusResumed:
+		return 2
+	case events.StatusCompleted, events.StatusFailed:
+		return 3
+	}
+	return -1
+}
+
+// IsTerminal reports whether a run status is final: completed or failed.
+func IsTerminal(status string) bool { return RunStatusRank(status) == 3 }
+
+// CallStatusRank orders tool call statuses: requested 0, approved 1, started
+// 2, completed 3; anything else -1.
+func CallStatusRank(s string) int {
+	switch s {
+	case CallRequested:
+		return 0
+	case CallApproved:
+		return 1
+	case CallStarted:
+		return 2
+	case CallCompleted:
+		return 3
+	}
+	return -1
+}
+
+// Run is a materialized run.
+type Run struct {
+	RunID       string
+	Tenant      envelope.Tenant
+	Agent       string
+	Status      string
+	Reason      string
+	TraceID     string
+	Iterations  int
+	ToolCalls   int // the greatest of the count reported by events and the calls recorded
+	Request     json.RawMessage
+	Outputs     json.RawMessage
+	Pinned      json.RawMessage
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	CompletedAt *time.Time
+}
+
+// ToolCall is a materialized tool call.
+type ToolCall struct {
+	RunID     string
+	CallID    string
+	Seq       *int
+	Iteration *int
+	Name      string
+	Version   string
+	Status    string
+	ErrorCode string
+	Input     json.RawMessage
+	Envelope  json.RawMessage
+	TStart    *time.Time
+	TEnd      *time.Time
+	LatencyMS *int64
+	Cached    bool
+	Truncated bool
+}
+
+// RunFilter selects runs to list. Empty fields match everything.
+type RunFilter struct {
+	Status string
+	Agent  string
+	OrgID  string
+	// Limit bounds the result; ListRuns treats values below 1 as
+	// DefaultListLimit and above MaxListLimit as MaxListLimit.
+	Limit int
+}
+
+// Limits of ListRuns.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 500
+)
+
+// EffectiveLimit is f.Limit clamped as ListRuns applies it.
+func (f RunFilter) EffectiveLimit() int {
+	switch {
+	case f.Limit < 1:
+		return DefaultListLimit
+	case f.Limit > MaxListLimit:
+		return MaxListLimit
+	}
+	return f.Limit
+}
