@@ -59,7 +59,9 @@ func Encode(subject string, e *event.Event) (*nats.Msg, error) {
 		if !ok {
 			s = fmt.Sprint(v)
 		}
-		set(name, s)
+		// An extension may be the empty string: keep it, unlike an absent
+		// optional attribute.
+		h[HeaderPrefix+name] = []string{percentEncode(s)}
 	}
 	if ct := e.DataContentType(); ct != "" {
 		h[HeaderContentType] = []string{ct}
@@ -79,6 +81,13 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 		e := event.New()
 		if err := json.Unmarshal(m.Data, &e); err != nil {
 			return nil, fmt.Errorf("%w: structured mode body on %s: %w", ErrNotCloudEvent, m.Subject, err)
+		}
+		if v := e.SpecVersion(); v != event.CloudEventsVersionV1 {
+			return nil, fmt.Errorf("%w: specversion %q, want 1.0", ErrInvalidEvent, v)
+		}
+		normalize(&e)
+		if err := checkTime(e.Time()); err != nil {
+			return nil, err
 		}
 		if err := e.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
@@ -118,6 +127,9 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%w: ce-time %q is not RFC 3339", ErrInvalidEvent, v)
 			}
+			if err := checkTime(t); err != nil {
+				return nil, err
+			}
 			e.SetTime(t)
 		case "datacontenttype":
 			// Not a header of the binding (content-type is), but accept it.
@@ -133,13 +145,13 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 	if !seen || headerFold(m.Header, HeaderPrefix+"specversion") == "" {
 		return nil, fmt.Errorf("%w: message on %s has neither ce-specversion nor content-type %s", ErrNotCloudEvent, m.Subject, ContentTypeStructured)
 	}
-	if len(m.Data) > 0 || ct != "" {
-		if ct == "" {
-			ct = event.ApplicationJSON
-		}
-		if err := e.SetData(ct, m.Data); err != nil {
-			return nil, fmt.Errorf("%w: data: %w", ErrInvalidEvent, err)
-		}
+	// An absent content-type stays absent (DecodeData reads such data as JSON,
+	// as the JSON event format does), so that the event re-encodes unchanged.
+	if ct != "" {
+		e.SetDataContentType(ct)
+	}
+	if len(m.Data) > 0 {
+		e.DataEncoded, e.DataBase64 = m.Data, true
 	}
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
@@ -153,6 +165,13 @@ func EncodeStructured(subject string, e *event.Event) (*nats.Msg, error) {
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
+	if e.DataBase64 && isJSONMedia(e.DataMediaType()) && json.Valid(e.Data()) {
+		// SetData marks bytes as binary, but JSON data belongs under "data" as
+		// a JSON value (JSON event format 3.1.1), not base64 under "data_base64".
+		c := e.Clone()
+		c.DataBase64 = false
+		e = &c
+	}
 	b, err := json.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
@@ -162,6 +181,41 @@ func EncodeStructured(subject string, e *event.Event) (*nats.Msg, error) {
 	m.Header[HeaderMsgID] = []string{e.ID()}
 	m.Data = b
 	return m, nil
+}
+
+// normalize applies to a structured mode event what the SDK's setters do to a
+// binary mode one: the surrounding white space of id, type, subject,
+// datacontenttype and dataschema is trimmed, so that both modes decode alike.
+func normalize(e *event.Event) {
+	if id := strings.TrimSpace(e.ID()); id != "" {
+		e.SetID(id)
+	}
+	e.SetType(e.Type())
+	if v := e.Subject(); v != "" {
+		e.SetSubject(v)
+	}
+	if v := e.DataContentType(); v != "" {
+		e.SetDataContentType(v)
+	}
+	if v := e.DataSchema(); v != "" {
+		e.SetDataSchema(v)
+	}
+}
+
+// checkTime rejects a time that RFC 3339 cannot write in UTC (a year before 0
+// or after 9999 once the offset is applied), so that every decoded event
+// encodes again.
+func checkTime(t time.Time) error {
+	if y := t.UTC().Year(); y < 0 || y > 9999 {
+		return fmt.Errorf("%w: time %s is out of range", ErrInvalidEvent, t.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// isJSONMedia reports whether a media type (without parameters) is JSON; an
+// absent one means JSON, as in the JSON event format.
+func isJSONMedia(mt string) bool {
+	return mt == "" || mt == event.ApplicationJSON || mt == event.TextJSON
 }
 
 func headerFold(h nats.Header, name string) string {

@@ -172,10 +172,14 @@ func (r *Runner) Stop(ctx context.Context) error {
 }
 
 func (r *Runner) dispatch(m jetstream.Msg) {
+	// Keep the message alive from the moment it is ours, also while it waits
+	// for a free handler, so that a slow pool never gets it redelivered to
+	// another replica meanwhile.
+	stopKeepAlive := r.keepAlive(m)
 	r.sem <- struct{}{} // back-pressure: block the pull loop when all handlers are busy
 	r.wg.Add(1)
 	go func() {
-		defer func() { <-r.sem; r.wg.Done() }()
+		defer func() { stopKeepAlive(); <-r.sem; r.wg.Done() }()
 		r.handle(m)
 	}()
 }
@@ -196,9 +200,7 @@ func (r *Runner) handle(m jetstream.Msg) {
 	}
 	d := &Delivery{Event: ev, Subject: m.Subject(), Attempt: meta.NumDelivered, Msg: m}
 
-	stopKeepAlive := r.keepAlive(m)
 	herr := r.safeHandle(ctx, d)
-	stopKeepAlive()
 
 	switch {
 	case herr == nil:

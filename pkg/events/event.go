@@ -224,8 +224,8 @@ func TraceOf(e *event.Event) RunTrace {
 // DecodeData unmarshals e's JSON data into v, rejecting unknown fields so that
 // a producer's mistake is a clear error rather than silently dropped data.
 func DecodeData(e *event.Event, v any) error {
-	if ct := e.DataContentType(); ct != "" && ct != event.ApplicationJSON && ct != "text/json" {
-		return fmt.Errorf("%w: %s data content type %q, want application/json", ErrInvalidEvent, e.Type(), ct)
+	if !isJSONMedia(e.DataMediaType()) {
+		return fmt.Errorf("%w: %s data content type %q, want application/json", ErrInvalidEvent, e.Type(), e.DataContentType())
 	}
 	if len(e.Data()) == 0 {
 		return fmt.Errorf("%w: %s has no data", ErrInvalidEvent, e.Type())

@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -28,7 +27,7 @@ type StoreConfig struct {
 	// catch up after an outage. Default 7 days.
 	MaxAge time.Duration
 	// Duplicates is the window in which a re-published event id is dropped.
-	// Default 10 minutes.
+	// Default 10 minutes, or MaxAge when that is shorter.
 	Duplicates time.Duration
 	// Memory stores everything in memory instead of files (benchmarks only).
 	Memory bool
@@ -42,7 +41,8 @@ func (c StoreConfig) withDefaults() StoreConfig {
 		c.MaxAge = 7 * 24 * time.Hour
 	}
 	if c.Duplicates <= 0 {
-		c.Duplicates = 10 * time.Minute
+		// JetStream refuses a duplicate window longer than the max age.
+		c.Duplicates = min(10*time.Minute, c.MaxAge)
 	}
 	return c
 }
@@ -52,8 +52,8 @@ func (c StoreConfig) Validate() error {
 	if c.Replicas < 0 || c.Replicas > 5 {
 		return fmt.Errorf("replicas %d: must be between 1 and 5", c.Replicas)
 	}
-	if c.Duplicates > c.withDefaults().MaxAge {
-		return errors.New("duplicate window must not exceed max age")
+	if d := c.withDefaults(); d.Duplicates > d.MaxAge {
+		return fmt.Errorf("duplicate window %s must not exceed max age %s", d.Duplicates, d.MaxAge)
 	}
 	return nil
 }

@@ -28,7 +28,19 @@ const (
 // ErrUnsafeID is wrapped when a run id or call id is not a safe subject token.
 var ErrUnsafeID = errors.New("unsafe subject token")
 
-var callIDRE = regexp.MustCompile(`^[0-9a-f]{1,64}$`)
+var (
+	callIDRE = regexp.MustCompile(`^[0-9a-f]{1,64}$`)
+	verbRE   = regexp.MustCompile(`^[a-z_]{1,32}$`)
+)
+
+// validateVerb checks that a subject's verb is one plain token (requested,
+// approval_required, ...), never a wildcard or several tokens.
+func validateVerb(verb string) error {
+	if !verbRE.MatchString(verb) {
+		return fmt.Errorf("subject verb %q must be 1-32 lowercase letters or '_'", verb)
+	}
+	return nil
+}
 
 // ValidateRunID checks that id is one safe subject token: 1-64 letters, digits,
 // '-' or '_'.
@@ -54,6 +66,9 @@ func runSubject(runID string, rest ...string) (string, error) {
 	if err := ValidateRunID(runID); err != nil {
 		return "", err
 	}
+	if err := validateVerb(rest[len(rest)-1]); err != nil {
+		return "", err
+	}
 	return Prefix + ".run." + runID + "." + strings.Join(rest, "."), nil
 }
 
@@ -62,6 +77,9 @@ func callSubject(prefix, runID, callID, verb string) (string, error) {
 		return "", err
 	}
 	if err := ValidateCallID(callID); err != nil {
+		return "", err
+	}
+	if err := validateVerb(verb); err != nil {
 		return "", err
 	}
 	return Prefix + "." + prefix + "." + runID + "." + callID + "." + verb, nil
@@ -102,7 +120,12 @@ func SandboxSubject(runID, callID, verb string) (string, error) {
 
 // RunEvents is the subject filter for every event of one run:
 // toolwire.run.<run_id>.> (use CallEvents for its calls).
-func RunEvents(runID string) (string, error) { return runSubject(runID, ">") }
+func RunEvents(runID string) (string, error) {
+	if err := ValidateRunID(runID); err != nil {
+		return "", err
+	}
+	return Prefix + ".run." + runID + ".>", nil
+}
 
 // CallEvents is the subject filter for every call event of one run.
 func CallEvents(runID string) (string, error) {
@@ -143,7 +166,7 @@ func ParseSubject(subject string) (ParsedSubject, error) {
 				return bad("unknown run sub-subject " + t[3])
 			}
 			n, err := strconv.Atoi(t[4])
-			if err != nil || n < 1 {
+			if err != nil || n < 1 || strconv.Itoa(n) != t[4] {
 				return bad("iteration must be a positive number")
 			}
 			p.Iteration = n
@@ -160,6 +183,9 @@ func ParseSubject(subject string) (ParsedSubject, error) {
 		}
 	default:
 		return bad("unknown kind " + p.Kind)
+	}
+	if err := validateVerb(p.Verb); err != nil {
+		return bad(err.Error())
 	}
 	return p, nil
 }

@@ -178,23 +178,29 @@ type Catalog struct {
 	entries map[string]Entry
 	ready   chan struct{}
 	w       jetstream.KeyWatcher
+	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
 // Watch starts a catalog and waits until it holds the registry's current
-// contents. Stop it with Stop.
+// contents. ctx bounds that wait only: the catalog follows the registry until
+// Stop.
 func (r *Registry) Watch(ctx context.Context) (*Catalog, error) {
-	w, err := r.kv.WatchAll(ctx)
+	// The watcher unsubscribes when its context ends, so it gets one that
+	// only Stop ends.
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w, err := r.kv.WatchAll(wctx)
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("registry watch: %w", err)
 	}
-	c := &Catalog{entries: map[string]Entry{}, ready: make(chan struct{}), w: w, done: make(chan struct{})}
+	c := &Catalog{entries: map[string]Entry{}, ready: make(chan struct{}), w: w, cancel: cancel, done: make(chan struct{})}
 	go c.loop()
 	select {
 	case <-c.ready:
 		return c, nil
 	case <-ctx.Done():
-		_ = w.Stop()
+		c.Stop()
 		return nil, fmt.Errorf("registry watch: %w", ctx.Err())
 	}
 }
@@ -241,5 +247,6 @@ func (c *Catalog) Entries() []Entry {
 // Stop ends the watch and waits for its goroutine.
 func (c *Catalog) Stop() {
 	_ = c.w.Stop()
+	c.cancel()
 	<-c.done
 }

@@ -242,8 +242,9 @@ func Run(ctx context.Context, name, defaultHTTPAddr string, getenv func(string) 
 
 	select {
 	case <-ctx.Done():
-	case err := <-srvErr:
-		log.Error("http server failed", "err", err)
+	case serr := <-srvErr:
+		log.Error("http server failed", "err", serr)
+		err = fmt.Errorf("http server: %w", serr)
 	}
 	log.Info("shutting down")
 	probes.SetReady(false)

@@ -1,0 +1,155 @@
+// Package client is how an upstream system talks to toolwire over NATS: submit
+// a run request, follow a run's events as they happen, and wait for its
+// outcome. It needs nothing but a JetStream handle.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// Client submits and follows runs.
+type Client struct {
+	js     jetstream.JetStream
+	pub    *events.Publisher
+	source string
+}
+
+// New returns a client on js; source names the caller in its events
+// (default "/toolwire/client").
+func New(js jetstream.JetStream, source string) *Client {
+	if source == "" {
+		source = "/toolwire/client"
+	}
+	return &Client{js: js, pub: events.NewPublisher(js), source: source}
+}
+
+// Submit validates a run request and publishes it. The event id is derived
+// from the run id, so submitting the same run twice starts it once.
+func (c *Client) Submit(ctx context.Context, req envelope.RunRequest) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	out, err := events.NewRunRequested(c.source, req, events.RunTraceFrom(ctx))
+	if err != nil {
+		return err
+	}
+	return c.pub.Publish(ctx, out)
+}
+
+// Event is one event of a run, decoded.
+type Event struct {
+	Subject events.ParsedSubject
+	Event   *event.Event
+}
+
+// Follow delivers every event of the run (run and call subjects, from the
+// first) to fn until fn returns false, ctx ends, or the run ends; it returns
+// the run's final status when it ended.
+func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) (*events.RunStatus, error) {
+	runSubj, err := events.RunEvents(runID)
+	if err != nil {
+		return nil, err
+	}
+	callSubj, err := events.CallEvents(runID)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type item struct {
+		ev  Event
+		err error
+	}
+	ch := make(chan item, 64)
+	start := func(stream, filter string) (jetstream.ConsumeContext, error) {
+		cons, err := c.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+		if err != nil {
+			return nil, fmt.Errorf("follow %s: %w", filter, err)
+		}
+		return cons.Consume(func(m jetstream.Msg) {
+			e, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+			var it item
+			if err != nil {
+				it.err = err
+			} else if p, perr := events.ParseSubject(m.Subject()); perr != nil {
+				it.err = perr
+			} else {
+				it.ev = Event{Subject: p, Event: e}
+			}
+			select {
+			case ch <- it:
+			case <-ctx.Done():
+			}
+		})
+	}
+	runsCC, err := start(events.StreamRuns, runSubj)
+	if err != nil {
+		return nil, err
+	}
+	defer runsCC.Stop()
+	callsCC, err := start(events.StreamCalls, callSubj)
+	if err != nil {
+		return nil, err
+	}
+	defer callsCC.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case it := <-ch:
+			if it.err != nil {
+				continue // not ours to judge; the recorder dead-letters malformed events
+			}
+			if fn != nil && !fn(it.ev) {
+				return nil, nil
+			}
+			switch it.ev.Event.Type() {
+			case events.TypeRunCompleted, events.TypeRunFailed:
+				var st events.RunStatus
+				if err := events.DecodeData(it.ev.Event, &st); err != nil {
+					return nil, err
+				}
+				return &st, nil
+			}
+		}
+	}
+}
+
+// ErrRunFailed is wrapped by Wait when the run ended in failure.
+var ErrRunFailed = errors.New("run failed")
+
+// Wait waits for the run to end and returns its final status; a failed run is
+// returned together with an error wrapping ErrRunFailed and its reason.
+func (c *Client) Wait(ctx context.Context, runID string) (*events.RunStatus, error) {
+	st, err := c.Follow(ctx, runID, nil)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status == events.StatusFailed {
+		return st, fmt.Errorf("%w: %s", ErrRunFailed, st.Reason)
+	}
+	return st, nil
+}
+
+// Run submits the request and waits for its outcome, bounded by timeout.
+func (c *Client) Run(ctx context.Context, req envelope.RunRequest, timeout time.Duration) (*events.RunStatus, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	if err := c.Submit(ctx, req); err != nil {
+		return nil, err
+	}
+	return c.Wait(ctx, req.RunID)
+}

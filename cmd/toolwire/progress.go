@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/toolwire/toolwire/client"
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// progressPrinter returns a Follow callback that prints each step of a run.
+func progressPrinter(w io.Writer) func(client.Event) bool {
+	return func(e client.Event) bool {
+		ev := e.Event
+		short := e.Subject.CallID
+		if len(short) > 12 {
+			short = short[:12]
+		}
+		switch ev.Type() {
+		case events.TypeRunStarted:
+			var s events.RunStatus
+			if events.DecodeData(ev, &s) == nil {
+				fmt.Fprintf(w, "run %s started (agent %s, trace %s)\n", s.RunID, s.Agent, s.TraceID)
+				for _, warn := range s.Warnings {
+					fmt.Fprintf(w, "  warning: %s\n", warn)
+				}
+			}
+		case events.TypeLLMCompleted:
+			var l events.LLMCompleted
+			if events.DecodeData(ev, &l) == nil {
+				fmt.Fprintf(w, "  model turn %d: %d tool call(s)\n", l.Turn.Iteration, len(l.Turn.Response.ToolCalls))
+			}
+		case events.TypeCallStarted:
+			var s events.CallStarted
+			if events.DecodeData(ev, &s) == nil {
+				fmt.Fprintf(w, "    -> %-24s %s started\n", s.Name+"@"+s.Version, short)
+			}
+		case events.TypeCallCompleted:
+			var env envelope.ToolEnvelope
+			if events.DecodeData(ev, &env) == nil {
+				if env.Error != nil {
+					fmt.Fprintf(w, "    x  %-24s %s %s: %s\n", env.ToolRef(), short, env.Error.Code, env.Error.Message)
+				} else {
+					fmt.Fprintf(w, "    ok %-24s %s %s %s\n", env.ToolRef(), short, env.Latency().Round(time.Microsecond), clip(string(env.Output), 60))
+				}
+			}
+		case events.TypeRunCompleted, events.TypeRunFailed:
+			var s events.RunStatus
+			if events.DecodeData(ev, &s) == nil {
+				fmt.Fprintf(w, "run %s %s %s\n", s.RunID, s.Status, s.Reason)
+			}
+		}
+		return true
+	}
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// waitRecorded polls the recorder API until the run is there and completed.
+func waitRecorded(ctx context.Context, base, runID string) error {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/runs/"+runID+"/outputs", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("run %s not recorded: %w", runID, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

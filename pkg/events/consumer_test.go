@@ -1,0 +1,454 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+)
+
+const durable = "test-runner"
+
+// shortBackoff keeps retries fast in tests.
+func shortBackoff(uint64) time.Duration { return 10 * time.Millisecond }
+
+// startRunner starts a runner on the calls stream; Stop runs at cleanup.
+func startRunner(t *testing.T, env *eventstest.Env, cfg events.RunnerConfig) *events.Runner {
+	t.Helper()
+	if cfg.Spec.Stream == "" {
+		cfg.Spec.Stream, cfg.Spec.Durable = events.StreamCalls, durable
+		cfg.Spec.Filters = []string{"toolwire.call.>"}
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = shortBackoff
+	}
+	cfg.Logger = quietLogger()
+	r, err := events.NewRunner(env.JS, cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(testCtx(t)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(ctx))
+	})
+	return r
+}
+
+func consumerInfo(t testing.TB, env *eventstest.Env) *jetstream.ConsumerInfo {
+	t.Helper()
+	c, err := env.JS.Consumer(testCtx(t), events.StreamCalls, durable)
+	require.NoError(t, err)
+	info, err := c.Info(testCtx(t))
+	require.NoError(t, err)
+	return info
+}
+
+// requireAllAcked waits until the consumer has acknowledged n stream messages
+// and holds none pending.
+func requireAllAcked(t testing.TB, env *eventstest.Env, n uint64) *jetstream.ConsumerInfo {
+	t.Helper()
+	var info *jetstream.ConsumerInfo
+	require.Eventually(t, func() bool {
+		info = consumerInfo(t, env)
+		return info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream == n
+	}, 5*time.Second, 10*time.Millisecond, "consumer never acknowledged %d messages", n)
+	return info
+}
+
+// waitDLQ waits for the dead letter of the test consumer.
+func waitDLQ(t testing.TB, env *eventstest.Env) *nats.Msg {
+	t.Helper()
+	subject := events.DLQSubject(events.StreamCalls, durable)
+	require.Equal(t, "toolwire.dlq.TOOLWIRE_CALLS."+durable, subject)
+	require.Eventually(t, func() bool { return streamMsgs(t, env.JS, events.StreamDLQ) > 0 },
+		5*time.Second, 10*time.Millisecond, "nothing reached the dead-letter stream")
+	return lastMsg(t, env.JS, events.StreamDLQ, subject)
+}
+
+func publish(t testing.TB, env *eventstest.Env, outs ...events.Outgoing) {
+	t.Helper()
+	require.NoError(t, events.NewPublisher(env.JS).PublishAll(testCtx(t), outs))
+}
+
+func TestNewRunnerValidates(t *testing.T) {
+	h := func(context.Context, *events.Delivery) error { return nil }
+	_, err := events.NewRunner(nil, events.RunnerConfig{Spec: events.ConsumerSpec{Stream: "S", Durable: "d"}})
+	require.ErrorContains(t, err, "nil handler")
+	_, err = events.NewRunner(nil, events.RunnerConfig{Handler: h, Spec: events.ConsumerSpec{Stream: "S"}})
+	require.ErrorContains(t, err, "stream and durable are required")
+	_, err = events.NewRunner(nil, events.RunnerConfig{Handler: h, Spec: events.ConsumerSpec{Durable: "d"}})
+	require.ErrorContains(t, err, "stream and durable are required")
+
+	// Stop before Start is harmless, and so is a second Stop.
+	r, err := events.NewRunner(nil, events.RunnerConfig{Handler: h, Spec: events.ConsumerSpec{Stream: "S", Durable: "d"}})
+	require.NoError(t, err)
+	require.NoError(t, r.Stop(context.Background()))
+	require.NoError(t, r.Stop(context.Background()))
+}
+
+func TestDefaultBackoff(t *testing.T) {
+	cases := map[uint64]time.Duration{
+		0: 100 * time.Millisecond, 1: 100 * time.Millisecond, 2: 200 * time.Millisecond,
+		3: 400 * time.Millisecond, 7: 6400 * time.Millisecond, 8: 10 * time.Second, 1000: 10 * time.Second,
+	}
+	for attempt, want := range cases {
+		require.Equal(t, want, events.DefaultBackoff(attempt), "attempt %d", attempt)
+	}
+}
+
+func TestPermanent(t *testing.T) {
+	require.NoError(t, events.Permanent(nil))
+	base := errors.New("bad input")
+	p := events.Permanent(base)
+	require.True(t, events.IsPermanent(p))
+	require.True(t, events.IsPermanent(fmt.Errorf("wrapped: %w", p)))
+	require.ErrorIs(t, p, base)
+	require.Equal(t, "bad input", p.Error())
+	require.False(t, events.IsPermanent(base))
+	require.False(t, events.IsPermanent(nil))
+}
+
+func TestRunnerAcksOnSuccess(t *testing.T) {
+	env := eventstest.Start(t)
+	out := callStarted(t, 1)
+	var (
+		mu  sync.Mutex
+		got []*events.Delivery
+	)
+	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
+		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, AckWait: time.Second,
+	}, Handler: func(_ context.Context, d *events.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, d)
+		return nil
+	}})
+	publish(t, env, out)
+
+	info := requireAllAcked(t, env, 1)
+	require.Zero(t, info.NumRedelivered)
+	// Past the ack wait, an acknowledged message is not delivered again.
+	time.Sleep(1500 * time.Millisecond)
+	info = requireAllAcked(t, env, 1)
+	require.EqualValues(t, 1, info.Delivered.Consumer)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, got, 1)
+	d := got[0]
+	require.Equal(t, out.Subject, d.Subject)
+	require.EqualValues(t, 1, d.Attempt)
+	requireSameEvent(t, &out.Event, d.Event)
+	require.NotNil(t, d.Msg)
+	require.Zero(t, streamMsgs(t, env.JS, events.StreamDLQ))
+}
+
+func TestRunnerRetriesThenAcks(t *testing.T) {
+	env := eventstest.Start(t)
+	var (
+		mu       sync.Mutex
+		attempts []uint64
+	)
+	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
+		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 5,
+	}, Handler: func(_ context.Context, d *events.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts = append(attempts, d.Attempt)
+		if len(attempts) <= 2 {
+			return errors.New("transient")
+		}
+		return nil
+	}})
+	publish(t, env, callStarted(t, 1))
+
+	info := requireAllAcked(t, env, 1)
+	require.EqualValues(t, 3, info.Delivered.Consumer)
+	mu.Lock()
+	require.Equal(t, []uint64{1, 2, 3}, attempts)
+	mu.Unlock()
+	require.Zero(t, streamMsgs(t, env.JS, events.StreamDLQ))
+}
+
+func TestRunnerDeadLettersAfterMaxDeliver(t *testing.T) {
+	env := eventstest.Start(t)
+	var calls atomic.Int32
+	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
+		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 3,
+	}, Handler: func(context.Context, *events.Delivery) error {
+		calls.Add(1)
+		return errors.New("tool registry unreachable")
+	}})
+	out := callStarted(t, 1)
+	publish(t, env, out)
+
+	dl := waitDLQ(t, env)
+	require.EqualValues(t, 3, calls.Load())
+	require.Equal(t, "tool registry unreachable", dl.Header.Get(events.HeaderDLQError))
+	require.Equal(t, "3", dl.Header.Get(events.HeaderDLQDeliveries))
+	require.Equal(t, out.Subject, dl.Header.Get(events.HeaderDLQSubject))
+	require.Equal(t, events.StreamCalls, dl.Header.Get(events.HeaderDLQStream))
+	require.Equal(t, durable, dl.Header.Get(events.HeaderDLQConsumer))
+	require.Equal(t, "1", dl.Header.Get(events.HeaderDLQStreamSeq))
+	_, err := time.Parse(time.RFC3339Nano, dl.Header.Get(events.HeaderDLQTime))
+	require.NoError(t, err)
+	require.Equal(t, "dlq/"+events.StreamCalls+"/"+durable+"/1", dl.Header.Get(events.HeaderMsgID))
+	require.Equal(t, out.Event.Data(), dl.Data, "the dead letter keeps the original body")
+	require.Equal(t, out.Event.ID(), dl.Header.Get("ce-id"), "and the original event headers")
+
+	info := requireAllAcked(t, env, 1)
+	require.EqualValues(t, 3, info.Delivered.Consumer, "no delivery after the dead letter")
+	require.EqualValues(t, 3, calls.Load())
+	require.EqualValues(t, 1, streamMsgs(t, env.JS, events.StreamDLQ))
+}
+
+func TestRunnerDeadLettersPermanentAtOnce(t *testing.T) {
+	env := eventstest.Start(t)
+	var calls atomic.Int32
+	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
+		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 5,
+	}, Handler: func(context.Context, *events.Delivery) error {
+		calls.Add(1)
+		return fmt.Errorf("decide: %w", events.Permanent(errors.New("unknown tool")))
+	}})
+	publish(t, env, callStarted(t, 1))
+
+	dl := waitDLQ(t, env)
+	require.Equal(t, "decide: unknown tool", dl.Header.Get(events.HeaderDLQError))
+	require.Equal(t, "1", dl.Header.Get(events.HeaderDLQDeliveries))
+	info := requireAllAcked(t, env, 1)
+	require.EqualValues(t, 1, info.Delivered.Consumer)
+	require.EqualValues(t, 1, calls.Load())
+}
+
+func TestRunnerDeadLettersMalformedMessage(t *testing.T) {
+	env := eventstest.Start(t)
+	var calls atomic.Int32
+	startRunner(t, env, events.RunnerConfig{Handler: func(context.Context, *events.Delivery) error {
+		calls.Add(1)
+		return nil
+	}})
+	subject := "toolwire.call." + runID + "." + callID + ".requested"
+	_, err := env.JS.Publish(testCtx(t), subject, []byte(`{"not":"an event"}`))
+	require.NoError(t, err)
+
+	dl := waitDLQ(t, env)
+	require.Contains(t, dl.Header.Get(events.HeaderDLQError), "decode")
+	require.Contains(t, dl.Header.Get(events.HeaderDLQError), events.ErrNotCloudEvent.Error())
+	require.Equal(t, "1", dl.Header.Get(events.HeaderDLQDeliveries))
+	require.Equal(t, subject, dl.Header.Get(events.HeaderDLQSubject))
+	require.Equal(t, []byte(`{"not":"an event"}`), dl.Data)
+	requireAllAcked(t, env, 1)
+	require.Zero(t, calls.Load(), "the handler never sees a malformed message")
+}
+
+func TestRunnerTreatsPanicAsFailure(t *testing.T) {
+	env := eventstest.Start(t)
+	var calls atomic.Int32
+	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
+		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 2,
+	}, Handler: func(context.Context, *events.Delivery) error {
+		calls.Add(1)
+		panic("boom")
+	}})
+	publish(t, env, callStarted(t, 1))
+
+	dl := waitDLQ(t, env)
+	require.Equal(t, "handler panic: boom", dl.Header.Get(events.HeaderDLQError))
+	require.Equal(t, "2", dl.Header.Get(events.HeaderDLQDeliveries))
+	requireAllAcked(t, env, 1)
+	require.EqualValues(t, 2, calls.Load(), "a panic is retried like an error")
+}
+
+func TestRunnerBoundsConcurrency(t *testing.T) {
+	env := eventstest.Start(t)
+	const limit, total = 3, 12
+	var (
+		inFlight, maxSeen, done atomic.Int32
+		release                 = make(chan struct{})
+	)
+	startRunner(t, env, events.RunnerConfig{Concurrency: limit, Handler: func(context.Context, *events.Delivery) error {
+		n := inFlight.Add(1)
+		for {
+			m := maxSeen.Load()
+			if n <= m || maxSeen.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		<-release
+		inFlight.Add(-1)
+		done.Add(1)
+		return nil
+	}})
+	outs := make([]events.Outgoing, total)
+	for i := range outs {
+		outs[i] = callStarted(t, i+1)
+	}
+	publish(t, env, outs...)
+
+	require.Eventually(t, func() bool { return inFlight.Load() == limit }, 5*time.Second, 5*time.Millisecond)
+	// With every slot taken, no further handler starts.
+	time.Sleep(200 * time.Millisecond)
+	require.EqualValues(t, limit, inFlight.Load())
+	require.EqualValues(t, limit, maxSeen.Load())
+
+	close(release)
+	require.Eventually(t, func() bool { return done.Load() == total }, 5*time.Second, 5*time.Millisecond)
+	require.EqualValues(t, limit, maxSeen.Load(), "never more than %d handlers at once", limit)
+	requireAllAcked(t, env, total)
+}
+
+func TestRunnerStopDrainsInFlight(t *testing.T) {
+	env := eventstest.Start(t)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var finished atomic.Bool
+	var handlerCtxErr atomic.Value
+	r, err := events.NewRunner(env.JS, events.RunnerConfig{
+		Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}},
+		Logger:  quietLogger(),
+		Backoff: shortBackoff,
+		Handler: func(ctx context.Context, _ *events.Delivery) error {
+			close(started)
+			<-release
+			handlerCtxErr.Store(fmt.Sprint(ctx.Err()))
+			finished.Store(true)
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(testCtx(t)))
+	publish(t, env, callStarted(t, 1))
+	<-started
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(testCtx(t)) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) while a handler was in flight", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-stopped:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return after the handler finished")
+	}
+	require.True(t, finished.Load())
+	require.Equal(t, "<nil>", handlerCtxErr.Load(), "the handler's context is not cancelled while it drains")
+
+	// Acknowledged before Stop returned: nothing pending, nothing redelivered.
+	info := consumerInfo(t, env)
+	require.Zero(t, info.NumAckPending)
+	require.Zero(t, info.NumRedelivered)
+	require.EqualValues(t, 1, info.AckFloor.Stream)
+	require.NoError(t, r.Stop(testCtx(t)), "Stop is idempotent")
+}
+
+func TestRunnerStopBoundedByContext(t *testing.T) {
+	env := eventstest.Start(t)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	r, err := events.NewRunner(env.JS, events.RunnerConfig{
+		Spec:   events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}},
+		Logger: quietLogger(),
+		Handler: func(context.Context, *events.Delivery) error {
+			close(started)
+			<-release
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(testCtx(t)))
+	publish(t, env, callStarted(t, 1))
+	<-started
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = r.Stop(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, durable)
+	close(release)
+}
+
+func TestRunnerHandlerSeesHopTrace(t *testing.T) {
+	env := eventstest.Start(t)
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	ctx, span := tp.Tracer("test").Start(testCtx(t), "publish")
+	defer span.End()
+
+	type seen struct{ hop, run string }
+	got := make(chan seen, 1)
+	startRunner(t, env, events.RunnerConfig{Handler: func(ctx context.Context, d *events.Delivery) error {
+		sc := spanContext(ctx)
+		if !sc.IsRemote() {
+			return events.Permanent(errors.New("handler ctx has no remote span"))
+		}
+		got <- seen{hop: sc.SpanID().String() + "/" + sc.TraceID().String(), run: events.TraceOf(d.Event).TraceID()}
+		return nil
+	}})
+	require.NoError(t, events.NewPublisher(env.JS).Publish(ctx, callStarted(t, 1)))
+
+	select {
+	case s := <-got:
+		require.Equal(t, span.SpanContext().SpanID().String()+"/"+span.SpanContext().TraceID().String(), s.hop)
+		require.Equal(t, runTrace.TraceID(), s.run, "the run's trace rides in the event")
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler never ran")
+	}
+	requireAllAcked(t, env, 1)
+}
+
+func TestConsumerSpecConfig(t *testing.T) {
+	env := eventstest.Start(t)
+	ctx := testCtx(t)
+
+	c, err := events.EnsureConsumer(ctx, env.JS, events.ConsumerSpec{Stream: events.StreamCalls, Durable: "one",
+		Filters: []string{"toolwire.call.*.*.approved"}})
+	require.NoError(t, err)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "toolwire.call.*.*.approved", info.Config.FilterSubject)
+	require.Empty(t, info.Config.FilterSubjects)
+	require.Equal(t, 8, info.Config.MaxDeliver)
+	require.Equal(t, 30*time.Second, info.Config.AckWait)
+	require.Equal(t, 1024, info.Config.MaxAckPending)
+	require.Equal(t, jetstream.AckExplicitPolicy, info.Config.AckPolicy)
+	require.Equal(t, jetstream.DeliverAllPolicy, info.Config.DeliverPolicy)
+
+	c, err = events.EnsureConsumer(ctx, env.JS, events.ConsumerSpec{Stream: events.StreamCalls, Durable: "two",
+		Filters:    []string{"toolwire.call.*.*.approved", "toolwire.call.*.*.decided"},
+		MaxDeliver: 3, AckWait: time.Minute, MaxAckPending: 7, DeliverNew: true})
+	require.NoError(t, err)
+	info, err = c.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"toolwire.call.*.*.approved", "toolwire.call.*.*.decided"}, info.Config.FilterSubjects)
+	require.Equal(t, 3, info.Config.MaxDeliver)
+	require.Equal(t, time.Minute, info.Config.AckWait)
+	require.Equal(t, 7, info.Config.MaxAckPending)
+	require.Equal(t, jetstream.DeliverNewPolicy, info.Config.DeliverPolicy)
+
+	// Ensuring again with a changed setting updates it in place.
+	_, err = events.EnsureConsumer(ctx, env.JS, events.ConsumerSpec{Stream: events.StreamCalls, Durable: "two",
+		Filters: []string{"toolwire.call.*.*.approved"}, MaxDeliver: 4, DeliverNew: true})
+	require.NoError(t, err)
+	info, err = c.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, info.Config.MaxDeliver)
+
+	_, err = events.EnsureConsumer(ctx, env.JS, events.ConsumerSpec{Stream: "NO_SUCH_STREAM", Durable: "x"})
+	require.ErrorContains(t, err, "consumer x on NO_SUCH_STREAM")
+}

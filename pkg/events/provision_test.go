@@ -1,0 +1,172 @@
+package events_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+)
+
+var allBuckets = []string{events.BucketRunState, events.BucketTools, events.BucketCache,
+	events.BucketRate, events.BucketSecrets, events.BucketOutcomes}
+
+// streamState is what must not change when Provision runs again.
+type streamState struct {
+	Config  jetstream.StreamConfig
+	Created time.Time
+	Msgs    uint64
+}
+
+func snapshot(ctx context.Context, t testing.TB, js jetstream.JetStream) map[string]streamState {
+	t.Helper()
+	out := map[string]streamState{}
+	lister := js.ListStreams(ctx)
+	for info := range lister.Info() {
+		out[info.Config.Name] = streamState{Config: info.Config, Created: info.Created, Msgs: info.State.Msgs}
+	}
+	require.NoError(t, lister.Err())
+	return out
+}
+
+func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
+	env := eventstest.Start(t) // provisioned once already
+	ctx := testCtx(t)
+	publish(t, env, callStarted(t, 1))
+	kv, err := env.JS.KeyValue(ctx, events.BucketRunState)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, runID, []byte(`{"state":"running"}`))
+	require.NoError(t, err)
+
+	before := snapshot(ctx, t, env.JS)
+	require.NoError(t, events.Provision(ctx, env.JS, events.StoreConfig{}))
+	require.NoError(t, events.Provision(ctx, env.JS, events.StoreConfig{}))
+	after := snapshot(ctx, t, env.JS)
+	require.Equal(t, before, after, "provisioning again changes nothing")
+
+	// Four event streams, six buckets and one object store.
+	names := make([]string, 0, len(after))
+	for n := range after {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	require.Equal(t, []string{
+		"KV_" + events.BucketCache, "KV_" + events.BucketOutcomes, "KV_" + events.BucketRate,
+		"KV_" + events.BucketRunState, "KV_" + events.BucketSecrets, "KV_" + events.BucketTools,
+		"OBJ_" + events.ObjectBlobs,
+		events.StreamCalls, events.StreamDLQ, events.StreamRuns, events.StreamSandbox,
+	}, names)
+
+	wantSubjects := map[string]string{
+		events.StreamRuns: "toolwire.run.>", events.StreamCalls: "toolwire.call.>",
+		events.StreamSandbox: "toolwire.sandbox.>", events.StreamDLQ: "toolwire.dlq.>",
+	}
+	for name, subj := range wantSubjects {
+		cfg := after[name].Config
+		require.Equal(t, []string{subj}, cfg.Subjects, name)
+		require.Equal(t, jetstream.FileStorage, cfg.Storage, name)
+		require.Equal(t, jetstream.LimitsPolicy, cfg.Retention, name)
+		require.Equal(t, 7*24*time.Hour, cfg.MaxAge, name)
+		require.Equal(t, 10*time.Minute, cfg.Duplicates, name)
+		require.Equal(t, 1, cfg.Replicas, name)
+	}
+	require.EqualValues(t, 1, after[events.StreamCalls].Msgs, "the event published before is kept")
+
+	for _, b := range allBuckets {
+		_, err := env.JS.KeyValue(ctx, b)
+		require.NoError(t, err, b)
+	}
+	e, err := kv.Get(ctx, runID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"state":"running"}`, string(e.Value()), "KV contents survive")
+	tools, err := env.JS.KeyValue(ctx, events.BucketTools)
+	require.NoError(t, err)
+	st, err := tools.Status(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, st.History())
+	cache, err := env.JS.KeyValue(ctx, events.BucketCache)
+	require.NoError(t, err)
+	cst, err := cache.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, cst.LimitMarkerTTL(), "per-key TTL is enabled on the cache")
+
+	obj, err := env.JS.ObjectStore(ctx, events.ObjectBlobs)
+	require.NoError(t, err)
+	_, err = obj.PutBytes(ctx, "blob-1", []byte("big output"))
+	require.NoError(t, err)
+	require.NoError(t, events.Provision(ctx, env.JS, events.StoreConfig{}))
+	b, err := obj.GetBytes(ctx, "blob-1")
+	require.NoError(t, err)
+	require.Equal(t, "big output", string(b))
+}
+
+func TestProvisionWithCustomConfig(t *testing.T) {
+	env := eventstest.Start(t)
+	ctx := testCtx(t)
+	// A short retention: the default duplicate window shrinks to fit it.
+	cfg := events.StoreConfig{MaxAge: time.Minute}
+	require.NoError(t, events.Provision(ctx, env.JS, cfg))
+	s, err := env.JS.Stream(ctx, events.StreamRuns)
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, info.Config.MaxAge)
+	require.Equal(t, time.Minute, info.Config.Duplicates)
+
+	require.NoError(t, events.Provision(ctx, env.JS, events.StoreConfig{MaxAge: time.Hour, Duplicates: 2 * time.Minute}))
+	info, err = s.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, info.Config.MaxAge)
+	require.Equal(t, 2*time.Minute, info.Config.Duplicates)
+
+	err = events.Provision(ctx, env.JS, events.StoreConfig{Replicas: 9})
+	require.ErrorContains(t, err, "provision: replicas 9")
+}
+
+func TestStoreConfigValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  events.StoreConfig
+		msg  string // "" means valid
+	}{
+		{"zero value", events.StoreConfig{}, ""},
+		{"cluster", events.StoreConfig{Replicas: 3}, ""},
+		{"five replicas", events.StoreConfig{Replicas: 5}, ""},
+		{"negative replicas", events.StoreConfig{Replicas: -1}, "replicas -1"},
+		{"six replicas", events.StoreConfig{Replicas: 6}, "replicas 6: must be between 1 and 5"},
+		{"short max age", events.StoreConfig{MaxAge: time.Minute}, ""},
+		{"window equal to max age", events.StoreConfig{MaxAge: time.Hour, Duplicates: time.Hour}, ""},
+		{"window over max age", events.StoreConfig{MaxAge: time.Minute, Duplicates: 2 * time.Minute}, "duplicate window 2m0s must not exceed max age 1m0s"},
+		{"window over default max age", events.StoreConfig{Duplicates: 8 * 24 * time.Hour}, "must not exceed max age"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.msg == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.msg)
+		})
+	}
+}
+
+func TestStoreConfigs(t *testing.T) {
+	mem := events.StoreConfig{Memory: true, Replicas: 3}
+	for _, sc := range mem.StreamConfigs() {
+		require.Equal(t, jetstream.MemoryStorage, sc.Storage, sc.Name)
+		require.Equal(t, 3, sc.Replicas, sc.Name)
+	}
+	kvs := mem.KVConfigs()
+	require.Len(t, kvs, len(allBuckets))
+	for i, kc := range kvs {
+		require.Equal(t, allBuckets[i], kc.Bucket)
+		require.Equal(t, jetstream.MemoryStorage, kc.Storage)
+		require.Equal(t, 3, kc.Replicas)
+	}
+}

@@ -1,0 +1,130 @@
+package events_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+)
+
+func TestPublishSameEventTwiceStoresOne(t *testing.T) {
+	env := eventstest.Start(t)
+	pub := events.NewPublisher(env.JS)
+	require.Equal(t, env.JS, pub.JetStream())
+	ctx := testCtx(t)
+
+	var out events.Outgoing
+	for _, c := range allConstructors(t) {
+		if c.name == "call completed" {
+			out = c.out
+		}
+	}
+	require.NoError(t, pub.Publish(ctx, out))
+	require.NoError(t, pub.Publish(ctx, out), "a retried publish is not an error")
+	require.EqualValues(t, 1, streamMsgs(t, env.JS, events.StreamCalls), "Nats-Msg-Id drops the duplicate")
+
+	m := lastMsg(t, env.JS, events.StreamCalls, out.Subject)
+	got, err := events.Decode(m)
+	require.NoError(t, err)
+	requireSameEvent(t, &out.Event, got)
+	require.Empty(t, m.Header.Get(events.HeaderTraceParent), "no span in ctx, no hop header")
+}
+
+func TestPublishedHeadersSurviveTheWire(t *testing.T) {
+	env := eventstest.Start(t)
+	pub := events.NewPublisher(env.JS)
+	e := specialEvent(t)
+	subject := "toolwire.sandbox." + runID + "." + callID + ".requested"
+	require.NoError(t, pub.Publish(testCtx(t), events.Outgoing{Subject: subject, Event: *e}))
+
+	m := lastMsg(t, env.JS, events.StreamSandbox, subject)
+	got, err := events.Decode(m)
+	require.NoError(t, err)
+	requireSameEvent(t, e, got)
+	require.Equal(t, "", events.Ext(got, "empty"))
+	require.Contains(t, got.Extensions(), "empty")
+}
+
+func TestPublishAll(t *testing.T) {
+	env := eventstest.Start(t)
+	pub := events.NewPublisher(env.JS)
+	ctx := testCtx(t)
+
+	require.NoError(t, pub.PublishAll(ctx, nil))
+
+	outs := make([]events.Outgoing, 20)
+	for i := range outs {
+		outs[i] = callStarted(t, i+1)
+	}
+	require.NoError(t, pub.PublishAll(ctx, outs))
+	require.EqualValues(t, 20, streamMsgs(t, env.JS, events.StreamCalls))
+
+	require.NoError(t, pub.PublishAll(ctx, outs), "republishing the batch is not an error")
+	require.EqualValues(t, 20, streamMsgs(t, env.JS, events.StreamCalls), "and stores nothing new")
+
+	require.NoError(t, pub.PublishAll(ctx, outs[:1]))
+	require.EqualValues(t, 20, streamMsgs(t, env.JS, events.StreamCalls))
+}
+
+func TestPublishErrors(t *testing.T) {
+	env := eventstest.Start(t)
+	pub := events.NewPublisher(env.JS)
+	ctx := testCtx(t)
+
+	good := callStarted(t, 1)
+	bad := good
+	bad.Event = good.Event.Clone()
+	bad.Event.SetID("")
+	err := pub.Publish(ctx, bad)
+	require.ErrorIs(t, err, events.ErrInvalidEvent)
+
+	nowhere := callStarted(t, 2)
+	nowhere.Subject = "nowhere.at.all"
+	err = pub.Publish(ctx, nowhere)
+	require.Error(t, err)
+	require.ErrorContains(t, err, events.TypeCallStarted)
+	require.ErrorContains(t, err, nowhere.Event.ID())
+
+	// PublishAll stores what it can and reports every failure.
+	err = pub.PublishAll(ctx, []events.Outgoing{callStarted(t, 3), bad, nowhere})
+	require.ErrorIs(t, err, events.ErrInvalidEvent)
+	require.ErrorContains(t, err, "nowhere.at.all")
+	require.EqualValues(t, 1, streamMsgs(t, env.JS, events.StreamCalls))
+}
+
+func TestPublishInjectsHopTrace(t *testing.T) {
+	env := eventstest.Start(t)
+	pub := events.NewPublisher(env.JS)
+
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(testCtx(t))) })
+	ctx, span := tp.Tracer("test").Start(testCtx(t), "publish")
+	sc := span.SpanContext()
+	want := fmt.Sprintf("00-%s-%s-01", sc.TraceID(), sc.SpanID())
+
+	one := callStarted(t, 1)
+	require.NoError(t, pub.Publish(ctx, one))
+	batch := []events.Outgoing{callStarted(t, 2), callStarted(t, 3)}
+	require.NoError(t, pub.PublishAll(ctx, batch))
+	span.End()
+	require.Len(t, sr.Ended(), 1)
+
+	for _, out := range append(batch, one) {
+		m := lastMsg(t, env.JS, events.StreamCalls, out.Subject)
+		require.Equal(t, want, m.Header.Get(events.HeaderTraceParent), out.Subject)
+		// The run's trace stays in the distributed-tracing extension.
+		got, err := events.Decode(m)
+		require.NoError(t, err)
+		require.Equal(t, runTrace, events.TraceOf(got))
+		// ExtractHop recovers the hop's span as the remote parent.
+		hop := events.ExtractHop(testCtx(t), m.Header)
+		require.Equal(t, sc.TraceID(), spanContext(hop).TraceID())
+		require.True(t, spanContext(hop).IsRemote())
+	}
+}

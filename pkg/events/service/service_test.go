@@ -1,0 +1,286 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/service"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// envOf is a getenv over a fixed map.
+func envOf(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+func TestCommonFromEnvDefaults(t *testing.T) {
+	c, err := service.CommonFromEnv("policy", ":8082", envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, service.Common{
+		Name:     "policy",
+		NATSURL:  nats.DefaultURL,
+		HTTPAddr: ":8082",
+		Replicas: 1,
+		LogLevel: slog.LevelInfo,
+	}, c)
+
+	c, err = service.CommonFromEnv("executor", ":8083", envOf(map[string]string{
+		service.EnvNATSURL:        "nats://nats:4222",
+		service.EnvHTTPAddr:       "0.0.0.0:9000",
+		service.EnvReplicas:       "3",
+		service.EnvLogLevel:       "debug",
+		service.EnvTracesTemplate: "http://jaeger:16686/trace/{trace_id}",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, service.Common{
+		Name: "executor", NATSURL: "nats://nats:4222", HTTPAddr: "0.0.0.0:9000", Replicas: 3,
+		LogLevel: slog.LevelDebug, TracesURLTemplate: "http://jaeger:16686/trace/{trace_id}",
+	}, c)
+}
+
+func TestCommonFromEnvRejects(t *testing.T) {
+	cases := []struct {
+		name, key, value, msg string
+	}{
+		{"replicas 0", service.EnvReplicas, "0", `TOOLWIRE_STREAM_REPLICAS="0": want a number from 1 to 5`},
+		{"replicas 9", service.EnvReplicas, "9", `TOOLWIRE_STREAM_REPLICAS="9"`},
+		{"replicas x", service.EnvReplicas, "x", `TOOLWIRE_STREAM_REPLICAS="x"`},
+		{"replicas negative", service.EnvReplicas, "-1", `TOOLWIRE_STREAM_REPLICAS="-1"`},
+		{"log level", service.EnvLogLevel, "loud", `TOOLWIRE_LOG_LEVEL="loud": want debug, info, warn or error`},
+		{"addr without port", service.EnvHTTPAddr, "localhost", `TOOLWIRE_HTTP_ADDR="localhost": want host:port`},
+		{"addr garbage", service.EnvHTTPAddr, "::::", `TOOLWIRE_HTTP_ADDR="::::"`},
+		{"template without trace id", service.EnvTracesTemplate, "http://jaeger/trace/", `TOOLWIRE_TRACES_URL_TEMPLATE="http://jaeger/trace/": must contain {trace_id}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := service.CommonFromEnv("policy", ":8082", envOf(map[string]string{tc.key: tc.value}))
+			require.ErrorContains(t, err, tc.msg)
+		})
+	}
+
+	// Every problem is reported at once.
+	_, err := service.CommonFromEnv("policy", ":8082", envOf(map[string]string{
+		service.EnvReplicas: "0", service.EnvLogLevel: "loud", service.EnvHTTPAddr: "nope",
+	}))
+	require.ErrorContains(t, err, service.EnvReplicas)
+	require.ErrorContains(t, err, service.EnvLogLevel)
+	require.ErrorContains(t, err, service.EnvHTTPAddr)
+}
+
+func TestCommonEnvVars(t *testing.T) {
+	vars := service.CommonEnvVars()
+	require.Contains(t, vars, service.EnvNATSURL)
+	require.Contains(t, vars, service.EnvOTLPEndpoint)
+	require.Len(t, vars, 9)
+}
+
+func get(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	b, err := io.ReadAll(rec.Result().Body)
+	require.NoError(t, err)
+	return rec.Code, string(b)
+}
+
+func TestProbes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	probe := prometheus.NewCounter(prometheus.CounterOpts{Name: "toolwire_test_total", Help: "test"})
+	reg.MustRegister(probe)
+	probe.Inc()
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "api "+r.URL.Path) })
+
+	var p service.Probes
+	h := p.Handler(reg, nil, api)
+
+	code, body := get(t, h, "/healthz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok\n", body)
+
+	code, _ = get(t, h, "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code, "not ready before SetReady")
+	p.SetReady(true)
+	code, body = get(t, h, "/readyz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ready\n", body)
+	p.SetReady(false)
+	code, _ = get(t, h, "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+
+	code, body = get(t, h, "/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "toolwire_test_total 1")
+
+	code, body = get(t, h, "/v1/runs")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "api /v1/runs", body)
+
+	// Without an API, other paths are not found.
+	code, _ = get(t, p.Handler(reg, nil, nil), "/v1/runs")
+	require.Equal(t, http.StatusNotFound, code)
+}
+
+func TestProbesNotReadyWhenNATSIsDown(t *testing.T) {
+	env := eventstest.Start(t)
+	nc := env.Connect(t)
+	var p service.Probes
+	p.SetReady(true)
+	h := p.Handler(prometheus.NewRegistry(), nc, nil)
+	code, _ := get(t, h, "/readyz")
+	require.Equal(t, http.StatusOK, code)
+	nc.Close()
+	code, _ = get(t, h, "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+}
+
+// component records its lifecycle.
+type component struct {
+	started, stopped atomic.Bool
+	startErr         error
+}
+
+func (c *component) Start(context.Context) error { c.started.Store(true); return c.startErr }
+func (c *component) Stop(context.Context) error  { c.stopped.Store(true); return nil }
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+func TestRunEndToEnd(t *testing.T) {
+	env := eventstest.Start(t)
+	addr := freeAddr(t)
+	getenv := envOf(map[string]string{
+		service.EnvNATSURL:  env.URL,
+		service.EnvHTTPAddr: addr,
+		service.EnvLogLevel: "error",
+	})
+	comp := &component{}
+	var deps service.Deps
+	api := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "api") })
+	build := func(_ context.Context, d service.Deps) (service.Component, http.Handler, error) {
+		deps = d
+		return comp, api, nil
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- service.Run(ctx, "testsvc", ":0", getenv, build) }()
+
+	client := &http.Client{Timeout: 2 * time.Second}
+	t.Cleanup(client.CloseIdleConnections)
+	require.Eventually(t, func() bool {
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "the service never became ready")
+	require.True(t, comp.started.Load())
+	require.Equal(t, "testsvc", deps.Common.Name)
+	require.NotNil(t, deps.Conn)
+	require.NotNil(t, deps.JS)
+	require.NotNil(t, deps.Tracer)
+	require.NotNil(t, deps.Metrics)
+
+	for path, want := range map[string]int{"/healthz": 200, "/metrics": 200, "/v1/x": 200} {
+		resp, err := client.Get("http://" + addr + path)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, path)
+	}
+	// Run provisioned the streams.
+	_, err := env.JS.Stream(context.Background(), events.StreamCalls)
+	require.NoError(t, err)
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	require.True(t, comp.stopped.Load(), "Stop was called")
+	client.CloseIdleConnections()
+	_, err = client.Get("http://" + addr + "/healthz")
+	require.Error(t, err, "the HTTP server is shut down")
+	require.Eventually(t, func() bool { return deps.Conn.IsClosed() }, 5*time.Second, 10*time.Millisecond,
+		"the NATS connection is drained and closed")
+}
+
+func TestRunFailures(t *testing.T) {
+	env := eventstest.Start(t)
+	ok := func(_ context.Context, _ service.Deps) (service.Component, http.Handler, error) {
+		return &component{}, nil, nil
+	}
+
+	err := service.Run(context.Background(), "svc", ":0", envOf(map[string]string{service.EnvReplicas: "x"}), ok)
+	require.ErrorContains(t, err, "configuration")
+
+	base := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: "127.0.0.1:0", service.EnvLogLevel: "error"}
+
+	err = service.Run(context.Background(), "svc", ":0", envOf(base),
+		func(context.Context, service.Deps) (service.Component, http.Handler, error) {
+			return nil, nil, errors.New("no model provider")
+		})
+	require.ErrorContains(t, err, "no model provider")
+
+	comp := &component{startErr: errors.New("consumer refused")}
+	err = service.Run(context.Background(), "svc", ":0", envOf(base),
+		func(context.Context, service.Deps) (service.Component, http.Handler, error) { return comp, nil, nil })
+	require.ErrorContains(t, err, "start svc: consumer refused")
+
+	// A taken HTTP port is a clear error.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	taken := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: l.Addr().String(), service.EnvLogLevel: "error"}
+	err = service.Run(context.Background(), "svc", ":0", envOf(taken), ok)
+	require.ErrorContains(t, err, "http listen")
+
+	// A NATS that never answers is bounded by the context.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	down := map[string]string{service.EnvNATSURL: "nats://" + freeAddr(t), service.EnvHTTPAddr: "127.0.0.1:0", service.EnvLogLevel: "error"}
+	err = service.Run(ctx, "svc", ":0", envOf(down), ok)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "connect to NATS")
+}
+
+func TestTracerProvider(t *testing.T) {
+	tp, err := service.TracerProvider(context.Background(), "svc", envOf(nil))
+	require.NoError(t, err)
+	_, span := tp.Tracer("t").Start(context.Background(), "x")
+	require.True(t, span.SpanContext().IsValid(), "trace ids are recorded without an exporter")
+	span.End()
+	require.NoError(t, tp.Shutdown(context.Background()))
+
+	tp, err = service.TracerProvider(context.Background(), "svc", envOf(map[string]string{
+		service.EnvOTLPEndpoint: "http://127.0.0.1:1", service.EnvOTelExporter: "none",
+	}))
+	require.NoError(t, err)
+	require.NoError(t, tp.Shutdown(context.Background()))
+}

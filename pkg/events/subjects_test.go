@@ -1,0 +1,244 @@
+package events_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+const (
+	runID  = "run_2025-03-14_001"
+	callID = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+)
+
+// subjectCase is one builder call and the exact subject DESIGN.md names for it.
+type subjectCase struct {
+	name  string
+	build func() (string, error)
+	want  string
+}
+
+// designSubjects covers every subject of DESIGN.md ("Subjects").
+func designSubjects() []subjectCase {
+	var cs []subjectCase
+	for _, verb := range []string{"requested", "started", "suspended", "resumed", "completed", "failed"} {
+		cs = append(cs, subjectCase{"run " + verb, func() (string, error) { return events.RunSubject(runID, verb) },
+			"toolwire.run." + runID + "." + verb})
+	}
+	for _, verb := range []string{"requested", "approved", "denied"} {
+		cs = append(cs, subjectCase{"iteration " + verb, func() (string, error) { return events.IterationSubject(runID, 3, verb) },
+			"toolwire.run." + runID + ".iteration.3." + verb})
+	}
+	cs = append(cs, subjectCase{"llm completed", func() (string, error) { return events.LLMSubject(runID, 12) },
+		"toolwire.run." + runID + ".llm.12.completed"})
+	for _, verb := range []string{"requested", "approval_required", "decided", "approved", "started", "completed"} {
+		cs = append(cs, subjectCase{"call " + verb, func() (string, error) { return events.CallSubject(runID, callID, verb) },
+			"toolwire.call." + runID + "." + callID + "." + verb})
+	}
+	for _, verb := range []string{"requested", "completed"} {
+		cs = append(cs, subjectCase{"sandbox " + verb, func() (string, error) { return events.SandboxSubject(runID, callID, verb) },
+			"toolwire.sandbox." + runID + "." + callID + "." + verb})
+	}
+	return cs
+}
+
+func TestSubjectBuilders(t *testing.T) {
+	for _, tc := range designSubjects() {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.build()
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestSubjectFilters(t *testing.T) {
+	got, err := events.RunEvents(runID)
+	require.NoError(t, err)
+	require.Equal(t, "toolwire.run."+runID+".>", got)
+
+	got, err = events.CallEvents(runID)
+	require.NoError(t, err)
+	require.Equal(t, "toolwire.call."+runID+".>", got)
+
+	require.Equal(t, "toolwire.dlq.TOOLWIRE_CALLS.executor", events.DLQSubject(events.StreamCalls, "executor"))
+
+	_, err = events.RunEvents("a.b")
+	require.ErrorIs(t, err, events.ErrUnsafeID)
+	_, err = events.CallEvents("a>")
+	require.ErrorIs(t, err, events.ErrUnsafeID)
+}
+
+func TestSubjectsRejectUnsafeRunIDs(t *testing.T) {
+	unsafe := []struct{ name, id string }{
+		{"empty", ""},
+		{"dot", "a.b"},
+		{"star", "a*"},
+		{"gt", "a>"},
+		{"space", "a b"},
+		{"65 chars", strings.Repeat("a", 65)},
+		{"unicode", "rün"},
+		{"path", "../x"},
+		{"newline", "a\nb"},
+		{"trailing newline", "abc\n"},
+		{"tab", "a\tb"},
+	}
+	builders := map[string]func(id string) (string, error){
+		"RunSubject":       func(id string) (string, error) { return events.RunSubject(id, "requested") },
+		"IterationSubject": func(id string) (string, error) { return events.IterationSubject(id, 1, "requested") },
+		"LLMSubject":       func(id string) (string, error) { return events.LLMSubject(id, 1) },
+		"CallSubject":      func(id string) (string, error) { return events.CallSubject(id, callID, "requested") },
+		"SandboxSubject":   func(id string) (string, error) { return events.SandboxSubject(id, callID, "requested") },
+		"RunEvents":        events.RunEvents,
+		"CallEvents":       events.CallEvents,
+	}
+	for _, tc := range unsafe {
+		t.Run(tc.name, func(t *testing.T) {
+			err := events.ValidateRunID(tc.id)
+			require.ErrorIs(t, err, events.ErrUnsafeID)
+			require.Contains(t, err.Error(), "run_id")
+			require.Contains(t, err.Error(), "must be 1-64 letters, digits, '-' or '_'")
+			for name, build := range builders {
+				got, err := build(tc.id)
+				require.ErrorIs(t, err, events.ErrUnsafeID, name)
+				require.Empty(t, got, name)
+			}
+		})
+	}
+}
+
+func TestValidateRunIDAcceptsSafeTokens(t *testing.T) {
+	for _, id := range []string{"a", "A-Z_0-9", strings.Repeat("x", 64), runID} {
+		require.NoError(t, events.ValidateRunID(id), id)
+	}
+}
+
+func TestSubjectsRejectBadCallIDs(t *testing.T) {
+	bad := []struct{ name, id string }{
+		{"empty", ""},
+		{"uppercase", strings.ToUpper(callID)},
+		{"non-hex", "xyz"},
+		{"65 chars", strings.Repeat("a", 65)},
+		{"dot", "ab.cd"},
+		{"wildcard", "ab*"},
+		{"very long", strings.Repeat("f", 200)},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			err := events.ValidateCallID(tc.id)
+			require.ErrorIs(t, err, events.ErrUnsafeID)
+			require.Contains(t, err.Error(), "call_id")
+			require.Contains(t, err.Error(), "lowercase hex")
+			require.Less(t, len(err.Error()), 200, "a long id is cut in the message")
+
+			_, err = events.CallSubject(runID, tc.id, "requested")
+			require.ErrorIs(t, err, events.ErrUnsafeID)
+			_, err = events.SandboxSubject(runID, tc.id, "requested")
+			require.ErrorIs(t, err, events.ErrUnsafeID)
+		})
+	}
+	require.NoError(t, events.ValidateCallID(strings.Repeat("a", 64)))
+	require.NoError(t, events.ValidateCallID("0"))
+}
+
+func TestIterationSubjectsRejectNonPositive(t *testing.T) {
+	for _, n := range []int{0, -1} {
+		_, err := events.IterationSubject(runID, n, "requested")
+		require.ErrorContains(t, err, "must be at least 1")
+		_, err = events.LLMSubject(runID, n)
+		require.ErrorContains(t, err, "must be at least 1")
+	}
+}
+
+func TestSubjectBuildersRejectBadVerbs(t *testing.T) {
+	for _, verb := range []string{"", "a.b", ">", "*", "with space", "Requested"} {
+		t.Run(verb, func(t *testing.T) {
+			builds := []func() (string, error){
+				func() (string, error) { return events.RunSubject(runID, verb) },
+				func() (string, error) { return events.IterationSubject(runID, 1, verb) },
+				func() (string, error) { return events.CallSubject(runID, callID, verb) },
+				func() (string, error) { return events.SandboxSubject(runID, callID, verb) },
+			}
+			for i, b := range builds {
+				got, err := b()
+				require.ErrorContains(t, err, "verb", "builder %d", i)
+				require.Empty(t, got)
+			}
+		})
+	}
+}
+
+func TestParseSubjectRoundTrip(t *testing.T) {
+	for _, tc := range designSubjects() {
+		t.Run(tc.name, func(t *testing.T) {
+			subj, err := tc.build()
+			require.NoError(t, err)
+			p, err := events.ParseSubject(subj)
+			require.NoError(t, err)
+			require.Equal(t, runID, p.RunID)
+			require.Equal(t, subj[strings.LastIndex(subj, ".")+1:], p.Verb)
+
+			// Rebuild the subject from what was parsed.
+			var again string
+			switch {
+			case p.Kind == "call":
+				require.Equal(t, callID, p.CallID)
+				again, err = events.CallSubject(p.RunID, p.CallID, p.Verb)
+			case p.Kind == "sandbox":
+				require.Equal(t, callID, p.CallID)
+				again, err = events.SandboxSubject(p.RunID, p.CallID, p.Verb)
+			case p.Kind == "run" && strings.Contains(subj, ".llm."):
+				require.Equal(t, 12, p.Iteration)
+				again, err = events.LLMSubject(p.RunID, p.Iteration)
+			case p.Kind == "run" && strings.Contains(subj, ".iteration."):
+				require.Equal(t, 3, p.Iteration)
+				again, err = events.IterationSubject(p.RunID, p.Iteration, p.Verb)
+			case p.Kind == "run":
+				require.Zero(t, p.Iteration)
+				require.Empty(t, p.CallID)
+				again, err = events.RunSubject(p.RunID, p.Verb)
+			default:
+				t.Fatalf("unexpected kind %q", p.Kind)
+			}
+			require.NoError(t, err)
+			require.Equal(t, subj, again)
+		})
+	}
+}
+
+func TestParseSubjectRejectsJunk(t *testing.T) {
+	junk := []struct{ name, subject, msg string }{
+		{"empty", "", "not a toolwire subject"},
+		{"other prefix", "nats.run.r1.requested", "not a toolwire subject"},
+		{"too short", "toolwire.run.r1", "not a toolwire subject"},
+		{"unknown kind", "toolwire.job.r1.requested", "unknown kind"},
+		{"dlq", "toolwire.dlq.TOOLWIRE_CALLS.executor", "unknown kind"},
+		{"unsafe run id", "toolwire.run.a*.requested", "unsafe subject token"},
+		{"run five tokens", "toolwire.run.r1.iteration.requested", "wrong number of tokens"},
+		{"run seven tokens", "toolwire.run.r1.iteration.1.requested.x", "wrong number of tokens"},
+		{"unknown run sub-subject", "toolwire.run.r1.turn.1.completed", "unknown run sub-subject"},
+		{"iteration not a number", "toolwire.run.r1.iteration.x.requested", "positive number"},
+		{"iteration zero", "toolwire.run.r1.iteration.0.requested", "positive number"},
+		{"iteration negative", "toolwire.run.r1.llm.-1.completed", "positive number"},
+		{"iteration leading zero", "toolwire.run.r1.iteration.01.requested", "positive number"},
+		{"iteration plus sign", "toolwire.run.r1.llm.+1.completed", "positive number"},
+		{"call four tokens", "toolwire.call.r1." + callID, "wrong number of tokens"},
+		{"call six tokens", "toolwire.call.r1." + callID + ".x.completed", "wrong number of tokens"},
+		{"bad call id", "toolwire.call.r1.XYZ.completed", "call_id"},
+		{"bad sandbox call id", "toolwire.sandbox.r1.zz.requested", "call_id"},
+		{"empty verb", "toolwire.run.r1.", "verb"},
+		{"wildcard verb", "toolwire.call.r1." + callID + ".>", "verb"},
+		{"star verb", "toolwire.run.r1.iteration.2.*", "verb"},
+	}
+	for _, tc := range junk {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := events.ParseSubject(tc.subject)
+			require.Error(t, err)
+			require.ErrorContains(t, err, tc.msg)
+			require.Zero(t, p)
+		})
+	}
+}

@@ -1,0 +1,223 @@
+// Package stack runs the whole toolwire pipeline in one process: an embedded
+// nats-server with JetStream (or an external NATS), the orchestrator, the
+// Policy Guard, the executor, the sandbox and, given a database, the recorder.
+// It is what `toolwire dev` runs, and what users' integration tests embed.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolwire/toolwire/client"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/embedded"
+	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/policy"
+	"github.com/toolwire/toolwire/services/sandbox"
+)
+
+// Options configure a stack. The zero value is not usable: set DataDir or
+// NATSURL.
+type Options struct {
+	// DataDir holds the embedded server's JetStream store (DataDir/nats).
+	DataDir string
+	// NATSListen is the embedded server's host:port; "" picks a free port.
+	NATSListen string
+	// NATSURL connects to an existing NATS server instead of embedding one.
+	NATSURL string
+	// DatabaseURL is the recorder's Postgres; "" runs without the recorder.
+	DatabaseURL string
+	// HTTPListen is the recorder API's host:port; "" picks a free port.
+	HTTPListen string
+	// Logger receives every service's logs; default: discard.
+	Logger *slog.Logger
+	// Tracer is the tracer provider of every service; default: one that
+	// records trace ids (so runs have a trace id and traces_url) and exports
+	// nothing.
+	Tracer trace.TracerProvider
+	// Providers adds model adapters to the orchestrator.
+	Providers orchestrator.Providers
+	// TracesURLTemplate fills AgentOutputs.traces_url.
+	TracesURLTemplate string
+	// ExecutorReplicas is how many executors to run; default 1.
+	ExecutorReplicas int
+	// ExecutorConcurrency bounds each executor's calls at once; default 64.
+	ExecutorConcurrency int
+	// ExecutorOptions are passed to every executor (for example extra tools).
+	ExecutorOptions []executor.Option
+}
+
+// Stack is a running pipeline.
+type Stack struct {
+	Server  *server.Server // nil with an external NATS
+	URL     string         // NATS client URL
+	Conn    *nats.Conn
+	JS      jetstream.JetStream
+	Client  *client.Client
+	HTTPURL string // the recorder API's base URL; "" without the recorder
+	Metrics *prometheus.Registry
+
+	components []service.Component
+	httpSrv    *http.Server
+	ownTracer  *sdktrace.TracerProvider
+}
+
+// Start starts the pipeline and returns once every service consumes.
+func Start(ctx context.Context, o Options) (st *Stack, err error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	st = &Stack{Metrics: prometheus.NewRegistry()}
+	if o.Tracer == nil {
+		st.ownTracer = sdktrace.NewTracerProvider()
+		o.Tracer = st.ownTracer
+	}
+	defer func() {
+		if err != nil {
+			_ = st.Stop(context.WithoutCancel(ctx))
+			st = nil
+		}
+	}()
+	st.URL = o.NATSURL
+	if st.URL == "" {
+		if o.DataDir == "" {
+			return st, errors.New("stack: DataDir or NATSURL is required")
+		}
+		st.Server, err = embedded.Start(embedded.Options{Listen: o.NATSListen, StoreDir: filepath.Join(o.DataDir, "nats")})
+		if err != nil {
+			return st, err
+		}
+		st.URL = st.Server.ClientURL()
+	}
+	st.Conn, st.JS, err = service.Connect(ctx, st.URL, "stack", log)
+	if err != nil {
+		return st, err
+	}
+	if err := events.Provision(ctx, st.JS, events.StoreConfig{}); err != nil {
+		return st, err
+	}
+	st.Client = client.New(st.JS, "/toolwire/stack")
+
+	deps := func(name string) service.Deps {
+		return service.Deps{
+			Common: service.Common{Name: name, NATSURL: st.URL, Replicas: 1, TracesURLTemplate: o.TracesURLTemplate},
+			Conn:   st.Conn, JS: st.JS, Log: log.With("service", name), Tracer: o.Tracer,
+			Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": name}, st.Metrics),
+			Getenv:  os.Getenv,
+		}
+	}
+	start := func(c service.Component, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+		st.components = append(st.components, c)
+		return nil
+	}
+
+	// The executor first: it registers the built-in tools that the
+	// orchestrator's catalog must see.
+	replicas := max(o.ExecutorReplicas, 1)
+	for i := range replicas {
+		d := deps("executor")
+		if replicas > 1 {
+			d.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"service": "executor", "replica": fmt.Sprint(i)}, st.Metrics)
+		}
+		if err := start(newExecutor(d, executor.Config{Concurrency: o.ExecutorConcurrency, ID: fmt.Sprintf("executor-%d", i)}, o.ExecutorOptions)); err != nil {
+			return st, fmt.Errorf("executor: %w", err)
+		}
+	}
+	if err := start(newPolicy(deps("policy"))); err != nil {
+		return st, fmt.Errorf("policy: %w", err)
+	}
+	if err := start(orchestratorNew(deps("orchestrator"), orchestrator.Config{Providers: o.Providers, TracesURLTemplate: o.TracesURLTemplate})); err != nil {
+		return st, fmt.Errorf("orchestrator: %w", err)
+	}
+	if err := start(sandbox.New(), nil); err != nil {
+		return st, fmt.Errorf("sandbox: %w", err)
+	}
+	if o.DatabaseURL != "" {
+		comp, api, err := newRecorder(ctx, deps("recorder"), o.DatabaseURL)
+		if err != nil {
+			return st, fmt.Errorf("recorder: %w", err)
+		}
+		if err := start(comp, nil); err != nil {
+			return st, fmt.Errorf("recorder: %w", err)
+		}
+		listen := o.HTTPListen
+		if listen == "" {
+			listen = "127.0.0.1:0"
+		}
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			return st, fmt.Errorf("recorder http listen %s: %w", listen, err)
+		}
+		probes := &service.Probes{}
+		probes.SetReady(true)
+		st.httpSrv = &http.Server{Handler: probes.Handler(st.Metrics, st.Conn, api), ReadHeaderTimeout: 10 * time.Second}
+		st.HTTPURL = "http://" + ln.Addr().String()
+		go func() { _ = st.httpSrv.Serve(ln) }()
+	}
+	return st, nil
+}
+
+func newExecutor(d service.Deps, cfg executor.Config, opts []executor.Option) (service.Component, error) {
+	return executor.New(d, cfg, opts...)
+}
+
+func newPolicy(d service.Deps) (service.Component, error) {
+	return policy.New(d, policy.Config{})
+}
+
+func orchestratorNew(d service.Deps, cfg orchestrator.Config) (service.Component, error) {
+	return orchestrator.New(d, cfg)
+}
+
+// Stop stops the services in reverse order of their start (each drains its
+// consumers), then the HTTP server, the connection and the embedded server.
+func (st *Stack) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var err error
+	for i := len(st.components) - 1; i >= 0; i-- {
+		err = errors.Join(err, st.components[i].Stop(ctx))
+	}
+	st.components = nil
+	if st.httpSrv != nil {
+		err = errors.Join(err, st.httpSrv.Shutdown(ctx))
+		st.httpSrv = nil
+	}
+	if st.Conn != nil {
+		st.Conn.Close()
+		st.Conn = nil
+	}
+	if st.Server != nil {
+		embedded.Stop(st.Server)
+		st.Server = nil
+	}
+	if st.ownTracer != nil {
+		err = errors.Join(err, st.ownTracer.Shutdown(ctx))
+		st.ownTracer = nil
+	}
+	return err
+}
