@@ -168,7 +168,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		if listen == "" {
 			listen = "127.0.0.1:0"
 		}
-		ln, err := net.Listen("tcp", listen)
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", listen)
 		if err != nil {
 			return st, fmt.Errorf("recorder http listen %s: %w", listen, err)
 		}

@@ -257,7 +257,7 @@ func TestRejections(t *testing.T) {
 		m.Data = []byte(`{"run_id":"garbage-1"}`)
 		_, err := st.JS.PublishMsg(ctx, m)
 		require.NoError(t, err)
-		dl := waitDLQ(t, st.JS, "toolwire.dlq.TOOLWIRE_RUNS.orchestrator-runs")
+		dl := waitDLQ(ctx, t, st.JS, "toolwire.dlq.TOOLWIRE_RUNS.orchestrator-runs")
 		require.Equal(t, "toolwire.run.garbage-1.requested", dl.Headers().Get(events.HeaderDLQSubject))
 		require.Contains(t, dl.Headers().Get(events.HeaderDLQError), "decode")
 		require.Equal(t, m.Data, dl.Data(), "the dead letter keeps the original body")
@@ -344,9 +344,9 @@ func TestRejections(t *testing.T) {
 	})
 }
 
-func waitDLQ(t *testing.T, js jetstream.JetStream, subject string) jetstream.Msg {
+func waitDLQ(ctx context.Context, t *testing.T, js jetstream.JetStream, subject string) jetstream.Msg {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	cons, err := js.OrderedConsumer(ctx, events.StreamDLQ, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	require.NoError(t, err)

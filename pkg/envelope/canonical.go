@@ -25,7 +25,7 @@ func Canonicalize(raw []byte) ([]byte, error) {
 	}
 	out, err := jcs.Transform(raw)
 	if err != nil {
-		return nil, fmt.Errorf("canonicalize: %w: %v", ErrInvalidJSON, err)
+		return nil, fmt.Errorf("canonicalize: %w: %w", ErrInvalidJSON, err)
 	}
 	return out, nil
 }

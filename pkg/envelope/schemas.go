@@ -125,7 +125,7 @@ func (s *Schemas) Validate(name string, raw []byte) error {
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return fmt.Errorf("%s: %w: %v", name, ErrInvalidJSON, err)
+		return fmt.Errorf("%s: %w: %w", name, ErrInvalidJSON, err)
 	}
 	return validateValue(name, sch, v)
 }
@@ -199,7 +199,7 @@ func jsonPointer(tokens []string) string {
 func CompileToolSchema(url string, doc []byte) (*jsonschema.Schema, error) {
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
 	if err != nil {
-		return nil, fmt.Errorf("tool schema %s: %w: %v", url, ErrInvalidJSON, err)
+		return nil, fmt.Errorf("tool schema %s: %w: %w", url, ErrInvalidJSON, err)
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
