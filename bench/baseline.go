@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// chain is the raw baseline: three hops of publish (waiting for the PubAck),
+// pull-consume, and ack, on a stream of its own, as toolwire's services do.
+type chain struct {
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	ccs     []jetstream.ConsumeContext
+	mu      sync.Mutex
+	waiters map[string]chan struct{}
+	seq     atomic.Int64
+}
+
+const chainStream = "BENCH_CHAIN"
+
+func newChain(ctx context.Context, js jetstream.JetStream) (*chain, error) {
+	_ = js.DeleteStream(ctx, chainStream)
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: chainStream, Subjects: []string{"benchchain.>"}, Storage: jetstream.FileStorage,
+		Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute, MaxAge: time.Hour,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("baseline stream: %w", err)
+	}
+	c := &chain{js: js, stream: st, waiters: map[string]chan struct{}{}}
+	for hop := 1; hop <= 3; hop++ {
+		cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable: "hop" + strconv.Itoa(hop), FilterSubject: "benchchain.hop" + strconv.Itoa(hop),
+			AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 4096, AckWait: 30 * time.Second,
+		})
+		if err != nil {
+			return nil, err
+		}
+		next := hop + 1
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			id := m.Headers().Get("Chain-Id")
+			if next <= 3 {
+				out := nats.NewMsg("benchchain.hop" + strconv.Itoa(next))
+				out.Header.Set("Chain-Id", id)
+				out.Header.Set(nats.MsgIdHdr, id+"/"+strconv.Itoa(next))
+				out.Data = m.Data()
+				if _, err := c.js.PublishMsg(context.Background(), out); err != nil {
+					_ = m.Nak()
+					return
+				}
+			}
+			_ = m.Ack()
+			if next > 3 {
+				c.mu.Lock()
+				ch := c.waiters[id]
+				delete(c.waiters, id)
+				c.mu.Unlock()
+				if ch != nil {
+					close(ch)
+				}
+			}
+		}, jetstream.PullMaxMessages(256))
+		if err != nil {
+			return nil, err
+		}
+		c.ccs = append(c.ccs, cc)
+	}
+	return c, nil
+}
+
+// once runs one chain and returns when the third hop has it.
+func (c *chain) once(ctx context.Context, payload []byte) error {
+	id := "c" + strconv.FormatInt(c.seq.Add(1), 10)
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.waiters[id] = done
+	c.mu.Unlock()
+	m := nats.NewMsg("benchchain.hop1")
+	m.Header.Set("Chain-Id", id)
+	m.Header.Set(nats.MsgIdHdr, id+"/1")
+	m.Data = payload
+	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *chain) close(ctx context.Context) {
+	for _, cc := range c.ccs {
+		cc.Stop()
+	}
+	_ = c.js.DeleteStream(ctx, chainStream)
+}
+
+// latency runs n chains one at a time.
+func (c *chain) latency(ctx context.Context, n int, payload []byte) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	for range n {
+		t := time.Now()
+		if err := c.once(ctx, payload); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(t))
+	}
+	return out, nil
+}
+
+// throughput keeps inFlight chains going for d and returns chains per second.
+func (c *chain) throughput(ctx context.Context, inFlight int, d time.Duration, payload []byte) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(d)
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, inFlight)
+	start := time.Now()
+	for range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if err := c.once(ctx, payload); err != nil {
+					errs <- err
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	if err := errors.Join(collect(errs)...); err != nil {
+		return 0, err
+	}
+	return float64(done.Load()) / elapsed.Seconds(), nil
+}
+
+// kvRoundTrip measures a KV get plus a compare-and-set update.
+func kvRoundTrip(ctx context.Context, js jetstream.JetStream, n int) ([]time.Duration, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench_kv", Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = js.DeleteKeyValue(context.WithoutCancel(ctx), "bench_kv") }()
+	if _, err := kv.Put(ctx, "k", []byte("0")); err != nil {
+		return nil, err
+	}
+	out := make([]time.Duration, 0, n)
+	for i := range n {
+		t := time.Now()
+		e, err := kv.Get(ctx, "k")
+		if err != nil {
+			return nil, err
+		}
+		if _, err := kv.Update(ctx, "k", []byte(strconv.Itoa(i)), e.Revision()); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(t))
+	}
+	return out, nil
+}
+
+func collect(ch <-chan error) []error {
+	var out []error
+	for err := range ch {
+		out = append(out, err)
+	}
+	return out
+}

@@ -1,0 +1,376 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/toolwire/toolwire/stack"
+)
+
+// Options configure a benchmark run.
+type Options struct {
+	Samples     int           // latency samples per measurement; default 200
+	Duration    time.Duration // each throughput window; default 5s
+	InFlight    int           // concurrent runs (and raw chains) in throughput tests; default 64
+	DatabaseURL string        // the recorder's Postgres; "" runs without the recorder
+	// ProcessMemory builds the service binaries and measures each one's idle
+	// RSS as its own process (needs the go tool and the source tree).
+	ProcessMemory bool
+	Progress      io.Writer // progress lines; default discard
+}
+
+func (o Options) withDefaults() Options {
+	if o.Samples <= 0 {
+		o.Samples = 200
+	}
+	if o.Duration <= 0 {
+		o.Duration = 5 * time.Second
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = 64
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return o
+}
+
+// Report holds every figure, each beside its baseline where it has one.
+type Report struct {
+	Started   time.Time `json:"started"`
+	GoVersion string    `json:"go_version"`
+	CPUs      int       `json:"cpus"`
+	Recorder  string    `json:"recorder"`
+
+	Baseline struct {
+		Chain        Dist    `json:"chain_3hop"`
+		ChainsPerSec float64 `json:"chains_per_s"`
+		InFlight     int     `json:"in_flight"`
+		KVGetCAS     Dist    `json:"kv_get_cas"`
+	} `json:"baseline"`
+
+	ToolCall struct {
+		Latency  Dist    `json:"latency"`
+		RatioP50 float64 `json:"ratio_p50_to_chain_p50"`
+		RatioP99 float64 `json:"ratio_p99_to_chain_p99"`
+	} `json:"tool_call"`
+
+	Run struct {
+		Latency      Dist               `json:"latency"`
+		Hops         int                `json:"hops"`
+		PerHopP50    float64            `json:"per_hop_p50_us"`
+		RawPerHopP50 float64            `json:"raw_per_hop_p50_us"`
+		PerHopRatio  float64            `json:"per_hop_ratio"`
+		NoToolsP50   float64            `json:"no_tools_run_p50_us"`
+		OverheadPerK map[string]float64 `json:"per_call_overhead_us"`
+	} `json:"run"`
+
+	Throughput struct {
+		RunsPerSec   float64 `json:"runs_per_s"`
+		CallsPerSec  float64 `json:"tool_calls_per_s"`
+		RatioToChain float64 `json:"ratio_calls_to_chains"`
+		RecorderLag  float64 `json:"recorder_lag_ms"`
+		CPUPerCallUS float64 `json:"cpu_per_tool_call_us"`
+	} `json:"throughput"`
+
+	FanOut struct {
+		SingleMS float64 `json:"single_100ms_call_run_ms"`
+		EightMS  float64 `json:"eight_100ms_calls_run_ms"`
+		Ratio    float64 `json:"ratio"`
+	} `json:"fan_out"`
+
+	ScaleOut struct {
+		CallsPerSec []float64 `json:"calls_per_s_by_replicas"`
+		Ratio3To1   float64   `json:"ratio_3_to_1"`
+	} `json:"scale_out"`
+
+	Memory struct {
+		PeakRSSMB float64            `json:"peak_rss_mb"`
+		IdleMB    map[string]float64 `json:"idle_service_rss_mb,omitempty"`
+		IdleNote  string             `json:"idle_note,omitempty"`
+	} `json:"memory"`
+}
+
+// Run measures everything in order and returns the report.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o = o.withDefaults()
+	r := &Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Recorder: "none"}
+	if o.DatabaseURL != "" {
+		r.Recorder = "postgres"
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(o.Progress, "bench: "+format+"\n", args...) }
+
+	dir, err := os.MkdirTemp("", "toolwire-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	say("starting the pipeline (embedded NATS, file storage, recorder: %s)", r.Recorder)
+	st, err := stack.Start(ctx, stack.Options{DataDir: dir + "/main", DatabaseURL: o.DatabaseURL})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at the end of a benchmark
+
+	// The raw baseline, on the same server with the same client.
+	ch, err := newChain(ctx, st.JS)
+	if err != nil {
+		return nil, err
+	}
+	payload := make([]byte, 512)
+	say("baseline: %d raw three-hop chains, one at a time", o.Samples)
+	if _, err := ch.latency(ctx, 20, payload); err != nil { // warm up
+		return nil, err
+	}
+	lat, err := ch.latency(ctx, o.Samples, payload)
+	if err != nil {
+		return nil, err
+	}
+	r.Baseline.Chain = distOf(lat)
+	say("baseline: chains with %d in flight for %s", o.InFlight, o.Duration)
+	r.Baseline.InFlight = o.InFlight
+	if r.Baseline.ChainsPerSec, err = ch.throughput(ctx, o.InFlight, o.Duration, payload); err != nil {
+		return nil, err
+	}
+	ch.close(ctx)
+	kv, err := kvRoundTrip(ctx, st.JS, o.Samples)
+	if err != nil {
+		return nil, err
+	}
+	r.Baseline.KVGetCAS = distOf(kv)
+
+	obs, err := newObserver(st.Conn)
+	if err != nil {
+		return nil, err
+	}
+	defer obs.close()
+	run := &runner{c: st.Client, obs: obs, name: "bench"}
+
+	say("latency: %d one-call runs, one at a time", o.Samples)
+	for range 20 {
+		if _, err := run.run(ctx, run.request("echo", echoArgs(1))); err != nil {
+			return nil, err
+		}
+	}
+	obs.recording(true)
+	var runLat []time.Duration
+	for range o.Samples {
+		d, err := run.run(ctx, run.request("echo", echoArgs(1)))
+		if err != nil {
+			return nil, err
+		}
+		runLat = append(runLat, d)
+	}
+	obs.recording(false)
+	r.ToolCall.Latency = distOf(obs.calls())
+	r.ToolCall.RatioP50 = ratio(r.ToolCall.Latency.P50, r.Baseline.Chain.P50)
+	r.ToolCall.RatioP99 = ratio(r.ToolCall.Latency.P99, r.Baseline.Chain.P99)
+	r.Run.Latency = distOf(runLat)
+	// run.requested, iteration 1 check and verdict, call request, approval and
+	// envelope, iteration 2 check and verdict: eight pulled hops.
+	r.Run.Hops = 8
+	r.Run.PerHopP50 = r.Run.Latency.P50 / float64(r.Run.Hops)
+	r.Run.RawPerHopP50 = r.Baseline.Chain.P50 / 3
+	r.Run.PerHopRatio = ratio(r.Run.PerHopP50, r.Run.RawPerHopP50)
+
+	say("latency: runs without tools and with turns of 1, 4 and 16 parallel calls")
+	measure := func(k int) (float64, error) {
+		var ds []time.Duration
+		for range max(o.Samples/4, 20) {
+			d, err := run.run(ctx, run.request("echo", echoArgs(k)))
+			if err != nil {
+				return 0, err
+			}
+			ds = append(ds, d)
+		}
+		return distOf(ds).P50, nil
+	}
+	if r.Run.NoToolsP50, err = measure(0); err != nil {
+		return nil, err
+	}
+	r.Run.OverheadPerK = map[string]float64{}
+	for _, k := range []int{1, 4, 16} {
+		p50, err := measure(k)
+		if err != nil {
+			return nil, err
+		}
+		r.Run.OverheadPerK[fmt.Sprint(k)] = (p50 - r.Run.NoToolsP50) / float64(k)
+	}
+
+	say("throughput: one-call runs with %d in flight for %s", o.InFlight, o.Duration)
+	runs, calls, lastRun, cpu, err := throughput(ctx, run, o.InFlight, o.Duration, "echo", 1)
+	if err != nil {
+		return nil, err
+	}
+	r.Throughput.RunsPerSec, r.Throughput.CallsPerSec = runs, calls
+	r.Throughput.RatioToChain = ratio(calls, r.Baseline.ChainsPerSec)
+	if calls > 0 {
+		r.Throughput.CPUPerCallUS = cpu / (calls * o.Duration.Seconds())
+	}
+	if st.HTTPURL != "" {
+		t := time.Now()
+		if err := waitRecorded(ctx, st.HTTPURL, lastRun); err != nil {
+			return nil, err
+		}
+		r.Throughput.RecorderLag = float64(time.Since(t)) / float64(time.Millisecond)
+	}
+
+	say("fan-out: one 100 ms sleep versus eight in one turn")
+	var one, eight []time.Duration
+	for range 10 {
+		d, err := run.run(ctx, run.request("sleep", sleepArgs(1, 100)))
+		if err != nil {
+			return nil, err
+		}
+		one = append(one, d)
+		d, err = run.run(ctx, run.request("sleep", sleepArgs(8, 100)))
+		if err != nil {
+			return nil, err
+		}
+		eight = append(eight, d)
+	}
+	r.FanOut.SingleMS = distOf(one).P50 / 1000
+	r.FanOut.EightMS = distOf(eight).P50 / 1000
+	r.FanOut.Ratio = ratio(r.FanOut.EightMS, r.FanOut.SingleMS)
+
+	obs.close()
+	if err := st.Stop(ctx); err != nil {
+		return nil, err
+	}
+	for n := 1; n <= 3; n++ {
+		say("scale-out: %d executor replica(s), 4 calls at once each, 20 ms I/O-bound tool, %s", n, o.Duration)
+		cps, err := scaleOut(ctx, fmt.Sprintf("%s/scale%d", dir, n), n, o)
+		if err != nil {
+			return nil, err
+		}
+		r.ScaleOut.CallsPerSec = append(r.ScaleOut.CallsPerSec, cps)
+	}
+	r.ScaleOut.Ratio3To1 = ratio(r.ScaleOut.CallsPerSec[2], r.ScaleOut.CallsPerSec[0])
+
+	if o.ProcessMemory {
+		say("memory: each service binary idle, as its own process")
+		r.Memory.IdleMB, err = idleServiceRSS(ctx, dir)
+		if err != nil {
+			r.Memory.IdleNote = err.Error()
+		}
+	}
+	r.Memory.PeakRSSMB = peakRSSMB()
+	say("done")
+	return r, nil
+}
+
+func scaleOut(ctx context.Context, dir string, replicas int, o Options) (float64, error) {
+	st, err := stack.Start(ctx, stack.Options{DataDir: dir, ExecutorReplicas: replicas, ExecutorConcurrency: 4})
+	if err != nil {
+		return 0, err
+	}
+	defer st.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // best effort
+	obs, err := newObserver(st.Conn)
+	if err != nil {
+		return 0, err
+	}
+	defer obs.close()
+	run := &runner{c: st.Client, obs: obs, name: fmt.Sprintf("scale%d", replicas)}
+	_, calls, _, _, err := throughput(ctx, run, o.InFlight, o.Duration, "sleep", 4)
+	return calls, err
+}
+
+// throughput keeps inFlight runs of k calls going for d; it returns runs/s,
+// calls/s, the last run's id and the process CPU seconds spent.
+func throughput(ctx context.Context, run *runner, inFlight int, d time.Duration, tool string, k int) (float64, float64, string, float64, error) {
+	args := echoArgs(k)
+	if tool == "sleep" {
+		args = sleepArgs(k, 20)
+	}
+	deadline := time.Now().Add(d)
+	var done atomic.Int64
+	var last atomic.Value
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	cpu0 := cpuSeconds()
+	start := time.Now()
+	for range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				req := run.request(tool, args)
+				cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+				_, err := run.run(cctx, req)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				done.Add(1)
+				last.Store(req.RunID)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	cpu := cpuSeconds() - cpu0
+	if err := errors.Join(errs...); err != nil {
+		return 0, 0, "", 0, err
+	}
+	lastRun, _ := last.Load().(string)
+	runs := float64(done.Load()) / elapsed
+	// CPU per call is reported over the window's length.
+	return runs, runs * float64(k), lastRun, cpu * d.Seconds() / elapsed, nil
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+func peakRSSMB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / 1024 // KiB on Linux
+}
+
+func waitRecorded(ctx context.Context, base, runID string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/runs/"+runID+"/outputs", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("recorder never stored run %s: %w", runID, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// JSON renders the report for machines.
+func (r *Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") }

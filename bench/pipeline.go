@@ -1,0 +1,171 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolwire/toolwire/client"
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// observer watches the pipeline's subjects with core subscriptions: it times
+// each call from its request to its envelope, and wakes whoever waits for a
+// run's end.
+type observer struct {
+	mu        sync.Mutex
+	requested map[string]time.Time // run/call -> first seen
+	callLat   []time.Duration
+	record    bool
+	waiters   map[string]chan string // run id -> final status
+	subs      []*nats.Subscription
+}
+
+func newObserver(nc *nats.Conn) (*observer, error) {
+	o := &observer{requested: map[string]time.Time{}, waiters: map[string]chan string{}}
+	handle := func(m *nats.Msg) {
+		now := time.Now()
+		t := strings.Split(m.Subject, ".")
+		if len(t) < 4 {
+			return
+		}
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		switch {
+		case t[1] == "call" && len(t) == 5 && t[4] == "requested":
+			o.requested[t[2]+"/"+t[3]] = now
+		case t[1] == "call" && len(t) == 5 && t[4] == "completed":
+			k := t[2] + "/" + t[3]
+			if start, ok := o.requested[k]; ok {
+				delete(o.requested, k)
+				if o.record {
+					o.callLat = append(o.callLat, now.Sub(start))
+				}
+			}
+		case t[1] == "run" && len(t) == 4 && (t[3] == "completed" || t[3] == "failed"):
+			if ch, ok := o.waiters[t[2]]; ok {
+				delete(o.waiters, t[2])
+				ch <- t[3]
+			}
+		}
+	}
+	for _, s := range []string{"toolwire.call.*.*.requested", "toolwire.call.*.*.completed", "toolwire.run.*.completed", "toolwire.run.*.failed"} {
+		sub, err := nc.Subscribe(s, handle)
+		if err != nil {
+			return nil, err
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		o.subs = append(o.subs, sub)
+	}
+	return o, nc.Flush()
+}
+
+func (o *observer) expect(runID string) chan string {
+	ch := make(chan string, 1)
+	o.mu.Lock()
+	o.waiters[runID] = ch
+	o.mu.Unlock()
+	return ch
+}
+
+func (o *observer) recording(on bool) {
+	o.mu.Lock()
+	o.record = on
+	if on {
+		o.callLat = o.callLat[:0]
+	}
+	o.mu.Unlock()
+}
+
+func (o *observer) calls() []time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]time.Duration(nil), o.callLat...)
+}
+
+func (o *observer) close() {
+	for _, s := range o.subs {
+		_ = s.Unsubscribe()
+	}
+}
+
+// runner submits scripted runs and waits for them.
+type runner struct {
+	c    *client.Client
+	obs  *observer
+	seq  atomic.Int64
+	name string
+}
+
+// request builds a run whose scripted model makes one turn of calls (none
+// when calls is empty) and then answers.
+func (r *runner) request(tool string, calls []json.RawMessage) envelope.RunRequest {
+	id := fmt.Sprintf("%s-%d-%d", r.name, time.Now().UnixNano()%1e9, r.seq.Add(1))
+	type call struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	var turns []any
+	if len(calls) > 0 {
+		cs := make([]call, len(calls))
+		for i, a := range calls {
+			cs[i] = call{Name: tool, Arguments: a}
+		}
+		turns = append(turns, map[string]any{"tool_calls": cs})
+	}
+	turns = append(turns, map[string]any{"content": "done"})
+	opts, _ := json.Marshal(map[string]any{"script": turns})
+	enabled := []string{}
+	if tool != "" {
+		enabled = append(enabled, tool+"@1.0.0")
+	}
+	return envelope.RunRequest{
+		RunID:  id,
+		Tenant: envelope.Tenant{OrgID: "bench"},
+		Agent: envelope.Agent{Name: "bench", Model: envelope.Model{Provider: "scripted", Name: "zero-latency", Options: opts},
+			EnabledTools: enabled, Policy: envelope.Policy{MaxToolCalls: 64}},
+		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "go"}},
+	}
+}
+
+// run submits one run and waits for its end.
+func (r *runner) run(ctx context.Context, req envelope.RunRequest) (time.Duration, error) {
+	ch := r.obs.expect(req.RunID)
+	t := time.Now()
+	if err := r.c.Submit(ctx, req); err != nil {
+		return 0, err
+	}
+	select {
+	case st := <-ch:
+		if st != events.StatusCompleted {
+			return 0, fmt.Errorf("run %s %s", req.RunID, st)
+		}
+		return time.Since(t), nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("run %s: %w", req.RunID, ctx.Err())
+	}
+}
+
+func echoArgs(k int) []json.RawMessage {
+	out := make([]json.RawMessage, k)
+	for i := range out {
+		out[i] = json.RawMessage(`{"text":"` + strconv.Itoa(i) + `"}`)
+	}
+	return out
+}
+
+func sleepArgs(k, ms int) []json.RawMessage {
+	out := make([]json.RawMessage, k)
+	for i := range out {
+		out[i] = json.RawMessage(`{"ms":` + strconv.Itoa(ms) + `}`)
+	}
+	return out
+}

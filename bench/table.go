@@ -1,0 +1,59 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+)
+
+// Table writes the report as a readable table.
+func (r *Report) Table(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
+	d := func(x Dist) string {
+		return fmt.Sprintf("p50 %.0f µs\tp90 %.0f µs\tp99 %.0f µs", x.P50, x.P90, x.P99)
+	}
+	p("toolwire bench\t%s, %d CPUs, recorder: %s", r.GoVersion, r.CPUs, r.Recorder)
+	p("")
+	p("BASELINE (raw JetStream, same server and client)\t\t\t")
+	p("  three-hop chain, one at a time\t%s", d(r.Baseline.Chain))
+	p("  chains/s, %d in flight\t%.0f\t\t", r.Baseline.InFlight, r.Baseline.ChainsPerSec)
+	p("  KV get + CAS update\t%s", d(r.Baseline.KVGetCAS))
+	p("")
+	p("PIPELINE\t\t\t")
+	p("  tool call: request -> envelope\t%s", d(r.ToolCall.Latency))
+	p("    ratio to the chain\tp50 %.2fx (target <= 2x)\tp99 %.2fx (target <= 3x)\t", r.ToolCall.RatioP50, r.ToolCall.RatioP99)
+	p("  one-call run: request -> outputs\t%s", d(r.Run.Latency))
+	p("    %d hops: per hop p50\t%.0f µs (raw %.0f µs, %.2fx)\t\t", r.Run.Hops, r.Run.PerHopP50, r.Run.RawPerHopP50, r.Run.PerHopRatio)
+	p("  run without tools p50\t%.0f µs\t\t", r.Run.NoToolsP50)
+	keys := make([]string, 0, len(r.Run.OverheadPerK))
+	for k := range r.Run.OverheadPerK {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return len(keys[i]) < len(keys[j]) || len(keys[i]) == len(keys[j]) && keys[i] < keys[j]
+	})
+	for _, k := range keys {
+		p("  per-call overhead, turn of %s\t%.0f µs\t\t", k, r.Run.OverheadPerK[k])
+	}
+	p("  throughput\t%.0f runs/s\t%.0f tool calls/s\t%.2fx chains/s (target >= 0.40)", r.Throughput.RunsPerSec, r.Throughput.CallsPerSec, r.Throughput.RatioToChain)
+	if r.Recorder != "none" {
+		p("  recorder lag after the load\t%.0f ms (target < 1000)\t\t", r.Throughput.RecorderLag)
+	}
+	p("  CPU per tool call (whole process)\t%.0f µs\t\t", r.Throughput.CPUPerCallUS)
+	p("  fan-out 8 x 100 ms\t%.1f ms vs %.1f ms single\t%.2fx (target <= 1.2x)\t", r.FanOut.EightMS, r.FanOut.SingleMS, r.FanOut.Ratio)
+	if len(r.ScaleOut.CallsPerSec) == 3 {
+		p("  scale-out, 1/2/3 executors\t%.0f / %.0f / %.0f calls/s\t%.2fx (target >= 2.5x)\t", r.ScaleOut.CallsPerSec[0], r.ScaleOut.CallsPerSec[1], r.ScaleOut.CallsPerSec[2], r.ScaleOut.Ratio3To1)
+	}
+	p("  peak RSS of this process\t%.0f MB\t\t", r.Memory.PeakRSSMB)
+	for _, s := range serviceNames {
+		if mb, ok := r.Memory.IdleMB[s]; ok {
+			p("  idle %s process RSS\t%.1f MB\t\t", s, mb)
+		}
+	}
+	if r.Memory.IdleNote != "" {
+		p("  idle per-service RSS\t%s\t\t", r.Memory.IdleNote)
+	}
+	return tw.Flush()
+}

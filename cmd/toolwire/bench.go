@@ -1,0 +1,54 @@
+package main
+
+import (
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolwire/toolwire/bench"
+)
+
+func newBenchCmd() *cobra.Command {
+	var (
+		o        bench.Options
+		jsonPath string
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the pipeline against a raw JetStream baseline in one run",
+		Long: `bench starts the pipeline in process (embedded nats-server with file storage, all
+services, the recorder on Postgres when DATABASE_URL or --database-url is set)
+with a zero-latency scripted model, and measures, against a raw three-hop
+JetStream chain taken in the same run: tool-call and run latency, per-call
+overhead in parallel turns, throughput with the recorder's lag, fan-out,
+scale-out over 1-3 executors, memory and CPU per tool call.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Progress = cmd.ErrOrStderr()
+			r, err := bench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if err := r.Table(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			if jsonPath != "" {
+				b, err := r.JSON()
+				if err != nil {
+					return err
+				}
+				return os.WriteFile(jsonPath, append(b, '\n'), 0o644)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&o.Samples, "samples", 200, "latency samples per measurement")
+	fl.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each throughput window")
+	fl.IntVar(&o.InFlight, "in-flight", 64, "runs (and raw chains) in flight in throughput tests")
+	fl.StringVar(&o.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "recorder Postgres (default $DATABASE_URL; none: no recorder)")
+	fl.BoolVar(&o.ProcessMemory, "process-memory", true, "build the service binaries and measure each one's idle RSS")
+	fl.StringVar(&jsonPath, "json", "", "also write every figure as JSON to this file")
+	return cmd
+}
