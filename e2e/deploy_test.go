@@ -15,12 +15,13 @@ import (
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"
 	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/sandbox"
 )
 
 // knownEnv is every variable some binary reads.
 func knownEnv() map[string]bool {
 	m := map[string]bool{}
-	for _, list := range [][]string{service.CommonEnvVars(), orchestrator.EnvVars(), policy.EnvVars(), executor.EnvVars(), recorder.EnvVars()} {
+	for _, list := range [][]string{service.CommonEnvVars(), orchestrator.EnvVars(), policy.EnvVars(), executor.EnvVars(), sandbox.EnvVars(), recorder.EnvVars()} {
 		for _, v := range list {
 			m[v] = true
 		}

@@ -42,7 +42,8 @@ type Options struct {
 	NATSListen string
 	// NATSURL connects to an existing NATS server instead of embedding one.
 	NATSURL string
-	// DatabaseURL is the recorder's Postgres; "" runs without the recorder.
+	// DatabaseURL is the recorder's database: a Postgres URL, or sqlite:<path>
+	// for the embedded SQLite store; "" runs without the recorder.
 	DatabaseURL string
 	// HTTPListen is the recorder API's host:port; "" picks a free port.
 	HTTPListen string
@@ -62,6 +63,9 @@ type Options struct {
 	ExecutorConcurrency int
 	// ExecutorOptions are passed to every executor (for example extra tools).
 	ExecutorOptions []executor.Option
+	// Sandbox configures the sandbox service; nil reads TOOLWIRE_SANDBOX_*
+	// from the environment.
+	Sandbox *sandbox.Config
 }
 
 // Stack is a running pipeline.
@@ -147,14 +151,15 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 			return st, fmt.Errorf("executor: %w", err)
 		}
 	}
+	// The sandbox next: it registers python_exec.
+	if err := start(newSandbox(deps("sandbox"), o.Sandbox)); err != nil {
+		return st, fmt.Errorf("sandbox: %w", err)
+	}
 	if err := start(newPolicy(deps("policy"))); err != nil {
 		return st, fmt.Errorf("policy: %w", err)
 	}
 	if err := start(orchestratorNew(deps("orchestrator"), orchestrator.Config{Providers: o.Providers, TracesURLTemplate: o.TracesURLTemplate})); err != nil {
 		return st, fmt.Errorf("orchestrator: %w", err)
-	}
-	if err := start(sandbox.New(), nil); err != nil {
-		return st, fmt.Errorf("sandbox: %w", err)
 	}
 	if o.DatabaseURL != "" {
 		comp, api, err := newRecorder(ctx, deps("recorder"), o.DatabaseURL)
@@ -175,7 +180,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		}
 		probes := &service.Probes{}
 		probes.SetReady(true)
-		st.httpSrv = &http.Server{Handler: probes.Handler(st.Metrics, st.Conn, api), ReadHeaderTimeout: 10 * time.Second}
+		st.httpSrv = &http.Server{Handler: probes.Handler(st.Metrics, st.Conn, withBlobs(api, st.JS)), ReadHeaderTimeout: 10 * time.Second}
 		st.HTTPURL = "http://" + ln.Addr().String()
 		go func() { _ = st.httpSrv.Serve(ln) }()
 	}
@@ -184,6 +189,17 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 
 func newExecutor(d service.Deps, cfg executor.Config, opts []executor.Option) (service.Component, error) {
 	return executor.New(d, cfg, opts...)
+}
+
+func newSandbox(d service.Deps, cfg *sandbox.Config) (service.Component, error) {
+	if cfg == nil {
+		c, err := sandbox.ConfigFromEnv(d.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		cfg = &c
+	}
+	return sandbox.New(d, *cfg)
 }
 
 func newPolicy(d service.Deps) (service.Component, error) {

@@ -38,7 +38,7 @@ scale-out over 1-3 executors, memory and CPU per tool call.`,
 				if err != nil {
 					return err
 				}
-				return os.WriteFile(jsonPath, append(b, '\n'), 0o644)
+				return os.WriteFile(jsonPath, append(b, '\n'), 0o600)
 			}
 			return nil
 		},

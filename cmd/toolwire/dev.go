@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -38,9 +40,11 @@ func newDevCmd() *cobra.Command {
 		Use:   "dev",
 		Short: "Run embedded NATS and every service in one process",
 		Long: `dev runs an embedded nats-server with JetStream (its store in --data-dir) and all
-five services in this process. The recorder writes to DATABASE_URL; when that is
-unset and a Postgres answers on 127.0.0.1:5432, dev uses its "toolwire" database
-(creating it); otherwise it runs without the recorder and says so.
+five services in this process. The recorder writes to DATABASE_URL (a Postgres
+URL, or sqlite:<path>); when that is unset and a Postgres answers on
+127.0.0.1:5432, dev uses its "toolwire" database (creating it); otherwise it
+stores runs in SQLite, in <data-dir>/recorder.db. The recorder's API and the
+timeline page are served on --http.
 
 With --demo it submits the demo run, shows each tool call as it happens, prints
 the final AgentOutputs as JSON on stdout and exits.`,
@@ -54,7 +58,7 @@ the final AgentOutputs as JSON on stdout and exits.`,
 	fl.StringVar(&f.dataDir, "data-dir", ".toolwire", "folder for the embedded JetStream store")
 	fl.StringVar(&f.natsListen, "nats-listen", "", `embedded NATS host:port (default "127.0.0.1:4223"; with --demo a free port)`)
 	fl.StringVar(&f.httpListen, "http", "", `recorder API host:port (default "127.0.0.1:8088"; with --demo a free port)`)
-	fl.StringVar(&f.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "recorder Postgres URL (default $DATABASE_URL)")
+	fl.StringVar(&f.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "recorder database: a Postgres URL or sqlite:<path> (default $DATABASE_URL, else a local Postgres, else SQLite in --data-dir)")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "service log level: debug, info, warn, error")
 	fl.DurationVar(&f.timeout, "timeout", 2*time.Minute, "with --demo: how long to wait for the run")
 	return cmd
@@ -89,7 +93,8 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 
 	dbURL, why := resolveDatabase(ctx, f.databaseURL)
 	if dbURL == "" {
-		say("%s: running without the recorder (runs are not persisted)", why)
+		dbURL = recorder.SQLiteURL(filepath.Join(f.dataDir, "recorder.db"))
+		say("%s: the recorder stores runs in SQLite (%s)", why, filepath.Join(f.dataDir, "recorder.db"))
 	}
 	st, err := stack.Start(ctx, stack.Options{
 		DataDir: f.dataDir, NATSListen: f.natsListen, DatabaseURL: dbURL, HTTPListen: f.httpListen,
@@ -103,7 +108,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	defer func() { err = errors.Join(err, st.Stop(context.WithoutCancel(ctx))) }()
 	say("embedded NATS with JetStream at %s (store in %s)", st.URL, f.dataDir)
 	if st.HTTPURL != "" {
-		say("recorder on %s; API at %s/v1/runs", redact(dbURL), st.HTTPURL)
+		say("recorder on %s; API at %s/v1/runs, timeline at %s/", redact(dbURL), st.HTTPURL, st.HTTPURL)
 	}
 	if !f.demo {
 		say("all services running; press Ctrl-C to stop")
@@ -139,7 +144,7 @@ func runDemo(ctx context.Context, st *stack.Stack, timeout time.Duration, stdout
 		if err := waitRecorded(ctx, st.HTTPURL, runID); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "recorded: %s/v1/runs/%s\n", st.HTTPURL, runID)
+		fmt.Fprintf(stderr, "recorded: %s/v1/runs/%s (timeline: %s/runs/%s)\n", st.HTTPURL, runID, st.HTTPURL, runID)
 	}
 	return nil
 }

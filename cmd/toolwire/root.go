@@ -2,6 +2,8 @@ package main
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/toolwire/toolwire/pkg/events"
 )
 
 // version is set by the build (-ldflags "-X main.version=...").
@@ -14,6 +16,15 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.AddCommand(newCallCmd())
+	root.AddCommand(newBenchCmd())
+	root.AddCommand(newToolsCmd()) // tools.go: the registry commands and tools_mcp.go's mcp
+	root.AddCommand(newSecretsCmd())
+	root.AddCommand(newDecisionCmd(events.DecisionApprove), newDecisionCmd(events.DecisionDeny), newDecisionCmd(events.DecisionRevise))
+	root.AddCommand(newApprovalsCmd())
+	root.AddCommand(newValidateCmd())
+	root.AddCommand(newDLQCmd())    // dlq.go
+	root.AddCommand(newReplayCmd()) // replay.go
 	root.AddCommand(newDevCmd(), newRunCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",

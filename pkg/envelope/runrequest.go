@@ -51,6 +51,12 @@ type Policy struct {
 	MaxBudget     float64     `json:"max_budget,omitempty"`
 	SideEffects   SideEffects `json:"side_effects,omitempty"`
 	Scopes        []string    `json:"scopes,omitempty"`
+	// RequireApproval names the tool calls that wait for an operator's
+	// decision before they run (see ApprovalPolicy).
+	RequireApproval *ApprovalPolicy `json:"require_approval,omitempty"`
+	// ApprovalTimeoutS is how long a call waits for that decision; none in
+	// time is a denial. Zero means DefaultApprovalTimeout.
+	ApprovalTimeoutS int `json:"approval_timeout_s,omitempty"`
 }
 
 // Iterations is MaxIterations or its default.
@@ -136,6 +142,9 @@ type Message struct {
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
 	Name       string     `json:"name,omitempty"`
+	// IsError marks a tool message whose call failed: Content then carries
+	// the error (code, message, retry_after_s) for the model to act on.
+	IsError bool `json:"is_error,omitempty"`
 }
 
 // RunRequest asks toolwire to run an agent node once.
@@ -182,6 +191,9 @@ func (r *RunRequest) Validate() error {
 	}
 	if p.SideEffects != "" && p.SideEffects.Rank() < 0 {
 		add("agent.policy.side_effects %q is not one of none, reads, writes", p.SideEffects)
+	}
+	for _, problem := range p.guardProblems() {
+		add("agent.policy.%s", problem)
 	}
 	pinNames := map[string]bool{}
 	for i, pin := range r.Agent.PinnedHandles {

@@ -3,6 +3,7 @@ package envelope
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -93,6 +94,22 @@ type ToolDefinition struct {
 	Metadata       ToolMetadata    `json:"metadata"`
 	TimeoutMS      int             `json:"timeout_ms,omitempty"`
 	Implementation Implementation  `json:"implementation"`
+	// RateLimit, when set, limits the calls of each tenant to this tool.
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// Cost is what one execution of the tool costs, in the unit of the model
+	// price table (USD by default); it accrues to the run's spend and counts
+	// against the policy's max_budget. Zero: free.
+	Cost float64 `json:"cost,omitempty"`
+	// RequiredSecrets names the secrets the tool needs. The executor resolves
+	// each for the call's tenant (user, then workspace, then org scope) into
+	// ToolContext.Auth; a missing one fails the call with AUTH_REQUIRED.
+	RequiredSecrets []string `json:"required_secrets,omitempty"`
+	// RequiredScopes are the scopes a run must be granted (Policy.Scopes) to
+	// call the tool; the Policy Guard refuses the call otherwise.
+	RequiredScopes []string `json:"required_scopes,omitempty"`
+	// SupportsPreview says the tool can do a dry run that changes nothing: an
+	// approval request for one of its calls then carries the preview.
+	SupportsPreview bool `json:"supports_preview,omitempty"`
 }
 
 // Ref returns the tool's "name@version".
@@ -142,6 +159,15 @@ func (d *ToolDefinition) Validate() error {
 	if d.TimeoutMS < 0 {
 		problems = append(problems, "timeout_ms must not be negative")
 	}
+	if d.Cost < 0 || math.IsNaN(d.Cost) || math.IsInf(d.Cost, 0) {
+		problems = append(problems, "cost must be a finite number, zero or more")
+	}
+	if d.RateLimit != nil {
+		if err := d.RateLimit.Validate(); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	problems = append(problems, validateRequirements(d.RequiredSecrets, d.RequiredScopes)...)
 	switch d.Implementation.Kind {
 	case ImplBuiltin, ImplHTTP, ImplMCP, ImplSandbox:
 	default:

@@ -87,6 +87,13 @@ type Runner struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
+	// mu orders wg.Add in dispatch before the wg.Wait of Stop: once closing
+	// is set, a late dispatch (after a drain that ran out of time) hands its
+	// message back instead of starting a handler.
+	mu      sync.Mutex
+	closing bool
+	// failures is the failure history of the messages being retried (dlq.go).
+	failures failureLog
 }
 
 // NewRunner returns a runner for cfg on js.
@@ -159,6 +166,9 @@ func (r *Runner) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			err = fmt.Errorf("drain %s: %w", r.cfg.Spec.Durable, ctx.Err())
 		}
+		r.mu.Lock()
+		r.closing = true
+		r.mu.Unlock()
 		done := make(chan struct{})
 		go func() { r.wg.Wait(); close(done) }()
 		select {
@@ -177,7 +187,16 @@ func (r *Runner) dispatch(m jetstream.Msg) {
 	// another replica meanwhile.
 	stopKeepAlive := r.keepAlive(m)
 	r.sem <- struct{}{} // back-pressure: block the pull loop when all handlers are busy
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		stopKeepAlive()
+		<-r.sem
+		_ = m.Nak() // never started: another replica takes it
+		return
+	}
 	r.wg.Add(1)
+	r.mu.Unlock()
 	go func() {
 		defer func() { stopKeepAlive(); <-r.sem; r.wg.Done() }()
 		r.handle(m)
@@ -204,12 +223,14 @@ func (r *Runner) handle(m jetstream.Msg) {
 
 	switch {
 	case herr == nil:
+		r.failures.take(meta.Sequence.Stream)
 		if err := m.DoubleAck(ctx); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			r.log.Warn("ack", "subject", m.Subject(), "err", err)
 		}
 	case IsPermanent(herr) || int(meta.NumDelivered) >= r.maxDeliver():
 		r.deadLetter(ctx, m, meta, herr)
 	default:
+		r.failures.add(meta.Sequence.Stream, meta.NumDelivered, herr)
 		delay := r.cfg.Backoff(meta.NumDelivered)
 		r.log.Warn("handler failed; will retry", "subject", m.Subject(), "id", ev.ID(),
 			"attempt", meta.NumDelivered, "retry_in", delay, "err", herr)
@@ -272,6 +293,8 @@ func (r *Runner) deadLetter(ctx context.Context, m jetstream.Msg, meta *jetstrea
 	dl.Header.Set(HeaderDLQDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
 	dl.Header.Set(HeaderDLQError, truncate(cause.Error(), 2000))
 	dl.Header.Set(HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
+	dl.Header.Set(HeaderDLQHistory, historyHeader(r.failures.take(meta.Sequence.Stream), DeliveryFailure{
+		Attempt: meta.NumDelivered, At: time.Now().UTC(), Error: truncate(cause.Error(), maxHistoryError)}))
 	dl.Header.Set(HeaderMsgID, "dlq/"+meta.Stream+"/"+meta.Consumer+"/"+seq)
 	dl.Data = m.Data()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)

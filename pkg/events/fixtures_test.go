@@ -141,6 +141,13 @@ func allConstructors(t testing.TB) []constructed {
 			events.TypeCallStarted, runID + "/" + callID + "/started", call + ".started", callID, new(events.CallStarted)},
 		constructed{"call completed", must(events.NewCallCompleted(src, runID, fixtureEnvelope(), tenant, runTrace)),
 			events.TypeCallCompleted, runID + "/" + callID + "/completed", call + ".completed", callID, new(envelope.ToolEnvelope)},
+		constructed{"call started with secrets", must(events.NewCallStarted(src, events.CallStarted{RunID: runID, CallID: callID, Name: "web_search", Version: "1.2.0", TStart: t0,
+			SecretScopes: map[string]string{"SEARCH_KEY": "org"}, Warnings: []string{"secret SEARCH_KEY fell back to org scope"}}, tenant, runTrace)),
+			events.TypeCallStarted, runID + "/" + callID + "/started", call + ".started", callID, new(events.CallStarted)},
+		constructed{"approval required", must(events.NewApprovalRequired(src, fixtureApprovalRequest(), runTrace)),
+			events.TypeCallApprovalRequired, runID + "/" + callID + "/approval_required", call + ".approval_required", callID, new(events.ApprovalRequest)},
+		constructed{"decided", must(events.NewDecided(src, events.Decision{RunID: runID, CallID: callID, Decision: events.DecisionRevise, Note: "search the French sources", By: "ops@acme"}, tenant, runTrace)),
+			events.TypeCallDecided, runID + "/" + callID + "/decided", call + ".decided", callID, new(events.Decision)},
 	)
 	return cs
 }
@@ -190,4 +197,13 @@ func extStrings(t testing.TB, e *event.Event) map[string]string {
 		out[k] = s
 	}
 	return out
+}
+
+func fixtureApprovalRequest() events.ApprovalRequest {
+	return events.ApprovalRequest{
+		RunID: runID, CorrelationID: callID, ToolName: "web_search", ToolVersion: "1.2.0", AgentName: "researcher",
+		Tenant: tenant, ArgsSummary: `{"query":"weather in Paris"}`, EffectDescription: "Searches the web (reads external data).",
+		Reason: "the policy requires approval for tool web_search", Preview: &events.ApprovalPreview{Output: json.RawMessage(`{"results":[]}`)},
+		ExpiresAt: t0.Add(15 * time.Minute),
+	}
 }

@@ -108,7 +108,9 @@ func (c StoreConfig) KVConfigs() []jetstream.KeyValueConfig {
 	secrets := mk(BucketSecrets, "toolwire sealed secrets", 3)
 	outcomes := mk(BucketOutcomes, "toolwire outcomes of side-effecting calls", 1)
 	outcomes.TTL = c.MaxAge
-	return []jetstream.KeyValueConfig{runs, tools, cache, rate, secrets, outcomes}
+	approvals := mk(BucketApprovals, "toolwire tool call approvals: run.call -> pending or decided", 1)
+	approvals.TTL = c.MaxAge
+	return []jetstream.KeyValueConfig{runs, tools, cache, rate, secrets, outcomes, approvals}
 }
 
 // Provision creates or updates every stream, KV bucket and the object store.

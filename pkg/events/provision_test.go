@@ -14,7 +14,7 @@ import (
 )
 
 var allBuckets = []string{events.BucketRunState, events.BucketTools, events.BucketCache,
-	events.BucketRate, events.BucketSecrets, events.BucketOutcomes}
+	events.BucketRate, events.BucketSecrets, events.BucketOutcomes, events.BucketApprovals}
 
 // streamState is what must not change when Provision runs again.
 type streamState struct {
@@ -56,7 +56,7 @@ func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
 	}
 	slices.Sort(names)
 	require.Equal(t, []string{
-		"KV_" + events.BucketCache, "KV_" + events.BucketOutcomes, "KV_" + events.BucketRate,
+		"KV_" + events.BucketApprovals, "KV_" + events.BucketCache, "KV_" + events.BucketOutcomes, "KV_" + events.BucketRate,
 		"KV_" + events.BucketRunState, "KV_" + events.BucketSecrets, "KV_" + events.BucketTools,
 		"OBJ_" + events.ObjectBlobs,
 		events.StreamCalls, events.StreamDLQ, events.StreamRuns, events.StreamSandbox,

@@ -21,6 +21,9 @@ func TestSchemaFSHoldsEveryEventSchema(t *testing.T) {
 	require.ElementsMatch(t, []string{
 		events.SchemaRunStatus, events.SchemaIterationCheck, events.SchemaVerdict,
 		events.SchemaLLMCompleted, events.SchemaCallRequest, events.SchemaCallStarted,
+		events.SchemaApprovalRequest, events.SchemaDecision,
+		events.SchemaUsage,
+		events.SchemaSandboxJob, events.SchemaSandboxResult,
 	}, got)
 }
 

@@ -25,6 +25,23 @@ const (
 	TypeCallCompleted      = "dev.toolwire.call.completed.v1"          // data: envelope.ToolEnvelope
 )
 
+// Approval event types (data in approval.go).
+const (
+	TypeCallApprovalRequired = "dev.toolwire.call.approval_required.v1" // data: ApprovalRequest
+	TypeCallDecided          = "dev.toolwire.call.decided.v1"           // data: Decision
+)
+
+// Usage event type (data in usage.go).
+const (
+	TypeUsageRecorded = "dev.toolwire.run.usage.recorded.v1" // data: Usage
+)
+
+// Sandbox event types (data in sandbox.go).
+const (
+	TypeSandboxRequested = "dev.toolwire.sandbox.requested.v1" // data: SandboxJob
+	TypeSandboxCompleted = "dev.toolwire.sandbox.completed.v1" // data: SandboxResult
+)
+
 // Run statuses carried by RunStatus.
 const (
 	StatusStarted   = "started"
@@ -47,6 +64,12 @@ type RunStatus struct {
 	TraceID   string                            `json:"trace_id,omitempty"`
 	Iteration int                               `json:"iteration,omitempty"`
 	ToolCalls int                               `json:"tool_calls,omitempty"`
+	// Spend is what the run has cost so far: its model tokens priced by the
+	// orchestrator's price table plus the declared cost of its executed tools.
+	Spend float64 `json:"spend,omitempty"`
+	// Code is the error code of a failed run when one applies (POLICY_DENIED
+	// for a run the Policy Guard stopped).
+	Code envelope.ErrorCode `json:"code,omitempty"`
 }
 
 // IterationCheck asks the Policy Guard whether iteration N of a run may call
@@ -59,6 +82,10 @@ type IterationCheck struct {
 	Policy    envelope.Policy `json:"policy"`
 	ToolCalls int             `json:"tool_calls"`
 	Spend     float64         `json:"spend"`
+	// MinCost is the least the model call asked for will cost: the tokens of
+	// the previous call, which the next prompt repeats, at the model's input
+	// price (0 for the first call or an unpriced model).
+	MinCost float64 `json:"min_cost,omitempty"`
 }
 
 // Verdict is the Policy Guard's answer to an IterationCheck.
@@ -91,6 +118,14 @@ type CallRequest struct {
 	Agent          string          `json:"agent"`
 	EnabledTools   []string        `json:"enabled_tools"`
 	Policy         envelope.Policy `json:"policy"`
+	// Budget of the batch (the calls of one model turn), for max_budget:
+	// Spend is the run's spend when the batch was requested, Cost the called
+	// tool's declared cost, BatchCost the declared cost of the whole batch and
+	// BatchCostBefore that of the batch's calls ahead of this one (lower seq).
+	Spend           float64 `json:"spend,omitempty"`
+	Cost            float64 `json:"cost,omitempty"`
+	BatchCost       float64 `json:"batch_cost,omitempty"`
+	BatchCostBefore float64 `json:"batch_cost_before,omitempty"`
 }
 
 // Ref is the called tool's name@version.
@@ -106,6 +141,12 @@ type CallStarted struct {
 	Version  string    `json:"version"`
 	TStart   time.Time `json:"t_start"`
 	Executor string    `json:"executor,omitempty"`
+	// SecretScopes names, for each secret the call resolved, the scope its
+	// value came from (user, workspace or org); never the value.
+	SecretScopes map[string]string `json:"secret_scopes,omitempty"`
+	// Warnings are findings that do not stop the call, such as a secret that
+	// fell back to the broad org scope.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // DataSchema maps each event type to the name of its data's JSON Schema, among
@@ -125,6 +166,12 @@ var dataSchemas = map[string]string{
 	TypeCallApproved:       SchemaCallRequest,
 	TypeCallStarted:        SchemaCallStarted,
 	TypeCallCompleted:      envelope.SchemaToolEnvelope,
+
+	TypeCallApprovalRequired: SchemaApprovalRequest,
+	TypeCallDecided:          SchemaDecision,
+	TypeUsageRecorded:        SchemaUsage,
+	TypeSandboxRequested:     SchemaSandboxJob,
+	TypeSandboxCompleted:     SchemaSandboxResult,
 }
 
 // DataSchema returns the schema name of an event type's data, or "".

@@ -31,6 +31,17 @@ const (
 // errToolTimeout is the cause of a tool context that reached its deadline.
 var errToolTimeout = errors.New("tool timeout")
 
+// errClaimLost is the cause of a writes tool's context cancelled because
+// another replica declared its outcome unknown.
+var errClaimLost = errors.New("claim of the call lost")
+
+// publishGrace bounds the recording and publishing of a writes call's final
+// outcome during a shutdown.
+const publishGrace = 10 * time.Second
+
+// attrCached marks the span of a call served from the cache.
+const attrCached = attribute.Key("toolwire.cached")
+
 // handle runs one approved call: call.started, the tool, call.completed. It
 // returns an error (redelivery) only when an event cannot be published or a
 // shutdown interrupts the call; a malformed event is dead-lettered at once.
@@ -73,10 +84,19 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 		))
 	defer span.End()
 
+	// The tool's secrets (secrets.go): their scopes go on the timeline, their
+	// values only to the tool.
+	sec, err := s.resolveSecrets(ctx, &req, log)
+	if err != nil {
+		span.SetStatus(codes.Error, "secrets unavailable")
+		return err
+	}
+	ctx, log = withCallSecrets(ctx, sec), sec.logger(log)
+
 	tStart := s.now().UTC()
 	started, err := events.NewCallStarted(s.cfg.Source, events.CallStarted{
 		RunID: req.RunID, CallID: req.CallID, Name: req.Name, Version: req.Version,
-		TStart: tStart, Executor: s.cfg.ID,
+		TStart: tStart, Executor: s.cfg.ID, SecretScopes: sec.scopes, Warnings: sec.warnings,
 	}, req.Tenant, rt)
 	if err != nil {
 		return events.Permanent(err)
@@ -86,17 +106,26 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 		return err
 	}
 
-	env, toolLabel, err := s.execute(ctx, &req, tStart, log)
+	res, err := s.execute(ctx, &req, tStart, log)
 	if err != nil {
-		span.SetStatus(codes.Error, "registry unavailable")
+		span.SetStatus(codes.Error, "infrastructure")
 		return err
 	}
+	pubCtx := ctx
 	if err := ctx.Err(); err != nil {
-		// Shutting down past the drain deadline: the outcome may be our own
-		// cancellation, so leave the call to another replica.
-		span.SetStatus(codes.Error, "interrupted")
-		return fmt.Errorf("call %s interrupted: %w", req.CallID, err)
+		if !res.recorded {
+			// Shutting down past the drain deadline: the outcome may be our
+			// own cancellation, so leave the call to another replica.
+			span.SetStatus(codes.Error, "interrupted")
+			return fmt.Errorf("call %s interrupted: %w", req.CallID, err)
+		}
+		// A writes call's outcome is recorded and final: publish it even
+		// while shutting down (a redelivery would publish the same).
+		var cancel context.CancelFunc
+		pubCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), publishGrace)
+		defer cancel()
 	}
+	env := sec.scrubEnvelope(res.env)
 
 	code := outcomeOK
 	if env.Error != nil {
@@ -104,17 +133,20 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 		span.SetAttributes(semconv.ErrorTypeKey.String(code))
 		span.SetStatus(codes.Error, env.Error.Message)
 	}
-	s.metrics.calls.WithLabelValues(toolLabel, code).Inc()
-	s.metrics.duration.WithLabelValues(toolLabel).Observe(env.Latency().Seconds())
+	if env.Cached {
+		span.SetAttributes(attrCached.Bool(true))
+	}
+	s.metrics.calls.WithLabelValues(res.tool, code).Inc()
+	s.metrics.duration.WithLabelValues(res.tool).Observe(env.Latency().Seconds())
 
 	completed, err := events.NewCallCompleted(s.cfg.Source, req.RunID, env, req.Tenant, rt)
 	if err != nil {
 		return events.Permanent(err)
 	}
-	if err := s.pub.Publish(ctx, completed); err != nil {
+	if err := s.pub.Publish(pubCtx, completed); err != nil {
 		return err
 	}
-	log.Debug("call completed", "code", code, "latency", env.Latency())
+	log.Debug("call completed", "code", code, "latency", env.Latency(), "cached", env.Cached, "truncated", env.Truncated)
 	return nil
 }
 
@@ -134,52 +166,66 @@ func (s *Service) completed(ctx context.Context, req *events.CallRequest) (bool,
 	return false, fmt.Errorf("look up %s: %w", subj, err)
 }
 
-// execute runs the call and returns its envelope and the tool's metric label.
-// Every failure of the call is the envelope's error; err is only for a
-// registry that cannot be read (the call is then redelivered rather than
-// answered with an outcome that says nothing about the tool).
-func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart time.Time, log *slog.Logger) (env envelope.ToolEnvelope, toolLabel string, err error) {
-	env = envelope.ToolEnvelope{
+// execResult is the outcome of execute.
+type execResult struct {
+	env envelope.ToolEnvelope
+	// tool is the metric label: the tool's name, or unknownTool.
+	tool string
+	// recorded: env is the final outcome of a writes call, recorded in the
+	// outcomes bucket; it is published even during a shutdown.
+	recorded bool
+}
+
+// execute runs the call through the executor's pipeline and returns its
+// envelope: registry lookup; for a writes tool, its outcome record (a
+// redelivery never runs it twice); input validation; the cache; the tool's
+// circuit; its rate limit; the claim of a writes call; the tool under its
+// timeout; output validation; truncation; the outcome record or the cache
+// entry. Every failure of the call is the envelope's error; err is only for
+// infrastructure that cannot be reached (the registry, the rate-limit or
+// outcomes bucket): the call is then redelivered rather than answered with an
+// outcome that says nothing about the tool.
+func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart time.Time, log *slog.Logger) (res execResult, err error) {
+	res = execResult{tool: unknownTool, env: envelope.ToolEnvelope{
 		CallID:  req.CallID,
 		Name:    req.Name,
 		Version: req.Version,
 		Input:   req.Input,
 		TStart:  tStart,
-	}
-	defer func() {
-		if env.TEnd.IsZero() {
-			env.TEnd = s.now().UTC()
+	}}
+	fail := func(te *envelope.ToolError) (execResult, error) {
+		res.env.Error, res.env.Output = te, nil
+		if res.env.TEnd.IsZero() {
+			res.env.TEnd = s.now().UTC()
 		}
-		if env.Error != nil {
-			env.Output = nil
-		}
-	}()
-	fail := func(te *envelope.ToolError) (envelope.ToolEnvelope, string, error) {
-		env.Error = te
-		return env, toolLabel, nil
+		return res, nil
 	}
 
 	ref := req.Ref()
-	toolLabel = unknownTool
 	entry, found, err := s.lookup(ctx, ref)
 	if err != nil {
-		return env, toolLabel, err
+		return res, err
 	}
 	if !found {
 		return fail(envelope.NewToolError(envelope.CodeValidation, "unknown tool %s", ref))
 	}
-	toolLabel = req.Name
+	res.tool = req.Name
 	def := &entry.Definition
+	writes := def.Metadata.SideEffects == envelope.SideEffectsWrites
+	outKey := outcomeKey(req.RunID, req.CallID)
+	if writes {
+		// A redelivery of a writes call that was claimed before is answered
+		// from its record, whatever the registry says now.
+		if handled, err := s.replayWrite(ctx, &res, outKey, log); handled || err != nil {
+			return res, err
+		}
+	}
 	if entry.State == registry.StateBlocked {
 		return fail(envelope.NewToolError(envelope.CodePolicyDenied, "tool %s is blocked", ref))
 	}
-	key, err := builtinKey(def)
-	if err != nil {
-		return fail(envelope.NewToolError(envelope.CodeUnknown, "tool %s cannot run in this executor: %v", ref, err))
-	}
-	tool, ok := s.tools[key]
-	if !ok {
-		return fail(envelope.NewToolError(envelope.CodeUnknown, "tool %s: builtin %q is not available in this executor", ref, key))
+	tool, te := s.toolFor(def)
+	if te != nil {
+		return fail(te)
 	}
 	schemas, err := s.schemas.get(def)
 	if err != nil {
@@ -190,24 +236,170 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 		return fail(schemaFailure(envelope.CodeValidation, err, "input for tool %s does not match its input schema", ref))
 	}
 
-	out, te := s.invoke(ctx, tool, def, req, log)
-	env.TEnd = s.now().UTC()
-	if te != nil {
-		return fail(te)
+	if te := secretsOf(ctx).err; te != nil {
+		return fail(te) // a secret is missing: the tool does not run
 	}
-	if len(out) == 0 {
-		out = json.RawMessage("null")
-	}
-	if !json.Valid(out) {
-		return fail(envelope.NewToolError(envelope.CodeProviderError, "tool %s returned output that is not JSON", ref))
-	}
-	if schemas.output != nil {
-		if err := envelope.ValidateAgainst(ref.String()+" output", schemas.output, out); err != nil {
-			return fail(schemaFailure(envelope.CodeProviderError, err, "output of tool %s does not match its output schema", ref))
+
+	// The cache: a hit is this call's envelope, served without running the
+	// tool (and without taking a rate-limit token).
+	cacheKey, ttl, cacheable := "", time.Duration(0), false
+	if ttl, cacheable = cacheTTL(def); cacheable {
+		cacheKey, err = envelope.CacheKey(req.Tenant.ID(), req.Name, req.Version, req.Input)
+		if err != nil {
+			cacheable = false
+		} else {
+			hit, err := s.cache.get(ctx, cacheKey)
+			switch {
+			case err != nil:
+				log.Warn("cache unavailable; running the tool", "err", err)
+			case hit != nil:
+				s.metrics.cache.WithLabelValues(req.Name, "hit").Inc()
+				res.env = cacheHit(hit, &res.env, s.now().UTC())
+				return res, nil
+			default:
+				s.metrics.cache.WithLabelValues(req.Name, "miss").Inc()
+			}
 		}
 	}
-	env.Output = out
-	return env, toolLabel, nil
+
+	// The tool's health: an open circuit answers at once.
+	report, refusal := s.circuits.allow(ref.String())
+	if refusal != nil {
+		return fail(refusal)
+	}
+	ran := false
+	defer func() {
+		var code envelope.ErrorCode
+		if res.env.Error != nil {
+			code = res.env.Error.Code
+		}
+		report(code, ran && err == nil)
+	}()
+
+	if def.RateLimit != nil {
+		wait, err := s.limiter.take(ctx, req.Tenant.ID(), req.Name, def.RateLimit)
+		if err != nil {
+			return res, err
+		}
+		if wait > 0 {
+			s.metrics.rateLimited.WithLabelValues(req.Name).Inc()
+			te := envelope.NewToolError(envelope.CodeRateLimit,
+				"rate limit of tool %s reached for this tenant (%g calls/s, burst %d); retry in %s",
+				req.Name, def.RateLimit.PerS, def.RateLimit.Burst, wait.Round(time.Millisecond))
+			te.RetryAfterS = retryAfterSeconds(wait)
+			return fail(te)
+		}
+	}
+
+	// A writes call is claimed before it runs: the claim decides which
+	// delivery runs it, and a heartbeat keeps the claim alive meanwhile.
+	runCtx := ctx
+	var claim *heldClaim
+	if writes {
+		rev, rec, err := s.outcomes.claim(ctx, outKey, tStart)
+		if errors.Is(err, errClaimTaken) {
+			handled, err := s.replayWrite(ctx, &res, outKey, log)
+			if err == nil && !handled {
+				err = fmt.Errorf("claim %s: taken, then gone", outKey)
+			}
+			return res, err
+		}
+		if err != nil {
+			return res, err
+		}
+		claim = s.outcomes.hold(ctx, outKey, rev, rec)
+		var cancel context.CancelCauseFunc
+		runCtx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go func() {
+			select {
+			case <-claim.lost:
+				cancel(errClaimLost)
+			case <-runCtx.Done():
+			}
+		}()
+	}
+
+	ran = true
+	out, te := s.invoke(runCtx, tool, def, req, log)
+	out, te = secretsOf(runCtx).scrubResult(out, te)
+	res.env.TEnd = s.now().UTC()
+	if te == nil {
+		te = s.checkOutput(ref, schemas, &out)
+	}
+	if te == nil {
+		if err := s.setOutput(ctx, req.RunID, req.CallID, &res.env, out); err != nil {
+			log.Error("oversized output could not be stored as a blob", "bytes", len(out), "err", err)
+			te = envelope.NewToolError(envelope.CodeUnknown, "the output of tool %s (%d bytes) is larger than the executor passes on and could not be stored", ref, len(out))
+		} else if res.env.Truncated {
+			s.metrics.truncated.WithLabelValues(req.Name).Inc()
+		}
+	}
+	if te != nil {
+		res.env.Error, res.env.Output = te, nil
+		res.env.Truncated, res.env.Attachments = false, nil
+	}
+
+	if writes {
+		rev := claim.release()
+		if te != nil && (ctx.Err() != nil || errors.Is(context.Cause(runCtx), errClaimLost)) {
+			// Stopped mid-call: whether the effect happened is unknown.
+			res.env = unknownOutcome(res.env, outcomeRecord{Owner: s.outcomes.owner, ClaimedAt: tStart}, res.env.TEnd)
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishGrace)
+		defer cancel()
+		final, err := s.outcomes.finish(fctx, outKey, rev, res.env)
+		if err != nil {
+			log.Error("outcome of a writes call could not be recorded; a redelivery will report it unknown", "err", err)
+			return res, err
+		}
+		res.env, res.recorded = final, true
+		return res, nil
+	}
+	if te == nil && cacheable {
+		if err := s.cache.put(ctx, cacheKey, &res.env, ttl); err != nil {
+			log.Warn("cache store failed", "err", err)
+		}
+	}
+	return res, nil
+}
+
+// checkOutput checks a tool's output: JSON, and valid against the tool's
+// output schema. An empty output is null.
+func (s *Service) checkOutput(ref envelope.ToolRef, schemas *toolSchemas, out *json.RawMessage) *envelope.ToolError {
+	if len(*out) == 0 {
+		*out = json.RawMessage("null")
+	}
+	if !json.Valid(*out) {
+		return envelope.NewToolError(envelope.CodeProviderError, "tool %s returned output that is not JSON", ref)
+	}
+	if schemas.output != nil {
+		if err := envelope.ValidateAgainst(ref.String()+" output", schemas.output, *out); err != nil {
+			return schemaFailure(envelope.CodeProviderError, err, "output of tool %s does not match its output schema", ref)
+		}
+	}
+	return nil
+}
+
+// replayWrite answers a writes call whose outcome record exists: the
+// recorded envelope, or, when its claimer stopped during the call, an UNKNOWN
+// one. handled false: there is no record; the call may run.
+func (s *Service) replayWrite(ctx context.Context, res *execResult, key string, log *slog.Logger) (handled bool, err error) {
+	base := res.env
+	env, recorded, found, err := s.outcomes.resolve(ctx, key, func(rec outcomeRecord) envelope.ToolEnvelope {
+		return unknownOutcome(base, rec, s.now().UTC())
+	})
+	if err != nil || !found {
+		return false, err
+	}
+	outcome := "recorded"
+	if !recorded {
+		outcome = "unknown"
+	}
+	s.metrics.writeReplays.WithLabelValues(res.tool, outcome).Inc()
+	log.Info("writes call answered from its outcome record, not run again", "outcome", outcome)
+	res.env, res.recorded = env, true
+	return true, nil
 }
 
 // schemaFailure turns a validation failure into a ToolError listing the
@@ -254,7 +446,7 @@ func (s *Service) invoke(ctx context.Context, tool Tool, def *envelope.ToolDefin
 	timeout := def.Timeout()
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errToolTimeout)
 	defer cancel()
-	tc := ToolContext{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: map[string]string{}}
+	tc := ToolContext{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), Log: log}
 
 	done := make(chan toolResult, 1)
 	go func() {

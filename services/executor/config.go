@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -13,6 +14,20 @@ import (
 const (
 	EnvConcurrency = "TOOLWIRE_EXECUTOR_CONCURRENCY" // tool calls in flight per replica
 	EnvID          = "TOOLWIRE_EXECUTOR_ID"          // replica id; default hostname-pid
+	// EnvMaxOutputBytes is the size above which an output is truncated and
+	// stored as a blob.
+	EnvMaxOutputBytes = "TOOLWIRE_MAX_OUTPUT_BYTES"
+	// EnvPreviewBytes is how much of a truncated output the envelope keeps.
+	EnvPreviewBytes = "TOOLWIRE_OUTPUT_PREVIEW_BYTES"
+	// EnvCircuitFailures is how many consecutive failures open a tool's circuit.
+	EnvCircuitFailures = "TOOLWIRE_EXECUTOR_CIRCUIT_FAILURES"
+	// EnvCircuitOpen is how long an open circuit refuses calls (a duration).
+	EnvCircuitOpen = "TOOLWIRE_EXECUTOR_CIRCUIT_OPEN"
+	// EnvClaimLease is how long a writes call's claim lives without a
+	// heartbeat before another replica declares its outcome unknown.
+	EnvClaimLease = "TOOLWIRE_EXECUTOR_CLAIM_LEASE"
+	// EnvAckWait is the shared consumer's ack wait (all replicas must agree).
+	EnvAckWait = "TOOLWIRE_EXECUTOR_ACK_WAIT"
 )
 
 // Defaults and limits of Config.
@@ -23,6 +38,21 @@ const (
 	MaxConcurrency = maxAckPending
 	DefaultSource  = "/toolwire/executor"
 	maxIDLen       = 128
+
+	// DefaultMaxOutputBytes is the spec's max_output_bytes (5.4): 2 MiB.
+	DefaultMaxOutputBytes = 2 << 20
+	// MaxMaxOutputBytes bounds MaxOutputBytes (1 GiB).
+	MaxMaxOutputBytes = 1 << 30
+	// DefaultPreviewBytes is how much of a truncated output the envelope keeps.
+	DefaultPreviewBytes = 16 << 10
+	// DefaultCircuitFailures is how many consecutive failures open a circuit.
+	DefaultCircuitFailures = 5
+	// DefaultCircuitOpen is how long an open circuit refuses calls.
+	DefaultCircuitOpen = 30 * time.Second
+	// DefaultClaimLease is the lease of a writes call's claim.
+	DefaultClaimLease = 15 * time.Second
+	// DefaultAckWait is the shared consumer's ack wait.
+	DefaultAckWait = 30 * time.Second
 )
 
 // Config configures the executor.
@@ -33,15 +63,39 @@ type Config struct {
 	Source string
 	// ID names this replica in call.started events; default hostname-pid.
 	ID string
+	// MaxOutputBytes is the spec's max_output_bytes: a larger output is
+	// stored whole as a blob and the envelope keeps a preview. An output is
+	// also truncated when its envelope would not fit in one NATS message (the
+	// server's max_payload, 1 MiB by default). Default 2 MiB.
+	MaxOutputBytes int
+	// PreviewBytes is how many bytes of a truncated output its preview keeps
+	// (cut back to fit the message when needed). Default 16 KiB.
+	PreviewBytes int
+	// CircuitFailures is how many consecutive PROVIDER_ERROR, NETWORK_ERROR or
+	// TIMEOUT outcomes of one tool open its circuit. Default 5.
+	CircuitFailures int
+	// CircuitOpen is how long an open circuit answers PROVIDER_ERROR at once
+	// before letting one trial call through. Default 30s.
+	CircuitOpen time.Duration
+	// ClaimLease is how long the claim of a writes call lives without a
+	// heartbeat (sent every third of it while the tool runs) before a
+	// redelivery declares the outcome unknown. Default 15s.
+	ClaimLease time.Duration
+	// AckWait is the shared consumer's ack wait: how long a replica that
+	// stopped answering holds a call before JetStream redelivers it. Every
+	// replica must use the same value. Default 30s.
+	AckWait time.Duration
 }
 
 // EnvVars lists the environment variables ConfigFromEnv reads, for docs and
 // deployment checks.
-func EnvVars() []string { return []string{EnvConcurrency, EnvID} }
+func EnvVars() []string {
+	return []string{EnvConcurrency, EnvID, EnvMaxOutputBytes, EnvPreviewBytes, EnvCircuitFailures, EnvCircuitOpen, EnvClaimLease, EnvAckWait}
+}
 
 // DefaultConfig returns the configuration with every default filled in.
 func DefaultConfig() Config {
-	return Config{Concurrency: DefaultConcurrency, Source: DefaultSource, ID: defaultID()}
+	return Config{}.withDefaults()
 }
 
 func defaultID() string {
@@ -63,8 +117,35 @@ func (c Config) withDefaults() Config {
 	if c.ID == "" {
 		c.ID = defaultID()
 	}
+	if c.MaxOutputBytes == 0 {
+		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.PreviewBytes == 0 {
+		c.PreviewBytes = min(DefaultPreviewBytes, c.MaxOutputBytes)
+	}
+	if c.CircuitFailures == 0 {
+		c.CircuitFailures = DefaultCircuitFailures
+	}
+	if c.CircuitOpen == 0 {
+		c.CircuitOpen = DefaultCircuitOpen
+	}
+	if c.ClaimLease == 0 {
+		c.ClaimLease = DefaultClaimLease
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
 	return c
 }
+
+// Bounds of the durations and sizes of Config.
+const (
+	minDuration        = 10 * time.Millisecond
+	maxCircuitOpen     = time.Hour
+	maxClaimLease      = time.Hour
+	maxAckWait         = time.Hour
+	maxCircuitFailures = 1000
+)
 
 // Validate checks the configuration; zero fields mean their defaults.
 func (c Config) Validate() error {
@@ -79,7 +160,27 @@ func (c Config) Validate() error {
 	if len(c.ID) > maxIDLen || strings.ContainsFunc(c.ID, unicode.IsControl) {
 		errs = append(errs, fmt.Errorf("id %q: want at most %d printable characters", c.ID, maxIDLen))
 	}
+	if c.MaxOutputBytes < 1 || c.MaxOutputBytes > MaxMaxOutputBytes {
+		errs = append(errs, fmt.Errorf("max output bytes %d: want 1 to %d", c.MaxOutputBytes, MaxMaxOutputBytes))
+	}
+	if c.PreviewBytes < 1 || c.PreviewBytes > c.MaxOutputBytes {
+		errs = append(errs, fmt.Errorf("preview bytes %d: want 1 to max output bytes (%d)", c.PreviewBytes, c.MaxOutputBytes))
+	}
+	if c.CircuitFailures < 1 || c.CircuitFailures > maxCircuitFailures {
+		errs = append(errs, fmt.Errorf("circuit failures %d: want 1 to %d", c.CircuitFailures, maxCircuitFailures))
+	}
+	errs = append(errs,
+		checkDuration("circuit open", c.CircuitOpen, maxCircuitOpen),
+		checkDuration("claim lease", c.ClaimLease, maxClaimLease),
+		checkDuration("ack wait", c.AckWait, maxAckWait))
 	return errors.Join(errs...)
+}
+
+func checkDuration(what string, d, limit time.Duration) error {
+	if d < minDuration || d > limit {
+		return fmt.Errorf("%s %s: want %s to %s", what, d, minDuration, limit)
+	}
+	return nil
 }
 
 // ConfigFromEnv reads the configuration from the environment, with defaults,
@@ -95,6 +196,16 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			c.Concurrency = n
 		}
 	}
+	errs = append(errs,
+		envInt(getenv, EnvMaxOutputBytes, 1, MaxMaxOutputBytes, &c.MaxOutputBytes),
+		envInt(getenv, EnvPreviewBytes, 1, MaxMaxOutputBytes, &c.PreviewBytes),
+		envInt(getenv, EnvCircuitFailures, 1, maxCircuitFailures, &c.CircuitFailures),
+		envDuration(getenv, EnvCircuitOpen, maxCircuitOpen, &c.CircuitOpen),
+		envDuration(getenv, EnvClaimLease, maxClaimLease, &c.ClaimLease),
+		envDuration(getenv, EnvAckWait, maxAckWait, &c.AckWait))
+	if strings.TrimSpace(getenv(EnvPreviewBytes)) == "" {
+		c.PreviewBytes = min(DefaultPreviewBytes, c.MaxOutputBytes)
+	}
 	if v := getenv(EnvID); v != "" {
 		if len(v) > maxIDLen || strings.ContainsFunc(v, unicode.IsControl) {
 			errs = append(errs, fmt.Errorf("%s=%q: want at most %d printable characters", EnvID, v, maxIDLen))
@@ -102,8 +213,37 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			c.ID = v
 		}
 	}
-	if len(errs) > 0 {
-		return c, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return c, err
 	}
 	return c, c.Validate()
+}
+
+// envInt reads a whole number from lo to hi into dst when the variable is set.
+func envInt(getenv func(string) string, name string, lo, hi int, dst *int) error {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return fmt.Errorf("%s=%q: want a whole number from %d to %d", name, v, lo, hi)
+	}
+	*dst = n
+	return nil
+}
+
+// envDuration reads a Go duration (for example 30s) into dst when the
+// variable is set.
+func envDuration(getenv func(string) string, name string, hi time.Duration, dst *time.Duration) error {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < minDuration || d > hi {
+		return fmt.Errorf("%s=%q: want a duration from %s to %s, for example 30s", name, v, minDuration, hi)
+	}
+	*dst = d
+	return nil
 }

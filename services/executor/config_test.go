@@ -3,6 +3,7 @@ package executor
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -37,6 +38,46 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "too many", env: map[string]string{EnvConcurrency: "4097"}, wantErr: []string{EnvConcurrency, "4096"}},
 		{name: "bad id", env: map[string]string{EnvID: "a\nb"}, wantErr: []string{EnvID, "printable"}},
 		{
+			name: "runtime defaults",
+			want: func(t *testing.T, c Config) {
+				require.Equal(t, 2<<20, c.MaxOutputBytes)
+				require.Equal(t, 16<<10, c.PreviewBytes)
+				require.Equal(t, 5, c.CircuitFailures)
+				require.Equal(t, 30*time.Second, c.CircuitOpen)
+				require.Equal(t, 15*time.Second, c.ClaimLease)
+				require.Equal(t, 30*time.Second, c.AckWait)
+			},
+		},
+		{
+			name: "runtime set",
+			env: map[string]string{
+				EnvMaxOutputBytes: "1048576", EnvPreviewBytes: "4096", EnvCircuitFailures: "3",
+				EnvCircuitOpen: "1m", EnvClaimLease: "5s", EnvAckWait: "10s",
+			},
+			want: func(t *testing.T, c Config) {
+				require.Equal(t, 1<<20, c.MaxOutputBytes)
+				require.Equal(t, 4096, c.PreviewBytes)
+				require.Equal(t, 3, c.CircuitFailures)
+				require.Equal(t, time.Minute, c.CircuitOpen)
+				require.Equal(t, 5*time.Second, c.ClaimLease)
+				require.Equal(t, 10*time.Second, c.AckWait)
+			},
+		},
+		{
+			name: "small max output shrinks the default preview",
+			env:  map[string]string{EnvMaxOutputBytes: "1000"},
+			want: func(t *testing.T, c Config) {
+				require.Equal(t, 1000, c.MaxOutputBytes)
+				require.Equal(t, 1000, c.PreviewBytes)
+			},
+		},
+		{name: "max output not a number", env: map[string]string{EnvMaxOutputBytes: "2MB"}, wantErr: []string{EnvMaxOutputBytes, `"2MB"`, "whole number from 1 to 1073741824"}},
+		{name: "preview larger than max", env: map[string]string{EnvMaxOutputBytes: "100", EnvPreviewBytes: "200"}, wantErr: []string{"preview bytes 200"}},
+		{name: "zero failures", env: map[string]string{EnvCircuitFailures: "0"}, wantErr: []string{EnvCircuitFailures}},
+		{name: "open not a duration", env: map[string]string{EnvCircuitOpen: "30"}, wantErr: []string{EnvCircuitOpen, "for example 30s"}},
+		{name: "lease too short", env: map[string]string{EnvClaimLease: "1ms"}, wantErr: []string{EnvClaimLease}},
+		{name: "ack wait too long", env: map[string]string{EnvAckWait: "2h"}, wantErr: []string{EnvAckWait}},
+		{
 			name:    "every problem at once",
 			env:     map[string]string{EnvConcurrency: "x", EnvID: strings.Repeat("i", 200)},
 			wantErr: []string{EnvConcurrency, EnvID},
@@ -70,6 +111,9 @@ func TestConfigValidate(t *testing.T) {
 		{name: "too much concurrency", cfg: Config{Concurrency: MaxConcurrency + 1}, wantErr: "concurrency"},
 		{name: "source with control character", cfg: Config{Source: "/x\x00"}, wantErr: "source"},
 		{name: "source with spaces", cfg: Config{Source: " /x"}, wantErr: "source"},
+		{name: "negative max output", cfg: Config{MaxOutputBytes: -1}, wantErr: "max output bytes -1"},
+		{name: "negative lease", cfg: Config{ClaimLease: -time.Second}, wantErr: "claim lease -1s"},
+		{name: "circuit open too long", cfg: Config{CircuitOpen: 2 * time.Hour}, wantErr: "circuit open 2h0m0s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,5 +128,5 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestEnvVars(t *testing.T) {
-	require.Equal(t, []string{EnvConcurrency, EnvID}, EnvVars())
+	require.Equal(t, []string{EnvConcurrency, EnvID, EnvMaxOutputBytes, EnvPreviewBytes, EnvCircuitFailures, EnvCircuitOpen, EnvClaimLease, EnvAckWait}, EnvVars())
 }

@@ -31,8 +31,18 @@
 // the key is the tool's name). Several registry entries may therefore share one
 // implementation: an operator can register sleep@0.0.1-test with a 50ms
 // timeout, and the sleep built-in runs it under that definition's schemas and
-// timeout. Entries of other kinds (http, mcp, sandbox) are not run by this
-// executor yet and fail with UNKNOWN.
+// timeout. Entries of kind mcp are run by calling their MCP server's tool
+// (mcp.go, mcp_session.go); entries of other kinds (http, sandbox) are not run
+// by this executor yet and fail with UNKNOWN.
+//
+// # Real tools
+//
+// Beside the test built-ins the executor runs http_request (writes),
+// http_get (reads), web_fetch (reads) and json_query (none). The web tools
+// share one HTTP client whose dialer refuses loopback, private, link-local,
+// metadata and other special-purpose addresses after DNS resolution, on every
+// connection (webguard.go): a refusal is POLICY_DENIED and nothing is sent.
+// TOOLWIRE_HTTP_ALLOW_HOSTS names the host[:port]s an operator trusts.
 //
 // # Outcomes
 //
@@ -56,6 +66,31 @@
 //     name@version"); the real error is logged, never put in the envelope.
 //   - any code: a tool that returns a *envelope.ToolError keeps its code,
 //     message and details.
+//   - RATE_LIMIT: the tenant's token bucket for the tool (the definition's
+//     rate_limit) is empty; retry_after_s says when a token is back.
+//   - PROVIDER_ERROR with retry_after_s: the tool's circuit is open after
+//     consecutive PROVIDER_ERROR, NETWORK_ERROR or TIMEOUT outcomes.
+//   - UNKNOWN with the message MsgOutcomeUnknown: a writes call whose
+//     executor stopped in the middle of it; it is not run again.
+//
+// # Runtime
+//
+// Between the input validation and the tool, a call meets the cache (KV
+// toolwire_cache, per-key TTL, tenant-scoped envelope.CacheKey; tools with
+// side effects none or reads and cache ttl or forever; a hit is the stored
+// envelope with cached true and the call's own call_id, input and times), the
+// tool's circuit (per replica, github.com/sony/gobreaker; Health reports it)
+// and its rate limit (KV toolwire_rate, one token bucket per tenant and tool
+// name, compare-and-set, shared by all replicas). A writes call is claimed in
+// KV toolwire_outcomes (kv.Create, key "<run_id>.<call_id>") before it runs,
+// kept alive by a heartbeat, and its envelope recorded there by
+// compare-and-set: every later delivery publishes that record instead of
+// running the tool, waits while a live claim's heartbeat goes on, and declares
+// the outcome unknown once the heartbeat has stopped for a lease. After the
+// tool, an output larger than Config.MaxOutputBytes, or whose envelope would
+// not fit in one NATS message, is stored whole in the object store
+// toolwire_blobs (package blobs) and replaced by a TruncatedOutput preview,
+// with truncated true and a blob attachment.
 //
 // Only infrastructure failures return an error to the consumer runner, which
 // redelivers the call with back-off (and dead-letters it after the last
@@ -72,6 +107,11 @@
 // error.type (the error code). Its parent is the hop's trace context that the
 // consumer runner extracted, and the started and completed events carry it on.
 // Prometheus metrics: toolwire_executor_tool_calls_total{tool,code},
-// toolwire_executor_tool_call_duration_seconds{tool} and
-// toolwire_executor_tool_calls_in_flight.
+// toolwire_executor_tool_call_duration_seconds{tool},
+// toolwire_executor_tool_calls_in_flight, toolwire_executor_cache_lookups_total{tool,result},
+// toolwire_executor_rate_limited_total{tool},
+// toolwire_executor_outputs_truncated_total{tool},
+// toolwire_executor_circuit_state{tool} (0 closed, 1 half-open, 2 open),
+// toolwire_executor_circuit_rejections_total{tool} and
+// toolwire_executor_write_redeliveries_total{tool,outcome}.
 package executor

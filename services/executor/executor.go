@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +18,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/pkg/events/service"
 )
 
@@ -40,7 +43,9 @@ var ErrStopped = errors.New("executor: stopped")
 type Option func(*options)
 
 type options struct {
-	tools []Tool
+	tools   []Tool
+	real    realToolOptions
+	keyring *secrets.Keyring // secrets.go
 }
 
 // WithTools adds in-process tools beside the built-ins (for example test
@@ -64,6 +69,16 @@ type Service struct {
 	now     func() time.Time
 	// abandonAfter is how long to wait for a tool that ignores its context.
 	abandonAfter time.Duration
+	circuits     *circuits
+	cache        *toolCache
+	limiter      *rateLimiter
+	outcomes     *outcomes
+	// real holds the web client and the MCP sessions (resolve.go).
+	real *realTools
+	// secrets opens the secrets of the tools that need some (secrets.go).
+	secrets *secretResolver
+	// previews answers the guard's dry-run requests (preview.go).
+	previews *previewServer
 
 	mu       sync.Mutex
 	started  bool
@@ -117,8 +132,18 @@ func New(d service.Deps, cfg Config, opts ...Option) (*Service, error) {
 		now:          time.Now,
 		abandonAfter: defaultAbandonAfter,
 	}
-	for _, t := range append(Builtins(), o.tools...) {
+	s.circuits = newCircuits(cfg.CircuitFailures, cfg.CircuitOpen, func() time.Time { return s.now() }, m)
+	if s.secrets, err = newSecretResolver(d, o.keyring); err != nil {
+		return nil, err
+	}
+	rts, realTools, err := newRealTools(d, o.real, log)
+	if err != nil {
+		return nil, err
+	}
+	s.real = rts
+	for _, t := range append(append(Builtins(), realTools...), o.tools...) {
 		if err := s.addTool(t); err != nil {
+			rts.close()
 			return nil, err
 		}
 	}
@@ -189,6 +214,12 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	}
 	s.warmSchemas()
 
+	if err := s.openState(ctx); err != nil {
+		return err
+	}
+	if s.previews, err = s.servePreviews(ctx); err != nil {
+		return err
+	}
 	s.calls, err = s.js.Stream(ctx, events.StreamCalls)
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", events.StreamCalls, err)
@@ -199,6 +230,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 			Durable:       Durable,
 			Filters:       []string{FilterApproved},
 			MaxAckPending: maxAckPending,
+			AckWait:       s.cfg.AckWait,
 		},
 		Handler:     s.handle,
 		Concurrency: s.cfg.Concurrency,
@@ -213,6 +245,39 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	}
 	s.started = true
 	s.log.Info("executor started", "id", s.cfg.ID, "concurrency", s.cfg.Concurrency, "tools", len(s.defs))
+	return nil
+}
+
+// openState opens the KV buckets of the cache, the rate limits and the
+// outcomes of writes calls.
+func (s *Service) openState(ctx context.Context) error {
+	open := func(bucket string) (jetstream.KeyValue, error) {
+		kv, err := s.js.KeyValue(ctx, bucket)
+		if err != nil {
+			return nil, fmt.Errorf("kv %s: %w", bucket, err)
+		}
+		return kv, nil
+	}
+	cache, err := open(events.BucketCache)
+	if err != nil {
+		return err
+	}
+	rate, err := open(events.BucketRate)
+	if err != nil {
+		return err
+	}
+	outs, err := open(events.BucketOutcomes)
+	if err != nil {
+		return err
+	}
+	nonce := make([]byte, 6)
+	if _, err := rand.Read(nonce); err != nil {
+		return fmt.Errorf("executor nonce: %w", err)
+	}
+	now := func() time.Time { return s.now() }
+	s.cache = &toolCache{kv: cache, js: s.js}
+	s.limiter = &rateLimiter{kv: rate, now: now}
+	s.outcomes = &outcomes{kv: outs, owner: s.cfg.ID + "/" + hex.EncodeToString(nonce), lease: s.cfg.ClaimLease, now: now, log: s.log}
 	return nil
 }
 
@@ -288,6 +353,8 @@ func (s *Service) release() {
 		return
 	}
 	s.released = true
+	s.previews.stop()
+	s.real.close()
 	if s.catalog != nil {
 		s.catalog.Stop()
 	}

@@ -18,6 +18,13 @@ type metrics struct {
 	duration  *prometheus.HistogramVec
 	inFlight  prometheus.Gauge
 	abandoned prometheus.Counter
+
+	cache        *prometheus.CounterVec // tool, result: hit, miss, store_failed
+	rateLimited  *prometheus.CounterVec // tool
+	truncated    *prometheus.CounterVec // tool
+	circuit      *prometheus.GaugeVec   // tool: 0 closed, 1 half-open, 2 open
+	circuitFast  *prometheus.CounterVec // tool: calls refused by an open circuit
+	writeReplays *prometheus.CounterVec // tool, outcome: recorded, unknown
 }
 
 // newMetrics registers the executor's metrics on reg. Several executors may
@@ -42,6 +49,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Tools that did not return after their context ended and were left running.",
 		}),
 	}
+	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "toolwire", Subsystem: "executor", Name: "cache_lookups_total",
+		Help: "Cache lookups of cacheable tools, by tool name and result (hit, miss).",
+	}, []string{"tool", "result"})
+	m.rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "toolwire", Subsystem: "executor", Name: "rate_limited_total",
+		Help: "Calls refused with RATE_LIMIT because the tenant's token bucket for the tool was empty, by tool name.",
+	}, []string{"tool"})
+	m.truncated = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "toolwire", Subsystem: "executor", Name: "outputs_truncated_total",
+		Help: "Outputs larger than max_output_bytes (or than one message) stored as blobs, by tool name.",
+	}, []string{"tool"})
+	m.circuit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "toolwire", Subsystem: "executor", Name: "circuit_state",
+		Help: "State of each tool version's circuit in this replica: 0 closed, 1 half-open, 2 open.",
+	}, []string{"tool"})
+	m.circuitFast = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "toolwire", Subsystem: "executor", Name: "circuit_rejections_total",
+		Help: "Calls answered PROVIDER_ERROR at once because the tool's circuit was open, by tool name@version.",
+	}, []string{"tool"})
+	m.writeReplays = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "toolwire", Subsystem: "executor", Name: "write_redeliveries_total",
+		Help: "Redelivered calls of writes tools answered from their outcome record without running them, by tool name and outcome (recorded, unknown).",
+	}, []string{"tool", "outcome"})
 	if reg == nil {
 		return m, nil
 	}
@@ -60,6 +91,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.abandoned, err = register(reg, m.abandoned)
 	if err != nil {
+		return nil, err
+	}
+	for _, c := range []**prometheus.CounterVec{&m.cache, &m.rateLimited, &m.truncated, &m.circuitFast, &m.writeReplays} {
+		if *c, err = register(reg, *c); err != nil {
+			return nil, err
+		}
+	}
+	if m.circuit, err = register(reg, m.circuit); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
@@ -28,6 +29,9 @@ type ToolContext struct {
 	CallID   string
 	// Auth holds the secrets resolved for this tool; never logged or traced.
 	Auth map[string]string
+	// Log is the call's logger, scrubbed of the values in Auth; nil means
+	// the tool does not log.
+	Log *slog.Logger
 }
 
 // BuiltinConfig is the implementation config of a builtin registry entry: the

@@ -2,11 +2,9 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,11 +14,19 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/events/service"
+)
+
+// The orchestrator's durable consumers.
+const (
+	DurableRuns      = "orchestrator-runs"
+	DurableCalls     = "orchestrator-calls"
+	DurableApprovals = "orchestrator-approvals"
 )
 
 // Service is the orchestrator.
@@ -42,6 +48,7 @@ type metrics struct {
 	runs       *prometheus.CounterVec
 	modelCalls *prometheus.CounterVec
 	modelDur   prometheus.Histogram
+	spend      prometheus.Counter
 }
 
 // New builds the orchestrator.
@@ -49,6 +56,9 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
 	if cfg.TracesURLTemplate == "" {
 		cfg.TracesURLTemplate = d.Common.TracesURLTemplate
+	}
+	if err := cfg.Prices.Validate(); err != nil {
+		return nil, err
 	}
 	schemas, err := events.NewSchemas()
 	if err != nil {
@@ -62,7 +72,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	if d.Tracer != nil {
 		s.tracer = d.Tracer.Tracer("toolwire/orchestrator")
 	} else {
-		s.tracer = trace.NewNoopTracerProvider().Tracer("toolwire/orchestrator")
+		s.tracer = noop.NewTracerProvider().Tracer("toolwire/orchestrator")
 	}
 	s.metrics = metrics{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -75,9 +85,12 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 			Name: "toolwire_orchestrator_model_call_seconds", Help: "Model call latency.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 		}),
+		spend: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "toolwire_orchestrator_model_spend_total", Help: "Cost of the model turns recorded, in the price table's unit.",
+		}),
 	}
 	if d.Metrics != nil {
-		for _, c := range []prometheus.Collector{s.metrics.runs, s.metrics.modelCalls, s.metrics.modelDur} {
+		for _, c := range []prometheus.Collector{s.metrics.runs, s.metrics.modelCalls, s.metrics.modelDur, s.metrics.spend} {
 			if err := d.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("register metrics: %w", err)
 			}
@@ -101,11 +114,15 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	specs := []events.RunnerConfig{
-		{Spec: events.ConsumerSpec{Stream: events.StreamRuns, Durable: "orchestrator-runs",
+		{Spec: events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableRuns,
 			Filters:       []string{"toolwire.run.*.requested", "toolwire.run.*.iteration.*.approved", "toolwire.run.*.iteration.*.denied"},
-			MaxAckPending: 4096, AckWait: s.cfg.ModelTimeout + 30*time.Second}, Handler: s.handleRun},
-		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: "orchestrator-calls",
-			Filters: []string{"toolwire.call.*.*.completed"}, MaxAckPending: 4096}, Handler: s.handleCallCompleted},
+			MaxAckPending: 4096, AckWait: s.cfg.AckWait}, Handler: s.handleRun},
+		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableCalls,
+			Filters: []string{"toolwire.call.*.*.completed"}, MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()},
+			Handler: s.handleCallCompleted},
+		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableApprovals,
+			Filters:       []string{"toolwire.call.*.*.approval_required", "toolwire.call.*.*.approved"},
+			MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()}, Handler: s.handleApproval},
 	}
 	for _, rc := range specs {
 		rc.Concurrency, rc.Logger = s.cfg.Concurrency, s.log
@@ -170,12 +187,14 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 		return reject(err.Error())
 	}
 	if _, err := s.cfg.Providers.Get(req.Agent.Model.Provider); err != nil {
-		return reject("invalid run request: agent.model.provider: " + err.Error())
+		return reject("invalid run request: agent.model.provider: " + err.Error() + providerHint(req.Agent.Model.Provider))
 	}
 	if req.Agent.Model.Provider == ScriptedProviderName {
 		if _, err := ParseScript(req.Agent.Model.Options); err != nil {
 			return reject("invalid run request: " + err.Error())
 		}
+	} else if strings.TrimSpace(req.Agent.Model.Name) == "" {
+		return reject("invalid run request: agent.model.name is required for provider " + req.Agent.Model.Provider)
 	}
 	var warnings, problems []string
 	for _, ref := range mustRefs(req.Agent) {
@@ -191,6 +210,11 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 	}
 	if len(problems) > 0 {
 		return reject("invalid run request: agent.enabled_tools: " + strings.Join(problems, "; "))
+	}
+	m := req.Agent.Model
+	if _, priced := s.cfg.Prices.For(m.Provider, m.Name); !priced && req.Agent.Policy.MaxBudget > 0 {
+		warnings = append(warnings, fmt.Sprintf("model %s/%s has no price in the price table (%s): its tokens add nothing to the spend that max_budget limits",
+			m.Provider, m.Name, EnvPrices))
 	}
 
 	// The run's trace starts here: invoke_agent is the parent of every span of
@@ -222,7 +246,18 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 		}
 		st = existing
 	}
-	return s.publishEffects(ctx, st)
+	return s.publishEffects(ctx, st, cause{created: true})
+}
+
+// providerHint says how to make a well-known provider available.
+func providerHint(name string) string {
+	switch name {
+	case OpenAIProviderName:
+		return "; set " + EnvOpenAIKey + " (and optionally " + EnvOpenAIBaseURL + ") in the orchestrator's environment"
+	case AnthropicProviderName:
+		return "; set " + EnvAnthropicKey + " in the orchestrator's environment"
+	}
+	return ""
 }
 
 func mustRefs(a envelope.Agent) []envelope.ToolRef {
@@ -252,13 +287,15 @@ func (s *Service) failUnstarted(ctx context.Context, runID string, req envelope.
 	return s.pub.Publish(ctx, out)
 }
 
-// onVerdict handles the policy's answer for an iteration: on approval it calls
-// the model and records its turn, then publishes the turn's effects.
+// onVerdict handles the policy's answer for an iteration: on approval it
+// claims the iteration's model call, calls the model and records its turn,
+// then publishes the turn's effects.
 func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 	var v events.Verdict
 	if err := events.DecodeData(d.Event, &v); err != nil {
 		return events.Permanent(err)
 	}
+	n := v.Iteration
 	st, _, err := s.states.get(ctx, v.RunID)
 	if err != nil {
 		return err
@@ -266,50 +303,137 @@ func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 	if st == nil {
 		return events.Permanent(fmt.Errorf("verdict for unknown run %s", v.RunID))
 	}
-	if st.Done() || st.Iteration != v.Iteration || st.Phase != PhaseAwaitingVerdict {
+	if !st.awaiting(n) {
 		// Already handled (a redelivery): make sure its effects are out.
-		return s.publishEffects(ctx, st)
+		return s.publishEffects(ctx, st, cause{iteration: n})
 	}
 	if !v.Allowed {
+		code := v.Code
+		if code == "" {
+			code = envelope.CodePolicyDenied
+		}
 		st, err = s.states.update(ctx, v.RunID, func(st *RunState) (bool, error) {
-			if st.Phase != PhaseAwaitingVerdict || st.Iteration != v.Iteration {
+			if !st.awaiting(n) {
 				return false, nil
 			}
-			st.Phase, st.Reason = PhaseFailed, "policy denied iteration "+strconv.Itoa(v.Iteration)+": "+v.Reason
+			st.fail(code, "policy denied iteration "+strconv.Itoa(n)+": "+v.Reason)
 			return true, nil
 		})
 		if err != nil {
 			return err
 		}
-		return s.publishEffects(ctx, st)
+		return s.publishEffects(ctx, st, cause{iteration: n})
 	}
 
+	st, claimed, err := s.claimModel(ctx, v.RunID, n)
+	if err != nil {
+		return err
+	}
+	if !claimed {
+		return s.publishEffects(ctx, st, cause{iteration: n})
+	}
+	if err := s.fault(ctx, FaultBeforeModel, v.RunID, n); err != nil {
+		return err
+	}
 	turn, err := s.callModel(ctx, st)
 	if err != nil {
-		// A model failure ends the run with a clear reason; retries inside the
-		// adapter already happened.
+		if ctx.Err() != nil {
+			// Shutting down, not a model failure: the verdict is redelivered,
+			// and the claim expires for whichever replica gets it.
+			return fmt.Errorf("model call of run %s iteration %d interrupted: %w", v.RunID, n, ctx.Err())
+		}
+		// A model failure ends the run with a clear reason; the adapter's
+		// retries already happened.
 		st, uerr := s.states.update(ctx, v.RunID, func(st *RunState) (bool, error) {
-			if st.Phase != PhaseAwaitingVerdict || st.Iteration != v.Iteration {
+			if !st.awaiting(n) || st.turn(n) != nil {
 				return false, nil
 			}
-			st.Phase, st.Reason = PhaseFailed, "model call failed: "+err.Error()
+			st.fail(envelope.CodeProviderError, "model call failed: "+err.Error())
 			return true, nil
 		})
 		if uerr != nil {
 			return uerr
 		}
-		return s.publishEffects(ctx, st)
+		return s.publishEffects(ctx, st, cause{iteration: n})
 	}
+	if err := s.fault(ctx, FaultAfterModel, v.RunID, n); err != nil {
+		return err
+	}
+	recorded := false
 	st, err = s.states.update(ctx, v.RunID, func(st *RunState) (bool, error) {
-		if st.Phase != PhaseAwaitingVerdict || st.Iteration != v.Iteration || st.turn(v.Iteration) != nil {
+		recorded = false
+		if !st.awaiting(n) || st.turn(n) != nil {
 			return false, nil // another delivery recorded this turn first
 		}
+		recorded = true
 		return true, s.applyTurn(st, turn)
 	})
 	if err != nil {
 		return err
 	}
-	return s.publishEffects(ctx, st)
+	if recorded {
+		if u := st.turnUsage(n); u != nil {
+			s.metrics.spend.Add(u.Cost)
+		}
+	}
+	switch {
+	case st.Done():
+		err = s.fault(ctx, FaultBeforePublishOutputs, v.RunID, n)
+	case st.Phase == PhaseAwaitingTools && st.Iteration == n:
+		err = s.fault(ctx, FaultBeforePublishCalls, v.RunID, n)
+	}
+	if err != nil {
+		return err
+	}
+	return s.publishEffects(ctx, st, cause{iteration: n})
+}
+
+// claimModel claims the model call of iteration n in the run state. It
+// returns claimed false, with the state, when there is nothing to call (the
+// turn is recorded or the run ended). While another delivery's claim is live
+// it waits for that claim to end or expire: the model is not called twice for
+// one turn unless the replica that called it died before recording the
+// answer.
+func (s *Service) claimModel(ctx context.Context, runID string, n int) (*RunState, bool, error) {
+	for {
+		var wait time.Duration
+		claimed := false
+		st, err := s.states.update(ctx, runID, func(st *RunState) (bool, error) {
+			wait, claimed = 0, false
+			if !st.awaiting(n) || st.turn(n) != nil {
+				return false, nil
+			}
+			now := time.Now().UTC()
+			attempts := 1
+			if c := st.Claim; c != nil && c.Iteration == n {
+				if now.Before(c.Until) {
+					wait = c.Until.Sub(now)
+					return false, nil
+				}
+				attempts = c.Attempts + 1
+			}
+			if attempts > MaxModelAttempts {
+				st.fail("", fmt.Sprintf("the model call of iteration %d was interrupted %d times (its orchestrator stopped before recording the answer); giving up",
+					n, attempts-1))
+				return true, nil
+			}
+			st.Claim = &ModelClaim{Iteration: n, Attempts: attempts, Owner: s.cfg.InstanceID, Until: now.Add(s.cfg.claimLease())}
+			claimed = true
+			return true, nil
+		})
+		if err != nil || claimed || wait <= 0 {
+			return st, claimed, err
+		}
+		s.log.Info("model call claimed by another delivery; waiting for it to end or expire",
+			"run_id", runID, "iteration", n, "owner", st.Claim.Owner, "wait", wait)
+		t := time.NewTimer(wait + 10*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, false, fmt.Errorf("wait for the model claim of run %s: %w", runID, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 func (s *Service) callModel(ctx context.Context, st *RunState) (envelope.ModelTurn, error) {
@@ -344,7 +468,13 @@ func (s *Service) callModel(ctx context.Context, st *RunState) (envelope.ModelTu
 	})
 	end := time.Now()
 	s.metrics.modelDur.Observe(end.Sub(start).Seconds())
+	if err == nil && (resp.Usage.InputTokens < 0 || resp.Usage.OutputTokens < 0) {
+		err = fmt.Errorf("%s model %s reported negative token counts", req.Agent.Model.Provider, req.Agent.Model.Name)
+	}
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within %s (%s): %w", s.cfg.ModelTimeout, EnvModelTimeout, err)
+		}
 		s.metrics.modelCalls.WithLabelValues(req.Agent.Model.Provider, "error").Inc()
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -361,265 +491,4 @@ func (s *Service) callModel(ctx context.Context, st *RunState) (envelope.ModelTu
 		Iteration: st.Iteration, Model: req.Agent.Model, Messages: append([]envelope.Message(nil), st.Messages...),
 		Tools: names, Response: resp, TStart: start.UTC(), TEnd: end.UTC(),
 	}, nil
-}
-
-// applyTurn records the model's turn in the state: its tool calls get their
-// sequence numbers and deterministic call ids; a turn without tool calls ends
-// the run.
-func (s *Service) applyTurn(st *RunState, turn envelope.ModelTurn) error {
-	st.Turns = append(st.Turns, turn)
-	resp := turn.Response
-	st.Messages = append(st.Messages, envelope.Message{Role: envelope.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls})
-	if len(resp.ToolCalls) == 0 {
-		st.Response = resp.Content
-		s.finish(st)
-		return nil
-	}
-	versions := map[string]string{}
-	for _, ref := range mustRefs(st.Request.Agent) {
-		versions[ref.Name] = ref.Version
-	}
-	seq := len(st.Calls)
-	for _, tc := range resp.ToolCalls {
-		seq++
-		input := tc.Arguments
-		if len(input) == 0 {
-			input = json.RawMessage(`{}`)
-		}
-		if !json.Valid(input) {
-			// The model wrote broken JSON: keep it, as a JSON string, so that the
-			// tool's schema rejects it and the model sees why.
-			b, _ := json.Marshal(string(input))
-			input = b
-		}
-		name, valid := toolName(tc.Name)
-		version := versions[name]
-		if !valid {
-			version = ""
-		}
-		id, err := envelope.CallID(name, version, input, seq)
-		if err != nil {
-			return fmt.Errorf("call id: %w", err)
-		}
-		c := CallState{
-			Seq: seq, Iteration: st.Iteration, CallID: id, Name: name, Version: version,
-			ProviderCallID: tc.ID, Input: input,
-		}
-		if !valid {
-			// No tool can have this name: answer the call here, as the guard
-			// would, so that the model sees why and the receipt stays valid.
-			now := time.Now().UTC()
-			c.Local = true
-			c.Envelope = &envelope.ToolEnvelope{
-				CallID: id, Name: name, Input: input, TStart: now, TEnd: now,
-				Error: envelope.NewToolError(envelope.CodePolicyDenied,
-					"the model called %q, which is not a valid tool name (letters, digits, '_' or '-', at most 64)", truncateName(tc.Name)),
-			}
-		}
-		st.Calls = append(st.Calls, c)
-	}
-	st.Phase = PhaseAwaitingTools
-	advanceIfTurnDone(st)
-	return nil
-}
-
-var validToolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
-
-// toolName returns the name to record for a model's tool call, and whether it
-// is a valid tool name; an invalid one is made safe for the receipt.
-func toolName(raw string) (string, bool) {
-	if validToolName.MatchString(raw) {
-		return raw, true
-	}
-	b := []byte(truncateName(raw))
-	for i, c := range b {
-		if !(c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
-			b[i] = '_'
-		}
-	}
-	if len(b) == 0 {
-		return "invalid_tool_name", false
-	}
-	return string(b), false
-}
-
-func truncateName(s string) string {
-	if len(s) > 64 {
-		return s[:64]
-	}
-	return s
-}
-
-// advanceIfTurnDone moves the run to its next iteration once every call of
-// the current turn has its envelope: the results join the conversation in the
-// order the model made the calls.
-func advanceIfTurnDone(st *RunState) {
-	if st.Phase != PhaseAwaitingTools {
-		return
-	}
-	calls := st.callsOf(st.Iteration)
-	for _, c := range calls {
-		if c.Envelope == nil {
-			return
-		}
-	}
-	for _, c := range calls {
-		st.Messages = append(st.Messages, envelope.Message{
-			Role: envelope.RoleTool, ToolCallID: c.ProviderCallID, Name: c.Name, Content: ToolResultContent(c.Envelope),
-		})
-	}
-	st.Iteration++
-	st.Phase = PhaseAwaitingVerdict
-}
-
-// finish computes the run's outputs and pinned handles.
-func (s *Service) finish(st *RunState) {
-	out := envelope.NewAgentOutputs(st.Response, st.envelopes(), events.TracesURL(s.cfg.TracesURLTemplate, st.Trace.TraceID()))
-	st.Outputs = &out
-	pinned, err := envelope.ResolvePins(out, st.Request.Agent.PinnedHandles)
-	st.Pinned = pinned
-	if err != nil {
-		st.Phase, st.Reason = PhaseFailed, err.Error()
-		return
-	}
-	st.Phase = PhaseCompleted
-}
-
-// handleCallCompleted stores a call's envelope; when the turn's last envelope
-// arrives, the results go into the conversation and the next iteration is
-// requested.
-func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) error {
-	subj, err := events.ParseSubject(d.Subject)
-	if err != nil {
-		return events.Permanent(err)
-	}
-	var env envelope.ToolEnvelope
-	if err := events.DecodeData(d.Event, &env); err != nil {
-		return events.Permanent(err)
-	}
-	if env.CallID != subj.CallID {
-		return events.Permanent(fmt.Errorf("envelope call_id %s does not match subject %s", env.CallID, d.Subject))
-	}
-	st, err := s.states.update(ctx, subj.RunID, func(st *RunState) (bool, error) {
-		c := st.call(env.CallID)
-		if c == nil {
-			return false, events.Permanent(fmt.Errorf("run %s has no call %s", subj.RunID, env.CallID))
-		}
-		if c.Envelope != nil || st.Done() {
-			return false, nil // a duplicate
-		}
-		e := env
-		c.Envelope = &e
-		if c.Iteration == st.Iteration {
-			advanceIfTurnDone(st)
-		}
-		return true, nil
-	})
-	if err != nil {
-		return err
-	}
-	return s.publishEffects(ctx, st)
-}
-
-// ToolResultContent is what the model sees of an envelope: the output JSON, or
-// for a failure the error's code, message and retry hint (never its details
-// when the code is UNKNOWN: internals stay in the logs).
-func ToolResultContent(env *envelope.ToolEnvelope) string {
-	if env.Error == nil {
-		if len(env.Output) == 0 {
-			return "null"
-		}
-		return string(env.Output)
-	}
-	e := map[string]any{"code": env.Error.Code, "message": env.Error.Message}
-	if env.Error.RetryAfterS > 0 {
-		e["retry_after_s"] = env.Error.RetryAfterS
-	}
-	if env.Error.Details != nil && env.Error.Code != envelope.CodeUnknown {
-		e["details"] = env.Error.Details
-	}
-	b, _ := json.Marshal(map[string]any{"error": e})
-	return string(b)
-}
-
-// publishEffects publishes every event the state implies. All ids are
-// deterministic, so publishing again after a crash or a redelivery only
-// produces duplicates that JetStream drops.
-func (s *Service) publishEffects(ctx context.Context, st *RunState) error {
-	tr := st.Trace
-	ctx = events.ContextWithRunTrace(ctx, tr)
-	req := st.Request
-	var outs []events.Outgoing
-	add := func(o events.Outgoing, err error) error {
-		if err != nil {
-			return err
-		}
-		outs = append(outs, o)
-		return nil
-	}
-	status := events.RunStatus{RunID: st.RunID, Agent: req.Agent.Name, Tenant: req.Tenant, TraceID: tr.TraceID(),
-		Iteration: st.Iteration, ToolCalls: len(st.Calls)}
-	// Older effects were published when their state was written; only those of
-	// the newest state change can be missing.
-	if len(st.Turns) == 0 {
-		started := status
-		started.Status, started.Warnings = events.StatusStarted, st.Warnings
-		if err := add(events.NewRunStatus(s.cfg.Source, started, "", tr)); err != nil {
-			return err
-		}
-	}
-	if n := len(st.Turns); n > 0 && st.Phase != PhaseAwaitingVerdict {
-		if err := add(events.NewLLMCompleted(s.cfg.Source, events.LLMCompleted{RunID: st.RunID, Turn: st.Turns[n-1]}, req.Tenant, tr)); err != nil {
-			return err
-		}
-	}
-	if n := len(st.Turns); n > 0 {
-		for _, c := range st.callsOf(st.Turns[n-1].Iteration) {
-			if c.Local {
-				if err := add(events.NewCallCompleted(s.cfg.Source, st.RunID, *c.Envelope, req.Tenant, tr)); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	switch st.Phase {
-	case PhaseAwaitingVerdict:
-		err := add(events.NewIterationRequested(s.cfg.Source, events.IterationCheck{
-			RunID: st.RunID, Iteration: st.Iteration, Tenant: req.Tenant, Agent: req.Agent.Name,
-			Policy: req.Agent.Policy, ToolCalls: len(st.Calls),
-		}, tr))
-		if err != nil {
-			return err
-		}
-	case PhaseAwaitingTools:
-		for _, c := range st.callsOf(st.Iteration) {
-			if c.Envelope != nil {
-				continue
-			}
-			err := add(events.NewCallRequest(s.cfg.Source, "requested", events.CallRequest{
-				RunID: st.RunID, CallID: c.CallID, Seq: c.Seq, Iteration: c.Iteration, Name: c.Name,
-				Version: c.Version, Input: c.Input, ProviderCallID: c.ProviderCallID, Tenant: req.Tenant,
-				Agent: req.Agent.Name, EnabledTools: req.Agent.EnabledTools, Policy: req.Agent.Policy,
-			}, tr))
-			if err != nil {
-				return err
-			}
-		}
-	case PhaseCompleted, PhaseFailed:
-		end := status
-		end.Status, end.Outputs, end.Pinned, end.Reason = events.StatusCompleted, st.Outputs, st.Pinned, st.Reason
-		if st.Phase == PhaseFailed {
-			end.Status = events.StatusFailed
-		}
-		if err := add(events.NewRunStatus(s.cfg.Source, end, "", tr)); err != nil {
-			return err
-		}
-	}
-	if err := s.pub.PublishAll(ctx, outs); err != nil {
-		return err
-	}
-	if st.Phase == PhaseCompleted || st.Phase == PhaseFailed {
-		s.metrics.runs.WithLabelValues(st.Phase).Inc()
-	}
-	return nil
 }

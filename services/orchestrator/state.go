@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,6 +34,46 @@ type CallState struct {
 	// Local marks a call the orchestrator answered itself (the model named no
 	// valid tool): its envelope is published by the orchestrator.
 	Local bool `json:"local,omitempty"`
+	// Cost is the tool's declared cost when the call was requested; Billed
+	// says whether it accrued to the spend (the tool ran and was not served
+	// from the cache). UsageN numbers the call's usage event once its
+	// envelope is recorded.
+	Cost   float64 `json:"cost,omitempty"`
+	Billed bool    `json:"billed,omitempty"`
+	UsageN int     `json:"usage_n,omitempty"`
+	// Approval is "" for a call that needs no decision, ApprovalWaiting while
+	// it waits for one (the run is suspended) and ApprovalResumed once its
+	// approval or completion arrived; ResumedBy says which.
+	Approval  string `json:"approval,omitempty"`
+	ResumedBy string `json:"resumed_by,omitempty"`
+}
+
+// Approval states of a call.
+const (
+	ApprovalWaiting = "waiting"
+	ApprovalResumed = "resumed"
+)
+
+// TurnUsage is what one model turn cost.
+type TurnUsage struct {
+	Iteration    int     `json:"iteration"`
+	InputTokens  int     `json:"input_tokens"`
+	OutputTokens int     `json:"output_tokens"`
+	Cost         float64 `json:"cost"`
+	Unpriced     bool    `json:"unpriced,omitempty"`
+	UsageN       int     `json:"usage_n"`
+}
+
+// ModelClaim records that a replica is calling the model for an iteration:
+// another delivery of the same verdict waits for the claim to end (its turn is
+// recorded) or to expire (its replica died) instead of calling the model a
+// second time. Attempts counts the claims of the iteration; a model call that
+// keeps getting interrupted ends the run.
+type ModelClaim struct {
+	Iteration int       `json:"iteration"`
+	Attempts  int       `json:"attempts"`
+	Owner     string    `json:"owner"`
+	Until     time.Time `json:"until"`
 }
 
 // RunState is everything the orchestrator knows of a run, kept in KV.
@@ -50,8 +91,53 @@ type RunState struct {
 	Reason    string                            `json:"reason,omitempty"`
 	Outputs   *envelope.AgentOutputs            `json:"outputs,omitempty"`
 	Pinned    map[string]*envelope.ToolEnvelope `json:"pinned,omitempty"`
-	StartedAt time.Time                         `json:"started_at"`
-	UpdatedAt time.Time                         `json:"updated_at"`
+	// Code is the error code of a failed run, when one applies.
+	Code envelope.ErrorCode `json:"code,omitempty"`
+	// Spend is the run's cost so far (model turns and billed tool calls),
+	// recomputed in a fixed order after every change so that it never depends
+	// on the order in which envelopes arrived.
+	Spend     float64     `json:"spend"`
+	TurnUsage []TurnUsage `json:"turn_usage,omitempty"`
+	// NextUsage is the number of the last usage event given out.
+	NextUsage int         `json:"next_usage"`
+	Claim     *ModelClaim `json:"claim,omitempty"`
+	StartedAt time.Time   `json:"started_at"`
+	UpdatedAt time.Time   `json:"updated_at"`
+}
+
+// turnUsage returns the usage of turn n, or nil.
+func (s *RunState) turnUsage(n int) *TurnUsage {
+	for i := range s.TurnUsage {
+		if s.TurnUsage[i].Iteration == n {
+			return &s.TurnUsage[i]
+		}
+	}
+	return nil
+}
+
+// recomputeSpend sets Spend: model turns in iteration order, then billed
+// calls in seq order.
+func (s *RunState) recomputeSpend() {
+	s.Spend = s.spendAt(math.MaxInt)
+}
+
+// spendAt is what the run had spent when the calls of iteration n were
+// requested: every model turn up to n and every billed call of earlier turns.
+// It depends on nothing but the recorded state, so a request re-published
+// after a crash carries the same numbers.
+func (s *RunState) spendAt(n int) float64 {
+	total := 0.0
+	for _, u := range s.TurnUsage {
+		if u.Iteration <= n {
+			total += u.Cost
+		}
+	}
+	for _, c := range s.Calls {
+		if c.Iteration < n && c.Billed {
+			total += c.Cost
+		}
+	}
+	return total
 }
 
 // Done reports whether the run has ended.

@@ -1,27 +1,50 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
+	"time"
 )
 
-// EnvConcurrency sets Config.Concurrency.
-const EnvConcurrency = "TOOLWIRE_POLICY_CONCURRENCY"
+// Environment variables of the policy service.
+const (
+	// EnvConcurrency sets Config.Concurrency.
+	EnvConcurrency = "TOOLWIRE_POLICY_CONCURRENCY"
+	// EnvApprovalSweep sets Config.ApprovalSweep (a Go duration).
+	EnvApprovalSweep = "TOOLWIRE_APPROVAL_SWEEP"
+	// EnvPreviewTimeout sets Config.PreviewTimeout (a Go duration).
+	EnvPreviewTimeout = "TOOLWIRE_PREVIEW_TIMEOUT"
+)
 
 // Defaults of Config.
 const (
 	DefaultSource      = "/toolwire/policy"
 	DefaultConcurrency = 32
 	maxConcurrency     = 4096
+	// DefaultApprovalSweep is how often pending approvals are checked for
+	// their deadline.
+	DefaultApprovalSweep = 500 * time.Millisecond
+	// DefaultPreviewTimeout bounds the wait for a tool's dry run.
+	DefaultPreviewTimeout = 5 * time.Second
+	minSweep              = 10 * time.Millisecond
+	maxSweep              = time.Minute
+	maxPreviewTimeout     = time.Minute
 )
 
 // Config configures the Policy Guard service. Zero values mean the defaults.
 type Config struct {
 	// Source is the CloudEvents source of the events the guard publishes.
 	Source string
-	// Concurrency is how many checks each of the guard's two consumers handles
+	// Concurrency is how many checks each of the guard's consumers handles
 	// at once in this replica.
 	Concurrency int
+	// ApprovalSweep is how often this replica looks for pending approvals
+	// past their deadline (a denial). The deadline is honoured to within it.
+	ApprovalSweep time.Duration
+	// PreviewTimeout bounds the wait for a tool's dry run when an approval
+	// request asks for one.
+	PreviewTimeout time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -32,16 +55,29 @@ func (c Config) WithDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
+	if c.ApprovalSweep == 0 {
+		c.ApprovalSweep = DefaultApprovalSweep
+	}
+	if c.PreviewTimeout == 0 {
+		c.PreviewTimeout = DefaultPreviewTimeout
+	}
 	return c
 }
 
 // Validate checks c (after defaults).
 func (c Config) Validate() error {
 	c = c.WithDefaults()
+	var errs []error
 	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
-		return fmt.Errorf("policy: concurrency %d: want 1 to %d", c.Concurrency, maxConcurrency)
+		errs = append(errs, fmt.Errorf("policy: concurrency %d: want 1 to %d", c.Concurrency, maxConcurrency))
 	}
-	return nil
+	if c.ApprovalSweep < minSweep || c.ApprovalSweep > maxSweep {
+		errs = append(errs, fmt.Errorf("policy: approval sweep %s: want %s to %s", c.ApprovalSweep, minSweep, maxSweep))
+	}
+	if c.PreviewTimeout < 0 || c.PreviewTimeout > maxPreviewTimeout {
+		errs = append(errs, fmt.Errorf("policy: preview timeout %s: want up to %s", c.PreviewTimeout, maxPreviewTimeout))
+	}
+	return errors.Join(errs...)
 }
 
 // ConfigFromEnv reads the configuration from the environment; unset
@@ -55,9 +91,29 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 		c.Concurrency = n
 	}
+	var err error
+	if c.ApprovalSweep, err = durationEnv(getenv, EnvApprovalSweep, minSweep, maxSweep); err != nil {
+		return Config{}, err
+	}
+	if c.PreviewTimeout, err = durationEnv(getenv, EnvPreviewTimeout, time.Millisecond, maxPreviewTimeout); err != nil {
+		return Config{}, err
+	}
 	return c.WithDefaults(), nil
+}
+
+// durationEnv reads a duration variable; unset is zero (the default).
+func durationEnv(getenv func(string) string, name string, lo, hi time.Duration) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < lo || d > hi {
+		return 0, fmt.Errorf("%s=%q: want a duration from %s to %s, like 500ms", name, v, lo, hi)
+	}
+	return d, nil
 }
 
 // EnvVars lists the variables ConfigFromEnv reads, besides the common ones of
 // every service (service.CommonEnvVars).
-func EnvVars() []string { return []string{EnvConcurrency} }
+func EnvVars() []string { return []string{EnvConcurrency, EnvApprovalSweep, EnvPreviewTimeout} }

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,9 +20,21 @@ func TestConfigFromEnv(t *testing.T) {
 		want policy.Config
 		err  string
 	}{
-		{name: "defaults", want: policy.Config{Source: "/toolwire/policy", Concurrency: 32}},
+		{name: "defaults", want: policy.Config{Source: "/toolwire/policy", Concurrency: 32,
+			ApprovalSweep: 500 * time.Millisecond, PreviewTimeout: 5 * time.Second}},
 		{name: "concurrency", env: map[string]string{policy.EnvConcurrency: "8"},
-			want: policy.Config{Source: "/toolwire/policy", Concurrency: 8}},
+			want: policy.Config{Source: "/toolwire/policy", Concurrency: 8,
+				ApprovalSweep: 500 * time.Millisecond, PreviewTimeout: 5 * time.Second}},
+		{name: "approval sweep and preview timeout",
+			env: map[string]string{policy.EnvApprovalSweep: "50ms", policy.EnvPreviewTimeout: "2s"},
+			want: policy.Config{Source: "/toolwire/policy", Concurrency: 32,
+				ApprovalSweep: 50 * time.Millisecond, PreviewTimeout: 2 * time.Second}},
+		{name: "sweep not a duration", env: map[string]string{policy.EnvApprovalSweep: "often"},
+			err: `TOOLWIRE_APPROVAL_SWEEP="often": want a duration from 10ms to 1m0s, like 500ms`},
+		{name: "sweep too fast", env: map[string]string{policy.EnvApprovalSweep: "1ms"},
+			err: `TOOLWIRE_APPROVAL_SWEEP="1ms": want a duration from 10ms to 1m0s, like 500ms`},
+		{name: "preview timeout too long", env: map[string]string{policy.EnvPreviewTimeout: "1h"},
+			err: `TOOLWIRE_PREVIEW_TIMEOUT="1h": want a duration from 1ms to 1m0s, like 500ms`},
 		{name: "not a number", env: map[string]string{policy.EnvConcurrency: "many"},
 			err: `TOOLWIRE_POLICY_CONCURRENCY="many": want a number from 1 to 4096`},
 		{name: "zero", env: map[string]string{policy.EnvConcurrency: "0"},
@@ -46,8 +59,10 @@ func TestConfigFromEnv(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	require.NoError(t, policy.Config{}.Validate())
 	require.EqualError(t, policy.Config{Concurrency: -1}.Validate(), "policy: concurrency -1: want 1 to 4096")
+	require.EqualError(t, policy.Config{ApprovalSweep: time.Millisecond}.Validate(), "policy: approval sweep 1ms: want 10ms to 1m0s")
+	require.EqualError(t, policy.Config{PreviewTimeout: -time.Second}.Validate(), "policy: preview timeout -1s: want up to 1m0s")
 }
 
 func TestEnvVars(t *testing.T) {
-	require.Equal(t, []string{"TOOLWIRE_POLICY_CONCURRENCY"}, policy.EnvVars())
+	require.Equal(t, []string{"TOOLWIRE_POLICY_CONCURRENCY", "TOOLWIRE_APPROVAL_SWEEP", "TOOLWIRE_PREVIEW_TIMEOUT"}, policy.EnvVars())
 }

@@ -22,6 +22,9 @@ type Decision struct {
 	Rule string
 	// Warnings are findings that do not block, such as a deprecated tool.
 	Warnings []string
+	// ApprovalRequired, on an allowed tool call, says why the call must wait
+	// for an operator's decision before it runs; empty when it need not.
+	ApprovalRequired string
 }
 
 // Allow is the decision of a rule that has nothing against a check.
@@ -88,6 +91,8 @@ const (
 	RuleMaxToolCalls  = "max_tool_calls"
 	RuleRegistered    = "registered"
 	RuleLifecycle     = "lifecycle"
+	RuleSideEffects   = "side_effects"
+	RuleScopes        = "scopes"
 )
 
 // NewGuard returns a guard with the default rules: max_iterations for
@@ -104,7 +109,10 @@ func NewGuardWith(iteration []IterationRule, call []CallRule) *Guard {
 
 // DefaultIterationRules are the iteration rules of NewGuard.
 func DefaultIterationRules() []IterationRule {
-	return []IterationRule{{Name: RuleMaxIterations, Check: MaxIterations}}
+	return []IterationRule{
+		{Name: RuleMaxIterations, Check: MaxIterations},
+		{Name: RuleMaxBudget, Check: MaxBudgetIteration},
+	}
 }
 
 // DefaultCallRules are the tool call rules of NewGuard. The allow-list comes
@@ -116,6 +124,9 @@ func DefaultCallRules() []CallRule {
 		{Name: RuleMaxToolCalls, Check: MaxToolCalls},
 		{Name: RuleRegistered, Check: Registered},
 		{Name: RuleLifecycle, Check: Lifecycle},
+		{Name: RuleSideEffects, Check: SideEffects},
+		{Name: RuleScopes, Check: Scopes},
+		{Name: RuleMaxBudget, Check: MaxBudgetCall},
 	}
 }
 
@@ -148,7 +159,15 @@ func (g *Guard) CheckCall(req events.CallRequest, lookup Lookup) Decision {
 			return denied(d, r.Name, warnings)
 		}
 	}
-	return Decision{Allowed: true, Warnings: warnings}
+	dec := Decision{Allowed: true, Warnings: warnings}
+	if c.Registered {
+		def := c.Entry.Definition
+		def.Metadata.SideEffects = effectiveSideEffects(&def)
+		if need, why := req.Policy.RequireApproval.Requires(&def); need {
+			dec.ApprovalRequired = why
+		}
+	}
+	return dec
 }
 
 func denied(d Decision, rule string, warnings []string) Decision {

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,11 +187,10 @@ func TestCheckCallFanOutCrossingTheCap(t *testing.T) {
 // Further rules slot in as values: they run in order, the first denial wins,
 // and warnings of the rules that ran are kept.
 func TestGuardWithRules(t *testing.T) {
-	readOnly := policy.CallRule{Name: "side_effects", Check: func(c *policy.CallCheck) policy.Decision {
-		se := c.Entry.Definition.Metadata.SideEffects
-		if se.Rank() > c.Request.Policy.SideEffectCeiling().Rank() {
-			return policy.Deny("tool %s has side effects %q above the ceiling %q",
-				c.Request.Ref(), se, c.Request.Policy.SideEffectCeiling())
+	// (side_effects is a default rule now; a custom rule of the same kind.)
+	noDB := policy.CallRule{Name: "no_db", Check: func(c *policy.CallCheck) policy.Decision {
+		if strings.HasPrefix(c.Request.Name, "db_") && c.Request.Tenant.OrgID == "acme" {
+			return policy.Deny("tool %s: acme's agents do not touch databases", c.Request.Ref())
 		}
 		return policy.Allow()
 	}}
@@ -202,7 +202,7 @@ func TestGuardWithRules(t *testing.T) {
 	}}
 	g := policy.NewGuardWith(
 		append(policy.DefaultIterationRules(), budget),
-		append(policy.DefaultCallRules(), readOnly))
+		append(policy.DefaultCallRules(), noDB))
 
 	writer := registry.Entry{State: registry.StateDeprecated, Definition: envelope.ToolDefinition{
 		Name: "db_write", Version: "1.0.0", Metadata: envelope.ToolMetadata{SideEffects: envelope.SideEffectsWrites},
@@ -211,19 +211,33 @@ func TestGuardWithRules(t *testing.T) {
 	req := events.CallRequest{
 		RunID: "run-1", CallID: "ab", Seq: 1, Iteration: 1, Name: "db_write", Version: "1.0.0",
 		EnabledTools: []string{"db_write@1.0.0"}, Policy: envelope.Policy{SideEffects: envelope.SideEffectsReads},
+		Tenant: envelope.Tenant{OrgID: "acme"},
 	}
+	// A default rule denies first.
 	require.Equal(t, policy.Decision{
 		Code:     envelope.CodePolicyDenied,
-		Reason:   `tool db_write@1.0.0 has side effects "writes" above the ceiling "reads"`,
+		Reason:   `tool db_write@1.0.0 has side effects "writes", above this agent's ceiling "reads"`,
 		Rule:     "side_effects",
 		Warnings: []string{"tool db_write@1.0.0 is deprecated"},
 	}, g.CheckCall(req, lookup))
-
+	// Past the defaults, the added rule denies, and the warnings of the rules
+	// that ran are kept.
 	req.Policy.SideEffects = ""
+	require.Equal(t, policy.Decision{
+		Code:     envelope.CodePolicyDenied,
+		Reason:   "tool db_write@1.0.0: acme's agents do not touch databases",
+		Rule:     "no_db",
+		Warnings: []string{"tool db_write@1.0.0 is deprecated"},
+	}, g.CheckCall(req, lookup))
+
+	req.Tenant.OrgID = "globex"
 	require.True(t, g.CheckCall(req, lookup).Allowed)
 
+	// An added rule runs after the defaults: here the default max_budget rule
+	// (budget.go) answers first.
 	d := g.CheckIteration(events.IterationCheck{RunID: "run-1", Iteration: 2, Spend: 1.5, Policy: envelope.Policy{MaxBudget: 1}})
-	require.Equal(t, policy.Decision{Code: envelope.CodePolicyDenied, Reason: "max_budget (1) reached", Rule: "max_budget"}, d)
+	require.Equal(t, policy.Decision{Code: envelope.CodePolicyDenied,
+		Reason: "max_budget (1) reached: the run has spent 1.5, nothing is left for model call 2", Rule: "max_budget"}, d)
 	// The default rules come first.
 	d = g.CheckIteration(events.IterationCheck{RunID: "run-1", Iteration: 11, Spend: 1.5, Policy: envelope.Policy{MaxBudget: 1}})
 	require.Equal(t, policy.RuleMaxIterations, d.Rule)

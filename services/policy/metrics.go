@@ -15,8 +15,9 @@ const (
 
 // metrics counts the guard's verdicts.
 type metrics struct {
-	verdicts *prometheus.CounterVec // kind, outcome
-	denials  *prometheus.CounterVec // kind, rule
+	verdicts  *prometheus.CounterVec // kind, outcome
+	denials   *prometheus.CounterVec // kind, rule
+	approvals *prometheus.CounterVec // outcome
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -29,6 +30,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "toolwire", Subsystem: "policy", Name: "denials_total",
 			Help: "Denials published by the Policy Guard, by kind of check and the rule that denied.",
 		}, []string{"kind", "rule"}),
+		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "toolwire", Subsystem: "policy", Name: "approvals_total",
+			Help: "Tool call approvals by outcome: requested, approved, denied, revised, expired (no decision in time), ignored (a decision for a call that awaited none).",
+		}, []string{"outcome"}),
 	}
 	// Export every verdict series from the start, so that rates work at once.
 	for _, k := range []string{kindIteration, kindCall} {
@@ -40,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.verdicts, m.denials} {
+	for _, c := range []prometheus.Collector{m.verdicts, m.denials, m.approvals} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

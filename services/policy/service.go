@@ -75,10 +75,14 @@ type Service struct {
 	pub     *events.Publisher
 	metrics *metrics
 
-	mu      sync.Mutex
-	state   lifecycle
-	catalog *registry.Catalog
-	runners []*events.Runner
+	mu        sync.Mutex
+	state     lifecycle
+	catalog   *registry.Catalog
+	runners   []*events.Runner
+	approvals jetstream.KeyValue
+	index     *pendingIndex
+	stopSweep context.CancelFunc
+	sweepDone chan struct{}
 }
 
 // New returns a service on d's JetStream. It registers its metrics on
@@ -152,14 +156,40 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	s.catalog = cat // set before any handler runs
+	if err := s.openApprovals(ctx); err != nil {
+		cat.Stop()
+		s.catalog = nil
+		return err
+	}
 	runners, err := s.startRunners(ctx)
 	if err != nil {
+		s.index.stop()
 		cat.Stop()
 		s.catalog = nil
 		return err
 	}
 	s.runners = runners
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopSweep, s.sweepDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.sweepDone)
+		s.sweepLoop(sctx)
+	}()
 	s.state = running
+	return nil
+}
+
+// openApprovals opens the approvals bucket and watches its deadlines.
+func (s *Service) openApprovals(ctx context.Context) error {
+	kv, err := s.js.KeyValue(ctx, events.BucketApprovals)
+	if err != nil {
+		return fmt.Errorf("policy: open approvals: %w", err)
+	}
+	idx, err := watchApprovals(ctx, kv)
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	s.approvals, s.index = kv, idx
 	return nil
 }
 
@@ -175,6 +205,10 @@ func (s *Service) startRunners(ctx context.Context) ([]*events.Runner, error) {
 			Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableCalls, Filters: []string{FilterCalls}},
 			Handler: s.handleCall,
 		},
+		{
+			Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableDecisions, Filters: []string{FilterDecisions}},
+			Handler: s.handleDecision,
+		},
 	}
 	runners := make([]*events.Runner, 0, len(specs))
 	for _, rc := range specs {
@@ -185,8 +219,9 @@ func (s *Service) startRunners(ctx context.Context) ([]*events.Runner, error) {
 		}
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			return nil, fmt.Errorf("policy: start %s: %w", rc.Spec.Durable, errors.Join(err, stopAll(sctx, runners)))
+			serr := stopAll(sctx, runners)
+			cancel()
+			return nil, fmt.Errorf("policy: start %s: %w", rc.Spec.Durable, errors.Join(err, serr))
 		}
 		runners = append(runners, r)
 	}
@@ -204,6 +239,9 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	s.state = stopped
 	err := stopAll(ctx, s.runners)
+	s.stopSweep()
+	<-s.sweepDone
+	s.index.stop()
 	s.catalog.Stop()
 	return err
 }
@@ -270,6 +308,15 @@ func (s *Service) handleCall(ctx context.Context, d *events.Delivery) error {
 
 	dec := s.guard.CheckCall(req, s.catalog.Lookup)
 	annotate(span, dec)
+	if dec.Allowed && dec.ApprovalRequired != "" {
+		entry, _ := s.catalog.Lookup(req.Ref())
+		if err := s.requestApproval(ctx, span, &req, entry, dec.ApprovalRequired, rt); err != nil {
+			return fail(span, err)
+		}
+		s.logDecision(ctx, dec, "tool call checked: awaits approval", "run_id", req.RunID, "call_id", req.CallID,
+			"tool", calledTool(&req), "seq", req.Seq)
+		return nil
+	}
 	var (
 		out events.Outgoing
 		err error

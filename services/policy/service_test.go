@@ -49,6 +49,12 @@ type harness struct {
 // service on it.
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	return newHarnessConfig(t, Config{Concurrency: 4})
+}
+
+// newHarnessConfig is newHarness with a service configuration.
+func newHarnessConfig(t *testing.T, cfg Config) *harness {
+	t.Helper()
 	h := &harness{t: t, env: eventstest.Start(t), spans: tracetest.NewSpanRecorder(), metrics: prometheus.NewRegistry()}
 	ctx := t.Context()
 	h.pub = events.NewPublisher(h.env.JetStream(t))
@@ -72,7 +78,7 @@ func newHarness(t *testing.T) *harness {
 		Log:     slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Tracer:  tp,
 		Metrics: h.metrics,
-	}, Config{Concurrency: 4})
+	}, cfg)
 	require.NoError(t, err)
 	require.NoError(t, h.svc.Start(ctx))
 	t.Cleanup(func() {

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -23,25 +26,73 @@ const (
 	CodeRunNotFound      = "run_not_found"
 	CodeRunNotCompleted  = "run_not_completed"
 	CodeRunFailed        = "run_failed"
+	CodeNoRequest        = "run_request_missing"
+	CodeCallNotFound     = "call_not_found"
+	CodeInvalidCallID    = "invalid_call_id"
 	CodeNotFound         = "not_found"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeInternal         = "internal"
 	CodeUnavailable      = "unavailable"
 )
 
-// NewAPI returns the recorder's read API on store:
-//
-//	GET /v1/runs                       runs, newest first (?status= &agent= &org_id= &limit=)
-//	GET /v1/runs/{run_id}              one run and the summary of its tool calls
-//	GET /v1/runs/{run_id}/outputs      its AgentOutputs, as the completed event carried them
-//	GET /v1/runs/{run_id}/envelopes    its ToolEnvelopes in call order
-//
-// Every response is JSON; errors are {"error": {"code": "...", "message": "..."}}.
+// NewAPI returns the recorder's HTTP server on store with default options
+// (see NewServer).
 func NewAPI(store Store, log *slog.Logger) http.Handler {
-	if log == nil {
-		log = slog.Default()
+	return NewServer(store, ServerOptions{Log: log})
+}
+
+// ServerOptions configure NewServer. Zero values mean the defaults.
+type ServerOptions struct {
+	Log *slog.Logger
+	// Changes wakes live event streams as soon as this process commits a
+	// run's events; without it (or for other replicas' commits) they poll.
+	Changes *Changes
+	// JS is the JetStream the blobs of truncated outputs are read from
+	// (GET /v1/blobs/...); nil: no blobs.
+	JS jetstream.JetStream
+	// Poll is how often a live stream looks for new events; default 1s.
+	Poll time.Duration
+	// Heartbeat is how often an idle live stream sends a comment, so that
+	// proxies keep it open; default 15s.
+	Heartbeat time.Duration
+	// Done, when closed, ends the live streams (the recorder closes it when
+	// it stops, so that an HTTP server's shutdown does not wait for them).
+	Done <-chan struct{}
+	// AdminToken enables the registry's admin routes (catalog.go), which
+	// then require it as a bearer token; "" turns them off.
+	AdminToken string
+}
+
+// NewServer returns the recorder's HTTP server on store: the read API
+// (documented by openapi.yaml, served at /v1/openapi.yaml), the live event
+// stream, and the timeline pages.
+//
+//	GET /v1/runs                                  runs, newest first (filters: see openapi.yaml)
+//	GET /v1/runs/{run_id}                         one run and the summary of its tool calls
+//	GET /v1/runs/{run_id}/outputs                 its AgentOutputs, as the completed event carried them
+//	GET /v1/runs/{run_id}/envelopes               its ToolEnvelopes in call order
+//	GET /v1/runs/{run_id}/events                  its recorded events (?after=seq&limit=)
+//	GET /v1/runs/{run_id}/events/stream           the same, live (Server-Sent Events; resumes after Last-Event-ID)
+//	GET /v1/runs/{run_id}/replay                  its replay bundle
+//	GET /v1/runs/{run_id}/pins                    its pinned handles, stale_last_success included
+//	GET /v1/runs/{run_id}/calls/{call_id}         one tool call
+//	GET /v1/runs/{run_id}/calls/{call_id}/materialize   the call as a standalone tool-node configuration
+//	GET /v1/blobs/{name}                          a blob of a truncated output
+//	GET /v1/openapi.yaml                          the API's OpenAPI document
+//	GET /  and  GET /runs/{run_id}                the timeline pages
+//
+// API responses are JSON; errors are {"error": {"code": "...", "message": "..."}}.
+func NewServer(store Store, o ServerOptions) http.Handler {
+	if o.Log == nil {
+		o.Log = slog.Default()
 	}
-	a := &api{store: store, log: log}
+	if o.Poll <= 0 {
+		o.Poll = time.Second
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 15 * time.Second
+	}
+	a := &api{store: store, log: o.Log, opts: o}
 	mux := http.NewServeMux()
 	route := func(pattern string, h http.HandlerFunc) {
 		mux.HandleFunc("GET "+pattern, h)
@@ -51,15 +102,26 @@ func NewAPI(store Store, log *slog.Logger) http.Handler {
 	route("/v1/runs/{run_id}", a.getRun)
 	route("/v1/runs/{run_id}/outputs", a.getOutputs)
 	route("/v1/runs/{run_id}/envelopes", a.getEnvelopes)
+	route("/v1/runs/{run_id}/events", a.getEvents)
+	route("/v1/runs/{run_id}/events/stream", a.streamEvents)
+	route("/v1/runs/{run_id}/replay", a.getReplay)
+	route("/v1/runs/{run_id}/pins", a.getPins)
+	route("/v1/runs/{run_id}/calls/{call_id}", a.getCall)
+	route("/v1/runs/{run_id}/calls/{call_id}/materialize", a.getMaterialize)
+	route("/v1/blobs/{name}", a.blobsHandler())
+	route("/v1/openapi.yaml", serveOpenAPI)
+	a.mountToolCatalog(mux) // GET /v1/tools and /v1/admin/tools (catalog.go)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no such resource: %s", r.URL.Path))
 	})
+	a.mountPages(mux)
 	return mux
 }
 
 type api struct {
 	store Store
 	log   *slog.Logger
+	opts  ServerOptions
 }
 
 // RunJSON is a run as the API shows it.
@@ -71,6 +133,7 @@ type RunJSON struct {
 	Reason      string          `json:"reason"`
 	TraceID     string          `json:"trace_id"`
 	Counts      CountsJSON      `json:"counts"`
+	Spend       *float64        `json:"spend"`
 	CreatedAt   time.Time       `json:"created_at"`
 	UpdatedAt   time.Time       `json:"updated_at"`
 	CompletedAt *time.Time      `json:"completed_at"`
@@ -135,7 +198,7 @@ func runJSON(r Run) RunJSON {
 	return RunJSON{
 		RunID: r.RunID, Tenant: r.Tenant, Agent: r.Agent, Status: r.Status, Reason: r.Reason,
 		TraceID: r.TraceID, Counts: CountsJSON{Iterations: r.Iterations, ToolCalls: r.ToolCalls},
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt,
+		Spend: r.Spend, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt,
 	}
 }
 
@@ -153,21 +216,10 @@ func toolCallJSON(c ToolCall) ToolCallJSON {
 }
 
 func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	f := RunFilter{Status: q.Get("status"), Agent: q.Get("agent"), OrgID: q.Get("org_id")}
-	if f.Status != "" && !slices.Contains(RunStatuses(), f.Status) {
-		writeError(w, http.StatusBadRequest, CodeInvalidParameter,
-			fmt.Sprintf("status %q is not one of %s", f.Status, strings.Join(RunStatuses(), ", ")))
+	f, err := runFilterOf(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidParameter, err.Error())
 		return
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, CodeInvalidParameter,
-				fmt.Sprintf("limit %q must be a whole number from 1 to %d", v, MaxListLimit))
-			return
-		}
-		f.Limit = n // above MaxListLimit it is clamped
 	}
 	runs, err := a.store.ListRuns(r.Context(), f)
 	if err != nil {
@@ -179,6 +231,56 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 		out.Runs = append(out.Runs, runJSON(run))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// runFilterOf reads the filters of GET /v1/runs (and of the runs page).
+func runFilterOf(q url.Values) (RunFilter, error) {
+	f := RunFilter{Status: q.Get("status"), Agent: q.Get("agent"), OrgID: q.Get("org_id"),
+		WorkspaceID: q.Get("workspace_id"), UserID: q.Get("user_id")}
+	if f.Status != "" && !slices.Contains(RunStatuses(), f.Status) {
+		return f, fmt.Errorf("status %q is not one of %s", f.Status, strings.Join(RunStatuses(), ", "))
+	}
+	if t := q.Get("tenant"); t != "" {
+		// A tenant id as events carry it: org[/workspace[/user]].
+		parts := strings.Split(t, "/")
+		if len(parts) > 3 || parts[0] == "" {
+			return f, fmt.Errorf("tenant %q must be org_id, org_id/workspace_id or org_id/workspace_id/user_id", t)
+		}
+		for i, dst := range []*string{&f.OrgID, &f.WorkspaceID, &f.UserID} {
+			if i >= len(parts) || parts[i] == "" {
+				continue
+			}
+			if *dst != "" && *dst != parts[i] {
+				return f, fmt.Errorf("tenant %q disagrees with the org_id, workspace_id or user_id given", t)
+			}
+			*dst = parts[i]
+		}
+	}
+	for _, p := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		v := q.Get(p.name)
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return f, fmt.Errorf("%s %q must be an RFC 3339 time such as 2026-03-01T12:00:00Z", p.name, v)
+		}
+		*p.dst = t.UTC()
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		return f, fmt.Errorf("since %s must be before until %s", f.Since.Format(time.RFC3339Nano), f.Until.Format(time.RFC3339Nano))
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return f, fmt.Errorf("limit %q must be a whole number from 1 to %d", v, MaxListLimit)
+		}
+		f.Limit = n // above MaxListLimit it is clamped
+	}
+	return f, nil
 }
 
 // run reads the run named by the path, or writes the error and returns false.

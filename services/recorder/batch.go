@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // errWriterStopped is returned by a write after the writer has stopped.
@@ -21,10 +22,27 @@ var errWriterStopped = errors.New("recorder: writer stopped")
 //
 // A batch that fails is retried record by record, so that one bad record fails
 // alone and the others are not held back by it.
+//
+// When the database is unreachable (a write fails and a ping fails too), the
+// writer holds the batch and waits until the database answers, then writes it
+// again: its handlers keep waiting (their messages kept in progress, never
+// redelivered), the consumers' handler pools fill up and they stop pulling.
+// Once the database is back everything held commits and the consumers catch up
+// from where they stopped: nothing is dead-lettered for an outage, and writes
+// keyed by event id make a batch whose commit did happen before the connection
+// broke harmless to write again.
 type batchWriter struct {
 	store Store
 	max   int
 	log   *slog.Logger
+	// ping checks that the database answers; nil: outages are not detected
+	// and failed writes return their error.
+	ping func(context.Context) error
+	// onCommit is called after each commit with its records.
+	onCommit func([]Record)
+	// onState is called when the database goes down (false) and comes back.
+	onState func(up bool)
+	down    atomic.Bool
 
 	in      chan *writeReq // unbuffered: a record sent is a record the loop owns
 	quit    chan struct{}
@@ -123,8 +141,8 @@ func (w *batchWriter) flush(ctx context.Context, batch []*writeReq) {
 	for i, req := range batch {
 		recs[i] = req.rec
 	}
-	err := w.writeOnce(ctx, recs...)
-	if err == nil || len(batch) == 1 {
+	err := w.writeHeld(ctx, recs...)
+	if err == nil || len(batch) == 1 || errors.Is(err, errWriterStopped) {
 		for _, req := range batch {
 			req.err <- err
 		}
@@ -132,9 +150,74 @@ func (w *batchWriter) flush(ctx context.Context, batch []*writeReq) {
 	}
 	w.log.Warn("batch failed; writing its events one by one", "events", len(batch), "err", err)
 	for _, req := range batch {
-		req.err <- w.writeOnce(ctx, req.rec)
+		req.err <- w.writeHeld(ctx, req.rec)
 	}
 }
+
+// writeHeld writes recs; while the database is unreachable it waits for it
+// and writes them again. It returns errWriterStopped when the writer stops
+// during an outage.
+func (w *batchWriter) writeHeld(ctx context.Context, recs ...Record) error {
+	for {
+		err := w.writeOnce(ctx, recs...)
+		if err == nil {
+			if w.onCommit != nil {
+				w.onCommit(recs)
+			}
+			return nil
+		}
+		if errors.Is(err, ErrUnstorable) || w.ping == nil || w.reachable(ctx) {
+			return err
+		}
+		w.setDown(true, len(recs), err)
+		if !w.waitReachable(ctx) {
+			return errWriterStopped
+		}
+		w.setDown(false, len(recs), nil)
+	}
+}
+
+func (w *batchWriter) reachable(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return w.ping(ctx) == nil
+}
+
+// waitReachable pings the database with back-off until it answers (true) or
+// the writer stops (false).
+func (w *batchWriter) waitReachable(ctx context.Context) bool {
+	delay := 50 * time.Millisecond
+	for {
+		t := time.NewTimer(delay)
+		select {
+		case <-w.quit:
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		if w.reachable(ctx) {
+			return true
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
+}
+
+func (w *batchWriter) setDown(down bool, held int, err error) {
+	if w.down.Swap(down) == down {
+		return
+	}
+	if down {
+		w.log.Error("database unreachable: holding events until it answers; consumers pause", "held", held, "err", err)
+	} else {
+		w.log.Warn("database reachable again: writing held events; consumers resume", "held", held)
+	}
+	if w.onState != nil {
+		w.onState(!down)
+	}
+}
+
+// holding reports whether the writer is waiting for the database.
+func (w *batchWriter) holding() bool { return w.down.Load() }
 
 func (w *batchWriter) writeOnce(ctx context.Context, recs ...Record) error {
 	ctx, cancel := context.WithTimeout(ctx, defaultWriteTimeout)

@@ -8,7 +8,8 @@ import (
 
 // Environment variables read by ConfigFromEnv.
 const (
-	// EnvDatabaseURL names the Postgres database, as a URL
+	// EnvDatabaseURL names the database: sqlite:<path> for a SQLite file, or
+	// Postgres, as a URL
 	// (postgres://user@host:5432/db?sslmode=disable) or a keyword/value string.
 	EnvDatabaseURL = "DATABASE_URL"
 	// EnvBatch sets Config.Batch.
@@ -22,11 +23,12 @@ const (
 )
 
 // ErrNoDatabase is returned when no database is configured.
-var ErrNoDatabase = errors.New("recorder: " + EnvDatabaseURL + " is required: set it to a Postgres URL such as postgres://user@host:5432/toolwire?sslmode=disable")
+var ErrNoDatabase = errors.New("recorder: " + EnvDatabaseURL + " is required: set it to a Postgres URL such as postgres://user@host:5432/toolwire?sslmode=disable, or to sqlite:<path> for a SQLite file")
 
 // Config configures the recorder. Zero values mean the defaults.
 type Config struct {
-	// DatabaseURL is the Postgres connection string (required).
+	// DatabaseURL is the Postgres connection string, or sqlite:<path>
+	// (required).
 	DatabaseURL string
 	// Batch is the most events written in one transaction. Under load the
 	// recorder groups the events its handlers hold into one commit; each is

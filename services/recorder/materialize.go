@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -114,12 +115,14 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 		var raw struct {
 			Outputs json.RawMessage `json:"outputs"`
 			Pinned  json.RawMessage `json:"pinned"`
+			Spend   json.RawMessage `json:"spend"`
 		}
 		if err := json.Unmarshal(rec.Event.Data, &raw); err != nil {
 			return bad("data: %v", err)
 		}
 		u := &RunUpdate{RunID: s.RunID, At: at, Tenant: s.Tenant, Agent: s.Agent, Status: s.Status,
-			Reason: s.Reason, TraceID: s.TraceID, Iterations: s.Iteration, ToolCalls: s.ToolCalls}
+			Reason: s.Reason, TraceID: s.TraceID, Iterations: s.Iteration, ToolCalls: s.ToolCalls,
+			Spend: spendOf(raw.Spend)}
 		if u.TraceID == "" {
 			u.TraceID = traceID
 		}
@@ -136,8 +139,9 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 		if err := setRun(c.RunID); err != nil {
 			return bad("%v", err)
 		}
+		spend := c.Spend
 		rec.Run = &RunUpdate{RunID: c.RunID, At: at, Tenant: c.Tenant, Agent: c.Agent, TraceID: traceID,
-			Iterations: c.Iteration, ToolCalls: c.ToolCalls}
+			Iterations: c.Iteration, ToolCalls: c.ToolCalls, Spend: &spend}
 
 	case events.TypeIterationApproved, events.TypeIterationDenied:
 		var v events.Verdict
@@ -238,9 +242,78 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 		rec.Run = &RunUpdate{RunID: rec.Event.RunID, At: at, TraceID: traceID}
 		rec.Call = u
 
+	case events.TypeCallApprovalRequired:
+		var a events.ApprovalRequest
+		if err := events.DecodeData(ev, &a); err != nil {
+			return bad("%v", err)
+		}
+		if err := setRun(a.RunID); err != nil {
+			return bad("%v", err)
+		}
+		if err := setCall(a.CorrelationID); err != nil {
+			return bad("%v", err)
+		}
+		// The timeline shows the request in place, from the events table; the
+		// call row learns the tool (status requested never moves one back).
+		rec.Run = &RunUpdate{RunID: a.RunID, At: at, Tenant: a.Tenant, Agent: a.AgentName, TraceID: traceID}
+		rec.Call = &CallUpdate{RunID: a.RunID, CallID: a.CorrelationID, Status: CallRequested,
+			Name: a.ToolName, Version: a.ToolVersion}
+
+	case events.TypeCallDecided:
+		var d events.Decision
+		if err := events.DecodeData(ev, &d); err != nil {
+			return bad("%v", err)
+		}
+		if err := setRun(d.RunID); err != nil {
+			return bad("%v", err)
+		}
+		if err := setCall(d.CallID); err != nil {
+			return bad("%v", err)
+		}
+		rec.Run = &RunUpdate{RunID: d.RunID, At: at, TraceID: traceID}
+		rec.Call = &CallUpdate{RunID: d.RunID, CallID: d.CallID, Status: CallRequested}
+
+	case events.TypeUsageRecorded:
+		// Billing's record of one model turn or tool call; the run's spend
+		// comes from its status events, which carry the total.
+		var u events.Usage
+		if err := events.DecodeData(ev, &u); err != nil {
+			return bad("%v", err)
+		}
+		if err := setRun(u.RunID); err != nil {
+			return bad("%v", err)
+		}
+		rec.Run = &RunUpdate{RunID: u.RunID, At: at, Tenant: u.Tenant, Agent: u.Agent, TraceID: traceID}
+
+	case events.TypeSandboxRequested:
+		var j events.SandboxJob
+		if err := events.DecodeData(ev, &j); err != nil {
+			return bad("%v", err)
+		}
+		if err := setRun(j.RunID); err != nil {
+			return bad("%v", err)
+		}
+		if err := setCall(j.CallID); err != nil {
+			return bad("%v", err)
+		}
+		rec.Run = &RunUpdate{RunID: j.RunID, At: at, TraceID: traceID}
+
+	case events.TypeSandboxCompleted:
+		var res events.SandboxResult
+		if err := events.DecodeData(ev, &res); err != nil {
+			return bad("%v", err)
+		}
+		if err := setRun(res.RunID); err != nil {
+			return bad("%v", err)
+		}
+		if err := setCall(res.CallID); err != nil {
+			return bad("%v", err)
+		}
+		rec.Run = &RunUpdate{RunID: res.RunID, At: at, TraceID: traceID}
+
 	default:
-		// Not a type this recorder knows (a newer producer's, or an operator's
-		// approval): kept as it came, materialized by none.
+		// Not a type this recorder knows (a newer producer's): kept as it
+		// came, materialized by none.
 	}
 	return rec, nil
 }
@@ -251,6 +324,29 @@ var runStatusOfType = map[string]string{
 	events.TypeRunResumed:   events.StatusResumed,
 	events.TypeRunCompleted: events.StatusCompleted,
 	events.TypeRunFailed:    events.StatusFailed,
+}
+
+// spendOf reads the spend a run status reports: a number, or an object whose
+// "total" is one (the shape the orchestrator's budget accounting may grow
+// into). Anything else, or a negative or non-finite number, says nothing.
+func spendOf(raw json.RawMessage) *float64 {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var v float64
+	if err := json.Unmarshal(raw, &v); err != nil {
+		var obj struct {
+			Total *float64 `json:"total"`
+		}
+		if json.Unmarshal(raw, &obj) != nil || obj.Total == nil {
+			return nil
+		}
+		v = *obj.Total
+	}
+	if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
 }
 
 func timePtr(t time.Time) *time.Time {

@@ -31,6 +31,9 @@ func TestRecordOfEveryEventType(t *testing.T) {
 	}
 	add(events.NewVerdict(storetest.Source, events.Verdict{RunID: fx.RunID, Iteration: 3, Allowed: false,
 		Code: envelope.CodePolicyDenied, Reason: "max_iterations"}, fx.Tenant, fx.Trace))
+	for _, o := range storetest.SideEvents(t, fx) {
+		add(o, nil)
+	}
 
 	seen := map[string]bool{}
 	for _, rec := range storetest.Records(t, outs...) {
@@ -42,7 +45,8 @@ func TestRecordOfEveryEventType(t *testing.T) {
 		}
 		seen[rec.Event.Type] = true
 		switch rec.Event.Type {
-		case events.TypeCallRequested, events.TypeCallApproved, events.TypeCallStarted, events.TypeCallCompleted:
+		case events.TypeCallRequested, events.TypeCallApproved, events.TypeCallStarted, events.TypeCallCompleted,
+			events.TypeCallApprovalRequired, events.TypeCallDecided:
 			if rec.Call == nil || rec.Event.CallID == "" || rec.Call.CallID != rec.Event.CallID {
 				t.Errorf("%s: call update %+v", rec.Event.Type, rec.Call)
 			}

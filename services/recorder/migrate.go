@@ -86,3 +86,42 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (Migrati
 	}
 	return res, nil
 }
+
+//go:embed migrations/sqlite/*.sql
+var sqliteMigrationFiles embed.FS
+
+// SQLiteMigrations returns the embedded migration files of the SQLite store.
+func SQLiteMigrations() fs.FS {
+	sub, err := fs.Sub(sqliteMigrationFiles, "migrations/sqlite")
+	if err != nil {
+		panic(err) // the embedded tree always has the directory
+	}
+	return sub
+}
+
+// MigrateSQLite brings the schema of a SQLite store up to date. One process
+// owns a SQLite store, so no lock is taken.
+func MigrateSQLite(ctx context.Context, s *SQLiteStore, log *slog.Logger) (MigrationResult, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), SQLiteMigrations(),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(log.With("component", "migrate")),
+	)
+	if err != nil {
+		return MigrationResult{}, fmt.Errorf("migrate: %w", err)
+	}
+	results, err := p.Up(ctx)
+	if err != nil {
+		return MigrationResult{}, fmt.Errorf("migrate sqlite %s: %w", s.Path(), err)
+	}
+	var res MigrationResult
+	for _, r := range results {
+		res.Applied = append(res.Applied, r.Source.Version)
+	}
+	if res.Version, err = p.GetDBVersion(ctx); err != nil {
+		return MigrationResult{}, fmt.Errorf("migrate: version: %w", err)
+	}
+	return res, nil
+}

@@ -131,6 +131,12 @@ func writeRecord(ctx context.Context, tx pgx.Tx, r *Record) error {
 			return fmt.Errorf("insert verdict: %w", err)
 		}
 	}
+	for _, d := range r.Tools {
+		if _, err := tx.Exec(ctx, `INSERT INTO run_tools (run_id, name, version, definition) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (run_id, name, version) DO NOTHING`, d.RunID, d.Name, d.Version, nullJSON(d.Definition)); err != nil {
+			return fmt.Errorf("insert tool definition: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -162,8 +168,8 @@ var upsertRunSQL = func() string {
 	takeAgent := "(EXCLUDED.agent IS NOT NULL AND (EXCLUDED.request IS NOT NULL OR r.agent IS NULL))"
 	return `
 INSERT INTO runs AS r (run_id, org_id, workspace_id, user_id, agent, status, status_at, request, reason,
-	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $7, $7, $15)
+	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at, spend)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $7, $7, $15, $17)
 ON CONFLICT (run_id) DO UPDATE SET
 	org_id       = CASE WHEN ` + takeTenant + ` THEN EXCLUDED.org_id ELSE r.org_id END,
 	workspace_id = CASE WHEN ` + takeTenant + ` THEN EXCLUDED.workspace_id ELSE r.workspace_id END,
@@ -179,6 +185,7 @@ ON CONFLICT (run_id) DO UPDATE SET
 	trace_id     = COALESCE(r.trace_id, EXCLUDED.trace_id),
 	iterations   = GREATEST(r.iterations, EXCLUDED.iterations),
 	tool_calls   = GREATEST(r.tool_calls, EXCLUDED.tool_calls),
+	spend        = GREATEST(r.spend, EXCLUDED.spend),
 	created_at   = LEAST(r.created_at, EXCLUDED.created_at),
 	updated_at   = GREATEST(r.updated_at, EXCLUDED.updated_at)`
 }()
@@ -200,7 +207,7 @@ func upsertRun(ctx context.Context, tx pgx.Tx, u *RunUpdate) error {
 	_, err := tx.Exec(ctx, upsertRunSQL,
 		u.RunID, nullString(u.Tenant.OrgID), ws, user, nullString(u.Agent), status, u.At,
 		nullJSON(u.Request), nullString(u.Reason), nullJSON(u.Outputs), nullJSON(u.Pinned),
-		nullString(u.TraceID), u.Iterations, u.ToolCalls, completedAt, hasStatus)
+		nullString(u.TraceID), u.Iterations, u.ToolCalls, completedAt, hasStatus, u.Spend)
 	if err != nil {
 		return fmt.Errorf("upsert run: %w", err)
 	}
@@ -252,7 +259,7 @@ func upsertCall(ctx context.Context, tx pgx.Tx, u *CallUpdate) error {
 
 const runColumns = `r.run_id, r.org_id, r.workspace_id, r.user_id, r.agent, r.status, r.reason, r.trace_id,
 	r.iterations, GREATEST(r.tool_calls, (SELECT count(*) FROM tool_calls tc WHERE tc.run_id = r.run_id))::integer,
-	r.created_at, r.updated_at, r.completed_at`
+	r.created_at, r.updated_at, r.completed_at, r.spend`
 
 func scanRun(row pgx.Row, extra ...any) (Run, error) {
 	var (
@@ -263,7 +270,7 @@ func scanRun(row pgx.Row, extra ...any) (Run, error) {
 		dest                         []any
 	)
 	dest = append(dest, &run.RunID, &org, &ws, &user, &agent, &run.Status, &reason, &traceID,
-		&run.Iterations, &run.ToolCalls, &run.CreatedAt, &run.UpdatedAt, &completedAt)
+		&run.Iterations, &run.ToolCalls, &run.CreatedAt, &run.UpdatedAt, &completedAt, &run.Spend)
 	dest = append(dest, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return Run{}, err
@@ -313,6 +320,16 @@ func (s *PostgresStore) ListRuns(ctx context.Context, f RunFilter) ([]Run, error
 	add("status", f.Status)
 	add("agent", f.Agent)
 	add("org_id", f.OrgID)
+	add("workspace_id", f.WorkspaceID)
+	add("user_id", f.UserID)
+	if !f.Since.IsZero() {
+		args = append(args, f.Since)
+		where = append(where, "r.created_at >= $"+strconv.Itoa(len(args)))
+	}
+	if !f.Until.IsZero() {
+		args = append(args, f.Until)
+		where = append(where, "r.created_at < $"+strconv.Itoa(len(args)))
+	}
 	q := `SELECT ` + runColumns + ` FROM runs r`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
@@ -342,11 +359,16 @@ const callOrder = `ORDER BY seq ASC NULLS LAST, t_start ASC NULLS LAST, call_id 
 
 // ToolCalls implements Store.
 func (s *PostgresStore) ToolCalls(ctx context.Context, runID string) ([]ToolCall, error) {
+	return s.toolCalls(ctx, runID, "")
+}
+
+// toolCalls returns a run's calls, or only callID's when it is set.
+func (s *PostgresStore) toolCalls(ctx context.Context, runID, callID string) ([]ToolCall, error) {
 	ctx, cancel := withTimeout(ctx, defaultReadTimeout)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT run_id, call_id, seq, iteration, name, version, status, error_code,
 		input, envelope, t_start, t_end, latency_ms, cached, truncated
-		FROM tool_calls WHERE run_id = $1 `+callOrder, runID)
+		FROM tool_calls WHERE run_id = $1 AND ($2 = '' OR call_id = $2) `+callOrder, runID, callID)
 	if err != nil {
 		return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
 	}
@@ -401,10 +423,25 @@ func (s *PostgresStore) Envelopes(ctx context.Context, runID string) ([]json.Raw
 
 // Events implements Store.
 func (s *PostgresStore) Events(ctx context.Context, runID string) ([]EventRow, error) {
+	return s.EventsAfter(ctx, runID, 0, 0)
+}
+
+// EventsAfter implements Store; a limit below 1 means no limit.
+func (s *PostgresStore) EventsAfter(ctx context.Context, runID string, after int64, limit int) ([]EventRow, error) {
 	ctx, cancel := withTimeout(ctx, defaultReadTimeout)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT event_id, run_id, call_id, type, subject, source, time, stream,
-		stream_seq, extensions, data, recorded_at FROM events WHERE run_id = $1 ORDER BY seq`, runID)
+	// Only events whose transaction is older than every one still running:
+	// a concurrent recorder's commit can still add an event with a lower
+	// seq than those already visible (see migration 00002).
+	q := `SELECT seq, event_id, run_id, call_id, type, subject, source, time, stream,
+		stream_seq, extensions, data, recorded_at FROM events WHERE run_id = $1 AND seq > $2
+		AND (txid IS NULL OR txid < pg_snapshot_xmin(pg_current_snapshot())) ORDER BY seq`
+	args := []any{runID, after}
+	if limit > 0 {
+		q += ` LIMIT $3`
+		args = append(args, limit)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("events of %q: %w", runID, err)
 	}
@@ -417,7 +454,7 @@ func (s *PostgresStore) Events(ctx context.Context, runID string) ([]EventRow, e
 			seq               *int64
 			exts, data        []byte
 		)
-		if err := rows.Scan(&e.ID, &run, &call, &e.Type, &e.Subject, &e.Source, &e.Time, &stream,
+		if err := rows.Scan(&e.Seq, &e.ID, &run, &call, &e.Type, &e.Subject, &e.Source, &e.Time, &stream,
 			&seq, &exts, &data, &e.RecordedAt); err != nil {
 			return nil, fmt.Errorf("events of %q: %w", runID, err)
 		}
@@ -436,6 +473,121 @@ func (s *PostgresStore) Events(ctx context.Context, runID string) ([]EventRow, e
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("events of %q: %w", runID, err)
+	}
+	return out, nil
+}
+
+// ToolCall implements Store.
+func (s *PostgresStore) ToolCall(ctx context.Context, runID, callID string) (ToolCall, error) {
+	calls, err := s.toolCalls(ctx, runID, callID)
+	if err != nil {
+		return ToolCall{}, err
+	}
+	if len(calls) == 0 {
+		return ToolCall{}, fmt.Errorf("%w: run %q call %q", ErrCallNotFound, runID, callID)
+	}
+	return calls[0], nil
+}
+
+// Turns implements Store.
+func (s *PostgresStore) Turns(ctx context.Context, runID string) ([]TurnRow, error) {
+	ctx, cancel := withTimeout(ctx, defaultReadTimeout)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT iteration, turn FROM model_turns WHERE run_id = $1 ORDER BY iteration`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("model turns of %q: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TurnRow, error) {
+		t := TurnRow{RunID: runID}
+		var b []byte
+		err := row.Scan(&t.Iteration, &b)
+		t.Turn = b
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model turns of %q: %w", runID, err)
+	}
+	if out == nil {
+		out = []TurnRow{}
+	}
+	return out, nil
+}
+
+// Verdicts implements Store.
+func (s *PostgresStore) Verdicts(ctx context.Context, runID string) ([]VerdictRow, error) {
+	ctx, cancel := withTimeout(ctx, defaultReadTimeout)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT iteration, allowed, code, reason FROM verdicts WHERE run_id = $1 ORDER BY iteration`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (VerdictRow, error) {
+		v := VerdictRow{RunID: runID}
+		var code, reason *string
+		err := row.Scan(&v.Iteration, &v.Allowed, &code, &reason)
+		v.Code, v.Reason = deref(code), deref(reason)
+		return v, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
+	}
+	if out == nil {
+		out = []VerdictRow{}
+	}
+	return out, nil
+}
+
+// RunTools implements Store.
+func (s *PostgresStore) RunTools(ctx context.Context, runID string) ([]ToolDefRow, error) {
+	ctx, cancel := withTimeout(ctx, defaultReadTimeout)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT name, version, definition FROM run_tools WHERE run_id = $1
+		ORDER BY name, version`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ToolDefRow, error) {
+		d := ToolDefRow{RunID: runID}
+		var b []byte
+		err := row.Scan(&d.Name, &d.Version, &b)
+		d.Definition = b
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
+	}
+	if out == nil {
+		out = []ToolDefRow{}
+	}
+	return out, nil
+}
+
+// CompletedRuns implements Store.
+func (s *PostgresStore) CompletedRuns(ctx context.Context, orgID, agent string, before time.Time, limit int) ([]Run, error) {
+	ctx, cancel := withTimeout(ctx, defaultReadTimeout)
+	defer cancel()
+	if limit < 1 {
+		limit = 1
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+`, r.outputs, r.pinned FROM runs r
+		WHERE r.status = 'completed' AND r.org_id = $1 AND r.agent = $2 AND r.created_at < $3
+		ORDER BY r.created_at DESC, r.run_id DESC LIMIT $4`, orgID, agent, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
+	}
+	defer rows.Close()
+	out := []Run{}
+	for rows.Next() {
+		var outputs, pinned []byte
+		run, err := scanRun(rows, &outputs, &pinned)
+		if err != nil {
+			return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
+		}
+		run.Outputs, run.Pinned = outputs, pinned
+		out = append(out, run)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
 	}
 	return out, nil
 }
@@ -477,3 +629,6 @@ func utcPtr(t *time.Time) *time.Time {
 	u := t.UTC()
 	return &u
 }
+
+// Ping checks that the database answers.
+func (s *PostgresStore) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }

@@ -1,17 +1,21 @@
 // Package recorder is toolwire's recorder service: it consumes every run and
-// tool call event, keeps each one in Postgres, materializes runs, tool calls,
-// model turns and verdicts from them, and serves them over a read-only HTTP
-// API.
+// tool call event, keeps each one in Postgres (or, embedded, in SQLite),
+// materializes runs, tool calls, model turns, verdicts and the tool
+// definitions of replay bundles from them, and serves them over a read-only
+// HTTP API, with a live event stream and the timeline page.
 //
 // Delivery is at least once and the two streams have no order between them,
 // so recording is idempotent and order-independent: an event is keyed by its
 // id, and the materialized rows converge whatever order the events arrive in
 // (see Store). A message is acknowledged only after the transaction holding
 // its effects has committed; an event that cannot be decoded is dead-lettered.
+// While the database is unreachable the recorder holds what it has and stops
+// pulling; it catches up when the database is back (see batchWriter).
 package recorder
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,17 +23,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/service"
 )
 
 // The recorder's durable consumers: one per stream, every event of each.
 const (
-	DurableRuns  = "recorder-runs"
-	DurableCalls = "recorder-calls"
+	DurableRuns    = "recorder-runs"
+	DurableCalls   = "recorder-calls"
+	DurableSandbox = "recorder-sandbox"
 )
 
 // maxConcurrency bounds the handlers of one consumer in one replica.
@@ -40,6 +46,7 @@ func ConsumerSpecs() []events.ConsumerSpec {
 	return []events.ConsumerSpec{
 		{Stream: events.StreamRuns, Durable: DurableRuns, Filters: []string{events.SubjectsRuns}},
 		{Stream: events.StreamCalls, Durable: DurableCalls, Filters: []string{events.SubjectsCalls}},
+		{Stream: events.StreamSandbox, Durable: DurableSandbox, Filters: []string{events.SubjectsSandbox}},
 	}
 }
 
@@ -58,17 +65,20 @@ const (
 // Recorder is the recorder service. It is stateless between events: any
 // number of replicas share its two durable consumers and its database.
 type Recorder struct {
-	cfg    Config
-	js     jetstream.JetStream
-	log    *slog.Logger
-	pool   *pgxpool.Pool
-	store  *PostgresStore
-	writer *batchWriter
-	api    http.Handler
+	cfg     Config
+	js      jetstream.JetStream
+	log     *slog.Logger
+	db      *backend
+	writer  *batchWriter
+	api     http.Handler
+	changes *Changes
+	metrics *recorderMetrics
 
 	mu      sync.Mutex
 	state   lifecycle
 	runners []*events.Runner
+	tools   toolResolver
+	done    chan struct{} // closed by Stop: ends the live streams
 }
 
 // New returns a recorder on d's JetStream and the database of cfg. It does no
@@ -85,20 +95,58 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	pool, err := NewPool(cfg.DatabaseURL)
+	db, err := openBackend(cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
-	store := NewPostgresStore(pool)
-	return &Recorder{
-		cfg:    cfg,
-		js:     d.JS,
-		log:    log,
-		pool:   pool,
-		store:  store,
-		writer: newBatchWriter(store, cfg.Batch, log),
-		api:    NewAPI(store, log),
-	}, nil
+	m, err := newRecorderMetrics(d.Metrics)
+	if err != nil {
+		db.close()
+		return nil, err
+	}
+	r := &Recorder{cfg: cfg, js: d.JS, log: log, db: db, changes: NewChanges(), metrics: m, done: make(chan struct{})}
+	r.writer = newBatchWriter(db.store, cfg.Batch, log)
+	r.writer.ping = db.ping
+	r.writer.onCommit = func(recs []Record) {
+		m.recorded.Add(float64(len(recs)))
+		r.changes.notify(recs)
+	}
+	r.writer.onState = func(up bool) {
+		if up {
+			m.dbUp.Set(1)
+			return
+		}
+		m.dbUp.Set(0)
+		m.outages.Inc()
+	}
+	r.api = NewServer(db.store, ServerOptions{Log: log, Changes: r.changes, JS: d.JS, Done: r.done, AdminToken: adminToken(d.Getenv)})
+	return r, nil
+}
+
+type recorderMetrics struct {
+	recorded prometheus.Counter
+	dbUp     prometheus.Gauge
+	outages  prometheus.Counter
+}
+
+func newRecorderMetrics(reg prometheus.Registerer) (*recorderMetrics, error) {
+	m := &recorderMetrics{
+		recorded: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolwire_recorder_events_recorded_total",
+			Help: "Events committed to the database (a redelivered event counts again; it changes nothing)."}),
+		dbUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolwire_recorder_database_up",
+			Help: "1 while the database answers, 0 while the recorder holds events for it."}),
+		outages: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolwire_recorder_database_outages_total",
+			Help: "Times the database became unreachable."}),
+	}
+	m.dbUp.Set(1)
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.recorded, m.dbUp, m.outages} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("recorder metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
 }
 
 // Build is the service.Build of the recorder binary: configuration from the
@@ -123,7 +171,14 @@ func Build(_ context.Context, d service.Deps) (service.Component, http.Handler, 
 func (r *Recorder) Handler() http.Handler { return r.api }
 
 // Store returns the recorder's store.
-func (r *Recorder) Store() Store { return r.store }
+func (r *Recorder) Store() Store { return r.db.store }
+
+// Changes returns the hub that signals each commit's runs.
+func (r *Recorder) Changes() *Changes { return r.changes }
+
+// DatabaseUp reports whether the database answered the last write: false while
+// the recorder holds events for it.
+func (r *Recorder) DatabaseUp() bool { return !r.writer.holding() }
 
 // Start waits for the database (until ctx ends), migrates its schema and
 // starts consuming. Starting a running recorder does nothing.
@@ -139,11 +194,16 @@ func (r *Recorder) Start(ctx context.Context) error {
 	if err := r.waitForDatabase(ctx); err != nil {
 		return err
 	}
-	res, err := Migrate(ctx, r.pool, r.log)
+	res, err := r.db.migrate(ctx, r.log)
 	if err != nil {
 		return err
 	}
-	r.log.Info("schema ready", "version", res.Version, "applied", res.Applied)
+	r.log.Info("schema ready", "store", r.db.kind, "at", r.db.where, "version", res.Version, "applied", res.Applied)
+	if tools, err := newRegistryResolver(ctx, r.js, r.log); err != nil {
+		r.log.Warn("no tool registry: replay bundles will lack tool definitions", "err", err)
+	} else {
+		r.tools = tools
+	}
 
 	r.writer.start(ctx)
 	for _, spec := range ConsumerSpecs() {
@@ -176,13 +236,26 @@ func (r *Recorder) Stop(ctx context.Context) error {
 		return nil
 	}
 	r.state = stopped
+	close(r.done)
 	err := r.stopConsuming(ctx)
-	r.pool.Close()
+	if r.tools != nil {
+		r.tools.stop()
+		r.tools = nil
+	}
+	r.db.close()
 	return err
 }
 
 func (r *Recorder) stopConsuming(ctx context.Context) error {
 	var errs []error
+	if r.writer.holding() {
+		// The database is down: the handlers in flight wait for it and the
+		// drain below would wait for them. Stop the writer first: they fail,
+		// and their messages are redelivered to the next recorder.
+		if err := r.writer.stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("recorder: stop writer: %w", err))
+		}
+	}
 	for _, runner := range r.runners {
 		errs = append(errs, runner.Stop(ctx))
 	}
@@ -196,17 +269,17 @@ func (r *Recorder) stopConsuming(ctx context.Context) error {
 func (r *Recorder) waitForDatabase(ctx context.Context) error {
 	delay := 100 * time.Millisecond
 	for {
-		err := r.pool.Ping(ctx)
+		err := r.db.ping(ctx)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("recorder: postgres unreachable: %w", err)
+			return fmt.Errorf("recorder: %s unreachable: %w", r.db.kind, err)
 		}
-		r.log.Warn("waiting for postgres", "retry_in", delay, "err", err)
+		r.log.Warn("waiting for the database", "store", r.db.kind, "retry_in", delay, "err", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("recorder: postgres unreachable: %w", err)
+			return fmt.Errorf("recorder: %s unreachable: %w", r.db.kind, err)
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 5*time.Second)
@@ -226,6 +299,9 @@ func (r *Recorder) handle(ctx context.Context, d *events.Delivery) error {
 			rec.Event.Stream, rec.Event.StreamSeq = meta.Stream, meta.Sequence.Stream
 		}
 	}
+	if rec.Turn != nil && r.tools != nil {
+		rec.Tools = turnTools(ctx, r.tools, rec.Turn)
+	}
 	if err := r.writer.write(ctx, rec); err != nil {
 		if errors.Is(err, ErrUnstorable) {
 			return events.Permanent(err)
@@ -233,4 +309,26 @@ func (r *Recorder) handle(ctx context.Context, d *events.Delivery) error {
 		return err
 	}
 	return nil
+}
+
+// turnTools returns the definitions of the tools a model turn offered.
+func turnTools(ctx context.Context, tools toolResolver, t *TurnRow) []ToolDefRow {
+	var turn struct {
+		Tools  []string  `json:"tools"`
+		TStart time.Time `json:"t_start"`
+	}
+	if json.Unmarshal(t.Turn, &turn) != nil {
+		return nil
+	}
+	refs := make([]envelope.ToolRef, 0, len(turn.Tools))
+	for _, s := range turn.Tools {
+		if ref, err := envelope.ParseToolRef(s); err == nil {
+			refs = append(refs, ref)
+		}
+	}
+	defs := tools.definitions(ctx, refs, turn.TStart)
+	for i := range defs {
+		defs[i].RunID = t.RunID
+	}
+	return defs
 }

@@ -176,6 +176,9 @@ func (h *harness) do(method, path string) (int, []byte) {
 	if !json.Valid(body) {
 		h.t.Fatalf("%s %s: body is not JSON: %s", method, path, body)
 	}
+	if method == http.MethodGet {
+		checkAgainstSpec(h.t, req, resp.StatusCode, resp.Header, body)
+	}
 	return resp.StatusCode, body
 }
 
@@ -255,7 +258,7 @@ func checkRunJSON(t *testing.T, got recorder.RunDetailJSON, fx *storetest.Run) {
 	want := recorder.RunJSON{
 		RunID: fx.RunID, Tenant: fx.Tenant, Agent: fx.Agent, Status: fx.Status(), Reason: fx.Reason,
 		TraceID: fx.Trace.TraceID(), Counts: recorder.CountsJSON{Iterations: fx.Iterations, ToolCalls: len(fx.Envelopes)},
-		CreatedAt: first, UpdatedAt: last, CompletedAt: &last,
+		Spend: &fx.Spend, CreatedAt: first, UpdatedAt: last, CompletedAt: &last,
 	}
 	g := got.RunJSON
 	if g.CompletedAt == nil || !g.CompletedAt.Equal(last) || !g.CreatedAt.Equal(first) || !g.UpdatedAt.Equal(last) {
@@ -511,11 +514,11 @@ func TestRecorderDeadLettersUndecodableEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	callID := "abc123"
-	usubj, err := events.CallSubject("e2e-unknown", callID, "approval_required")
+	usubj, err := events.CallSubject("e2e-unknown", callID, "escalated")
 	if err != nil {
 		t.Fatal(err)
 	}
-	unknown, err := events.Build("dev.toolwire.call.approval_required.v1", "e2e-unknown/"+callID+"/approval_required",
+	unknown, err := events.Build("dev.toolwire.call.escalated.v1", "e2e-unknown/"+callID+"/escalated",
 		usubj, events.Attrs{Source: storetest.Source, RunID: "e2e-unknown", CallID: callID},
 		map[string]any{"run_id": "e2e-unknown", "call_id": callID})
 	if err != nil {

@@ -11,11 +11,13 @@ import (
 )
 
 // Store is what the recorder keeps: every event it consumed, and the runs,
-// tool calls, model turns and verdicts materialized from them. The
-// materializer writes through Write; the HTTP API reads through the rest.
+// tool calls, model turns, verdicts and tool definitions materialized from
+// them. The materializer writes through Write; the HTTP API reads through the
+// rest.
 //
 // Every implementation passes the contract suite of package storetest, which
-// pins down the rules below; PostgresStore is the production one.
+// pins down the rules below: PostgresStore (production) and SQLiteStore (the
+// embedded default of `toolwire dev`).
 type Store interface {
 	// Write stores the records in one transaction: all of them or none. A
 	// record whose event id is already stored changes nothing, so a redelivered
@@ -33,7 +35,9 @@ type Store interface {
 	//   - a tool call's status moves forward only, along requested < approved <
 	//     started < completed; once its envelope has arrived, the envelope's
 	//     name, version, input and times win over those of other events;
-	//   - the first model turn and the first verdict of an iteration win.
+	//   - the first model turn and the first verdict of an iteration win;
+	//   - a run's spend only grows (the greatest reported wins);
+	//   - the first definition recorded for a tool version in a run wins.
 	Write(ctx context.Context, recs ...Record) error
 
 	// Run returns one run, or an error wrapping ErrRunNotFound.
@@ -51,10 +55,34 @@ type Store interface {
 	// Events returns the events stored for a run in the order they were
 	// recorded.
 	Events(ctx context.Context, runID string) ([]EventRow, error)
+	// EventsAfter returns at most limit events of a run recorded after the
+	// event whose Seq is after (0: from the first), in recorded order. A live
+	// stream resumes with it, so an event it returns must never be followed
+	// by one with a lower Seq: a store with concurrent writers returns only
+	// the events no running transaction can precede.
+	EventsAfter(ctx context.Context, runID string, after int64, limit int) ([]EventRow, error)
+
+	// ToolCall returns one tool call, or an error wrapping ErrCallNotFound.
+	ToolCall(ctx context.Context, runID, callID string) (ToolCall, error)
+	// Turns returns a run's model turns by iteration.
+	Turns(ctx context.Context, runID string) ([]TurnRow, error)
+	// Verdicts returns the Policy Guard's iteration verdicts of a run by
+	// iteration.
+	Verdicts(ctx context.Context, runID string) ([]VerdictRow, error)
+	// RunTools returns the tool definitions a run's model was offered, as they
+	// were when it was offered them, by name then version.
+	RunTools(ctx context.Context, runID string) ([]ToolDefRow, error)
+	// CompletedRuns returns the completed runs of one agent node (org and
+	// agent name) created before before, newest first, at most limit, with
+	// their Outputs and Pinned (not their Request).
+	CompletedRuns(ctx context.Context, orgID, agent string, before time.Time, limit int) ([]Run, error)
 }
 
 // ErrRunNotFound is wrapped when a run is not in the store.
 var ErrRunNotFound = errors.New("run not found")
+
+// ErrCallNotFound is wrapped when a tool call is not in the store.
+var ErrCallNotFound = errors.New("tool call not found")
 
 // ErrUnstorable is wrapped when the database refuses a record's data for what
 // it is (for example a JSON string holding \u0000, which Postgres's jsonb
@@ -64,13 +92,25 @@ var ErrUnstorable = errors.New("data cannot be stored")
 // Record is one consumed event and what it changes, ready to be written. The
 // materializer builds it from a CloudEvent with RecordOf; a Store applies it.
 // Run, Call, Turn and Verdict are nil when the event does not touch them: an
-// event of an unknown type has only its Event.
+// event of an unknown type has only its Event. Tools are the definitions of
+// the tools a model turn offered, added by the recorder from the registry
+// (RecordOf does no I/O and leaves them empty).
 type Record struct {
 	Event   EventRow
 	Run     *RunUpdate
 	Call    *CallUpdate
 	Turn    *TurnRow
 	Verdict *VerdictRow
+	Tools   []ToolDefRow
+}
+
+// ToolDefRow is the definition of one tool version as a run's model was
+// offered it.
+type ToolDefRow struct {
+	RunID      string
+	Name       string
+	Version    string
+	Definition json.RawMessage // envelope.ToolDefinition
 }
 
 // EventRow is one consumed CloudEvent as the events table keeps it.
@@ -93,6 +133,9 @@ type EventRow struct {
 	Data       json.RawMessage   `json:"data,omitempty"`
 	// RecordedAt is set by the store.
 	RecordedAt time.Time `json:"recorded_at"`
+	// Seq is the store's recorded order of events (set by the store; 0 on
+	// write): a live stream's event id.
+	Seq int64 `json:"seq"`
 }
 
 // RunUpdate is what one event says about its run. Zero fields say nothing.
@@ -117,6 +160,9 @@ type RunUpdate struct {
 	// are the greatest reported.
 	Iterations int
 	ToolCalls  int
+	// Spend is the run's accrued cost as the event reports it (nil: the
+	// event says nothing); the stored one is the greatest reported.
+	Spend *float64
 }
 
 // CallUpdate is what one event says about a tool call. Zero fields say
@@ -220,6 +266,7 @@ type Run struct {
 	TraceID     string
 	Iterations  int
 	ToolCalls   int // the greatest of the count reported by events and the calls recorded
+	Spend       *float64
 	Request     json.RawMessage
 	Outputs     json.RawMessage
 	Pinned      json.RawMessage
@@ -249,9 +296,14 @@ type ToolCall struct {
 
 // RunFilter selects runs to list. Empty fields match everything.
 type RunFilter struct {
-	Status string
-	Agent  string
-	OrgID  string
+	Status      string
+	Agent       string
+	OrgID       string
+	WorkspaceID string
+	UserID      string
+	// Since and Until bound created_at: Since <= created_at < Until.
+	Since time.Time
+	Until time.Time
 	// Limit bounds the result; ListRuns treats values below 1 as
 	// DefaultListLimit and above MaxListLimit as MaxListLimit.
 	Limit int

@@ -1,5 +1,5 @@
-// Package storetest is the contract suite of recorder.Store: every store (the
-// Postgres one now, SQLite later) runs RunStoreContract and so keeps the same
+// Package storetest is the contract suite of recorder.Store: every store
+// (PostgresStore and SQLiteStore) runs RunStoreContract and so keeps the same
 // rules. It also builds realistic runs from events, for these and other tests.
 package storetest
 
@@ -31,6 +31,7 @@ var Base = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // RunStoreContract runs the contract suite. newStore returns an empty store
 // for one subtest, released by t.Cleanup.
 func RunStoreContract(t *testing.T, newStore func(t *testing.T) recorder.Store) {
+	runContractExtras(t, newStore)
 	t.Run("RecordsACompletedRun", func(t *testing.T) {
 		s := newStore(t)
 		fx := CompletedRun(t, "run-complete", "weather", TenantA, Base)
@@ -219,11 +220,11 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T) recorder.Store) 
 	t.Run("UnknownTypeIsKeptOnly", func(t *testing.T) {
 		s := newStore(t)
 		callID := "ab12"
-		subj, err := events.CallSubject("run-unknown", callID, "approval_required")
+		subj, err := events.CallSubject("run-unknown", callID, "escalated")
 		if err != nil {
 			t.Fatal(err)
 		}
-		o, err := events.Build("dev.toolwire.call.approval_required.v1", "run-unknown/"+callID+"/approval_required", subj,
+		o, err := events.Build("dev.toolwire.call.escalated.v1", "run-unknown/"+callID+"/escalated", subj,
 			events.Attrs{Source: Source, RunID: "run-unknown", CallID: callID, Time: Base},
 			map[string]any{"run_id": "run-unknown", "call_id": callID, "approvers": []string{"ops"}})
 		if err != nil {
@@ -307,6 +308,263 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T) recorder.Store) 
 	})
 }
 
+// runContractExtras are the rules of the reads the API, the live stream, the
+// replay bundle and pinned handles depend on.
+func runContractExtras(t *testing.T, newStore func(t *testing.T) recorder.Store) {
+	t.Run("EventsAfterPagesInRecordedOrder", func(t *testing.T) {
+		s := newStore(t)
+		fx := CompletedRun(t, "run-pages", "weather", TenantA, Base)
+		for _, rec := range fx.Records(t) {
+			mustWrite(t, s, rec)
+		}
+		all, err := s.Events(ctx(t), fx.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != len(fx.Events) {
+			t.Fatalf("Events: %d, want %d", len(all), len(fx.Events))
+		}
+		for i := 1; i < len(all); i++ {
+			if all[i].Seq <= all[i-1].Seq {
+				t.Fatalf("seq %d after %d: not increasing", all[i].Seq, all[i-1].Seq)
+			}
+		}
+		var paged []recorder.EventRow
+		var after int64
+		for {
+			page, err := s.EventsAfter(ctx(t), fx.RunID, after, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			if len(page) > 3 {
+				t.Fatalf("page of %d events, limit 3", len(page))
+			}
+			paged = append(paged, page...)
+			after = page[len(page)-1].Seq
+		}
+		if !reflect.DeepEqual(paged, all) {
+			t.Fatalf("paged events differ from Events:\n%v\n%v", paged, all)
+		}
+		rest, err := s.EventsAfter(ctx(t), fx.RunID, all[4].Seq, 0)
+		if err != nil || len(rest) != len(all)-5 || rest[0].ID != all[5].ID {
+			t.Fatalf("EventsAfter(seq of event 4) = %d events (err %v), want %d starting at %s", len(rest), err, len(all)-5, all[5].ID)
+		}
+		// A redelivery records nothing new: the stream has nothing to resend.
+		mustWrite(t, s, fx.Records(t)...)
+		if again, err := s.EventsAfter(ctx(t), fx.RunID, all[len(all)-1].Seq, 0); err != nil || len(again) != 0 {
+			t.Fatalf("after a redelivery: %d new events (err %v), want none", len(again), err)
+		}
+	})
+
+	t.Run("ToolCallTurnsAndVerdicts", func(t *testing.T) {
+		s := newStore(t)
+		fx := CompletedRun(t, "run-parts", "weather", TenantA, Base)
+		mustWrite(t, s, fx.Records(t)...)
+		env := fx.Envelopes[1]
+		c, err := s.ToolCall(ctx(t), fx.RunID, env.CallID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.CallID != env.CallID || c.Name != env.Name || c.ErrorCode != string(env.Error.Code) || !jsonEqual(c.Envelope, mustJSON(t, env)) {
+			t.Fatalf("ToolCall = %+v", c)
+		}
+		if _, err := s.ToolCall(ctx(t), fx.RunID, "ffff"); !errors.Is(err, recorder.ErrCallNotFound) {
+			t.Fatalf("ToolCall of an unknown call: %v, want ErrCallNotFound", err)
+		}
+		if _, err := s.ToolCall(ctx(t), "nope", env.CallID); !errors.Is(err, recorder.ErrCallNotFound) {
+			t.Fatalf("ToolCall of an unknown run: %v, want ErrCallNotFound", err)
+		}
+		turns, err := s.Turns(ctx(t), fx.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(turns) != 2 || turns[0].Iteration != 1 || turns[1].Iteration != 2 {
+			t.Fatalf("Turns = %+v", turns)
+		}
+		for i, tr := range turns {
+			var raw struct {
+				Turn json.RawMessage `json:"turn"`
+			}
+			if err := json.Unmarshal(fx.Events[turnIndex(t, fx, i+1)].Event.Data(), &raw); err != nil {
+				t.Fatal(err)
+			}
+			if !jsonEqual(tr.Turn, raw.Turn) {
+				t.Errorf("turn %d = %s\nwant %s", i+1, tr.Turn, raw.Turn)
+			}
+		}
+		verdicts, err := s.Verdicts(ctx(t), fx.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(verdicts) != 2 || !verdicts[0].Allowed || verdicts[1].Iteration != 2 {
+			t.Fatalf("Verdicts = %+v", verdicts)
+		}
+		for _, f := range []func() (int, error){
+			func() (int, error) { v, err := s.Turns(ctx(t), "nope"); return lenOrNil(v == nil, len(v)), err },
+			func() (int, error) { v, err := s.Verdicts(ctx(t), "nope"); return lenOrNil(v == nil, len(v)), err },
+			func() (int, error) { v, err := s.RunTools(ctx(t), "nope"); return lenOrNil(v == nil, len(v)), err },
+		} {
+			if n, err := f(); err != nil || n != 0 {
+				t.Fatalf("read of an unknown run: %d rows, err %v; want an empty list", n, err)
+			}
+		}
+	})
+
+	t.Run("RunToolsFirstDefinitionWins", func(t *testing.T) {
+		s := newStore(t)
+		fx := CompletedRun(t, "run-tools", "weather", TenantA, Base)
+		recs := fx.Records(t)
+		first := json.RawMessage(`{"name":"web_search","version":"1.2.0","input_schema":{"type":"object"},"metadata":{"category":"search","side_effects":"reads","cache":"none"},"implementation":{"kind":"builtin"}}`)
+		later := json.RawMessage(`{"name":"web_search","version":"1.2.0","input_schema":{"type":"string"},"metadata":{"category":"search","side_effects":"reads","cache":"none"},"implementation":{"kind":"builtin"}}`)
+		fetch := json.RawMessage(`{"name":"fetch_page","version":"2.0.0","input_schema":{"type":"object"},"metadata":{"category":"api","side_effects":"reads","cache":"none"},"implementation":{"kind":"http"}}`)
+		for i := range recs {
+			if recs[i].Turn == nil {
+				continue
+			}
+			def := first
+			if recs[i].Turn.Iteration == 2 {
+				def = later
+			}
+			recs[i].Tools = []recorder.ToolDefRow{
+				{RunID: fx.RunID, Name: "web_search", Version: "1.2.0", Definition: def},
+				{RunID: fx.RunID, Name: "fetch_page", Version: "2.0.0", Definition: fetch},
+			}
+		}
+		for _, rec := range recs {
+			mustWrite(t, s, rec)
+		}
+		defs, err := s.RunTools(ctx(t), fx.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(defs) != 2 || defs[0].Name != "fetch_page" || defs[1].Name != "web_search" || defs[1].Version != "1.2.0" {
+			t.Fatalf("RunTools = %+v; want fetch_page then web_search", defs)
+		}
+		if !jsonEqual(defs[1].Definition, first) || !jsonEqual(defs[0].Definition, fetch) {
+			t.Fatalf("web_search definition = %s; want the first recorded", defs[1].Definition)
+		}
+	})
+
+	t.Run("SpendOnlyGrows", func(t *testing.T) {
+		s := newStore(t)
+		fx := StartedRun(t, "run-spend", "weather", TenantA, Base)
+		mustWrite(t, s, fx.Records(t)...)
+		if run := mustRun(t, s, fx.RunID); run.Spend != nil {
+			t.Fatalf("spend %v before any report, want none", *run.Spend)
+		}
+		for i, spend := range []float64{0.25, 0.75, 0.5} {
+			o, err := events.NewIterationRequested(Source, events.IterationCheck{RunID: fx.RunID, Iteration: i + 1,
+				Tenant: fx.Tenant, Agent: fx.Agent, Spend: spend}, fx.Trace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Event.SetTime(Base.Add(time.Duration(i+1) * time.Second))
+			mustWrite(t, s, Records(t, o)...)
+		}
+		if run := mustRun(t, s, fx.RunID); run.Spend == nil || *run.Spend != 0.75 {
+			t.Fatalf("spend %v, want the greatest reported, 0.75", run.Spend)
+		}
+	})
+
+	t.Run("CompletedRunsOfOneAgentNode", func(t *testing.T) {
+		s := newStore(t)
+		runs := []*Run{
+			CompletedRun(t, "node-1", "weather", TenantA, Base),
+			FailedRun(t, "node-2", "weather", TenantA, Base.Add(time.Minute), "boom"),
+			CompletedRun(t, "node-3", "weather", TenantA, Base.Add(2*time.Minute)),
+			CompletedRun(t, "node-4", "travel", TenantA, Base.Add(3*time.Minute)),
+			CompletedRun(t, "node-5", "weather", TenantB, Base.Add(4*time.Minute)),
+			StartedRun(t, "node-6", "weather", TenantA, Base.Add(5*time.Minute)),
+		}
+		for _, r := range runs {
+			mustWrite(t, s, r.Records(t)...)
+		}
+		got, err := s.CompletedRuns(ctx(t), TenantA.OrgID, "weather", Base.Add(5*time.Minute), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids := runIDs(got); !slices.Equal(ids, []string{"node-3", "node-1"}) {
+			t.Fatalf("CompletedRuns = %v, want [node-3 node-1]", ids)
+		}
+		if got[0].Outputs == nil || got[0].Pinned == nil {
+			t.Fatalf("CompletedRuns without outputs or pinned: %+v", got[0])
+		}
+		if got, err := s.CompletedRuns(ctx(t), TenantA.OrgID, "weather", Base.Add(2*time.Minute), 10); err != nil || !slices.Equal(runIDs(got), []string{"node-1"}) {
+			t.Fatalf("CompletedRuns before node-3 = %v %v, want [node-1]", runIDs(got), err)
+		}
+		if got, err := s.CompletedRuns(ctx(t), TenantA.OrgID, "weather", Base.Add(time.Hour), 1); err != nil || !slices.Equal(runIDs(got), []string{"node-3"}) {
+			t.Fatalf("CompletedRuns limit 1 = %v %v", runIDs(got), err)
+		}
+	})
+
+	t.Run("ListRunsByWorkspaceUserAndTime", func(t *testing.T) {
+		s := newStore(t)
+		runs := []*Run{
+			CompletedRun(t, "t-1", "weather", TenantA, Base),
+			CompletedRun(t, "t-2", "weather", TenantB, Base.Add(time.Minute)),
+			CompletedRun(t, "t-3", "weather", TenantA, Base.Add(2*time.Minute)),
+		}
+		for _, r := range runs {
+			mustWrite(t, s, r.Records(t)...)
+		}
+		first := func(r *Run) time.Time { return r.Events[0].Event.Time() }
+		cases := []struct {
+			f    recorder.RunFilter
+			want []string
+		}{
+			{recorder.RunFilter{WorkspaceID: TenantB.WorkspaceID}, []string{"t-2"}},
+			{recorder.RunFilter{UserID: TenantA.UserID}, []string{"t-3", "t-1"}},
+			{recorder.RunFilter{Since: first(runs[1])}, []string{"t-3", "t-2"}},
+			{recorder.RunFilter{Until: first(runs[1])}, []string{"t-1"}},
+			{recorder.RunFilter{Since: first(runs[0]), Until: first(runs[2])}, []string{"t-2", "t-1"}},
+			{recorder.RunFilter{Since: Base.Add(time.Hour)}, []string{}},
+		}
+		for _, c := range cases {
+			got, err := s.ListRuns(ctx(t), c.f)
+			if err != nil {
+				t.Fatalf("ListRuns(%+v): %v", c.f, err)
+			}
+			if ids := runIDs(got); !slices.Equal(ids, c.want) {
+				t.Errorf("ListRuns(%+v) = %v, want %v", c.f, ids, c.want)
+			}
+		}
+	})
+}
+
+func turnIndex(t testing.TB, fx *Run, iteration int) int {
+	t.Helper()
+	n := 0
+	for i, o := range fx.Events {
+		if o.Event.Type() == events.TypeLLMCompleted {
+			n++
+			if n == iteration {
+				return i
+			}
+		}
+	}
+	t.Fatalf("run %s has no turn %d", fx.RunID, iteration)
+	return -1
+}
+
+// lenOrNil is n, or -1 for a nil list (which the API would show as null).
+func lenOrNil(isNil bool, n int) int {
+	if isNil {
+		return -1
+	}
+	return n
+}
+
+func runIDs(runs []recorder.Run) []string {
+	ids := []string{}
+	for _, r := range runs {
+		ids = append(ids, r.RunID)
+	}
+	return ids
+}
+
 // CheckRun asserts that the store holds fx exactly as its events tell it.
 func CheckRun(t testing.TB, s recorder.Store, fx *Run) {
 	t.Helper()
@@ -345,6 +603,9 @@ func CheckRun(t testing.TB, s recorder.Store, fx *Run) {
 	}
 	if run.Iterations != fx.Iterations {
 		t.Errorf("iterations %d, want %d", run.Iterations, fx.Iterations)
+	}
+	if run.Spend == nil || *run.Spend != fx.Spend {
+		t.Errorf("spend %v, want %v", run.Spend, fx.Spend)
 	}
 	if run.ToolCalls != len(fx.Envelopes) {
 		t.Errorf("tool_calls %d, want %d", run.ToolCalls, len(fx.Envelopes))

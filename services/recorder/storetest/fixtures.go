@@ -29,6 +29,8 @@ type Run struct {
 	Reason  string // a failed run's reason
 	// Iterations is the number of model iterations the run reached.
 	Iterations int
+	// Spend is the run's final spend, as its events report it.
+	Spend float64
 	// Events are the run's events in the order they happened; their times
 	// step by a millisecond from the fixture's base time.
 	Events []events.Outgoing
@@ -131,8 +133,76 @@ func CompletedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, bas
 	done := b.status(events.StatusCompleted)
 	done.Outputs = &out
 	done.Iteration, done.ToolCalls = 2, 2
+	done.Spend, r.Spend = 0.0123, 0.0123
 	done.Pinned = map[string]*envelope.ToolEnvelope{"search": &envA, "page": nil}
 	b.add(events.NewRunStatus(Source, done, "", r.Trace))
+	return r
+}
+
+// CompletedRunPinned is CompletedRun with pinned handles on its agent node:
+// its request carries them and its completed event their resolution.
+func CompletedRunPinned(t testing.TB, runID, agent string, tenant envelope.Tenant, base time.Time, pins []envelope.PinnedHandle) *Run {
+	t.Helper()
+	r := CompletedRun(t, runID, agent, tenant, base)
+	return r.WithPins(t, pins)
+}
+
+// AnsweredRun builds a run whose model answers at once, without calling a
+// tool, with pinned handles on its agent node (none of which can select
+// anything).
+func AnsweredRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base time.Time, pins []envelope.PinnedHandle) *Run {
+	t.Helper()
+	b := newBuilder(t, runID, agent, tenant, base)
+	r := b.run
+	b.add(events.NewRunRequested(Source, r.Request, r.Trace))
+	b.add(events.NewRunStatus(Source, b.status(events.StatusStarted), "", r.Trace))
+	b.iteration(1, 0)
+	b.turn(1, envelope.ModelResponse{Content: "No search needed.", StopReason: "end_turn",
+		Usage: envelope.Usage{InputTokens: 50, OutputTokens: 5}})
+	out := envelope.NewAgentOutputs("No search needed.", nil, "")
+	r.Outputs = &out
+	r.Iterations = 1
+	done := b.status(events.StatusCompleted)
+	done.Outputs = &out
+	done.Iteration = 1
+	done.Spend, r.Spend = 0.001, 0.001
+	b.add(events.NewRunStatus(Source, done, "", r.Trace))
+	return r.WithPins(t, pins)
+}
+
+// WithPins puts pins on the run's request and their resolution on its
+// completed event, rebuilding both events in place (same ids and times).
+func (r *Run) WithPins(t testing.TB, pins []envelope.PinnedHandle) *Run {
+	t.Helper()
+	r.Request.Agent.PinnedHandles = pins
+	for i, o := range r.Events {
+		var (
+			rebuilt events.Outgoing
+			err     error
+		)
+		switch o.Event.Type() {
+		case events.TypeRunRequested:
+			rebuilt, err = events.NewRunRequested(Source, r.Request, r.Trace)
+		case events.TypeRunCompleted:
+			var s events.RunStatus
+			if err := json.Unmarshal(o.Event.Data(), &s); err != nil {
+				t.Fatal(err)
+			}
+			resolved, perr := envelope.ResolvePins(*r.Outputs, pins)
+			if perr != nil {
+				t.Fatalf("storetest: pins: %v", perr)
+			}
+			s.Pinned = resolved
+			rebuilt, err = events.NewRunStatus(Source, s, "", r.Trace)
+		default:
+			continue
+		}
+		if err != nil {
+			t.Fatalf("storetest: rebuild %s: %v", o.Event.Type(), err)
+		}
+		rebuilt.Event.SetTime(o.Event.Time())
+		r.Events[i] = rebuilt
+	}
 	return r
 }
 
@@ -216,8 +286,9 @@ func (b *builder) status(s string) events.RunStatus {
 
 func (b *builder) iteration(n, toolCalls int) {
 	r := b.run
+	spend := 0.005 * float64(n-1) // what the turns before cost
 	b.add(events.NewIterationRequested(Source, events.IterationCheck{RunID: r.RunID, Iteration: n, Tenant: r.Tenant,
-		Agent: r.Agent, Policy: r.Request.Agent.Policy, ToolCalls: toolCalls}, r.Trace))
+		Agent: r.Agent, Policy: r.Request.Agent.Policy, ToolCalls: toolCalls, Spend: spend}, r.Trace))
 	b.add(events.NewVerdict(Source, events.Verdict{RunID: r.RunID, Iteration: n, Allowed: true}, r.Tenant, r.Trace))
 }
 
@@ -240,4 +311,37 @@ func (b *builder) callRequest(seq, iteration int, name, version string, input js
 	return events.CallRequest{RunID: r.RunID, CallID: id, Seq: seq, Iteration: iteration, Name: name,
 		Version: version, Input: input, ProviderCallID: fmt.Sprintf("tc_%d", seq), Tenant: r.Tenant,
 		Agent: r.Agent, EnabledTools: r.Request.Agent.EnabledTools, Policy: r.Request.Agent.Policy}
+}
+
+// SideEvents returns events of fx's first call that other services add
+// around it: an approval request and its decision, the call's usage record,
+// and a sandbox job and its result. Their times follow the run's last event.
+func SideEvents(t testing.TB, fx *Run) []events.Outgoing {
+	t.Helper()
+	env := fx.Envelopes[0]
+	at := fx.Events[len(fx.Events)-1].Event.Time()
+	var outs []events.Outgoing
+	add := func(o events.Outgoing, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("storetest: side event: %v", err)
+		}
+		at = at.Add(time.Millisecond)
+		o.Event.SetTime(at)
+		outs = append(outs, o)
+	}
+	add(events.NewApprovalRequired(Source, events.ApprovalRequest{RunID: fx.RunID, CorrelationID: env.CallID,
+		ToolName: env.Name, ToolVersion: env.Version, AgentName: fx.Agent, Tenant: fx.Tenant,
+		ArgsSummary: `{"query":"weather in Paris"}`, EffectDescription: "searches the web", Reason: "policy requires approval for web_search",
+		ExpiresAt: at.Add(time.Hour)}, fx.Trace))
+	add(events.NewDecided(Source, events.Decision{RunID: fx.RunID, CallID: env.CallID, Decision: events.DecisionApprove,
+		Note: "fine", By: "ops@example.com"}, fx.Tenant, fx.Trace))
+	add(events.NewUsage(Source, events.Usage{RunID: fx.RunID, N: 1, Kind: events.UsageKindTool, Tenant: fx.Tenant,
+		Agent: fx.Agent, Iteration: 1, Tool: env.Name + "@" + env.Version, CallID: env.CallID, Cost: 0.01, Billed: true}, fx.Trace))
+	add(events.NewSandboxJob(Source, events.SandboxJob{RunID: fx.RunID, CallID: env.CallID, Tool: env.Name + "@" + env.Version,
+		TenantID: fx.Tenant.ID(), Language: events.SandboxPython, Source: "print(1)", Input: json.RawMessage(`{}`),
+		Stdout: events.SandboxStdoutJSON, TimeoutMS: 5000, Deadline: at.Add(time.Minute)}, fx.Trace))
+	add(events.NewSandboxResult(Source, events.SandboxResult{RunID: fx.RunID, CallID: env.CallID,
+		Output: json.RawMessage(`1`)}, fx.Tenant.ID(), fx.Trace))
+	return outs
 }

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/stack"
+)
+
+// runCLI runs the toolwire command with args and returns its output.
+func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err = root.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
+}
+
+// TestCallCommand: `toolwire call` sends one call through policy and
+// executor and prints its envelope; a failing call is still an envelope
+// (exit 0) unless --fail-on-error; bad arguments are refused before anything
+// is sent.
+func TestCallCommand(t *testing.T) {
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
+
+	decode := func(t *testing.T, out string) envelope.ToolEnvelope {
+		t.Helper()
+		var env envelope.ToolEnvelope
+		require.NoError(t, json.Unmarshal([]byte(out), &env), out)
+		return env
+	}
+
+	t.Run("success", func(t *testing.T) {
+		out, errOut, err := runCLI(t, "", "call", "calculator@1.0.0", "--input", `{ "expression": "6*7" }`, "--nats", st.URL, "--org", "acme", "--user", "u1")
+		require.NoError(t, err, errOut)
+		env := decode(t, out)
+		require.Nil(t, env.Error)
+		require.JSONEq(t, `{"result":42}`, string(env.Output))
+		id, err := envelope.CallID("calculator", "1.0.0", []byte(`{"expression":"6*7"}`), 1)
+		require.NoError(t, err)
+		require.Equal(t, id, env.CallID)
+		require.Contains(t, errOut, "requested")
+	})
+
+	t.Run("input from standard input", func(t *testing.T) {
+		out, errOut, err := runCLI(t, `{"text":"hi"}`, "call", "echo@1.0.0", "--input-file", "-", "--nats", st.URL)
+		require.NoError(t, err, errOut)
+		require.JSONEq(t, `{"text":"hi"}`, string(decode(t, out).Output))
+	})
+
+	t.Run("error envelope exits 0", func(t *testing.T) {
+		out, errOut, err := runCLI(t, "", "call", "calculator@1.0.0", "--input", `{"expr":1}`, "--nats", st.URL)
+		require.NoError(t, err, errOut)
+		env := decode(t, out)
+		require.NotNil(t, env.Error)
+		require.Equal(t, envelope.CodeValidation, env.Error.Code)
+	})
+
+	t.Run("fail-on-error exits non-zero with the envelope printed", func(t *testing.T) {
+		out, _, err := runCLI(t, "", "call", "failing@1.0.0", "--input", `{"message":"down"}`, "--nats", st.URL, "--fail-on-error")
+		require.ErrorIs(t, err, errCallFailed)
+		require.ErrorContains(t, err, "PROVIDER_ERROR: down")
+		require.Equal(t, envelope.CodeProviderError, decode(t, out).Error.Code)
+	})
+
+	t.Run("policy denies a blocked or unknown tool", func(t *testing.T) {
+		out, errOut, err := runCLI(t, "", "call", "nope@1.0.0", "--input", `{}`, "--nats", st.URL)
+		require.NoError(t, err, errOut)
+		env := decode(t, out)
+		require.NotNil(t, env.Error)
+		require.Contains(t, []envelope.ErrorCode{envelope.CodePolicyDenied, envelope.CodeValidation}, env.Error.Code)
+	})
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no version", []string{"call", "echo", "--input", `{}`}, "want name@version"},
+		{"no input", []string{"call", "echo@1.0.0"}, "--input"},
+		{"input not JSON", []string{"call", "echo@1.0.0", "--input", `{"text":`}, "input is not valid JSON"},
+		{"both inputs", []string{"call", "echo@1.0.0", "--input", `{}`, "--input-file", "x.json"}, "not both"},
+		{"unsafe run id", []string{"call", "echo@1.0.0", "--input", `{}`, "--run-id", "a.b"}, "run_id"},
+		{"blank org", []string{"call", "echo@1.0.0", "--input", `{}`, "--org", " "}, "--org"},
+		{"two tools", []string{"call", "echo@1.0.0", "calculator@1.0.0", "--input", `{}`}, "accepts 1 arg"},
+	} {
+		t.Run("refused: "+tc.name, func(t *testing.T) {
+			out, _, err := runCLI(t, "", append(tc.args, "--nats", "nats://127.0.0.1:1")...)
+			require.Error(t, err)
+			require.ErrorContains(t, err, tc.want)
+			require.Empty(t, out)
+		})
+	}
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolwire/toolwire/replay"
+)
+
+// errDiverged is returned when a replay diverges: the command exits 1.
+var errDiverged = errors.New("replay diverged")
+
+func newReplayCmd() *cobra.Command {
+	var (
+		recorderURL string
+		databaseURL string
+		live        bool
+		jsonOut     bool
+		stall       time.Duration
+		timeout     time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "replay RUN_ID",
+		Short: "Re-run a recorded run against this build's orchestrator and report the first step that differs",
+		Long: `replay fetches a run's replay bundle (from a recorder with --recorder, default
+the dev server's http://127.0.0.1:8088, or straight from its database with
+--database-url) and re-runs the agent loop in this process, on a NATS of its
+own: this build's orchestrator, the model answering with the recorded
+responses, the Policy Guard with the recorded verdicts, every tool call with
+its recorded envelope. It checks each step in the recorded order - each model
+request (messages and tools), each tool call (its call_id: tool, version,
+input and sequence number), the outcome (status, response, tool_order,
+envelopes) - and exits 1 naming the first step that differs.
+
+With --live, the calls of tools whose side_effects is none or reads are
+executed again by this build's executor, and the outputs that changed are
+listed; writes tools are never executed again: they return their recorded
+envelopes. Live tools run without the tenant's secrets.`,
+		Example: `  toolwire replay demo-20260301-120000-000000
+  toolwire replay run-42 --recorder http://recorder:8080 --live
+  toolwire replay run-42 --database-url sqlite:.toolwire/recorder.db --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			runID := args[0]
+			if recorderURL != "" && databaseURL != "" {
+				return errors.New("give --recorder or --database-url, not both")
+			}
+			ctx, cancel := contextWithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			var (
+				b   replay.Bundle
+				err error
+			)
+			if databaseURL != "" {
+				b, err = replay.FromDatabase(ctx, databaseURL, runID)
+			} else {
+				if recorderURL == "" {
+					recorderURL = "http://127.0.0.1:8088"
+				}
+				b, err = replay.FromRecorder(ctx, recorderURL, runID)
+			}
+			if err != nil {
+				return err
+			}
+			calls := 0
+			for _, t := range b.Turns {
+				calls += len(t.Response.ToolCalls)
+			}
+			if !jsonOut {
+				mode := "strict: every call answers its recorded envelope"
+				if live {
+					mode = "live: none and reads tools run again, writes keep their recorded envelopes"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "replaying run %s (%d model turns, %d tool calls, %s) - %s\n",
+					runID, len(b.Turns), calls, b.Status, mode)
+			}
+			rep, err := replay.Run(ctx, b, replay.Options{Live: live, Stall: stall})
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				printReplay(cmd.OutOrStdout(), rep)
+			}
+			if d := rep.Divergence; d != nil {
+				return fmt.Errorf("%w: run %s, first difference at step %d, %s: %s", errDiverged, runID, d.Step.N, d.Step.Title(), d.What)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&recorderURL, "recorder", "", `the recorder's URL (default "http://127.0.0.1:8088", the dev server's)`)
+	fl.StringVar(&databaseURL, "database-url", "", "read the bundle from the recorder's database instead (a Postgres URL or sqlite:<path>)")
+	fl.BoolVar(&live, "live", false, "execute none and reads tools again and report changed outputs (writes never run again)")
+	fl.BoolVar(&jsonOut, "json", false, "print the report as JSON")
+	fl.DurationVar(&stall, "stall", replay.DefaultStall, "how long to wait for the orchestrator's next step")
+	fl.DurationVar(&timeout, "timeout", 5*time.Minute, "bound on the whole replay")
+	return cmd
+}
+
+func printReplay(w io.Writer, rep *replay.Report) {
+	for _, s := range rep.Steps {
+		mark := "✓"
+		switch {
+		case rep.Divergence != nil && s.N == rep.Divergence.Step.N:
+			mark = "✗"
+		case !s.Checked:
+			mark = "·"
+		case !s.OK:
+			mark = "✗"
+		}
+		src := ""
+		if s.Source != "" {
+			src = "  [" + s.Source + "]"
+		}
+		fmt.Fprintf(w, "  %s step %-3d %s%s\n", mark, s.N, s.Title(), src)
+		if d := rep.Divergence; d != nil && s.N == d.Step.N {
+			printDivergence(w, d)
+		}
+	}
+	if d := rep.Divergence; d != nil && (d.Step.N > len(rep.Steps) || rep.Steps[d.Step.N-1].Kind != d.Step.Kind) {
+		fmt.Fprintf(w, "  ✗ step %-3d %s (not in the recording)\n", d.Step.N, d.Step.Title())
+		printDivergence(w, d)
+	}
+	if len(rep.Changed) > 0 {
+		fmt.Fprintln(w, "\noutputs that changed (executed again):")
+		for _, c := range rep.Changed {
+			fmt.Fprintf(w, "  #%d %s (call %s)\n    recorded: %s\n    replayed: %s\n", c.Seq, c.Tool, c.CallID, c.Recorded, c.Replayed)
+		}
+	}
+	if len(rep.Kept) > 0 {
+		fmt.Fprintln(w, "\nnot executed again (recorded envelope returned):")
+		for _, s := range rep.Steps {
+			if why, ok := rep.Kept[s.CallID]; ok && s.CallID != "" {
+				fmt.Fprintf(w, "  #%d %s: %s\n", s.Seq, s.Tool, why)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	switch {
+	case rep.Divergence != nil:
+		fmt.Fprintf(w, "DIVERGED at step %d (%s): %s\n", rep.Divergence.Step.N, rep.Divergence.Step.Title(), rep.Divergence.What)
+	case rep.Live && len(rep.Changed) > 0:
+		fmt.Fprintf(w, "clean: this build makes the same decisions; %d re-executed output(s) changed\n", len(rep.Changed))
+	default:
+		fmt.Fprintf(w, "clean: this build makes the same decisions (%d steps, run %s)\n", len(rep.Steps), rep.Status)
+	}
+}
+
+func printDivergence(w io.Writer, d *replay.Divergence) {
+	fmt.Fprintf(w, "      %s\n      recorded: %s\n      replayed: %s\n", d.What, d.Recorded, d.Replayed)
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+)
+
+// cli runs the CLI with stdin and args against a NATS URL ("": none).
+func cli(t *testing.T, natsURL, stdin string, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCmd()
+	if natsURL != "" {
+		args = append(args, "--nats", natsURL)
+	}
+	root.SetArgs(args)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	return out.String() + errOut.String(), err
+}
+
+const weatherYAML = `# a tool definition in YAML
+name: weather
+version: 1.0.0
+description: Current weather for a city.
+input_schema:
+  type: object
+  required: [city]
+  properties:
+    city: {type: string}
+metadata:
+  category: api
+  side_effects: reads
+  cache: ttl
+  cache_ttl_s: 300
+required_secrets: [WEATHER_KEY]
+required_scopes: ["weather:read"]
+implementation:
+  kind: http
+  config: {url: "https://weather.example/v1"}
+`
+
+func TestToolsCommands(t *testing.T) {
+	env := eventstest.Start(t)
+	dir := t.TempDir()
+	yamlFile := filepath.Join(dir, "weather.yaml")
+	require.NoError(t, os.WriteFile(yamlFile, []byte(weatherYAML), 0o600))
+
+	out, err := cli(t, env.URL, "", "tools", "register", yamlFile)
+	require.NoError(t, err, out)
+	require.Equal(t, "registered weather@1.0.0 (active)\n", out)
+	out, err = cli(t, env.URL, "", "tools", "register", yamlFile)
+	require.NoError(t, err, out)
+	require.Equal(t, "weather@1.0.0 is already registered with this definition; nothing changed\n", out)
+
+	// JSON from standard input: a second version.
+	reg, err := registry.Open(t.Context(), env.JS)
+	require.NoError(t, err)
+	e, err := reg.Get(t.Context(), envelope.ToolRef{Name: "weather", Version: "1.0.0"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"WEATHER_KEY"}, e.Definition.RequiredSecrets)
+	v2 := e.Definition
+	v2.Version, v2.Description = "2.0.0", "Weather, with forecasts."
+	b, err := json.Marshal(v2)
+	require.NoError(t, err)
+	out, err = cli(t, env.URL, string(b), "tools", "register", "-")
+	require.NoError(t, err, out)
+	require.Equal(t, "registered weather@2.0.0 (active)\n", out)
+
+	// A changed definition under a registered version is refused.
+	changed := strings.Replace(weatherYAML, "Current weather", "Weather now", 1)
+	require.NoError(t, os.WriteFile(yamlFile, []byte(changed), 0o600))
+	_, err = cli(t, env.URL, "", "tools", "register", yamlFile)
+	require.ErrorIs(t, err, registry.ErrConflict)
+	// Invalid definitions name the problem.
+	bad := filepath.Join(dir, "bad.yml")
+	require.NoError(t, os.WriteFile(bad, []byte(strings.Replace(weatherYAML, "category: api", "category: weather", 1)), 0o600))
+	_, err = cli(t, env.URL, "", "tools", "register", bad)
+	require.ErrorIs(t, err, envelope.ErrInvalidTool)
+	require.ErrorContains(t, err, "at /metadata/category")
+	require.NoError(t, os.WriteFile(bad, []byte("name: [unclosed"), 0o600))
+	_, err = cli(t, env.URL, "", "tools", "register", bad)
+	require.ErrorContains(t, err, "not valid YAML")
+
+	out, err = cli(t, env.URL, "", "tools", "deprecate", "weather@1.0.0")
+	require.NoError(t, err)
+	require.Equal(t, "weather@1.0.0 is now deprecated\n", out)
+	_, err = cli(t, env.URL, "", "tools", "block", "weather@9.9.9")
+	require.ErrorIs(t, err, registry.ErrNotFound)
+	_, err = cli(t, env.URL, "", "tools", "block", "weather")
+	require.ErrorIs(t, err, envelope.ErrInvalidToolRef)
+
+	out, err = cli(t, env.URL, "", "tools", "list", "--search", "weather")
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3, out)
+	require.Regexp(t, `^TOOL\s+STATE\s+CATEGORY\s+SIDE EFFECTS\s+SECRETS\s+DESCRIPTION$`, lines[0])
+	require.Regexp(t, `^weather@1.0.0\s+deprecated\s+api\s+reads\s+WEATHER_KEY\s+Current weather for a city.$`, lines[1])
+	require.Regexp(t, `^weather@2.0.0\s+active\s+`, lines[2])
+
+	out, err = cli(t, env.URL, "", "tools", "list", "--state", "deprecated", "--json")
+	require.NoError(t, err)
+	var entries []registry.Entry
+	require.NoError(t, json.Unmarshal([]byte(out), &entries))
+	require.Len(t, entries, 1)
+	require.Equal(t, "weather", entries[0].Definition.Name)
+	_, err = cli(t, env.URL, "", "tools", "list", "--state", "gone")
+	require.ErrorContains(t, err, `--state "gone" is not one of active, deprecated, blocked`)
+	_, err = cli(t, env.URL, "", "tools", "list", "--category", "misc")
+	require.ErrorContains(t, err, `--category "misc" is not one of`)
+
+	out, err = cli(t, env.URL, "", "tools", "block", "weather@1.0.0")
+	require.NoError(t, err)
+	require.Equal(t, "weather@1.0.0 is now blocked\n", out)
+	out, err = cli(t, env.URL, "", "tools", "show", "weather@1.0.0")
+	require.NoError(t, err)
+	var shown registry.Entry
+	require.NoError(t, json.Unmarshal([]byte(out), &shown))
+	require.Equal(t, registry.StateBlocked, shown.State)
+	out, err = cli(t, env.URL, "", "tools", "activate", "weather@1.0.0")
+	require.NoError(t, err)
+	require.Equal(t, "weather@1.0.0 is now active\n", out)
+}

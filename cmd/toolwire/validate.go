@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+)
+
+// newValidateCmd is `toolwire validate FILE`.
+func newValidateCmd() *cobra.Command {
+	var (
+		n      cliNATS
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "validate FILE",
+		Short: "Check an agent configuration against the tool registry",
+		Long: `validate checks an agent configuration (an agent object, or a whole run request)
+in JSON or YAML ("-": standard input) against its contract and the tool registry, as
+a compile-time check of a workflow:
+
+  errors (exit 1):   a malformed configuration; an enabled tool that is unknown or
+                     blocked (the run would be refused).
+  warnings (exit 0): an enabled tool that is deprecated (still callable); a tool
+                     whose side effects are above the agent's ceiling, or that needs
+                     scopes the policy does not grant (its calls would be denied).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := readJSONOrYAML(args[0], cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			agent, err := decodeAgentConfig(b)
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			ctx, _, js, done, err := n.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			reg, err := registry.Open(ctx, js)
+			if err != nil {
+				return err
+			}
+			entries, err := reg.List(ctx)
+			if err != nil {
+				return err
+			}
+			f := checkAgent(agent, registry.LookupIn(entries))
+			if asJSON {
+				if err := printJSON(cmd.OutOrStdout(), f); err != nil {
+					return err
+				}
+			} else {
+				for _, w := range f.Warnings {
+					fmt.Fprintln(cmd.OutOrStdout(), "warning:", w)
+				}
+				for _, p := range f.Problems {
+					fmt.Fprintln(cmd.OutOrStdout(), "error:", p)
+				}
+				if len(f.Warnings)+len(f.Problems) == 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "ok: agent %s, %d enabled tools\n", agent.Name, len(agent.EnabledTools))
+				}
+			}
+			if len(f.Problems) > 0 {
+				return fmt.Errorf("%s: %w: %d errors, %d warnings", args[0], errFindings, len(f.Problems), len(f.Warnings))
+			}
+			return nil
+		},
+	}
+	n.flags(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"warnings": [...], "problems": [...]} as JSON`)
+	return cmd
+}
+
+// decodeAgentConfig decodes a run request or an agent object, strictly, and
+// checks it as a run request would be checked.
+func decodeAgentConfig(b []byte) (envelope.Agent, error) {
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return envelope.Agent{}, fmt.Errorf("not a JSON object: %w", err)
+	}
+	strict := func(v any) error {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(v); err != nil {
+			return err
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return fmt.Errorf("trailing content after the configuration")
+		}
+		return nil
+	}
+	var req envelope.RunRequest
+	if _, isRequest := probe["agent"]; isRequest {
+		if err := strict(&req); err != nil {
+			return envelope.Agent{}, fmt.Errorf("run request: %w", err)
+		}
+		if err := req.Validate(); err != nil {
+			return req.Agent, err
+		}
+		return req.Agent, nil
+	}
+	if err := strict(&req.Agent); err != nil {
+		return envelope.Agent{}, fmt.Errorf("agent: %w", err)
+	}
+	// Checked as the agent of a minimal run request; only the agent's
+	// problems can show.
+	req.RunID, req.Tenant.OrgID = "validate", "validate"
+	req.Messages = []envelope.Message{{Role: envelope.RoleUser, Content: "validate"}}
+	if err := req.Validate(); err != nil {
+		return req.Agent, err
+	}
+	return req.Agent, nil
+}
+
+// checkAgent checks an agent's enabled tools against the registry: their
+// lifecycle (registry.CheckTools) and what the guard will say of their calls.
+func checkAgent(a envelope.Agent, lookup func(envelope.ToolRef) (registry.Entry, bool)) registry.Findings {
+	f := registry.CheckTools(lookup, a.EnabledTools)
+	ceiling := a.Policy.SideEffectCeiling()
+	for _, s := range a.EnabledTools {
+		ref, err := envelope.ParseToolRef(s)
+		if err != nil {
+			continue
+		}
+		e, ok := lookup(ref)
+		if !ok || e.State == registry.StateBlocked {
+			continue
+		}
+		d := e.Definition
+		if d.Metadata.SideEffects.Rank() > ceiling.Rank() {
+			f.Warnings = append(f.Warnings, fmt.Sprintf("tool %s has side effects %q, above the agent's ceiling %q: its calls will be denied",
+				ref, d.Metadata.SideEffects, ceiling))
+		}
+		var missing []string
+		for _, sc := range d.RequiredScopes {
+			if !slices.Contains(a.Policy.Scopes, sc) {
+				missing = append(missing, sc)
+			}
+		}
+		if len(missing) > 0 {
+			f.Warnings = append(f.Warnings, fmt.Sprintf("tool %s needs scopes the policy does not grant (%s): its calls will be denied",
+				ref, strings.Join(missing, ", ")))
+		}
+	}
+	return f
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+)
+
+func TestValidateCommand(t *testing.T) {
+	env := eventstest.Start(t)
+	reg, err := registry.Open(t.Context(), env.JS)
+	require.NoError(t, err)
+	def := func(name string, se envelope.SideEffects, scopes ...string) envelope.ToolDefinition {
+		return envelope.ToolDefinition{Name: name, Version: "1.0.0", InputSchema: json.RawMessage(`{"type":"object"}`),
+			Metadata:       envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: se, Cache: envelope.CacheNone},
+			Implementation: envelope.Implementation{Kind: envelope.ImplHTTP}, RequiredScopes: scopes}
+	}
+	for _, e := range []registry.Entry{
+		{Definition: def("search", envelope.SideEffectsReads)},
+		{Definition: def("old_search", envelope.SideEffectsReads), State: registry.StateDeprecated},
+		{Definition: def("legacy_crm", envelope.SideEffectsReads), State: registry.StateDeprecated},
+		{Definition: def("rm_rf", envelope.SideEffectsWrites), State: registry.StateBlocked},
+		{Definition: def("send_email", envelope.SideEffectsWrites, "email:send")},
+	} {
+		require.NoError(t, reg.Put(t.Context(), e))
+	}
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		return p
+	}
+	agent := func(tools string, policy string) string {
+		return `{"name":"researcher","model":{"provider":"scripted","name":"m"},"enabled_tools":[` + tools + `],"policy":{` + policy + `}}`
+	}
+
+	// Clean.
+	out, err := cli(t, env.URL, "", "validate", write("ok.json", agent(`"search@1.0.0"`, "")))
+	require.NoError(t, err)
+	require.Equal(t, "ok: agent researcher, 1 enabled tools\n", out)
+
+	// Every deprecated tool is warned about; exit 0.
+	out, err = cli(t, env.URL, "", "validate", write("dep.json", agent(`"search@1.0.0","old_search@1.0.0","legacy_crm@1.0.0"`, "")))
+	require.NoError(t, err)
+	require.Equal(t, "warning: tool old_search@1.0.0 is deprecated\nwarning: tool legacy_crm@1.0.0 is deprecated\n", out)
+
+	// Blocked and unknown tools are errors; exit non-zero.
+	out, err = cli(t, env.URL, "", "validate", write("bad.json", agent(`"old_search@1.0.0","rm_rf@1.0.0","ghost@2.0.0"`, "")))
+	require.ErrorIs(t, err, errFindings)
+	require.ErrorContains(t, err, "2 errors, 1 warnings")
+	require.Equal(t, "warning: tool old_search@1.0.0 is deprecated\nerror: tool rm_rf@1.0.0 is blocked\nerror: unknown tool ghost@2.0.0\n", out)
+
+	// What the guard would refuse: a ceiling, missing scopes.
+	out, err = cli(t, env.URL, "", "validate", write("guard.json", agent(`"send_email@1.0.0"`, `"side_effects":"reads"`)))
+	require.NoError(t, err)
+	require.Equal(t, "warning: tool send_email@1.0.0 has side effects \"writes\", above the agent's ceiling \"reads\": its calls will be denied\n"+
+		"warning: tool send_email@1.0.0 needs scopes the policy does not grant (email:send): its calls will be denied\n", out)
+
+	// A whole run request, in YAML, with --json.
+	yml := `run_id: r1
+tenant: {org_id: acme}
+agent:
+  name: researcher
+  model: {provider: scripted, name: m}
+  enabled_tools: [old_search@1.0.0]
+  policy: {}
+messages: [{role: user, content: hi}]
+`
+	out, err = cli(t, env.URL, "", "validate", "--json", write("req.yaml", yml))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"warnings":["tool old_search@1.0.0 is deprecated"],"problems":[]}`, out)
+
+	// Malformed configurations.
+	for _, tc := range []struct{ content, err string }{
+		{`{"name":"a","model":{"provider":"scripted","name":"m"},"enabled_tools":[],"policy":{},"colour":"red"}`, `unknown field "colour"`},
+		{agent(`"search"`, ""), `agent.enabled_tools[0]: invalid tool reference "search"`},
+		{agent(`"search@1.0.0"`, `"max_tool_calls":-1`), "agent.policy caps must not be negative"},
+		{`[1,2]`, "not a JSON object"},
+	} {
+		_, err := cli(t, env.URL, "", "validate", write("m.json", tc.content))
+		require.ErrorContains(t, err, tc.err)
+	}
+}

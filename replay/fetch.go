@@ -1,0 +1,78 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/recorder"
+)
+
+// maxBundleBytes bounds a bundle read from a recorder.
+const maxBundleBytes = 256 << 20
+
+// FromRecorder fetches a run's bundle from a recorder's API (base is its URL,
+// such as http://127.0.0.1:8088).
+func FromRecorder(ctx context.Context, base, runID string) (Bundle, error) {
+	if err := events.ValidateRunID(runID); err != nil {
+		return Bundle{}, err
+	}
+	u, err := url.Parse(strings.TrimRight(base, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Bundle{}, fmt.Errorf("recorder URL %q: want http(s)://host:port", base)
+	}
+	u = u.JoinPath("v1", "runs", runID, "replay")
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return Bundle{}, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return Bundle{}, fmt.Errorf("fetch the replay bundle of %s: %w", runID, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBundleBytes))
+	if err != nil {
+		return Bundle{}, fmt.Errorf("fetch the replay bundle of %s: %w", runID, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e recorder.ErrorJSON
+		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+			return Bundle{}, fmt.Errorf("recorder at %s: %s (%s)", base, e.Error.Message, e.Error.Code)
+		}
+		return Bundle{}, fmt.Errorf("recorder at %s answered %s", base, resp.Status)
+	}
+	var b Bundle
+	if err := json.Unmarshal(body, &b); err != nil {
+		return Bundle{}, fmt.Errorf("%w: %w", ErrBundle, err)
+	}
+	return b, nil
+}
+
+// FromDatabase builds a run's bundle from a recorder's database (a Postgres
+// URL or sqlite:<path>), without a recorder running.
+func FromDatabase(ctx context.Context, databaseURL, runID string) (Bundle, error) {
+	if err := events.ValidateRunID(runID); err != nil {
+		return Bundle{}, err
+	}
+	store, closeStore, err := recorder.OpenStore(databaseURL) //nolint:contextcheck // OpenStore does no I/O: the first query connects, under ctx
+	if err != nil {
+		return Bundle{}, err
+	}
+	defer closeStore()
+	b, err := recorder.BuildReplayBundle(ctx, store, runID)
+	if errors.Is(err, recorder.ErrRunNotFound) {
+		return Bundle{}, fmt.Errorf("run %q is not in the database: %w", runID, err)
+	}
+	return b, err
+}

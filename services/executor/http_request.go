@@ -1,0 +1,343 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+)
+
+// http_request and http_get call HTTP APIs through the SSRF-guarded client.
+//
+// A tool has one side_effects value, and the Policy Guard decides on it before
+// the call runs, so the two are separate tools: http_request (any method,
+// side_effects writes: it can POST, so it runs at most once per call_id and is
+// never cached) and http_get (GET only, side_effects reads). Give an agent
+// http_get when it only needs to read.
+//
+// Secrets are injected by name: secret_headers {"Authorization": "Bearer
+// {{secret:GITHUB_TOKEN}}"} takes the value of GITHUB_TOKEN from the call's
+// ToolContext.Auth. The executor fills Auth with the secrets the registry
+// entry lists in required_secrets, so an operator registers a version of
+// http_request (or http_get) that names the secrets it may use, for example
+// http_get@1.0.0-github with required_secrets ["GITHUB_TOKEN"]. A secret that
+// is not in Auth is AUTH_REQUIRED. Secret headers are dropped when a redirect leaves
+// the first URL's scheme, host and port, and any secret value that comes back
+// in the response is replaced by [REDACTED].
+
+const (
+	// redacted replaces a secret's value wherever it would be shown.
+	redacted = "[REDACTED]"
+	// maxHeaders bounds the headers of a request.
+	maxHeaders = 64
+)
+
+// secretRef is a {{secret:NAME}} placeholder.
+// Secret names are the secrets service's: letters, digits and '_', not
+// starting with a digit, at most 64.
+var secretRef = regexp.MustCompile(`\{\{\s*secret:([A-Za-z_][A-Za-z0-9_]{0,63})\s*\}\}`)
+
+// headerName is an RFC 9110 field name (a token).
+var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
+
+// forbiddenHeaders are set by the client itself; a caller may not.
+var forbiddenHeaders = map[string]bool{
+	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
+	"Upgrade": true, "Te": true, "Trailer": true, "Keep-Alive": true, "Proxy-Connection": true,
+}
+
+const httpHeadersSchema = `{"type": "object", "maxProperties": 64,
+      "additionalProperties": {"type": "string", "maxLength": 8192},
+      "description": "Request headers."}`
+
+//nolint:gosec // G101: a JSON Schema describing {{secret:NAME}} placeholders, not a credential
+const httpSecretHeadersSchema = `{"type": "object", "maxProperties": 16,
+      "additionalProperties": {"type": "string", "maxLength": 8192, "pattern": "\\{\\{\\s*secret:[A-Za-z_][A-Za-z0-9_]*\\s*\\}\\}"},
+      "description": "Headers carrying secrets: each {{secret:NAME}} is replaced by the secret NAME, e.g. {\"Authorization\": \"Bearer {{secret:API_TOKEN}}\"}."}`
+
+const httpOutputSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "status": {"type": "integer", "minimum": 100, "maximum": 999},
+    "url": {"type": "string", "description": "The URL of the final response, after redirects."},
+    "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+    "body": {"description": "The JSON value when the response is complete JSON; otherwise the text, or base64 for binary bodies."},
+    "body_encoding": {"enum": ["json", "text", "base64"]},
+    "bytes": {"type": "integer", "minimum": 0, "description": "Bytes of the body read."},
+    "truncated": {"type": "boolean", "description": "The body was longer than the cap and was cut."}
+  },
+  "required": ["status", "url", "headers", "body", "body_encoding", "bytes", "truncated"],
+  "additionalProperties": false
+}`
+
+// httpTool is http_request (any method) or http_get (GET only).
+type httpTool struct {
+	web     *webClient
+	getOnly bool
+	now     func() time.Time
+}
+
+func (t httpTool) name() string {
+	if t.getOnly {
+		return "http_get"
+	}
+	return "http_request"
+}
+
+func (t httpTool) Definition() envelope.ToolDefinition {
+	if t.getOnly {
+		d := builtinDefinition("http_get",
+			"Fetches a URL with HTTP GET and returns the status, headers and body (JSON bodies parsed). "+
+				"Private, loopback and metadata addresses are refused.",
+			envelope.CategoryAPI,
+			`{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "url": {"type": "string", "minLength": 1, "maxLength": 8192, "description": "An http or https URL."},
+    "headers": `+httpHeadersSchema+`,
+    "secret_headers": `+httpSecretHeadersSchema+`
+  },
+  "required": ["url"],
+  "additionalProperties": false
+}`, httpOutputSchema)
+		d.Metadata.SideEffects = envelope.SideEffectsReads
+		return d
+	}
+	d := builtinDefinition("http_request",
+		"Sends an HTTP request (any method) and returns the status, headers and body (JSON bodies parsed). "+
+			"Can change remote state. Private, loopback and metadata addresses are refused.",
+		envelope.CategoryAPI,
+		`{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "method": {"type": "string", "enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"], "default": "GET"},
+    "url": {"type": "string", "minLength": 1, "maxLength": 8192, "description": "An http or https URL."},
+    "headers": `+httpHeadersSchema+`,
+    "secret_headers": `+httpSecretHeadersSchema+`,
+    "body": {"description": "The request body: a string is sent as it is; any other JSON value is sent as JSON (content-type application/json unless headers set one)."}
+  },
+  "required": ["url"],
+  "additionalProperties": false
+}`, httpOutputSchema)
+	d.Metadata.SideEffects = envelope.SideEffectsWrites
+	return d
+}
+
+type httpIn struct {
+	Method        string            `json:"method"`
+	URL           string            `json:"url"`
+	Headers       map[string]string `json:"headers"`
+	SecretHeaders map[string]string `json:"secret_headers"`
+	Body          json.RawMessage   `json:"body"`
+}
+
+type httpOut struct {
+	Status       int               `json:"status"`
+	URL          string            `json:"url"`
+	Headers      map[string]string `json:"headers"`
+	Body         any               `json:"body"`
+	BodyEncoding string            `json:"body_encoding"`
+	Bytes        int               `json:"bytes"`
+	Truncated    bool              `json:"truncated"`
+}
+
+func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc ToolContext) (json.RawMessage, error) {
+	name := t.name()
+	var in httpIn
+	if err := decodeInput(name, input, &in); err != nil {
+		return nil, err
+	}
+	if t.getOnly || in.Method == "" {
+		in.Method = http.MethodGet
+	}
+	u, err := checkURL(in.URL)
+	if err != nil {
+		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
+	}
+	hdr, secretNames, secrets, te := buildHeaders(name, in.Headers, in.SecretHeaders, tc.Auth)
+	if te != nil {
+		return nil, te
+	}
+	redact := redactor(secrets)
+
+	var body io.Reader
+	if len(in.Body) > 0 && !bytes.Equal(in.Body, []byte("null")) {
+		if in.Method == http.MethodGet || in.Method == http.MethodHead {
+			return nil, envelope.NewToolError(envelope.CodeValidation, "%s: a %s request has no body", name, in.Method)
+		}
+		var s string
+		if json.Unmarshal(in.Body, &s) == nil {
+			body = strings.NewReader(s)
+		} else {
+			body = bytes.NewReader(in.Body)
+			if hdr.Get("Content-Type") == "" {
+				hdr.Set("Content-Type", "application/json")
+			}
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, t.web.cfg.RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, in.Method, u.String(), body)
+	if err != nil {
+		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
+	}
+	req.Header = hdr
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", webUserAgent)
+	}
+	resp, err := t.web.client(secretNames).Do(req)
+	if err != nil {
+		return nil, classifyTransportError(ctx, name, u, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, truncated, err := readCapped(resp.Body, t.web.cfg.MaxResponseBytes)
+	if err != nil {
+		return nil, classifyTransportError(ctx, name, u, err)
+	}
+	if te := statusError(name, resp, raw, redact, t.now()); te != nil {
+		return nil, te
+	}
+	out := httpOut{
+		Status:    resp.StatusCode,
+		URL:       redact(resp.Request.URL.String()),
+		Headers:   flattenHeaders(resp.Header, redact),
+		Bytes:     len(raw),
+		Truncated: truncated,
+	}
+	out.Body, out.BodyEncoding = decodeBody(raw, truncated, resp.Header.Get("Content-Type"), redact)
+	return json.Marshal(out)
+}
+
+// buildHeaders checks the caller's headers and resolves the secret ones. It
+// returns the header, the names of the secret headers, and the secret values
+// used (for redaction).
+func buildHeaders(tool string, plain, secret map[string]string, auth map[string]string) (http.Header, []string, []string, *envelope.ToolError) {
+	if len(plain)+len(secret) > maxHeaders {
+		return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: at most %d headers", tool, maxHeaders)
+	}
+	h := http.Header{}
+	check := func(k, v string) *envelope.ToolError {
+		ck := http.CanonicalHeaderKey(k)
+		switch {
+		case !headerName.MatchString(k):
+			return envelope.NewToolError(envelope.CodeValidation, "%s: header name %q is not a valid field name", tool, k)
+		case forbiddenHeaders[ck] || strings.HasPrefix(ck, "Proxy-"):
+			return envelope.NewToolError(envelope.CodeValidation, "%s: header %s is set by the client and cannot be given", tool, ck)
+		case strings.ContainsAny(v, "\r\n\x00"):
+			return envelope.NewToolError(envelope.CodeValidation, "%s: header %s holds a line break or NUL", tool, ck)
+		}
+		return nil
+	}
+	// Sorted, so that a problem is reported the same way every time.
+	for _, k := range sortedKeys(plain) {
+		v := plain[k]
+		if te := check(k, v); te != nil {
+			return nil, nil, nil, te
+		}
+		if secretRef.MatchString(v) {
+			return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: header %s names a secret: put it in secret_headers", tool, http.CanonicalHeaderKey(k))
+		}
+		h.Add(k, v)
+	}
+	var names, values []string
+	for _, k := range sortedKeys(secret) {
+		tmpl := secret[k]
+		if te := check(k, tmpl); te != nil {
+			return nil, nil, nil, te
+		}
+		if !secretRef.MatchString(tmpl) {
+			return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: secret header %s names no {{secret:NAME}}; put plain values in headers", tool, http.CanonicalHeaderKey(k))
+		}
+		var missing string
+		v := secretRef.ReplaceAllStringFunc(tmpl, func(m string) string {
+			name := secretRef.FindStringSubmatch(m)[1]
+			s, ok := auth[name]
+			if !ok || s == "" {
+				if missing == "" {
+					missing = name
+				}
+				return ""
+			}
+			values = append(values, s)
+			return s
+		})
+		if missing != "" {
+			return nil, nil, nil, envelope.NewToolError(envelope.CodeAuthRequired, "%s: secret %q is not available to this tool: list it in the tool's required_secrets and store it (toolwire secrets set)", tool, missing)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return nil, nil, nil, envelope.NewToolError(envelope.CodeAuthRequired, "%s: the secret in header %s holds a line break or NUL", tool, http.CanonicalHeaderKey(k))
+		}
+		h.Set(k, v)
+		names = append(names, k)
+	}
+	return h, names, values, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// redactor returns a function that replaces every secret value in a string.
+func redactor(secrets []string) func(string) string {
+	var pairs []string
+	for _, s := range secrets {
+		if s != "" {
+			pairs = append(pairs, s, redacted)
+		}
+	}
+	if len(pairs) == 0 {
+		return func(s string) string { return s }
+	}
+	r := strings.NewReplacer(pairs...)
+	return r.Replace
+}
+
+// decodeBody returns a body as the output shows it: the JSON value of a
+// complete JSON body, the text of a UTF-8 body, base64 otherwise.
+func decodeBody(raw []byte, truncated bool, contentType string, redact func(string) string) (any, string) {
+	if !truncated && isJSONType(contentType) {
+		text := redact(string(raw))
+		if json.Valid([]byte(text)) && len(bytes.TrimSpace(raw)) > 0 {
+			return json.RawMessage(text), "json"
+		}
+	}
+	if utf8.Valid(raw) {
+		return redact(string(raw)), "text"
+	}
+	if truncated {
+		// A cut may split a UTF-8 sequence: drop the partial rune.
+		for i := 1; i <= utf8.UTFMax && i <= len(raw); i++ {
+			if utf8.Valid(raw[:len(raw)-i]) {
+				return redact(string(raw[:len(raw)-i])), "text"
+			}
+		}
+	}
+	return base64.StdEncoding.EncodeToString([]byte(redact(string(raw)))), "base64"
+}
+
+func isJSONType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}

@@ -1,0 +1,354 @@
+package executor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+)
+
+// MCP servers' tools in the registry.
+//
+// An operator registers an MCP server, a command the executor runs and talks
+// to over stdio or a streamable HTTP endpoint, with RegisterMCPServer (the
+// CLI: toolwire tools mcp add). Each of its tools becomes a registry entry
+// "<server>_<tool>@<version>" with the tool's input schema (and output schema
+// when it declares one) and the implementation
+//
+//	{"kind": "mcp", "config": {"server": NAME, "transport": "stdio"|"http",
+//	  "command": ..., "args": [...] | "url": ..., "tool": ORIGINAL_NAME}}
+//
+// The executor runs such entries by calling the server through the official
+// Go SDK, github.com/modelcontextprotocol/go-sdk (see mcpPool).
+//
+// Whoever may write the registry may make executors run a stdio command:
+// registry write access is operator access. The command runs without a
+// shell, with a minimal environment (PATH, HOME, LANG, TMPDIR), never the
+// executor's own (which may hold the secrets' master key).
+
+// MCPTransport is how the executor reaches an MCP server.
+type MCPTransport string
+
+// MCP transports.
+const (
+	// MCPStdio runs a command and speaks MCP over its stdin and stdout.
+	MCPStdio MCPTransport = "stdio"
+	// MCPHTTP speaks MCP's streamable HTTP transport to a URL.
+	MCPHTTP MCPTransport = "http"
+)
+
+// DefaultMCPToolVersion is the version an MCP server's tools get unless the
+// operator gives one.
+const DefaultMCPToolVersion = "1.0.0"
+
+// mcpServerNameRE: a server's name prefixes its tools' names.
+var mcpServerNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+
+// MCPServer is an MCP server as an operator registers it.
+type MCPServer struct {
+	// Name names the server; it prefixes its tools' names. 1-32 letters,
+	// digits, '_' or '-'.
+	Name      string
+	Transport MCPTransport
+	// Command and Args start a stdio server (no shell is involved).
+	Command string
+	Args    []string
+	// URL is a streamable HTTP server's endpoint.
+	URL string
+}
+
+// Validate checks the server's fields.
+func (s MCPServer) Validate() error {
+	var errs []error
+	if !mcpServerNameRE.MatchString(s.Name) {
+		errs = append(errs, fmt.Errorf("MCP server name %q: want 1-32 letters, digits, '_' or '-'", s.Name))
+	}
+	switch s.Transport {
+	case MCPStdio:
+		if strings.TrimSpace(s.Command) == "" {
+			errs = append(errs, errors.New("a stdio MCP server needs a command"))
+		}
+		if s.URL != "" {
+			errs = append(errs, errors.New("a stdio MCP server has no url"))
+		}
+	case MCPHTTP:
+		u, err := url.Parse(s.URL)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("MCP server url %q: %w", s.URL, err))
+		case u.Scheme != "http" && u.Scheme != "https":
+			errs = append(errs, fmt.Errorf("MCP server url %q: scheme must be http or https", s.URL))
+		case u.Host == "":
+			errs = append(errs, fmt.Errorf("MCP server url %q: no host", s.URL))
+		}
+		if s.Command != "" || len(s.Args) > 0 {
+			errs = append(errs, errors.New("an http MCP server has no command"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("MCP transport %q is not one of stdio, http", s.Transport))
+	}
+	for _, a := range append([]string{s.Command}, s.Args...) {
+		if strings.ContainsRune(a, 0) {
+			errs = append(errs, errors.New("the command holds a NUL byte"))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// String describes the server for messages.
+func (s MCPServer) String() string {
+	if s.Transport == MCPHTTP {
+		return fmt.Sprintf("MCP server %s (%s)", s.Name, s.URL)
+	}
+	return fmt.Sprintf("MCP server %s (%s)", s.Name, strings.Join(append([]string{s.Command}, s.Args...), " "))
+}
+
+// key identifies the connection: entries with the same server settings share
+// one session.
+func (s MCPServer) key() string {
+	b, _ := json.Marshal([]any{s.Name, s.Transport, s.Command, s.Args, s.URL})
+	return string(b)
+}
+
+// MCPConfig is the implementation config of a registry entry of kind mcp.
+type MCPConfig struct {
+	Server    string       `json:"server"`
+	Transport MCPTransport `json:"transport"`
+	Command   string       `json:"command,omitempty"`
+	Args      []string     `json:"args,omitempty"`
+	URL       string       `json:"url,omitempty"`
+	// Tool is the tool's name on the server.
+	Tool string `json:"tool"`
+}
+
+// MCPServer returns the server the entry names.
+func (c MCPConfig) MCPServer() MCPServer {
+	return MCPServer{Name: c.Server, Transport: c.Transport, Command: c.Command, Args: c.Args, URL: c.URL}
+}
+
+// Validate checks the config.
+func (c MCPConfig) Validate() error {
+	err := c.MCPServer().Validate()
+	if strings.TrimSpace(c.Tool) == "" {
+		err = errors.Join(err, errors.New("no tool name"))
+	}
+	return err
+}
+
+// MCPImplementation returns the implementation of a registry entry run by
+// the MCP server's tool.
+func MCPImplementation(c MCPConfig) envelope.Implementation {
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // strings and a string slice always marshal
+	}
+	return envelope.Implementation{Kind: envelope.ImplMCP, Config: b}
+}
+
+// parseMCPConfig reads and checks an entry's MCP config.
+func parseMCPConfig(raw json.RawMessage) (MCPConfig, error) {
+	var c MCPConfig
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return c, fmt.Errorf("mcp implementation config: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("mcp implementation config: %w", err)
+	}
+	return c, nil
+}
+
+// MCPRegisterOptions shape the registry entries of an MCP server's tools.
+type MCPRegisterOptions struct {
+	// Version of every tool; default 1.0.0.
+	Version string
+	// BareNames names each entry after the tool alone (when that is a valid
+	// tool name) instead of "<server>_<tool>".
+	BareNames bool
+	// Category of every tool; default api.
+	Category envelope.Category
+	// SideEffects of every tool; "" reads each tool's annotations: reads
+	// when it says readOnlyHint, writes otherwise (the MCP default).
+	SideEffects envelope.SideEffects
+	// TimeoutMS of every tool; 0 is the executor's default.
+	TimeoutMS int
+}
+
+// MCPRegistration is what registering a server did.
+type MCPRegistration struct {
+	// Tools are the definitions written, sorted by name.
+	Tools []envelope.ToolDefinition
+	// Skipped says which of the server's tools were not registered and why.
+	Skipped []string
+}
+
+// MCPToolDefinitions connects to the server, lists its tools and returns
+// their registry definitions (without writing them).
+func MCPToolDefinitions(ctx context.Context, srv MCPServer, opts MCPRegisterOptions) (MCPRegistration, error) {
+	if err := srv.Validate(); err != nil {
+		return MCPRegistration{}, err
+	}
+	if opts.Version == "" {
+		opts.Version = DefaultMCPToolVersion
+	}
+	if opts.Category == "" {
+		opts.Category = envelope.CategoryAPI
+	}
+	if err := (envelope.ToolRef{Name: "x", Version: opts.Version}).Validate(); err != nil {
+		return MCPRegistration{}, err
+	}
+	pool := newMCPPool(nil, nil)
+	defer pool.close()
+	cs, err := pool.session(ctx, srv)
+	if err != nil {
+		return MCPRegistration{}, err
+	}
+	var tools []*mcp.Tool
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return MCPRegistration{}, fmt.Errorf("%s: list tools: %w", srv, err)
+		}
+		tools = append(tools, t)
+	}
+	var reg MCPRegistration
+	seen := map[string]string{}
+	for _, t := range tools {
+		def, err := mcpDefinition(srv, t, opts)
+		if err != nil {
+			reg.Skipped = append(reg.Skipped, fmt.Sprintf("%s: %v", t.Name, err))
+			continue
+		}
+		if prev, dup := seen[def.Name]; dup {
+			reg.Skipped = append(reg.Skipped, fmt.Sprintf("%s: its registry name %s is taken by %s", t.Name, def.Name, prev))
+			continue
+		}
+		seen[def.Name] = t.Name
+		reg.Tools = append(reg.Tools, def)
+	}
+	sort.Slice(reg.Tools, func(i, j int) bool { return reg.Tools[i].Name < reg.Tools[j].Name })
+	return reg, nil
+}
+
+// RegisterMCPServer connects to the server, lists its tools and writes a
+// registry entry for each (replacing the entries of an earlier registration
+// of the same names and version; their lifecycle state is kept).
+func RegisterMCPServer(ctx context.Context, reg *registry.Registry, srv MCPServer, opts MCPRegisterOptions) (MCPRegistration, error) {
+	r, err := MCPToolDefinitions(ctx, srv, opts)
+	if err != nil {
+		return r, err
+	}
+	for _, def := range r.Tools {
+		if err := reg.Ensure(ctx, def); err != nil {
+			return r, fmt.Errorf("register %s: %w", def.Ref(), err)
+		}
+	}
+	return r, nil
+}
+
+// mcpDefinition builds the registry definition of one MCP tool.
+func mcpDefinition(srv MCPServer, t *mcp.Tool, opts MCPRegisterOptions) (envelope.ToolDefinition, error) {
+	if t.Name == "" {
+		return envelope.ToolDefinition{}, errors.New("the tool has no name")
+	}
+	in, err := schemaJSON(t.InputSchema)
+	if err != nil {
+		return envelope.ToolDefinition{}, fmt.Errorf("input schema: %w", err)
+	}
+	if in == nil {
+		in = json.RawMessage(`{"type":"object"}`)
+	}
+	out, err := schemaJSON(t.OutputSchema)
+	if err != nil {
+		return envelope.ToolDefinition{}, fmt.Errorf("output schema: %w", err)
+	}
+	side := opts.SideEffects
+	if side == "" {
+		side = envelope.SideEffectsWrites
+		if t.Annotations != nil && t.Annotations.ReadOnlyHint {
+			side = envelope.SideEffectsReads
+		}
+	}
+	desc := t.Description
+	if desc == "" && t.Title != "" {
+		desc = t.Title
+	}
+	def := envelope.ToolDefinition{
+		Name:         mcpToolName(srv.Name, t.Name, opts.BareNames),
+		Version:      opts.Version,
+		Description:  desc,
+		InputSchema:  in,
+		OutputSchema: out,
+		Metadata: envelope.ToolMetadata{
+			Category:    opts.Category,
+			SideEffects: side,
+			Cache:       envelope.CacheNone,
+		},
+		TimeoutMS: opts.TimeoutMS,
+		Implementation: MCPImplementation(MCPConfig{
+			Server: srv.Name, Transport: srv.Transport, Command: srv.Command, Args: srv.Args, URL: srv.URL, Tool: t.Name,
+		}),
+	}
+	if err := def.Validate(); err != nil {
+		return envelope.ToolDefinition{}, err
+	}
+	if _, err := compileToolSchemasChecked(&def); err != nil {
+		return envelope.ToolDefinition{}, err
+	}
+	return def, nil
+}
+
+// compileToolSchemasChecked compiles a definition's schemas as the executor
+// will, so that a registration never stores one that cannot run.
+func compileToolSchemasChecked(def *envelope.ToolDefinition) (*toolSchemas, error) {
+	ts := compileToolSchemas(def)
+	return ts, ts.err
+}
+
+// schemaJSON marshals a schema the SDK decoded (nil stays nil).
+func schemaJSON(s any) (json.RawMessage, error) {
+	if s == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	if string(b) == "null" {
+		return nil, nil
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return nil, errors.New("not a JSON object")
+	}
+	return b, nil
+}
+
+// invalidToolNameChars are what a tool name may not hold.
+var invalidToolNameChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// mcpToolName is the registry name of a server's tool: "<server>_<tool>" (or
+// the tool's name alone), other characters replaced by '_', and cut to 64
+// with a hash of the whole when longer.
+func mcpToolName(server, tool string, bare bool) string {
+	name := server + "_" + tool
+	if bare {
+		name = tool
+	}
+	clean := invalidToolNameChars.ReplaceAllString(name, "_")
+	if len(clean) <= 64 && clean != "" {
+		return clean
+	}
+	sum := sha256.Sum256([]byte(name))
+	return clean[:55] + "_" + hex.EncodeToString(sum[:])[:8]
+}

@@ -1,0 +1,261 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+)
+
+// States of an outcome record.
+const (
+	outcomeClaimed = "claimed" // a replica is running the call
+	outcomeDone    = "done"    // the call's envelope is final
+)
+
+// MsgOutcomeUnknown is the error message of a writes call whose executor
+// stopped while running it: whether its effect happened is unknown, and it is
+// not run again.
+const MsgOutcomeUnknown = "outcome unknown: the executor stopped during the call; it was not retried"
+
+// outcomeRecord is the record of a writes call in the KV bucket
+// toolwire_outcomes, keyed "<run_id>.<call_id>". Created (claimed) before the
+// tool runs, refreshed by heartbeats while it runs, and finally replaced by
+// the call's envelope (done). Every change is a compare-and-set.
+type outcomeRecord struct {
+	State     string                 `json:"state"`
+	Owner     string                 `json:"owner"`
+	ClaimedAt time.Time              `json:"claimed_at"`
+	Beats     int                    `json:"beats,omitempty"`
+	Envelope  *envelope.ToolEnvelope `json:"envelope,omitempty"`
+}
+
+// outcomes implements exactly-once execution of writes tools across replicas
+// and redeliveries.
+type outcomes struct {
+	kv    jetstream.KeyValue
+	owner string // replica id and a nonce: unique per process start
+	lease time.Duration
+	now   func() time.Time
+	log   *slog.Logger
+}
+
+func outcomeKey(runID, callID string) string { return runID + "." + callID }
+
+// errClaimTaken is returned by claim when another delivery holds the record.
+var errClaimTaken = errors.New("claim taken")
+
+// claim creates the claim of key for this replica. errClaimTaken: a record
+// exists (another delivery claimed or finished the call).
+func (o *outcomes) claim(ctx context.Context, key string, at time.Time) (uint64, outcomeRecord, error) {
+	rec := outcomeRecord{State: outcomeClaimed, Owner: o.owner, ClaimedAt: at.UTC()}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return 0, rec, err
+	}
+	rev, err := o.kv.Create(ctx, key, b)
+	switch {
+	case err == nil:
+		return rev, rec, nil
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return 0, rec, errClaimTaken
+	}
+	return 0, rec, fmt.Errorf("claim %s: %w", key, err)
+}
+
+// get reads the record of key; found false when there is none.
+func (o *outcomes) get(ctx context.Context, key string) (rec outcomeRecord, entry jetstream.KeyValueEntry, found bool, err error) {
+	e, err := o.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return rec, nil, false, nil
+	}
+	if err != nil {
+		return rec, nil, false, fmt.Errorf("outcome %s: %w", key, err)
+	}
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return rec, nil, false, fmt.Errorf("outcome %s: %w", key, err)
+	}
+	if rec.State == outcomeDone && rec.Envelope == nil {
+		return rec, nil, false, fmt.Errorf("outcome %s: done without an envelope", key)
+	}
+	return rec, e, true, nil
+}
+
+// heldClaim is a claim this replica holds while its tool runs: a heartbeat
+// keeps it alive. lost is closed when another replica declared the call's
+// outcome unknown (the heartbeats did not reach the store in time).
+type heldClaim struct {
+	o    *outcomes
+	key  string
+	rec  outcomeRecord
+	stop chan struct{}
+	done chan struct{}
+	lost chan struct{}
+
+	mu  sync.Mutex
+	rev uint64
+}
+
+// hold starts the heartbeat of a claim created at rev. The heartbeat's
+// writes use ctx without its cancellation (a shutdown must not silence them
+// while the tool still runs); release stops them.
+func (o *outcomes) hold(ctx context.Context, key string, rev uint64, rec outcomeRecord) *heldClaim {
+	h := &heldClaim{
+		o: o, key: key, rev: rev, rec: rec,
+		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{}),
+	}
+	go h.beat(context.WithoutCancel(ctx))
+	return h
+}
+
+func (h *heldClaim) beat(ctx context.Context) {
+	defer close(h.done)
+	t := time.NewTicker(h.o.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		h.rec.Beats++
+		b, err := json.Marshal(h.rec)
+		if err != nil {
+			return
+		}
+		h.mu.Lock()
+		rev := h.rev
+		h.mu.Unlock()
+		wctx, cancel := context.WithTimeout(ctx, h.o.lease/3)
+		next, err := h.o.kv.Update(wctx, h.key, b, rev)
+		cancel()
+		switch {
+		case err == nil:
+			h.mu.Lock()
+			h.rev = next
+			h.mu.Unlock()
+		case isConflict(err):
+			h.o.log.Error("claim of a writes call was taken over: its outcome was declared unknown", "key", h.key)
+			close(h.lost)
+			return
+		default:
+			h.o.log.Warn("claim heartbeat failed; retrying", "key", h.key, "err", err)
+		}
+	}
+}
+
+// release stops the heartbeat and returns the claim's latest revision.
+func (h *heldClaim) release() uint64 {
+	close(h.stop)
+	<-h.done
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.rev
+}
+
+// finish records env as the call's outcome, replacing the claim at rev. When
+// another replica declared the outcome unknown meanwhile, that record stands
+// and its envelope is returned instead: every delivery publishes the same.
+func (o *outcomes) finish(ctx context.Context, key string, rev uint64, env envelope.ToolEnvelope) (envelope.ToolEnvelope, error) {
+	b, err := json.Marshal(outcomeRecord{State: outcomeDone, Owner: o.owner, ClaimedAt: env.TStart, Envelope: &env})
+	if err != nil {
+		return env, err
+	}
+	for range maxCASAttempts {
+		_, err = o.kv.Update(ctx, key, b, rev)
+		if err == nil {
+			return env, nil
+		}
+		if !isConflict(err) {
+			return env, fmt.Errorf("record outcome %s: %w", key, err)
+		}
+		rec, e, found, gerr := o.get(ctx, key)
+		switch {
+		case gerr != nil:
+			return env, gerr
+		case found && rec.State == outcomeDone:
+			o.log.Error("a writes call finished after its outcome was declared unknown; the recorded outcome stands", "key", key)
+			return *rec.Envelope, nil
+		case found && rec.State == outcomeClaimed && rec.Owner == o.owner:
+			// Our own heartbeat landed although its reply was lost.
+			rev = e.Revision()
+		default:
+			return env, fmt.Errorf("record outcome %s: %w", key, err)
+		}
+	}
+	return env, fmt.Errorf("record outcome %s: %d conflicting updates in a row", key, maxCASAttempts)
+}
+
+// resolve answers a delivery that found the call's record: a finished call's
+// envelope; for a claim, it waits while the claim's heartbeat goes on and,
+// once the heartbeat has stopped for a whole lease (the claimer crashed or
+// was cut off), records and returns an UNKNOWN envelope (unknown builds it).
+// It never runs the tool. found false: the record vanished (expired).
+func (o *outcomes) resolve(ctx context.Context, key string, unknown func(rec outcomeRecord) envelope.ToolEnvelope) (env envelope.ToolEnvelope, recorded bool, found bool, err error) {
+	var seenRev uint64
+	var seenAt time.Time
+	poll := max(o.lease/10, 5*time.Millisecond)
+	for {
+		rec, e, ok, err := o.get(ctx, key)
+		if err != nil || !ok {
+			return env, false, ok, err
+		}
+		if rec.State == outcomeDone {
+			return *rec.Envelope, true, true, nil
+		}
+		now := o.now()
+		if e.Revision() != seenRev {
+			seenRev, seenAt = e.Revision(), now
+		}
+		// Stale: no heartbeat seen for a lease on this replica's clock, or
+		// the last one is two leases old by the server's timestamp.
+		if now.Sub(seenAt) >= o.lease || now.Sub(e.Created()) >= 2*o.lease {
+			u := unknown(rec)
+			b, merr := json.Marshal(outcomeRecord{State: outcomeDone, Owner: rec.Owner, ClaimedAt: rec.ClaimedAt, Beats: rec.Beats, Envelope: &u})
+			if merr != nil {
+				return env, false, true, merr
+			}
+			_, err := o.kv.Update(ctx, key, b, e.Revision())
+			if err == nil {
+				o.log.Error("a writes call's executor stopped during the call; its outcome is recorded as unknown and it is not run again",
+					"key", key, "claimed_by", rec.Owner, "claimed_at", rec.ClaimedAt)
+				return u, false, true, nil
+			}
+			if !isConflict(err) {
+				return env, false, true, fmt.Errorf("record unknown outcome %s: %w", key, err)
+			}
+			continue // the claimer beat or finished just now
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return env, false, true, fmt.Errorf("wait for the claim of %s: %w", key, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// unknownOutcome is the envelope of a writes call whose executor stopped
+// during it.
+func unknownOutcome(base envelope.ToolEnvelope, rec outcomeRecord, tEnd time.Time) envelope.ToolEnvelope {
+	env := base
+	if !rec.ClaimedAt.IsZero() {
+		env.TStart = rec.ClaimedAt.UTC()
+	}
+	env.TEnd = tEnd
+	if env.TEnd.Before(env.TStart) {
+		env.TEnd = env.TStart
+	}
+	env.Output = nil
+	env.Error = envelope.NewToolError(envelope.CodeUnknown, "%s", MsgOutcomeUnknown).
+		WithDetails(map[string]any{"outcome": "unknown", "claimed_by": rec.Owner, "claimed_at": rec.ClaimedAt.UTC()})
+	return env
+}

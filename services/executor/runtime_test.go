@@ -1,0 +1,438 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/blobs"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+)
+
+// call publishes one approved call and returns its envelope.
+func (w *watcher) call(t testing.TB, js jetstream.JetStream, schemas *envelope.Schemas, req events.CallRequest) envelope.ToolEnvelope {
+	t.Helper()
+	publishApproved(t, events.NewPublisher(js), req)
+	return w.envelopeOf(t, schemas, req)
+}
+
+func newEventSchemas(t testing.TB) *envelope.Schemas {
+	t.Helper()
+	s, err := events.NewSchemas()
+	require.NoError(t, err)
+	return s
+}
+
+// executorOf returns the replica that started the call.
+func (w *watcher) executorOf(t testing.TB, req events.CallRequest) string {
+	t.Helper()
+	subj, err := events.CallSubject(req.RunID, req.CallID, "started")
+	require.NoError(t, err)
+	var started events.CallStarted
+	require.NoError(t, events.DecodeData(w.wait(t, subj), &started))
+	return started.Executor
+}
+
+// TestRateLimitSharedByReplicas: three replicas take tokens from one bucket
+// per tenant and tool in KV, so a burst of 5 lets exactly 5 of 20 calls of one
+// tenant through, whichever replicas run them; another tenant has its own
+// bucket. The refused calls fail with RATE_LIMIT and retry_after_s.
+func TestRateLimitSharedByReplicas(t *testing.T) {
+	env := eventstest.Start(t)
+	schemas := newEventSchemas(t)
+	var runs atomic.Int32
+	limited := newTestTool("limited", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
+		runs.Add(1)
+		select { // long enough for the work to spread over the replicas
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return okOutput(ctx, in)
+	})
+	// One call a day: no token comes back during the test.
+	limited.def.RateLimit = &envelope.RateLimit{PerS: envelope.MinRateLimitPerS, Burst: 5}
+	replicas := map[string]*Service{}
+	for _, id := range []string{"rl-a", "rl-b", "rl-c"} {
+		replicas[id] = startExecutor(t, env, Config{ID: id, Concurrency: 2}, WithTools(limited))
+	}
+
+	const runID = "run-ratelimit"
+	w := watchRun(t, env.JS, runID)
+	acme := envelope.Tenant{OrgID: "acme", WorkspaceID: "ws", UserID: "u1"}
+	globex := envelope.Tenant{OrgID: "globex", WorkspaceID: "ws", UserID: "u1"}
+	var reqs []events.CallRequest
+	var outs []events.Outgoing
+	for i := range 23 {
+		req := callRequest(t, runID, i+1, "limited", "1.0.0", fmt.Sprintf(`{"n":%d}`, i))
+		req.Tenant = acme
+		if i >= 20 {
+			req.Tenant = globex
+		}
+		reqs = append(reqs, req)
+		outs = append(outs, approved(t, req, events.RunTrace{}))
+	}
+	require.NoError(t, events.NewPublisher(env.JS).PublishAll(t.Context(), outs))
+
+	ok, refused := map[string]int{}, 0
+	executors := map[string]int{}
+	for i, req := range reqs {
+		got := w.envelopeOf(t, schemas, req)
+		executors[w.executorOf(t, req)]++
+		if got.Error == nil {
+			ok[req.Tenant.OrgID]++
+			continue
+		}
+		require.Less(t, i, 20, "globex has its own bucket")
+		require.Equal(t, envelope.CodeRateLimit, got.Error.Code)
+		require.Contains(t, got.Error.Message, "rate limit of tool limited reached for this tenant")
+		require.Greater(t, got.Error.RetryAfterS, 3600.0, "a token comes back in about a day")
+		refused++
+	}
+	t.Logf("calls per replica: %v", executors)
+	require.Equal(t, map[string]int{"acme": 5, "globex": 3}, ok, "exactly the burst, across all replicas")
+	require.Equal(t, 15, refused)
+	require.Equal(t, int32(8), runs.Load(), "refused calls never run the tool")
+	require.GreaterOrEqual(t, len(executors), 2, "the calls were spread over replicas")
+
+	var limitedTotal float64
+	for _, s := range replicas {
+		limitedTotal += testutil.ToFloat64(s.metrics.rateLimited.WithLabelValues("limited"))
+	}
+	require.Equal(t, 15.0, limitedTotal)
+
+	kv, err := env.JS.KeyValue(t.Context(), events.BucketRate)
+	require.NoError(t, err)
+	e, err := kv.Get(t.Context(), rateKey(acme.ID(), "limited"))
+	require.NoError(t, err)
+	var st bucketState
+	require.NoError(t, json.Unmarshal(e.Value(), &st))
+	require.Less(t, st.Tokens, 1.0)
+}
+
+// TestRateLimiterRefills: the bucket refills at per_s, never beyond burst, and
+// the wait it reports is the time until the next token.
+func TestRateLimiterRefills(t *testing.T) {
+	env := eventstest.Start(t)
+	kv, err := env.JS.KeyValue(t.Context(), events.BucketRate)
+	require.NoError(t, err)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := &rateLimiter{kv: kv, now: func() time.Time { return now }}
+	lim := &envelope.RateLimit{PerS: 2, Burst: 2} // a token every 500ms
+
+	steps := []struct {
+		advance time.Duration
+		wait    time.Duration // 0: allowed
+	}{
+		{0, 0}, {0, 0}, // the full burst
+		{0, 500 * time.Millisecond},
+		{200 * time.Millisecond, 300 * time.Millisecond},
+		{300 * time.Millisecond, 0},
+		{0, 500 * time.Millisecond},
+		{time.Hour, 0}, {0, 0}, // refilled to burst, not beyond
+		{0, 500 * time.Millisecond},
+	}
+	for i, st := range steps {
+		now = now.Add(st.advance)
+		wait, err := l.take(t.Context(), "acme/ws/u", "tool", lim)
+		require.NoError(t, err)
+		require.InDelta(t, st.wait.Seconds(), wait.Seconds(), 0.002, "step %d", i)
+	}
+	// Another tenant and another tool have buckets of their own.
+	wait, err := l.take(t.Context(), "other/ws/u", "tool", lim)
+	require.NoError(t, err)
+	require.Zero(t, wait)
+	wait, err = l.take(t.Context(), "acme/ws/u", "other_tool", lim)
+	require.NoError(t, err)
+	require.Zero(t, wait)
+	require.Equal(t, 1.5, retryAfterSeconds(1499500*time.Microsecond))
+}
+
+// TestCircuitOpensAndCloses: consecutive PROVIDER_ERROR, NETWORK_ERROR and
+// TIMEOUT outcomes open the tool's circuit; an open circuit answers
+// PROVIDER_ERROR with retry_after_s at once without running the tool; after
+// the open period one trial call that succeeds closes it. Other outcomes do
+// not count as failures.
+func TestCircuitOpensAndCloses(t *testing.T) {
+	env := eventstest.Start(t)
+	schemas := newEventSchemas(t)
+	var mode atomic.Value
+	mode.Store("ok")
+	var runs atomic.Int32
+	flaky := newTestTool("flaky", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
+		runs.Add(1)
+		switch mode.Load().(string) {
+		case "provider":
+			return nil, envelope.NewToolError(envelope.CodeProviderError, "upstream said 503")
+		case "network":
+			return nil, envelope.NewToolError(envelope.CodeNetworkError, "connection refused")
+		case "hang":
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		case "bad_input":
+			return nil, envelope.NewToolError(envelope.CodeValidation, "no such city")
+		}
+		return okOutput(ctx, in)
+	})
+	flaky.def.TimeoutMS = 30
+	s := startExecutor(t, env, Config{CircuitFailures: 3, CircuitOpen: 300 * time.Millisecond}, WithTools(flaky))
+	const runID = "run-circuit"
+	w := watchRun(t, env.JS, runID)
+	seq := 0
+	call := func(m string) envelope.ToolEnvelope {
+		mode.Store(m)
+		seq++
+		return w.call(t, env.JS, schemas, callRequest(t, runID, seq, "flaky", "1.0.0", fmt.Sprintf(`{"seq":%d}`, seq)))
+	}
+
+	require.Equal(t, envelope.CodeProviderError, call("provider").Error.Code)
+	require.Equal(t, envelope.CodeValidation, call("bad_input").Error.Code, "the tool answered: not a failure of its health")
+	require.Nil(t, call("ok").Error, "a success resets the count")
+	require.Equal(t, envelope.CodeProviderError, call("provider").Error.Code)
+	require.Equal(t, envelope.CodeNetworkError, call("network").Error.Code)
+	h := s.Health()
+	require.Len(t, h, 1)
+	require.Equal(t, ToolHealth{Tool: "flaky@1.0.0", State: CircuitClosed, ConsecutiveFailures: 2, LastFailure: envelope.CodeNetworkError, LastFailureAt: h[0].LastFailureAt}, h[0])
+	require.Equal(t, envelope.CodeTimeout, call("hang").Error.Code)
+	require.Equal(t, int32(6), runs.Load())
+
+	// Open: the tool is not run, the answer is immediate.
+	fast := call("ok")
+	require.NotNil(t, fast.Error)
+	require.Equal(t, envelope.CodeProviderError, fast.Error.Code)
+	require.Contains(t, fast.Error.Message, "tool flaky@1.0.0 is unavailable: its circuit is open after 3 consecutive failures (last: TIMEOUT)")
+	require.Greater(t, fast.Error.RetryAfterS, 0.0)
+	require.LessOrEqual(t, fast.Error.RetryAfterS, 0.3)
+	require.Equal(t, int32(6), runs.Load(), "an open circuit does not run the tool")
+	h = s.Health()
+	require.Equal(t, CircuitOpen, h[0].State)
+	require.Equal(t, uint32(3), h[0].ConsecutiveFailures)
+	require.False(t, h[0].OpenUntil.IsZero())
+	require.Equal(t, 2.0, testutil.ToFloat64(s.metrics.circuit.WithLabelValues("flaky@1.0.0")))
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.circuitFast.WithLabelValues("flaky@1.0.0")))
+
+	// After the open period, one successful trial closes it again.
+	wait := time.NewTimer(time.Duration(fast.Error.RetryAfterS*float64(time.Second)) + 10*time.Millisecond)
+	select {
+	case <-wait.C:
+	case <-t.Context().Done():
+		t.Fatal("test ended")
+	}
+	require.Nil(t, call("ok").Error)
+	require.Equal(t, int32(7), runs.Load())
+	h = s.Health()
+	require.Equal(t, CircuitClosed, h[0].State)
+	require.Zero(t, h[0].ConsecutiveFailures)
+	require.Equal(t, 0.0, testutil.ToFloat64(s.metrics.circuit.WithLabelValues("flaky@1.0.0")))
+}
+
+// TestCachePolicies: tools with cache ttl or forever and side effects none or
+// reads are served from the cache for the same tenant and input (any key
+// order), with cached true and the call's own id, input and times; another
+// tenant, another input or cache none run the tool; a ttl entry expires.
+func TestCachePolicies(t *testing.T) {
+	env := eventstest.Start(t)
+	schemas := newEventSchemas(t)
+	counts := map[string]*atomic.Int32{}
+	mk := func(name string, se envelope.SideEffects, policy envelope.CachePolicy, ttlS int) testTool {
+		n := &atomic.Int32{}
+		counts[name] = n
+		tt := newTestTool(name, func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
+			n.Add(1)
+			return json.RawMessage(fmt.Sprintf(`{"ok":true,"run":%d}`, n.Load())), nil
+		})
+		tt.def.Metadata.SideEffects, tt.def.Metadata.Cache, tt.def.Metadata.CacheTTLS = se, policy, ttlS
+		return tt
+	}
+	startExecutor(t, env, Config{}, WithTools(
+		mk("pure_forever", envelope.SideEffectsNone, envelope.CacheForever, 0),
+		mk("reads_ttl", envelope.SideEffectsReads, envelope.CacheTTL, 1),
+		mk("uncached", envelope.SideEffectsReads, envelope.CacheNone, 0),
+	))
+	const runID = "run-cache"
+	w := watchRun(t, env.JS, runID)
+	acme := envelope.Tenant{OrgID: "acme", WorkspaceID: "ws", UserID: "u1"}
+	globex := envelope.Tenant{OrgID: "globex", WorkspaceID: "ws", UserID: "u1"}
+	seq := 0
+	call := func(tool, input string, tenant envelope.Tenant) envelope.ToolEnvelope {
+		seq++
+		req := callRequest(t, runID, seq, tool, "1.0.0", input)
+		req.Tenant = tenant
+		got := w.call(t, env.JS, schemas, req)
+		require.Nil(t, got.Error)
+		require.Equal(t, req.CallID, got.CallID, "the call's own id")
+		require.JSONEq(t, input, string(got.Input))
+		return got
+	}
+
+	first := call("pure_forever", `{"a":1,"b":2}`, acme)
+	require.False(t, first.Cached)
+	hit := call("pure_forever", `{"b":2.0,"a":1}`, acme)
+	require.True(t, hit.Cached)
+	require.JSONEq(t, string(first.Output), string(hit.Output))
+	require.True(t, hit.TStart.After(first.TEnd) || hit.TStart.Equal(first.TEnd), "a hit has its own times")
+	require.False(t, hit.TEnd.Before(hit.TStart))
+	require.Equal(t, int32(1), counts["pure_forever"].Load())
+	require.False(t, call("pure_forever", `{"a":1,"b":2}`, globex).Cached, "another tenant never reads acme's cache")
+	require.False(t, call("pure_forever", `{"a":1,"b":3}`, acme).Cached, "another input")
+	require.Equal(t, int32(3), counts["pure_forever"].Load())
+
+	require.False(t, call("uncached", `{}`, acme).Cached)
+	require.False(t, call("uncached", `{}`, acme).Cached)
+	require.Equal(t, int32(2), counts["uncached"].Load())
+
+	require.False(t, call("reads_ttl", `{"q":"x"}`, acme).Cached)
+	require.True(t, call("reads_ttl", `{"q":"x"}`, acme).Cached)
+	// The entry carries its own TTL: after a second the key is gone.
+	kv, err := env.JS.KeyValue(t.Context(), events.BucketCache)
+	require.NoError(t, err)
+	key, err := envelope.CacheKey(acme.ID(), "reads_ttl", "1.0.0", []byte(`{"q":"x"}`))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := kv.Get(t.Context(), key)
+		return err != nil
+	}, 10*time.Second, 50*time.Millisecond, "the ttl entry expires")
+	require.False(t, call("reads_ttl", `{"q":"x"}`, acme).Cached, "expired: the tool runs again")
+	require.Equal(t, int32(2), counts["reads_ttl"].Load())
+}
+
+// TestTruncation: an output above max_output_bytes is stored whole as a blob;
+// the envelope is truncated, carries the blob attachment and a preview that is
+// valid JSON and cut on a character boundary. An output below the limit whose
+// envelope would not fit in one NATS message is truncated too.
+func TestTruncation(t *testing.T) {
+	env := eventstest.Start(t)
+	schemas := newEventSchemas(t)
+	// big is under max_output_bytes (2 MiB) but its envelope cannot fit in a
+	// 1 MiB message; huge is over 5 MiB.
+	big := json.RawMessage(`{"ok":true,"text":"` + strings.Repeat("x", 1<<20) + `"}`)
+	huge := json.RawMessage(`{"ok":true,"text":"` + strings.Repeat("0123456789", 5<<20/10) + `"}`)
+	outputs := map[string]json.RawMessage{"big": big, "huge": huge, "small": json.RawMessage(`{"ok":true}`)}
+	sizer := newTestTool("sizer", func(_ context.Context, in json.RawMessage) (json.RawMessage, error) {
+		var p struct {
+			Size string `json:"size"`
+		}
+		if err := json.Unmarshal(in, &p); err != nil {
+			return nil, err
+		}
+		return outputs[p.Size], nil
+	})
+	s := startExecutor(t, env, Config{MaxOutputBytes: 2 << 20, PreviewBytes: 101}, WithTools(sizer))
+	const runID = "run-truncate"
+	w := watchRun(t, env.JS, runID)
+
+	tests := []struct {
+		size      string
+		truncated bool
+	}{
+		{size: "small"},
+		{size: "big", truncated: true},  // under 2 MiB, over a message
+		{size: "huge", truncated: true}, // 5 MiB
+	}
+	for i, tc := range tests {
+		req := callRequest(t, runID, i+1, "sizer", "1.0.0", fmt.Sprintf(`{"size":%q}`, tc.size))
+		got := w.call(t, env.JS, schemas, req)
+		require.Nil(t, got.Error, "%s: %+v", tc.size, got.Error)
+		full := outputs[tc.size]
+		if !tc.truncated {
+			require.False(t, got.Truncated)
+			require.JSONEq(t, string(full), string(got.Output))
+			continue
+		}
+		require.True(t, got.Truncated, tc.size)
+		require.Len(t, got.Attachments, 1)
+		att := got.Attachments[0]
+		require.Equal(t, envelope.Attachment{Kind: envelope.AttachmentBlob, URL: "/v1/blobs/" + runID + "." + req.CallID + ".output", ContentType: "application/json", Bytes: int64(len(full))}, att)
+		var preview TruncatedOutput
+		require.NoError(t, json.Unmarshal(got.Output, &preview), "the preview is valid JSON")
+		require.True(t, preview.Truncated)
+		require.Equal(t, len(full), preview.Bytes)
+		require.True(t, strings.HasPrefix(string(full), preview.Preview))
+		require.LessOrEqual(t, len(preview.Preview), 101)
+		data, ct, err := blobs.Get(t.Context(), env.JS, strings.TrimPrefix(att.URL, blobs.URLPrefix))
+		require.NoError(t, err)
+		require.Equal(t, "application/json", ct)
+		require.Equal(t, string(full), string(data), "the blob holds the whole output")
+	}
+	require.Equal(t, 2.0, testutil.ToFloat64(s.metrics.truncated.WithLabelValues("sizer")))
+}
+
+// TestTruncationPreviewCutsOnCharacters: a tiny max_output_bytes truncates a
+// small output, and the preview never splits a multi-byte character.
+func TestTruncationPreviewCutsOnCharacters(t *testing.T) {
+	env := eventstest.Start(t)
+	schemas := newEventSchemas(t)
+	out := json.RawMessage(`{"ok":true,"text":"` + strings.Repeat("é", 140) + `"}`)
+	startExecutor(t, env, Config{MaxOutputBytes: 200, PreviewBytes: 100}, WithTools(newTestTool("accents", func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return out, nil
+	})))
+	w := watchRun(t, env.JS, "run-accents")
+	got := w.call(t, env.JS, schemas, callRequest(t, "run-accents", 1, "accents", "1.0.0", `{}`))
+	require.True(t, got.Truncated)
+	var preview TruncatedOutput
+	require.NoError(t, json.Unmarshal(got.Output, &preview))
+	// 19 bytes of prefix, then 2-byte characters: 100 bytes would split one.
+	require.Equal(t, 99, len(preview.Preview))
+	require.NotContains(t, preview.Preview, "\uFFFD")
+	require.Equal(t, len(out), preview.Bytes)
+
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want int
+	}{
+		{"abc", 2, 2}, {"abc", 9, 3}, {"é", 1, 0}, {"aé", 2, 1}, {"aé", 3, 3}, {"", 0, 0},
+	} {
+		require.Equal(t, tc.want, utf8Cut([]byte(tc.in), tc.n), "%q %d", tc.in, tc.n)
+	}
+}
+
+// TestCachedTruncatedOutput: a truncated output is cached with its blob
+// attachment; once the blob is gone the entry no longer counts as a hit.
+func TestCachedTruncatedOutput(t *testing.T) {
+	env := eventstest.Start(t)
+	schemas := newEventSchemas(t)
+	var runs atomic.Int32
+	out := json.RawMessage(`{"ok":true,"text":"` + strings.Repeat("z", 500) + `"}`)
+	tool := newTestTool("cached_big", func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		runs.Add(1)
+		return out, nil
+	})
+	tool.def.Metadata.Cache = envelope.CacheForever
+	startExecutor(t, env, Config{MaxOutputBytes: 100, PreviewBytes: 50}, WithTools(tool))
+	const runID = "run-cached-big"
+	w := watchRun(t, env.JS, runID)
+
+	first := w.call(t, env.JS, schemas, callRequest(t, runID, 1, "cached_big", "1.0.0", `{}`))
+	require.True(t, first.Truncated)
+	require.False(t, first.Cached)
+	hit := w.call(t, env.JS, schemas, callRequest(t, runID, 2, "cached_big", "1.0.0", `{}`))
+	require.True(t, hit.Cached)
+	require.True(t, hit.Truncated)
+	require.Equal(t, first.Attachments, hit.Attachments, "the hit points at the same blob")
+	require.Equal(t, int32(1), runs.Load())
+
+	obs, err := env.JS.ObjectStore(t.Context(), events.ObjectBlobs)
+	require.NoError(t, err)
+	require.NoError(t, obs.Delete(t.Context(), strings.TrimPrefix(first.Attachments[0].URL, blobs.URLPrefix)))
+	again := w.call(t, env.JS, schemas, callRequest(t, runID, 3, "cached_big", "1.0.0", `{}`))
+	require.False(t, again.Cached, "an entry whose blob is gone is a miss")
+	require.Equal(t, int32(2), runs.Load())
+	data, _, err := blobs.Get(t.Context(), env.JS, strings.TrimPrefix(again.Attachments[0].URL, blobs.URLPrefix))
+	require.NoError(t, err)
+	require.Equal(t, string(out), string(data))
+	fresh := w.call(t, env.JS, schemas, callRequest(t, runID, 4, "cached_big", "1.0.0", `{}`))
+	require.True(t, fresh.Cached, "the entry was replaced with the new blob")
+	require.Equal(t, again.Attachments, fresh.Attachments)
+	require.Equal(t, int32(2), runs.Load())
+}

@@ -1,0 +1,135 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// Registry entries whose implementation kind is sandbox are code: the
+// executor does not run them itself. For each call it publishes a sandbox job
+// (the code, the input, the limits) on toolwire.sandbox.<run>.<call>.requested
+// and holds the call until the sandbox service answers on
+// toolwire.sandbox.<run>.<call>.completed, bounded by the tool's timeout. The
+// job's id is deterministic, so a redelivered call publishes no second job,
+// and the wait reads the last result already stored as well as a new one.
+
+// sandboxTool runs the calls of one sandbox registry entry.
+type sandboxTool struct {
+	js     jetstream.JetStream
+	pub    *events.Publisher
+	source string
+	def    envelope.ToolDefinition
+	cfg    events.SandboxToolConfig
+}
+
+// sandboxTool returns the Tool that runs a sandbox registry entry, or the
+// error that explains why its implementation config cannot run.
+func (s *Service) sandboxTool(def *envelope.ToolDefinition) (Tool, *envelope.ToolError) {
+	cfg, err := events.ParseSandboxToolConfig(def)
+	if err != nil {
+		return nil, envelope.NewToolError(envelope.CodeSandboxError, "%v", err)
+	}
+	return &sandboxTool{js: s.js, pub: s.pub, source: s.cfg.Source, def: *def, cfg: cfg}, nil
+}
+
+func (t *sandboxTool) Definition() envelope.ToolDefinition { return t.def }
+
+// sandboxMargin is the part of the tool's timeout kept back from the job's, so
+// that the sandbox's own TIMEOUT (which says what ran long) arrives before the
+// call's context ends.
+func sandboxMargin(remaining time.Duration) time.Duration {
+	return min(max(remaining/10, 100*time.Millisecond), time.Second)
+}
+
+func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc ToolContext) (json.RawMessage, error) {
+	ref := t.def.Ref()
+	job := events.SandboxJob{
+		RunID: tc.RunID, CallID: tc.CallID, Tool: ref.String(), TenantID: tc.TenantID,
+		Language: t.cfg.Language, Source: t.cfg.Source, Input: input,
+		Stdout: events.SandboxStdoutJSON, Runtime: t.cfg.Runtime, Limits: t.cfg.Limits,
+	}
+	if t.cfg.CodeFromInput {
+		var in struct {
+			Code  string          `json:"code"`
+			Input json.RawMessage `json:"input"`
+		}
+		if err := json.Unmarshal(input, &in); err != nil || in.Code == "" {
+			return nil, envelope.NewToolError(envelope.CodeValidation, "tool %s takes {\"code\": \"...\", \"input\": ...}", ref)
+		}
+		job.Source, job.Input, job.Stdout = in.Code, in.Input, events.SandboxStdoutText
+		if len(bytes.TrimSpace(job.Input)) == 0 {
+			job.Input = json.RawMessage("null")
+		}
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(t.def.Timeout())
+	}
+	remaining := time.Until(deadline)
+	timeout := remaining - sandboxMargin(remaining)
+	if timeout < time.Millisecond {
+		return nil, envelope.NewToolError(envelope.CodeTimeout, "tool %s had no time left to run", ref)
+	}
+	job.TimeoutMS = int(timeout.Milliseconds())
+	job.Deadline = time.Now().Add(timeout)
+	out, err := events.NewSandboxJob(t.source, job, events.RunTrace{})
+	if err != nil {
+		return nil, envelope.NewToolError(envelope.CodeValidation, "tool %s: %v", ref, err)
+	}
+	subj, err := events.SandboxSubject(job.RunID, job.CallID, "completed")
+	if err != nil {
+		return nil, err
+	}
+
+	// DeliverLastPerSubject finds the result whether it is stored before the
+	// consumer starts (a redelivered call whose job already ran, a quick job)
+	// or after.
+	c, err := t.js.OrderedConsumer(ctx, events.StreamSandbox, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subj}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox result consumer: %w", err)
+	}
+	defer func() {
+		if info := c.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = t.js.DeleteConsumer(dctx, events.StreamSandbox, info.Name)
+			cancel()
+		}
+	}()
+	if err := t.pub.Publish(ctx, out); err != nil {
+		return nil, envelope.NewToolError(envelope.CodeSandboxError, "the job of tool %s could not be sent to the sandbox: %v", ref, err)
+	}
+	m, err := c.Next(jetstream.FetchContext(ctx))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("waiting for the sandbox: %w", context.Cause(ctx))
+		}
+		return nil, fmt.Errorf("waiting for the sandbox: %w", err)
+	}
+	e, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox result: %w", err)
+	}
+	var res events.SandboxResult
+	if err := events.DecodeData(e, &res); err != nil {
+		return nil, fmt.Errorf("sandbox result: %w", err)
+	}
+	if err := res.Validate(); err != nil {
+		return nil, fmt.Errorf("sandbox result: %w", err)
+	}
+	if res.Error != nil {
+		return nil, res.Error
+	}
+	return res.Output, nil
+}

@@ -1,0 +1,105 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events/blobs"
+)
+
+// Room left in a NATS message for the CloudEvents headers (ce-*, trace
+// context, Nats-Msg-Id) and the outcome record around an envelope.
+const messageHeadroom = 16 << 10
+
+// OutputContentType is the content type of the blob of a truncated output.
+const OutputContentType = "application/json"
+
+// TruncatedOutput is the output of a truncated envelope: still valid JSON, it
+// says that the output was cut, how large it was, and carries its first bytes
+// as a string. The whole output is the envelope's blob attachment.
+type TruncatedOutput struct {
+	Truncated bool   `json:"truncated"`
+	Bytes     int    `json:"bytes"`
+	Preview   string `json:"preview"`
+}
+
+// blobName names the blob of a call's output: "<run_id>.<call_id>.output".
+func blobName(runID, callID string) string { return runID + "." + callID + ".output" }
+
+// maxMessageBytes is the most a published event may weigh: the server's
+// max_payload as the connection learnt it.
+func (s *Service) maxMessageBytes() int {
+	if nc := s.js.Conn(); nc != nil {
+		if mp := nc.MaxPayload(); mp > 0 {
+			return int(mp)
+		}
+	}
+	return 1 << 20 // the NATS default
+}
+
+// fits reports whether env, published as a call.completed event, fits in
+// one message.
+func (s *Service) fits(env *envelope.ToolEnvelope) (bool, error) {
+	b, err := json.Marshal(env)
+	if err != nil {
+		return false, err
+	}
+	return len(b)+messageHeadroom <= s.maxMessageBytes(), nil
+}
+
+// setOutput puts out in the envelope, or, when it is larger than
+// MaxOutputBytes or would not fit in one message, stores it whole as a blob
+// and puts a TruncatedOutput preview and the blob's attachment in its place.
+func (s *Service) setOutput(ctx context.Context, runID, callID string, env *envelope.ToolEnvelope, out json.RawMessage) error {
+	env.Output = out
+	if len(out) <= s.cfg.MaxOutputBytes {
+		ok, err := s.fits(env)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+	}
+	att, err := blobs.Put(ctx, s.js, blobName(runID, callID), out, OutputContentType)
+	if err != nil {
+		return err
+	}
+	env.Truncated = true
+	env.Attachments = append(env.Attachments, att)
+	n := min(s.cfg.PreviewBytes, len(out))
+	for {
+		n = utf8Cut(out, n)
+		preview, err := json.Marshal(TruncatedOutput{Truncated: true, Bytes: len(out), Preview: string(out[:n])})
+		if err != nil {
+			return err
+		}
+		env.Output = preview
+		ok, err := s.fits(env)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if n == 0 {
+			return fmt.Errorf("the envelope does not fit in one message even without a preview (%d bytes of input)", len(env.Input))
+		}
+		n /= 2
+	}
+}
+
+// utf8Cut returns the largest n' <= n such that b[:n'] does not end inside
+// a UTF-8 sequence.
+func utf8Cut(b []byte, n int) int {
+	if n >= len(b) {
+		return len(b)
+	}
+	for n > 0 && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return n
+}

@@ -1,0 +1,197 @@
+package orchestrator_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/orchestrator"
+)
+
+// Replies in the Messages API wire format
+// (https://docs.anthropic.com/en/api/messages, tool use:
+// https://docs.anthropic.com/en/docs/build-with-claude/tool-use).
+const (
+	anthropicToolUse = `{
+  "id": "msg_01Aq9w938a90dw8q",
+  "type": "message",
+  "role": "assistant",
+  "model": "claude-sonnet-4-5-20250929",
+  "content": [
+    {"type": "text", "text": "I'll echo and compute at once."},
+    {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "echo", "input": {"text": "hi"}},
+    {"type": "tool_use", "id": "toolu_01B19q90qw90lq917835lq8", "name": "calculator", "input": {"expression": 42}}
+  ],
+  "stop_reason": "tool_use",
+  "stop_sequence": null,
+  "usage": {"input_tokens": 472, "output_tokens": 91, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "service_tier": "standard"}
+}`
+	anthropicFinal = `{
+  "id": "msg_01Aq9w938a90dw8r",
+  "type": "message",
+  "role": "assistant",
+  "model": "claude-sonnet-4-5-20250929",
+  "content": [{"type": "text", "text": "hi, and 42 is not an expression."}],
+  "stop_reason": "end_turn",
+  "stop_sequence": null,
+  "usage": {"input_tokens": 650, "output_tokens": 14, "cache_creation_input_tokens": 10, "cache_read_input_tokens": 100}
+}`
+	anthropicRateLimited = `{"type": "error", "error": {"type": "rate_limit_error", "message": "Number of request tokens has exceeded your per-minute rate limit"}}`
+	anthropicOverloaded  = `{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}`
+)
+
+func anthropicRequest(msgs []envelope.Message) orchestrator.ModelRequest {
+	return orchestrator.ModelRequest{RunID: "r1", Iteration: 1,
+		Model:    envelope.Model{Provider: "anthropic", Name: "claude-sonnet-4-5"},
+		System:   "Be brief.",
+		Messages: msgs, Tools: registryTools()}
+}
+
+// The round trip of one turn: the registry's tool definitions become tools,
+// two tool_use blocks come back, and their results go back in ONE user
+// message with a tool_result block per call, in call order, the failed one
+// with is_error.
+func TestAnthropicWireRoundTrip(t *testing.T) {
+	f := newFakeModel(t, reply{body: anthropicToolUse}, reply{body: anthropicFinal})
+	p := orchestrator.NewAnthropicProvider(orchestrator.AnthropicConfig{APIKey: "sk-ant-test", BaseURL: f.srv.URL})
+
+	msgs := []envelope.Message{
+		{Role: envelope.RoleSystem, Content: "Be brief."},
+		{Role: envelope.RoleUser, Content: "Echo hi and compute 42."},
+	}
+	resp, err := p.Complete(t.Context(), anthropicRequest(msgs))
+	require.NoError(t, err)
+	require.Equal(t, envelope.ModelResponse{
+		Content:    "I'll echo and compute at once.",
+		StopReason: "tool_use",
+		ToolCalls: []envelope.ToolCall{
+			{ID: "toolu_01A09q90qw90lq917835lq9", Name: "echo", Arguments: json.RawMessage(`{"text": "hi"}`)},
+			{ID: "toolu_01B19q90qw90lq917835lq8", Name: "calculator", Arguments: json.RawMessage(`{"expression": 42}`)},
+		},
+		Usage: envelope.Usage{InputTokens: 472, OutputTokens: 91},
+	}, resp)
+
+	first := f.requests()[0]
+	require.Equal(t, http.MethodPost, first.method)
+	require.Equal(t, "/v1/messages", first.path)
+	// SDK v2 (API version 2026-10-21) sends the key as a bearer token.
+	require.Equal(t, "Bearer sk-ant-test", first.header.Get("Authorization"))
+	require.NotEmpty(t, first.header.Get("Anthropic-Version"))
+	require.Equal(t, jsonOf(t, `{
+	  "model": "claude-sonnet-4-5",
+	  "max_tokens": 4096,
+	  "system": [{"type": "text", "text": "Be brief."}],
+	  "messages": [{"role": "user", "content": [{"type": "text", "text": "Echo hi and compute 42."}]}],
+	  "tools": [
+	    {"name": "echo", "description": "Returns its input text.",
+	      "input_schema": {"type": "object", "properties": {"text": {"type": "string", "description": "The text to return."}},
+	        "required": ["text"], "additionalProperties": false}},
+	    {"name": "calculator", "description": "Evaluates an arithmetic expression.",
+	      "input_schema": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}
+	  ]
+	}`), first.body)
+
+	ok := &envelope.ToolEnvelope{Output: json.RawMessage(`{"text":"hi"}`)}
+	bad := &envelope.ToolEnvelope{Error: &envelope.ToolError{Code: envelope.CodeRateLimit, Message: "slow down", RetryAfterS: 2}}
+	msgs = append(msgs,
+		envelope.Message{Role: envelope.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls},
+		envelope.Message{Role: envelope.RoleTool, ToolCallID: resp.ToolCalls[0].ID, Name: "echo", Content: orchestrator.ToolResultContent(ok)},
+		envelope.Message{Role: envelope.RoleTool, ToolCallID: resp.ToolCalls[1].ID, Name: "calculator", Content: orchestrator.ToolResultContent(bad), IsError: true},
+	)
+	req := anthropicRequest(msgs)
+	req.Iteration = 2
+	resp, err = p.Complete(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, envelope.ModelResponse{Content: "hi, and 42 is not an expression.", StopReason: "end_turn",
+		Usage: envelope.Usage{InputTokens: 760, OutputTokens: 14}}, resp, "cache writes and reads count as input")
+
+	second := f.requests()[1]
+	require.Equal(t, jsonOf(t, `[
+	  {"role": "user", "content": [{"type": "text", "text": "Echo hi and compute 42."}]},
+	  {"role": "assistant", "content": [
+	    {"type": "text", "text": "I'll echo and compute at once."},
+	    {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "echo", "input": {"text": "hi"}},
+	    {"type": "tool_use", "id": "toolu_01B19q90qw90lq917835lq8", "name": "calculator", "input": {"expression": 42}}
+	  ]},
+	  {"role": "user", "content": [
+	    {"type": "tool_result", "tool_use_id": "toolu_01A09q90qw90lq917835lq9", "is_error": false,
+	      "content": [{"type": "text", "text": "{\"text\":\"hi\"}"}]},
+	    {"type": "tool_result", "tool_use_id": "toolu_01B19q90qw90lq917835lq8", "is_error": true,
+	      "content": [{"type": "text", "text": "{\"error\":{\"code\":\"RATE_LIMIT\",\"message\":\"slow down\",\"retry_after_s\":2}}"}]}
+	  ]}
+	]`), second.body["messages"])
+	require.Equal(t, jsonOf(t, `[{"type": "text", "text": "Be brief."}]`), second.body["system"])
+}
+
+func TestAnthropicWireModelSettings(t *testing.T) {
+	f := newFakeModel(t, reply{body: anthropicFinal})
+	p := orchestrator.NewAnthropicProvider(orchestrator.AnthropicConfig{APIKey: "k", BaseURL: f.srv.URL})
+	temp := 0.5
+	_, err := p.Complete(t.Context(), orchestrator.ModelRequest{Iteration: 1,
+		Model: envelope.Model{Provider: "anthropic", Name: "claude-haiku-4-5", Temperature: &temp, MaxTokens: 300},
+		Messages: []envelope.Message{
+			{Role: envelope.RoleUser, Content: "a"},
+			{Role: envelope.RoleUser, Content: "b"},
+			{Role: envelope.RoleAssistant},
+		}})
+	require.NoError(t, err)
+	require.Equal(t, jsonOf(t, `{"model": "claude-haiku-4-5", "max_tokens": 300, "temperature": 0.5,
+		"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}`),
+		f.requests()[0].body, "consecutive user messages merge; an empty assistant message is left out; no system, no tools")
+}
+
+func TestAnthropicWireFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		retries  int
+		replies  []reply
+		attempts int
+		err      []string
+		minGap   time.Duration
+	}{
+		{name: "429 then success waits Retry-After", retries: 3,
+			replies: []reply{
+				{status: http.StatusTooManyRequests, headers: map[string]string{"Retry-After": "1", "Request-Id": "req_011"}, body: anthropicRateLimited},
+				{body: anthropicFinal}},
+			attempts: 2, minGap: time.Second},
+		{name: "529 overloaded until retries run out", retries: 1,
+			replies:  []reply{{status: 529, headers: map[string]string{"Retry-After": "0"}, body: anthropicOverloaded}},
+			attempts: 2, err: []string{"anthropic model claude-sonnet-4-5 failed after 2 attempts", "529", "Overloaded"}},
+		{name: "400 is not retried", retries: 3,
+			replies: []reply{{status: http.StatusBadRequest,
+				body: `{"type":"error","error":{"type":"invalid_request_error","message":"tools.0.input_schema: JSON schema is invalid"}}`}},
+			attempts: 1, err: []string{"anthropic model claude-sonnet-4-5 failed:", "400", "JSON schema is invalid"}},
+		{name: "body is not JSON", retries: 3, replies: []reply{{body: `upstream connect error`}},
+			attempts: 1, err: []string{"anthropic model claude-sonnet-4-5 failed"}},
+		{name: "tool_use without a name", retries: 3, replies: []reply{{body: `{"id":"m","type":"message","role":"assistant","model":"m",
+			"content":[{"type":"tool_use","id":"toolu_1","input":{}}],"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}`}},
+			attempts: 1, err: []string{"malformed response: tool_use block 0 has no name"}},
+		{name: "no content and no stop reason", retries: 3, replies: []reply{{body: `{"id":"m","type":"message","role":"assistant","model":"m","content":[]}`}},
+			attempts: 1, err: []string{"malformed response: no content and no stop_reason"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeModel(t, tc.replies...)
+			p := orchestrator.NewAnthropicProvider(orchestrator.AnthropicConfig{APIKey: "sk-ant-secret", BaseURL: f.srv.URL, MaxRetries: tc.retries})
+			resp, err := p.Complete(t.Context(), anthropicRequest([]envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}))
+			got := f.requests()
+			require.Len(t, got, tc.attempts)
+			if len(tc.err) == 0 {
+				require.NoError(t, err)
+				require.Equal(t, "hi, and 42 is not an expression.", resp.Content)
+			} else {
+				require.Error(t, err)
+				for _, s := range tc.err {
+					require.ErrorContains(t, err, s)
+				}
+				require.NotContains(t, err.Error(), "sk-ant-secret")
+			}
+			if tc.minGap > 0 {
+				require.GreaterOrEqual(t, got[1].at.Sub(got[0].at), tc.minGap, "the retry waited as long as Retry-After said")
+			}
+		})
+	}
+}

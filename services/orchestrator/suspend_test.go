@@ -1,0 +1,184 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/orchestrator"
+)
+
+// guard plays the Policy Guard's part in these tests, as its approvals
+// feature behaves: it allows iterations and decides each call itself.
+type guard struct {
+	h   *harness
+	ctx context.Context
+}
+
+func (g guard) allowIteration(runID string, n int) {
+	g.h.t.Helper()
+	g.h.next(g.ctx, events.StreamRuns, "toolwire.run."+runID+".iteration."+itoa(n)+".requested")
+	out, err := events.NewVerdict("/toolwire/policy", events.Verdict{RunID: runID, Iteration: n, Allowed: true}, envelope.Tenant{OrgID: "org1"}, events.RunTrace{})
+	require.NoError(g.h.t, err)
+	require.NoError(g.h.t, g.h.pub.Publish(g.ctx, out))
+}
+
+// request waits for the request of the call #seq of a run, its id computed
+// as the orchestrator computes it.
+func (g guard) request(runID, tool string, input any, seq int) events.CallRequest {
+	g.h.t.Helper()
+	b, err := json.Marshal(input)
+	require.NoError(g.h.t, err)
+	id, err := envelope.CallID(tool, "1.0.0", b, seq)
+	require.NoError(g.h.t, err)
+	e := g.h.next(g.ctx, events.StreamCalls, "toolwire.call."+runID+"."+id+".requested")
+	var r events.CallRequest
+	require.NoError(g.h.t, json.Unmarshal(e.Data, &r))
+	return r
+}
+
+func (g guard) publish(o events.Outgoing, err error) {
+	g.h.t.Helper()
+	require.NoError(g.h.t, err)
+	require.NoError(g.h.t, g.h.pub.Publish(g.ctx, o))
+}
+
+func (g guard) approvalRequired(c events.CallRequest) {
+	g.publish(events.NewApprovalRequired("/toolwire/policy", events.ApprovalRequest{
+		RunID: c.RunID, CorrelationID: c.CallID, ToolName: c.Name, ToolVersion: c.Version, AgentName: c.Agent,
+		Tenant: c.Tenant, ArgsSummary: string(c.Input), EffectDescription: "Writes.", Reason: "the policy requires approval",
+		ExpiresAt: time.Now().Add(time.Hour),
+	}, events.RunTrace{}))
+}
+
+func (g guard) approve(c events.CallRequest) {
+	g.publish(events.NewCallRequest("/toolwire/policy", "approved", c, events.RunTrace{}))
+}
+
+func itoa(n int) string { return string(rune('0' + n)) }
+
+func statusOf(t *testing.T, e stored) events.RunStatus {
+	t.Helper()
+	var s events.RunStatus
+	require.NoError(t, json.Unmarshal(e.Data, &s))
+	return s
+}
+
+// A call that waits for an operator's decision suspends the run; the run holds
+// nothing in memory meanwhile, so every orchestrator replica can die and a new
+// one resume it when the decision arrives.
+func TestSuspendedRunResumesOnAnyReplica(t *testing.T) {
+	h := newHarnessWithoutPolicy(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	g := guard{h: h, ctx: ctx}
+	// A dead replica's unacknowledged events come back after the ack wait.
+	cfg := orchestrator.Config{AckWait: 2 * time.Second}
+	r1, r2 := h.startOrchestrator("o1", cfg), h.startOrchestrator("o2", cfg)
+
+	req := scripted(t, "suspend-1", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{
+			toolCall("echo", map[string]any{"text": "needs approval"}),
+			toolCall("echo", map[string]any{"text": "runs meanwhile"}),
+		}},
+		map[string]any{"content": "both done"},
+	)
+	h.submit(ctx, req)
+	g.allowIteration(req.RunID, 1)
+	waiting := g.request(req.RunID, "echo", map[string]any{"text": "needs approval"}, 1)
+	other := g.request(req.RunID, "echo", map[string]any{"text": "runs meanwhile"}, 2)
+
+	g.approvalRequired(waiting)
+	g.approve(other)
+	sus := statusOf(t, h.next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".suspended"))
+	require.Equal(t, "waiting for approval of call "+waiting.CallID+" (echo@1.0.0)", sus.Reason)
+	h.next(ctx, events.StreamCalls, "toolwire.call."+req.RunID+"."+other.CallID+".completed")
+
+	// Every replica dies while the run waits; a new one starts.
+	r1.kill()
+	r2.kill()
+	h.startOrchestrator("o3", cfg)
+	g.approve(waiting)
+	res := statusOf(t, h.next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".resumed"))
+	require.Equal(t, "call "+waiting.CallID+" (echo@1.0.0) approved", res.Reason)
+	g.allowIteration(req.RunID, 2)
+	final, err := h.wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	require.Equal(t, "both done", final.Outputs.Response)
+	require.Len(t, final.Outputs.ToolOrder, 2)
+
+	evs := h.streamEvents(ctx)[req.RunID]
+	require.Len(t, ofType(evs, events.TypeRunSuspended), 1)
+	require.Len(t, ofType(evs, events.TypeRunResumed), 1)
+	require.Len(t, ofType(evs, events.TypeRunStarted), 1)
+}
+
+// A denial arrives as the call's POLICY_DENIED completion: the run resumes and
+// the model sees why.
+func TestSuspendedRunResumesOnDenial(t *testing.T) {
+	h := newHarnessWithoutPolicy(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	g := guard{h: h, ctx: ctx}
+	h.startOrchestrator("o1", orchestrator.Config{})
+	t.Logf("DBG start %s", time.Now().Format("15:04:05.000"))
+	t.Cleanup(func() { t.Logf("DBG cleanup-last %s", time.Now().Format("15:04:05.000")) })
+
+	req := scripted(t, "suspend-2", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{
+			toolCall("echo", map[string]any{"text": "denied"}),
+			toolCall("echo", map[string]any{"text": "fine"}),
+		}},
+		map[string]any{"content": "one was denied"},
+	)
+	h.submit(ctx, req)
+	g.allowIteration(req.RunID, 1)
+	calls := []events.CallRequest{
+		g.request(req.RunID, "echo", map[string]any{"text": "denied"}, 1),
+		g.request(req.RunID, "echo", map[string]any{"text": "fine"}, 2),
+	}
+	g.approvalRequired(calls[0])
+	h.next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".suspended")
+	// A late or repeated approval request changes nothing.
+	g.approvalRequired(calls[0])
+	g.approve(calls[1])
+	now := time.Now().UTC()
+	g.publish(events.NewCallCompleted("/toolwire/policy", req.RunID, envelope.ToolEnvelope{
+		CallID: calls[0].CallID, Name: "echo", Version: "1.0.0", Input: calls[0].Input,
+		Error: &envelope.ToolError{Code: envelope.CodePolicyDenied, Message: "approval denied"}, TStart: now, TEnd: now,
+	}, calls[0].Tenant, events.RunTrace{}))
+	res := statusOf(t, h.next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".resumed"))
+	require.Equal(t, "call "+calls[0].CallID+" (echo@1.0.0) completed without approval: POLICY_DENIED: approval denied", res.Reason)
+
+	g.allowIteration(req.RunID, 2)
+	final, err := h.wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	denied := final.Outputs.ToolsByID[calls[0].CallID]
+	require.Equal(t, envelope.CodePolicyDenied, denied.Error.Code)
+
+	// The model's second turn saw the denial.
+	var turn2 events.LLMCompleted
+	for _, e := range ofType(h.streamEvents(ctx)[req.RunID], events.TypeLLMCompleted) {
+		require.NoError(t, json.Unmarshal(e.Data, &turn2))
+	}
+	require.Equal(t, 2, turn2.Turn.Iteration)
+	var toolMsgs []envelope.Message
+	for _, m := range turn2.Turn.Messages {
+		if m.Role == envelope.RoleTool {
+			toolMsgs = append(toolMsgs, m)
+		}
+	}
+	require.Len(t, toolMsgs, 2)
+	require.True(t, toolMsgs[0].IsError)
+	require.JSONEq(t, `{"error":{"code":"POLICY_DENIED","message":"approval denied"}}`, toolMsgs[0].Content)
+	require.False(t, toolMsgs[1].IsError)
+	require.Len(t, ofType(h.streamEvents(ctx)[req.RunID], events.TypeRunSuspended), 1)
+	t.Logf("DBG body done %s", time.Now().Format("15:04:05.000"))
+}

@@ -1,0 +1,326 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+)
+
+// writer is a tool that writes, registered for the approval tests.
+func writerDef() envelope.ToolDefinition {
+	d := toolDef("send_email", "1.0.0")
+	d.Description = "Sends an email"
+	d.Metadata.SideEffects = envelope.SideEffectsWrites
+	d.SupportsPreview = true
+	return d
+}
+
+func approvalHarness(t *testing.T) *harness {
+	t.Helper()
+	h := newHarnessConfig(t, Config{Concurrency: 4, ApprovalSweep: 20 * time.Millisecond, PreviewTimeout: time.Second})
+	require.NoError(t, h.reg.Put(t.Context(), registry.Entry{Definition: writerDef()}))
+	ref := envelope.ToolRef{Name: "send_email", Version: "1.0.0"}
+	require.Eventually(t, func() bool {
+		_, ok := h.svc.catalog.Lookup(ref)
+		return ok
+	}, waitFor, 5*time.Millisecond)
+	return h
+}
+
+var approvalPolicy = envelope.Policy{RequireApproval: &envelope.ApprovalPolicy{Writes: true}, ApprovalTimeoutS: 60}
+
+func (h *harness) decide(d events.Decision) {
+	h.t.Helper()
+	h.publish(events.NewDecided("/toolwire/cli", d, tenant, events.RunTrace{}))
+}
+
+// decideAgain publishes a decision under another event id, as one published
+// after the stream's duplicate window would be.
+func (h *harness) decideAgain(d events.Decision) {
+	h.t.Helper()
+	out, err := events.NewDecided("/toolwire/cli", d, tenant, events.RunTrace{})
+	require.NoError(h.t, err)
+	out.Event.SetID(out.Event.ID() + "/later")
+	require.NoError(h.t, h.pub.Publish(h.t.Context(), out))
+}
+
+func (h *harness) record(runID, callID string) events.ApprovalRecord {
+	h.t.Helper()
+	key, err := events.ApprovalKey(runID, callID)
+	require.NoError(h.t, err)
+	e, err := h.svc.approvals.Get(h.t.Context(), key)
+	require.NoError(h.t, err)
+	rec, err := events.DecodeApprovalRecord(e.Value())
+	require.NoError(h.t, err)
+	return rec
+}
+
+// An approval request carries what the operator needs, and the call waits:
+// then each decision has its outcome.
+func TestApprovalDecisions(t *testing.T) {
+	h := approvalHarness(t)
+	tests := []struct {
+		name     string
+		decision events.Decision
+		state    events.ApprovalState
+		message  string // "" when approved
+		details  map[string]any
+	}{
+		{name: "approve", decision: events.Decision{Decision: events.DecisionApprove, By: "alice"}, state: events.ApprovalApproved},
+		{name: "deny", decision: events.Decision{Decision: events.DecisionDeny, By: "alice", Note: "not to customers"},
+			state: events.ApprovalDenied, message: "approval denied by alice: not to customers",
+			details: map[string]any{"approval": "deny", "by": "alice", "note": "not to customers"}},
+		{name: "deny without a note", decision: events.Decision{Decision: events.DecisionDeny},
+			state: events.ApprovalDenied, message: "approval denied", details: map[string]any{"approval": "deny"}},
+		{name: "revise", decision: events.Decision{Decision: events.DecisionRevise, By: "bob", Note: "send it to the team list instead"},
+			state: events.ApprovalRevised, message: "revision requested by bob: send it to the team list instead",
+			details: map[string]any{"approval": "revise", "by": "bob", "note": "send it to the team list instead"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			runID := "run-appr-" + string(rune('a'+i))
+			req := callRequest(t, runID, "send_email", "1.0.0", 1, []string{"send_email@1.0.0"}, approvalPolicy)
+			req.Input = json.RawMessage(`{"to":"bob@example.com","password":"hunter2","body":"hello"}`)
+			req.CallID = callIDOf(t, req)
+			required := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approval_required")
+			outcomes := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approved", "toolwire.call."+runID+".*.completed")
+			before := time.Now()
+			h.requestCall(req)
+
+			ev := h.nextEvent(required)
+			require.Equal(t, events.TypeCallApprovalRequired, ev.Type())
+			require.Equal(t, runID+"/"+req.CallID+"/approval_required", ev.ID())
+			require.NoError(t, h.schemas.Validate(events.SchemaApprovalRequest, ev.Data()))
+			ar := decode[events.ApprovalRequest](t, ev)
+			require.Equal(t, req.CallID, ar.CorrelationID, "the call id is the correlation id")
+			require.Equal(t, "send_email", ar.ToolName)
+			require.Equal(t, "1.0.0", ar.ToolVersion)
+			require.Equal(t, "researcher", ar.AgentName)
+			require.Equal(t, tenant, ar.Tenant)
+			require.Equal(t, `{"body":"hello","password":"[redacted]","to":"bob@example.com"}`, ar.ArgsSummary)
+			require.Equal(t, "Calls send_email@1.0.0. Sends an email. It writes: it changes external state, and runs at most once for this call.", ar.EffectDescription)
+			require.Equal(t, "the policy requires approval for tools that write, and send_email@1.0.0 writes", ar.Reason)
+			require.Equal(t, &events.ApprovalPreview{Unavailable: "preview unavailable: no executor answers preview requests"}, ar.Preview,
+				"the tool supports previews, but no executor runs here")
+			require.WithinRange(t, ar.ExpiresAt, before.Add(59*time.Second), time.Now().Add(61*time.Second))
+			require.NotContains(t, string(ev.Data()), "hunter2")
+
+			// The call waits: nothing else is published for it.
+			pending := h.record(runID, req.CallID)
+			require.True(t, pending.Pending())
+			require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved"))
+
+			d := tt.decision
+			d.RunID, d.CallID = runID, req.CallID
+			h.decide(d)
+			ev = h.nextEvent(outcomes)
+			if tt.message == "" {
+				require.Equal(t, events.TypeCallApproved, ev.Type())
+				var sent events.CallRequest
+				require.NoError(t, json.Unmarshal(mustJSON(t, req), &sent))
+				require.Equal(t, sent, decode[events.CallRequest](t, ev), "the approved call is the call as requested")
+			} else {
+				require.Equal(t, events.TypeCallCompleted, ev.Type())
+				env := decode[envelope.ToolEnvelope](t, ev)
+				require.NoError(t, h.schemas.Validate(envelope.SchemaToolEnvelope, ev.Data()))
+				require.Equal(t, envelope.CodePolicyDenied, env.Error.Code)
+				require.Equal(t, tt.message, env.Error.Message)
+				require.Equal(t, tt.details, env.Error.Details)
+				require.Equal(t, req.CallID, env.CallID)
+			}
+			pollUntil(t, "the record is settled", func() bool {
+				rec := h.record(runID, req.CallID)
+				return rec.State == tt.state && rec.Settled
+			})
+			rec := h.record(runID, req.CallID)
+			require.Equal(t, &d, rec.Decision)
+
+			// A second decision within the duplicate window is dropped by the
+			// stream (one decided event per call); a later one is ignored by
+			// the guard: nothing more is published.
+			h.decide(events.Decision{RunID: runID, CallID: req.CallID, Decision: events.DecisionApprove, By: "mallory"})
+			require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+".*.decided"))
+			h.decideAgain(events.Decision{RunID: runID, CallID: req.CallID, Decision: events.DecisionApprove, By: "mallory"})
+			require.Eventually(t, func() bool {
+				return testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues(approvalIgnored)) >= float64(i+1)
+			}, waitFor, 5*time.Millisecond)
+			require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved")+
+				h.count(events.StreamCalls, "toolwire.call."+runID+".*.completed"))
+			require.Equal(t, tt.state, h.record(runID, req.CallID).State)
+		})
+	}
+	require.Equal(t, 4.0, testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues(approvalRequested)))
+	require.Equal(t, 1.0, testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues("approved")))
+	require.Equal(t, 2.0, testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues("denied")))
+	require.Equal(t, 1.0, testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues("revised")))
+}
+
+// No decision by the deadline is a denial; a decision after it is ignored.
+func TestApprovalTimeout(t *testing.T) {
+	h := approvalHarness(t)
+	const runID = "run-appr-timeout"
+	p := approvalPolicy
+	p.ApprovalTimeoutS = 1
+	req := callRequest(t, runID, "send_email", "1.0.0", 1, []string{"send_email@1.0.0"}, p)
+	completed := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.completed")
+	h.requestCall(req)
+
+	env := decode[envelope.ToolEnvelope](t, h.nextEvent(completed))
+	require.Equal(t, envelope.CodePolicyDenied, env.Error.Code)
+	require.Equal(t, "approval timed out: no decision within 1s", env.Error.Message)
+	rec := h.record(runID, req.CallID)
+	require.Equal(t, events.ApprovalExpired, rec.State)
+	require.Equal(t, map[string]any{"approval": "timeout", "deadline": rec.Deadline.UTC().Format(time.RFC3339Nano)}, env.Error.Details)
+	require.False(t, env.TStart.Before(rec.Deadline), "denied at or after the deadline, never before")
+
+	h.decide(events.Decision{RunID: runID, CallID: req.CallID, Decision: events.DecisionApprove})
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues(approvalIgnored)) == 1
+	}, waitFor, 5*time.Millisecond)
+	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved"))
+	require.Equal(t, 1.0, testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues("expired")))
+}
+
+// A decision for a call that awaits none is ignored and logged; a malformed
+// one is dead-lettered.
+func TestApprovalDecisionForUnknownCall(t *testing.T) {
+	h := approvalHarness(t)
+	const runID = "run-appr-unknown"
+	h.decide(events.Decision{RunID: runID, CallID: "abcdef", Decision: events.DecisionApprove})
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues(approvalIgnored)) == 1
+	}, waitFor, 5*time.Millisecond)
+	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved"))
+	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.completed"))
+
+	dlq := h.watch(events.StreamDLQ, events.DLQSubject(events.StreamCalls, DurableDecisions))
+	subj, err := events.CallSubject(runID, "abcdef", "decided")
+	require.NoError(t, err)
+	out, err := events.Build(events.TypeCallDecided, "bad-decision", subj, events.Attrs{Source: "/test", RunID: runID, CallID: "abcdef"},
+		map[string]any{"run_id": runID, "call_id": "abcdef", "decision": "maybe"})
+	require.NoError(t, err)
+	require.NoError(t, h.pub.Publish(t.Context(), out))
+	m := h.next(dlq)
+	require.Contains(t, m.Headers().Get(events.HeaderDLQError), `decision "maybe" is not one of approve, deny, revise`)
+}
+
+// A redelivered call request publishes its approval request once, and does
+// not restart its deadline.
+func TestApprovalRequestIsIdempotent(t *testing.T) {
+	h := approvalHarness(t)
+	const runID = "run-appr-again"
+	req := callRequest(t, runID, "send_email", "1.0.0", 1, []string{"send_email@1.0.0"}, approvalPolicy)
+	required := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approval_required")
+	h.requestCall(req)
+	h.nextEvent(required)
+	first := h.record(runID, req.CallID)
+
+	// The same request again, under another event id (a republished batch).
+	out, err := events.NewCallRequest("/toolwire/orchestrator", "requested", req, runTrace)
+	require.NoError(t, err)
+	out.Event.SetID(out.Event.ID() + "/again")
+	require.NoError(t, h.pub.Publish(t.Context(), out))
+	pollUntil(t, "the request is handled", func() bool {
+		c, err := h.env.JS.Consumer(t.Context(), events.StreamCalls, DurableCalls)
+		require.NoError(t, err)
+		info, err := c.Info(t.Context())
+		require.NoError(t, err)
+		return info.NumPending == 0 && info.NumAckPending == 0
+	})
+	require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+".*.approval_required"))
+	require.Equal(t, first.Deadline, h.record(runID, req.CallID).Deadline)
+	require.Equal(t, 1.0, testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues(approvalRequested)))
+}
+
+// A record left decided but unsettled (a crash between the decision and its
+// outcome) is settled by the sweeper.
+func TestApprovalSweeperSettlesLeftovers(t *testing.T) {
+	h := approvalHarness(t)
+	const runID = "run-appr-crash"
+	req := callRequest(t, runID, "send_email", "1.0.0", 1, []string{"send_email@1.0.0"}, approvalPolicy)
+	key, err := events.ApprovalKey(runID, req.CallID)
+	require.NoError(t, err)
+	decided := time.Now().Add(-time.Minute).UTC()
+	rec := events.ApprovalRecord{
+		State: events.ApprovalApproved, Call: req, Deadline: time.Now().Add(time.Hour),
+		Decision:  &events.Decision{RunID: runID, CallID: req.CallID, Decision: events.DecisionApprove},
+		DecidedAt: &decided, Trace: runTrace,
+		Request: events.ApprovalRequest{RunID: runID, CorrelationID: req.CallID, ToolName: "send_email", ToolVersion: "1.0.0"},
+	}
+	approved := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approved")
+	_, err = h.svc.approvals.Create(t.Context(), key, mustJSON(t, rec))
+	require.NoError(t, err)
+	ev := h.nextEvent(approved)
+	require.Equal(t, req.CallID, decode[events.CallRequest](t, ev).CallID)
+	pollUntil(t, "the record is settled", func() bool { return h.record(runID, req.CallID).Settled })
+}
+
+func TestApprovalDeniedEnvelope(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	req := events.CallRequest{RunID: "r", CallID: "1cddb19ff260abc62231ef762d936bc03f3df400d7d6986f5a9e12f302969302", Name: "send_email", Version: "1.0.0", Input: json.RawMessage(`{}`),
+		Policy: envelope.Policy{ApprovalTimeoutS: 90}}
+	tests := []struct {
+		name string
+		rec  events.ApprovalRecord
+		msg  string
+	}{
+		{"deny by, no note", events.ApprovalRecord{State: events.ApprovalDenied, Decision: &events.Decision{Decision: events.DecisionDeny, By: "ops"}}, "approval denied by ops"},
+		{"deny note, no by", events.ApprovalRecord{State: events.ApprovalDenied, Decision: &events.Decision{Decision: events.DecisionDeny, Note: " too broad "}}, "approval denied: too broad"},
+		{"revise", events.ApprovalRecord{State: events.ApprovalRevised, Decision: &events.Decision{Decision: events.DecisionRevise, Note: "smaller"}}, "revision requested: smaller"},
+		{"timeout", events.ApprovalRecord{State: events.ApprovalExpired, Deadline: at}, "approval timed out: no decision within 1m30s"},
+	}
+	schemas := testSchemas(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.rec.Call = req
+			env := ApprovalDeniedEnvelope(&tt.rec, at)
+			require.Equal(t, envelope.CodePolicyDenied, env.Error.Code)
+			require.Equal(t, tt.msg, env.Error.Message)
+			require.Equal(t, at, env.TStart)
+			require.NoError(t, schemas.ValidateValue(envelope.SchemaToolEnvelope, env))
+		})
+	}
+}
+
+func callIDOf(t *testing.T, req events.CallRequest) string {
+	t.Helper()
+	id, err := envelope.CallID(req.Name, req.Version, req.Input, req.Seq)
+	require.NoError(t, err)
+	return id
+}
+
+func TestApprovalKVErrors(t *testing.T) {
+	// The record's revision guards every change.
+	h := approvalHarness(t)
+	key, err := events.ApprovalKey("run-x", "ab")
+	require.NoError(t, err)
+	rec := events.ApprovalRecord{State: events.ApprovalPending}
+	_, err = h.svc.update(t.Context(), key, &rec, 42)
+	require.True(t, errors.Is(err, jetstream.ErrKeyRevisionMismatch), "%v", err)
+}
+
+// pollUntil polls cond on the test's goroutine (cond may use require) until
+// it holds, or fails the test after waitFor.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(waitFor)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("not within %s: %s", waitFor, what)
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,575 @@
+package recorder_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/recorder/storetest"
+)
+
+func toolDef(name, version, category string, side envelope.SideEffects, schema string) envelope.ToolDefinition {
+	return envelope.ToolDefinition{Name: name, Version: version, Description: name + " for tests",
+		InputSchema:    json.RawMessage(schema),
+		Metadata:       envelope.ToolMetadata{Category: envelope.Category(category), SideEffects: side, Cache: envelope.CacheNone},
+		Implementation: envelope.Implementation{Kind: envelope.ImplBuiltin}}
+}
+
+func (h *harness) register(defs ...registry.Entry) {
+	h.t.Helper()
+	reg, err := registry.Open(testCtx(h.t), h.env.JS)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, e := range defs {
+		if err := reg.Put(testCtx(h.t), e); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func decode[T any](t *testing.T, body []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("decode %T: %v\n%s", v, err, body)
+	}
+	return v
+}
+
+// TestRecorderReplayBundle: the bundle holds the request, the tool definitions
+// as the model was offered them (the registry revision current at the turn,
+// not a later one), every turn, every envelope, the outputs, how the run ended
+// and the verdicts.
+func TestRecorderReplayBundle(t *testing.T) {
+	h := newHarness(t)
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	asCalled := toolDef("web_search", "1.2.0", "search", envelope.SideEffectsReads, `{"type":"object","properties":{"query":{"type":"string"}}}`)
+	later := toolDef("web_search", "1.2.0", "search", envelope.SideEffectsReads, `{"type":"object","properties":{"q":{"type":"string"}}}`)
+	fetch := toolDef("fetch_page", "2.0.0", "api", envelope.SideEffectsReads, `{"type":"object"}`)
+	h.register(
+		registry.Entry{Definition: asCalled, UpdatedAt: base.Add(-time.Hour)},
+		registry.Entry{Definition: fetch, UpdatedAt: base.Add(-time.Hour)},
+		registry.Entry{Definition: later, UpdatedAt: base.Add(time.Hour)}, // changed after the run
+	)
+	// The recorder's catalog sees the later revision before the turn arrives.
+	h.restart()
+
+	fx := storetest.CompletedRun(t, "replay-bundle", "weather", storetest.TenantA, base)
+	h.publish(fx.Events...)
+	h.waitRun(fx.RunID, events.StatusCompleted, 2)
+	h.waitIdle()
+
+	status, body := h.get("/v1/runs/" + fx.RunID + "/replay")
+	if status != http.StatusOK {
+		t.Fatalf("replay: %d %s", status, body)
+	}
+	b := decode[recorder.ReplayBundleJSON](t, body)
+	if b.RunID != fx.RunID || b.Status != events.StatusCompleted || b.Reason != "" {
+		t.Fatalf("bundle run %q status %q reason %q", b.RunID, b.Status, b.Reason)
+	}
+	if !jsonEq(mustMarshal(t, b.Request), mustMarshal(t, fx.Request)) {
+		t.Errorf("request = %s\nwant %s", mustMarshal(t, b.Request), mustMarshal(t, fx.Request))
+	}
+	if len(b.Tools) != 2 || b.Tools[0].Name != "fetch_page" || b.Tools[1].Name != "web_search" {
+		t.Fatalf("tools = %s", mustMarshal(t, b.Tools))
+	}
+	if !jsonEq(b.Tools[1].InputSchema, asCalled.InputSchema) {
+		t.Errorf("web_search as called has input_schema %s; want the revision current at the turn, %s", b.Tools[1].InputSchema, asCalled.InputSchema)
+	}
+	if len(b.Turns) != 2 || b.Turns[0].Iteration != 1 || len(b.Turns[0].Response.ToolCalls) != 2 ||
+		b.Turns[1].Response.Content != fx.Outputs.Response || !slices.Equal(b.Turns[0].Tools, fx.Request.Agent.EnabledTools) {
+		t.Errorf("turns = %s", mustMarshal(t, b.Turns))
+	}
+	if !jsonEq(mustMarshal(t, b.Envelopes), mustMarshal(t, fx.Envelopes)) {
+		t.Errorf("envelopes = %s", mustMarshal(t, b.Envelopes))
+	}
+	if b.Outputs == nil || !jsonEq(mustMarshal(t, b.Outputs), mustMarshal(t, fx.Outputs)) {
+		t.Errorf("outputs = %s", mustMarshal(t, b.Outputs))
+	}
+	if len(b.Verdicts) != 2 || !b.Verdicts[0].Allowed || b.Verdicts[1].Iteration != 2 {
+		t.Errorf("verdicts = %+v", b.Verdicts)
+	}
+	// It decodes as the contract's ReplayBundle too.
+	var plain envelope.ReplayBundle
+	if err := json.Unmarshal(body, &plain); err != nil || plain.RunID != fx.RunID || len(plain.Envelopes) != 2 {
+		t.Fatalf("as envelope.ReplayBundle: %v %+v", err, plain)
+	}
+
+	// A run whose request has not arrived has no bundle yet.
+	orphan := storetest.CompletedRun(t, "replay-orphan", "weather", storetest.TenantA, base)
+	h.publish(orphan.Event(t, events.TypeRunCompleted, ""))
+	h.waitRun(orphan.RunID, events.StatusCompleted, 0)
+	status, body = h.get("/v1/runs/" + orphan.RunID + "/replay")
+	if e := decodeError(t, body); status != http.StatusConflict || e.Code != recorder.CodeNoRequest {
+		t.Fatalf("replay without request: %d %s", status, body)
+	}
+	if status, body = h.get("/v1/runs/nope/replay"); status != http.StatusNotFound {
+		t.Fatalf("replay of an unknown run: %d %s", status, body)
+	}
+}
+
+// TestRecorderPins: a handle is served from the run's own calls; when they
+// select nothing, on_missing decides - stale_last_success from the last
+// successful run of the same agent node (not another tenant's, not a later
+// one), null, or error.
+func TestRecorderPins(t *testing.T) {
+	h := newHarness(t)
+	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	pins := []envelope.PinnedHandle{
+		{Name: "search", Selector: envelope.PinSelector{Tool: "web_search"}, OnMissing: envelope.MissingStaleLastSuccess},
+		{Name: "page", Selector: envelope.PinSelector{Tool: "fetch_page", Strategy: envelope.PinFirstSuccess}, OnMissing: envelope.MissingNull},
+	}
+	first := storetest.CompletedRunPinned(t, "pins-1", "weather", storetest.TenantA, base, pins)
+	other := storetest.CompletedRunPinned(t, "pins-other-org", "weather", storetest.TenantB, base.Add(time.Minute), pins)
+	second := storetest.AnsweredRun(t, "pins-2", "weather", storetest.TenantA, base.Add(2*time.Minute), pins)
+	strict := append(slices.Clone(pins), envelope.PinnedHandle{Name: "strict", Selector: envelope.PinSelector{Tool: "web_search"},
+		OnMissing: envelope.MissingError})
+	running := storetest.StartedRun(t, "pins-running", "weather", storetest.TenantA, base.Add(3*time.Minute)).WithPins(t, strict)
+	for _, fx := range []*storetest.Run{first, other, second, running} {
+		h.publish(fx.Events...)
+	}
+	h.waitRun(running.RunID, events.StatusStarted, 0)
+	h.waitRun(second.RunID, events.StatusCompleted, 0)
+	h.waitIdle()
+
+	pinsOf := func(runID string) recorder.PinsJSON {
+		t.Helper()
+		status, body := h.get("/v1/runs/" + runID + "/pins")
+		if status != http.StatusOK {
+			t.Fatalf("pins of %s: %d %s", runID, status, body)
+		}
+		return decode[recorder.PinsJSON](t, body)
+	}
+	envA, envB := first.Envelopes[0], first.Envelopes[1]
+
+	p := pinsOf(first.RunID)
+	if len(p.Pins) != 2 || p.Pins[0].Source != recorder.PinFromRun || p.Pins[0].Value == nil || p.Pins[0].Value.CallID != envA.CallID {
+		t.Fatalf("pins of the first run = %s", mustMarshal(t, p))
+	}
+	// fetch_page failed: first_success selects nothing, on_missing null.
+	if p.Pins[1].Source != recorder.PinMissing || p.Pins[1].Value != nil || p.Pins[1].OnMissing != envelope.MissingNull {
+		t.Fatalf("page pin = %s (the only fetch_page call, %s, failed)", mustMarshal(t, p.Pins[1]), envB.CallID)
+	}
+
+	p = pinsOf(second.RunID)
+	if got := p.Pins[0]; got.Source != recorder.PinFromStale || got.FromRunID != first.RunID || got.Value == nil || got.Value.CallID != envA.CallID {
+		t.Fatalf("stale pin of the second run = %s; want the first run's web_search envelope", mustMarshal(t, got))
+	}
+	if got := p.Pins[1]; got.Source != recorder.PinMissing || got.Value != nil {
+		t.Fatalf("null pin = %s", mustMarshal(t, got))
+	}
+
+	p = pinsOf(running.RunID)
+	if len(p.Pins) != 3 || p.Status != events.StatusStarted {
+		t.Fatalf("pins of the running run = %s", mustMarshal(t, p))
+	}
+	if got := p.Pins[0]; got.Source != recorder.PinFromStale || got.FromRunID != first.RunID {
+		t.Fatalf("stale pin of the running run = %s", mustMarshal(t, got))
+	}
+	if got := p.Pins[2]; got.Value != nil || got.Source != recorder.PinMissing || !strings.Contains(got.Error, "on_missing: error") {
+		t.Fatalf("error pin = %s", mustMarshal(t, got))
+	}
+
+	// A run of another org has no earlier success of its node.
+	p = pinsOf(other.RunID)
+	if got := p.Pins[0]; got.Source != recorder.PinFromRun {
+		t.Fatalf("other org's search pin = %s", mustMarshal(t, got))
+	}
+	if status, _ := h.get("/v1/runs/nope/pins"); status != http.StatusNotFound {
+		t.Fatalf("pins of an unknown run: %d", status)
+	}
+}
+
+// TestRecorderCallAndMaterialize: one call with its events, and the same call
+// as a standalone tool node: exact version, input, tenant, secret scopes.
+func TestRecorderCallAndMaterialize(t *testing.T) {
+	h := newHarness(t)
+	search := toolDef("web_search", "1.2.0", "search", envelope.SideEffectsReads, `{"type":"object"}`)
+	h.register(registry.Entry{Definition: search, UpdatedAt: time.Now().Add(-time.Hour)})
+	h.restart()
+	fx := storetest.CompletedRun(t, "materialize", "weather", storetest.TenantA, time.Now())
+	env := fx.Envelopes[0]
+	for i, o := range fx.Events {
+		if o.Event.Type() == events.TypeCallStarted && events.Ext(&o.Event, events.ExtCallID) == env.CallID {
+			s, err := events.NewCallStarted(storetest.Source, events.CallStarted{RunID: fx.RunID, CallID: env.CallID,
+				Name: env.Name, Version: env.Version, TStart: env.TStart, Executor: "executor-0",
+				SecretScopes: map[string]string{"SEARCH_API_KEY": "workspace", "SEARCH_ORG_TOKEN": "org"},
+				Warnings:     []string{"secret SEARCH_ORG_TOKEN fell back to the org scope"}}, fx.Tenant, fx.Trace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Event.SetTime(o.Event.Time())
+			fx.Events[i] = s
+		}
+	}
+	h.publish(fx.Events...)
+	h.waitRun(fx.RunID, events.StatusCompleted, 2)
+	h.waitIdle()
+
+	status, body := h.get("/v1/runs/" + fx.RunID + "/calls/" + env.CallID)
+	if status != http.StatusOK {
+		t.Fatalf("call: %d %s", status, body)
+	}
+	c := decode[recorder.CallJSON](t, body)
+	var types []string
+	for _, e := range c.Events {
+		types = append(types, e.Type)
+	}
+	if c.CallID != env.CallID || c.Name != env.Name || !jsonEq(c.Input, env.Input) || !jsonEq(c.Envelope, mustMarshal(t, env)) ||
+		len(types) != 4 || !slices.Contains(types, events.TypeCallStarted) {
+		t.Fatalf("call = %s", body)
+	}
+
+	status, body = h.get("/v1/runs/" + fx.RunID + "/calls/" + env.CallID + "/materialize")
+	if status != http.StatusOK {
+		t.Fatalf("materialize: %d %s", status, body)
+	}
+	m := decode[recorder.MaterializedCallJSON](t, body)
+	if m.Kind != "tool_node" || m.Tool != "web_search" || m.Version != "1.2.0" || m.Ref != "web_search@1.2.0" ||
+		!jsonEq(m.Input, env.Input) || m.Tenant != fx.Tenant {
+		t.Fatalf("materialized = %s", body)
+	}
+	if !reflect.DeepEqual(m.SecretScopes, map[string]string{"SEARCH_API_KEY": "workspace", "SEARCH_ORG_TOKEN": "org"}) || m.SecretScope != "org" {
+		t.Fatalf("secret scopes = %v (broadest %q)", m.SecretScopes, m.SecretScope)
+	}
+	if !jsonEq(m.Definition, mustMarshal(t, search)) {
+		t.Fatalf("definition = %s", m.Definition)
+	}
+	wantCmd := []string{"toolwire", "call", "web_search@1.2.0", "--input", `{"max_results":3,"query":"weather in Paris"}`,
+		"--org", "org-a", "--workspace", "ws-1", "--user", "user-1"}
+	if !slices.Equal(m.Command, wantCmd) {
+		t.Fatalf("command = %q\nwant %q", m.Command, wantCmd)
+	}
+	if m.Source.RunID != fx.RunID || m.Source.CallID != env.CallID || m.Source.Seq == nil || *m.Source.Seq != 1 || m.Source.Agent != "weather" {
+		t.Fatalf("source = %+v", m.Source)
+	}
+
+	for _, c := range []struct {
+		path   string
+		status int
+		code   string
+	}{
+		{"/v1/runs/" + fx.RunID + "/calls/XYZ", 400, recorder.CodeInvalidCallID},
+		{"/v1/runs/" + fx.RunID + "/calls/abcdef/materialize", 404, recorder.CodeCallNotFound},
+		{"/v1/runs/nope/calls/abcdef", 404, recorder.CodeRunNotFound},
+	} {
+		status, body := h.get(c.path)
+		if e := decodeError(t, body); status != c.status || e.Code != c.code {
+			t.Errorf("GET %s = %d %s; want %d %s", c.path, status, body, c.status, c.code)
+		}
+	}
+}
+
+// TestRecorderListRunsFilters: tenant, workspace, agent, status and time
+// range, and the rejection of malformed filters.
+func TestRecorderListRunsFilters(t *testing.T) {
+	h := newHarness(t)
+	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	runs := []*storetest.Run{
+		storetest.CompletedRun(t, "f-1", "weather", storetest.TenantA, base),
+		storetest.FailedRun(t, "f-2", "weather", storetest.TenantB, base.Add(time.Minute), "boom"),
+		storetest.CompletedRun(t, "f-3", "travel", storetest.TenantA, base.Add(2*time.Minute)),
+	}
+	for _, fx := range runs {
+		h.publish(fx.Events...)
+	}
+	h.waitRun("f-3", events.StatusCompleted, 2)
+	h.waitRun("f-2", events.StatusFailed, 0)
+	h.waitIdle()
+	ts := func(d time.Duration) string { return url.QueryEscape(base.Add(d).Format(time.RFC3339Nano)) }
+	for q, want := range map[string][]string{
+		"?tenant=org-a":                                    {"f-3", "f-1"},
+		"?tenant=org-b/ws-2":                               {"f-2"},
+		"?tenant=org-a/ws-1/user-1&agent=travel":           {"f-3"},
+		"?workspace_id=ws-1&status=completed":              {"f-3", "f-1"},
+		"?since=" + ts(30*time.Second):                     {"f-3", "f-2"},
+		"?until=" + ts(30*time.Second):                     {"f-1"},
+		"?since=" + ts(0) + "&until=" + ts(90*time.Second): {"f-2", "f-1"},
+		"?user_id=user-2":                                  {"f-2"},
+	} {
+		status, body := h.get("/v1/runs" + q)
+		if status != http.StatusOK {
+			t.Fatalf("list %s: %d %s", q, status, body)
+		}
+		var ids []string
+		for _, r := range decode[recorder.RunListJSON](t, body).Runs {
+			ids = append(ids, r.RunID)
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("list %s = %v, want %v", q, ids, want)
+		}
+	}
+	for _, q := range []string{"?since=yesterday", "?until=2026-13-01T00:00:00Z", "?since=" + ts(time.Minute) + "&until=" + ts(0),
+		"?tenant=a/b/c/d", "?tenant=org-a&org_id=org-b", "?tenant=/ws"} {
+		status, body := h.get("/v1/runs" + q)
+		if e := decodeError(t, body); status != http.StatusBadRequest || e.Code != recorder.CodeInvalidParameter {
+			t.Errorf("list %s = %d %s; want 400 invalid_parameter", q, status, body)
+		}
+	}
+}
+
+// sseEvent is one Server-Sent Event as read off the wire.
+type sseEvent struct {
+	ID, Event, Data string
+}
+
+// sseStream reads a live stream.
+type sseStream struct {
+	resp *http.Response
+	r    *bufio.Reader
+}
+
+func (h *harness) stream(runID, lastEventID string) *sseStream {
+	h.t.Helper()
+	req, err := http.NewRequestWithContext(testCtx(h.t), http.MethodGet, h.api.URL+"/v1/runs/"+runID+"/events/stream", nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		b, _ := io.ReadAll(resp.Body)
+		h.t.Fatalf("stream %s: %d %s %s", runID, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	return &sseStream{resp: resp, r: bufio.NewReader(resp.Body)}
+}
+
+// next returns the next event (not comments or the retry hint), or io.EOF.
+func (s *sseStream) next() (sseEvent, error) {
+	var ev sseEvent
+	for {
+		line, err := s.r.ReadString('\n')
+		if err != nil {
+			return ev, err
+		}
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case line == "":
+			if ev.Data != "" || ev.Event != "" {
+				return ev, nil
+			}
+		case strings.HasPrefix(line, ":"), strings.HasPrefix(line, "retry:"):
+		case strings.HasPrefix(line, "id: "):
+			ev.ID = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "event: "):
+			ev.Event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			ev.Data += strings.TrimPrefix(line, "data: ")
+		}
+	}
+}
+
+func (s *sseStream) close() { _ = s.resp.Body.Close() }
+
+// TestRecorderEventStream: the live stream sends what is recorded, then new
+// events as they are recorded; after a reconnect with Last-Event-ID it resumes
+// exactly after the last event received, and it ends once the run has ended.
+func TestRecorderEventStream(t *testing.T) {
+	h := newHarness(t)
+	fx := storetest.CompletedRun(t, "stream", "weather", storetest.TenantA, time.Now())
+	const early = 6
+	h.publish(fx.Events[:early]...)
+	eventually(t, "the first events to be recorded", func() (bool, string) {
+		status, body := h.get("/v1/runs/" + fx.RunID + "/events")
+		if status != http.StatusOK {
+			return false, string(body)
+		}
+		return len(decode[recorder.EventsJSON](t, body).Events) == early, string(body)
+	})
+
+	seen := map[string]bool{}
+	read := func(s *sseStream) (recorder.EventRow, sseEvent) {
+		t.Helper()
+		ev, err := s.next()
+		if err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		if ev.Event != "" {
+			return recorder.EventRow{}, ev
+		}
+		row := decode[recorder.EventRow](t, []byte(ev.Data))
+		if ev.ID != strconv.FormatInt(row.Seq, 10) {
+			t.Fatalf("SSE id %s for event seq %d", ev.ID, row.Seq)
+		}
+		if seen[row.ID] {
+			t.Fatalf("event %s sent twice", row.ID)
+		}
+		seen[row.ID] = true
+		return row, ev
+	}
+
+	s := h.stream(fx.RunID, "")
+	var last sseEvent
+	for range early {
+		_, last = read(s)
+	}
+	s.close() // the client goes away
+
+	// Reconnect where it left off, then the rest of the run happens.
+	s = h.stream(fx.RunID, last.ID)
+	h.publish(fx.Events[early:]...)
+	for len(seen) < len(fx.Events) {
+		row, ev := read(s)
+		if ev.Event != "" {
+			t.Fatalf("stream ended (%s %s) after %d of %d events", ev.Event, ev.Data, len(seen), len(fx.Events))
+		}
+		if row.RunID != fx.RunID {
+			t.Fatalf("event of run %q in the stream of %q", row.RunID, fx.RunID)
+		}
+	}
+	_, end := read(s)
+	if end.Event != "end" || !jsonEq([]byte(end.Data), []byte(`{"run_id":"stream","status":"completed"}`)) {
+		t.Fatalf("final event = %+v; want end with status completed", end)
+	}
+	if _, err := s.next(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after end: %v, want EOF", err)
+	}
+	for _, o := range fx.Events {
+		if !seen[o.Event.ID()] {
+			t.Errorf("event %s never streamed", o.Event.ID())
+		}
+	}
+
+	// Reconnecting after the end sends nothing more, just the end.
+	s = h.stream(fx.RunID, strconv.Itoa(1<<30))
+	if ev, err := s.next(); err != nil || ev.Event != "end" {
+		t.Fatalf("stream after the end: %+v %v", ev, err)
+	}
+
+	for path, want := range map[string]int{
+		"/v1/runs/nope/events/stream":     http.StatusNotFound,
+		"/v1/runs/a.b/events/stream":      http.StatusBadRequest,
+		"/v1/runs/stream/events?after=-1": http.StatusBadRequest,
+		"/v1/runs/stream/events?limit=x":  http.StatusBadRequest,
+	} {
+		if status, body := h.get(path); status != want {
+			t.Errorf("GET %s = %d %s, want %d", path, status, body, want)
+		}
+	}
+	req, _ := http.NewRequestWithContext(testCtx(t), http.MethodGet, h.api.URL+"/v1/runs/stream/events/stream", nil)
+	req.Header.Set("Last-Event-ID", "yesterday")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("bad Last-Event-ID: %d", resp.StatusCode)
+	}
+}
+
+// TestTimelinePages: the runs list and a run's timeline are HTML that names
+// the calls, their versions, latency, status and verdicts.
+func TestTimelinePages(t *testing.T) {
+	h := newHarness(t)
+	fx := storetest.CompletedRun(t, "page-run", "weather", storetest.TenantA, time.Now())
+	h.publish(fx.Events...)
+	h.publish(storetest.SideEvents(t, fx)...)
+	h.waitRun(fx.RunID, events.StatusCompleted, 2)
+	h.waitIdle()
+
+	page := func(path string, want int) string {
+		t.Helper()
+		req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet, h.api.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != want || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
+			!strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+			t.Fatalf("GET %s: %d %s %q", path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+		}
+		return string(b)
+	}
+	list := page("/", http.StatusOK)
+	for _, want := range []string{`href="/runs/page-run"`, "weather", "completed", "org-a / ws-1 / user-1"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("runs page lacks %q", want)
+		}
+	}
+	run := page("/runs/page-run", http.StatusOK)
+	envA, envB := fx.Envelopes[0], fx.Envelopes[1]
+	for _, want := range []string{
+		`data-key="` + envA.CallID + `"`, `data-key="` + envB.CallID + `"`,
+		"web_search", "@1.2.0", "fetch_page", "@2.0.0", "42 ms", "5.00 s", ">cached<", ">TIMEOUT<",
+		"policy: allowed", "Iteration 2", "It is sunny in Paris", "approval required", "decision: approve",
+		"by ops@example.com", "Materialize as tool node", "/calls/" + envA.CallID + "/materialize",
+		"&#34;query&#34;: &#34;weather in Paris&#34;", // the input, indented and escaped
+	} {
+		if !strings.Contains(run, want) {
+			t.Errorf("run page lacks %q", want)
+		}
+	}
+	frag := page("/runs/page-run/timeline", http.StatusOK)
+	if strings.Contains(frag, "<html") || !strings.Contains(frag, `data-key="`+envA.CallID+`"`) {
+		t.Errorf("timeline fragment: %.300s", frag)
+	}
+	page("/runs/nope", http.StatusNotFound)
+	page("/runs/a.b", http.StatusBadRequest)
+	page("/?status=bogus", http.StatusBadRequest)
+	for path, ct := range map[string]string{"/assets/app.css": "text/css", "/assets/timeline.js": "text/javascript"} {
+		req, _ := http.NewRequestWithContext(testCtx(t), http.MethodGet, h.api.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), ct) {
+			t.Errorf("GET %s: %d %s", path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+}
+
+// restart stops the recorder and starts a new one on the same database and
+// consumers.
+func (h *harness) restart() {
+	h.t.Helper()
+	h.stop()
+	h.start()
+}
+
+// TestEventStreamEndsWhenTheRecorderStops: a live stream of a run in progress
+// ends when the recorder stops, so that the HTTP server's shutdown does not
+// wait for its clients.
+func TestEventStreamEndsWhenTheRecorderStops(t *testing.T) {
+	h := newHarness(t)
+	fx := storetest.StartedRun(t, "stream-stop", "weather", storetest.TenantA, time.Now())
+	h.publish(fx.Events...)
+	h.waitRun(fx.RunID, events.StatusStarted, 0)
+	s := h.stream(fx.RunID, "")
+	for range fx.Events {
+		if _, err := s.next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.stop()
+	if ev, err := s.next(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the recorder stopped: %+v %v, want the end of the stream", ev, err)
+	}
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/services/sandbox"
+)
+
+func mapEnv(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// TestRun runs the binary's wiring against an embedded server: a job is run
+// in gVisor (the default where it works), and cancelling the context shuts
+// the service down cleanly.
+func TestRun(t *testing.T) {
+	env := eventstest.Start(t)
+	getenv := mapEnv(map[string]string{
+		service.EnvNATSURL:     env.URL,
+		service.EnvHTTPAddr:    "127.0.0.1:0",
+		sandbox.EnvConcurrency: "2",
+		sandbox.EnvStateDir:    t.TempDir(),
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- service.Run(ctx, "sandbox", ":8084", getenv, build) }()
+
+	job := events.SandboxJob{
+		RunID: "run-main", CallID: "c0ffee", Tool: "t@1.0.0", TenantID: "acme//", Language: events.SandboxPython,
+		Source: "print(6 * 7)", Input: json.RawMessage(`null`), Stdout: events.SandboxStdoutJSON,
+		TimeoutMS: 20000, Deadline: time.Now().Add(time.Minute),
+	}
+	out, err := events.NewSandboxJob("/toolwire/test", job, events.RunTrace{})
+	require.NoError(t, err)
+	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+
+	subj, err := events.SandboxSubject(job.RunID, job.CallID, "completed")
+	require.NoError(t, err)
+	cons, err := env.JS.OrderedConsumer(t.Context(), events.StreamSandbox, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	require.NoError(t, err)
+	m, err := cons.Next(jetstream.FetchMaxWait(90 * time.Second))
+	require.NoError(t, err)
+	ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	require.NoError(t, err)
+	var got events.SandboxResult
+	require.NoError(t, events.DecodeData(ev, &got))
+	require.Nil(t, got.Error, "the sandbox tests need root, bubblewrap and runsc (.ci/run installs them)")
+	require.JSONEq(t, `42`, string(got.Output))
+	require.Equal(t, sandbox.RuntimeGVisor, got.Runtime)
+
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func TestBuildRejectsBadConfig(t *testing.T) {
+	_, _, err := build(t.Context(), service.Deps{Getenv: mapEnv(map[string]string{sandbox.EnvRuntime: "docker"})})
+	require.ErrorContains(t, err, `runtime "docker": want auto, gvisor or bwrap`)
+}

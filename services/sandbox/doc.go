@@ -1,0 +1,36 @@
+// Package sandbox is toolwire's sandbox service: it runs the code of code
+// tools in real isolation and answers each job with the program's output or a
+// SANDBOX_ERROR / TIMEOUT that says which limit was hit.
+//
+// # Wiring
+//
+// Every replica pulls from one shared durable JetStream consumer, "sandbox",
+// on the TOOLWIRE_SANDBOX stream, filtered to toolwire.sandbox.*.*.requested.
+// The executor publishes a job (events.SandboxJob: the source, the input, the
+// limits, the timeout) for each call of a registry entry whose implementation
+// kind is sandbox, and waits for the result (events.SandboxResult) on
+// toolwire.sandbox.<run>.<call>.completed. Result ids are deterministic, so a
+// redelivered job yields no second result, and a redelivery whose result is
+// stored is acknowledged without running the code again. At Start the service
+// registers python_exec@1.0.0, the generic code tool.
+//
+// # Runtimes
+//
+// gvisor (runsc, an OCI bundle per job on gVisor's own kernel) is the default
+// where it works; bwrap (bubblewrap: every namespace, seccomp, read-only system
+// directories) is the other. At start each runtime runs a trial job; a runtime
+// that fails it is left out with the reason, which every job asking for it
+// gets back. With no runtime working, jobs are refused, unless the loudly
+// named insecure development setting (TOOLWIRE_SANDBOX_INSECURE_DEV=1) runs
+// them without isolation.
+//
+// # Limits
+//
+// Each job runs in a job slot with a host uid of its own (as root), under
+// rlimits (address space, processes, CPU time, open files, file size), in a
+// size-capped tmpfs work directory, with its stdout capped, under a wall-clock
+// timeout, and, where the host allows, in a cgroup of its own (memory, pids,
+// CPU; v2, else v1). When the job ends, every process of it is killed (the
+// cgroup, the process group, the job uid's processes, runsc's container) and
+// checked to be gone.
+package sandbox

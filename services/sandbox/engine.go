@@ -1,0 +1,314 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// RuntimeInsecureDev is the runtime of the insecure development setting.
+const RuntimeInsecureDev = events.SandboxRuntimeInsecureDev
+
+// probeTimeout bounds the trial job each runtime runs at start.
+const probeTimeout = 60 * time.Second
+
+// Engine runs jobs: it picks the runtime, a job slot (and with it the job's
+// host uid), the limits, runs the code and turns what happened into a result.
+// The service feeds it jobs from JetStream; tests and benchmarks call it
+// directly.
+type Engine struct {
+	cfg      Config
+	log      *slog.Logger
+	runtimes map[string]runtime
+	problems map[string]error // why a runtime does not work here
+	def      string           // the deployment's runtime; "" when none works
+	insecure runtime          // non-nil only with Config.InsecureDev
+	cgroups  *cgroups
+	cgErr    error
+	slots    chan int
+	uids     *uidClaim // nil when the service is not root: jobs share its uid
+	closed   sync.Once
+}
+
+// NewEngine finds out what works on this host: cgroups, and each runtime by
+// running a trial job in it. A runtime that does not work is kept out, with
+// the reason, and jobs that ask for it are refused with that reason.
+func NewEngine(ctx context.Context, cfg Config, log *slog.Logger) (*Engine, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sandbox config: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil { //nolint:gosec // job uids traverse it to their own 0700 dirs
+		return nil, fmt.Errorf("sandbox state dir: %w", err)
+	}
+	e := &Engine{
+		cfg: cfg, log: log,
+		runtimes: map[string]runtime{}, problems: map[string]error{},
+		slots: make(chan int, cfg.Concurrency),
+	}
+	for i := range cfg.Concurrency {
+		e.slots <- i
+	}
+	if os.Geteuid() == 0 {
+		uids, err := claimUIDs(cfg.UIDBase, cfg.Concurrency)
+		if err != nil {
+			return nil, err
+		}
+		e.uids = uids
+	}
+	if cfg.Cgroups == "auto" {
+		e.cgroups, e.cgErr = detectCgroups(ctx, "/sys/fs/cgroup", "toolwire-sandbox")
+	} else {
+		e.cgErr = errors.New("cgroups are off (" + EnvCgroups + "=off)")
+	}
+	if e.cgErr != nil {
+		log.Warn("sandbox jobs run without a cgroup: rlimits only", "reason", e.cgErr)
+	} else {
+		log.Info("sandbox jobs get a cgroup each", "cgroups", e.cgroups.describe())
+	}
+	if e.uids == nil {
+		log.Warn("the sandbox service does not run as root: jobs share its uid, and RLIMIT_NPROC cannot be set per job")
+	}
+
+	candidates := []struct {
+		name string
+		make func(Config) (runtime, error)
+	}{
+		{RuntimeGVisor, func(c Config) (runtime, error) { return newGVisor(c) }},
+		{RuntimeBwrap, func(c Config) (runtime, error) { return newBwrap(c) }},
+	}
+	for _, c := range candidates {
+		rt, err := c.make(cfg)
+		if err == nil {
+			err = e.probe(ctx, rt)
+		}
+		if err != nil {
+			e.problems[c.name] = err
+			log.Warn("sandbox runtime does not work here", "runtime", c.name, "reason", err)
+			continue
+		}
+		e.runtimes[c.name] = rt
+		log.Info("sandbox runtime works", "runtime", c.name)
+	}
+	switch cfg.Runtime {
+	case RuntimeAuto:
+		for _, n := range []string{RuntimeGVisor, RuntimeBwrap} {
+			if _, ok := e.runtimes[n]; ok {
+				e.def = n
+				break
+			}
+		}
+	default:
+		if _, ok := e.runtimes[cfg.Runtime]; ok {
+			e.def = cfg.Runtime
+		}
+	}
+	if cfg.InsecureDev {
+		rt, err := newInsecure()
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		e.insecure = rt
+		log.Error("INSECURE DEVELOPMENT SETTING IS ON (" + EnvInsecureDev + "=1): when no sandbox runtime works, " +
+			"code runs WITHOUT ISOLATION and can read and change what this service can. Never use this in production.")
+	}
+	switch {
+	case e.def != "":
+		log.Info("sandbox ready", "runtime", e.def)
+	case e.insecure != nil:
+		log.Error("NO SANDBOX RUNTIME WORKS: code will run WITHOUT ISOLATION (insecure development setting)",
+			"problems", e.problemText())
+	default:
+		log.Error("no sandbox runtime works: every job will be refused with SANDBOX_ERROR", "problems", e.problemText())
+	}
+	return e, nil
+}
+
+// Close releases the engine's job uids. Jobs must be over.
+func (e *Engine) Close() {
+	e.closed.Do(func() {
+		if e.uids != nil {
+			e.uids.release()
+		}
+	})
+}
+
+// UIDs lists the host uids of the job slots (none when the service is not
+// root).
+func (e *Engine) UIDs() []int {
+	if e.uids == nil {
+		return nil
+	}
+	return append([]int(nil), e.uids.uids...)
+}
+
+// Runtime returns the deployment's runtime ("" when none works; then jobs are
+// refused, or run without isolation under the insecure development setting).
+func (e *Engine) Runtime() string { return e.def }
+
+// Available lists the runtimes that work here, sorted.
+func (e *Engine) Available() []string {
+	out := make([]string, 0, len(e.runtimes))
+	for n := range e.runtimes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Problem says why a runtime does not work here (nil when it does).
+func (e *Engine) Problem(name string) error { return e.problems[name] }
+
+// Cgroups describes the cgroups jobs get, or why they get none.
+func (e *Engine) Cgroups() string {
+	if e.cgroups == nil {
+		return "none: " + e.cgErr.Error()
+	}
+	return e.cgroups.describe()
+}
+
+func (e *Engine) problemText() string {
+	var parts []string
+	for _, n := range []string{RuntimeGVisor, RuntimeBwrap} {
+		if p := e.problems[n]; p != nil {
+			parts = append(parts, n+": "+p.Error())
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// probe runs a trial job in rt.
+func (e *Engine) probe(ctx context.Context, rt runtime) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	job := &events.SandboxJob{Source: "import json, sys\nprint(json.dumps(json.load(sys.stdin)['a'] * 7))",
+		Input: []byte(`{"a":6}`), Stdout: events.SandboxStdoutJSON}
+	o, pr, err := e.execute(ctx, rt, job, e.cfg.Limits, probeTimeout/2)
+	switch {
+	case err != nil:
+		return err
+	case o.err != nil:
+		msg := o.err.Message
+		if s := strings.TrimSpace(string(pr.Stderr)); s != "" {
+			msg += ": " + lastBytes([]byte(s), 600)
+		}
+		return fmt.Errorf("trial job failed: %s", msg)
+	case string(o.output) != "42":
+		return fmt.Errorf("trial job printed %q, want 42", o.output)
+	}
+	return nil
+}
+
+// Run runs a job and returns its result. The error is errInterrupted (wrapped)
+// when ctx ended first: the job's outcome is then unknown and it should run
+// again.
+func (e *Engine) Run(ctx context.Context, job *events.SandboxJob) (events.SandboxResult, error) {
+	res := events.SandboxResult{RunID: job.RunID, CallID: job.CallID, Worker: e.cfg.ID}
+	start := time.Now()
+	fail := func(te *envelope.ToolError) (events.SandboxResult, error) {
+		res.Error = te
+		res.DurationMS = time.Since(start).Milliseconds()
+		return res, nil
+	}
+	rt, te := e.pick(job.Runtime)
+	if te != nil {
+		return fail(te)
+	}
+	res.Runtime = rt.Name()
+	if rt.Name() == RuntimeInsecureDev {
+		e.log.Warn("running a job WITHOUT ISOLATION (insecure development setting)", "run_id", job.RunID, "call_id", job.CallID)
+	}
+	timeout := job.Timeout()
+	if !job.Deadline.IsZero() {
+		timeout = min(timeout, time.Until(job.Deadline))
+	}
+	if timeout <= 0 {
+		return fail(envelope.NewToolError(envelope.CodeTimeout, "the job waited past its deadline before a sandbox could run it").
+			WithDetails(ErrorDetails{Limit: LimitWallTime, LimitValue: int64(job.TimeoutMS), Runtime: rt.Name()}))
+	}
+	o, pr, err := e.execute(ctx, rt, job, e.cfg.Limits.forJob(job.Limits), timeout)
+	res.DurationMS = time.Since(start).Milliseconds()
+	if err != nil {
+		if errors.Is(err, errInterrupted) {
+			return res, err
+		}
+		e.log.Error("sandbox runtime failed", "runtime", rt.Name(), "run_id", job.RunID, "call_id", job.CallID, "err", err)
+		return fail(envelope.NewToolError(envelope.CodeSandboxError, "the %s sandbox could not run the code: %v", rt.Name(), err))
+	}
+	res.Output, res.Error = o.output, o.err
+	res.ExitCode = pr.ExitCode
+	res.Stderr = lastBytes(pr.Stderr, e.cfg.Limits.StderrBytes)
+	res.StderrTruncated = pr.StderrTruncated
+	return res, nil
+}
+
+// pick returns the runtime for a job that asks for name ("" for the
+// deployment's), or the error that refuses the job.
+func (e *Engine) pick(name string) (runtime, *envelope.ToolError) {
+	if name == "" {
+		if e.def != "" {
+			return e.runtimes[e.def], nil
+		}
+		if e.insecure != nil {
+			return e.insecure, nil
+		}
+		return nil, envelope.NewToolError(envelope.CodeSandboxError,
+			"no sandbox runtime works on this host, so code is not run (%s)", e.problemText())
+	}
+	if rt, ok := e.runtimes[name]; ok {
+		return rt, nil
+	}
+	if p := e.problems[name]; p != nil {
+		return nil, envelope.NewToolError(envelope.CodeSandboxError, "the %s sandbox runtime the tool asks for does not work on this host: %v", name, p)
+	}
+	return nil, envelope.NewToolError(envelope.CodeSandboxError, "unknown sandbox runtime %q", name)
+}
+
+// execute runs the job's code in rt, in a job slot, and classifies what
+// happened.
+func (e *Engine) execute(ctx context.Context, rt runtime, job *events.SandboxJob, l Limits, timeout time.Duration) (outcome, procResult, error) {
+	var slot int
+	select {
+	case slot = <-e.slots:
+	case <-ctx.Done():
+		return outcome{}, procResult{}, fmt.Errorf("%w: waiting for a job slot: %w", errInterrupted, context.Cause(ctx))
+	}
+	defer func() { e.slots <- slot }()
+	x := &execution{
+		ID: newJobID(), Python: e.cfg.Python, Source: job.Source, Stdin: job.Input,
+		Limits: l, Timeout: timeout, Slot: slot, SlotUID: -1, Cgroups: e.cgroups,
+	}
+	if e.uids != nil {
+		x.SlotUID = e.uids.uids[slot]
+	}
+	pr, err := rt.Run(ctx, x)
+	if pr.Leftovers != nil {
+		e.log.Error("processes of a sandbox job survived it", "runtime", rt.Name(), "job", x.ID, "err", pr.Leftovers)
+	}
+	if err != nil {
+		return outcome{}, pr, err
+	}
+	return classify(job.Stdout, rt.Name(), l, timeout, &pr), pr, nil
+}
+
+// newJobID returns a fresh id for a job's cgroup, bundle and container.
+func newJobID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "tw" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,213 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// TestPythonContract checks the language contract in both runtimes: the input
+// as JSON on stdin, the output as one JSON value on stdout (json mode) or
+// {stdout, stderr} (text mode), stderr kept as a capped diagnostic, and the
+// program's failures as SANDBOX_ERROR with what it said.
+func TestPythonContract(t *testing.T) {
+	e := newTestEngine(t, Config{})
+	cases := []struct {
+		name, mode, source, input string
+		want                      string // output; "" when an error is wanted
+		msg                       string // in the error's message
+	}{
+		{"json in, json out", events.SandboxStdoutJSON,
+			"import json, sys\nd = json.load(sys.stdin)\nprint(json.dumps({'sum': sum(d['xs'])}))",
+			`{"xs":[1,2,3.5]}`, `{"sum": 6.5}`, ""},
+		{"whitespace around the value", events.SandboxStdoutJSON, "print('\\n  [1, 2]  \\n')", "", `[1, 2]`, ""},
+		{"stderr is not output", events.SandboxStdoutJSON,
+			"import sys\nprint('debugging', file=sys.stderr)\nprint('true')", "", `true`, ""},
+		{"text mode", events.SandboxStdoutText,
+			"import sys\nprint('hello')\nprint('oops', file=sys.stderr)", "", `{"stderr":"oops\n","stdout":"hello\n"}`, ""},
+		{"printed nothing", events.SandboxStdoutJSON, "x = 1", "", "", "printed nothing"},
+		{"not JSON", events.SandboxStdoutJSON, "print('hello world')", "", "", "not one JSON value"},
+		{"two values", events.SandboxStdoutJSON, "print('1')\nprint('2')", "", "", "not one JSON value"},
+		{"exception", events.SandboxStdoutJSON, "raise ValueError('bad input')", "", "", "exited with status 1: ValueError: bad input"},
+		{"exit status", events.SandboxStdoutText, "import sys\nsys.exit(3)", "", "", "exited with status 3"},
+		{"syntax error", events.SandboxStdoutJSON, "def (", "", "", "SyntaxError"},
+		{"killed by a signal", events.SandboxStdoutJSON, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", "", "", "killed by SIGSEGV"},
+	}
+	for _, rt := range []string{RuntimeGVisor, RuntimeBwrap} {
+		t.Run(rt, func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					job := testJob(rt, c.source, c.input, 10*time.Second)
+					job.Stdout = c.mode
+					res := run(t, e, job)
+					if c.want != "" {
+						require.Nil(t, res.Error, "stderr: %s", res.Stderr)
+						require.JSONEq(t, c.want, string(res.Output))
+						return
+					}
+					require.NotNil(t, res.Error, "output %s", res.Output)
+					require.Equal(t, envelope.CodeSandboxError, res.Error.Code)
+					require.Contains(t, res.Error.Message, c.msg)
+					d := details(t, res)
+					require.Empty(t, d.Limit, "a program's own failure names no limit")
+				})
+			}
+		})
+	}
+
+	t.Run("stderr is capped, its end kept", func(t *testing.T) {
+		job := testJob(RuntimeBwrap, "import sys\nsys.stderr.write('a' * 100000 + 'THE END')\nprint(1)", "", 10*time.Second)
+		res := run(t, e, job)
+		require.Nil(t, res.Error)
+		require.True(t, res.StderrTruncated)
+		require.Len(t, res.Stderr, testLimits().StderrBytes)
+		require.True(t, strings.HasSuffix(res.Stderr, "THE END"))
+	})
+}
+
+// TestSeccompDeniesSyscalls runs code in bwrap that calls what the filter
+// denies: each fails with EPERM (ENOSYS for clone3), while ordinary work goes
+// on.
+func TestSeccompDeniesSyscalls(t *testing.T) {
+	e := newTestEngine(t, Config{})
+	src := `import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, *args):
+    r = getattr(libc, name)(*args)
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+res = {
+    "unshare(CLONE_NEWUSER)": call("unshare", 0x10000000),
+    "unshare(CLONE_NEWNET)": call("unshare", 0x40000000),
+    "mount": call("mount", b"none", b"/work", b"tmpfs", 0, None),
+    "ptrace(PTRACE_TRACEME)": call("ptrace", 0, 0, None, None),
+    "keyctl": call("syscall", 250, 0, 0, 0, 0),
+    "bpf": call("syscall", 321, 0, 0, 0),
+    "perf_event_open": call("syscall", 298, 0, 0, -1, -1, 0),
+    "userfaultfd": call("syscall", 323, 0),
+    "io_uring_setup": call("syscall", 425, 1, 0),
+    "clone3": call("syscall", 435, 0, 0),
+    "clone(CLONE_NEWUSER)": call("syscall", 56, 0x10000000 | 17, 0, 0, 0, 0),
+    "getpid": call("getpid"),
+}
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+res["fork"] = "ok" if os.WEXITSTATUS(os.waitpid(pid, 0)[1]) == 7 else "bad"
+print(json.dumps(res))
+`
+	res := run(t, e, testJob(RuntimeBwrap, src, "", 10*time.Second))
+	require.Nil(t, res.Error, "stderr: %s", res.Stderr)
+	var got map[string]string
+	require.NoError(t, json.Unmarshal(res.Output, &got))
+	want := map[string]string{
+		"unshare(CLONE_NEWUSER)": "EPERM", "unshare(CLONE_NEWNET)": "EPERM", "mount": "EPERM",
+		"ptrace(PTRACE_TRACEME)": "EPERM", "keyctl": "EPERM", "bpf": "EPERM", "perf_event_open": "EPERM",
+		"userfaultfd": "EPERM", "io_uring_setup": "EPERM", "clone3": "ENOSYS", "clone(CLONE_NEWUSER)": "EPERM",
+		"getpid": "ok", "fork": "ok",
+	}
+	require.Equal(t, want, got)
+}
+
+func TestSeccompProgram(t *testing.T) {
+	prog, err := seccompProgram()
+	require.NoError(t, err)
+	require.NotEmpty(t, prog)
+	require.Zero(t, len(prog)%8, "an array of 8-byte struct sock_filter")
+	require.Less(t, len(prog)/8, 4096, "BPF_MAXINSNS")
+}
+
+// TestRuntimeChoice: a job asking for a runtime that does not work here, or
+// any job when none works, is refused with SANDBOX_ERROR saying why; the
+// insecure development setting runs it without isolation, and says so.
+func TestRuntimeChoice(t *testing.T) {
+	if os.Geteuid() != 0 {
+		needSandbox(t, "not running as root")
+	}
+	noRunsc := Config{StateDir: t.TempDir(), Runsc: "/nonexistent/runsc", Limits: testLimits(), Concurrency: 1}
+	e, err := NewEngine(t.Context(), noRunsc, nil)
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	require.ErrorContains(t, e.Problem(RuntimeGVisor), "runsc")
+	if e.Problem(RuntimeBwrap) != nil {
+		needSandbox(t, "bwrap does not work: "+e.Problem(RuntimeBwrap).Error())
+	}
+	require.Equal(t, RuntimeBwrap, e.Runtime(), "auto falls back to bwrap")
+
+	res := run(t, e, testJob(RuntimeGVisor, "print(1)", "", 5*time.Second))
+	require.NotNil(t, res.Error)
+	require.Equal(t, envelope.CodeSandboxError, res.Error.Code)
+	require.Contains(t, res.Error.Message, "the gvisor sandbox runtime the tool asks for does not work on this host")
+	require.Contains(t, res.Error.Message, "/nonexistent/runsc")
+
+	res = run(t, e, testJob("", "print(1)", "", 5*time.Second))
+	require.Nil(t, res.Error)
+	require.Equal(t, RuntimeBwrap, res.Runtime)
+
+	neither := noRunsc
+	neither.StateDir, neither.Bwrap = t.TempDir(), "/nonexistent/bwrap"
+	e2, err := NewEngine(t.Context(), neither, nil)
+	require.NoError(t, err)
+	t.Cleanup(e2.Close)
+	require.Empty(t, e2.Runtime())
+	res = run(t, e2, testJob("", "print(1)", "", 5*time.Second))
+	require.NotNil(t, res.Error)
+	require.Equal(t, envelope.CodeSandboxError, res.Error.Code)
+	require.Contains(t, res.Error.Message, "no sandbox runtime works on this host, so code is not run")
+	require.Contains(t, res.Error.Message, "bubblewrap (Debian package bubblewrap) is not installed")
+	require.Empty(t, res.Runtime)
+
+	insecure := neither
+	insecure.StateDir, insecure.InsecureDev = t.TempDir(), true
+	e3, err := NewEngine(t.Context(), insecure, nil)
+	require.NoError(t, err)
+	t.Cleanup(e3.Close)
+	res = run(t, e3, testJob("", "import json, os\nprint(json.dumps(os.getuid()))", "", 5*time.Second))
+	require.Nil(t, res.Error, "stderr: %s", res.Stderr)
+	require.Equal(t, RuntimeInsecureDev, res.Runtime)
+	require.Equal(t, e3.UIDs()[0], mustInt(t, res.Output), "even without isolation a job runs as its slot's uid")
+	res = run(t, e3, testJob("", "while True:\n    pass", "", time.Second))
+	require.NotNil(t, res.Error)
+	require.Equal(t, envelope.CodeTimeout, res.Error.Code, "the limits still hold")
+	require.Empty(t, processesOf(e3.UIDs()[0]))
+}
+
+func mustInt(t *testing.T, b json.RawMessage) int {
+	t.Helper()
+	var n int
+	require.NoError(t, json.Unmarshal(b, &n))
+	return n
+}
+
+// TestDeadlinePassed: a job whose caller stopped waiting before it could run
+// is answered TIMEOUT without running.
+func TestDeadlinePassed(t *testing.T) {
+	e := newTestEngine(t, Config{})
+	job := testJob(RuntimeBwrap, "print(1)", "", 5*time.Second)
+	job.Deadline = time.Now().Add(-time.Second)
+	res := run(t, e, job)
+	require.NotNil(t, res.Error)
+	require.Equal(t, envelope.CodeTimeout, res.Error.Code)
+	require.Contains(t, res.Error.Message, "waited past its deadline")
+	require.Zero(t, res.ExitCode)
+}
+
+// TestJobLimitsOnlyTighten: a tool may ask for lower limits, never for more
+// than the deployment's.
+func TestJobLimitsOnlyTighten(t *testing.T) {
+	e := newTestEngine(t, Config{})
+	src := "import json, resource\nprint(json.dumps([resource.getrlimit(resource.RLIMIT_AS)[0], resource.getrlimit(resource.RLIMIT_NOFILE)[0]]))"
+	for _, rt := range []string{RuntimeGVisor, RuntimeBwrap} {
+		job := testJob(rt, src, "", 10*time.Second)
+		job.Limits = &events.SandboxLimits{MemoryBytes: 64 << 20, OpenFiles: 1 << 20}
+		res := run(t, e, job)
+		require.Nil(t, res.Error, "stderr: %s", res.Stderr)
+		require.JSONEq(t, `[67108864, 64]`, string(res.Output), rt)
+	}
+}

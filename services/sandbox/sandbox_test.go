@@ -1,0 +1,162 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/events/service"
+)
+
+// startService starts a sandbox service on env and stops it at cleanup.
+func startService(t *testing.T, env *eventstest.Env, id string) *Service {
+	t.Helper()
+	newTestEngine(t, Config{}) // fails (or skips) the test when the runtimes do not work here
+	s, err := New(service.Deps{
+		JS:      env.JetStream(t),
+		Log:     slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Metrics: prometheus.NewRegistry(),
+	}, Config{ID: id, StateDir: t.TempDir(), Limits: testLimits(), Concurrency: 2})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, s.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, s.Stop(ctx))
+	})
+	return s
+}
+
+// awaitResult waits for the result of a job.
+func awaitResult(t *testing.T, js jetstream.JetStream, runID, callID string) (events.SandboxResult, *event.Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	subj, err := events.SandboxSubject(runID, callID, "completed")
+	require.NoError(t, err)
+	c, err := js.OrderedConsumer(ctx, events.StreamSandbox, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subj}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+	})
+	require.NoError(t, err)
+	m, err := c.Next(jetstream.FetchContext(ctx))
+	require.NoError(t, err)
+	e, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	require.NoError(t, err)
+	var res events.SandboxResult
+	require.NoError(t, events.DecodeData(e, &res))
+	return res, e
+}
+
+func publishJob(t *testing.T, js jetstream.JetStream, job events.SandboxJob) {
+	t.Helper()
+	out, err := events.NewSandboxJob("/test", job, events.RunTrace{})
+	require.NoError(t, err)
+	require.NoError(t, events.NewPublisher(js).Publish(t.Context(), out))
+}
+
+func serviceJob(callID, source string) events.SandboxJob {
+	return events.SandboxJob{
+		RunID: "run-svc", CallID: callID, Tool: "adder@1.0.0", TenantID: "acme/ws/u1",
+		Language: events.SandboxPython, Source: source, Input: json.RawMessage(`{"a":2,"b":40}`),
+		Stdout: events.SandboxStdoutJSON, TimeoutMS: 20000, Deadline: time.Now().Add(time.Minute),
+	}
+}
+
+// TestServiceAnswersJobs: two replicas share the jobs; each job gets exactly
+// one result, carrying the tenant and the runtime that ran it; python_exec is
+// registered.
+func TestServiceAnswersJobs(t *testing.T) {
+	env := eventstest.Start(t)
+	startService(t, env, "sandbox-a")
+	startService(t, env, "sandbox-b")
+
+	const n = 6
+	src := "import json, sys\nd = json.load(sys.stdin)\nprint(json.dumps(d['a'] + d['b']))"
+	for i := range n {
+		publishJob(t, env.JS, serviceJob(fmt.Sprintf("c%d", i), src))
+	}
+	for i := range n {
+		res, e := awaitResult(t, env.JS, "run-svc", fmt.Sprintf("c%d", i))
+		require.Nil(t, res.Error, "stderr: %s", res.Stderr)
+		require.JSONEq(t, `42`, string(res.Output))
+		require.Equal(t, RuntimeGVisor, res.Runtime, "gVisor is the default where it works")
+		require.Contains(t, []string{"sandbox-a", "sandbox-b"}, res.Worker)
+		require.Equal(t, "acme/ws/u1", events.Ext(e, events.ExtTenantID))
+		require.Equal(t, "run-svc/"+fmt.Sprintf("c%d", i)+"/sandbox/completed", e.ID())
+	}
+	// Exactly one result per job, also after a republish (deduplicated).
+	publishJob(t, env.JS, serviceJob("c0", src))
+	info, err := env.JS.Stream(t.Context(), events.StreamSandbox)
+	require.NoError(t, err)
+	si, err := info.Info(t.Context(), jetstream.WithSubjectFilter(events.Prefix+".sandbox.*.*.completed"))
+	require.NoError(t, err)
+	require.Equal(t, n, len(si.State.Subjects))
+	for subj, count := range si.State.Subjects {
+		require.Equal(t, uint64(1), count, subj)
+	}
+
+	reg, err := registry.Open(t.Context(), env.JS)
+	require.NoError(t, err)
+	entry, err := reg.Get(t.Context(), PythonExecRef)
+	require.NoError(t, err)
+	require.Equal(t, envelope.ImplSandbox, entry.Definition.Implementation.Kind)
+}
+
+// TestServiceRejects: a job that breaks its contract gets a SANDBOX_ERROR
+// result (its caller is waiting); an event that cannot be answered at all (not
+// a job, unsafe ids) goes to the dead letters, and the service goes on.
+func TestServiceRejects(t *testing.T) {
+	env := eventstest.Start(t)
+	startService(t, env, "sandbox-r")
+
+	bad := serviceJob("bad1", "print(1)")
+	bad.Language = "ruby"
+	b, err := json.Marshal(bad)
+	require.NoError(t, err)
+	subj, err := events.SandboxSubject(bad.RunID, bad.CallID, "requested")
+	require.NoError(t, err)
+	out, err := events.Build(events.TypeSandboxRequested, "bad1", subj, events.Attrs{RunID: bad.RunID, CallID: bad.CallID}, json.RawMessage(b))
+	require.NoError(t, err)
+	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+	res, _ := awaitResult(t, env.JS, bad.RunID, bad.CallID)
+	require.NotNil(t, res.Error)
+	require.Equal(t, envelope.CodeSandboxError, res.Error.Code)
+	require.Contains(t, res.Error.Message, `the sandbox refused the job`)
+	require.Contains(t, res.Error.Message, `language "ruby" is not supported`)
+
+	// Not a job: the wrong type on a job subject.
+	subj2, err := events.SandboxSubject("run-svc", "bad2", "requested")
+	require.NoError(t, err)
+	out, err = events.Build(events.TypeCallStarted, "bad2", subj2, events.Attrs{}, map[string]string{"x": "y"})
+	require.NoError(t, err)
+	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+	dlq, err := env.JS.Stream(t.Context(), events.StreamDLQ)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := dlq.Info(t.Context())
+		return err == nil && info.State.Msgs == 1
+	}, 30*time.Second, 20*time.Millisecond)
+	m, err := dlq.GetLastMsgForSubject(t.Context(), events.DLQSubject(events.StreamSandbox, Durable))
+	require.NoError(t, err)
+	require.Contains(t, m.Header.Get(events.HeaderDLQError), `want `+events.TypeSandboxRequested)
+
+	// And the service still answers.
+	publishJob(t, env.JS, serviceJob("600d", "print(7)"))
+	res, _ = awaitResult(t, env.JS, "run-svc", "600d")
+	require.JSONEq(t, `7`, string(res.Output))
+}

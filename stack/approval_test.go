@@ -1,0 +1,348 @@
+package stack_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/client"
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/stack"
+)
+
+// mailTool writes (it sends email), and can preview what it would send.
+type mailTool struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (m *mailTool) Definition() envelope.ToolDefinition {
+	return envelope.ToolDefinition{
+		Name: "send_email", Version: "1.0.0", Description: "Sends an email",
+		InputSchema:    json.RawMessage(`{"type":"object","required":["to","body"],"properties":{"to":{"type":"string"},"body":{"type":"string"},"api_token":{"type":"string"}}}`),
+		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
+		Implementation: executor.BuiltinImplementation("stack_send_email"), SupportsPreview: true,
+	}
+}
+
+func (m *mailTool) Execute(_ context.Context, input json.RawMessage, _ executor.ToolContext) (json.RawMessage, error) {
+	var in struct{ To string }
+	if err := json.Unmarshal(input, &in); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.sent = append(m.sent, in.To)
+	m.mu.Unlock()
+	return json.Marshal(map[string]any{"sent": true, "to": in.To})
+}
+
+func (m *mailTool) Preview(_ context.Context, input json.RawMessage, _ executor.ToolContext) (json.RawMessage, error) {
+	var in struct{ To, Body string }
+	if err := json.Unmarshal(input, &in); err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"would_send_to": in.To, "bytes": len(in.Body)})
+}
+
+func (m *mailTool) sentTo() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.sent...)
+}
+
+// approvalRun follows one run that makes a call needing approval beside an
+// echo call in the same turn; decide answers each approval request (nil: no
+// decision). It returns the final status, the approval requests and the
+// order in which the calls' outcomes were seen.
+type approvalRun struct {
+	final     *events.RunStatus
+	requests  []events.ApprovalRequest
+	order     []string // "echo", "send_email:<outcome event type>" in arrival order
+	decidedAt []time.Time
+}
+
+func followApprovals(t *testing.T, st *stack.Stack, req envelope.RunRequest, decide func(n int, ar events.ApprovalRequest) *events.Decision) approvalRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	require.NoError(t, st.Client.Submit(ctx, req))
+	pub := events.NewPublisher(st.JS)
+	var (
+		res       approvalRun
+		echoDone  bool
+		pending   []events.ApprovalRequest
+		callNames = map[string]string{}
+		decideNow = func() {
+			for len(pending) > 0 && echoDone {
+				ar := pending[0]
+				pending = pending[1:]
+				d := decide(len(res.requests)-len(pending), ar)
+				if d == nil {
+					continue
+				}
+				d.RunID, d.CallID = ar.RunID, ar.CorrelationID
+				out, err := events.NewDecided("/toolwire/cli", *d, req.Tenant, events.RunTrace{})
+				require.NoError(t, err)
+				require.NoError(t, pub.Publish(ctx, out))
+				res.decidedAt = append(res.decidedAt, time.Now())
+			}
+		}
+	)
+	final, err := st.Client.Follow(ctx, req.RunID, func(e client.Event) bool {
+		switch e.Event.Type() {
+		case events.TypeCallRequested:
+			var c events.CallRequest
+			require.NoError(t, events.DecodeData(e.Event, &c))
+			callNames[c.CallID] = c.Name
+		case events.TypeCallApprovalRequired:
+			var ar events.ApprovalRequest
+			require.NoError(t, events.DecodeData(e.Event, &ar))
+			res.requests = append(res.requests, ar)
+			pending = append(pending, ar)
+		case events.TypeCallCompleted:
+			if callNames[e.Subject.CallID] == "echo" {
+				echoDone = true
+			}
+		}
+		decideNow()
+		return true
+	})
+	require.NoError(t, err)
+	res.final = final
+	res.order = callOrder(t, st.JS, req.RunID)
+	return res
+}
+
+// callOrder lists, in the order the calls stream stored them, the echo
+// call's completion and the other calls' approvals and completions ("name:verb").
+func callOrder(t *testing.T, js jetstream.JetStream, runID string) []string {
+	t.Helper()
+	filter, err := events.CallEvents(runID)
+	require.NoError(t, err)
+	cons, err := js.OrderedConsumer(t.Context(), events.StreamCalls, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	require.NoError(t, err)
+	info, err := cons.Info(t.Context())
+	require.NoError(t, err)
+	names := map[string]string{}
+	var order []string
+	for range info.NumPending {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		require.NoError(t, err)
+		ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		require.NoError(t, err)
+		p, err := events.ParseSubject(m.Subject())
+		require.NoError(t, err)
+		switch ev.Type() {
+		case events.TypeCallRequested:
+			var c events.CallRequest
+			require.NoError(t, events.DecodeData(ev, &c))
+			names[c.CallID] = c.Name
+		case events.TypeCallApproved, events.TypeCallCompleted:
+			name := names[p.CallID]
+			switch {
+			case name == "echo" && ev.Type() == events.TypeCallCompleted:
+				order = append(order, "echo")
+			case name != "echo":
+				order = append(order, name+":"+p.Verb)
+			}
+		}
+	}
+	return order
+}
+
+func approvalScript(t *testing.T, runID string, timeoutS int, turns ...map[string]any) envelope.RunRequest {
+	t.Helper()
+	req := scripted(t, runID, []string{"send_email@1.0.0", "echo@1.0.0"}, turns...)
+	req.Agent.Policy = envelope.Policy{RequireApproval: &envelope.ApprovalPolicy{Writes: true}, ApprovalTimeoutS: timeoutS}
+	return req
+}
+
+var mailTurn = map[string]any{"tool_calls": []any{
+	call("send_email", map[string]any{"to": "all@acme.example", "body": "Quarterly numbers attached.", "api_token": "sk-live-0123456789abcdefXYZ"}),
+	call("echo", map[string]any{"text": "meanwhile"}),
+}}
+
+// TestApprovals: a call of a policy that requires approval for writes waits
+// for an operator; the other call of its turn finishes meanwhile. Approve
+// runs it; deny and revise answer the model with POLICY_DENIED (revise with
+// the operator's note, and the model proposes a new call); no decision in
+// time is a denial.
+func TestApprovals(t *testing.T) {
+	mail := &mailTool{}
+	st := startStack(t, stack.Options{ExecutorOptions: []executor.Option{executor.WithTools(mail)}})
+	done := map[string]any{"content": "done"}
+
+	t.Run("approve", func(t *testing.T) {
+		res := followApprovals(t, st, approvalScript(t, "appr-approve", 60, mailTurn, done),
+			func(int, events.ApprovalRequest) *events.Decision {
+				return &events.Decision{Decision: events.DecisionApprove, By: "ops"}
+			})
+		require.Equal(t, events.StatusCompleted, res.final.Status, res.final.Reason)
+		require.Len(t, res.requests, 1)
+		ar := res.requests[0]
+		require.Equal(t, "send_email", ar.ToolName)
+		require.Equal(t, "test-agent", ar.AgentName)
+		require.Equal(t, `{"api_token":"[redacted]","body":"Quarterly numbers attached.","to":"all@acme.example"}`, ar.ArgsSummary)
+		require.Equal(t, "Calls send_email@1.0.0. Sends an email. It writes: it changes external state, and runs at most once for this call.", ar.EffectDescription)
+		require.NotNil(t, ar.Preview)
+		require.Empty(t, ar.Preview.Unavailable)
+		require.JSONEq(t, `{"would_send_to":"all@acme.example","bytes":27}`, string(ar.Preview.Output), "the executor's dry run")
+
+		// The echo of the same turn finished while the approval waited.
+		require.Equal(t, []string{"echo", "send_email:approved", "send_email:completed"}, res.order)
+		sendEnv := envelopeAt(t, res.final, 1)
+		echoEnv := envelopeAt(t, res.final, 2)
+		require.Equal(t, ar.CorrelationID, sendEnv.CallID)
+		require.Nil(t, sendEnv.Error)
+		require.JSONEq(t, `{"sent":true,"to":"all@acme.example"}`, string(sendEnv.Output))
+		require.True(t, echoEnv.TEnd.Before(res.decidedAt[0]), "echo ended before the decision")
+		require.False(t, sendEnv.TStart.Before(res.decidedAt[0].Add(-time.Second)), "send_email ran after the decision")
+		require.Equal(t, []string{"all@acme.example"}, mail.sentTo())
+	})
+
+	t.Run("deny", func(t *testing.T) {
+		res := followApprovals(t, st, approvalScript(t, "appr-deny", 60, mailTurn, done),
+			func(int, events.ApprovalRequest) *events.Decision {
+				return &events.Decision{Decision: events.DecisionDeny, By: "ops", Note: "not to everyone"}
+			})
+		require.Equal(t, events.StatusCompleted, res.final.Status, res.final.Reason)
+		require.Equal(t, []string{"echo", "send_email:completed"}, res.order)
+		env := envelopeAt(t, res.final, 1)
+		require.Equal(t, &envelope.ToolError{Code: envelope.CodePolicyDenied, Message: "approval denied by ops: not to everyone",
+			Details: map[string]any{"approval": "deny", "by": "ops", "note": "not to everyone"}}, env.Error)
+		require.Equal(t, []string{"all@acme.example"}, mail.sentTo(), "nothing more was sent")
+	})
+
+	t.Run("revise", func(t *testing.T) {
+		revised := map[string]any{"tool_calls": []any{call("send_email", map[string]any{"to": "team@acme.example", "body": "Numbers."})}}
+		res := followApprovals(t, st, approvalScript(t, "appr-revise", 60, mailTurn, revised, done),
+			func(n int, _ events.ApprovalRequest) *events.Decision {
+				if n == 1 {
+					return &events.Decision{Decision: events.DecisionRevise, By: "ops", Note: "send it to the team list only"}
+				}
+				return &events.Decision{Decision: events.DecisionApprove, By: "ops"}
+			})
+		require.Equal(t, events.StatusCompleted, res.final.Status, res.final.Reason)
+		require.Len(t, res.requests, 2, "the revised call asked again")
+		env := envelopeAt(t, res.final, 1)
+		require.Equal(t, envelope.CodePolicyDenied, env.Error.Code)
+		require.Equal(t, "revision requested by ops: send it to the team list only", env.Error.Message)
+		second := envelopeAt(t, res.final, 3)
+		require.Nil(t, second.Error)
+		require.JSONEq(t, `{"sent":true,"to":"team@acme.example"}`, string(second.Output))
+
+		// The model was told the note as the call's result.
+		turn := llmTurn(t, st.JS, "appr-revise", 2)
+		var toolMsgs []string
+		for _, m := range turn.Messages {
+			if m.Role == envelope.RoleTool {
+				toolMsgs = append(toolMsgs, m.Content)
+			}
+		}
+		require.Len(t, toolMsgs, 2)
+		require.Contains(t, toolMsgs[0], `"code":"POLICY_DENIED"`)
+		require.Contains(t, toolMsgs[0], "revision requested by ops: send it to the team list only")
+		require.Equal(t, []string{"all@acme.example", "team@acme.example"}, mail.sentTo())
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		res := followApprovals(t, st, approvalScript(t, "appr-timeout", 1, mailTurn, done),
+			func(int, events.ApprovalRequest) *events.Decision { return nil })
+		require.Equal(t, events.StatusCompleted, res.final.Status, res.final.Reason)
+		require.Equal(t, []string{"echo", "send_email:completed"}, res.order)
+		env := envelopeAt(t, res.final, 1)
+		require.Equal(t, envelope.CodePolicyDenied, env.Error.Code)
+		require.Equal(t, "approval timed out: no decision within 1s", env.Error.Message)
+		require.False(t, env.TStart.Before(res.requests[0].ExpiresAt), "denied at the deadline, not before")
+		require.Len(t, mail.sentTo(), 2, "nothing more was sent")
+
+		// A late decision changes nothing.
+		d := events.Decision{RunID: "appr-timeout", CallID: res.requests[0].CorrelationID, Decision: events.DecisionApprove}
+		out, err := events.NewDecided("/toolwire/cli", d, envelope.Tenant{OrgID: "org1"}, events.RunTrace{})
+		require.NoError(t, err)
+		require.NoError(t, events.NewPublisher(st.JS).Publish(t.Context(), out))
+		waitUntil(t, 10*time.Second, "the guard saw the late decision and ignored it",
+			func() bool { return metricValue(t, st, "toolwire_policy_approvals_total", "outcome", "ignored") >= 1 })
+		rec := approvalRecord(t, st.JS, "appr-timeout", d.CallID)
+		require.Equal(t, events.ApprovalExpired, rec.State)
+		subj, err := events.CallSubject("appr-timeout", d.CallID, "approved")
+		require.NoError(t, err)
+		s, err := st.JS.Stream(t.Context(), events.StreamCalls)
+		require.NoError(t, err)
+		_, err = s.GetLastMsgForSubject(t.Context(), subj)
+		require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "the call was never approved")
+	})
+}
+
+// llmTurn reads the recorded model turn n of a run.
+func llmTurn(t *testing.T, js jetstream.JetStream, runID string, n int) envelope.ModelTurn {
+	t.Helper()
+	subj, err := events.LLMSubject(runID, n)
+	require.NoError(t, err)
+	s, err := js.Stream(t.Context(), events.StreamRuns)
+	require.NoError(t, err)
+	m, err := s.GetLastMsgForSubject(t.Context(), subj)
+	require.NoError(t, err)
+	ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+	require.NoError(t, err)
+	var l events.LLMCompleted
+	require.NoError(t, events.DecodeData(ev, &l))
+	return l.Turn
+}
+
+// metricValue sums a counter's series whose label has the value.
+func metricValue(t *testing.T, st *stack.Stack, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := st.Metrics.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+func approvalRecord(t *testing.T, js jetstream.JetStream, runID, callID string) events.ApprovalRecord {
+	t.Helper()
+	kv, err := js.KeyValue(t.Context(), events.BucketApprovals)
+	require.NoError(t, err)
+	key, err := events.ApprovalKey(runID, callID)
+	require.NoError(t, err)
+	e, err := kv.Get(t.Context(), key)
+	require.NoError(t, err)
+	rec, err := events.DecodeApprovalRecord(e.Value())
+	require.NoError(t, err)
+	return rec
+}
+
+// TestGuardRulesEndToEnd: the side-effect ceiling and the scopes refuse calls
+// of a running agent with POLICY_DENIED and the rule's reason.
+func TestGuardRulesEndToEnd(t *testing.T) {
+	mail := &mailTool{}
+	st := startStack(t, stack.Options{ExecutorOptions: []executor.Option{executor.WithTools(mail)}})
+	req := scripted(t, "guard-readonly", []string{"send_email@1.0.0", "echo@1.0.0"}, mailTurn, map[string]any{"content": "done"})
+	req.Agent.Policy = envelope.Policy{SideEffects: envelope.SideEffectsReads}
+	final := runToEnd(t, st, req)
+	env := envelopeAt(t, final, 1)
+	require.Equal(t, &envelope.ToolError{Code: envelope.CodePolicyDenied,
+		Message: `tool send_email@1.0.0 has side effects "writes", above this agent's ceiling "reads"`}, env.Error)
+	require.Nil(t, envelopeAt(t, final, 2).Error, "echo has no side effects")
+	require.Empty(t, mail.sentTo(), "a read-only node never runs a writes tool")
+}

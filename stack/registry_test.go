@@ -1,0 +1,212 @@
+package stack_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/client"
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/recorder/pgtest"
+	"github.com/toolwire/toolwire/stack"
+)
+
+// gateTool waits, in call n, until gate n is opened; entered says it is in.
+type gateTool struct {
+	gates   []chan struct{}
+	entered chan int
+}
+
+func (g *gateTool) Definition() envelope.ToolDefinition {
+	return envelope.ToolDefinition{
+		Name: "gate", Version: "1.0.0", Description: "waits for the test",
+		InputSchema:    json.RawMessage(`{"type":"object","required":["n"],"properties":{"n":{"type":"integer"}}}`),
+		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsNone, Cache: envelope.CacheNone},
+		Implementation: executor.BuiltinImplementation("stack_gate"),
+	}
+}
+
+func (g *gateTool) Execute(ctx context.Context, input json.RawMessage, _ executor.ToolContext) (json.RawMessage, error) {
+	var in struct{ N int }
+	if err := json.Unmarshal(input, &in); err != nil {
+		return nil, err
+	}
+	g.entered <- in.N
+	select {
+	case <-g.gates[in.N]:
+		return json.RawMessage(`{"opened":true}`), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// probeDef is a registry entry run by the echo built-in.
+func probeDef(version string) envelope.ToolDefinition {
+	return envelope.ToolDefinition{
+		Name: "probe", Version: version, Description: "echoes, under another name",
+		InputSchema:    json.RawMessage(`{"type":"object","required":["text"],"properties":{"text":{"type":"string"}}}`),
+		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsNone, Cache: envelope.CacheNone},
+		Implementation: executor.BuiltinImplementation("echo"),
+	}
+}
+
+// within is the bound the issue sets on a registry change reaching the
+// running services.
+const within = time.Second
+
+// waitUntil polls cond on the test's goroutine (so that cond may use
+// require) until it holds, or fails the test after limit.
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("not within %s: %s", limit, what)
+		case <-tick.C:
+		}
+	}
+}
+
+// TestRegistryChangesReachRunningServices: deprecating and blocking a tool
+// version takes effect on the running services within a second, without a
+// restart; a new version is a new entry and the old one stays callable until
+// blocked.
+func TestRegistryChangesReachRunningServices(t *testing.T) {
+	const inFlight = 8
+	gate := &gateTool{entered: make(chan int, inFlight)}
+	for range inFlight {
+		gate.gates = append(gate.gates, make(chan struct{}))
+	}
+	st := startStack(t, stack.Options{DatabaseURL: pgtest.Schema(t), ExecutorOptions: []executor.Option{executor.WithTools(gate)}})
+	ctx := t.Context()
+	reg, err := registry.Open(ctx, st.JS)
+	require.NoError(t, err)
+	_, err = reg.Register(ctx, probeDef("1.0.0"))
+	require.NoError(t, err)
+	v1 := envelope.ToolRef{Name: "probe", Version: "1.0.0"}
+	done := map[string]any{"content": "done"}
+	probeTurn := map[string]any{"tool_calls": []any{call("probe", map[string]any{"text": "hi"})}}
+	n := 0
+	probeRun := func(version string) (*events.RunStatus, []string) {
+		n++
+		req := scripted(t, fmt.Sprintf("reg-probe-%d", n), []string{"probe@" + version}, probeTurn, done)
+		var warnings []string
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		require.NoError(t, st.Client.Submit(cctx, req))
+		final, err := st.Client.Follow(cctx, req.RunID, func(e client.Event) bool {
+			if e.Event.Type() == events.TypeRunStarted {
+				var s events.RunStatus
+				require.NoError(t, events.DecodeData(e.Event, &s))
+				warnings = s.Warnings
+			}
+			return true
+		})
+		require.NoError(t, err)
+		return final, warnings
+	}
+	catalog := func(query string) map[string]recorder.CatalogToolJSON {
+		code, body := get(t, st.HTTPURL+"/v1/tools"+query)
+		require.Equal(t, http.StatusOK, code, string(body))
+		var c recorder.CatalogJSON
+		require.NoError(t, json.Unmarshal(body, &c))
+		out := map[string]recorder.CatalogToolJSON{}
+		for _, tool := range c.Tools {
+			out[tool.Ref] = tool
+		}
+		return out
+	}
+
+	final, warnings := probeRun("1.0.0")
+	require.Nil(t, envelopeAt(t, final, 1).Error)
+	require.Empty(t, warnings)
+	require.Contains(t, catalog(""), "probe@1.0.0")
+
+	// Runs that are in flight when probe@1.0.0 gets blocked: each waits in
+	// its first turn (gate), and calls probe@1.0.0 in its second.
+	for i := range inFlight {
+		req := scripted(t, fmt.Sprintf("reg-inflight-%d", i), []string{"gate@1.0.0", "probe@1.0.0"},
+			map[string]any{"tool_calls": []any{call("gate", map[string]any{"n": i})}}, probeTurn, done)
+		require.NoError(t, st.Client.Submit(ctx, req))
+	}
+	for range inFlight {
+		select {
+		case <-gate.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the in-flight runs did not reach their gates")
+		}
+	}
+
+	// Deprecate: hidden from the catalog, warned about at the start of a run,
+	// still callable.
+	require.NoError(t, reg.SetState(ctx, v1, registry.StateDeprecated))
+	deprecatedAt := time.Now()
+	waitUntil(t, within, "a new run warns about the deprecated version", func() bool {
+		final, warnings = probeRun("1.0.0")
+		return len(warnings) == 1
+	})
+	t.Logf("deprecation seen by the orchestrator after %s", time.Since(deprecatedAt))
+	require.Equal(t, []string{"tool probe@1.0.0 is deprecated"}, warnings)
+	require.Nil(t, envelopeAt(t, final, 1).Error, "a deprecated version is still callable")
+	require.NotContains(t, catalog(""), "probe@1.0.0")
+	require.True(t, catalog("?show_deprecated=true")["probe@1.0.0"].Deprecated)
+
+	// A new version is a new entry; the old one stays.
+	_, err = reg.Register(ctx, probeDef("2.0.0"))
+	require.NoError(t, err)
+	final, _ = probeRun("2.0.0")
+	require.Nil(t, envelopeAt(t, final, 1).Error)
+
+	// Block: an in-flight run's next call of it is refused by the Policy
+	// Guard with POLICY_DENIED, a new run is refused at its start, and the
+	// catalog never lists it.
+	require.NoError(t, reg.SetState(ctx, v1, registry.StateBlocked))
+	blockedAt := time.Now()
+	released := 0
+	var refused envelope.ToolEnvelope
+	waitUntil(t, within, "a call of a blocked version is refused", func() bool {
+		i := released
+		released++
+		close(gate.gates[i])
+		final, err := st.Client.Wait(ctx, fmt.Sprintf("reg-inflight-%d", i))
+		require.NoError(t, err)
+		refused = envelopeAt(t, final, 2)
+		return refused.Error != nil
+	})
+	t.Logf("block seen by the guard after %s (%d in-flight runs released)", time.Since(blockedAt), released)
+	require.Equal(t, &envelope.ToolError{Code: envelope.CodePolicyDenied, Message: "tool probe@1.0.0 is blocked"}, refused.Error)
+	for i := released; i < inFlight; i++ { // and every later call too
+		close(gate.gates[i])
+		final, err := st.Client.Wait(ctx, fmt.Sprintf("reg-inflight-%d", i))
+		require.NoError(t, err)
+		require.Equal(t, "tool probe@1.0.0 is blocked", envelopeAt(t, final, 2).Error.Message)
+	}
+	waitUntil(t, within, "a new run with the blocked version is refused", func() bool {
+		final, _ = probeRun("1.0.0")
+		return final.Status == events.StatusFailed
+	})
+	require.Equal(t, "invalid run request: agent.enabled_tools: tool probe@1.0.0 is blocked", final.Reason)
+	require.NotContains(t, catalog("?show_deprecated=true"), "probe@1.0.0")
+	final, _ = probeRun("2.0.0")
+	require.Nil(t, envelopeAt(t, final, 1).Error, "the new version is unaffected")
+
+	// And back.
+	require.NoError(t, reg.SetState(ctx, v1, registry.StateActive))
+	waitUntil(t, within, "an activated version runs again", func() bool {
+		final, _ = probeRun("1.0.0")
+		return final.Status == events.StatusCompleted && envelopeAt(t, final, 1).Error == nil
+	})
+}

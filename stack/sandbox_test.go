@@ -1,0 +1,140 @@
+package stack_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/services/sandbox"
+	"github.com/toolwire/toolwire/stack"
+)
+
+// needSandboxRuntimes fails the test (or, outside CI with
+// TOOLWIRE_SKIP_SANDBOX=1, skips it) when the sandbox runtimes cannot run here.
+func needSandboxRuntimes(t *testing.T) {
+	t.Helper()
+	var missing string
+	switch {
+	case os.Geteuid() != 0:
+		missing = "the sandbox tests run as root"
+	default:
+		for _, bin := range []string{"bwrap", "runsc", "/usr/bin/python3"} {
+			if _, err := exec.LookPath(bin); err != nil {
+				missing = bin + " is not installed (.ci/run installs bubblewrap, runsc and python3)"
+			}
+		}
+	}
+	if missing == "" {
+		return
+	}
+	if os.Getenv("CI") != "true" && os.Getenv("TOOLWIRE_SKIP_SANDBOX") == "1" {
+		t.Skip(missing)
+	}
+	t.Fatal(missing + "; outside CI, TOOLWIRE_SKIP_SANDBOX=1 skips this test")
+}
+
+// wordStats is a code tool: a registry entry whose implementation is Python
+// source run by the sandbox, here pinned to the bwrap runtime.
+func wordStats(t *testing.T) envelope.ToolDefinition {
+	t.Helper()
+	cfg, err := json.Marshal(events.SandboxToolConfig{
+		Language: events.SandboxPython, Runtime: events.SandboxRuntimeBwrap,
+		Source: `import json, sys
+words = json.load(sys.stdin)["text"].split()
+print(json.dumps({"words": len(words), "longest": max(words, key=len)}))
+`,
+	})
+	require.NoError(t, err)
+	return envelope.ToolDefinition{
+		Name: "word_stats", Version: "1.0.0", Description: "Counts the words of a text.",
+		InputSchema:    json.RawMessage(`{"type":"object","required":["text"],"properties":{"text":{"type":"string","minLength":1}},"additionalProperties":false}`),
+		OutputSchema:   json.RawMessage(`{"type":"object","required":["words","longest"],"properties":{"words":{"type":"integer"},"longest":{"type":"string"}},"additionalProperties":false}`),
+		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryCode, SideEffects: envelope.SideEffectsNone, Cache: envelope.CacheNone},
+		TimeoutMS:      20_000,
+		Implementation: envelope.Implementation{Kind: envelope.ImplSandbox, Config: cfg},
+	}
+}
+
+// sandboxResult reads the sandbox's result of a call from the stream.
+func sandboxResult(t *testing.T, st *stack.Stack, runID, callID string) events.SandboxResult {
+	t.Helper()
+	s, err := st.JS.Stream(t.Context(), events.StreamSandbox)
+	require.NoError(t, err)
+	subj, err := events.SandboxSubject(runID, callID, "completed")
+	require.NoError(t, err)
+	m, err := s.GetLastMsgForSubject(t.Context(), subj)
+	require.NoError(t, err)
+	e, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+	require.NoError(t, err)
+	var res events.SandboxResult
+	require.NoError(t, events.DecodeData(e, &res))
+	return res
+}
+
+// TestSandboxToolsEndToEnd runs a scripted agent through policy, executor and
+// the sandbox service: python_exec (on the deployment's runtime, gVisor) and
+// a registered code tool (pinned to bwrap) in parallel, then python_exec with
+// a memory bomb whose SANDBOX_ERROR goes back to the model, then the answer.
+// A second agent, without python_exec enabled, is refused by policy.
+func TestSandboxToolsEndToEnd(t *testing.T) {
+	needSandboxRuntimes(t)
+	// The code tool is registered before the services start, so that every
+	// catalog holds it from the start.
+	env := eventstest.Start(t)
+	reg, err := registry.Open(t.Context(), env.JS)
+	require.NoError(t, err)
+	require.NoError(t, reg.Put(t.Context(), registry.Entry{Definition: wordStats(t)}))
+	st := startStack(t, stack.Options{NATSURL: env.URL, Sandbox: &sandbox.Config{StateDir: t.TempDir(), Concurrency: 2}})
+
+	sum := map[string]any{"code": "import json, sys\nprint(sum(json.load(sys.stdin)))", "input": []int{1, 2, 3, 36}}
+	bomb := map[string]any{"code": "x = []\nwhile True:\n    x.append(bytearray(64 << 20))\n"}
+	req := scripted(t, "sandbox-e2e-1", []string{"python_exec@1.0.0", "word_stats@1.0.0"},
+		map[string]any{"tool_calls": []any{call("python_exec", sum), call("word_stats", map[string]any{"text": "the quick brown fox"})}},
+		map[string]any{"tool_calls": []any{call("python_exec", bomb)}},
+		map[string]any{"content": "the sum is 42"})
+	final := runToEnd(t, st, req)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	out := final.Outputs
+	require.Equal(t, "the sum is 42", out.Response)
+	require.Len(t, out.ToolOrder, 3)
+
+	py := out.ToolsByID[out.ToolOrder[0]]
+	require.Equal(t, "python_exec", py.Name)
+	require.Nil(t, py.Error)
+	require.JSONEq(t, `{"stdout":"42\n","stderr":""}`, string(py.Output))
+	require.Equal(t, sandbox.RuntimeGVisor, sandboxResult(t, st, req.RunID, py.CallID).Runtime)
+
+	ws := out.ToolsByID[out.ToolOrder[1]]
+	require.Equal(t, "word_stats", ws.Name)
+	require.Nil(t, ws.Error)
+	require.JSONEq(t, `{"words":4,"longest":"quick"}`, string(ws.Output))
+	require.Equal(t, sandbox.RuntimeBwrap, sandboxResult(t, st, req.RunID, ws.CallID).Runtime)
+
+	boom := out.ToolsByID[out.ToolOrder[2]]
+	require.Equal(t, "python_exec", boom.Name)
+	require.NotNil(t, boom.Error)
+	require.Equal(t, envelope.CodeSandboxError, boom.Error.Code)
+	require.Contains(t, boom.Error.Message, "memory limit hit")
+	b, err := json.Marshal(boom.Error.Details)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"limit":"memory"`)
+	require.Equal(t, ws.CallID, out.LastTool.CallID, "last_tool is the last successful call")
+
+	// Without python_exec among its enabled tools, an agent cannot run code.
+	denied := scripted(t, "sandbox-e2e-2", []string{"word_stats@1.0.0"},
+		map[string]any{"tool_calls": []any{call("python_exec", sum)}},
+		map[string]any{"content": "no code for me"})
+	final = runToEnd(t, st, denied)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	refused := final.Outputs.ToolsByID[final.Outputs.ToolOrder[0]]
+	require.NotNil(t, refused.Error)
+	require.Equal(t, envelope.CodePolicyDenied, refused.Error.Code)
+}
