@@ -216,7 +216,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Throughput.RunsPerSec, r.Throughput.CallsPerSec = runs, calls
 	r.Throughput.RatioToChain = ratio(calls, r.Baseline.ChainsPerSec)
 	if calls > 0 {
-		r.Throughput.CPUPerCallUS = cpu / (calls * o.Duration.Seconds())
+		r.Throughput.CPUPerCallUS = cpu / (calls * o.Duration.Seconds()) * 1e6
 	}
 	if st.HTTPURL != "" {
 		t := time.Now()
