@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
+	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/pkg/events/service"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/orchestrator"
@@ -21,7 +22,10 @@ import (
 // knownEnv is every variable some binary reads.
 func knownEnv() map[string]bool {
 	m := map[string]bool{}
-	for _, list := range [][]string{service.CommonEnvVars(), orchestrator.EnvVars(), policy.EnvVars(), executor.EnvVars(), sandbox.EnvVars(), recorder.EnvVars()} {
+	lists := [][]string{service.CommonEnvVars(), orchestrator.EnvVars(), policy.EnvVars(), executor.EnvVars(),
+		executor.WebEnvVars(), recorder.EnvVars(), sandbox.EnvVars(),
+		{secrets.EnvMasterKeys, secrets.EnvMasterKeyID, recorder.EnvAdminToken}}
+	for _, list := range lists {
 		for _, v := range list {
 			m[v] = true
 		}
