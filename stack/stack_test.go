@@ -129,9 +129,8 @@ func TestDemoRunEndToEnd(t *testing.T) {
 	require.NotNil(t, out.LastTool)
 	require.Equal(t, want[2], out.LastTool.CallID, "last_tool is the last successful call")
 
-	// The first three calls were requested together and overlap in time.
-	first := []envelope.ToolEnvelope{echo, calc, clock}
-	require.True(t, overlapping(first), "parallel calls of one turn: %v", intervals(first))
+	// (That calls of one turn run in parallel is TestParallelSleepsOverlap's
+	// job: these three take microseconds, too short to overlap reliably.)
 
 	// Pinned handles resolved beside the stable outputs.
 	require.Contains(t, final.Pinned, "calc_result")

@@ -94,6 +94,11 @@ type Runner struct {
 	closing bool
 	// failures is the failure history of the messages being retried (dlq.go).
 	failures failureLog
+	// alive holds the messages in hand, kept alive by one ticker loop
+	// (keepAliveLoop) rather than a goroutine and a ticker per message.
+	alive     aliveSet
+	aliveStop chan struct{}
+	aliveDone chan struct{}
 }
 
 // NewRunner returns a runner for cfg on js.
@@ -149,6 +154,8 @@ func (r *Runner) Start(ctx context.Context) error {
 		return fmt.Errorf("consume %s: %w", r.cfg.Spec.Durable, err)
 	}
 	r.cc = cc
+	r.aliveStop, r.aliveDone = make(chan struct{}), make(chan struct{})
+	go r.keepAliveLoop()
 	return nil
 }
 
@@ -177,6 +184,8 @@ func (r *Runner) Stop(ctx context.Context) error {
 			err = errors.Join(err, fmt.Errorf("wait handlers of %s: %w", r.cfg.Spec.Durable, ctx.Err()))
 		}
 		r.cancel()
+		close(r.aliveStop)
+		<-r.aliveDone
 	})
 	return err
 }
@@ -224,7 +233,12 @@ func (r *Runner) handle(m jetstream.Msg) {
 	switch {
 	case herr == nil:
 		r.failures.take(meta.Sequence.Stream)
-		if err := m.DoubleAck(ctx); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		// A plain Ack, not DoubleAck: the handler's effects are durable
+		// before it returns (its publishes have their PubAcks, its writes
+		// are committed), so waiting for the server to confirm the ack
+		// protects nothing. A lost ack only redelivers the message after
+		// AckWait, and handlers are idempotent (at least once).
+		if err := m.Ack(); err != nil {
 			r.log.Warn("ack", "subject", m.Subject(), "err", err)
 		}
 	case IsPermanent(herr) || int(meta.NumDelivered) >= r.maxDeliver():
@@ -256,25 +270,89 @@ func (r *Runner) safeHandle(ctx context.Context, d *Delivery) (err error) {
 
 // keepAlive tells JetStream the message is still being worked on while a slow
 // handler runs, so that it is not redelivered to another replica meanwhile.
+// The message joins the set that keepAliveLoop touches; the returned func
+// takes it out.
 func (r *Runner) keepAlive(m jetstream.Msg) func() {
+	e := r.alive.add(m)
+	return func() { r.alive.remove(e) }
+}
+
+// keepAliveInterval is a third of the consumer's AckWait.
+func (r *Runner) keepAliveInterval() time.Duration {
 	wait := r.cfg.Spec.AckWait
 	if wait <= 0 {
 		wait = 30 * time.Second
 	}
-	t := time.NewTicker(wait / 3)
-	done := make(chan struct{})
-	go func() {
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
+	return wait / 3
+}
+
+// keepAliveLoop sends InProgress, every third of AckWait, for each message in
+// hand that was already in hand at the previous tick. A message taken at any
+// moment is thus touched at most two thirds of AckWait later, then every
+// third: before its AckWait runs out, as with a ticker per message; a quick
+// message is never touched at all.
+func (r *Runner) keepAliveLoop() {
+	defer close(r.aliveDone)
+	t := time.NewTicker(r.keepAliveInterval())
+	defer t.Stop()
+	var due []jetstream.Msg
+	for {
+		select {
+		case <-r.aliveStop:
+			return
+		case <-t.C:
+			due = r.alive.due(due[:0])
+			for _, m := range due {
 				_ = m.InProgress()
 			}
+			clear(due)
 		}
-	}()
-	return func() { close(done) }
+	}
+}
+
+// aliveEntry is one message in hand; fresh until the first tick after it
+// was taken.
+type aliveEntry struct {
+	m     jetstream.Msg
+	fresh bool
+}
+
+// aliveSet is the set of messages in hand.
+type aliveSet struct {
+	mu sync.Mutex
+	m  map[*aliveEntry]struct{}
+}
+
+func (a *aliveSet) add(m jetstream.Msg) *aliveEntry {
+	e := &aliveEntry{m: m, fresh: true}
+	a.mu.Lock()
+	if a.m == nil {
+		a.m = map[*aliveEntry]struct{}{}
+	}
+	a.m[e] = struct{}{}
+	a.mu.Unlock()
+	return e
+}
+
+func (a *aliveSet) remove(e *aliveEntry) {
+	a.mu.Lock()
+	delete(a.m, e)
+	a.mu.Unlock()
+}
+
+// due appends the messages held since before the previous tick to buf and
+// marks the others as no longer fresh.
+func (a *aliveSet) due(buf []jetstream.Msg) []jetstream.Msg {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for e := range a.m {
+		if e.fresh {
+			e.fresh = false
+			continue
+		}
+		buf = append(buf, e.m)
+	}
+	return buf
 }
 
 func (r *Runner) deadLetter(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, cause error) {

@@ -452,3 +452,47 @@ func TestConsumerSpecConfig(t *testing.T) {
 	_, err = events.EnsureConsumer(ctx, env.JS, events.ConsumerSpec{Stream: "NO_SUCH_STREAM", Durable: "x"})
 	require.ErrorContains(t, err, "consumer x on NO_SUCH_STREAM")
 }
+
+// TestRunnerKeepsSlowMessagesAlive: a handler that outlasts AckWait, and a
+// message queued behind it for a free handler, are kept alive by the runner's
+// single keep-alive loop: neither is delivered a second time.
+func TestRunnerKeepsSlowMessagesAlive(t *testing.T) {
+	env := eventstest.Start(t)
+	const ackWait = time.Second
+	var (
+		deliveries atomic.Int32
+		first      = make(chan struct{})
+	)
+	startRunner(t, env, events.RunnerConfig{Concurrency: 1, Spec: events.ConsumerSpec{
+		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, AckWait: ackWait,
+	}, Handler: func(ctx context.Context, d *events.Delivery) error {
+		if deliveries.Add(1) == 1 {
+			close(first)
+			// Outlast the ack wait twice and a half: only InProgress keeps
+			// this message (and the one queued behind it) from redelivery.
+			select {
+			case <-time.After(5 * ackWait / 2):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}})
+	publish(t, env, callStarted(t, 1), callStarted(t, 2))
+	<-first
+
+	info := requireAllAckedWithin(t, env, 2, 10*time.Second)
+	require.Zero(t, info.NumRedelivered)
+	require.EqualValues(t, 2, info.Delivered.Consumer, "each message delivered once")
+	require.EqualValues(t, 2, deliveries.Load())
+}
+
+func requireAllAckedWithin(t testing.TB, env *eventstest.Env, n uint64, within time.Duration) *jetstream.ConsumerInfo {
+	t.Helper()
+	var info *jetstream.ConsumerInfo
+	require.Eventually(t, func() bool {
+		info = consumerInfo(t, env)
+		return info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream == n
+	}, within, 10*time.Millisecond, "consumer never acknowledged %d messages", n)
+	return info
+}

@@ -70,29 +70,137 @@ func (s *PostgresStore) Write(ctx context.Context, recs ...Record) error {
 	}
 	ctx, cancel := withTimeout(ctx, defaultWriteTimeout)
 	defer cancel()
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		for i := range recs {
-			if err := writeRecord(ctx, tx, &recs[i]); err != nil {
-				return fmt.Errorf("record event %q: %w", recs[i].Event.ID, err)
-			}
-		}
-		return nil
-	})
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return writeRecords(ctx, tx, recs) })
 	return classify(err)
 }
 
-const insertEventSQL = `
-INSERT INTO events (event_id, run_id, call_id, type, subject, source, time, stream, stream_seq, extensions, data)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (event_id) DO NOTHING`
+// writeRecords writes a batch in two pipelined round trips instead of a few
+// per record: first every event row (INSERT ... ON CONFLICT DO NOTHING, in
+// order, so a duplicate, stored before or earlier in the batch, inserts
+// nothing), then the effects of the records whose event row is new, in the
+// same order. It is the same statements as writing the records one by one in
+// the transaction: the effects touch no events row, so running them after
+// all the inserts changes nothing, and the transaction still commits an
+// event with all its effects or nothing.
+func writeRecords(ctx context.Context, tx pgx.Tx, recs []Record) error {
+	b := &pgx.Batch{}
+	for i := range recs {
+		args, err := eventArgs(&recs[i])
+		if err != nil {
+			return fmt.Errorf("record event %q: %w", recs[i].Event.ID, err)
+		}
+		b.Queue(insertEventSQL, args...)
+	}
+	fresh := make([]bool, len(recs))
+	err := sendBatch(ctx, tx, b, func(i int, tag pgconn.CommandTag, err error) error {
+		if err != nil {
+			return fmt.Errorf("record event %q: insert event: %w", recs[i].Event.ID, err)
+		}
+		fresh[i] = tag.RowsAffected() > 0
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b = &pgx.Batch{}
+	var owner []int // owner[k]: the record of the k-th queued effect
+	for i := range recs {
+		if !fresh[i] {
+			continue // recorded before, with its effects
+		}
+		for _, q := range effects(&recs[i]) {
+			b.Queue(q.sql, q.args...)
+			owner = append(owner, i)
+		}
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return sendBatch(ctx, tx, b, func(k int, _ pgconn.CommandTag, err error) error {
+		if err != nil {
+			r := &recs[owner[k]]
+			return fmt.Errorf("record event %q: %s: %w", r.Event.ID, effectName(b.QueuedQueries[k].SQL), err)
+		}
+		return nil
+	})
+}
 
-func writeRecord(ctx context.Context, tx pgx.Tx, r *Record) error {
+// sendBatch sends b in one round trip and hands each statement's result to
+// check, in order; the first error ends it.
+func sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch, check func(i int, tag pgconn.CommandTag, err error) error) error {
+	br := tx.SendBatch(ctx, b)
+	for i := range b.Len() {
+		tag, err := br.Exec()
+		if err := check(i, tag, err); err != nil {
+			_ = br.Close()
+			return err
+		}
+	}
+	return br.Close()
+}
+
+// query is one statement and its arguments.
+type query struct {
+	sql  string
+	args []any
+}
+
+// effects are the statements that materialize a new event: its run, call,
+// model turn, verdict and tool definitions.
+func effects(r *Record) []query {
+	var qs []query
+	if r.Run != nil {
+		qs = append(qs, query{upsertRunSQL, runArgs(r.Run)})
+	}
+	if u := r.Call; u != nil {
+		qs = append(qs, query{upsertCallSQL, []any{u.RunID, u.CallID, u.Seq, u.Iteration, nullString(u.Name),
+			nullString(u.Version), u.Status, nullString(u.ErrorCode), nullJSON(u.Input), nullJSON(u.Envelope),
+			u.TStart, u.TEnd, u.LatencyMS, u.Cached, u.Truncated}})
+	}
+	if t := r.Turn; t != nil {
+		qs = append(qs, query{insertTurnSQL, []any{t.RunID, t.Iteration, nullJSON(t.Turn)}})
+	}
+	if v := r.Verdict; v != nil {
+		qs = append(qs, query{insertVerdictSQL, []any{v.RunID, v.Iteration, v.Allowed, nullString(v.Code), nullString(v.Reason)}})
+	}
+	for _, d := range r.Tools {
+		qs = append(qs, query{insertRunToolSQL, []any{d.RunID, d.Name, d.Version, nullJSON(d.Definition)}})
+	}
+	return qs
+}
+
+// effectName names an effect's statement in an error, as writeRecord does.
+func effectName(sql string) string {
+	switch sql {
+	case upsertRunSQL:
+		return "upsert run"
+	case upsertCallSQL:
+		return "upsert tool call"
+	case insertTurnSQL:
+		return "insert model turn"
+	case insertVerdictSQL:
+		return "insert verdict"
+	}
+	return "insert tool definition"
+}
+
+const (
+	insertTurnSQL = `INSERT INTO model_turns (run_id, iteration, turn) VALUES ($1, $2, $3)
+			ON CONFLICT (run_id, iteration) DO NOTHING`
+	insertVerdictSQL = `INSERT INTO verdicts (run_id, iteration, allowed, code, reason) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (run_id, iteration) DO NOTHING`
+	insertRunToolSQL = `INSERT INTO run_tools (run_id, name, version, definition) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (run_id, name, version) DO NOTHING`
+)
+
+// eventArgs are insertEventSQL's arguments for r.
+func eventArgs(r *Record) ([]any, error) {
 	e := &r.Event
 	var exts json.RawMessage
 	if len(e.Extensions) > 0 {
 		b, err := json.Marshal(e.Extensions)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		exts = b
 	}
@@ -101,44 +209,14 @@ func writeRecord(ctx context.Context, tx pgx.Tx, r *Record) error {
 		v := int64(e.StreamSeq)
 		seq = &v
 	}
-	tag, err := tx.Exec(ctx, insertEventSQL, e.ID, nullString(e.RunID), nullString(e.CallID), e.Type,
-		e.Subject, e.Source, e.Time, nullString(e.Stream), seq, exts, nullJSON(e.Data))
-	if err != nil {
-		return fmt.Errorf("insert event: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return nil // recorded before, with its effects, in the same transaction
-	}
-	if r.Run != nil {
-		if err := upsertRun(ctx, tx, r.Run); err != nil {
-			return err
-		}
-	}
-	if r.Call != nil {
-		if err := upsertCall(ctx, tx, r.Call); err != nil {
-			return err
-		}
-	}
-	if t := r.Turn; t != nil {
-		if _, err := tx.Exec(ctx, `INSERT INTO model_turns (run_id, iteration, turn) VALUES ($1, $2, $3)
-			ON CONFLICT (run_id, iteration) DO NOTHING`, t.RunID, t.Iteration, nullJSON(t.Turn)); err != nil {
-			return fmt.Errorf("insert model turn: %w", err)
-		}
-	}
-	if v := r.Verdict; v != nil {
-		if _, err := tx.Exec(ctx, `INSERT INTO verdicts (run_id, iteration, allowed, code, reason) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (run_id, iteration) DO NOTHING`, v.RunID, v.Iteration, v.Allowed, nullString(v.Code), nullString(v.Reason)); err != nil {
-			return fmt.Errorf("insert verdict: %w", err)
-		}
-	}
-	for _, d := range r.Tools {
-		if _, err := tx.Exec(ctx, `INSERT INTO run_tools (run_id, name, version, definition) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (run_id, name, version) DO NOTHING`, d.RunID, d.Name, d.Version, nullJSON(d.Definition)); err != nil {
-			return fmt.Errorf("insert tool definition: %w", err)
-		}
-	}
-	return nil
+	return []any{e.ID, nullString(e.RunID), nullString(e.CallID), e.Type,
+		e.Subject, e.Source, e.Time, nullString(e.Stream), seq, exts, nullJSON(e.Data)}, nil
 }
+
+const insertEventSQL = `
+INSERT INTO events (event_id, run_id, call_id, type, subject, source, time, stream, stream_seq, extensions, data)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (event_id) DO NOTHING`
 
 // rankSQL renders a CASE expression ranking expr as rank does for statuses.
 func rankSQL(expr string, statuses []string, rank func(string) int) string {
@@ -190,7 +268,8 @@ ON CONFLICT (run_id) DO UPDATE SET
 	updated_at   = GREATEST(r.updated_at, EXCLUDED.updated_at)`
 }()
 
-func upsertRun(ctx context.Context, tx pgx.Tx, u *RunUpdate) error {
+// runArgs are upsertRunSQL's arguments for u.
+func runArgs(u *RunUpdate) []any {
 	status, hasStatus := u.Status, u.Status != ""
 	if !hasStatus {
 		status = StatusRequested // only for a new row: the least status
@@ -204,14 +283,9 @@ func upsertRun(ctx context.Context, tx pgx.Tx, u *RunUpdate) error {
 	if u.Tenant.OrgID != "" {
 		ws, user = &u.Tenant.WorkspaceID, &u.Tenant.UserID
 	}
-	_, err := tx.Exec(ctx, upsertRunSQL,
-		u.RunID, nullString(u.Tenant.OrgID), ws, user, nullString(u.Agent), status, u.At,
+	return []any{u.RunID, nullString(u.Tenant.OrgID), ws, user, nullString(u.Agent), status, u.At,
 		nullJSON(u.Request), nullString(u.Reason), nullJSON(u.Outputs), nullJSON(u.Pinned),
-		nullString(u.TraceID), u.Iterations, u.ToolCalls, completedAt, hasStatus, u.Spend)
-	if err != nil {
-		return fmt.Errorf("upsert run: %w", err)
-	}
-	return nil
+		nullString(u.TraceID), u.Iterations, u.ToolCalls, completedAt, hasStatus, u.Spend}
 }
 
 // upsertCallSQL applies a CallUpdate. The status moves forward only. Until the
@@ -245,17 +319,6 @@ ON CONFLICT (run_id, call_id) DO UPDATE SET
 	` + fromEnv("truncated") + `,
 	envelope  = COALESCE(c.envelope, EXCLUDED.envelope)`
 }()
-
-func upsertCall(ctx context.Context, tx pgx.Tx, u *CallUpdate) error {
-	_, err := tx.Exec(ctx, upsertCallSQL,
-		u.RunID, u.CallID, u.Seq, u.Iteration, nullString(u.Name), nullString(u.Version), u.Status,
-		nullString(u.ErrorCode), nullJSON(u.Input), nullJSON(u.Envelope), u.TStart, u.TEnd, u.LatencyMS,
-		u.Cached, u.Truncated)
-	if err != nil {
-		return fmt.Errorf("upsert tool call: %w", err)
-	}
-	return nil
-}
 
 const runColumns = `r.run_id, r.org_id, r.workspace_id, r.user_id, r.agent, r.status, r.reason, r.trace_id,
 	r.iterations, GREATEST(r.tool_calls, (SELECT count(*) FROM tool_calls tc WHERE tc.run_id = r.run_id))::integer,
