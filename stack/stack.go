@@ -53,7 +53,8 @@ type Options struct {
 	// records trace ids (so runs have a trace id and traces_url) and exports
 	// nothing.
 	Tracer trace.TracerProvider
-	// Providers adds model adapters to the orchestrator.
+	// Providers adds model adapters to the orchestrator, besides those the
+	// environment configures (orchestrator.ProvidersFromEnv).
 	Providers orchestrator.Providers
 	// TracesURLTemplate fills AgentOutputs.traces_url.
 	TracesURLTemplate string
@@ -158,7 +159,17 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err := start(newPolicy(deps("policy"))); err != nil {
 		return st, fmt.Errorf("policy: %w", err)
 	}
-	if err := start(orchestratorNew(deps("orchestrator"), orchestrator.Config{Providers: o.Providers, TracesURLTemplate: o.TracesURLTemplate})); err != nil {
+	// The model providers (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) and the
+	// price table come from the environment; Options.Providers add to them.
+	ocfg, err := orchestrator.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		return st, fmt.Errorf("orchestrator: %w", err)
+	}
+	for name, p := range o.Providers {
+		ocfg.Providers[name] = p
+	}
+	ocfg.TracesURLTemplate = o.TracesURLTemplate
+	if err := start(orchestratorNew(deps("orchestrator"), ocfg)); err != nil {
 		return st, fmt.Errorf("orchestrator: %w", err)
 	}
 	if o.DatabaseURL != "" {

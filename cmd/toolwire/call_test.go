@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -84,6 +85,25 @@ func TestCallCommand(t *testing.T) {
 		env := decode(t, out)
 		require.NotNil(t, env.Error)
 		require.Contains(t, []envelope.ErrorCode{envelope.CodePolicyDenied, envelope.CodeValidation}, env.Error.Code)
+	})
+
+	t.Run("the agent loop acknowledges envelopes of calls outside its runs", func(t *testing.T) {
+		// Every envelope above reached the orchestrator too: it must take them
+		// (no run of its own) rather than retry them into the dead letters.
+		cons, err := st.JS.Consumer(t.Context(), events.StreamCalls, "orchestrator-calls")
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			info, err := cons.Info(t.Context())
+			return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+		}, 10*time.Second, 20*time.Millisecond)
+		info, err := cons.Info(t.Context())
+		require.NoError(t, err)
+		require.Zero(t, info.NumRedelivered, "no envelope was retried")
+		dlq, err := st.JS.Stream(t.Context(), events.StreamDLQ)
+		require.NoError(t, err)
+		dinfo, err := dlq.Info(t.Context())
+		require.NoError(t, err)
+		require.Zero(t, dinfo.State.Msgs, "nothing was dead-lettered")
 	})
 
 	for _, tc := range []struct {

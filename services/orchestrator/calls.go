@@ -24,6 +24,14 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 		return events.Permanent(fmt.Errorf("envelope call_id %s does not match subject %s", env.CallID, d.Subject))
 	}
 	recorded := false
+	if st, _, err := s.states.get(ctx, subj.RunID); err != nil {
+		return err
+	} else if st == nil {
+		// A call outside any run of ours (a tool node run by `toolwire call`):
+		// its envelope is for whoever asked, not for the agent loop.
+		s.log.Debug("envelope of a call outside any run", "run_id", subj.RunID, "call_id", env.CallID)
+		return nil
+	}
 	st, err := s.states.update(ctx, subj.RunID, func(st *RunState) (bool, error) {
 		recorded = false
 		c := st.call(env.CallID)
@@ -97,10 +105,9 @@ func (s *Service) handleApproval(ctx context.Context, d *events.Delivery) error 
 		return err
 	}
 	if st == nil {
-		if subj.Verb == "approved" {
-			return nil // a call of a run this orchestrator never had; nothing to resume
-		}
-		return events.Permanent(fmt.Errorf("approval required for call %s of unknown run %s", subj.CallID, subj.RunID))
+		// A call of a run this orchestrator never had (a tool node run by
+		// `toolwire call`): there is no run to suspend or resume.
+		return nil
 	}
 	if c := st.call(subj.CallID); c == nil || !approvalChanges(st, c, subj.Verb) {
 		if c == nil && subj.Verb == "approval_required" {

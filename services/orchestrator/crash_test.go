@@ -51,8 +51,8 @@ func (m *countingModel) of(run string, it int) []modelCall {
 // explainModelCalls accounts for every model call of one turn: exactly one
 // answer was recorded (the call that started at the recorded turn's t_start),
 // one more call for each answer a crash right after the model threw away, and
-// any other call was made by a replica that died afterwards, its answer with
-// it. It returns how many calls a death explains.
+// any other call was made by a replica that died, its answer with it. It
+// returns how many calls a death explains.
 func explainModelCalls(t *testing.T, key string, calls []modelCall, recordedStart time.Time,
 	lost []modelCall, killedAt map[string]time.Time) int {
 	t.Helper()
@@ -76,9 +76,13 @@ func explainModelCalls(t *testing.T, key string, calls []modelCall, recordedStar
 		require.GreaterOrEqual(t, best, 0, "%s: a crash after the model's answer follows a model call", key)
 		rest = append(rest[:best], rest[best+1:]...)
 	}
+	// The rest died with their replica: it was killed while it waited for
+	// the answer (or, as the test kills a replica by closing its connection,
+	// its last handlers still called the model after the close, and could
+	// record nothing).
 	for _, c := range rest {
-		died, ok := killedAt[c.replica]
-		require.True(t, ok && died.After(c.at), "%s: a model call by %s at %s is explained by no lost answer", key, c.replica, c.at)
+		_, died := killedAt[c.replica]
+		require.True(t, died, "%s: a model call by %s at %s is explained by no lost answer", key, c.replica, c.at)
 	}
 	return len(rest)
 }

@@ -25,6 +25,7 @@ func (s *Service) publishEffects(ctx context.Context, st *RunState, c cause) err
 	tr := st.Trace
 	ctx = events.ContextWithRunTrace(ctx, tr)
 	req := st.Request
+	traceID := traceIDOf(tr)
 	var outs []events.Outgoing
 	add := func(o events.Outgoing, err error) error {
 		if err != nil {
@@ -34,7 +35,7 @@ func (s *Service) publishEffects(ctx context.Context, st *RunState, c cause) err
 		return nil
 	}
 	status := func(name, reason string) events.RunStatus {
-		return events.RunStatus{RunID: st.RunID, Status: name, Agent: req.Agent.Name, Tenant: req.Tenant, TraceID: tr.TraceID(),
+		return events.RunStatus{RunID: st.RunID, Status: name, Agent: req.Agent.Name, Tenant: req.Tenant, TraceID: traceID,
 			Iteration: st.Iteration, ToolCalls: len(st.Calls), Spend: st.Spend, Reason: reason}
 	}
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +35,13 @@ type harness struct {
 	pub *events.Publisher
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+// quietLogger discards the services' logs; TOOLWIRE_TEST_LOG=1 shows them.
+func quietLogger() *slog.Logger {
+	if os.Getenv("TOOLWIRE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
 
 func deps(name string, nc *nats.Conn, js jetstream.JetStream) service.Deps {
 	return service.Deps{Common: service.Common{Name: name, Replicas: 1}, Conn: nc, JS: js, Log: quietLogger(),
@@ -126,7 +133,7 @@ func (h *harness) startOrchestratorWithLog(name string, cfg orchestrator.Config,
 	require.NoError(h.t, err)
 	require.NoError(h.t, svc.Start(h.t.Context()))
 	r := &replica{name: name, nc: nc, svc: svc}
-	h.t.Cleanup(func() { r.kill() })
+	h.t.Cleanup(r.stop)
 	return r
 }
 
@@ -135,9 +142,20 @@ func (h *harness) startOrchestratorWithLog(name string, cfg orchestrator.Config,
 func (r *replica) kill() {
 	r.once.Do(func() {
 		r.nc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = r.svc.Stop(ctx)
+	})
+}
+
+// stop shuts a replica down in order: its handlers finish, then its
+// connection closes.
+func (r *replica) stop() {
+	r.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = r.svc.Stop(ctx)
+		r.nc.Close()
 	})
 }
 

@@ -136,6 +136,8 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		s.runners = append(s.runners, r)
 	}
+	s.log.Info("orchestrator started", "instance", s.cfg.InstanceID, "providers", s.cfg.Providers.Names(),
+		"model_timeout", s.cfg.ModelTimeout)
 	return nil
 }
 

@@ -69,14 +69,20 @@ func (p Prices) For(provider, model string) (Price, bool) {
 	if pr, ok := p[model]; ok {
 		return pr, true
 	}
-	best, found := "", false
+	// The longest matching model name wins; at equal length, the
+	// provider's own entry.
+	best, bestLen, found := "", -1, false
 	for k := range p {
-		if strings.Contains(k, "/") && !strings.HasPrefix(k, provider+"/") {
+		scoped := strings.Contains(k, "/")
+		if scoped && !strings.HasPrefix(k, provider+"/") {
 			continue
 		}
 		name := strings.TrimPrefix(k, provider+"/")
-		if strings.HasPrefix(model, name+"-") && len(k) > len(best) {
-			best, found = k, true
+		if !strings.HasPrefix(model, name+"-") {
+			continue
+		}
+		if len(name) > bestLen || len(name) == bestLen && scoped {
+			best, bestLen, found = k, len(name), true
 		}
 	}
 	if found {

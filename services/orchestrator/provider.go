@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
@@ -43,9 +44,15 @@ func (p Providers) Get(name string) (Provider, error) {
 	if pr, ok := p[name]; ok {
 		return pr, nil
 	}
+	return nil, fmt.Errorf("%w %q (available: %v)", ErrUnknownProvider, name, p.Names())
+}
+
+// Names returns the provider names, sorted.
+func (p Providers) Names() []string {
 	names := make([]string, 0, len(p))
 	for n := range p {
 		names = append(names, n)
 	}
-	return nil, fmt.Errorf("%w %q (available: %v)", ErrUnknownProvider, name, names)
+	slices.Sort(names)
+	return names
 }

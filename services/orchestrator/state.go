@@ -188,6 +188,10 @@ type stateStore struct{ kv jetstream.KeyValue }
 
 var errStateExists = errors.New("run state exists")
 
+// errNoRunState is returned for a run this orchestrator never started, such as
+// the synthetic run of a single tool call (`toolwire call`).
+var errNoRunState = errors.New("run has no state")
+
 func (st stateStore) get(ctx context.Context, runID string) (*RunState, uint64, error) {
 	e, err := st.kv.Get(ctx, runID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -228,7 +232,7 @@ func (st stateStore) update(ctx context.Context, runID string, change func(s *Ru
 			return nil, err
 		}
 		if s == nil {
-			return nil, fmt.Errorf("run %s has no state", runID)
+			return nil, fmt.Errorf("run %s: %w", runID, errNoRunState)
 		}
 		changed, err := change(s)
 		if err != nil || !changed {

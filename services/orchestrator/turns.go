@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -126,7 +129,7 @@ func toolName(raw string) (string, bool) {
 	}
 	b := []byte(truncateName(raw))
 	for i, c := range b {
-		if !(c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+		if c != '_' && c != '-' && (c < '0' || c > '9') && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') {
 			b[i] = '_'
 		}
 	}
@@ -184,9 +187,22 @@ func advanceIfTurnDone(st *RunState) {
 	st.Phase = PhaseAwaitingVerdict
 }
 
+// traceIDOf is the trace id of the run's traceparent, "" when it has none.
+func traceIDOf(rt events.RunTrace) string {
+	parts := strings.Split(rt.TraceParent, "-")
+	if len(parts) != 4 {
+		return ""
+	}
+	id, err := trace.TraceIDFromHex(parts[1])
+	if err != nil || !id.IsValid() {
+		return ""
+	}
+	return id.String()
+}
+
 // finish computes the run's outputs and pinned handles.
 func (s *Service) finish(st *RunState) {
-	out := envelope.NewAgentOutputs(st.Response, st.envelopes(), events.TracesURL(s.cfg.TracesURLTemplate, st.Trace.TraceID()))
+	out := envelope.NewAgentOutputs(st.Response, st.envelopes(), events.TracesURL(s.cfg.TracesURLTemplate, traceIDOf(st.Trace)))
 	st.Outputs = &out
 	pinned, err := envelope.ResolvePins(out, st.Request.Agent.PinnedHandles)
 	st.Pinned = pinned

@@ -162,6 +162,11 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 	beat := time.NewTicker(a.opts.Heartbeat)
 	defer beat.Stop()
 	ctx := r.Context()
+	// The two streams of a run have no order between them and the recorder
+	// writes concurrently, so an event can be recorded after the run's end:
+	// the stream ends only once the run is settled and nothing new has come
+	// for settleQuiet, or settleWait after this stream first saw its end.
+	lastNew, endSeen := time.Now(), time.Time{}
 	for {
 		evs, err := a.store.EventsAfter(ctx, id, after, streamPage)
 		if err != nil {
@@ -181,13 +186,14 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 			after = e.Seq
 		}
 		if len(evs) > 0 {
+			lastNew = time.Now()
 			if rc.Flush() != nil {
 				return
 			}
 			if len(evs) == streamPage {
 				continue // more waiting
 			}
-		} else if run, done := a.settled(ctx, id); done {
+		} else if run, terminal, complete := a.settled(ctx, id); terminal && a.streamEnds(&endSeen, lastNew, complete) {
 			b, _ := json.Marshal(StreamEndJSON{RunID: id, Status: run.Status})
 			_, _ = fmt.Fprintf(w, "event: end\ndata: %s\n\n", b)
 			_ = rc.Flush()
@@ -212,26 +218,38 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 // completed is still watched for their envelopes.
 const settleWait = 5 * time.Second
 
-// settled reports whether a run has ended and has nothing more to record: its
-// status is terminal, and every tool call has its envelope (the two streams
-// have no order between them, so an envelope can be recorded after the run's
-// end) or the end is settleWait old.
-func (a *api) settled(ctx context.Context, id string) (Run, bool) {
+// settled reports whether a run has ended (terminal) and whether every tool
+// call it made has its envelope (complete).
+func (a *api) settled(ctx context.Context, id string) (run Run, terminal, complete bool) {
 	run, err := a.store.Run(ctx, id)
 	if err != nil || !IsTerminal(run.Status) {
-		return run, false
-	}
-	if run.CompletedAt != nil && time.Since(*run.CompletedAt) > settleWait {
-		return run, true
+		return run, false, false
 	}
 	calls, err := a.store.ToolCalls(ctx, id)
 	if err != nil {
-		return run, false
+		return run, true, false
 	}
 	for _, c := range calls {
 		if c.Status != CallCompleted {
-			return run, false
+			return run, true, false
 		}
 	}
-	return run, len(calls) >= run.ToolCalls
+	return run, true, len(calls) >= run.ToolCalls
+}
+
+// settleQuiet is how long a settled run's stream waits for stragglers.
+const settleQuiet = 500 * time.Millisecond
+
+// streamEnds decides, for a run that has ended, whether its stream may end:
+// every call has its envelope and nothing new came for settleQuiet, or
+// settleWait passed since this stream first saw the end (measured on this
+// recorder's clock, not by event times).
+func (a *api) streamEnds(endSeen *time.Time, lastNew time.Time, complete bool) bool {
+	if endSeen.IsZero() {
+		*endSeen = time.Now()
+	}
+	if time.Since(*endSeen) > settleWait {
+		return true
+	}
+	return complete && time.Since(lastNew) >= settleQuiet
 }

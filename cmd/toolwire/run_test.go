@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/demo"
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/recorder/pgtest"
+	"github.com/toolwire/toolwire/stack"
+)
+
+func TestBuildRunRequest(t *testing.T) {
+	now := time.Unix(1700000000, 42)
+	file := filepath.Join(t.TempDir(), "req.json")
+	fromFile := demo.Request("from-file")
+	temp := 0.3
+	fromFile.Agent.Model = envelope.Model{Provider: "anthropic", Name: "claude-haiku-4-5", Temperature: &temp}
+	b, err := json.Marshal(fromFile)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(file, b, 0o600))
+
+	for _, tc := range []struct {
+		name  string
+		f     runFlags
+		check func(t *testing.T, r envelope.RunRequest)
+		err   string
+	}{
+		{name: "demo", f: runFlags{demo: true}, check: func(t *testing.T, r envelope.RunRequest) {
+			require.Equal(t, "demo-1700000000000000042", r.RunID)
+			require.Equal(t, "scripted", r.Agent.Model.Provider)
+			require.NotEmpty(t, r.Agent.Model.Options)
+		}},
+		{name: "demo on a real model", f: runFlags{demo: true, provider: "openai", model: "gpt-4o-mini", runID: "r1"},
+			check: func(t *testing.T, r envelope.RunRequest) {
+				require.Equal(t, "r1", r.RunID)
+				require.Equal(t, envelope.Model{Provider: "openai", Name: "gpt-4o-mini"}, r.Agent.Model, "the script is dropped")
+				require.Equal(t, demo.Request("x").Messages, r.Messages)
+			}},
+		{name: "prompt", f: runFlags{provider: "anthropic", model: "claude-haiku-4-5", prompt: "What is 17*23?", maxBudget: 0.05},
+			check: func(t *testing.T, r envelope.RunRequest) {
+				require.Equal(t, []envelope.Message{{Role: envelope.RoleUser, Content: "What is 17*23?"}}, r.Messages)
+				require.Equal(t, demo.Request("x").Agent.EnabledTools, r.Agent.EnabledTools)
+				require.Equal(t, 0.05, r.Agent.Policy.MaxBudget)
+			}},
+		{name: "file keeps its settings, takes the model", f: runFlags{file: file, provider: "anthropic", model: "claude-sonnet-4-5"},
+			check: func(t *testing.T, r envelope.RunRequest) {
+				require.Equal(t, "from-file", r.RunID)
+				require.Equal(t, envelope.Model{Provider: "anthropic", Name: "claude-sonnet-4-5", Temperature: &temp}, r.Agent.Model)
+			}},
+		{name: "nothing to run", f: runFlags{}, err: "give a run request with --file, --demo, or --prompt"},
+		{name: "provider without model", f: runFlags{demo: true, provider: "openai"}, err: "--provider and --model go together"},
+		{name: "model without provider", f: runFlags{demo: true, model: "gpt-4o"}, err: "--provider and --model go together"},
+		{name: "prompt on the scripted model", f: runFlags{prompt: "hi"}, err: "--prompt needs a real model"},
+		{name: "demo and file", f: runFlags{demo: true, file: file}, err: "either --demo or --file"},
+		{name: "negative budget", f: runFlags{demo: true, maxBudget: -1}, err: "--max-budget must not be negative"},
+		{name: "bad run id", f: runFlags{demo: true, runID: "a.b"}, err: "run_id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := buildRunRequest(tc.f, strings.NewReader(""), now)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			tc.check(t, r)
+		})
+	}
+}
+
+// fakeOpenAI answers Chat Completions in their wire format: first a
+// calculator call, then the answer; it keeps the request bodies.
+type fakeOpenAI struct {
+	mu     sync.Mutex
+	bodies []map[string]any
+}
+
+func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	var body map[string]any
+	_ = json.Unmarshal(raw, &body)
+	f.mu.Lock()
+	f.bodies = append(f.bodies, body)
+	n := len(f.bodies)
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if n == 1 {
+		_, _ = io.WriteString(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o-mini-2024-07-18",
+		  "choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[
+		    {"id":"call_1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"17*23\"}"}}]},
+		    "logprobs":null,"finish_reason":"tool_calls"}],
+		  "usage":{"prompt_tokens":300,"completion_tokens":20,"total_tokens":320}}`)
+		return
+	}
+	_, _ = io.WriteString(w, `{"id":"chatcmpl-2","object":"chat.completion","created":2,"model":"gpt-4o-mini-2024-07-18",
+	  "choices":[{"index":0,"message":{"role":"assistant","content":"17*23 = 391."},"logprobs":null,"finish_reason":"stop"}],
+	  "usage":{"prompt_tokens":350,"completion_tokens":8,"total_tokens":358}}`)
+}
+
+// With OPENAI_API_KEY and OPENAI_BASE_URL in the environment, the stack's
+// orchestrator (as `toolwire dev` builds it) serves the openai provider, and
+// `toolwire run --provider openai` runs on it.
+func TestRunCommandOnARealModel(t *testing.T) {
+	fake := &fakeOpenAI{}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Setenv("OPENAI_API_KEY", "sk-test")
+	t.Setenv("OPENAI_BASE_URL", srv.URL+"/v1")
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
+
+	out, errOut, err := runCLI(t, "", "run", "--nats", st.URL, "--provider", "openai", "--model", "gpt-4o-mini",
+		"--prompt", "What is 17*23? Use a tool.", "--run-id", "real-model-1")
+	require.NoError(t, err, errOut)
+	var outputs envelope.AgentOutputs
+	require.NoError(t, json.Unmarshal([]byte(out), &outputs), out)
+	require.Equal(t, "17*23 = 391.", outputs.Response)
+	require.Len(t, outputs.ToolOrder, 1)
+	require.JSONEq(t, `{"result":391}`, string(outputs.ToolsByID[outputs.ToolOrder[0]].Output))
+	require.Contains(t, errOut, "spend: 0.000114", "300+350 input and 20+8 output tokens at gpt-4o-mini's price")
+
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	require.Len(t, fake.bodies, 2)
+	require.Equal(t, "gpt-4o-mini", fake.bodies[0]["model"])
+	var names []string
+	for _, tl := range fake.bodies[0]["tools"].([]any) {
+		names = append(names, tl.(map[string]any)["function"].(map[string]any)["name"].(string))
+	}
+	require.Equal(t, []string{"echo", "calculator", "get_current_time"}, names)
+	msgs := fake.bodies[1]["messages"].([]any)
+	last := msgs[len(msgs)-1].(map[string]any)
+	require.Equal(t, map[string]any{"role": "tool", "tool_call_id": "call_1", "content": `{"result":391}`}, last)
+}
+
+// `toolwire dev --demo` needs no API key.
+func TestDevDemoWithoutAPIKey(t *testing.T) {
+	for _, k := range []string{"OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY"} {
+		t.Setenv(k, "")
+	}
+	out, errOut, err := runCLI(t, "", "dev", "--demo", "--data-dir", t.TempDir(), "--database-url", pgtest.Schema(t))
+	require.NoError(t, err, errOut)
+	var outputs envelope.AgentOutputs
+	require.NoError(t, json.Unmarshal([]byte(out), &outputs), out)
+	require.Equal(t, demo.Response, outputs.Response)
+	require.Len(t, outputs.ToolOrder, 4)
+	require.Contains(t, errOut, "recorded: ")
+}

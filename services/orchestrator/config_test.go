@@ -1,0 +1,181 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/orchestrator"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestPricesFor(t *testing.T) {
+	p := orchestrator.DefaultPrices()
+	p["openai/gpt-4o"] = orchestrator.Price{InputPerMTok: 9, OutputPerMTok: 9}
+	for _, tc := range []struct {
+		provider, model string
+		want            orchestrator.Price
+		priced          bool
+	}{
+		{"openai", "gpt-4o-mini", orchestrator.Price{InputPerMTok: 0.15, OutputPerMTok: 0.60}, true},
+		{"openai", "gpt-4o", orchestrator.Price{InputPerMTok: 9, OutputPerMTok: 9}, true},
+		{"azure", "gpt-4o", orchestrator.Price{InputPerMTok: 2.5, OutputPerMTok: 10}, true},
+		{"openai", "gpt-4o-2024-08-06", orchestrator.Price{InputPerMTok: 9, OutputPerMTok: 9}, true},
+		{"openai", "gpt-4o-mini-2024-07-18", orchestrator.Price{InputPerMTok: 0.15, OutputPerMTok: 0.60}, true},
+		{"anthropic", "claude-sonnet-4-5-20250929", orchestrator.Price{InputPerMTok: 3, OutputPerMTok: 15}, true},
+		{"anthropic", "claude-sonnet-4-20250514", orchestrator.Price{InputPerMTok: 3, OutputPerMTok: 15}, true},
+		{"openai", "llama3.1:8b", orchestrator.Price{}, false},
+		{"scripted", "anything", orchestrator.Price{}, true},
+		{"replay", "gpt-4o-mini-x", orchestrator.Price{InputPerMTok: 0.15, OutputPerMTok: 0.60}, true},
+	} {
+		got, ok := p.For(tc.provider, tc.model)
+		require.Equal(t, tc.priced, ok, "%s/%s", tc.provider, tc.model)
+		require.Equal(t, tc.want, got, "%s/%s", tc.provider, tc.model)
+	}
+	require.InDelta(t, 0.00021, orchestrator.Price{InputPerMTok: 0.15, OutputPerMTok: 0.6}.Cost(1000, 100), 1e-12)
+}
+
+func TestPricesFromEnv(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "prices.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"my-model": {"input_per_mtok": 1, "output_per_mtok": 2}}`), 0o600))
+	for _, tc := range []struct {
+		name, value string
+		check       func(t *testing.T, p orchestrator.Prices)
+		err         string
+	}{
+		{name: "unset", check: func(t *testing.T, p orchestrator.Prices) { require.Equal(t, orchestrator.DefaultPrices(), p) }},
+		{name: "inline JSON adds and replaces", value: `{"gpt-4o": {"input_per_mtok": 1, "output_per_mtok": 1}, "scripted/priced": {"input_per_mtok": 5, "output_per_mtok": 0}}`,
+			check: func(t *testing.T, p orchestrator.Prices) {
+				require.Equal(t, orchestrator.Price{InputPerMTok: 1, OutputPerMTok: 1}, p["gpt-4o"])
+				got, _ := p.For("scripted", "priced")
+				require.Equal(t, orchestrator.Price{InputPerMTok: 5}, got)
+				require.Equal(t, orchestrator.DefaultPrices()["gpt-4o-mini"], p["gpt-4o-mini"], "the rest stay")
+			}},
+		{name: "a file", value: file, check: func(t *testing.T, p orchestrator.Prices) {
+			require.Equal(t, orchestrator.Price{InputPerMTok: 1, OutputPerMTok: 2}, p["my-model"])
+		}},
+		{name: "missing file", value: "/nonexistent/prices.json", err: "TOOLWIRE_PRICES: open /nonexistent/prices.json"},
+		{name: "not JSON", value: `{"gpt-4o": `, err: "TOOLWIRE_PRICES: price table: want"},
+		{name: "unknown field", value: `{"gpt-4o": {"input": 1}}`, err: `unknown field "input"`},
+		{name: "negative", value: `{"gpt-4o": {"input_per_mtok": -1, "output_per_mtok": 1}}`, err: `"gpt-4o": prices must be finite numbers, zero or more`},
+		{name: "trailing", value: `{} {}`, err: "trailing content"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := orchestrator.PricesFromEnv(env(map[string]string{orchestrator.EnvPrices: tc.value}))
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			tc.check(t, p)
+		})
+	}
+}
+
+func FuzzParsePrices(f *testing.F) {
+	for _, s := range []string{`{}`, `{"m":{"input_per_mtok":1,"output_per_mtok":2}}`, `{"m":{"input_per_mtok":-1}}`, `[]`, `{"":{}}`, `{"m":{"input_per_mtok":1e400}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := orchestrator.ParsePrices(b)
+		if err != nil {
+			return
+		}
+		// What parses is valid, and prices nothing at a negative cost.
+		require.NoError(t, p.Validate())
+		for _, pr := range p {
+			require.GreaterOrEqual(t, pr.Cost(1000, 1000), 0.0)
+		}
+	})
+}
+
+func TestProvidersFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		env   map[string]string
+		names []string
+		err   string
+	}{
+		{name: "nothing set", names: nil},
+		{name: "openai key", env: map[string]string{"OPENAI_API_KEY": "sk-x"}, names: []string{"openai"}},
+		{name: "a local compatible server without a key", env: map[string]string{"OPENAI_BASE_URL": "http://localhost:11434/v1"}, names: []string{"openai"}},
+		{name: "both", env: map[string]string{"OPENAI_API_KEY": "sk-x", "ANTHROPIC_API_KEY": "sk-ant-x", "TOOLWIRE_MODEL_RETRIES": "0"}, names: []string{"anthropic", "openai"}},
+		{name: "anthropic base URL alone is not enough", env: map[string]string{"ANTHROPIC_BASE_URL": "http://proxy:4000"}, names: nil},
+		{name: "bad base URL", env: map[string]string{"OPENAI_BASE_URL": "localhost:11434"}, err: `OPENAI_BASE_URL="localhost:11434": want an http(s) URL`},
+		{name: "bad anthropic base URL", env: map[string]string{"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "ftp://x"}, err: "ANTHROPIC_BASE_URL"},
+		{name: "bad retries", env: map[string]string{"OPENAI_API_KEY": "k", "TOOLWIRE_MODEL_RETRIES": "many"}, err: "TOOLWIRE_MODEL_RETRIES"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := orchestrator.ProvidersFromEnv(env(tc.env))
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			var names []string
+			for n := range p {
+				names = append(names, n)
+			}
+			require.ElementsMatch(t, tc.names, names)
+		})
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	c, err := orchestrator.ConfigFromEnv(env(map[string]string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY": "8", "TOOLWIRE_MODEL_TIMEOUT": "30s",
+		"OPENAI_API_KEY": "sk-x", "TOOLWIRE_PRICES": `{"x": {"input_per_mtok": 1, "output_per_mtok": 1}}`}))
+	require.NoError(t, err)
+	require.Equal(t, 8, c.Concurrency)
+	require.Contains(t, c.Providers, "openai")
+	require.Contains(t, c.Prices, "x")
+
+	_, err = orchestrator.ConfigFromEnv(env(map[string]string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY": "0", "TOOLWIRE_MODEL_TIMEOUT": "soon",
+		"TOOLWIRE_PRICES": "{", "OPENAI_BASE_URL": "nope"}))
+	for _, s := range []string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY", "TOOLWIRE_MODEL_TIMEOUT", "TOOLWIRE_PRICES", "OPENAI_BASE_URL"} {
+		require.ErrorContains(t, err, s, "every problem is reported at once")
+	}
+	require.Subset(t, orchestrator.EnvVars(), []string{"OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "TOOLWIRE_PRICES", "TOOLWIRE_MODEL_RETRIES"})
+}
+
+func TestReplayProvider(t *testing.T) {
+	b := envelope.ReplayBundle{RunID: "rec-1", Turns: []envelope.ModelTurn{
+		{Iteration: 1, Response: envelope.ModelResponse{ToolCalls: []envelope.ToolCall{{ID: "call_1", Name: "echo", Arguments: json.RawMessage(`{"text":"a"}`)}},
+			StopReason: "tool_calls", Usage: envelope.Usage{InputTokens: 10, OutputTokens: 5}}},
+		{Iteration: 2, Response: envelope.ModelResponse{Content: "done", StopReason: "stop"}},
+	}}
+	p, err := orchestrator.NewReplayProvider(b)
+	require.NoError(t, err)
+	require.Equal(t, 2, p.Turns())
+	ctx := context.Background()
+	r1, err := p.Complete(ctx, orchestrator.ModelRequest{RunID: "replayed", Iteration: 1})
+	require.NoError(t, err)
+	require.Equal(t, b.Turns[0].Response, r1)
+	r1.ToolCalls[0].Name = "changed"
+	again, err := p.Complete(ctx, orchestrator.ModelRequest{RunID: "replayed", Iteration: 1})
+	require.NoError(t, err)
+	require.Equal(t, "echo", again.ToolCalls[0].Name, "a caller cannot change the recording")
+	r2, err := p.Complete(ctx, orchestrator.ModelRequest{Iteration: 2})
+	require.NoError(t, err)
+	require.Equal(t, "done", r2.Content)
+	_, err = p.Complete(ctx, orchestrator.ModelRequest{Iteration: 3})
+	require.ErrorIs(t, err, orchestrator.ErrReplayDiverged)
+	require.ErrorContains(t, err, "the recorded run made no model call at iteration 3 (it recorded 2, the last at iteration 2)")
+
+	for _, tc := range []struct {
+		turns []envelope.ModelTurn
+		err   string
+	}{
+		{nil, "the bundle holds no model turn"},
+		{[]envelope.ModelTurn{{Iteration: 0}}, "turns[0] has iteration 0"},
+		{[]envelope.ModelTurn{{Iteration: 1}, {Iteration: 1}}, "two turns of iteration 1"},
+	} {
+		_, err := orchestrator.NewReplayProvider(envelope.ReplayBundle{RunID: "rec-2", Turns: tc.turns})
+		require.ErrorContains(t, err, tc.err)
+	}
+}
