@@ -65,6 +65,9 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 			return err
 		}
 		if done {
+			if err := s.ensureStarted(ctx, &req, rt); err != nil {
+				return err
+			}
 			log.Info("call already completed; redelivery acknowledged without running it again", "attempt", d.Attempt)
 			return nil
 		}
@@ -101,7 +104,11 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	if err != nil {
 		return events.Permanent(err)
 	}
-	if err := s.pub.Publish(ctx, started); err != nil {
+	// call.started goes out without waiting for its PubAck: the round trip
+	// overlaps the tool, and its ack is awaited with completed's below. The
+	// delivery is acknowledged only once both are stored.
+	startedPub, err := s.pub.PublishAsync(ctx, started)
+	if err != nil {
 		span.SetStatus(codes.Error, "publish call.started")
 		return err
 	}
@@ -143,11 +150,63 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	if err != nil {
 		return events.Permanent(err)
 	}
-	if err := s.pub.Publish(pubCtx, completed); err != nil {
+	completedPub, err := s.pub.PublishAsync(pubCtx, completed)
+	if err != nil {
 		return err
+	}
+	serr, cerr := startedPub.Wait(pubCtx), completedPub.Wait(pubCtx)
+	if serr != nil {
+		// Not confirmed: publish it again (its id makes a stored copy a
+		// duplicate). Failing that, the redelivery publishes it (ensureStarted).
+		if err := startedPub.Retry(pubCtx); err != nil {
+			span.SetStatus(codes.Error, "publish call.started")
+			return errors.Join(serr, err)
+		}
+	}
+	if cerr != nil {
+		return cerr
 	}
 	log.Debug("call completed", "code", code, "latency", env.Latency(), "cached", env.Cached, "truncated", env.Truncated)
 	return nil
+}
+
+// ensureStarted publishes the call.started of a completed call when it is not
+// stored: call.started is published without waiting before the tool runs,
+// so a delivery can fail after completed was stored but before started was.
+// It is rebuilt from the completed envelope (its start time); its id is the
+// same, so a copy stored meanwhile makes it a duplicate.
+func (s *Service) ensureStarted(ctx context.Context, req *events.CallRequest, rt events.RunTrace) error {
+	subj, err := events.CallSubject(req.RunID, req.CallID, "started")
+	if err != nil {
+		return events.Permanent(err)
+	}
+	_, err = s.calls.GetLastMsgForSubject(ctx, subj)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("look up %s: %w", subj, err)
+	}
+	csubj, err := events.CallSubject(req.RunID, req.CallID, "completed")
+	if err != nil {
+		return events.Permanent(err)
+	}
+	m, err := s.calls.GetLastMsgForSubject(ctx, csubj)
+	if err != nil {
+		return fmt.Errorf("look up %s: %w", csubj, err)
+	}
+	var env envelope.ToolEnvelope
+	if err := json.Unmarshal(m.Data, &env); err != nil {
+		return events.Permanent(fmt.Errorf("completed envelope of %s: %w", req.CallID, err))
+	}
+	started, err := events.NewCallStarted(s.cfg.Source, events.CallStarted{
+		RunID: req.RunID, CallID: req.CallID, Name: req.Name, Version: req.Version,
+		TStart: env.TStart, Executor: s.cfg.ID,
+	}, req.Tenant, rt)
+	if err != nil {
+		return events.Permanent(err)
+	}
+	return s.pub.Publish(ctx, started)
 }
 
 // completed reports whether the call's completed event is already stored.

@@ -24,15 +24,17 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 		return events.Permanent(fmt.Errorf("envelope call_id %s does not match subject %s", env.CallID, d.Subject))
 	}
 	recorded := false
-	if st, _, err := s.states.get(ctx, subj.RunID); err != nil {
+	cur, rev, err := s.states.get(ctx, subj.RunID)
+	if err != nil {
 		return err
-	} else if st == nil {
+	}
+	if cur == nil {
 		// A call outside any run of ours (a tool node run by `toolwire call`):
 		// its envelope is for whoever asked, not for the agent loop.
 		s.log.Debug("envelope of a call outside any run", "run_id", subj.RunID, "call_id", env.CallID)
 		return nil
 	}
-	st, err := s.states.update(ctx, subj.RunID, func(st *RunState) (bool, error) {
+	st, _, err := s.states.updateFrom(ctx, subj.RunID, cur, rev, func(st *RunState) (bool, error) {
 		recorded = false
 		c := st.call(env.CallID)
 		if c == nil {
@@ -100,7 +102,7 @@ func (s *Service) handleApproval(ctx context.Context, d *events.Delivery) error 
 	if want == "" || d.Event.Type() != want {
 		return events.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
 	}
-	st, _, err := s.states.get(ctx, subj.RunID)
+	st, rev, err := s.states.get(ctx, subj.RunID)
 	if err != nil {
 		return err
 	}
@@ -118,7 +120,7 @@ func (s *Service) handleApproval(ctx context.Context, d *events.Delivery) error 
 		}
 		return s.publishEffects(ctx, st, cause{approval: subj.CallID})
 	}
-	st, err = s.states.update(ctx, subj.RunID, func(st *RunState) (bool, error) {
+	st, _, err = s.states.updateFrom(ctx, subj.RunID, st, rev, func(st *RunState) (bool, error) {
 		c := st.call(subj.CallID)
 		if c == nil || !approvalChanges(st, c, subj.Verb) {
 			return false, nil

@@ -298,7 +298,7 @@ func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 		return events.Permanent(err)
 	}
 	n := v.Iteration
-	st, _, err := s.states.get(ctx, v.RunID)
+	st, rev, err := s.states.get(ctx, v.RunID)
 	if err != nil {
 		return err
 	}
@@ -314,7 +314,7 @@ func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 		if code == "" {
 			code = envelope.CodePolicyDenied
 		}
-		st, err = s.states.update(ctx, v.RunID, func(st *RunState) (bool, error) {
+		st, _, err = s.states.updateFrom(ctx, v.RunID, st, rev, func(st *RunState) (bool, error) {
 			if !st.awaiting(n) {
 				return false, nil
 			}
@@ -327,7 +327,10 @@ func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 		return s.publishEffects(ctx, st, cause{iteration: n})
 	}
 
-	st, claimed, err := s.claimModel(ctx, v.RunID, n)
+	// The revision read above and the one the claim writes save a KV get
+	// before each compare-and-set below: a write that lost a race is refused
+	// and re-applied to a fresh read.
+	st, rev, claimed, err := s.claimModel(ctx, v.RunID, n, st, rev)
 	if err != nil {
 		return err
 	}
@@ -346,7 +349,7 @@ func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 		}
 		// A model failure ends the run with a clear reason; the adapter's
 		// retries already happened.
-		st, uerr := s.states.update(ctx, v.RunID, func(st *RunState) (bool, error) {
+		st, _, uerr := s.states.updateFrom(ctx, v.RunID, st, rev, func(st *RunState) (bool, error) {
 			if !st.awaiting(n) || st.turn(n) != nil {
 				return false, nil
 			}
@@ -362,7 +365,7 @@ func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 		return err
 	}
 	recorded := false
-	st, err = s.states.update(ctx, v.RunID, func(st *RunState) (bool, error) {
+	st, _, err = s.states.updateFrom(ctx, v.RunID, st, rev, func(st *RunState) (bool, error) {
 		recorded = false
 		if !st.awaiting(n) || st.turn(n) != nil {
 			return false, nil // another delivery recorded this turn first
@@ -395,12 +398,13 @@ func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 // turn is recorded or the run ended). While another delivery's claim is live
 // it waits for that claim to end or expire: the model is not called twice for
 // one turn unless the replica that called it died before recording the
-// answer.
-func (s *Service) claimModel(ctx context.Context, runID string, n int) (*RunState, bool, error) {
+// answer. cur and rev are the state as just read (cur nil to read it here);
+// it returns the state and its revision.
+func (s *Service) claimModel(ctx context.Context, runID string, n int, cur *RunState, rev uint64) (*RunState, uint64, bool, error) {
 	for {
 		var wait time.Duration
 		claimed := false
-		st, err := s.states.update(ctx, runID, func(st *RunState) (bool, error) {
+		st, stRev, err := s.states.updateFrom(ctx, runID, cur, rev, func(st *RunState) (bool, error) {
 			wait, claimed = 0, false
 			if !st.awaiting(n) || st.turn(n) != nil {
 				return false, nil
@@ -424,15 +428,16 @@ func (s *Service) claimModel(ctx context.Context, runID string, n int) (*RunStat
 			return true, nil
 		})
 		if err != nil || claimed || wait <= 0 {
-			return st, claimed, err
+			return st, stRev, claimed, err
 		}
+		cur = nil // read again after the wait
 		s.log.Info("model call claimed by another delivery; waiting for it to end or expire",
 			"run_id", runID, "iteration", n, "owner", st.Claim.Owner, "wait", wait)
 		t := time.NewTimer(wait + 10*time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, false, fmt.Errorf("wait for the model claim of run %s: %w", runID, ctx.Err())
+			return nil, 0, false, fmt.Errorf("wait for the model claim of run %s: %w", runID, ctx.Err())
 		case <-t.C:
 		}
 	}

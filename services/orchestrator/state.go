@@ -223,32 +223,43 @@ func (st stateStore) create(ctx context.Context, s *RunState) (uint64, error) {
 	return rev, nil
 }
 
-// update applies change to the run's state under compare-and-set, retrying on
-// a conflicting write. change returns false when there is nothing to write.
-func (st stateStore) update(ctx context.Context, runID string, change func(s *RunState) (bool, error)) (*RunState, error) {
+// updateFrom applies change to the run's state under compare-and-set,
+// retrying on a conflicting write; change returns false when there is nothing
+// to write. It starts from a state the caller has just read at revision rev
+// (nil to read it here), saving a KV get on the first attempt.
+// The compare-and-set on rev makes this as safe as reading again: when the
+// run changed since, the write is refused and change is re-applied to a fresh
+// read. The caller's state is changed in place on the first attempt and must
+// not be used afterwards; it returns the state written (or unchanged) and its
+// revision.
+func (st stateStore) updateFrom(ctx context.Context, runID string, s *RunState, rev uint64,
+	change func(s *RunState) (bool, error),
+) (*RunState, uint64, error) {
 	for attempt := 0; ; attempt++ {
-		s, rev, err := st.get(ctx, runID)
-		if err != nil {
-			return nil, err
-		}
-		if s == nil {
-			return nil, fmt.Errorf("run %s: %w", runID, errNoRunState)
+		if s == nil || attempt > 0 {
+			var err error
+			if s, rev, err = st.get(ctx, runID); err != nil {
+				return nil, 0, err
+			}
+			if s == nil {
+				return nil, 0, fmt.Errorf("run %s: %w", runID, errNoRunState)
+			}
 		}
 		changed, err := change(s)
 		if err != nil || !changed {
-			return s, err
+			return s, rev, err
 		}
 		s.UpdatedAt = time.Now().UTC()
 		b, err := json.Marshal(s)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		_, err = st.kv.Update(ctx, runID, b, rev)
+		newRev, err := st.kv.Update(ctx, runID, b, rev)
 		if err == nil {
-			return s, nil
+			return s, newRev, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) || attempt > 50 {
-			return nil, fmt.Errorf("update run %s: %w", runID, err)
+			return nil, 0, fmt.Errorf("update run %s: %w", runID, err)
 		}
 		// Another replica or event changed the run meanwhile: re-read and re-apply.
 	}
