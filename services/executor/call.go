@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
@@ -180,12 +179,8 @@ func (s *Service) ensureStarted(ctx context.Context, req *events.CallRequest, rt
 	if err != nil {
 		return events.Permanent(err)
 	}
-	_, err = s.calls.GetLastMsgForSubject(ctx, subj)
-	switch {
-	case err == nil:
-		return nil
-	case !errors.Is(err, jetstream.ErrMsgNotFound):
-		return fmt.Errorf("look up %s: %w", subj, err)
+	if ok, err := events.Stored(ctx, s.calls, subj); err != nil || ok {
+		return err
 	}
 	csubj, err := events.CallSubject(req.RunID, req.CallID, "completed")
 	if err != nil {
@@ -215,14 +210,7 @@ func (s *Service) completed(ctx context.Context, req *events.CallRequest) (bool,
 	if err != nil {
 		return false, events.Permanent(err)
 	}
-	_, err = s.calls.GetLastMsgForSubject(ctx, subj)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	}
-	return false, fmt.Errorf("look up %s: %w", subj, err)
+	return events.Stored(ctx, s.calls, subj)
 }
 
 // execResult is the outcome of execute.

@@ -255,14 +255,7 @@ func (s *Service) completed(ctx context.Context, job *events.SandboxJob) (bool, 
 	if err != nil {
 		return false, events.Permanent(err)
 	}
-	_, err = s.stream.GetLastMsgForSubject(ctx, subj)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	}
-	return false, fmt.Errorf("look up %s: %w", subj, err)
+	return events.Stored(ctx, s.stream, subj)
 }
 
 func runtimeLabel(r string) string {
