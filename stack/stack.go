@@ -191,7 +191,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		}
 		probes := &service.Probes{}
 		probes.SetReady(true)
-		st.httpSrv = &http.Server{Handler: probes.Handler(st.Metrics, st.Conn, withBlobs(api, st.JS)), ReadHeaderTimeout: 10 * time.Second}
+		st.httpSrv = &http.Server{Handler: probes.Handler(st.Metrics, st.Conn, api), ReadHeaderTimeout: 10 * time.Second}
 		st.HTTPURL = "http://" + ln.Addr().String()
 		go func() { _ = st.httpSrv.Serve(ln) }()
 	}
