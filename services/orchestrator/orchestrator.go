@@ -37,7 +37,7 @@ type Service struct {
 	tracer  trace.Tracer
 	pub     *events.Publisher
 	schemas *envelope.Schemas
-	states  stateStore
+	states  *stateStore
 	catalog *registry.Catalog
 	runners []*events.Runner
 	metrics metrics
@@ -105,7 +105,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open run state: %w", err)
 	}
-	s.states = stateStore{kv: kv}
+	s.states = newStateStore(kv)
 	reg, err := registry.Open(ctx, s.d.JS)
 	if err != nil {
 		return err
@@ -298,43 +298,37 @@ func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 		return events.Permanent(err)
 	}
 	n := v.Iteration
-	st, rev, err := s.states.get(ctx, v.RunID)
-	if err != nil {
-		return err
-	}
-	if st == nil {
-		return events.Permanent(fmt.Errorf("verdict for unknown run %s", v.RunID))
-	}
-	if !st.awaiting(n) {
-		// Already handled (a redelivery): make sure its effects are out.
-		return s.publishEffects(ctx, st, cause{iteration: n})
-	}
 	if !v.Allowed {
 		code := v.Code
 		if code == "" {
 			code = envelope.CodePolicyDenied
 		}
-		st, _, err = s.states.updateFrom(ctx, v.RunID, st, rev, func(st *RunState) (bool, error) {
+		st, _, err := s.states.update(ctx, v.RunID, func(st *RunState) (bool, error) {
 			if !st.awaiting(n) {
-				return false, nil
+				return false, nil // already handled (a redelivery)
 			}
 			st.fail(code, "policy denied iteration "+strconv.Itoa(n)+": "+v.Reason)
 			return true, nil
 		})
+		if errors.Is(err, errNoRunState) {
+			return events.Permanent(fmt.Errorf("verdict for unknown run %s", v.RunID))
+		}
 		if err != nil {
 			return err
 		}
 		return s.publishEffects(ctx, st, cause{iteration: n})
 	}
 
-	// The revision read above and the one the claim writes save a KV get
-	// before each compare-and-set below: a write that lost a race is refused
-	// and re-applied to a fresh read.
-	st, rev, claimed, err := s.claimModel(ctx, v.RunID, n, st, rev)
+	st, claimed, err := s.claimModel(ctx, v.RunID, n)
+	if errors.Is(err, errNoRunState) {
+		return events.Permanent(fmt.Errorf("verdict for unknown run %s", v.RunID))
+	}
 	if err != nil {
 		return err
 	}
 	if !claimed {
+		// Already handled (a redelivery), or the run ended: make sure its
+		// effects are out.
 		return s.publishEffects(ctx, st, cause{iteration: n})
 	}
 	if err := s.fault(ctx, FaultBeforeModel, v.RunID, n); err != nil {
@@ -349,7 +343,7 @@ func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 		}
 		// A model failure ends the run with a clear reason; the adapter's
 		// retries already happened.
-		st, _, uerr := s.states.updateFrom(ctx, v.RunID, st, rev, func(st *RunState) (bool, error) {
+		st, _, uerr := s.states.update(ctx, v.RunID, func(st *RunState) (bool, error) {
 			if !st.awaiting(n) || st.turn(n) != nil {
 				return false, nil
 			}
@@ -365,7 +359,7 @@ func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 		return err
 	}
 	recorded := false
-	st, _, err = s.states.updateFrom(ctx, v.RunID, st, rev, func(st *RunState) (bool, error) {
+	st, _, err = s.states.update(ctx, v.RunID, func(st *RunState) (bool, error) {
 		recorded = false
 		if !st.awaiting(n) || st.turn(n) != nil {
 			return false, nil // another delivery recorded this turn first
@@ -398,13 +392,12 @@ func (s *Service) onVerdict(ctx context.Context, d *events.Delivery) error {
 // turn is recorded or the run ended). While another delivery's claim is live
 // it waits for that claim to end or expire: the model is not called twice for
 // one turn unless the replica that called it died before recording the
-// answer. cur and rev are the state as just read (cur nil to read it here);
-// it returns the state and its revision.
-func (s *Service) claimModel(ctx context.Context, runID string, n int, cur *RunState, rev uint64) (*RunState, uint64, bool, error) {
+// answer.
+func (s *Service) claimModel(ctx context.Context, runID string, n int) (*RunState, bool, error) {
 	for {
 		var wait time.Duration
 		claimed := false
-		st, stRev, err := s.states.updateFrom(ctx, runID, cur, rev, func(st *RunState) (bool, error) {
+		st, _, err := s.states.update(ctx, runID, func(st *RunState) (bool, error) {
 			wait, claimed = 0, false
 			if !st.awaiting(n) || st.turn(n) != nil {
 				return false, nil
@@ -428,16 +421,15 @@ func (s *Service) claimModel(ctx context.Context, runID string, n int, cur *RunS
 			return true, nil
 		})
 		if err != nil || claimed || wait <= 0 {
-			return st, stRev, claimed, err
+			return st, claimed, err
 		}
-		cur = nil // read again after the wait
 		s.log.Info("model call claimed by another delivery; waiting for it to end or expire",
 			"run_id", runID, "iteration", n, "owner", st.Claim.Owner, "wait", wait)
 		t := time.NewTimer(wait + 10*time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, 0, false, fmt.Errorf("wait for the model claim of run %s: %w", runID, ctx.Err())
+			return nil, false, fmt.Errorf("wait for the model claim of run %s: %w", runID, ctx.Err())
 		case <-t.C:
 		}
 	}

@@ -1,14 +1,10 @@
 package orchestrator
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"math"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 )
@@ -183,84 +179,3 @@ func (s *RunState) envelopes() []envelope.ToolEnvelope {
 	return out
 }
 
-// stateStore keeps run states in KV, changed only by compare-and-set.
-type stateStore struct{ kv jetstream.KeyValue }
-
-var errStateExists = errors.New("run state exists")
-
-// errNoRunState is returned for a run this orchestrator never started, such as
-// the synthetic run of a single tool call (`toolwire call`).
-var errNoRunState = errors.New("run has no state")
-
-func (st stateStore) get(ctx context.Context, runID string) (*RunState, uint64, error) {
-	e, err := st.kv.Get(ctx, runID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("load run %s: %w", runID, err)
-	}
-	var s RunState
-	if err := json.Unmarshal(e.Value(), &s); err != nil {
-		return nil, 0, fmt.Errorf("decode run %s: %w", runID, err)
-	}
-	return &s, e.Revision(), nil
-}
-
-func (st stateStore) create(ctx context.Context, s *RunState) (uint64, error) {
-	s.UpdatedAt = time.Now().UTC()
-	b, err := json.Marshal(s)
-	if err != nil {
-		return 0, err
-	}
-	rev, err := st.kv.Create(ctx, s.RunID, b)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, errStateExists
-	}
-	if err != nil {
-		return 0, fmt.Errorf("create run %s: %w", s.RunID, err)
-	}
-	return rev, nil
-}
-
-// updateFrom applies change to the run's state under compare-and-set,
-// retrying on a conflicting write; change returns false when there is nothing
-// to write. It starts from a state the caller has just read at revision rev
-// (nil to read it here), saving a KV get on the first attempt.
-// The compare-and-set on rev makes this as safe as reading again: when the
-// run changed since, the write is refused and change is re-applied to a fresh
-// read. The caller's state is changed in place on the first attempt and must
-// not be used afterwards; it returns the state written (or unchanged) and its
-// revision.
-func (st stateStore) updateFrom(ctx context.Context, runID string, s *RunState, rev uint64,
-	change func(s *RunState) (bool, error),
-) (*RunState, uint64, error) {
-	for attempt := 0; ; attempt++ {
-		if s == nil || attempt > 0 {
-			var err error
-			if s, rev, err = st.get(ctx, runID); err != nil {
-				return nil, 0, err
-			}
-			if s == nil {
-				return nil, 0, fmt.Errorf("run %s: %w", runID, errNoRunState)
-			}
-		}
-		changed, err := change(s)
-		if err != nil || !changed {
-			return s, rev, err
-		}
-		s.UpdatedAt = time.Now().UTC()
-		b, err := json.Marshal(s)
-		if err != nil {
-			return nil, 0, err
-		}
-		newRev, err := st.kv.Update(ctx, runID, b, rev)
-		if err == nil {
-			return s, newRev, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) || attempt > 50 {
-			return nil, 0, fmt.Errorf("update run %s: %w", runID, err)
-		}
-		// Another replica or event changed the run meanwhile: re-read and re-apply.
-	}
-}
