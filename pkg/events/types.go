@@ -126,6 +126,10 @@ type CallRequest struct {
 	Cost            float64 `json:"cost,omitempty"`
 	BatchCost       float64 `json:"batch_cost,omitempty"`
 	BatchCostBefore float64 `json:"batch_cost_before,omitempty"`
+	// OperatorApproved marks the approved request of a call that waited for
+	// an operator's decision (the guard's own approvals leave it false): it
+	// is what resumes a suspended run.
+	OperatorApproved bool `json:"operator_approved,omitempty"`
 }
 
 // Ref is the called tool's name@version.

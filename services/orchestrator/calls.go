@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -24,17 +25,7 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 		return events.Permanent(fmt.Errorf("envelope call_id %s does not match subject %s", env.CallID, d.Subject))
 	}
 	recorded := false
-	cur, rev, err := s.states.get(ctx, subj.RunID)
-	if err != nil {
-		return err
-	}
-	if cur == nil {
-		// A call outside any run of ours (a tool node run by `toolwire call`):
-		// its envelope is for whoever asked, not for the agent loop.
-		s.log.Debug("envelope of a call outside any run", "run_id", subj.RunID, "call_id", env.CallID)
-		return nil
-	}
-	st, _, err := s.states.updateFrom(ctx, subj.RunID, cur, rev, func(st *RunState) (bool, error) {
+	st, _, err := s.states.update(ctx, subj.RunID, func(st *RunState) (bool, error) {
 		recorded = false
 		c := st.call(env.CallID)
 		if c == nil {
@@ -58,6 +49,12 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 		recorded = true
 		return true, nil
 	})
+	if errors.Is(err, errNoRunState) {
+		// A call outside any run of ours (a tool node run by `toolwire call`):
+		// its envelope is for whoever asked, not for the agent loop.
+		s.log.Debug("envelope of a call outside any run", "run_id", subj.RunID, "call_id", env.CallID)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -102,26 +99,21 @@ func (s *Service) handleApproval(ctx context.Context, d *events.Delivery) error 
 	if want == "" || d.Event.Type() != want {
 		return events.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
 	}
-	st, rev, err := s.states.get(ctx, subj.RunID)
-	if err != nil {
-		return err
-	}
-	if st == nil {
-		// A call of a run this orchestrator never had (a tool node run by
-		// `toolwire call`): there is no run to suspend or resume.
-		return nil
-	}
-	if c := st.call(subj.CallID); c == nil || !approvalChanges(st, c, subj.Verb) {
-		if c == nil && subj.Verb == "approval_required" {
-			return events.Permanent(fmt.Errorf("approval required for call %s, which run %s never made", subj.CallID, subj.RunID))
+	if subj.Verb == "approved" {
+		// Every call the guard lets through is published as approved; only
+		// an operator's approval can resume a suspended run.
+		var req events.CallRequest
+		if err := events.DecodeData(d.Event, &req); err != nil {
+			return events.Permanent(err)
 		}
-		if c == nil || c.Approval == "" {
-			return nil // an approval of a call that never waited: nothing to say
+		if !req.OperatorApproved {
+			return nil
 		}
-		return s.publishEffects(ctx, st, cause{approval: subj.CallID})
 	}
-	st, _, err = s.states.updateFrom(ctx, subj.RunID, st, rev, func(st *RunState) (bool, error) {
+	unknownCall := false
+	st, _, err := s.states.update(ctx, subj.RunID, func(st *RunState) (bool, error) {
 		c := st.call(subj.CallID)
+		unknownCall = c == nil
 		if c == nil || !approvalChanges(st, c, subj.Verb) {
 			return false, nil
 		}
@@ -132,8 +124,19 @@ func (s *Service) handleApproval(ctx context.Context, d *events.Delivery) error 
 		}
 		return true, nil
 	})
+	if errors.Is(err, errNoRunState) {
+		// A call of a run this orchestrator never had (a tool node run by
+		// `toolwire call`): there is no run to suspend or resume.
+		return nil
+	}
 	if err != nil {
 		return err
+	}
+	if unknownCall {
+		if subj.Verb == "approval_required" {
+			return events.Permanent(fmt.Errorf("approval required for call %s, which run %s never made", subj.CallID, subj.RunID))
+		}
+		return nil
 	}
 	return s.publishEffects(ctx, st, cause{approval: subj.CallID})
 }

@@ -56,8 +56,16 @@ func (g guard) approvalRequired(c events.CallRequest) {
 	}, events.RunTrace{}))
 }
 
+// approve publishes the guard's own approval of a call.
 func (g guard) approve(c events.CallRequest) {
 	g.publish(events.NewCallRequest("/toolwire/policy", "approved", c, events.RunTrace{}))
+}
+
+// operatorApprove publishes the approval of a call that waited for an
+// operator, as the guard does once one approves it.
+func (g guard) operatorApprove(c events.CallRequest) {
+	c.OperatorApproved = true
+	g.approve(c)
 }
 
 func itoa(n int) string { return string(rune('0' + n)) }
@@ -103,7 +111,7 @@ func TestSuspendedRunResumesOnAnyReplica(t *testing.T) {
 	r1.kill()
 	r2.kill()
 	h.startOrchestrator("o3", cfg)
-	g.approve(waiting)
+	g.operatorApprove(waiting)
 	res := statusOf(t, h.next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".resumed"))
 	// The approval and the completion it leads to race; either resumes.
 	require.Contains(t, []string{"call " + waiting.CallID + " (echo@1.0.0) approved", "call " + waiting.CallID + " (echo@1.0.0) completed"},

@@ -308,7 +308,9 @@ const (
 // executor, or its POLICY_DENIED completion.
 func (s *Service) outcome(rec *events.ApprovalRecord) (events.Outgoing, error) {
 	if rec.State == events.ApprovalApproved {
-		return events.NewCallRequest(s.cfg.Source, "approved", rec.Call, rec.Trace)
+		call := rec.Call
+		call.OperatorApproved = true
+		return events.NewCallRequest(s.cfg.Source, "approved", call, rec.Trace)
 	}
 	at := time.Now().UTC()
 	if rec.DecidedAt != nil {

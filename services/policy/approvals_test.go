@@ -127,7 +127,8 @@ func TestApprovalDecisions(t *testing.T) {
 				require.Equal(t, events.TypeCallApproved, ev.Type())
 				var sent events.CallRequest
 				require.NoError(t, json.Unmarshal(mustJSON(t, req), &sent))
-				require.Equal(t, sent, decode[events.CallRequest](t, ev), "the approved call is the call as requested")
+				sent.OperatorApproved = true
+				require.Equal(t, sent, decode[events.CallRequest](t, ev), "the approved call is the call as requested, marked as an operator's approval")
 			} else {
 				require.Equal(t, events.TypeCallCompleted, ev.Type())
 				env := decode[envelope.ToolEnvelope](t, ev)
