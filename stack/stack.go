@@ -50,8 +50,8 @@ type Options struct {
 	// Logger receives every service's logs; default: discard.
 	Logger *slog.Logger
 	// Tracer is the tracer provider of every service; default: one that
-	// records trace ids (so runs have a trace id and traces_url) and exports
-	// nothing.
+	// gives spans trace ids (so runs have a trace id and traces_url) and
+	// samples, records and exports nothing.
 	Tracer trace.TracerProvider
 	// Providers adds model adapters to the orchestrator, besides those the
 	// environment configures (orchestrator.ProvidersFromEnv).
@@ -80,6 +80,7 @@ type Stack struct {
 	Metrics *prometheus.Registry
 
 	components []service.Component
+	conns      []*nats.Conn // one per service, as separate processes would have
 	httpSrv    *http.Server
 	ownTracer  *sdktrace.TracerProvider
 }
@@ -92,7 +93,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	st = &Stack{Metrics: prometheus.NewRegistry()}
 	if o.Tracer == nil {
-		st.ownTracer = sdktrace.NewTracerProvider()
+		// Spans get trace ids (runs have a trace id and traces_url) but are
+		// not sampled: nothing would export them, so nothing records them.
+		st.ownTracer = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
 		o.Tracer = st.ownTracer
 	}
 	defer func() {
@@ -121,13 +124,20 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	st.Client = client.New(st.JS, "/toolwire/stack")
 
-	deps := func(name string) service.Deps {
+	// Each service has its own connection, as it would as its own process:
+	// one connection's read loop does not serialize every service's events.
+	deps := func(name string) (service.Deps, error) {
+		nc, js, err := service.Connect(ctx, st.URL, name, log)
+		if err != nil {
+			return service.Deps{}, err
+		}
+		st.conns = append(st.conns, nc)
 		return service.Deps{
 			Common: service.Common{Name: name, NATSURL: st.URL, Replicas: 1, TracesURLTemplate: o.TracesURLTemplate},
-			Conn:   st.Conn, JS: st.JS, Log: log.With("service", name), Tracer: o.Tracer,
+			Conn:   nc, JS: js, Log: log.With("service", name), Tracer: o.Tracer,
 			Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": name}, st.Metrics),
 			Getenv:  os.Getenv,
-		}
+		}, nil
 	}
 	start := func(c service.Component, err error) error {
 		if err != nil {
@@ -144,7 +154,10 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	// orchestrator's catalog must see.
 	replicas := max(o.ExecutorReplicas, 1)
 	for i := range replicas {
-		d := deps("executor")
+		d, err := deps("executor")
+		if err != nil {
+			return st, err
+		}
 		if replicas > 1 {
 			d.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"service": "executor", "replica": fmt.Sprint(i)}, st.Metrics)
 		}
@@ -153,10 +166,14 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		}
 	}
 	// The sandbox next: it registers python_exec.
-	if err := start(newSandbox(deps("sandbox"), o.Sandbox)); err != nil {
+	if d, err := deps("sandbox"); err != nil {
+		return st, err
+	} else if err := start(newSandbox(d, o.Sandbox)); err != nil {
 		return st, fmt.Errorf("sandbox: %w", err)
 	}
-	if err := start(newPolicy(deps("policy"))); err != nil {
+	if d, err := deps("policy"); err != nil {
+		return st, err
+	} else if err := start(newPolicy(d)); err != nil {
 		return st, fmt.Errorf("policy: %w", err)
 	}
 	// The model providers (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) and the
@@ -169,11 +186,17 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		ocfg.Providers[name] = p
 	}
 	ocfg.TracesURLTemplate = o.TracesURLTemplate
-	if err := start(orchestratorNew(deps("orchestrator"), ocfg)); err != nil {
+	if d, err := deps("orchestrator"); err != nil {
+		return st, err
+	} else if err := start(orchestratorNew(d, ocfg)); err != nil {
 		return st, fmt.Errorf("orchestrator: %w", err)
 	}
 	if o.DatabaseURL != "" {
-		comp, api, err := newRecorder(ctx, deps("recorder"), o.DatabaseURL)
+		d, err := deps("recorder")
+		if err != nil {
+			return st, err
+		}
+		comp, api, err := newRecorder(ctx, d, o.DatabaseURL)
 		if err != nil {
 			return st, fmt.Errorf("recorder: %w", err)
 		}
@@ -235,6 +258,10 @@ func (st *Stack) Stop(ctx context.Context) error {
 		err = errors.Join(err, st.httpSrv.Shutdown(ctx))
 		st.httpSrv = nil
 	}
+	for _, nc := range st.conns {
+		nc.Close()
+	}
+	st.conns = nil
 	if st.Conn != nil {
 		st.Conn.Close()
 		st.Conn = nil

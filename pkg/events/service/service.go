@@ -141,7 +141,7 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Con
 
 // TracerProvider builds the service's tracer provider from the standard OTEL_
 // variables: with an OTLP endpoint it exports over OTLP/HTTP; without one it
-// still records trace ids (so traces_url works) and exports nothing.
+// still gives spans trace ids (so traces_url works) and records nothing.
 func TracerProvider(ctx context.Context, name string, getenv func(string) string) (*sdktrace.TracerProvider, error) {
 	svc := orDefault(getenv(EnvOTelService), "toolwire-"+name)
 	res := resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(svc))
@@ -152,6 +152,10 @@ func TracerProvider(ctx context.Context, name string, getenv func(string) string
 			return nil, fmt.Errorf("otlp exporter: %w", err)
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
+	} else {
+		// Nothing exports: spans keep their trace ids (traces_url) but are
+		// neither sampled nor recorded.
+		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	}
 	return sdktrace.NewTracerProvider(opts...), nil
 }
