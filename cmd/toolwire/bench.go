@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +15,7 @@ func newBenchCmd() *cobra.Command {
 	var (
 		o        bench.Options
 		jsonPath string
+		cpuProf  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -26,6 +29,17 @@ scale-out over 1-3 executors, memory and CPU per tool call.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Progress = cmd.ErrOrStderr()
+			if cpuProf != "" {
+				f, err := os.Create(cpuProf)
+				if err != nil {
+					return fmt.Errorf("cpu profile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("cpu profile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			r, err := bench.Run(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -50,5 +64,6 @@ scale-out over 1-3 executors, memory and CPU per tool call.`,
 	fl.StringVar(&o.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "recorder Postgres (default $DATABASE_URL; none: no recorder)")
 	fl.BoolVar(&o.ProcessMemory, "process-memory", true, "build the service binaries and measure each one's idle RSS")
 	fl.StringVar(&jsonPath, "json", "", "also write every figure as JSON to this file")
+	fl.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole bench to this file (go tool pprof)")
 	return cmd
 }
