@@ -178,4 +178,3 @@ func (s *RunState) envelopes() []envelope.ToolEnvelope {
 	}
 	return out
 }
-
