@@ -19,10 +19,15 @@ import (
 
 // Options configure a benchmark run.
 type Options struct {
-	Samples     int           // latency samples per measurement; default 200
-	Duration    time.Duration // each throughput window; default 5s
-	InFlight    int           // concurrent runs (and raw chains) in throughput tests; default 64
-	DatabaseURL string        // the recorder's Postgres; "" runs without the recorder
+	Samples  int           // latency samples per measurement; default 200
+	Duration time.Duration // each throughput window; default 5s
+	InFlight int           // concurrent runs (and raw chains) in throughput tests; default 64
+	// DatabaseURL is the recorder's Postgres; "" records into the embedded
+	// SQLite store in the bench's temporary directory.
+	DatabaseURL string
+	// TurnCalls is the number of parallel calls per turn in the second
+	// throughput test; default 16.
+	TurnCalls int
 	// ProcessMemory builds the service binaries and measures each one's idle
 	// RSS as its own process (needs the go tool and the source tree).
 	ProcessMemory bool
@@ -41,6 +46,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
+	}
+	if o.TurnCalls <= 0 {
+		o.TurnCalls = 16
 	}
 	return o
 }
@@ -75,13 +83,13 @@ type Report struct {
 		OverheadPerK map[string]float64 `json:"per_call_overhead_us"`
 	} `json:"run"`
 
-	Throughput struct {
-		RunsPerSec   float64 `json:"runs_per_s"`
-		CallsPerSec  float64 `json:"tool_calls_per_s"`
-		RatioToChain float64 `json:"ratio_calls_to_chains"`
-		RecorderLag  float64 `json:"recorder_lag_ms"`
-		CPUPerCallUS float64 `json:"cpu_per_tool_call_us"`
-	} `json:"throughput"`
+	// Throughput is measured twice: with runs of one call (each call then
+	// also carries its run's two model turns, two iteration checks and
+	// lifecycle events) and with runs of one turn of TurnCalls parallel
+	// calls, where the tool-call path dominates.
+	Throughput     Throughput `json:"throughput"`
+	TurnThroughput Throughput `json:"throughput_parallel_turns"`
+	TurnCalls      int        `json:"calls_per_turn"`
 
 	FanOut struct {
 		SingleMS float64 `json:"single_100ms_call_run_ms"`
@@ -104,10 +112,7 @@ type Report struct {
 // Run measures everything in order and returns the report.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o = o.withDefaults()
-	r := &Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Recorder: "none"}
-	if o.DatabaseURL != "" {
-		r.Recorder = "postgres"
-	}
+	r := &Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Recorder: "postgres", TurnCalls: o.TurnCalls}
 	say := func(format string, args ...any) { fmt.Fprintf(o.Progress, "bench: "+format+"\n", args...) }
 
 	dir, err := os.MkdirTemp("", "toolwire-bench-")
@@ -115,6 +120,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	if o.DatabaseURL == "" {
+		r.Recorder = "sqlite (embedded)"
+		o.DatabaseURL = "sqlite:" + dir + "/recorder.db"
+	}
 
 	say("starting the pipeline (embedded NATS, file storage, recorder: %s)", r.Recorder)
 	st, err := stack.Start(ctx, stack.Options{DataDir: dir + "/main", DatabaseURL: o.DatabaseURL})
@@ -209,22 +218,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	say("throughput: one-call runs with %d in flight for %s", o.InFlight, o.Duration)
-	runs, calls, lastRun, cpu, err := throughput(ctx, run, o.InFlight, o.Duration, "echo", 1)
-	if err != nil {
+	if r.Throughput, err = measureThroughput(ctx, st, run, o, 1); err != nil {
 		return nil, err
 	}
-	r.Throughput.RunsPerSec, r.Throughput.CallsPerSec = runs, calls
-	r.Throughput.RatioToChain = ratio(calls, r.Baseline.ChainsPerSec)
-	if calls > 0 {
-		r.Throughput.CPUPerCallUS = cpu / (calls * o.Duration.Seconds()) * 1e6
+	r.Throughput.RatioToChain = ratio(r.Throughput.CallsPerSec, r.Baseline.ChainsPerSec)
+	say("throughput: runs of one turn of %d parallel calls, %d in flight for %s", o.TurnCalls, o.InFlight, o.Duration)
+	if r.TurnThroughput, err = measureThroughput(ctx, st, run, o, o.TurnCalls); err != nil {
+		return nil, err
 	}
-	if st.HTTPURL != "" {
-		t := time.Now()
-		if err := waitRecorded(ctx, st.HTTPURL, lastRun); err != nil {
-			return nil, err
-		}
-		r.Throughput.RecorderLag = float64(time.Since(t)) / float64(time.Millisecond)
-	}
+	r.TurnThroughput.RatioToChain = ratio(r.TurnThroughput.CallsPerSec, r.Baseline.ChainsPerSec)
 
 	say("fan-out: one 100 ms sleep versus eight in one turn")
 	var one, eight []time.Duration
@@ -268,6 +270,39 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Memory.PeakRSSMB = peakRSSMB()
 	say("done")
 	return r, nil
+}
+
+// Throughput is one throughput test's figures.
+type Throughput struct {
+	RunsPerSec   float64 `json:"runs_per_s"`
+	CallsPerSec  float64 `json:"tool_calls_per_s"`
+	RatioToChain float64 `json:"ratio_calls_to_chains"`
+	// RecorderLag is how long after the last run ended the recorder served
+	// it.
+	RecorderLag  float64 `json:"recorder_lag_ms"`
+	CPUPerCallUS float64 `json:"cpu_per_tool_call_us"`
+}
+
+// measureThroughput keeps o.InFlight runs of k echo calls going for
+// o.Duration, then waits for the recorder to serve the last one.
+func measureThroughput(ctx context.Context, st *stack.Stack, run *runner, o Options, k int) (Throughput, error) {
+	var t Throughput
+	runs, calls, lastRun, cpu, err := throughput(ctx, run, o.InFlight, o.Duration, "echo", k)
+	if err != nil {
+		return t, err
+	}
+	t.RunsPerSec, t.CallsPerSec = runs, calls
+	if calls > 0 {
+		t.CPUPerCallUS = cpu / (calls * o.Duration.Seconds()) * 1e6
+	}
+	if st.HTTPURL != "" {
+		start := time.Now()
+		if err := waitRecorded(ctx, st.HTTPURL, lastRun); err != nil {
+			return t, err
+		}
+		t.RecorderLag = float64(time.Since(start)) / float64(time.Millisecond)
+	}
+	return t, nil
 }
 
 func scaleOut(ctx context.Context, dir string, replicas int, o Options) (float64, error) {

@@ -37,11 +37,13 @@ func (r *Report) Table(w io.Writer) error {
 	for _, k := range keys {
 		p("  per-call overhead, turn of %s\t%.0f µs\t\t", k, r.Run.OverheadPerK[k])
 	}
-	p("  throughput\t%.0f runs/s\t%.0f tool calls/s\t%.2fx chains/s (target >= 0.40)", r.Throughput.RunsPerSec, r.Throughput.CallsPerSec, r.Throughput.RatioToChain)
-	if r.Recorder != "none" {
-		p("  recorder lag after the load\t%.0f ms (target < 1000)\t\t", r.Throughput.RecorderLag)
+	tp := func(name string, t Throughput, target string) {
+		p("  throughput, %s\t%.0f runs/s\t%.0f tool calls/s\t%.2fx chains/s%s", name, t.RunsPerSec, t.CallsPerSec, t.RatioToChain, target)
+		p("    recorder lag after the load\t%.0f ms (target < 1000)\t\t", t.RecorderLag)
+		p("    CPU per tool call (whole process)\t%.0f µs\t\t", t.CPUPerCallUS)
 	}
-	p("  CPU per tool call (whole process)\t%.0f µs\t\t", r.Throughput.CPUPerCallUS)
+	tp("one-call runs", r.Throughput, "")
+	tp(fmt.Sprintf("turns of %d calls", r.TurnCalls), r.TurnThroughput, " (target >= 0.40)")
 	p("  fan-out 8 x 100 ms\t%.1f ms vs %.1f ms single\t%.2fx (target <= 1.2x)\t", r.FanOut.EightMS, r.FanOut.SingleMS, r.FanOut.Ratio)
 	if len(r.ScaleOut.CallsPerSec) == 3 {
 		p("  scale-out, 1/2/3 executors\t%.0f / %.0f / %.0f calls/s\t%.2fx (target >= 2.5x)\t", r.ScaleOut.CallsPerSec[0], r.ScaleOut.CallsPerSec[1], r.ScaleOut.CallsPerSec[2], r.ScaleOut.Ratio3To1)

@@ -21,10 +21,12 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure the pipeline against a raw JetStream baseline in one run",
 		Long: `bench starts the pipeline in process (embedded nats-server with file storage, all
-services, the recorder on Postgres when DATABASE_URL or --database-url is set)
+services, the recorder on Postgres when DATABASE_URL or --database-url is set,
+else on its embedded SQLite store)
 with a zero-latency scripted model, and measures, against a raw three-hop
 JetStream chain taken in the same run: tool-call and run latency, per-call
-overhead in parallel turns, throughput with the recorder's lag, fan-out,
+overhead in parallel turns, throughput (one-call runs, and runs of one turn of
+--turn-calls parallel calls) with the recorder's lag, fan-out,
 scale-out over 1-3 executors, memory and CPU per tool call.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -61,7 +63,8 @@ scale-out over 1-3 executors, memory and CPU per tool call.`,
 	fl.IntVar(&o.Samples, "samples", 200, "latency samples per measurement")
 	fl.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each throughput window")
 	fl.IntVar(&o.InFlight, "in-flight", 64, "runs (and raw chains) in flight in throughput tests")
-	fl.StringVar(&o.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "recorder Postgres (default $DATABASE_URL; none: no recorder)")
+	fl.StringVar(&o.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "recorder Postgres (default $DATABASE_URL; none: the embedded SQLite store)")
+	fl.IntVar(&o.TurnCalls, "turn-calls", 16, "parallel calls per turn in the second throughput test")
 	fl.BoolVar(&o.ProcessMemory, "process-memory", true, "build the service binaries and measure each one's idle RSS")
 	fl.StringVar(&jsonPath, "json", "", "also write every figure as JSON to this file")
 	fl.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole bench to this file (go tool pprof)")
