@@ -202,7 +202,8 @@ func sqliteWriteRecord(ctx context.Context, tx *sql.Tx, r *Record) error {
 	return nil
 }
 
-// sqliteUpsertRunSQL is upsertRunSQL in SQLite's dialect: max/min for
+// sqliteUpsertRunSQL is the one-update run upsert (the reference statement
+// kept in postgres_runs_test.go) in SQLite's dialect: max/min for
 // GREATEST/LEAST (which ignore NULLs in Postgres: spend says so explicitly).
 var sqliteUpsertRunSQL = func() string {
 	wins := "(?16 AND ((" + rankSQL("excluded.status", RunStatuses(), RunStatusRank) +

@@ -1,0 +1,353 @@
+package recorder
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The write path of PostgresStore. A batch costs Postgres a handful of
+// statements however many records it holds, where it used to cost a few per
+// record: under load, the work per statement (and per upsert of the same run
+// row, once per event) was most of Postgres's CPU. Every statement takes its
+// rows as arrays (unnest) and applies them with the rules of Store.Write, so
+// that the rows a batch leaves are exactly those that writing its records one
+// by one, in order, would leave.
+
+// writeRecords writes a batch in two round trips. The first inserts every
+// event row and learns which records are new; the second, pipelined, applies
+// the new records' effects: their runs, tool calls, model turns, verdicts and
+// tool definitions. The effects touch no events row, so applying them after
+// all the inserts changes nothing, and the transaction still commits an event
+// with all its effects or nothing.
+func writeRecords(ctx context.Context, tx pgx.Tx, recs []Record) error {
+	fresh, err := insertEvents(ctx, tx, recs)
+	if err != nil {
+		return err
+	}
+	q := &effectQueue{recs: recs}
+	if err := q.runs(fresh); err != nil {
+		return err
+	}
+	q.calls(fresh)
+	q.others(fresh)
+	return q.send(ctx, tx)
+}
+
+// batchError names the records whose rows a failed statement carried: the
+// event itself when there is one (a batch that fails is written again record
+// by record, which then names the culprit).
+func batchError(recs []Record, owners []int, what string, err error) error {
+	if len(owners) == 1 {
+		return fmt.Errorf("record event %q: %s: %w", recs[owners[0]].Event.ID, what, err)
+	}
+	return fmt.Errorf("record %d events: %s: %w", len(owners), what, err)
+}
+
+// insertEvents inserts every event row of the batch in one statement and
+// reports which records are new ("fresh"): those whose event id the
+// statement inserted, on its first occurrence in the batch. Every row is
+// sent, duplicates too, so that Postgres checks each as the one-by-one
+// inserts did; inserted in batch order, the first occurrence of an id is the
+// one stored and the later ones conflict with it (ON CONFLICT DO NOTHING
+// skips a row that conflicts with one the same statement inserted).
+func insertEvents(ctx context.Context, tx pgx.Tx, recs []Record) ([]bool, error) {
+	var cols eventCols
+	all := make([]int, len(recs))
+	for i := range recs {
+		all[i] = i
+		if err := cols.add(&recs[i].Event); err != nil {
+			return nil, fmt.Errorf("record event %q: %w", recs[i].Event.ID, err)
+		}
+	}
+	rows, err := tx.Query(ctx, insertEventsSQL, cols.args()...)
+	if err != nil {
+		return nil, batchError(recs, all, "insert events", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, batchError(recs, all, "insert events", err)
+	}
+	inserted := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		inserted[id] = true
+	}
+	fresh := make([]bool, len(recs))
+	for i := range recs {
+		id := recs[i].Event.ID
+		fresh[i] = inserted[id]
+		inserted[id] = false // a later occurrence is a redelivery
+	}
+	return fresh, nil
+}
+
+const insertEventsSQL = `
+INSERT INTO events (event_id, run_id, call_id, type, subject, source, time, stream, stream_seq, extensions, data)
+SELECT event_id, run_id, call_id, type, subject, source, time, stream, stream_seq, extensions::jsonb, data::jsonb
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
+	$8::text[], $9::bigint[], $10::text[], $11::text[]) WITH ORDINALITY
+	AS e(event_id, run_id, call_id, type, subject, source, time, stream, stream_seq, extensions, data, ord)
+ORDER BY ord
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id`
+
+// eventCols are insertEventsSQL's arguments, a slice per column. jsonb
+// columns travel as text and are cast: the same parse, and NULL elements.
+type eventCols struct {
+	id, typ, subject, source      []string
+	run, call, stream, exts, data []*string
+	at                            []time.Time
+	streamSeq                     []*int64
+}
+
+func (c *eventCols) add(e *EventRow) error {
+	var exts *string
+	if len(e.Extensions) > 0 {
+		b, err := json.Marshal(e.Extensions)
+		if err != nil {
+			return err
+		}
+		s := string(b)
+		exts = &s
+	}
+	var seq *int64
+	if e.StreamSeq > 0 {
+		v := int64(e.StreamSeq)
+		seq = &v
+	}
+	c.id, c.run, c.call = append(c.id, e.ID), append(c.run, nullString(e.RunID)), append(c.call, nullString(e.CallID))
+	c.typ, c.subject, c.source = append(c.typ, e.Type), append(c.subject, e.Subject), append(c.source, e.Source)
+	c.at, c.stream, c.streamSeq = append(c.at, e.Time), append(c.stream, nullString(e.Stream)), append(c.streamSeq, seq)
+	c.exts, c.data = append(c.exts, exts), append(c.data, jsonText(e.Data))
+	return nil
+}
+
+func (c *eventCols) args() []any {
+	return []any{c.id, c.run, c.call, c.typ, c.subject, c.source, c.at, c.stream, c.streamSeq, c.exts, c.data}
+}
+
+// effectQueue collects the effect statements of a batch into one pipelined
+// pgx.Batch, with the records each statement carries (for its errors).
+type effectQueue struct {
+	recs   []Record
+	batch  pgx.Batch
+	what   []string
+	owners [][]int
+}
+
+func (q *effectQueue) add(what string, owners []int, sql string, args ...any) {
+	q.batch.Queue(sql, args...)
+	q.what = append(q.what, what)
+	q.owners = append(q.owners, owners)
+}
+
+// send runs the queued statements in one round trip, in order; the first
+// error ends it.
+func (q *effectQueue) send(ctx context.Context, tx pgx.Tx) error {
+	if q.batch.Len() == 0 {
+		return nil
+	}
+	br := tx.SendBatch(ctx, &q.batch)
+	for i := range q.batch.Len() {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return batchError(q.recs, q.owners[i], q.what[i], err)
+		}
+	}
+	return br.Close()
+}
+
+// others queues the model turns, verdicts and tool definitions of the fresh
+// records, a statement each. All three keep the first row of a key: inserted
+// in batch order, a later row with the same key conflicts with the earlier
+// one, as it did written after it. Every row is sent, so Postgres checks
+// each (a turn without a document still fails).
+func (q *effectQueue) others(fresh []bool) {
+	var turns turnCols
+	var verdicts verdictCols
+	var tools toolCols
+	var turnOwners, verdictOwners, toolOwners []int
+	for i := range q.recs {
+		if !fresh[i] {
+			continue
+		}
+		r := &q.recs[i]
+		if r.Turn != nil {
+			turns.add(r.Turn)
+			turnOwners = append(turnOwners, i)
+		}
+		if r.Verdict != nil {
+			verdicts.add(r.Verdict)
+			verdictOwners = append(verdictOwners, i)
+		}
+		for j := range r.Tools {
+			tools.add(&r.Tools[j])
+		}
+		if len(r.Tools) > 0 {
+			toolOwners = append(toolOwners, i)
+		}
+	}
+	if len(turnOwners) > 0 {
+		q.add("insert model turns", turnOwners, insertTurnsSQL, turns.args()...)
+	}
+	if len(verdictOwners) > 0 {
+		q.add("insert verdicts", verdictOwners, insertVerdictsSQL, verdicts.args()...)
+	}
+	if len(toolOwners) > 0 {
+		q.add("insert tool definitions", toolOwners, insertRunToolsSQL, tools.args()...)
+	}
+}
+
+const (
+	insertTurnsSQL = `INSERT INTO model_turns (run_id, iteration, turn)
+SELECT run_id, iteration, turn::jsonb
+FROM unnest($1::text[], $2::integer[], $3::text[]) WITH ORDINALITY AS t(run_id, iteration, turn, ord)
+ORDER BY ord
+ON CONFLICT (run_id, iteration) DO NOTHING`
+	insertVerdictsSQL = `INSERT INTO verdicts (run_id, iteration, allowed, code, reason)
+SELECT run_id, iteration, allowed, code, reason
+FROM unnest($1::text[], $2::integer[], $3::boolean[], $4::text[], $5::text[]) WITH ORDINALITY
+	AS v(run_id, iteration, allowed, code, reason, ord)
+ORDER BY ord
+ON CONFLICT (run_id, iteration) DO NOTHING`
+	insertRunToolsSQL = `INSERT INTO run_tools (run_id, name, version, definition)
+SELECT run_id, name, version, definition::jsonb
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY
+	AS d(run_id, name, version, definition, ord)
+ORDER BY ord
+ON CONFLICT (run_id, name, version) DO NOTHING`
+)
+
+type turnCols struct {
+	runID     []string
+	iteration []int
+	turn      []*string
+}
+
+func (c *turnCols) add(t *TurnRow) {
+	c.runID, c.iteration, c.turn = append(c.runID, t.RunID), append(c.iteration, t.Iteration), append(c.turn, jsonText(t.Turn))
+}
+
+func (c *turnCols) args() []any { return []any{c.runID, c.iteration, c.turn} }
+
+type verdictCols struct {
+	runID        []string
+	iteration    []int
+	allowed      []bool
+	code, reason []*string
+}
+
+func (c *verdictCols) add(v *VerdictRow) {
+	c.runID, c.iteration, c.allowed = append(c.runID, v.RunID), append(c.iteration, v.Iteration), append(c.allowed, v.Allowed)
+	c.code, c.reason = append(c.code, nullString(v.Code)), append(c.reason, nullString(v.Reason))
+}
+
+func (c *verdictCols) args() []any { return []any{c.runID, c.iteration, c.allowed, c.code, c.reason} }
+
+type toolCols struct {
+	runID, name, version []string
+	definition           []*string
+}
+
+func (c *toolCols) add(d *ToolDefRow) {
+	c.runID, c.name, c.version = append(c.runID, d.RunID), append(c.name, d.Name), append(c.version, d.Version)
+	c.definition = append(c.definition, jsonText(d.Definition))
+}
+
+func (c *toolCols) args() []any { return []any{c.runID, c.name, c.version, c.definition} }
+
+// calls queues the fresh records' tool call updates in waves: ON CONFLICT DO
+// UPDATE cannot touch a row twice in one statement, so wave k holds the k-th
+// update of each call, in batch order, and the waves run in order. Each call
+// still sees its updates in order, and updates of different calls touch
+// different rows, so the rows are those of the one-by-one upserts.
+func (q *effectQueue) calls(fresh []bool) {
+	type key struct{ run, call string }
+	seen := make(map[key]int)
+	var waves [][]int
+	for i := range q.recs {
+		u := q.recs[i].Call
+		if !fresh[i] || u == nil {
+			continue
+		}
+		k := key{u.RunID, u.CallID}
+		n := seen[k]
+		seen[k] = n + 1
+		if n == len(waves) {
+			waves = append(waves, nil)
+		}
+		waves[n] = append(waves[n], i)
+	}
+	for _, wave := range waves {
+		var cols callCols
+		for _, i := range wave {
+			cols.add(q.recs[i].Call)
+		}
+		q.add("upsert tool calls", wave, upsertCallsSQL, cols.args()...)
+	}
+}
+
+// upsertCallsSQL applies CallUpdates, at most one per call. The status moves
+// forward only. Until the envelope arrives, the first event that names a
+// field sets it; the envelope then overrides name, version, input and
+// t_start, and alone sets the rest.
+var upsertCallsSQL = func() string {
+	fwd := rankSQL("EXCLUDED.status", callStatuses(), CallStatusRank) + " > " + rankSQL("c.status", callStatuses(), CallStatusRank)
+	newEnv := "(c.envelope IS NULL AND EXCLUDED.envelope IS NOT NULL)"
+	shared := func(col string) string {
+		return col + " = CASE WHEN " + newEnv + " THEN COALESCE(EXCLUDED." + col + ", c." + col + ") ELSE COALESCE(c." + col + ", EXCLUDED." + col + ") END"
+	}
+	fromEnv := func(col string) string {
+		return col + " = CASE WHEN " + newEnv + " THEN EXCLUDED." + col + " ELSE c." + col + " END"
+	}
+	return `
+INSERT INTO tool_calls AS c (run_id, call_id, seq, iteration, name, version, status, error_code, input,
+	envelope, t_start, t_end, latency_ms, cached, truncated)
+SELECT run_id, call_id, seq, iteration, name, version, status, error_code, input::jsonb,
+	envelope::jsonb, t_start, t_end, latency_ms, cached, truncated
+FROM unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6::text[], $7::text[],
+	$8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::bigint[],
+	$14::boolean[], $15::boolean[]) WITH ORDINALITY
+	AS u(run_id, call_id, seq, iteration, name, version, status, error_code, input,
+	envelope, t_start, t_end, latency_ms, cached, truncated, ord)
+ORDER BY ord
+ON CONFLICT (run_id, call_id) DO UPDATE SET
+	status    = CASE WHEN ` + fwd + ` THEN EXCLUDED.status ELSE c.status END,
+	seq       = COALESCE(c.seq, EXCLUDED.seq),
+	iteration = COALESCE(c.iteration, EXCLUDED.iteration),
+	` + shared("name") + `,
+	` + shared("version") + `,
+	` + shared("input") + `,
+	` + shared("t_start") + `,
+	` + fromEnv("error_code") + `,
+	` + fromEnv("t_end") + `,
+	` + fromEnv("latency_ms") + `,
+	` + fromEnv("cached") + `,
+	` + fromEnv("truncated") + `,
+	envelope  = COALESCE(c.envelope, EXCLUDED.envelope)`
+}()
+
+type callCols struct {
+	runID, callID, status                     []string
+	seq, iteration                            []*int
+	name, version, errorCode, input, envelope []*string
+	tStart, tEnd                              []*time.Time
+	latencyMS                                 []*int64
+	cached, truncated                         []bool
+}
+
+func (c *callCols) add(u *CallUpdate) {
+	c.runID, c.callID, c.seq, c.iteration = append(c.runID, u.RunID), append(c.callID, u.CallID), append(c.seq, u.Seq), append(c.iteration, u.Iteration)
+	c.name, c.version, c.status = append(c.name, nullString(u.Name)), append(c.version, nullString(u.Version)), append(c.status, u.Status)
+	c.errorCode, c.input, c.envelope = append(c.errorCode, nullString(u.ErrorCode)), append(c.input, jsonText(u.Input)), append(c.envelope, jsonText(u.Envelope))
+	c.tStart, c.tEnd, c.latencyMS = append(c.tStart, u.TStart), append(c.tEnd, u.TEnd), append(c.latencyMS, u.LatencyMS)
+	c.cached, c.truncated = append(c.cached, u.Cached), append(c.truncated, u.Truncated)
+}
+
+func (c *callCols) args() []any {
+	return []any{c.runID, c.callID, c.seq, c.iteration, c.name, c.version, c.status, c.errorCode, c.input,
+		c.envelope, c.tStart, c.tEnd, c.latencyMS, c.cached, c.truncated}
+}

@@ -1,0 +1,58 @@
+package recorder
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestWriteStatementsDoNotGrowWithTheBatch: the effects of a batch cost a
+// fixed number of statements however many runs and events it holds: two for
+// the runs, one per update of its most updated call, one each for turns,
+// verdicts and tool definitions.
+func TestWriteStatementsDoNotGrowWithTheBatch(t *testing.T) {
+	for _, runs := range []int{1, 3, 50} {
+		recs := busyRuns(runs)
+		fresh := make([]bool, len(recs))
+		for i := range fresh {
+			fresh[i] = true
+		}
+		q := &effectQueue{recs: recs}
+		if err := q.runs(fresh); err != nil {
+			t.Fatal(err)
+		}
+		q.calls(fresh)
+		q.others(fresh)
+		want := []string{"insert runs", "update runs", "upsert tool calls", "upsert tool calls",
+			"upsert tool calls", "upsert tool calls", "insert model turns", "insert verdicts", "insert tool definitions"}
+		if fmt.Sprint(q.what) != fmt.Sprint(want) {
+			t.Errorf("%d runs, %d records: statements %q; want %q", runs, len(recs), q.what, want)
+		}
+		if n := len(q.owners[0]); n != len(recs) {
+			t.Errorf("%d runs: the run statements carry %d records; want %d", runs, n, len(recs))
+		}
+	}
+}
+
+// busyRuns are the records of n runs, each with a model turn, a verdict and
+// four calls going through their four statuses, every record updating its
+// run.
+func busyRuns(n int) []Record {
+	var recs []Record
+	add := func(r Record) {
+		r.Event.ID = fmt.Sprintf("ev-%d", len(recs))
+		recs = append(recs, r)
+	}
+	for i := range n {
+		runID := fmt.Sprintf("run-%d", i)
+		run := func() *RunUpdate { return &RunUpdate{RunID: runID, At: mergeBase} }
+		add(Record{Run: run(), Turn: &TurnRow{RunID: runID, Iteration: 1},
+			Tools: []ToolDefRow{{RunID: runID, Name: "t", Version: "1"}}})
+		add(Record{Run: run(), Verdict: &VerdictRow{RunID: runID, Iteration: 1, Allowed: true}})
+		for _, status := range callStatuses() {
+			for c := range 4 {
+				add(Record{Run: run(), Call: &CallUpdate{RunID: runID, CallID: fmt.Sprint(c), Status: status}})
+			}
+		}
+	}
+	return recs
+}
