@@ -172,7 +172,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 	}
-	obs.recording(true)
+	if err := obs.recording(true); err != nil {
+		return nil, err
+	}
 	var runLat []time.Duration
 	for range o.Samples {
 		d, err := run.run(ctx, run.request("echo", echoArgs(1)))
@@ -181,7 +183,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		runLat = append(runLat, d)
 	}
-	obs.recording(false)
+	if err := obs.recording(false); err != nil {
+		return nil, err
+	}
 	r.ToolCall.Latency = distOf(obs.calls())
 	r.ToolCall.RatioP50 = ratio(r.ToolCall.Latency.P50, r.Baseline.Chain.P50)
 	r.ToolCall.RatioP99 = ratio(r.ToolCall.Latency.P99, r.Baseline.Chain.P99)

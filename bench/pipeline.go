@@ -21,6 +21,9 @@ import (
 // each call from its request to its envelope, and wakes whoever waits for a
 // run's end.
 type observer struct {
+	nc        *nats.Conn
+	handle    nats.MsgHandler
+	callSubs  []*nats.Subscription
 	mu        sync.Mutex
 	requested map[string]time.Time // run/call -> first seen
 	callLat   []time.Duration
@@ -30,8 +33,8 @@ type observer struct {
 }
 
 func newObserver(nc *nats.Conn) (*observer, error) {
-	o := &observer{requested: map[string]time.Time{}, waiters: map[string]chan string{}}
-	handle := func(m *nats.Msg) {
+	o := &observer{nc: nc, requested: map[string]time.Time{}, waiters: map[string]chan string{}}
+	o.handle = func(m *nats.Msg) {
 		now := time.Now()
 		t := strings.Split(m.Subject, ".")
 		if len(t) < 4 {
@@ -57,8 +60,8 @@ func newObserver(nc *nats.Conn) (*observer, error) {
 			}
 		}
 	}
-	for _, s := range []string{"toolwire.call.*.*.requested", "toolwire.call.*.*.completed", "toolwire.run.*.completed", "toolwire.run.*.failed"} {
-		sub, err := nc.Subscribe(s, handle)
+	for _, s := range []string{"toolwire.run.*.completed", "toolwire.run.*.failed"} {
+		sub, err := nc.Subscribe(s, o.handle)
 		if err != nil {
 			return nil, err
 		}
@@ -66,6 +69,28 @@ func newObserver(nc *nats.Conn) (*observer, error) {
 		o.subs = append(o.subs, sub)
 	}
 	return o, nc.Flush()
+}
+
+// timeCalls starts (or stops) timing each call from its request to its
+// envelope. Its subscriptions cost the server a delivery per event, so they
+// are off during the throughput tests, as the baseline has no observer.
+func (o *observer) timeCalls(on bool) error {
+	if !on {
+		for _, s := range o.callSubs {
+			_ = s.Unsubscribe()
+		}
+		o.callSubs = nil
+		return o.nc.Flush()
+	}
+	for _, s := range []string{"toolwire.call.*.*.requested", "toolwire.call.*.*.completed"} {
+		sub, err := o.nc.Subscribe(s, o.handle)
+		if err != nil {
+			return err
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		o.callSubs = append(o.callSubs, sub)
+	}
+	return o.nc.Flush()
 }
 
 func (o *observer) expect(runID string) chan string {
@@ -76,13 +101,14 @@ func (o *observer) expect(runID string) chan string {
 	return ch
 }
 
-func (o *observer) recording(on bool) {
+func (o *observer) recording(on bool) error {
 	o.mu.Lock()
 	o.record = on
 	if on {
 		o.callLat = o.callLat[:0]
 	}
 	o.mu.Unlock()
+	return o.timeCalls(on)
 }
 
 func (o *observer) calls() []time.Duration {
@@ -92,6 +118,7 @@ func (o *observer) calls() []time.Duration {
 }
 
 func (o *observer) close() {
+	_ = o.timeCalls(false)
 	for _, s := range o.subs {
 		_ = s.Unsubscribe()
 	}
