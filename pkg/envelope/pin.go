@@ -57,7 +57,7 @@ func (p PinnedHandle) Validate() error {
 	if !pinNameRE.MatchString(p.Name) {
 		return fmt.Errorf("%w: name %q must start with a letter or '_' and hold at most 64 letters, digits, '_' or '-'", ErrInvalidPin, p.Name)
 	}
-	if !toolNameRE.MatchString(p.Selector.Tool) {
+	if !isToolName(p.Selector.Tool) {
 		return fmt.Errorf("%w %q: selector.tool %q is not a tool name", ErrInvalidPin, p.Name, p.Selector.Tool)
 	}
 	switch p.Selector.Strategy {

@@ -125,7 +125,7 @@ func (p Policy) guardProblems() []string {
 			var err error
 			if strings.Contains(t, "@") {
 				_, err = ParseToolRef(t)
-			} else if !toolNameRE.MatchString(t) {
+			} else if !isToolName(t) {
 				err = fmt.Errorf("%q is neither a tool name nor name@version", truncateForError(t))
 			}
 			if err != nil {

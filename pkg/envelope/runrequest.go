@@ -3,7 +3,6 @@ package envelope
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -13,12 +12,32 @@ const (
 	DefaultMaxToolCalls  = 25
 )
 
-var runIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+// isRunID reports whether id is 1 to 64 letters, digits, '-' or '_'. It is
+// checked on every event a service handles, so it is a loop, not a regexp.
+func isRunID(id string) bool { return isToken(id, 64, isWordByte) }
+
+// isToken reports whether s is 1 to max bytes, each accepted by ok.
+func isToken(s string, max int, ok func(byte) bool) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !ok(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// isWordByte accepts ASCII letters, digits, '-' and '_'.
+func isWordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
 
 // ValidateRunID checks that id is a single safe NATS subject token: 1 to 64
 // letters, digits, '-' or '_'. Anything else could escape its subject.
 func ValidateRunID(id string) error {
-	if !runIDRE.MatchString(id) {
+	if !isRunID(id) {
 		return fmt.Errorf("%w: run_id %q must be 1-64 letters, digits, '-' or '_'", ErrInvalidRequest, truncateForError(id))
 	}
 	return nil
@@ -161,7 +180,7 @@ type RunRequest struct {
 func (r *RunRequest) Validate() error {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	if !runIDRE.MatchString(r.RunID) {
+	if !isRunID(r.RunID) {
 		add("run_id %q must be 1-64 letters, digits, '-' or '_'", truncateForError(r.RunID))
 	}
 	if strings.TrimSpace(r.Tenant.OrgID) == "" {

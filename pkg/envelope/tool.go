@@ -180,7 +180,6 @@ func (d *ToolDefinition) Validate() error {
 }
 
 var (
-	toolNameRE    = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 	toolVersionRE = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
 )
 
@@ -205,7 +204,7 @@ func ParseToolRef(s string) (ToolRef, error) {
 
 // Validate checks the name and version.
 func (r ToolRef) Validate() error {
-	if !toolNameRE.MatchString(r.Name) {
+	if !isToolName(r.Name) {
 		return fmt.Errorf("%w %q: name must be 1-64 letters, digits, '_' or '-'", ErrInvalidToolRef, r.String())
 	}
 	if !toolVersionRE.MatchString(r.Version) {
@@ -229,3 +228,6 @@ func (r *ToolRef) UnmarshalText(b []byte) error {
 	*r = p
 	return nil
 }
+
+// isToolName reports whether name is 1 to 64 letters, digits, '-' or '_'.
+func isToolName(name string) bool { return isToken(name, 64, isWordByte) }

@@ -54,7 +54,7 @@ func Encode(subject string, e *event.Event) (*nats.Msg, error) {
 	if !e.Time().IsZero() {
 		set("time", e.Time().UTC().Format(time.RFC3339Nano))
 	}
-	for name, v := range e.Extensions() {
+	for name, v := range extensions(e) {
 		s, ok := v.(string)
 		if !ok {
 			s = fmt.Sprint(v)

@@ -206,7 +206,7 @@ func NewCallCompleted(source, runID string, env envelope.ToolEnvelope, tenant en
 
 // Ext returns a string extension of e, or "".
 func Ext(e *event.Event, name string) string {
-	v, ok := e.Extensions()[name]
+	v, ok := extensions(e)[name]
 	if !ok {
 		return ""
 	}
@@ -239,4 +239,13 @@ func DecodeData(e *event.Event, v any) error {
 		return fmt.Errorf("%w: %s data: trailing content after the JSON value", ErrInvalidEvent, e.Type())
 	}
 	return nil
+}
+
+// extensions is e's extension map, read in place: event.Event.Extensions
+// copies it on every call.
+func extensions(e *event.Event) map[string]any {
+	if c, ok := e.Context.(*event.EventContextV1); ok {
+		return c.Extensions
+	}
+	return e.Extensions()
 }
