@@ -2,8 +2,11 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -87,7 +90,7 @@ func (c *CallState) ref() string {
 
 // handleApproval follows the approvals of a run's calls: a call that needs an
 // operator's decision (approval_required) suspends the run until its approval
-// (approved) or its completion (a denial is a POLICY_DENIED completion)
+// (watchApprovals) or its completion (a denial is a POLICY_DENIED completion)
 // arrives, which resumes it. Nothing waits in memory meanwhile: the state is
 // in KV, and any replica handles whichever event comes next.
 func (s *Service) handleApproval(ctx context.Context, d *events.Delivery) error {
@@ -95,29 +98,23 @@ func (s *Service) handleApproval(ctx context.Context, d *events.Delivery) error 
 	if err != nil {
 		return events.Permanent(err)
 	}
-	want := map[string]string{"approval_required": events.TypeCallApprovalRequired, "approved": events.TypeCallApproved}[subj.Verb]
-	if want == "" || d.Event.Type() != want {
+	if subj.Verb != "approval_required" || d.Event.Type() != events.TypeCallApprovalRequired {
 		return events.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
 	}
-	if subj.Verb == "approved" {
-		// Every call the guard lets through is published as approved; only
-		// an operator's approval can resume a suspended run.
-		var req events.CallRequest
-		if err := events.DecodeData(d.Event, &req); err != nil {
-			return events.Permanent(err)
-		}
-		if !req.OperatorApproved {
-			return nil
-		}
-	}
+	return s.applyApproval(ctx, subj.RunID, subj.CallID, subj.Verb)
+}
+
+// applyApproval records an approval event of a call ("approval_required" or
+// "approved") in its run and publishes what it changed.
+func (s *Service) applyApproval(ctx context.Context, runID, callID, verb string) error {
 	unknownCall := false
-	st, _, err := s.states.update(ctx, subj.RunID, func(st *RunState) (bool, error) {
-		c := st.call(subj.CallID)
+	st, _, err := s.states.update(ctx, runID, func(st *RunState) (bool, error) {
+		c := st.call(callID)
 		unknownCall = c == nil
-		if c == nil || !approvalChanges(st, c, subj.Verb) {
+		if c == nil || !approvalChanges(st, c, verb) {
 			return false, nil
 		}
-		if subj.Verb == "approval_required" {
+		if verb == "approval_required" {
 			c.Approval = ApprovalWaiting
 		} else {
 			c.Approval, c.ResumedBy = ApprovalResumed, fmt.Sprintf("call %s (%s) approved", c.CallID, c.ref())
@@ -133,12 +130,57 @@ func (s *Service) handleApproval(ctx context.Context, d *events.Delivery) error 
 		return err
 	}
 	if unknownCall {
-		if subj.Verb == "approval_required" {
-			return events.Permanent(fmt.Errorf("approval required for call %s, which run %s never made", subj.CallID, subj.RunID))
+		if verb == "approval_required" {
+			return events.Permanent(fmt.Errorf("approval required for call %s, which run %s never made", callID, runID))
 		}
 		return nil
 	}
-	return s.publishEffects(ctx, st, cause{approval: subj.CallID})
+	return s.publishEffects(ctx, st, cause{approval: callID})
+}
+
+// watchApprovals follows the guard's approval records and resumes a run when
+// an operator's approval of its waiting call has been sent on to the
+// executor (the record is approved and settled). Watching the records, rather
+// than consuming every call.approved, costs nothing for the calls that need
+// no approval. On start the watch goes through the records there are, so an
+// approval given while no orchestrator ran is seen too; a run whose approval
+// is missed anyway resumes when the call completes.
+func (s *Service) watchApprovals(ctx context.Context) error {
+	kv, err := s.d.JS.KeyValue(ctx, events.BucketApprovals)
+	if err != nil {
+		return fmt.Errorf("open approvals: %w", err)
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch approvals: %w", err)
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	s.stopWatch = func() {
+		cancel()
+		_ = w.Stop()
+		<-done
+	}
+	go func() {
+		defer close(done)
+		for e := range w.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // the end of the initial values, or a deleted record
+			}
+			var rec events.ApprovalRecord
+			if err := json.Unmarshal(e.Value(), &rec); err != nil {
+				s.log.Warn("unreadable approval record", "key", e.Key(), "err", err)
+				continue
+			}
+			if rec.State != events.ApprovalApproved || !rec.Settled {
+				continue
+			}
+			if err := s.applyApproval(wctx, rec.Call.RunID, rec.Call.CallID, "approved"); err != nil && wctx.Err() == nil {
+				s.log.Warn("approval not applied; the call's completion resumes the run", "key", e.Key(), "err", err)
+			}
+		}
+	}()
+	return nil
 }
 
 // approvalChanges reports whether an approval event changes the call's

@@ -42,6 +42,8 @@ type Service struct {
 	runners []*events.Runner
 	metrics metrics
 	stop    sync.Once
+	// stopWatch ends the watch of the approval records.
+	stopWatch func()
 }
 
 type metrics struct {
@@ -121,8 +123,11 @@ func (s *Service) Start(ctx context.Context) error {
 			Filters: []string{"toolwire.call.*.*.completed"}, MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()},
 			Handler: s.handleCallCompleted},
 		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableApprovals,
-			Filters:       []string{"toolwire.call.*.*.approval_required", "toolwire.call.*.*.approved"},
+			Filters:       []string{"toolwire.call.*.*.approval_required"},
 			MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()}, Handler: s.handleApproval},
+	}
+	if err := s.watchApprovals(ctx); err != nil {
+		return err
 	}
 	for _, rc := range specs {
 		rc.Concurrency, rc.Logger = s.cfg.Concurrency, s.log
@@ -147,6 +152,9 @@ func (s *Service) Stop(ctx context.Context) error {
 	s.stop.Do(func() {
 		for _, r := range s.runners {
 			err = errors.Join(err, r.Stop(ctx))
+		}
+		if s.stopWatch != nil {
+			s.stopWatch()
 		}
 		if s.catalog != nil {
 			s.catalog.Stop()

@@ -61,11 +61,21 @@ func (g guard) approve(c events.CallRequest) {
 	g.publish(events.NewCallRequest("/toolwire/policy", "approved", c, events.RunTrace{}))
 }
 
-// operatorApprove publishes the approval of a call that waited for an
-// operator, as the guard does once one approves it.
+// operatorApprove does what the guard does once an operator approves a call
+// that waited: it publishes the call as approved, then marks its approval
+// record approved and settled (which the orchestrator watches).
 func (g guard) operatorApprove(c events.CallRequest) {
+	g.h.t.Helper()
 	c.OperatorApproved = true
 	g.approve(c)
+	kv, err := g.h.env.JS.KeyValue(g.ctx, events.BucketApprovals)
+	require.NoError(g.h.t, err)
+	key, err := events.ApprovalKey(c.RunID, c.CallID)
+	require.NoError(g.h.t, err)
+	rec, err := json.Marshal(events.ApprovalRecord{State: events.ApprovalApproved, Call: c, Settled: true, Deadline: time.Now().Add(time.Hour)})
+	require.NoError(g.h.t, err)
+	_, err = kv.Put(g.ctx, key, rec)
+	require.NoError(g.h.t, err)
 }
 
 func itoa(n int) string { return string(rune('0' + n)) }
@@ -227,4 +237,39 @@ func TestSuspensionWithTheRealGuard(t *testing.T) {
 	evs := h.streamEvents(ctx)[req.RunID]
 	require.Len(t, ofType(evs, events.TypeRunSuspended), 1)
 	require.Len(t, ofType(evs, events.TypeRunResumed), 1)
+}
+
+// The orchestrator learns of an operator's approval from the guard's approval
+// record (approved and settled), not from call.approved: the run resumes with
+// the approval as its reason even before the call completes.
+func TestSuspendedRunResumesOnTheApprovalRecord(t *testing.T) {
+	h := newHarnessWithoutPolicy(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	g := guard{h: h, ctx: ctx}
+	h.startOrchestrator("o1", orchestrator.Config{})
+
+	req := scripted(t, "suspend-3", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{toolCall("echo", map[string]any{"text": "held"})}},
+		map[string]any{"content": "done"},
+	)
+	h.submit(ctx, req)
+	g.allowIteration(req.RunID, 1)
+	held := g.request(req.RunID, "echo", map[string]any{"text": "held"}, 1)
+	g.approvalRequired(held)
+	h.next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".suspended")
+
+	kv, err := h.env.JS.KeyValue(ctx, events.BucketApprovals)
+	require.NoError(t, err)
+	key, err := events.ApprovalKey(held.RunID, held.CallID)
+	require.NoError(t, err)
+	rec, err := json.Marshal(events.ApprovalRecord{State: events.ApprovalApproved, Call: held, Settled: true,
+		Deadline: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, key, rec)
+	require.NoError(t, err)
+	res := statusOf(t, h.next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".resumed"))
+	require.Equal(t, "call "+held.CallID+" (echo@1.0.0) approved", res.Reason)
+	require.Len(t, ofType(h.streamEvents(ctx)[req.RunID], events.TypeRunResumed), 1)
+	require.Zero(t, len(ofType(h.streamEvents(ctx)[req.RunID], events.TypeCallCompleted)), "the call itself was never sent on")
 }
