@@ -59,8 +59,13 @@ func ContextWithRunTrace(ctx context.Context, rt RunTrace) context.Context {
 	return traceContext.Extract(ctx, c)
 }
 
-// TraceID returns the trace id of rt, or "".
+// TraceID returns the trace id of rt, or "". A well-formed version 00
+// traceparent is read directly (the recorder does it for every event); any
+// other goes through the W3C propagator.
 func (rt RunTrace) TraceID() string {
+	if id, ok := traceIDFast(rt.TraceParent); ok {
+		return id
+	}
 	sc := trace.SpanContextFromContext(ContextWithRunTrace(context.Background(), rt))
 	if !sc.IsValid() {
 		return ""
@@ -75,4 +80,40 @@ func TracesURL(template, traceID string) string {
 		return ""
 	}
 	return strings.ReplaceAll(template, "{trace_id}", traceID)
+}
+
+// traceIDFast reads the trace id of a traceparent of the common shape
+// "00-<32 hex>-<16 hex>-<00 or 01>" with non-zero ids, all of which the W3C
+// propagator accepts. ok is false for anything
+// else, which is then left to the propagator.
+func traceIDFast(p string) (string, bool) {
+	if len(p) != 55 || p[0] != '0' || p[1] != '0' || p[2] != '-' || p[35] != '-' || p[52] != '-' {
+		return "", false
+	}
+	traceID, spanID, flags := p[3:35], p[36:52], p[53:55]
+	if flags != "00" && flags != "01" { // other flags: the propagator's rules
+		return "", false
+	}
+	if !lowerHex(traceID) || !lowerHex(spanID) || allZero(traceID) || allZero(spanID) {
+		return "", false
+	}
+	return traceID, true
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func allZero(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '0' {
+			return false
+		}
+	}
+	return true
 }
