@@ -72,6 +72,12 @@ type RunnerConfig struct {
 	// Backoff returns the redelivery delay after a failed attempt; default
 	// 100ms doubling up to 10s.
 	Backoff func(attempt uint64) time.Duration
+	// Poll, when set, makes the runner fetch what is waiting (up to
+	// Concurrency messages) every Poll instead of having each message
+	// pushed as it is stored: a consumer off the critical path (the
+	// recorder) then wakes once per interval with a batch, rather than
+	// once per event beside the services that are waiting for it.
+	Poll time.Duration
 }
 
 // Runner consumes one durable pull consumer with a bounded pool of handlers.
@@ -87,6 +93,9 @@ type Runner struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
+	// pollStop and pollDone run the polling loop (RunnerConfig.Poll).
+	pollStop chan struct{}
+	pollDone chan struct{}
 	// mu orders wg.Add in dispatch before the wg.Wait of Stop: once closing
 	// is set, a late dispatch (after a drain that ran out of time) hands its
 	// message back instead of starting a handler.
@@ -142,6 +151,13 @@ func (r *Runner) Start(ctx context.Context) error {
 		return err
 	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.aliveStop, r.aliveDone = make(chan struct{}), make(chan struct{})
+	if r.cfg.Poll > 0 {
+		r.pollStop, r.pollDone = make(chan struct{}), make(chan struct{})
+		go r.pollLoop(c)
+		go r.keepAliveLoop()
+		return nil
+	}
 	cc, err := c.Consume(r.dispatch,
 		jetstream.PullMaxMessages(r.cfg.Concurrency),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -154,9 +170,42 @@ func (r *Runner) Start(ctx context.Context) error {
 		return fmt.Errorf("consume %s: %w", r.cfg.Spec.Durable, err)
 	}
 	r.cc = cc
-	r.aliveStop, r.aliveDone = make(chan struct{}), make(chan struct{})
 	go r.keepAliveLoop()
 	return nil
+}
+
+// pollLoop fetches the messages waiting, up to Concurrency at a time, and
+// dispatches them; when fewer came than it asked for, it waits Poll before
+// asking again. It ends on Stop.
+func (r *Runner) pollLoop(c jetstream.Consumer) {
+	defer close(r.pollDone)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.pollStop:
+			return
+		case <-t.C:
+		}
+		n := 0
+		batch, err := c.FetchNoWait(r.cfg.Concurrency)
+		if err == nil {
+			for m := range batch.Messages() {
+				n++
+				r.dispatch(m)
+			}
+			err = batch.Error()
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) &&
+			!errors.Is(err, nats.ErrConnectionClosed) {
+			r.log.Warn("fetch", "err", err)
+		}
+		if n < r.cfg.Concurrency {
+			t.Reset(r.cfg.Poll)
+		} else {
+			t.Reset(0)
+		}
+	}
 }
 
 // Stop stops pulling, waits for the handlers in flight (bounded by ctx) and
@@ -164,14 +213,23 @@ func (r *Runner) Start(ctx context.Context) error {
 func (r *Runner) Stop(ctx context.Context) error {
 	var err error
 	r.once.Do(func() {
-		if r.cc == nil {
+		switch {
+		case r.pollStop != nil:
+			close(r.pollStop)
+			select {
+			case <-r.pollDone:
+			case <-ctx.Done():
+				err = fmt.Errorf("drain %s: %w", r.cfg.Spec.Durable, ctx.Err())
+			}
+		case r.cc != nil:
+			r.cc.Drain()
+			select {
+			case <-r.cc.Closed():
+			case <-ctx.Done():
+				err = fmt.Errorf("drain %s: %w", r.cfg.Spec.Durable, ctx.Err())
+			}
+		default:
 			return
-		}
-		r.cc.Drain()
-		select {
-		case <-r.cc.Closed():
-		case <-ctx.Done():
-			err = fmt.Errorf("drain %s: %w", r.cfg.Spec.Durable, ctx.Err())
 		}
 		r.mu.Lock()
 		r.closing = true

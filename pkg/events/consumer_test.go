@@ -496,3 +496,49 @@ func requireAllAckedWithin(t testing.TB, env *eventstest.Env, n uint64, within t
 	}, within, 10*time.Millisecond, "consumer never acknowledged %d messages", n)
 	return info
 }
+
+// A polling runner (RunnerConfig.Poll) handles what is waiting in batches of
+// at most Concurrency, keeps up with events published while it runs, retries
+// a failure as the pushing runner does, and drains on Stop.
+func TestRunnerPolls(t *testing.T) {
+	env := eventstest.Start(t)
+	var (
+		mu       sync.Mutex
+		seen     = map[string]int{}
+		inFlight atomic.Int32
+		maxSeen  atomic.Int32
+	)
+	for i := 1; i <= 5; i++ { // waiting before the runner starts
+		publish(t, env, callStarted(t, i))
+	}
+	r := startRunner(t, env, events.RunnerConfig{Poll: 20 * time.Millisecond, Concurrency: 2,
+		Handler: func(_ context.Context, d *events.Delivery) error {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for {
+				m := maxSeen.Load()
+				if n <= m || maxSeen.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+			mu.Lock()
+			defer mu.Unlock()
+			seen[d.Event.ID()]++
+			if seen[d.Event.ID()] == 1 && d.Event.ID() == callStarted(t, 3).Event.ID() {
+				return errors.New("first attempt fails")
+			}
+			return nil
+		}})
+	for i := 6; i <= 8; i++ { // published while it runs
+		publish(t, env, callStarted(t, i))
+	}
+	requireAllAcked(t, env, 8)
+	require.LessOrEqual(t, maxSeen.Load(), int32(2), "at most Concurrency handlers at once")
+	mu.Lock()
+	require.Len(t, seen, 8)
+	require.Equal(t, 2, seen[callStarted(t, 3).Event.ID()], "the failed event came back once")
+	mu.Unlock()
+	require.NoError(t, r.Stop(testCtx(t)))
+	require.NoError(t, r.Stop(testCtx(t)), "Stop is idempotent")
+}

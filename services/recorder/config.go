@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Environment variables read by ConfigFromEnv.
@@ -14,12 +15,18 @@ const (
 	EnvDatabaseURL = "DATABASE_URL"
 	// EnvBatch sets Config.Batch.
 	EnvBatch = "TOOLWIRE_RECORDER_BATCH"
+	// EnvPoll sets Config.Poll: a duration such as 20ms, or 0 to have each
+	// event pushed as it is stored.
+	EnvPoll = "TOOLWIRE_RECORDER_POLL"
 )
 
 // Defaults of Config.
 const (
 	DefaultBatch = 256
 	maxBatch     = 4096
+	// DefaultPoll is how often the recorder fetches the events waiting.
+	DefaultPoll = 20 * time.Millisecond
+	maxPoll     = 5 * time.Second
 )
 
 // ErrNoDatabase is returned when no database is configured.
@@ -34,12 +41,23 @@ type Config struct {
 	// recorder groups the events its handlers hold into one commit; each is
 	// acknowledged only after that commit.
 	Batch int
+	// Poll is how often the recorder fetches the events waiting (up to Batch
+	// at once per stream), instead of having each event pushed to it as it
+	// is stored: the recorder is off the agent loop's critical path, and
+	// waking once per interval with a batch costs the services it shares a
+	// server (and CPUs) with far less than a wake-up per event, and gives
+	// the database bigger transactions. It adds at most Poll to the
+	// recorder's lag. Zero means DefaultPoll; negative, push each event.
+	Poll time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	if c.Batch == 0 {
 		c.Batch = DefaultBatch
+	}
+	if c.Poll == 0 {
+		c.Poll = DefaultPoll
 	}
 	return c
 }
@@ -53,6 +71,9 @@ func (c Config) Validate() error {
 	}
 	if c.Batch < 1 || c.Batch > maxBatch {
 		errs = append(errs, fmt.Errorf("recorder: batch %d: want 1 to %d", c.Batch, maxBatch))
+	}
+	if c.Poll > maxPoll {
+		errs = append(errs, fmt.Errorf("recorder: poll %s: want at most %s", c.Poll, maxPoll))
 	}
 	return errors.Join(errs...)
 }
@@ -69,6 +90,17 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 		c.Batch = n
 	}
+	if v := getenv(EnvPoll); v != "" {
+		d, err := time.ParseDuration(v)
+		switch {
+		case v == "0":
+			c.Poll = -1
+		case err != nil || d <= 0 || d > maxPoll:
+			errs = append(errs, fmt.Errorf("%s=%q: want a duration up to %s such as 20ms, or 0 to push each event", EnvPoll, v, maxPoll))
+		default:
+			c.Poll = d
+		}
+	}
 	if c.DatabaseURL == "" {
 		errs = append(errs, ErrNoDatabase)
 	}
@@ -81,4 +113,4 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 
 // EnvVars lists the variables ConfigFromEnv reads, besides the common ones of
 // every service (service.CommonEnvVars).
-func EnvVars() []string { return []string{EnvDatabaseURL, EnvBatch} }
+func EnvVars() []string { return []string{EnvDatabaseURL, EnvBatch, EnvPoll} }

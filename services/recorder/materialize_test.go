@@ -178,7 +178,22 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Errorf("batch %q: %v", bad, err)
 		}
 	}
-	if got := recorder.EnvVars(); len(got) != 2 {
+	if c.Poll != recorder.DefaultPoll {
+		t.Errorf("default poll: %s", c.Poll)
+	}
+	for v, want := range map[string]time.Duration{"50ms": 50 * time.Millisecond, "0": -1} {
+		c, err := recorder.ConfigFromEnv(env(map[string]string{"DATABASE_URL": "postgres://x@h/db", "TOOLWIRE_RECORDER_POLL": v}))
+		if err != nil || c.Poll != want {
+			t.Errorf("poll %q: %+v %v", v, c, err)
+		}
+	}
+	for _, bad := range []string{"-5ms", "soon", "1h"} {
+		_, err := recorder.ConfigFromEnv(env(map[string]string{"DATABASE_URL": "postgres://x@h/db", "TOOLWIRE_RECORDER_POLL": bad}))
+		if err == nil || !strings.Contains(err.Error(), "TOOLWIRE_RECORDER_POLL") {
+			t.Errorf("poll %q: %v", bad, err)
+		}
+	}
+	if got := recorder.EnvVars(); len(got) != 3 {
 		t.Errorf("EnvVars = %v", got)
 	}
 }

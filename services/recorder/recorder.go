@@ -212,6 +212,7 @@ func (r *Recorder) Start(ctx context.Context) error {
 			Handler:     r.handle,
 			Concurrency: min(r.cfg.Batch, maxConcurrency),
 			Logger:      r.log,
+			Poll:        max(r.cfg.Poll, 0),
 		})
 		if err == nil {
 			err = runner.Start(ctx)
