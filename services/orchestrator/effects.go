@@ -26,12 +26,21 @@ func (s *Service) publishEffects(ctx context.Context, st *RunState, c cause) err
 	ctx = events.ContextWithRunTrace(ctx, tr)
 	req := st.Request
 	traceID := traceIDOf(tr)
-	var outs []events.Outgoing
+	// next holds the events another service waits for (call requests, the
+	// next iteration's check), outs the others (lifecycle, model turns,
+	// usage): next goes out first, so that the server stores and delivers
+	// the agent loop's next hop before the records of this one.
+	var next, outs []events.Outgoing
 	add := func(o events.Outgoing, err error) error {
 		if err != nil {
 			return err
 		}
-		outs = append(outs, o)
+		switch o.Event.Type() {
+		case events.TypeCallRequested, events.TypeIterationRequested:
+			next = append(next, o)
+		default:
+			outs = append(outs, o)
+		}
 		return nil
 	}
 	status := func(name, reason string) events.RunStatus {
@@ -140,7 +149,7 @@ func (s *Service) publishEffects(ctx context.Context, st *RunState, c cause) err
 		}
 		final = true
 	}
-	if err := s.pub.PublishAll(ctx, outs); err != nil {
+	if err := s.pub.PublishAll(ctx, append(next, outs...)); err != nil {
 		return err
 	}
 	if final {
