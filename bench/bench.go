@@ -61,10 +61,13 @@ type Report struct {
 	Recorder  string    `json:"recorder"`
 
 	Baseline struct {
-		Chain        Dist    `json:"chain_3hop"`
-		ChainsPerSec float64 `json:"chains_per_s"`
-		InFlight     int     `json:"in_flight"`
-		KVGetCAS     Dist    `json:"kv_get_cas"`
+		Chain Dist `json:"chain_3hop"`
+		// ChainsPerSec is the mean of two windows, one before and one after
+		// the pipeline's throughput tests (ChainsPerSecRuns).
+		ChainsPerSec     float64   `json:"chains_per_s"`
+		ChainsPerSecRuns []float64 `json:"chains_per_s_before_after"`
+		InFlight         int       `json:"in_flight"`
+		KVGetCAS         Dist      `json:"kv_get_cas"`
 	} `json:"baseline"`
 
 	ToolCall struct {
@@ -132,27 +135,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer st.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at the end of a benchmark
 
-	// The raw baseline, on the same server with the same client.
+	// The raw baseline, on the same server with the same client. Its
+	// samples are taken between the pipeline's, so that both see the same
+	// machine: on a shared VM speed drifts by tens of percent within a run.
 	ch, err := newChain(ctx, st.JS)
 	if err != nil {
 		return nil, err
 	}
+	defer ch.close(context.WithoutCancel(ctx))
 	payload := make([]byte, 512)
-	say("baseline: %d raw three-hop chains, one at a time", o.Samples)
-	if _, err := ch.latency(ctx, 20, payload); err != nil { // warm up
-		return nil, err
-	}
-	lat, err := ch.latency(ctx, o.Samples, payload)
-	if err != nil {
-		return nil, err
-	}
-	r.Baseline.Chain = distOf(lat)
-	say("baseline: chains with %d in flight for %s", o.InFlight, o.Duration)
-	r.Baseline.InFlight = o.InFlight
-	if r.Baseline.ChainsPerSec, err = ch.throughput(ctx, o.InFlight, o.Duration, payload); err != nil {
-		return nil, err
-	}
-	ch.close(ctx)
 	kv, err := kvRoundTrip(ctx, st.JS, o.Samples)
 	if err != nil {
 		return nil, err
@@ -166,7 +157,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer obs.close()
 	run := &runner{c: st.Client, obs: obs, name: "bench"}
 
-	say("latency: %d one-call runs, one at a time", o.Samples)
+	say("latency: %d one-call runs and %d raw three-hop chains, one at a time, in alternating blocks", o.Samples, o.Samples)
+	if _, err := ch.latency(ctx, 20, payload); err != nil { // warm up
+		return nil, err
+	}
 	for range 20 {
 		if _, err := run.run(ctx, run.request("echo", echoArgs(1))); err != nil {
 			return nil, err
@@ -175,17 +169,37 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := obs.recording(true); err != nil {
 		return nil, err
 	}
-	var runLat []time.Duration
-	for range o.Samples {
-		d, err := run.run(ctx, run.request("echo", echoArgs(1)))
+	// The chains are measured in blocks between blocks of runs, so that both
+	// span the same minutes: on a shared VM speed drifts by tens of percent
+	// within a run. Each chain block starts once the pipeline has settled
+	// (the recorder fetches every 20 ms) and after a few chains that are not
+	// counted: chains run back to back, as the hops within a run do, and
+	// neither pays for the other's leftovers.
+	const block = 20
+	var runLat, chainLat []time.Duration
+	for len(runLat) < o.Samples {
+		n := min(block, o.Samples-len(runLat))
+		time.Sleep(50 * time.Millisecond)
+		if _, err := ch.latency(ctx, 5, payload); err != nil {
+			return nil, err
+		}
+		c, err := ch.latency(ctx, n, payload)
 		if err != nil {
 			return nil, err
 		}
-		runLat = append(runLat, d)
+		chainLat = append(chainLat, c...)
+		for range n {
+			d, err := run.run(ctx, run.request("echo", echoArgs(1)))
+			if err != nil {
+				return nil, err
+			}
+			runLat = append(runLat, d)
+		}
 	}
 	if err := obs.recording(false); err != nil {
 		return nil, err
 	}
+	r.Baseline.Chain = distOf(chainLat)
 	r.ToolCall.Latency = distOf(obs.calls())
 	r.ToolCall.RatioP50 = ratio(r.ToolCall.Latency.P50, r.Baseline.Chain.P50)
 	r.ToolCall.RatioP99 = ratio(r.ToolCall.Latency.P99, r.Baseline.Chain.P99)
@@ -221,15 +235,28 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.Run.OverheadPerK[fmt.Sprint(k)] = (p50 - r.Run.NoToolsP50) / float64(k)
 	}
 
+	r.Baseline.InFlight = o.InFlight
+	say("baseline: raw chains with %d in flight for %s", o.InFlight, o.Duration)
+	before, err := ch.throughput(ctx, o.InFlight, o.Duration, payload)
+	if err != nil {
+		return nil, err
+	}
 	say("throughput: one-call runs with %d in flight for %s", o.InFlight, o.Duration)
 	if r.Throughput, err = measureThroughput(ctx, st, run, o, 1); err != nil {
 		return nil, err
 	}
-	r.Throughput.RatioToChain = ratio(r.Throughput.CallsPerSec, r.Baseline.ChainsPerSec)
 	say("throughput: runs of one turn of %d parallel calls, %d in flight for %s", o.TurnCalls, o.InFlight, o.Duration)
 	if r.TurnThroughput, err = measureThroughput(ctx, st, run, o, o.TurnCalls); err != nil {
 		return nil, err
 	}
+	say("baseline: raw chains with %d in flight for %s, again", o.InFlight, o.Duration)
+	after, err := ch.throughput(ctx, o.InFlight, o.Duration, payload)
+	if err != nil {
+		return nil, err
+	}
+	r.Baseline.ChainsPerSecRuns = []float64{before, after}
+	r.Baseline.ChainsPerSec = (before + after) / 2
+	r.Throughput.RatioToChain = ratio(r.Throughput.CallsPerSec, r.Baseline.ChainsPerSec)
 	r.TurnThroughput.RatioToChain = ratio(r.TurnThroughput.CallsPerSec, r.Baseline.ChainsPerSec)
 
 	say("fan-out: one 100 ms sleep versus eight in one turn")

@@ -17,8 +17,13 @@ func (r *Report) Table(w io.Writer) error {
 	p("toolwire bench\t%s, %d CPUs, recorder: %s", r.GoVersion, r.CPUs, r.Recorder)
 	p("")
 	p("BASELINE (raw JetStream, same server and client)\t\t\t")
-	p("  three-hop chain, one at a time\t%s", d(r.Baseline.Chain))
-	p("  chains/s, %d in flight\t%.0f\t\t", r.Baseline.InFlight, r.Baseline.ChainsPerSec)
+	p("  three-hop chain, one at a time (in blocks between the runs)\t%s", d(r.Baseline.Chain))
+	if len(r.Baseline.ChainsPerSecRuns) == 2 {
+		p("  chains/s, %d in flight (before / after the pipeline's)\t%.0f\t(%.0f / %.0f)\t", r.Baseline.InFlight, r.Baseline.ChainsPerSec,
+			r.Baseline.ChainsPerSecRuns[0], r.Baseline.ChainsPerSecRuns[1])
+	} else {
+		p("  chains/s, %d in flight\t%.0f\t\t", r.Baseline.InFlight, r.Baseline.ChainsPerSec)
+	}
 	p("  KV get + CAS update\t%s", d(r.Baseline.KVGetCAS))
 	p("")
 	p("PIPELINE\t\t\t")
