@@ -19,10 +19,16 @@ import (
 
 // observer watches the pipeline's subjects with core subscriptions: it times
 // each call from its request to its envelope, and wakes whoever waits for a
-// run's end.
+// run's end. Every subscription feeds one channel, read by one goroutine, so
+// that a call's request is always handled before its envelope (separate
+// handlers of separate subscriptions would run in either order).
 type observer struct {
 	nc        *nats.Conn
 	handle    nats.MsgHandler
+	in        chan *nats.Msg
+	quit      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
 	callSubs  []*nats.Subscription
 	mu        sync.Mutex
 	requested map[string]time.Time // run/call -> first seen
@@ -33,7 +39,19 @@ type observer struct {
 }
 
 func newObserver(nc *nats.Conn) (*observer, error) {
-	o := &observer{nc: nc, requested: map[string]time.Time{}, waiters: map[string]chan string{}}
+	o := &observer{nc: nc, requested: map[string]time.Time{}, waiters: map[string]chan string{},
+		in: make(chan *nats.Msg, 1<<16), quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		for {
+			select {
+			case m := <-o.in:
+				o.handle(m)
+			case <-o.quit:
+				return
+			}
+		}
+	}()
 	o.handle = func(m *nats.Msg) {
 		now := time.Now()
 		t := strings.Split(m.Subject, ".")
@@ -61,8 +79,9 @@ func newObserver(nc *nats.Conn) (*observer, error) {
 		}
 	}
 	for _, s := range []string{"toolwire.run.*.completed", "toolwire.run.*.failed"} {
-		sub, err := nc.Subscribe(s, o.handle)
+		sub, err := nc.ChanSubscribe(s, o.in)
 		if err != nil {
+			o.close()
 			return nil, err
 		}
 		_ = sub.SetPendingLimits(-1, -1)
@@ -83,7 +102,7 @@ func (o *observer) timeCalls(on bool) error {
 		return o.nc.Flush()
 	}
 	for _, s := range []string{"toolwire.call.*.*.requested", "toolwire.call.*.*.completed"} {
-		sub, err := o.nc.Subscribe(s, o.handle)
+		sub, err := o.nc.ChanSubscribe(s, o.in)
 		if err != nil {
 			return err
 		}
@@ -122,6 +141,11 @@ func (o *observer) close() {
 	for _, s := range o.subs {
 		_ = s.Unsubscribe()
 	}
+	o.subs = nil
+	o.closeOnce.Do(func() {
+		close(o.quit)
+		<-o.done
+	})
 }
 
 // runner submits scripted runs and waits for them.
