@@ -38,7 +38,7 @@ type stateStore struct {
 }
 
 // maxCachedRuns bounds the snapshots kept; beyond it, idle ones are dropped.
-const maxCachedRuns = 8192
+const maxCachedRuns = 4096
 
 // runSlot is one run's snapshot and its queue of changes.
 type runSlot struct {
