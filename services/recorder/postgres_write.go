@@ -290,20 +290,9 @@ func (q *effectQueue) calls(fresh []bool) {
 	}
 }
 
-// upsertCallsSQL applies CallUpdates, at most one per call. The status moves
-// forward only. Until the envelope arrives, the first event that names a
-// field sets it; the envelope then overrides name, version, input and
-// t_start, and alone sets the rest.
-var upsertCallsSQL = func() string {
-	fwd := rankSQL("EXCLUDED.status", callStatuses(), CallStatusRank) + " > " + rankSQL("c.status", callStatuses(), CallStatusRank)
-	newEnv := "(c.envelope IS NULL AND EXCLUDED.envelope IS NOT NULL)"
-	shared := func(col string) string {
-		return col + " = CASE WHEN " + newEnv + " THEN COALESCE(EXCLUDED." + col + ", c." + col + ") ELSE COALESCE(c." + col + ", EXCLUDED." + col + ") END"
-	}
-	fromEnv := func(col string) string {
-		return col + " = CASE WHEN " + newEnv + " THEN EXCLUDED." + col + " ELSE c." + col + " END"
-	}
-	return `
+// upsertCallsSQL applies CallUpdates, at most one per call, by the rules of
+// callUpsertSet.
+var upsertCallsSQL = `
 INSERT INTO tool_calls AS c (run_id, call_id, seq, iteration, name, version, status, error_code, input,
 	envelope, t_start, t_end, latency_ms, cached, truncated)
 SELECT run_id, call_id, seq, iteration, name, version, status, error_code, input::jsonb,
@@ -314,10 +303,26 @@ FROM unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6
 	AS u(run_id, call_id, seq, iteration, name, version, status, error_code, input,
 	envelope, t_start, t_end, latency_ms, cached, truncated, ord)
 ORDER BY ord
-ON CONFLICT (run_id, call_id) DO UPDATE SET
-	status    = CASE WHEN ` + fwd + ` THEN EXCLUDED.status ELSE c.status END,
-	seq       = COALESCE(c.seq, EXCLUDED.seq),
-	iteration = COALESCE(c.iteration, EXCLUDED.iteration),
+ON CONFLICT (run_id, call_id) DO UPDATE SET` + callUpsertSet
+
+// callUpsertSet is the SET list of a tool_calls upsert (Postgres and SQLite
+// both read excluded, the proposed row, as c the stored one): the status
+// moves forward only; until the envelope arrives, the first event that names
+// a field sets it; the envelope then overrides name, version, input and
+// t_start, and alone sets the rest.
+var callUpsertSet = func() string {
+	fwd := rankSQL("excluded.status", callStatuses(), CallStatusRank) + " > " + rankSQL("c.status", callStatuses(), CallStatusRank)
+	newEnv := "(c.envelope IS NULL AND excluded.envelope IS NOT NULL)"
+	shared := func(col string) string {
+		return col + " = CASE WHEN " + newEnv + " THEN COALESCE(excluded." + col + ", c." + col + ") ELSE COALESCE(c." + col + ", excluded." + col + ") END"
+	}
+	fromEnv := func(col string) string {
+		return col + " = CASE WHEN " + newEnv + " THEN excluded." + col + " ELSE c." + col + " END"
+	}
+	return `
+	status    = CASE WHEN ` + fwd + ` THEN excluded.status ELSE c.status END,
+	seq       = COALESCE(c.seq, excluded.seq),
+	iteration = COALESCE(c.iteration, excluded.iteration),
 	` + shared("name") + `,
 	` + shared("version") + `,
 	` + shared("input") + `,
@@ -327,7 +332,7 @@ ON CONFLICT (run_id, call_id) DO UPDATE SET
 	` + fromEnv("latency_ms") + `,
 	` + fromEnv("cached") + `,
 	` + fromEnv("truncated") + `,
-	envelope  = COALESCE(c.envelope, EXCLUDED.envelope)`
+	envelope  = COALESCE(c.envelope, excluded.envelope)`
 }()
 
 type callCols struct {

@@ -261,34 +261,12 @@ func sqliteUpsertRun(ctx context.Context, tx *sql.Tx, u *RunUpdate) error {
 	return nil
 }
 
-var sqliteUpsertCallSQL = func() string {
-	fwd := rankSQL("excluded.status", callStatuses(), CallStatusRank) + " > " + rankSQL("c.status", callStatuses(), CallStatusRank)
-	newEnv := "(c.envelope IS NULL AND excluded.envelope IS NOT NULL)"
-	shared := func(col string) string {
-		return col + " = CASE WHEN " + newEnv + " THEN COALESCE(excluded." + col + ", c." + col + ") ELSE COALESCE(c." + col + ", excluded." + col + ") END"
-	}
-	fromEnv := func(col string) string {
-		return col + " = CASE WHEN " + newEnv + " THEN excluded." + col + " ELSE c." + col + " END"
-	}
-	return `
+// sqliteUpsertCallSQL applies one CallUpdate by the rules of callUpsertSet.
+var sqliteUpsertCallSQL = `
 INSERT INTO tool_calls AS c (run_id, call_id, seq, iteration, name, version, status, error_code, input,
 	envelope, t_start, t_end, latency_ms, cached, truncated)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
-ON CONFLICT (run_id, call_id) DO UPDATE SET
-	status    = CASE WHEN ` + fwd + ` THEN excluded.status ELSE c.status END,
-	seq       = COALESCE(c.seq, excluded.seq),
-	iteration = COALESCE(c.iteration, excluded.iteration),
-	` + shared("name") + `,
-	` + shared("version") + `,
-	` + shared("input") + `,
-	` + shared("t_start") + `,
-	` + fromEnv("error_code") + `,
-	` + fromEnv("t_end") + `,
-	` + fromEnv("latency_ms") + `,
-	` + fromEnv("cached") + `,
-	` + fromEnv("truncated") + `,
-	envelope  = COALESCE(c.envelope, excluded.envelope)`
-}()
+ON CONFLICT (run_id, call_id) DO UPDATE SET` + callUpsertSet
 
 func sqliteUpsertCall(ctx context.Context, tx *sql.Tx, u *CallUpdate) error {
 	_, err := tx.ExecContext(ctx, sqliteUpsertCallSQL,
