@@ -39,6 +39,7 @@ type Service struct {
 	schemas *envelope.Schemas
 	states  *stateStore
 	catalog *registry.Catalog
+	reg     *registry.Registry
 	runners []*events.Runner
 	metrics metrics
 	stop    sync.Once
@@ -112,6 +113,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.reg = reg
 	if s.catalog, err = reg.Watch(ctx); err != nil {
 		return err
 	}
@@ -208,7 +210,10 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 	}
 	var warnings, problems []string
 	for _, ref := range mustRefs(req.Agent) {
-		e, ok := s.catalog.Lookup(ref)
+		e, ok, err := s.lookupTool(ctx, ref)
+		if err != nil {
+			return err
+		}
 		switch {
 		case !ok:
 			problems = append(problems, "unknown tool "+ref.String())
@@ -257,6 +262,23 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 		st = existing
 	}
 	return s.publishEffects(ctx, st, cause{created: true})
+}
+
+// lookupTool finds a tool version in the catalog, or in the registry itself
+// when the catalog's watch has not delivered it yet: a tool registered just
+// before the run that names it is not unknown.
+func (s *Service) lookupTool(ctx context.Context, ref envelope.ToolRef) (registry.Entry, bool, error) {
+	if e, ok := s.catalog.Lookup(ref); ok {
+		return e, true, nil
+	}
+	e, err := s.reg.Get(ctx, ref)
+	switch {
+	case err == nil:
+		return e, true, nil
+	case errors.Is(err, registry.ErrNotFound):
+		return registry.Entry{}, false, nil
+	}
+	return registry.Entry{}, false, fmt.Errorf("look up tool %s: %w", ref, err)
 }
 
 // providerHint says how to make a well-known provider available.
@@ -452,7 +474,11 @@ func (s *Service) callModel(ctx context.Context, st *RunState) (envelope.ModelTu
 	tools := make([]envelope.ToolDefinition, 0, len(req.Agent.EnabledTools))
 	names := make([]string, 0, len(req.Agent.EnabledTools))
 	for _, ref := range mustRefs(req.Agent) {
-		if e, ok := s.catalog.Lookup(ref); ok && e.State != registry.StateBlocked {
+		e, ok, err := s.lookupTool(ctx, ref)
+		if err != nil {
+			return envelope.ModelTurn{}, err
+		}
+		if ok && e.State != registry.StateBlocked {
 			tools = append(tools, e.Definition)
 			names = append(names, ref.String())
 		}
