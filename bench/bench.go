@@ -418,21 +418,31 @@ func peakRSSMB() float64 {
 func waitRecorded(ctx context.Context, base, runID string) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	last := "no answer yet"
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/runs/"+runID+"/outputs", nil)
+		// Each request has its own short deadline: one that hangs must not
+		// use up the whole wait.
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, base+"/v1/runs/"+runID+"/outputs", nil)
 		if err != nil {
+			rcancel()
 			return err
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				rcancel()
 				return nil
 			}
+			last = resp.Status
+		} else {
+			last = err.Error()
 		}
+		rcancel()
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("recorder never stored run %s: %w", runID, ctx.Err())
+			return fmt.Errorf("recorder never stored run %s (last answer: %s): %w", runID, last, ctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
