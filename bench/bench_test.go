@@ -7,13 +7,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/services/recorder/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
 
 // TestHarnessFillsEveryFigure runs the harness with tiny settings: it checks
 // that every measurement runs and reports something, not how fast it is.
 func TestHarnessFillsEveryFigure(t *testing.T) {
-	r, err := Run(t.Context(), Options{Samples: 5, Duration: 300 * time.Millisecond, InFlight: 4})
+	// The recorder on Postgres, as the figures in the README are taken.
+	r, err := Run(t.Context(), Options{Samples: 5, Duration: 300 * time.Millisecond, InFlight: 4, DatabaseURL: pgtest.Schema(t)})
 	require.NoError(t, err)
 	require.Equal(t, 5, r.Baseline.Chain.N)
 	require.Positive(t, r.Baseline.Chain.P50)
@@ -26,7 +28,7 @@ func TestHarnessFillsEveryFigure(t *testing.T) {
 	require.Positive(t, r.Throughput.CallsPerSec)
 	require.Positive(t, r.Throughput.CPUPerCallUS)
 	require.Positive(t, r.TurnThroughput.CallsPerSec)
-	require.Equal(t, "sqlite (embedded)", r.Recorder, "without a database URL the recorder uses its embedded store")
+	require.Equal(t, "postgres", r.Recorder)
 	require.Positive(t, r.TurnThroughput.RecorderLag, "the recorder served the last run")
 	require.GreaterOrEqual(t, r.FanOut.EightMS, 100.0, "eight 100 ms sleeps take at least 100 ms")
 	require.GreaterOrEqual(t, r.FanOut.SingleMS, 100.0)
