@@ -14,10 +14,11 @@ const (
 
 // isRunID reports whether id is 1 to 64 letters, digits, '-' or '_'. It is
 // checked on every event a service handles, so it is a loop, not a regexp.
-func isRunID(id string) bool { return isToken(id, 64, isWordByte) }
+func isRunID(id string) bool { return IsToken(id, 64, isWordByte) }
 
-// isToken reports whether s is 1 to max bytes, each accepted by ok.
-func isToken(s string, max int, ok func(byte) bool) bool {
+// IsToken reports whether s is 1 to max bytes, each accepted by ok. Ids are
+// checked on every event a service handles, so this is a loop, not a regexp.
+func IsToken(s string, max int, ok func(byte) bool) bool {
 	if len(s) == 0 || len(s) > max {
 		return false
 	}

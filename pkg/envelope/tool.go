@@ -230,4 +230,4 @@ func (r *ToolRef) UnmarshalText(b []byte) error {
 }
 
 // isToolName reports whether name is 1 to 64 letters, digits, '-' or '_'.
-func isToolName(name string) bool { return isToken(name, 64, isWordByte) }
+func isToolName(name string) bool { return IsToken(name, 64, isWordByte) }

@@ -30,7 +30,7 @@ var ErrUnsafeID = errors.New("unsafe subject token")
 // validateVerb checks that a subject's verb is one plain token (requested,
 // approval_required, ...), never a wildcard or several tokens.
 func validateVerb(verb string) error {
-	if !isToken(verb, 32, func(c byte) bool { return c >= 'a' && c <= 'z' || c == '_' }) {
+	if !envelope.IsToken(verb, 32, func(c byte) bool { return c >= 'a' && c <= 'z' || c == '_' }) {
 		return fmt.Errorf("subject verb %q must be 1-32 lowercase letters or '_'", verb)
 	}
 	return nil
@@ -47,7 +47,7 @@ func ValidateRunID(id string) error {
 
 // ValidateCallID checks that id is lowercase hex of at most 64 digits.
 func ValidateCallID(id string) error {
-	if !isToken(id, 64, func(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' }) {
+	if !envelope.IsToken(id, 64, func(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' }) {
 		if len(id) > 80 {
 			id = id[:80] + "..."
 		}
@@ -182,18 +182,4 @@ func ParseSubject(subject string) (ParsedSubject, error) {
 		return bad(err.Error())
 	}
 	return p, nil
-}
-
-// isToken reports whether s is 1 to max bytes, each accepted by ok. Ids are
-// checked on every event a service handles, so this is a loop, not a regexp.
-func isToken(s string, max int, ok func(byte) bool) bool {
-	if len(s) == 0 || len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !ok(s[i]) {
-			return false
-		}
-	}
-	return true
 }

@@ -466,17 +466,7 @@ func (s *Service) lookup(ctx context.Context, ref envelope.ToolRef) (registry.En
 	if ref.Validate() != nil {
 		return registry.Entry{}, false, nil
 	}
-	if e, ok := s.catalog.Lookup(ref); ok {
-		return e, true, nil
-	}
-	e, err := s.reg.Get(ctx, ref)
-	switch {
-	case err == nil:
-		return e, true, nil
-	case errors.Is(err, registry.ErrNotFound):
-		return registry.Entry{}, false, nil
-	}
-	return registry.Entry{}, false, fmt.Errorf("look up tool %s: %w", ref, err)
+	return s.catalog.Resolve(ctx, s.reg, ref)
 }
 
 // toolResult is what a tool's goroutine hands back.

@@ -210,7 +210,7 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 	}
 	var warnings, problems []string
 	for _, ref := range mustRefs(req.Agent) {
-		e, ok, err := s.lookupTool(ctx, ref)
+		e, ok, err := s.catalog.Resolve(ctx, s.reg, ref)
 		if err != nil {
 			return err
 		}
@@ -262,23 +262,6 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 		st = existing
 	}
 	return s.publishEffects(ctx, st, cause{created: true})
-}
-
-// lookupTool finds a tool version in the catalog, or in the registry itself
-// when the catalog's watch has not delivered it yet: a tool registered just
-// before the run that names it is not unknown.
-func (s *Service) lookupTool(ctx context.Context, ref envelope.ToolRef) (registry.Entry, bool, error) {
-	if e, ok := s.catalog.Lookup(ref); ok {
-		return e, true, nil
-	}
-	e, err := s.reg.Get(ctx, ref)
-	switch {
-	case err == nil:
-		return e, true, nil
-	case errors.Is(err, registry.ErrNotFound):
-		return registry.Entry{}, false, nil
-	}
-	return registry.Entry{}, false, fmt.Errorf("look up tool %s: %w", ref, err)
 }
 
 // providerHint says how to make a well-known provider available.
@@ -474,7 +457,7 @@ func (s *Service) callModel(ctx context.Context, st *RunState) (envelope.ModelTu
 	tools := make([]envelope.ToolDefinition, 0, len(req.Agent.EnabledTools))
 	names := make([]string, 0, len(req.Agent.EnabledTools))
 	for _, ref := range mustRefs(req.Agent) {
-		e, ok, err := s.lookupTool(ctx, ref)
+		e, ok, err := s.catalog.Resolve(ctx, s.reg, ref)
 		if err != nil {
 			return envelope.ModelTurn{}, err
 		}

@@ -232,6 +232,24 @@ func (c *Catalog) Lookup(ref envelope.ToolRef) (Entry, bool) {
 	return e, ok
 }
 
+// Resolve finds ref in the catalog, or in the registry r itself when the
+// catalog's watch has not delivered it yet (a tool registered a moment ago is
+// not unknown). ok is false when neither has it; err only when the registry
+// cannot be read.
+func (c *Catalog) Resolve(ctx context.Context, r *Registry, ref envelope.ToolRef) (e Entry, ok bool, err error) {
+	if e, ok := c.Lookup(ref); ok {
+		return e, true, nil
+	}
+	e, err = r.Get(ctx, ref)
+	switch {
+	case err == nil:
+		return e, true, nil
+	case errors.Is(err, ErrNotFound):
+		return Entry{}, false, nil
+	}
+	return Entry{}, false, fmt.Errorf("look up tool %s: %w", ref, err)
+}
+
 // Entries returns every entry, sorted.
 func (c *Catalog) Entries() []Entry {
 	c.mu.RLock()
