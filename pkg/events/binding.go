@@ -35,7 +35,7 @@ var ErrNotCloudEvent = errors.New("not a CloudEvent")
 // the body. The event id is also the Nats-Msg-Id, so JetStream drops a retried
 // publish as a duplicate.
 func Encode(subject string, e *event.Event) (*nats.Msg, error) {
-	if err := e.Validate(); err != nil {
+	if err := validate(e); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	m := nats.NewMsg(subject)
@@ -89,7 +89,7 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 		if err := checkTime(e.Time()); err != nil {
 			return nil, err
 		}
-		if err := e.Validate(); err != nil {
+		if err := validate(&e); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 		}
 		return &e, nil
@@ -153,7 +153,7 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 	if len(m.Data) > 0 {
 		e.DataEncoded, e.DataBase64 = m.Data, true
 	}
-	if err := e.Validate(); err != nil {
+	if err := validate(&e); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	return &e, nil
@@ -162,10 +162,10 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 // EncodeStructured renders e in structured content mode; tests and upstream
 // producers that prefer it use this.
 func EncodeStructured(subject string, e *event.Event) (*nats.Msg, error) {
-	if err := e.Validate(); err != nil {
+	if err := validate(e); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
-	if e.DataBase64 && isJSONMedia(e.DataMediaType()) && json.Valid(e.Data()) {
+	if e.DataBase64 && isJSONMedia(mediaType(e)) && json.Valid(e.Data()) {
 		// SetData marks bytes as binary, but JSON data belongs under "data" as
 		// a JSON value (JSON event format 3.1.1), not base64 under "data_base64".
 		c := e.Clone()

@@ -87,7 +87,7 @@ func Build(typ, id, subject string, a Attrs, data any) (Outgoing, error) {
 	if err := e.SetData(event.ApplicationJSON, b); err != nil {
 		return Outgoing{}, fmt.Errorf("%w: %s data: %w", ErrInvalidEvent, typ, err)
 	}
-	if err := e.Validate(); err != nil {
+	if err := validate(&e); err != nil {
 		return Outgoing{}, fmt.Errorf("%w: %s: %w", ErrInvalidEvent, typ, err)
 	}
 	return Outgoing{Subject: subject, Event: e}, nil
@@ -224,7 +224,7 @@ func TraceOf(e *event.Event) RunTrace {
 // DecodeData unmarshals e's JSON data into v, rejecting unknown fields so that
 // a producer's mistake is a clear error rather than silently dropped data.
 func DecodeData(e *event.Event, v any) error {
-	if !isJSONMedia(e.DataMediaType()) {
+	if !isJSONMedia(mediaType(e)) {
 		return fmt.Errorf("%w: %s data content type %q, want application/json", ErrInvalidEvent, e.Type(), e.DataContentType())
 	}
 	if len(e.Data()) == 0 {
