@@ -36,6 +36,8 @@ type Delivery struct {
 	Subject string
 	Attempt uint64 // 1 on the first delivery
 	Msg     jetstream.Msg
+	// Meta is Msg's metadata (stream, sequences, time), parsed once.
+	Meta *jetstream.MsgMetadata
 }
 
 // Handler processes one event. Returning nil acknowledges it; an error
@@ -326,7 +328,7 @@ func (r *Runner) handle(m jetstream.Msg) {
 		r.deadLetter(ctx, m, meta, fmt.Errorf("decode: %w", err))
 		return
 	}
-	d := &Delivery{Event: ev, Subject: m.Subject(), Attempt: meta.NumDelivered, Msg: m}
+	d := &Delivery{Event: ev, Subject: m.Subject(), Attempt: meta.NumDelivered, Msg: m, Meta: meta}
 
 	herr := r.safeHandle(ctx, d)
 

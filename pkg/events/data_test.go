@@ -37,6 +37,8 @@ func TestDecodeData(t *testing.T) {
 		{"nested trailing value", event.ApplicationJSON, `{"n":1}{"n":2}`, target{}, "trailing content"},
 		{"trailing garbage", event.ApplicationJSON, `{"n":1} x`, target{}, "trailing content"},
 		{"trailing array", event.ApplicationJSON, `{"n":1}[]`, target{}, "trailing content"},
+		{"trailing closing bracket", event.ApplicationJSON, `{"n":1}]`, target{}, "trailing content"},
+		{"trailing closing brace", event.ApplicationJSON, "{\"n\":1} \n}", target{}, "trailing content"},
 		{"wrong type", event.ApplicationJSON, `{"n":"two"}`, target{}, "cannot unmarshal"},
 		{"not json", event.ApplicationJSON, `nope`, target{}, "invalid character"},
 		{"xml", "application/xml", `<n>1</n>`, target{}, `data content type "application/xml", want application/json`},

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -235,7 +236,9 @@ func DecodeData(e *event.Event, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: %s data: %w", ErrInvalidEvent, e.Type(), err)
 	}
-	if dec.More() {
+	// Only white space may follow the value, so that data DecodeData takes
+	// is JSON as json.Valid would have it.
+	if rest := e.Data()[dec.InputOffset():]; len(bytes.TrimLeft(rest, " \t\r\n")) > 0 {
 		return fmt.Errorf("%w: %s data: trailing content after the JSON value", ErrInvalidEvent, e.Type())
 	}
 	return nil

@@ -1,6 +1,7 @@
 package recorder
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -259,35 +260,117 @@ func (c *toolCols) add(d *ToolDefRow) {
 
 func (c *toolCols) args() []any { return []any{c.runID, c.name, c.version, c.definition} }
 
-// calls queues the fresh records' tool call updates in waves: ON CONFLICT DO
-// UPDATE cannot touch a row twice in one statement, so wave k holds the k-th
-// update of each call, in batch order, and the waves run in order. Each call
-// still sees its updates in order, and updates of different calls touch
-// different rows, so the rows are those of the one-by-one upserts.
+// calls queues the fresh records' tool call updates. A call's updates in
+// one batch are merged into one where mergeCall shows that the merged update
+// leaves any stored row as the updates one by one would: under load a call's
+// request, approval, start and completion often share a batch, and one row
+// update instead of four saves Postgres three heap and index updates. The
+// rest go in waves: ON CONFLICT DO UPDATE cannot touch a row twice in one
+// statement, so wave k holds the k-th update of each call, in batch order,
+// and the waves run in order. Each call still sees its updates in order, and
+// updates of different calls touch different rows, so the rows are those of
+// the one-by-one upserts.
 func (q *effectQueue) calls(fresh []bool) {
 	type key struct{ run, call string }
-	seen := make(map[key]int)
-	var waves [][]int
+	groups := make(map[key][]int)
+	var order []key
 	for i := range q.recs {
 		u := q.recs[i].Call
 		if !fresh[i] || u == nil {
 			continue
 		}
 		k := key{u.RunID, u.CallID}
-		n := seen[k]
-		seen[k] = n + 1
-		if n == len(waves) {
-			waves = append(waves, nil)
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
 		}
-		waves[n] = append(waves[n], i)
+		groups[k] = append(groups[k], i)
 	}
-	for _, wave := range waves {
+	var (
+		waves  [][]*CallUpdate
+		wavesI [][]int
+	)
+	put := func(n int, u *CallUpdate, idx ...int) {
+		for n >= len(waves) {
+			waves, wavesI = append(waves, nil), append(wavesI, nil)
+		}
+		waves[n], wavesI[n] = append(waves[n], u), append(wavesI[n], idx...)
+	}
+	for _, k := range order {
+		idx := groups[k]
+		us := make([]*CallUpdate, len(idx))
+		for j, i := range idx {
+			us[j] = q.recs[i].Call
+		}
+		if m, ok := mergeCall(us); ok {
+			put(0, m, idx...)
+			continue
+		}
+		for n, u := range us {
+			put(n, u, idx[n])
+		}
+	}
+	for n, wave := range waves {
 		var cols callCols
-		for _, i := range wave {
-			cols.add(q.recs[i].Call)
+		for _, u := range wave {
+			cols.add(u)
 		}
-		q.add("upsert tool calls", wave, upsertCallsSQL, cols.args()...)
+		q.add("upsert tool calls", wavesI[n], upsertCallsSQL, cols.args()...)
 	}
+}
+
+// mergeCall folds one call's updates, in order, into one update that the
+// rules of callUpsertSet apply to any stored row with the same result as the
+// updates one by one; false when no such update is shown to exist. The
+// status is the most advanced; seq, iteration and the envelope are the first
+// given; the envelope's own fields come with the first envelope. Name,
+// version, input and t_start are the first given when no update carries an
+// envelope; with one, the envelope's values must be given and be the first
+// given too (a row without an envelope takes the envelope's, one with an
+// envelope keeps its own or takes the first given: both must agree).
+func mergeCall(us []*CallUpdate) (*CallUpdate, bool) {
+	if len(us) == 1 {
+		return us[0], true
+	}
+	m := &CallUpdate{RunID: us[0].RunID, CallID: us[0].CallID, Status: us[0].Status}
+	var env *CallUpdate
+	for _, u := range us {
+		if CallStatusRank(u.Status) > CallStatusRank(m.Status) {
+			m.Status = u.Status
+		}
+		if m.Seq == nil {
+			m.Seq = u.Seq
+		}
+		if m.Iteration == nil {
+			m.Iteration = u.Iteration
+		}
+		if env == nil && nullJSON(u.Envelope) != nil {
+			env = u
+		}
+		if m.Name == "" {
+			m.Name = u.Name
+		}
+		if m.Version == "" {
+			m.Version = u.Version
+		}
+		if nullJSON(m.Input) == nil {
+			m.Input = u.Input
+		}
+		if m.TStart == nil {
+			m.TStart = u.TStart
+		}
+	}
+	if env == nil {
+		return m, true
+	}
+	if env.Name == "" || env.Name != m.Name || env.Version == "" || env.Version != m.Version ||
+		nullJSON(env.Input) == nil || !bytes.Equal(nullJSON(env.Input), nullJSON(m.Input)) ||
+		env.TStart == nil || !env.TStart.Equal(*m.TStart) {
+		return nil, false
+	}
+	m.Envelope, m.TEnd, m.LatencyMS, m.ErrorCode = env.Envelope, env.TEnd, env.LatencyMS, env.ErrorCode
+	m.Cached, m.Truncated = env.Cached, env.Truncated
+	m.TStart = env.TStart
+	return m, true
 }
 
 // upsertCallsSQL applies CallUpdates, at most one per call, by the rules of

@@ -7,8 +7,8 @@ import (
 
 // TestWriteStatementsDoNotGrowWithTheBatch: the effects of a batch cost a
 // fixed number of statements however many runs and events it holds: two for
-// the runs, one per update of its most updated call, one each for turns,
-// verdicts and tool definitions.
+// the runs, one for the calls (each call's four updates merged into one), one
+// each for turns, verdicts and tool definitions.
 func TestWriteStatementsDoNotGrowWithTheBatch(t *testing.T) {
 	for _, runs := range []int{1, 3, 50} {
 		recs := busyRuns(runs)
@@ -22,8 +22,8 @@ func TestWriteStatementsDoNotGrowWithTheBatch(t *testing.T) {
 		}
 		q.calls(fresh)
 		q.others(fresh)
-		want := []string{"insert runs", "update runs", "upsert tool calls", "upsert tool calls",
-			"upsert tool calls", "upsert tool calls", "insert model turns", "insert verdicts", "insert tool definitions"}
+		want := []string{"insert runs", "update runs", "upsert tool calls", "insert model turns", "insert verdicts",
+			"insert tool definitions"}
 		if fmt.Sprint(q.what) != fmt.Sprint(want) {
 			t.Errorf("%d runs, %d records: statements %q; want %q", runs, len(recs), q.what, want)
 		}
@@ -55,4 +55,40 @@ func busyRuns(n int) []Record {
 		}
 	}
 	return recs
+}
+
+// TestCallsThatCannotMergeGoInWaves: a call whose envelope names it otherwise
+// than its request did keeps one statement per update; the other calls of the
+// batch still merge into the first.
+func TestCallsThatCannotMergeGoInWaves(t *testing.T) {
+	tStart := mergeBase
+	req := func(call, name string) Record {
+		return Record{Call: &CallUpdate{RunID: "r", CallID: call, Status: CallRequested, Name: name, Version: "1"}}
+	}
+	done := func(call, name string) Record {
+		return Record{Call: &CallUpdate{RunID: "r", CallID: call, Status: CallCompleted, Name: name, Version: "1",
+			Input: []byte(`{}`), TStart: &tStart, Envelope: []byte(`{"call_id":"` + call + `"}`)}}
+	}
+	for _, c := range []struct {
+		name  string
+		recs  []Record
+		waves int
+	}{
+		{"agreeing", []Record{req("a", "echo"), done("a", "echo"), req("b", "echo"), done("b", "echo")}, 1},
+		{"renamed by its envelope", []Record{req("a", "echo"), done("a", "shout"), req("b", "echo"), done("b", "echo")}, 2},
+	} {
+		q := &effectQueue{recs: c.recs}
+		fresh := []bool{true, true, true, true}
+		q.calls(fresh)
+		if len(q.what) != c.waves {
+			t.Errorf("%s: statements %q; want %d upserts", c.name, q.what, c.waves)
+		}
+		owned := 0
+		for _, o := range q.owners {
+			owned += len(o)
+		}
+		if owned != len(c.recs) {
+			t.Errorf("%s: the statements carry %d records; want %d", c.name, owned, len(c.recs))
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -96,11 +97,44 @@ func namingRecords() []recorder.Record {
 				Version: version, Input: json.RawMessage(`{"from":"` + id + `"}`)},
 		}
 	}
+	t0, t1 := storetest.Base, storetest.Base.Add(time.Second)
+	lat := int64(7)
+	// withEnv makes a record a completion: it carries an envelope (and the
+	// fields that come from it) and names the call as the envelope does.
+	withEnv := func(r recorder.Record, tStart time.Time, code string) recorder.Record {
+		c := *r.Call
+		c.Envelope = json.RawMessage(`{"call_id":"` + c.CallID + `","from":"` + r.Event.ID + `"}`)
+		c.TStart, c.TEnd, c.LatencyMS, c.ErrorCode, c.Cached = &tStart, &t1, &lat, code, true
+		r.Call = &c
+		return r
+	}
+	on := func(r recorder.Record, call string, tStart *time.Time) recorder.Record {
+		c := *r.Call
+		c.CallID, c.TStart = call, tStart
+		if call == "call-4" || call == "call-5" {
+			c.Input = json.RawMessage(`{"q":1}`)
+		}
+		r.Call, r.Event.CallID = &c, call
+		return r
+	}
 	return []recorder.Record{
 		rec("naming-1", recorder.CallRequested, "", "1.0.0"),
 		rec("naming-2", recorder.CallApproved, "second", ""),
 		rec("naming-3", recorder.CallRequested, "third", "3.0.0"),
 		rec("naming-4", recorder.CallStarted, "fourth", "4.0.0"),
+		// call-2: its envelope names it otherwise than its request did.
+		on(rec("env-2a", recorder.CallRequested, "asked", "1.0.0"), "call-2", nil),
+		on(withEnv(rec("env-2b", recorder.CallCompleted, "answered", "2.0.0"), t0, "TIMEOUT"), "call-2", &t0),
+		// call-3: the envelope comes first, the request after it.
+		on(withEnv(rec("env-3a", recorder.CallCompleted, "same", "1.0.0"), t0, ""), "call-3", &t0),
+		on(rec("env-3b", recorder.CallRequested, "other", "9.0.0"), "call-3", nil),
+		// call-4: every update agrees, as the pipeline's do.
+		on(rec("env-4a", recorder.CallRequested, "agreed", "1.0.0"), "call-4", nil),
+		on(rec("env-4b", recorder.CallStarted, "agreed", "1.0.0"), "call-4", &t0),
+		on(withEnv(rec("env-4c", recorder.CallCompleted, "agreed", "1.0.0"), t0, ""), "call-4", &t0),
+		// call-5: started and the envelope disagree on the start time.
+		on(rec("env-5a", recorder.CallStarted, "late", "1.0.0"), "call-5", &t1),
+		on(withEnv(rec("env-5b", recorder.CallCompleted, "late", "1.0.0"), t0, ""), "call-5", &t0),
 	}
 }
 

@@ -295,7 +295,10 @@ func (r *Recorder) handle(ctx context.Context, d *events.Delivery) error {
 	if err != nil {
 		return events.Permanent(err)
 	}
-	if d.Msg != nil {
+	switch {
+	case d.Meta != nil:
+		rec.Event.Stream, rec.Event.StreamSeq = d.Meta.Stream, d.Meta.Sequence.Stream
+	case d.Msg != nil:
 		if meta, err := d.Msg.Metadata(); err == nil {
 			rec.Event.Stream, rec.Event.StreamSeq = meta.Stream, meta.Sequence.Stream
 		}

@@ -1,0 +1,29 @@
+package recorder
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+)
+
+// Every type RecordOf spares the json.Valid check has its data checked by
+// its decoding: data that is not JSON, or JSON followed by more, is refused.
+func TestKnownTypesRefuseDataThatIsNotJSON(t *testing.T) {
+	for typ := range knownTypes {
+		for _, data := range []string{`{"run_id":`, `{"run_id":"r"}]`, `nope`} {
+			e := event.New()
+			e.SetID("x")
+			e.SetType(typ)
+			e.SetSource("/x")
+			e.SetTime(time.Now())
+			if err := e.SetData(event.ApplicationJSON, []byte(data)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := RecordOf(&e, "toolwire.run.r.started"); !errors.Is(err, ErrUndecodable) {
+				t.Errorf("%s with data %s: RecordOf = %v; want ErrUndecodable", typ, data, err)
+			}
+		}
+	}
+}
