@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -89,7 +88,7 @@ type Stack struct {
 func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	log := o.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	st = &Stack{Metrics: prometheus.NewRegistry()}
 	if o.Tracer == nil {

@@ -103,18 +103,20 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	if err != nil {
 		return events.Permanent(err)
 	}
-	// call.started goes out without waiting for its PubAck: the round trip
-	// overlaps the tool, and its ack is awaited with completed's below. The
-	// delivery is acknowledged only once both are stored.
-	startedPub, err := s.pub.PublishAsync(ctx, started)
-	if err != nil {
-		span.SetStatus(codes.Error, "publish call.started")
-		return err
-	}
-
+	// call.started goes out once the tool has run for StartedAfter, or with
+	// call.completed if it ends sooner (see Config.StartedAfter); either way
+	// without waiting for its PubAck, which is awaited with completed's
+	// below. The delivery is acknowledged only once both are stored.
+	early := s.startStarted(ctx, started)
 	res, err := s.execute(ctx, &req, tStart, log)
 	if err != nil {
+		early.cancel()
 		span.SetStatus(codes.Error, "infrastructure")
+		return err
+	}
+	startedPub, err := early.take(ctx)
+	if err != nil {
+		span.SetStatus(codes.Error, "publish call.started")
 		return err
 	}
 	pubCtx := ctx
@@ -167,6 +169,51 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	}
 	log.Debug("call completed", "code", code, "latency", env.Latency(), "cached", env.Cached, "truncated", env.Truncated)
 	return nil
+}
+
+// pendingStarted is a call.started on its way: published by a timer once the
+// tool has run for StartedAfter, or by take.
+type pendingStarted struct {
+	s     *Service
+	out   events.Outgoing
+	timer *time.Timer
+	done  chan struct{} // closed once the timer's publish returned
+	pub   *events.Pending
+	err   error
+}
+
+// startStarted arms the publish of started: at once when StartedAfter is
+// negative, else after it.
+func (s *Service) startStarted(ctx context.Context, started events.Outgoing) *pendingStarted {
+	p := &pendingStarted{s: s, out: started, done: make(chan struct{})}
+	if s.cfg.StartedAfter < 0 {
+		p.pub, p.err = s.pub.PublishAsync(ctx, started)
+		close(p.done)
+		return p
+	}
+	p.timer = time.AfterFunc(s.cfg.StartedAfter, func() {
+		p.pub, p.err = s.pub.PublishAsync(ctx, started)
+		close(p.done)
+	})
+	return p
+}
+
+// take returns the publish of started, publishing it now if its timer has
+// not fired.
+func (p *pendingStarted) take(ctx context.Context) (*events.Pending, error) {
+	if p.timer != nil && p.timer.Stop() {
+		return p.s.pub.PublishAsync(ctx, p.out)
+	}
+	<-p.done
+	return p.pub, p.err
+}
+
+// cancel stops a publish that has not started; one already made stands (a
+// redelivery's is a duplicate).
+func (p *pendingStarted) cancel() {
+	if p.timer != nil {
+		p.timer.Stop()
+	}
 }
 
 // ensureStarted publishes the call.started of a completed call when it is not

@@ -28,6 +28,9 @@ const (
 	EnvClaimLease = "TOOLWIRE_EXECUTOR_CLAIM_LEASE"
 	// EnvAckWait is the shared consumer's ack wait (all replicas must agree).
 	EnvAckWait = "TOOLWIRE_EXECUTOR_ACK_WAIT"
+	// EnvStartedAfter sets Config.StartedAfter (a duration; 0 publishes
+	// call.started before the tool runs).
+	EnvStartedAfter = "TOOLWIRE_EXECUTOR_STARTED_AFTER"
 )
 
 // Defaults and limits of Config.
@@ -53,6 +56,9 @@ const (
 	DefaultClaimLease = 15 * time.Second
 	// DefaultAckWait is the shared consumer's ack wait.
 	DefaultAckWait = 30 * time.Second
+	// DefaultStartedAfter is how long a call runs before its call.started
+	// goes out on its own.
+	DefaultStartedAfter = 5 * time.Millisecond
 )
 
 // Config configures the executor.
@@ -85,12 +91,20 @@ type Config struct {
 	// stopped answering holds a call before JetStream redelivers it. Every
 	// replica must use the same value. Default 30s.
 	AckWait time.Duration
+	// StartedAfter is how long a call runs before its call.started is
+	// published on its own. A call that ends sooner publishes call.started
+	// together with call.completed, started first, in one flush: the
+	// timeline learns of a quick call once, and the call's path to its
+	// envelope carries no second publish (t_start in the event is the
+	// tool's start either way). Default 5ms; negative: call.started goes out
+	// before the tool runs.
+	StartedAfter time.Duration
 }
 
 // EnvVars lists the environment variables ConfigFromEnv reads, for docs and
 // deployment checks.
 func EnvVars() []string {
-	return []string{EnvConcurrency, EnvID, EnvMaxOutputBytes, EnvPreviewBytes, EnvCircuitFailures, EnvCircuitOpen, EnvClaimLease, EnvAckWait}
+	return []string{EnvConcurrency, EnvID, EnvMaxOutputBytes, EnvPreviewBytes, EnvCircuitFailures, EnvCircuitOpen, EnvClaimLease, EnvAckWait, EnvStartedAfter}
 }
 
 // DefaultConfig returns the configuration with every default filled in.
@@ -135,6 +149,9 @@ func (c Config) withDefaults() Config {
 	if c.AckWait == 0 {
 		c.AckWait = DefaultAckWait
 	}
+	if c.StartedAfter == 0 {
+		c.StartedAfter = DefaultStartedAfter
+	}
 	return c
 }
 
@@ -145,6 +162,7 @@ const (
 	maxClaimLease      = time.Hour
 	maxAckWait         = time.Hour
 	maxCircuitFailures = 1000
+	maxStartedAfter    = 10 * time.Second
 )
 
 // Validate checks the configuration; zero fields mean their defaults.
@@ -173,6 +191,9 @@ func (c Config) Validate() error {
 		checkDuration("circuit open", c.CircuitOpen, maxCircuitOpen),
 		checkDuration("claim lease", c.ClaimLease, maxClaimLease),
 		checkDuration("ack wait", c.AckWait, maxAckWait))
+	if c.StartedAfter > maxStartedAfter {
+		errs = append(errs, fmt.Errorf("started after %s: want at most %s", c.StartedAfter, maxStartedAfter))
+	}
 	return errors.Join(errs...)
 }
 
@@ -202,7 +223,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		envInt(getenv, EnvCircuitFailures, 1, maxCircuitFailures, &c.CircuitFailures),
 		envDuration(getenv, EnvCircuitOpen, maxCircuitOpen, &c.CircuitOpen),
 		envDuration(getenv, EnvClaimLease, maxClaimLease, &c.ClaimLease),
-		envDuration(getenv, EnvAckWait, maxAckWait, &c.AckWait))
+		envDuration(getenv, EnvAckWait, maxAckWait, &c.AckWait),
+		envStartedAfter(getenv, &c.StartedAfter))
 	if strings.TrimSpace(getenv(EnvPreviewBytes)) == "" {
 		c.PreviewBytes = min(DefaultPreviewBytes, c.MaxOutputBytes)
 	}
@@ -217,6 +239,24 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	return c, c.Validate()
+}
+
+// envStartedAfter reads EnvStartedAfter: a duration up to maxStartedAfter,
+// 0 meaning at once (a negative StartedAfter).
+func envStartedAfter(getenv func(string) string, dst *time.Duration) error {
+	v := strings.TrimSpace(getenv(EnvStartedAfter))
+	if v == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > maxStartedAfter {
+		return fmt.Errorf("%s=%q: want a duration from 0 (before the tool runs) to %s, for example 5ms", EnvStartedAfter, v, maxStartedAfter)
+	}
+	if d == 0 {
+		d = -1
+	}
+	*dst = d
+	return nil
 }
 
 // envInt reads a whole number from lo to hi into dst when the variable is set.

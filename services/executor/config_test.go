@@ -46,8 +46,22 @@ func TestConfigFromEnv(t *testing.T) {
 				require.Equal(t, 30*time.Second, c.CircuitOpen)
 				require.Equal(t, 15*time.Second, c.ClaimLease)
 				require.Equal(t, 30*time.Second, c.AckWait)
+				require.Equal(t, 5*time.Millisecond, c.StartedAfter)
 			},
 		},
+		{
+			name: "started after set",
+			env:  map[string]string{EnvStartedAfter: "250ms"},
+			want: func(t *testing.T, c Config) { require.Equal(t, 250*time.Millisecond, c.StartedAfter) },
+		},
+		{
+			name: "started at once",
+			env:  map[string]string{EnvStartedAfter: "0"},
+			want: func(t *testing.T, c Config) { require.Negative(t, c.StartedAfter) },
+		},
+		{name: "started after negative", env: map[string]string{EnvStartedAfter: "-1s"}, wantErr: []string{EnvStartedAfter, "from 0"}},
+		{name: "started after too long", env: map[string]string{EnvStartedAfter: "1m"}, wantErr: []string{EnvStartedAfter}},
+		{name: "started after not a duration", env: map[string]string{EnvStartedAfter: "5"}, wantErr: []string{EnvStartedAfter, "for example 5ms"}},
 		{
 			name: "runtime set",
 			env: map[string]string{
@@ -128,5 +142,5 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestEnvVars(t *testing.T) {
-	require.Equal(t, []string{EnvConcurrency, EnvID, EnvMaxOutputBytes, EnvPreviewBytes, EnvCircuitFailures, EnvCircuitOpen, EnvClaimLease, EnvAckWait}, EnvVars())
+	require.Equal(t, []string{EnvConcurrency, EnvID, EnvMaxOutputBytes, EnvPreviewBytes, EnvCircuitFailures, EnvCircuitOpen, EnvClaimLease, EnvAckWait, EnvStartedAfter}, EnvVars())
 }
