@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -107,11 +110,10 @@ type eventCols struct {
 func (c *eventCols) add(e *EventRow) error {
 	var exts *string
 	if len(e.Extensions) > 0 {
-		b, err := json.Marshal(e.Extensions)
+		s, err := extensionsJSON(e.Extensions)
 		if err != nil {
 			return err
 		}
-		s := string(b)
 		exts = &s
 	}
 	var seq *int64
@@ -123,6 +125,47 @@ func (c *eventCols) add(e *EventRow) error {
 	c.typ, c.subject, c.source = append(c.typ, e.Type), append(c.subject, e.Subject), append(c.source, e.Source)
 	c.at, c.stream, c.streamSeq = append(c.at, e.Time), append(c.stream, nullString(e.Stream)), append(c.streamSeq, seq)
 	c.exts, c.data = append(c.exts, exts), append(c.data, jsonText(e.Data))
+	return nil
+}
+
+// extensionsJSON is json.Marshal(m) without its reflection: every event
+// has a few extensions (run, call, tenant, trace), plain ASCII as a rule,
+// which are written as they are; any other string is left to json.Marshal.
+func extensionsJSON(m map[string]string) (string, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if err := writeJSONString(&b, k); err != nil {
+			return "", err
+		}
+		b.WriteByte(':')
+		if err := writeJSONString(&b, m[k]); err != nil {
+			return "", err
+		}
+	}
+	b.WriteByte('}')
+	return b.String(), nil
+}
+
+// writeJSONString writes s as json.Marshal does: plain printable ASCII as it
+// is, anything else through json.Marshal (escapes, HTML characters, UTF-8).
+func writeJSONString(b *strings.Builder, s string) error {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, err := json.Marshal(s)
+			if err != nil {
+				return err
+			}
+			b.Write(q)
+			return nil
+		}
+	}
+	b.WriteByte('"')
+	b.WriteString(s)
+	b.WriteByte('"')
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package recorder
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 )
@@ -91,4 +92,43 @@ func TestCallsThatCannotMergeGoInWaves(t *testing.T) {
 			t.Errorf("%s: the statements carry %d records; want %d", c.name, owned, len(c.recs))
 		}
 	}
+}
+
+// extensionsJSON writes what json.Marshal writes, whatever the strings hold.
+func TestExtensionsJSONIsJSONMarshal(t *testing.T) {
+	for _, m := range []map[string]string{
+		{"runid": "run-1", "callid": "ab12", "tenantid": "acme/ws", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{"a": ""},
+		{"quote": `say "hi"`, "slash": `a\b`, "html": "<b>&</b>", "ctl": "a\tb\n\x00", "del": "\x7f"},
+		{"unicode": "héllo ✓", "bad": "\xff\xfe", "sep": "\u2028"},
+		{"ké": "v", "z": "1", "A": "2"},
+	} {
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := extensionsJSON(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != string(want) {
+			t.Errorf("extensionsJSON(%q) = %s; want %s", m, got, want)
+		}
+	}
+}
+
+func FuzzExtensionsJSON(f *testing.F) {
+	f.Add("runid", "run-1", "traceparent", "00-4bf9-01")
+	f.Add("k", "<\"\\\x00é\xff>", "", "")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		m := map[string]string{k1: v1, k2: v2}
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := extensionsJSON(m)
+		if err != nil || got != string(want) {
+			t.Fatalf("extensionsJSON(%q) = %s, %v; want %s", m, got, err, want)
+		}
+	})
 }
