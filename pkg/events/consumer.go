@@ -80,7 +80,22 @@ type RunnerConfig struct {
 	// recorder) then wakes once per interval with a batch, rather than
 	// once per event beside the services that are waiting for it.
 	Poll time.Duration
+	// Batch, with Poll, handles each fetch's events in one call instead of
+	// Handler once per event: decoded in order on one goroutine, with at
+	// most two fetches in hand (one written while the next is decoded). It
+	// returns one error per delivery, treated as Handler's would be. A
+	// consumer off the critical path then never has a goroutine per event
+	// runnable at once beside the services that are waiting for the CPU.
+	Batch BatchHandler
 }
+
+// BatchHandler processes the events of one fetch; errs[i] is the outcome of
+// ds[i], as Handler's.
+type BatchHandler func(ctx context.Context, ds []*Delivery) (errs []error)
+
+// batchesInHand bounds the fetches a Batch runner holds: one being written
+// while the next one is decoded.
+const batchesInHand = 2
 
 // Runner consumes one durable pull consumer with a bounded pool of handlers.
 // Start it once; Stop drains: it stops pulling, lets handlers in flight finish
@@ -95,6 +110,8 @@ type Runner struct {
 	// which end once the runner's context is cancelled (Stop).
 	jobs    chan job
 	workers sync.WaitGroup
+	// batches holds a token per fetch in hand (RunnerConfig.Batch).
+	batches chan struct{}
 	cc     jetstream.ConsumeContext
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -118,8 +135,11 @@ type Runner struct {
 
 // NewRunner returns a runner for cfg on js.
 func NewRunner(js jetstream.JetStream, cfg RunnerConfig) (*Runner, error) {
-	if cfg.Handler == nil {
+	if cfg.Handler == nil && cfg.Batch == nil {
 		return nil, errors.New("runner: nil handler")
+	}
+	if cfg.Batch != nil && cfg.Poll <= 0 {
+		return nil, errors.New("runner: a batch handler needs Poll")
 	}
 	if cfg.Spec.Stream == "" || cfg.Spec.Durable == "" {
 		return nil, errors.New("runner: stream and durable are required")
@@ -135,6 +155,7 @@ func NewRunner(js jetstream.JetStream, cfg RunnerConfig) (*Runner, error) {
 	}
 	return &Runner{
 		js: js, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), jobs: make(chan job),
+		batches: make(chan struct{}, batchesInHand),
 		log: cfg.Logger.With("consumer", cfg.Spec.Durable, "stream", cfg.Spec.Stream),
 	}, nil
 }
@@ -194,13 +215,33 @@ func (r *Runner) pollLoop(c jetstream.Consumer) {
 		case <-t.C:
 		}
 		n := 0
+		if r.cfg.Batch != nil {
+			select { // a token first: at most batchesInHand fetches in hand
+			case r.batches <- struct{}{}:
+			case <-r.pollStop:
+				return
+			}
+		}
 		batch, err := c.FetchNoWait(r.cfg.Concurrency)
+		var got []jetstream.Msg
 		if err == nil {
 			for m := range batch.Messages() {
 				n++
+				if r.cfg.Batch != nil {
+					got = append(got, m)
+					continue
+				}
 				r.dispatch(m)
 			}
 			err = batch.Error()
+		}
+		if r.cfg.Batch != nil {
+			if len(got) > 0 {
+				r.wg.Add(1)
+				go r.handleBatch(got)
+			} else {
+				<-r.batches
+			}
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) &&
 			!errors.Is(err, nats.ErrConnectionClosed) {
@@ -329,9 +370,71 @@ func (r *Runner) handle(m jetstream.Msg) {
 		return
 	}
 	d := &Delivery{Event: ev, Subject: m.Subject(), Attempt: meta.NumDelivered, Msg: m, Meta: meta}
+	r.settle(ctx, d, r.safeHandle(ctx, d))
+}
 
-	herr := r.safeHandle(ctx, d)
+// handleBatch decodes a fetch's messages, hands them to the batch handler in
+// one call and settles each with its outcome. It holds one token of
+// r.batches, released at the end.
+func (r *Runner) handleBatch(msgs []jetstream.Msg) {
+	defer func() { <-r.batches; r.wg.Done() }()
+	var (
+		ds   = make([]*Delivery, 0, len(msgs))
+		ctxs = make([]context.Context, 0, len(msgs))
+	)
+	for _, m := range msgs {
+		e := r.alive.add(m)
+		defer r.alive.remove(e)
+		meta, err := m.Metadata()
+		if err != nil {
+			r.log.Error("message without metadata", "subject", m.Subject(), "err", err)
+			_ = m.Term()
+			continue
+		}
+		ctx := ExtractHop(r.ctx, m.Headers())
+		ev, err := Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		if err != nil {
+			r.deadLetter(ctx, m, meta, fmt.Errorf("decode: %w", err))
+			continue
+		}
+		ds = append(ds, &Delivery{Event: ev, Subject: m.Subject(), Attempt: meta.NumDelivered, Msg: m, Meta: meta})
+		ctxs = append(ctxs, ctx)
+	}
+	if len(ds) == 0 {
+		return
+	}
+	errs := r.safeBatch(r.ctx, ds)
+	for i, d := range ds {
+		r.settle(ctxs[i], d, errs[i])
+	}
+}
 
+// safeBatch runs the batch handler; a panic, or a handler that answers for
+// other than every delivery, fails them all (they are retried).
+func (r *Runner) safeBatch(ctx context.Context, ds []*Delivery) (errs []error) {
+	defer func() {
+		if p := recover(); p != nil {
+			errs = repeatErr(len(ds), fmt.Errorf("batch handler panic: %v", p))
+		}
+	}()
+	errs = r.cfg.Batch(ctx, ds)
+	if len(errs) != len(ds) {
+		return repeatErr(len(ds), fmt.Errorf("batch handler answered %d outcomes for %d events", len(errs), len(ds)))
+	}
+	return errs
+}
+
+func repeatErr(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// settle acknowledges d, retries it later or dead-letters it, by herr.
+func (r *Runner) settle(ctx context.Context, d *Delivery, herr error) {
+	m, meta, ev := d.Msg, d.Meta, d.Event
 	switch {
 	case herr == nil:
 		r.failures.take(meta.Sequence.Stream)

@@ -542,3 +542,72 @@ func TestRunnerPolls(t *testing.T) {
 	require.NoError(t, r.Stop(testCtx(t)))
 	require.NoError(t, r.Stop(testCtx(t)), "Stop is idempotent")
 }
+
+// A batch runner hands each fetch to its batch handler in one call, in
+// stream order, holds at most two fetches at once, and settles each event by
+// its own outcome: acknowledged, retried later, or dead-lettered.
+func TestRunnerBatches(t *testing.T) {
+	env := eventstest.Start(t)
+	for i := 1; i <= 6; i++ { // waiting before the runner starts: one fetch
+		publish(t, env, callStarted(t, i))
+	}
+	var (
+		mu       sync.Mutex
+		seen     = map[string]int{}
+		sizes    []int
+		inFlight atomic.Int32
+		maxSeen  atomic.Int32
+		retried  = callStarted(t, 2).Event.ID()
+		poison   = callStarted(t, 4).Event.ID()
+	)
+	startRunner(t, env, events.RunnerConfig{Poll: 20 * time.Millisecond, Concurrency: 16,
+		Batch: func(_ context.Context, ds []*events.Delivery) []error {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			if m := maxSeen.Load(); n > m {
+				maxSeen.CompareAndSwap(m, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+			mu.Lock()
+			defer mu.Unlock()
+			sizes = append(sizes, len(ds))
+			errs := make([]error, len(ds))
+			for i, d := range ds {
+				require.NotNil(t, d.Meta)
+				if i > 0 {
+					require.Greater(t, d.Meta.Sequence.Stream, ds[i-1].Meta.Sequence.Stream, "in stream order")
+				}
+				id := d.Event.ID()
+				seen[id]++
+				switch {
+				case id == retried && seen[id] == 1:
+					errs[i] = errors.New("first attempt fails")
+				case id == poison:
+					errs[i] = events.Permanent(errors.New("poison"))
+				}
+			}
+			return errs
+		}})
+	for i := 7; i <= 9; i++ { // published while it runs
+		publish(t, env, callStarted(t, i))
+	}
+	waitDLQ(t, env)
+	requireAllAcked(t, env, 9)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, seen, 9)
+	require.Equal(t, 2, seen[retried], "the failed event came back once")
+	require.Equal(t, 1, seen[poison], "the poison event was dead-lettered at once")
+	require.GreaterOrEqual(t, sizes[0], 6, "what waited came in one fetch")
+	require.LessOrEqual(t, maxSeen.Load(), int32(2), "at most two fetches in hand")
+}
+
+// A batch handler needs Poll.
+func TestRunnerBatchNeedsPoll(t *testing.T) {
+	env := eventstest.Start(t)
+	_, err := events.NewRunner(env.JS, events.RunnerConfig{
+		Spec:  events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable},
+		Batch: func(context.Context, []*events.Delivery) []error { return nil },
+	})
+	require.ErrorContains(t, err, "needs Poll")
+}

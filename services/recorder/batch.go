@@ -44,7 +44,7 @@ type batchWriter struct {
 	onState func(up bool)
 	down    atomic.Bool
 
-	in      chan *writeReq // unbuffered: a record sent is a record the loop owns
+	in      chan []*writeReq // unbuffered: records sent are records the loop owns
 	quit    chan struct{}
 	done    chan struct{}
 	started atomic.Bool
@@ -58,7 +58,7 @@ type writeReq struct {
 
 func newBatchWriter(store Store, size int, log *slog.Logger) *batchWriter {
 	return &batchWriter{store: store, max: size, log: log,
-		in: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{})}
+		in: make(chan []*writeReq), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
 // start runs the loop until stop. ctx's values (not its cancellation) are the
@@ -89,7 +89,7 @@ func (w *batchWriter) stop(ctx context.Context) error {
 func (w *batchWriter) write(ctx context.Context, rec Record) error {
 	req := &writeReq{rec: rec, err: make(chan error, 1)}
 	select {
-	case w.in <- req:
+	case w.in <- []*writeReq{req}:
 	case <-w.quit:
 		return errWriterStopped
 	case <-ctx.Done():
@@ -105,26 +105,67 @@ func (w *batchWriter) write(ctx context.Context, rec Record) error {
 	}
 }
 
+// writeAll hands recs to the loop at once and waits until each is committed
+// or failed; errs[i] is recs[i]'s outcome. The loop writes them in
+// transactions of at most max records, beside other handlers' records.
+func (w *batchWriter) writeAll(ctx context.Context, recs []Record) []error {
+	errs := make([]error, len(recs))
+	if len(recs) == 0 {
+		return errs
+	}
+	reqs := make([]*writeReq, len(recs))
+	for i := range recs {
+		reqs[i] = &writeReq{rec: recs[i], err: make(chan error, 1)}
+	}
+	select {
+	case w.in <- reqs:
+	case <-w.quit:
+		return repeatErr(len(recs), errWriterStopped)
+	case <-ctx.Done():
+		return repeatErr(len(recs), ctx.Err())
+	}
+	for i, req := range reqs {
+		select {
+		case errs[i] = <-req.err:
+		case <-ctx.Done():
+			errs[i] = ctx.Err() // the commit may still happen; see write
+		}
+	}
+	return errs
+}
+
+func repeatErr(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
 func (w *batchWriter) loop(ctx context.Context) {
 	defer close(w.done)
-	batch := make([]*writeReq, 0, w.max)
+	var batch []*writeReq
 	for {
 		select {
-		case req := <-w.in:
-			batch = append(batch[:0], req)
+		case reqs := <-w.in:
+			batch = append(batch[:0], reqs...)
 		case <-w.quit:
 			return
 		}
 	fill:
 		for len(batch) < w.max {
 			select {
-			case req := <-w.in:
-				batch = append(batch, req)
+			case reqs := <-w.in:
+				batch = append(batch, reqs...)
 			default:
 				break fill
 			}
 		}
-		w.flush(ctx, batch)
+		for rest := batch; len(rest) > 0; {
+			n := min(len(rest), w.max)
+			w.flush(ctx, rest[:n])
+			rest = rest[n:]
+		}
 		clear(batch) // drop references to the records written
 	}
 }

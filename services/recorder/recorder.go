@@ -207,13 +207,20 @@ func (r *Recorder) Start(ctx context.Context) error {
 
 	r.writer.start(ctx)
 	for _, spec := range ConsumerSpecs() {
-		runner, err := events.NewRunner(r.js, events.RunnerConfig{
+		rc := events.RunnerConfig{
 			Spec:        spec,
 			Handler:     r.handle,
 			Concurrency: min(r.cfg.Batch, maxConcurrency),
 			Logger:      r.log,
 			Poll:        max(r.cfg.Poll, 0),
-		})
+		}
+		if rc.Poll > 0 {
+			// Each fetch is decoded on one goroutine and written as one
+			// batch: the recorder never has hundreds of handlers runnable at
+			// once beside the services on the same CPUs.
+			rc.Batch = r.handleBatch
+		}
+		runner, err := events.NewRunner(r.js, rc)
 		if err == nil {
 			err = runner.Start(ctx)
 		}
@@ -291,9 +298,41 @@ func (r *Recorder) waitForDatabase(ctx context.Context) error {
 // the database refuses, is dead-lettered at once (Permanent); any other
 // failure is retried.
 func (r *Recorder) handle(ctx context.Context, d *events.Delivery) error {
+	rec, err := r.recordOf(ctx, d)
+	if err != nil {
+		return err
+	}
+	return writeOutcome(r.writer.write(ctx, rec))
+}
+
+// handleBatch records a fetch's events: each decoded as handle does, all
+// handed to the writer at once; errs[i] is what handle would return for
+// ds[i].
+func (r *Recorder) handleBatch(ctx context.Context, ds []*events.Delivery) []error {
+	errs := make([]error, len(ds))
+	recs := make([]Record, 0, len(ds))
+	idx := make([]int, 0, len(ds))
+	for i, d := range ds {
+		rec, err := r.recordOf(ctx, d)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		recs = append(recs, rec)
+		idx = append(idx, i)
+	}
+	for j, err := range r.writer.writeAll(ctx, recs) {
+		errs[idx[j]] = writeOutcome(err)
+	}
+	return errs
+}
+
+// recordOf is the record of one delivery, with its stream position and, for
+// a model turn, the definitions of the tools it offered.
+func (r *Recorder) recordOf(ctx context.Context, d *events.Delivery) (Record, error) {
 	rec, err := RecordOf(d.Event, d.Subject) //nolint:contextcheck // RecordOf does no I/O; it only parses
 	if err != nil {
-		return events.Permanent(err)
+		return Record{}, events.Permanent(err)
 	}
 	switch {
 	case d.Meta != nil:
@@ -306,13 +345,16 @@ func (r *Recorder) handle(ctx context.Context, d *events.Delivery) error {
 	if rec.Turn != nil && r.tools != nil {
 		rec.Tools = turnTools(ctx, r.tools, rec.Turn)
 	}
-	if err := r.writer.write(ctx, rec); err != nil {
-		if errors.Is(err, ErrUnstorable) {
-			return events.Permanent(err)
-		}
-		return err
+	return rec, nil
+}
+
+// writeOutcome is a handler's error for a write's: a record the store
+// refuses is dead-lettered, anything else retried.
+func writeOutcome(err error) error {
+	if errors.Is(err, ErrUnstorable) {
+		return events.Permanent(err)
 	}
-	return nil
+	return err
 }
 
 // turnTools returns the definitions of the tools a model turn offered.
