@@ -101,21 +101,21 @@ const batchesInHand = 2
 // Start it once; Stop drains: it stops pulling, lets handlers in flight finish
 // and acknowledge, and only then returns.
 type Runner struct {
-	js     jetstream.JetStream
-	cfg    RunnerConfig
-	log    *slog.Logger
-	sem    chan struct{}
-	wg     sync.WaitGroup
+	js  jetstream.JetStream
+	cfg RunnerConfig
+	log *slog.Logger
+	sem chan struct{}
+	wg  sync.WaitGroup
 	// jobs hands a message to an idle worker; workers counts the workers,
 	// which end once the runner's context is cancelled (Stop).
 	jobs    chan job
 	workers sync.WaitGroup
 	// batches holds a token per fetch in hand (RunnerConfig.Batch).
 	batches chan struct{}
-	cc     jetstream.ConsumeContext
-	ctx    context.Context
-	cancel context.CancelFunc
-	once   sync.Once
+	cc      jetstream.ConsumeContext
+	ctx     context.Context
+	cancel  context.CancelFunc
+	once    sync.Once
 	// pollStop and pollDone run the polling loop (RunnerConfig.Poll).
 	pollStop chan struct{}
 	pollDone chan struct{}
@@ -156,7 +156,7 @@ func NewRunner(js jetstream.JetStream, cfg RunnerConfig) (*Runner, error) {
 	return &Runner{
 		js: js, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), jobs: make(chan job),
 		batches: make(chan struct{}, batchesInHand),
-		log: cfg.Logger.With("consumer", cfg.Spec.Durable, "stream", cfg.Spec.Stream),
+		log:     cfg.Logger.With("consumer", cfg.Spec.Durable, "stream", cfg.Spec.Stream),
 	}, nil
 }
 

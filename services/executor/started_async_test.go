@@ -65,7 +65,9 @@ func TestStartedGoesOutWithCompletedOrWhileTheToolRuns(t *testing.T) {
 		require.NoError(t, err)
 		in := approved(t, req, events.RunTrace{})
 		done = make(chan error, 1)
-		go func() { done <- s.handle(t.Context(), &events.Delivery{Event: &in.Event, Subject: in.Subject, Attempt: 1}) }()
+		go func() {
+			done <- s.handle(t.Context(), &events.Delivery{Event: &in.Event, Subject: in.Subject, Attempt: 1})
+		}()
 		return subj, done
 	}
 
