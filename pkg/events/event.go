@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	fastjson "github.com/segmentio/encoding/json"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -231,15 +233,31 @@ func DecodeData(e *event.Event, v any) error {
 	if len(e.Data()) == 0 {
 		return fmt.Errorf("%w: %s has no data", ErrInvalidEvent, e.Type())
 	}
-	dec := json.NewDecoder(bytesReader(e.Data()))
+	data := e.Data()
+	// segmentio's decoder takes what encoding/json takes, at a fraction of
+	// its cost (JSON was a fifth of the pipeline's CPU); it returns what
+	// follows the value, where only white space may be, so that data
+	// DecodeData takes is JSON as json.Valid would have it. Data it refuses
+	// is decoded again by encoding/json, which has the last word and says
+	// what is wrong in its own words.
+	if rest, err := fastjson.Parse(data, v, fastjson.DisallowUnknownFields); err == nil && len(rest) == 0 {
+		return nil
+	}
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && !rv.IsNil() {
+		rv.Elem().SetZero() // nothing of the refused attempt stays
+	}
+	return decodeDataStrict(e.Type(), data, v)
+}
+
+// decodeDataStrict is DecodeData by encoding/json alone.
+func decodeDataStrict(typ string, data []byte, v any) error {
+	dec := json.NewDecoder(bytesReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %s data: %w", ErrInvalidEvent, e.Type(), err)
+		return fmt.Errorf("%w: %s data: %w", ErrInvalidEvent, typ, err)
 	}
-	// Only white space may follow the value, so that data DecodeData takes
-	// is JSON as json.Valid would have it.
-	if rest := e.Data()[dec.InputOffset():]; len(bytes.TrimLeft(rest, " \t\r\n")) > 0 {
-		return fmt.Errorf("%w: %s data: trailing content after the JSON value", ErrInvalidEvent, e.Type())
+	if rest := data[dec.InputOffset():]; len(bytes.TrimLeft(rest, " \t\r\n")) > 0 {
+		return fmt.Errorf("%w: %s data: trailing content after the JSON value", ErrInvalidEvent, typ)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -74,5 +75,44 @@ func FuzzDecode(f *testing.F) {
 		e3, err := events.Decode(m3)
 		require.NoError(t, err, "a structured event must decode; body %s", m3.Data)
 		requireSameEventJSON(t, e, e3)
+	})
+}
+
+// FuzzDecodeDataAgreesWithEncodingJSON: DecodeData (segmentio's decoder, then
+// encoding/json for what it refuses) takes exactly the data encoding/json
+// takes, into the same value, and refuses the rest with encoding/json's
+// error, for the data type of every event type.
+func FuzzDecodeDataAgreesWithEncodingJSON(f *testing.F) {
+	cs := allConstructors(f)
+	for i, c := range cs {
+		f.Add(uint8(i), c.out.Event.Data())
+	}
+	f.Add(uint8(0), []byte(`{"run_id":"r","extra":1}`))
+	f.Add(uint8(1), []byte(`{"run_id":"r"}]`))
+	f.Add(uint8(2), []byte(`{"RUN_ID":"r","status":"started"} `))
+	f.Add(uint8(3), []byte("{\"run_id\":\"\xff\"}"))
+	f.Add(uint8(4), []byte(`{"iteration":1e2}`))
+	f.Add(uint8(5), []byte(`{"iteration":01}`))
+	f.Add(uint8(6), []byte(`{"run_id":"a","run_id":"b"}`))
+	f.Add(uint8(7), []byte(`null`))
+	f.Fuzz(func(t *testing.T, i uint8, data []byte) {
+		c := cs[int(i)%len(cs)]
+		e := c.out.Event.Clone()
+		e.DataEncoded = data
+		typ := reflect.TypeOf(c.data).Elem()
+		got, want := reflect.New(typ).Interface(), reflect.New(typ).Interface()
+		err := events.DecodeData(&e, got)
+		werr := events.DecodeDataStrict(e.Type(), data, want)
+		if len(data) == 0 {
+			require.Error(t, err)
+			return
+		}
+		if werr != nil {
+			require.Error(t, err, "encoding/json refuses %q: %v", data, werr)
+			require.Equal(t, werr.Error(), err.Error())
+			return
+		}
+		require.NoError(t, err, "encoding/json takes %q", data)
+		require.Equal(t, want, got, "data %q", data)
 	})
 }
