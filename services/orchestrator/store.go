@@ -2,9 +2,9 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	fastjson "github.com/segmentio/encoding/json"
 	"slices"
 	"sync"
 	"time"
@@ -145,7 +145,7 @@ func (st *stateStore) read(ctx context.Context, runID string) (*RunState, uint64
 		return nil, 0, fmt.Errorf("load run %s: %w", runID, err)
 	}
 	var s RunState
-	if err := json.Unmarshal(e.Value(), &s); err != nil {
+	if err := fastjson.Unmarshal(e.Value(), &s); err != nil {
 		return nil, 0, fmt.Errorf("decode run %s: %w", runID, err)
 	}
 	return &s, e.Revision(), nil
@@ -153,7 +153,7 @@ func (st *stateStore) read(ctx context.Context, runID string) (*RunState, uint64
 
 func (st *stateStore) create(ctx context.Context, s *RunState) (uint64, error) {
 	s.UpdatedAt = time.Now().UTC()
-	b, err := json.Marshal(s)
+	b, err := fastjson.Marshal(s)
 	if err != nil {
 		return 0, err
 	}
@@ -267,7 +267,7 @@ func (st *stateStore) write(ctx context.Context, runID string, sl *runSlot, grou
 			return
 		}
 		next.UpdatedAt = time.Now().UTC()
-		b, err := json.Marshal(next)
+		b, err := fastjson.Marshal(next)
 		if err != nil {
 			fail(err)
 			return
