@@ -126,6 +126,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.DatabaseURL == "" {
 		r.Recorder = "sqlite (embedded)"
 		o.DatabaseURL = "sqlite:" + dir + "/recorder.db"
+	} else {
+		url, drop, err := scratchSchema(ctx, o.DatabaseURL)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err := drop(context.WithoutCancel(ctx)); err != nil {
+				say("%v", err)
+			}
+		}()
+		o.DatabaseURL = url
 	}
 
 	say("starting the pipeline (embedded NATS, file storage, recorder: %s)", r.Recorder)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/services/recorder/pgtest"
@@ -15,8 +16,11 @@ import (
 // that every measurement runs and reports something, not how fast it is.
 func TestHarnessFillsEveryFigure(t *testing.T) {
 	// The recorder on Postgres, as the figures in the README are taken.
-	r, err := Run(t.Context(), Options{Samples: 5, Duration: 300 * time.Millisecond, InFlight: 4, DatabaseURL: pgtest.Schema(t)})
+	dsn := pgtest.Schema(t)
+	before := benchSchemas(t, dsn)
+	r, err := Run(t.Context(), Options{Samples: 5, Duration: 300 * time.Millisecond, InFlight: 4, DatabaseURL: dsn})
 	require.NoError(t, err)
+	require.Equal(t, before, benchSchemas(t, dsn), "the bench's scratch schema is dropped at the end")
 	require.Equal(t, 5, r.Baseline.Chain.N)
 	require.Positive(t, r.Baseline.Chain.P50)
 	require.Positive(t, r.Baseline.ChainsPerSec)
@@ -37,6 +41,19 @@ func TestHarnessFillsEveryFigure(t *testing.T) {
 	b, err := r.JSON()
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"ratio_p50_to_chain_p50"`)
+}
+
+// benchSchemas lists the bench's scratch schemas in the database of dsn.
+func benchSchemas(t *testing.T, dsn string) []string {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.Background()) }()
+	rows, err := conn.Query(t.Context(), `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, 'toolwire_bench_') ORDER BY 1`)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return names
 }
 
 // BenchmarkRawChain is the baseline: one three-hop JetStream chain per op.

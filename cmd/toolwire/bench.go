@@ -22,8 +22,8 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure the pipeline against a raw JetStream baseline in one run",
 		Long: `bench starts the pipeline in process (embedded nats-server with file storage, all
 services, the recorder on Postgres when DATABASE_URL or --database-url is set,
-else on its embedded SQLite store)
-with a zero-latency scripted model, and measures, against a raw three-hop
+in a schema of its own that is dropped at the end, else on its embedded SQLite
+store) with a zero-latency scripted model, and measures, against a raw three-hop
 JetStream chain taken in the same run: tool-call and run latency, per-call
 overhead in parallel turns, throughput (one-call runs, and runs of one turn of
 --turn-calls parallel calls) with the recorder's lag, fan-out,
