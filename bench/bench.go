@@ -19,7 +19,7 @@ import (
 
 // Options configure a benchmark run.
 type Options struct {
-	Samples  int           // latency samples per measurement; default 200
+	Samples  int           // latency samples per measurement; default 1000
 	Duration time.Duration // each throughput window; default 5s
 	InFlight int           // concurrent runs (and raw chains) in throughput tests; default 64
 	// DatabaseURL is the recorder's Postgres; "" records into the embedded
@@ -36,7 +36,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Samples <= 0 {
-		o.Samples = 200
+		o.Samples = 1000
 	}
 	if o.Duration <= 0 {
 		o.Duration = 5 * time.Second
@@ -225,7 +225,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	say("latency: runs without tools and with turns of 1, 4 and 16 parallel calls")
 	measure := func(k int) (float64, error) {
 		var ds []time.Duration
-		for range max(o.Samples/4, 20) {
+		for range min(max(o.Samples/4, 20), 100) { // p50s: 100 runs are plenty
 			d, err := run.run(ctx, run.request("echo", echoArgs(k)))
 			if err != nil {
 				return 0, err

@@ -60,7 +60,7 @@ scale-out over 1-3 executors, memory and CPU per tool call.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.IntVar(&o.Samples, "samples", 200, "latency samples per measurement")
+	fl.IntVar(&o.Samples, "samples", 1000, "latency samples per measurement (p99 is then the tenth slowest)")
 	fl.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each throughput window")
 	fl.IntVar(&o.InFlight, "in-flight", 64, "runs (and raw chains) in flight in throughput tests")
 	fl.StringVar(&o.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "recorder Postgres (default $DATABASE_URL; none: the embedded SQLite store)")
