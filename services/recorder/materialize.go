@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	fastjson "github.com/segmentio/encoding/json"
 	"math"
 	"time"
 
@@ -51,7 +52,7 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 		if !knownTypes[row.Type] && !json.Valid(data) {
 			return bad("data is not JSON")
 		}
-		row.Data = append(json.RawMessage(nil), data...)
+		row.Data = data // the event's own bytes: nothing writes to them
 	}
 	if p, err := events.ParseSubject(subject); err == nil {
 		if row.RunID == "" {
@@ -119,7 +120,7 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 			Pinned  json.RawMessage `json:"pinned"`
 			Spend   json.RawMessage `json:"spend"`
 		}
-		if err := json.Unmarshal(rec.Event.Data, &raw); err != nil {
+		if err := fastjson.Unmarshal(rec.Event.Data, &raw); err != nil { // raw values: the bytes as sent
 			return bad("data: %v", err)
 		}
 		u := &RunUpdate{RunID: s.RunID, At: at, Tenant: s.Tenant, Agent: s.Agent, Status: s.Status,
@@ -177,7 +178,7 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 		var raw struct {
 			Turn json.RawMessage `json:"turn"`
 		}
-		if err := json.Unmarshal(rec.Event.Data, &raw); err != nil {
+		if err := fastjson.Unmarshal(rec.Event.Data, &raw); err != nil { // raw values: the bytes as sent
 			return bad("data: %v", err)
 		}
 		rec.Run = &RunUpdate{RunID: l.RunID, At: at, TraceID: traceID, Iterations: l.Turn.Iteration}

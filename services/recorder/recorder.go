@@ -15,9 +15,9 @@ package recorder
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	fastjson "github.com/segmentio/encoding/json"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -363,7 +363,7 @@ func turnTools(ctx context.Context, tools toolResolver, t *TurnRow) []ToolDefRow
 		Tools  []string  `json:"tools"`
 		TStart time.Time `json:"t_start"`
 	}
-	if json.Unmarshal(t.Turn, &turn) != nil {
+	if fastjson.Unmarshal(t.Turn, &turn) != nil {
 		return nil
 	}
 	refs := make([]envelope.ToolRef, 0, len(turn.Tools))
