@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -414,20 +415,12 @@ func (r *Runner) handleBatch(msgs []jetstream.Msg) {
 func (r *Runner) safeBatch(ctx context.Context, ds []*Delivery) (errs []error) {
 	defer func() {
 		if p := recover(); p != nil {
-			errs = repeatErr(len(ds), fmt.Errorf("batch handler panic: %v", p))
+			errs = slices.Repeat([]error{fmt.Errorf("batch handler panic: %v", p)}, len(ds))
 		}
 	}()
 	errs = r.cfg.Batch(ctx, ds)
 	if len(errs) != len(ds) {
-		return repeatErr(len(ds), fmt.Errorf("batch handler answered %d outcomes for %d events", len(errs), len(ds)))
-	}
-	return errs
-}
-
-func repeatErr(n int, err error) []error {
-	errs := make([]error, n)
-	for i := range errs {
-		errs[i] = err
+		return slices.Repeat([]error{fmt.Errorf("batch handler answered %d outcomes for %d events", len(errs), len(ds))}, len(ds))
 	}
 	return errs
 }

@@ -120,9 +120,9 @@ func (w *batchWriter) writeAll(ctx context.Context, recs []Record) []error {
 	select {
 	case w.in <- reqs:
 	case <-w.quit:
-		return repeatErr(len(recs), errWriterStopped)
+		return slices.Repeat([]error{errWriterStopped}, len(recs))
 	case <-ctx.Done():
-		return repeatErr(len(recs), ctx.Err())
+		return slices.Repeat([]error{ctx.Err()}, len(recs))
 	}
 	for i, req := range reqs {
 		select {
@@ -130,14 +130,6 @@ func (w *batchWriter) writeAll(ctx context.Context, recs []Record) []error {
 		case <-ctx.Done():
 			errs[i] = ctx.Err() // the commit may still happen; see write
 		}
-	}
-	return errs
-}
-
-func repeatErr(n int, err error) []error {
-	errs := make([]error, n)
-	for i := range errs {
-		errs[i] = err
 	}
 	return errs
 }
