@@ -357,21 +357,28 @@ func (r *Runner) run(j job) {
 }
 
 func (r *Runner) handle(m jetstream.Msg) {
+	if d, ctx, ok := r.delivery(m); ok {
+		r.settle(ctx, d, r.safeHandle(ctx, d))
+	}
+}
+
+// delivery reads m's metadata and event, and the hop's trace context; a
+// message without metadata is terminated and one that is no event
+// dead-lettered here, and ok is false.
+func (r *Runner) delivery(m jetstream.Msg) (d *Delivery, ctx context.Context, ok bool) {
 	meta, err := m.Metadata()
 	if err != nil {
 		r.log.Error("message without metadata", "subject", m.Subject(), "err", err)
 		_ = m.Term()
-		return
+		return nil, nil, false
 	}
-	ctx := ExtractHop(r.ctx, m.Headers())
-	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-	ev, err := Decode(nm)
+	ctx = ExtractHop(r.ctx, m.Headers())
+	ev, err := Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	if err != nil {
 		r.deadLetter(ctx, m, meta, fmt.Errorf("decode: %w", err))
-		return
+		return nil, nil, false
 	}
-	d := &Delivery{Event: ev, Subject: m.Subject(), Attempt: meta.NumDelivered, Msg: m, Meta: meta}
-	r.settle(ctx, d, r.safeHandle(ctx, d))
+	return &Delivery{Event: ev, Subject: m.Subject(), Attempt: meta.NumDelivered, Msg: m, Meta: meta}, ctx, true
 }
 
 // handleBatch decodes a fetch's messages, hands them to the batch handler in
@@ -386,20 +393,9 @@ func (r *Runner) handleBatch(msgs []jetstream.Msg) {
 	for _, m := range msgs {
 		e := r.alive.add(m)
 		defer r.alive.remove(e)
-		meta, err := m.Metadata()
-		if err != nil {
-			r.log.Error("message without metadata", "subject", m.Subject(), "err", err)
-			_ = m.Term()
-			continue
+		if d, ctx, ok := r.delivery(m); ok {
+			ds, ctxs = append(ds, d), append(ctxs, ctx)
 		}
-		ctx := ExtractHop(r.ctx, m.Headers())
-		ev, err := Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-		if err != nil {
-			r.deadLetter(ctx, m, meta, fmt.Errorf("decode: %w", err))
-			continue
-		}
-		ds = append(ds, &Delivery{Event: ev, Subject: m.Subject(), Attempt: meta.NumDelivered, Msg: m, Meta: meta})
-		ctxs = append(ctxs, ctx)
 	}
 	if len(ds) == 0 {
 		return
