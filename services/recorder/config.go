@@ -22,7 +22,7 @@ const (
 
 // Defaults of Config.
 const (
-	DefaultBatch = 256
+	DefaultBatch = 1024
 	maxBatch     = 4096
 	// DefaultPoll is how often the recorder fetches the events waiting.
 	DefaultPoll = 20 * time.Millisecond
@@ -38,8 +38,11 @@ type Config struct {
 	// (required).
 	DatabaseURL string
 	// Batch is the most events written in one transaction. Under load the
-	// recorder groups the events its handlers hold into one commit; each is
-	// acknowledged only after that commit.
+	// recorder groups the events it holds into one commit; each is
+	// acknowledged only after that commit. Each poll fetches up to Batch
+	// events per stream (at most 512). Default 1024: with 256, a burst of
+	// 840 one-call runs/s (13,000 events/s) left the recorder 0.4-0.9 s
+	// behind after five seconds on two CPUs; with 1024, 20-30 ms.
 	Batch int
 	// Poll is how often the recorder fetches the events waiting (up to Batch
 	// at once per stream), instead of having each event pushed to it as it
