@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	fastjson "github.com/segmentio/encoding/json"
 	"reflect"
 	"strconv"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	fastjson "github.com/segmentio/encoding/json"
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
 

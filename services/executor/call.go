@@ -217,8 +217,8 @@ func (p *pendingStarted) cancel() {
 }
 
 // ensureStarted publishes the call.started of a completed call when it is not
-// stored: call.started is published without waiting before the tool runs,
-// so a delivery can fail after completed was stored but before started was.
+// stored: call.started is published without waiting for its PubAck, so a
+// delivery can fail after completed was stored but before started was.
 // It is rebuilt from the completed envelope (its start time); its id is the
 // same, so a copy stored meanwhile makes it a duplicate.
 func (s *Service) ensureStarted(ctx context.Context, req *events.CallRequest, rt events.RunTrace) error {

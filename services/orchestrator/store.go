@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	fastjson "github.com/segmentio/encoding/json"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	fastjson "github.com/segmentio/encoding/json"
 )
 
 // stateStore keeps run states in KV, changed only by compare-and-set.

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	fastjson "github.com/segmentio/encoding/json"
 	"math"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	fastjson "github.com/segmentio/encoding/json"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 )

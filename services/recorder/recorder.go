@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	fastjson "github.com/segmentio/encoding/json"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	fastjson "github.com/segmentio/encoding/json"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
