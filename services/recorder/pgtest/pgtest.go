@@ -9,17 +9,15 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/toolwire/toolwire/services/recorder/pgschema"
 )
 
 // Environment variables read by Schema.
@@ -65,52 +63,18 @@ func Schema(t testing.TB) string {
 	defer func() { _ = conn.Close(context.Background()) }()
 
 	dropStale(ctx, t, conn)
-	name := newName()
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("pgtest: create schema %s: %v", name, err)
+	sc, err := pgschema.New(ctx, conn, base, SchemaPrefix)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("pgtest: drop schema %s: %v", name, err)
-			return
-		}
-		defer func() { _ = c.Close(context.Background()) }()
-		if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("pgtest: drop schema %s: %v", name, err)
+		if err := sc.Drop(ctx); err != nil {
+			t.Errorf("pgtest: %v", err)
 		}
 	})
-	dsn, err := WithSearchPath(base, name)
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	return dsn
-}
-
-// WithSearchPath returns dsn (a URL or a keyword/value string) with its
-// search_path set to schema.
-func WithSearchPath(dsn, schema string) (string, error) {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return "", fmt.Errorf("parse %s: %w", redact(dsn), err)
-		}
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		return u.String(), nil
-	}
-	return strings.TrimSpace(dsn) + " search_path=" + schema, nil
-}
-
-// newName is the prefix, the creation time (so that a leftover can be told
-// stale) and random bits (so that parallel tests never collide).
-func newName() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return SchemaPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + hex.EncodeToString(b[:])
+	return sc.DSN
 }
 
 // dropStale drops the test schemas that killed test processes left behind.
@@ -124,9 +88,7 @@ func dropStale(ctx context.Context, t testing.TB, conn *pgx.Conn) {
 		return
 	}
 	for _, n := range names {
-		ts, _, ok := strings.Cut(strings.TrimPrefix(n, SchemaPrefix), "_")
-		sec, err := strconv.ParseInt(ts, 10, 64)
-		if !ok || err != nil || time.Since(time.Unix(sec, 0)) < staleAfter {
+		if at, ok := pgschema.Created(n, SchemaPrefix); !ok || time.Since(at) < staleAfter {
 			continue
 		}
 		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{n}.Sanitize()+" CASCADE"); err != nil {
