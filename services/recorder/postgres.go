@@ -53,7 +53,7 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 }
 
 // classify marks errors that retrying cannot fix: Postgres's data exceptions
-// (class 22: \u0000 in jsonb, invalid UTF-8, a value out of range) and
+// (class 22: a NUL byte in text, invalid UTF-8, a value out of range) and
 // program limits (class 54: a document too large).
 func classify(err error) error {
 	var pe *pgconn.PgError

@@ -189,8 +189,8 @@ func (q *effectQueue) runs(fresh []bool) error {
 const insertRunsSQL = `
 INSERT INTO runs (run_id, org_id, workspace_id, user_id, agent, status, status_at, request, reason,
 	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at, spend)
-SELECT run_id, org_id, workspace_id, user_id, agent, status, at, request::jsonb, reason,
-	outputs::jsonb, pinned::jsonb, trace_id, iterations, tool_calls, at, at, completed_at, spend
+SELECT run_id, org_id, workspace_id, user_id, agent, status, at, request::json, reason,
+	outputs::json, pinned::json, trace_id, iterations, tool_calls, at, at, completed_at, spend
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
 	$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::integer[], $14::integer[],
 	$15::timestamptz[], $16::double precision[]) WITH ORDINALITY
@@ -263,9 +263,9 @@ UPDATE runs AS r SET
 	status_at    = CASE WHEN ` + wins + ` THEN u.status_at ELSE r.status_at END,
 	reason       = CASE WHEN ` + wins + ` THEN u.reason ELSE r.reason END,
 	completed_at = CASE WHEN ` + wins + ` THEN u.completed_at ELSE r.completed_at END,
-	request      = COALESCE(r.request, u.request::jsonb),
-	outputs      = COALESCE(r.outputs, u.outputs::jsonb),
-	pinned       = COALESCE(r.pinned, u.pinned::jsonb),
+	request      = COALESCE(r.request, u.request::json),
+	outputs      = COALESCE(r.outputs, u.outputs::json),
+	pinned       = COALESCE(r.pinned, u.pinned::json),
 	trace_id     = COALESCE(r.trace_id, u.trace_id),
 	iterations   = GREATEST(r.iterations, u.iterations),
 	tool_calls   = GREATEST(r.tool_calls, u.tool_calls),

@@ -105,9 +105,10 @@ func TestMigrationsConcurrently(t *testing.T) {
 	}
 }
 
-// TestPostgresRefusesNULAtomically: jsonb cannot hold \u0000. Such a record
-// fails as ErrUnstorable (dead-lettered, not retried), and the batch holding
-// it leaves nothing behind.
+// TestPostgresRefusesNULAtomically: a text column cannot hold a NUL byte (here
+// a run's reason; the document holding it as \u0000 is json, which can). Such
+// a record fails as ErrUnstorable (dead-lettered, not retried), and the batch
+// holding it leaves nothing behind.
 func TestPostgresRefusesNULAtomically(t *testing.T) {
 	s, pool := newPostgres(t)
 	fx := storetest.StartedRun(t, "run-nul", "weather", storetest.TenantA, storetest.Base)

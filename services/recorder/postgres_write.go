@@ -90,7 +90,7 @@ func insertEvents(ctx context.Context, tx pgx.Tx, recs []Record) ([]bool, error)
 
 const insertEventsSQL = `
 INSERT INTO events (event_id, run_id, call_id, type, subject, source, time, stream, stream_seq, extensions, data)
-SELECT event_id, run_id, call_id, type, subject, source, time, stream, stream_seq, extensions::jsonb, data::jsonb
+SELECT event_id, run_id, call_id, type, subject, source, time, stream, stream_seq, extensions::json, data::json
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
 	$8::text[], $9::bigint[], $10::text[], $11::text[]) WITH ORDINALITY
 	AS e(event_id, run_id, call_id, type, subject, source, time, stream, stream_seq, extensions, data, ord)
@@ -98,8 +98,8 @@ ORDER BY ord
 ON CONFLICT (event_id) DO NOTHING
 RETURNING event_id`
 
-// eventCols are insertEventsSQL's arguments, a slice per column. jsonb
-// columns travel as text and are cast: the same parse, and NULL elements.
+// eventCols are insertEventsSQL's arguments, a slice per column. json
+// columns travel as text and are cast: the same check, and NULL elements.
 type eventCols struct {
 	id, typ, subject, source      []string
 	run, call, stream, exts, data []*string
@@ -247,7 +247,7 @@ func (q *effectQueue) others(fresh []bool) {
 
 const (
 	insertTurnsSQL = `INSERT INTO model_turns (run_id, iteration, turn)
-SELECT run_id, iteration, turn::jsonb
+SELECT run_id, iteration, turn::json
 FROM unnest($1::text[], $2::integer[], $3::text[]) WITH ORDINALITY AS t(run_id, iteration, turn, ord)
 ORDER BY ord
 ON CONFLICT (run_id, iteration) DO NOTHING`
@@ -258,7 +258,7 @@ FROM unnest($1::text[], $2::integer[], $3::boolean[], $4::text[], $5::text[]) WI
 ORDER BY ord
 ON CONFLICT (run_id, iteration) DO NOTHING`
 	insertRunToolsSQL = `INSERT INTO run_tools (run_id, name, version, definition)
-SELECT run_id, name, version, definition::jsonb
+SELECT run_id, name, version, definition::json
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY
 	AS d(run_id, name, version, definition, ord)
 ORDER BY ord
@@ -421,8 +421,8 @@ func mergeCall(us []*CallUpdate) (*CallUpdate, bool) {
 var upsertCallsSQL = `
 INSERT INTO tool_calls AS c (run_id, call_id, seq, iteration, name, version, status, error_code, input,
 	envelope, t_start, t_end, latency_ms, cached, truncated)
-SELECT run_id, call_id, seq, iteration, name, version, status, error_code, input::jsonb,
-	envelope::jsonb, t_start, t_end, latency_ms, cached, truncated
+SELECT run_id, call_id, seq, iteration, name, version, status, error_code, input::json,
+	envelope::json, t_start, t_end, latency_ms, cached, truncated
 FROM unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6::text[], $7::text[],
 	$8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::bigint[],
 	$14::boolean[], $15::boolean[]) WITH ORDINALITY

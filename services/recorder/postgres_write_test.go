@@ -184,14 +184,14 @@ func TestPostgresWriteNamesTheFailingEvent(t *testing.T) {
 	fx := storetest.CompletedRun(t, "run-bad", "weather", storetest.TenantA, storetest.Base)
 	recs := fx.Records(t)
 	bad := recs[len(recs)-1]
-	bad.Event.Data = []byte(`{"text":"nul \u0000 here"}`)
+	bad.Event.Data = []byte("{\"text\":\"not UTF-8: \xff\"}")
 	err := s.Write(testCtx(t), bad)
 	if !errors.Is(err, recorder.ErrUnstorable) || !strings.Contains(err.Error(), `"`+bad.Event.ID+`": insert events`) {
 		t.Errorf("Write = %v; want ErrUnstorable naming %s", err, bad.Event.ID)
 	}
 	// An effect's refusal names its event too: a model turn that is no JSON.
 	turn := recs[slices.IndexFunc(recs, func(r recorder.Record) bool { return r.Turn != nil })]
-	turn.Turn.Turn = []byte(`{"text":"nul \u0000 here"}`)
+	turn.Turn.Turn = []byte("{\"text\":\"not UTF-8: \xff\"}")
 	err = s.Write(testCtx(t), turn)
 	if !errors.Is(err, recorder.ErrUnstorable) || !strings.Contains(err.Error(), `"`+turn.Event.ID+`": insert model turns`) {
 		t.Errorf("Write = %v; want ErrUnstorable naming %s", err, turn.Event.ID)
@@ -200,7 +200,7 @@ func TestPostgresWriteNamesTheFailingEvent(t *testing.T) {
 	offered := recs[slices.IndexFunc(recs, func(r recorder.Record) bool { return r.Turn != nil && r.Turn.Iteration == 2 })]
 	offered.Tools = []recorder.ToolDefRow{
 		{RunID: fx.RunID, Name: "web_search", Version: "1.2.0", Definition: json.RawMessage(`{"ok":true}`)},
-		{RunID: fx.RunID, Name: "fetch_page", Version: "2.0.0", Definition: json.RawMessage(`{"text":"nul \u0000 here"}`)},
+		{RunID: fx.RunID, Name: "fetch_page", Version: "2.0.0", Definition: json.RawMessage("{\"text\":\"not UTF-8: \xff\"}")},
 	}
 	err = s.Write(testCtx(t), offered)
 	if !errors.Is(err, recorder.ErrUnstorable) || !strings.Contains(err.Error(), `"`+offered.Event.ID+`": insert tool definitions`) {

@@ -85,8 +85,8 @@ var ErrRunNotFound = errors.New("run not found")
 var ErrCallNotFound = errors.New("tool call not found")
 
 // ErrUnstorable is wrapped when the database refuses a record's data for what
-// it is (for example a JSON string holding \u0000, which Postgres's jsonb
-// cannot store): retrying cannot help, so the event is dead-lettered.
+// it is (for example text that is not UTF-8, or a NUL byte in a field kept
+// as text): retrying cannot help, so the event is dead-lettered.
 var ErrUnstorable = errors.New("data cannot be stored")
 
 // Record is one consumed event and what it changes, ready to be written. The
