@@ -17,6 +17,8 @@ ALTER TABLE run_tools ALTER COLUMN definition TYPE json USING definition::json;
 ALTER TABLE runs ALTER COLUMN request TYPE json USING request::json,
     ALTER COLUMN outputs TYPE json USING outputs::json,
     ALTER COLUMN pinned TYPE json USING pinned::json;
+ALTER TABLE tool_calls SET (fillfactor = 70);
+ALTER TABLE runs SET (fillfactor = 70);
 
 -- +goose Down
 ALTER TABLE runs ALTER COLUMN request TYPE jsonb USING request::jsonb,
