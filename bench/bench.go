@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -59,6 +61,10 @@ type Report struct {
 	GoVersion string    `json:"go_version"`
 	CPUs      int       `json:"cpus"`
 	Recorder  string    `json:"recorder"`
+	// GCPercent and MemoryLimitMB are the collector's settings in force
+	// (GOGC; GOMEMLIMIT, 0 when none).
+	GCPercent     int     `json:"gc_percent"`
+	MemoryLimitMB float64 `json:"memory_limit_mb"`
 
 	Baseline struct {
 		Chain Dist `json:"chain_3hop"`
@@ -117,6 +123,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o = o.withDefaults()
 	r := &Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Recorder: "postgres", TurnCalls: o.TurnCalls}
 	say := func(format string, args ...any) { fmt.Fprintf(o.Progress, "bench: "+format+"\n", args...) }
+	r.GCPercent = debug.SetGCPercent(100)
+	debug.SetGCPercent(r.GCPercent)
+	if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 {
+		r.MemoryLimitMB = float64(l) / (1 << 20)
+	}
 
 	dir, err := os.MkdirTemp("", "toolwire-bench-")
 	if err != nil {

@@ -14,7 +14,11 @@ func (r *Report) Table(w io.Writer) error {
 	d := func(x Dist) string {
 		return fmt.Sprintf("p50 %.0f µs\tp90 %.0f µs\tp99 %.0f µs", x.P50, x.P90, x.P99)
 	}
-	p("toolwire bench\t%s, %d CPUs, recorder: %s", r.GoVersion, r.CPUs, r.Recorder)
+	gc := fmt.Sprintf("GOGC=%d", r.GCPercent)
+	if r.MemoryLimitMB > 0 {
+		gc += fmt.Sprintf(" GOMEMLIMIT=%.0fMiB", r.MemoryLimitMB)
+	}
+	p("toolwire bench\t%s, %d CPUs, %s, recorder: %s", r.GoVersion, r.CPUs, gc, r.Recorder)
 	p("")
 	p("BASELINE (raw JetStream, same server and client)\t\t\t")
 	p("  three-hop chain, one at a time (in blocks between the runs)\t%s", d(r.Baseline.Chain))

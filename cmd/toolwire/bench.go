@@ -27,10 +27,14 @@ store) with a zero-latency scripted model, and measures, against a raw three-hop
 JetStream chain taken in the same run: tool-call and run latency, per-call
 overhead in parallel turns, throughput (one-call runs, and runs of one turn of
 --turn-calls parallel calls) with the recorder's lag, fan-out,
-scale-out over 1-3 executors, memory and CPU per tool call.`,
+scale-out over 1-3 executors, memory and CPU per tool call.
+
+Like dev, it runs with GOGC=400 and a 1 GiB soft memory limit unless GOGC or
+GOMEMLIMIT is set; the report says which.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Progress = cmd.ErrOrStderr()
+			setOneProcessGC(os.Getenv)
 			if cpuProf != "" {
 				f, err := os.Create(cpuProf)
 				if err != nil {
