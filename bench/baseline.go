@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,41 +19,69 @@ import (
 type chain struct {
 	js      jetstream.JetStream
 	stream  jetstream.Stream
-	ccs     []jetstream.ConsumeContext
-	mu      sync.Mutex
-	waiters map[string]chan struct{}
-	seq     atomic.Int64
+	subject string // subject prefix: <subject>.hop<n>
+	header  nats.Header
+	// idPrefix starts every chain id (contractChain makes them event-sized).
+	idPrefix string
+	ccs      []jetstream.ConsumeContext
+	mu       sync.Mutex
+	waiters  map[string]chan struct{}
+	seq      atomic.Int64
+}
+
+// chainOptions shape a chain. The zero value is the raw baseline: its own
+// stream, every hop on js, and no header but the chain's id and the
+// Nats-Msg-Id.
+type chainOptions struct {
+	stream, subject string
+	// hops, when set, are the connections of hops 1-3 (each consumes and
+	// publishes on its own), as each service has its own.
+	hops []jetstream.JetStream
+	// header is copied into every message: the chain then carries the
+	// headers an event of toolwire carries.
+	header nats.Header
 }
 
 const chainStream = "BENCH_CHAIN"
 
 func newChain(ctx context.Context, js jetstream.JetStream) (*chain, error) {
-	_ = js.DeleteStream(ctx, chainStream)
+	return newShapedChain(ctx, js, chainOptions{})
+}
+
+func newShapedChain(ctx context.Context, js jetstream.JetStream, o chainOptions) (*chain, error) {
+	if o.stream == "" {
+		o.stream, o.subject = chainStream, "benchchain"
+	}
+	_ = js.DeleteStream(ctx, o.stream)
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: chainStream, Subjects: []string{"benchchain.>"}, Storage: jetstream.FileStorage,
+		Name: o.stream, Subjects: []string{o.subject + ".>"}, Storage: jetstream.FileStorage,
 		Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute, MaxAge: time.Hour,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("baseline stream: %w", err)
 	}
-	c := &chain{js: js, stream: st, waiters: map[string]chan struct{}{}}
+	c := &chain{js: js, stream: st, subject: o.subject, header: o.header, waiters: map[string]chan struct{}{}}
 	for hop := 1; hop <= 3; hop++ {
-		cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable: "hop" + strconv.Itoa(hop), FilterSubject: "benchchain.hop" + strconv.Itoa(hop),
+		hjs := js
+		if len(o.hops) == 3 {
+			hjs = o.hops[hop-1]
+		}
+		if _, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable: "hop" + strconv.Itoa(hop), FilterSubject: c.hopSubject(hop),
 			AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 4096, AckWait: 30 * time.Second,
-		})
+		}); err != nil {
+			return nil, err
+		}
+		cons, err := hjs.Consumer(ctx, o.stream, "hop"+strconv.Itoa(hop))
 		if err != nil {
 			return nil, err
 		}
 		next := hop + 1
 		cc, err := cons.Consume(func(m jetstream.Msg) {
-			id := m.Headers().Get("Chain-Id")
+			id := m.Headers().Get(nats.MsgIdHdr)
+			id = id[:max(strings.LastIndexByte(id, '/'), 0)] // <chain id>/<hop>
 			if next <= 3 {
-				out := nats.NewMsg("benchchain.hop" + strconv.Itoa(next))
-				out.Header.Set("Chain-Id", id)
-				out.Header.Set(nats.MsgIdHdr, id+"/"+strconv.Itoa(next))
-				out.Data = m.Data()
-				if _, err := c.js.PublishMsg(context.Background(), out); err != nil {
+				if _, err := hjs.PublishMsg(context.Background(), c.msg(next, id, m.Data())); err != nil {
 					_ = m.Nak()
 					return
 				}
@@ -78,16 +107,12 @@ func newChain(ctx context.Context, js jetstream.JetStream) (*chain, error) {
 
 // once runs one chain and returns when the third hop has it.
 func (c *chain) once(ctx context.Context, payload []byte) error {
-	id := "c" + strconv.FormatInt(c.seq.Add(1), 10)
+	id := c.idPrefix + "c" + strconv.FormatInt(c.seq.Add(1), 10)
 	done := make(chan struct{})
 	c.mu.Lock()
 	c.waiters[id] = done
 	c.mu.Unlock()
-	m := nats.NewMsg("benchchain.hop1")
-	m.Header.Set("Chain-Id", id)
-	m.Header.Set(nats.MsgIdHdr, id+"/1")
-	m.Data = payload
-	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+	if _, err := c.js.PublishMsg(ctx, c.msg(1, id, payload)); err != nil {
 		return err
 	}
 	select {
@@ -98,11 +123,25 @@ func (c *chain) once(ctx context.Context, payload []byte) error {
 	}
 }
 
+func (c *chain) hopSubject(hop int) string { return c.subject + ".hop" + strconv.Itoa(hop) }
+
+// msg is the chain's message for hop: its headers and a Nats-Msg-Id, as
+// every event has, made of the chain's id and the hop.
+func (c *chain) msg(hop int, id string, data []byte) *nats.Msg {
+	m := nats.NewMsg(c.hopSubject(hop))
+	for k, v := range c.header {
+		m.Header[k] = v
+	}
+	m.Header.Set(nats.MsgIdHdr, id+"/"+strconv.Itoa(hop))
+	m.Data = data
+	return m
+}
+
 func (c *chain) close(ctx context.Context) {
 	for _, cc := range c.ccs {
 		cc.Stop()
 	}
-	_ = c.js.DeleteStream(ctx, chainStream)
+	_ = c.js.DeleteStream(ctx, c.stream.CachedInfo().Config.Name)
 }
 
 // latency runs n chains one at a time.

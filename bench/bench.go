@@ -74,12 +74,23 @@ type Report struct {
 		ChainsPerSecRuns []float64 `json:"chains_per_s_before_after"`
 		InFlight         int       `json:"in_flight"`
 		KVGetCAS         Dist      `json:"kv_get_cas"`
+		// ContractChain is the same chain carrying a real event's headers
+		// and data, each hop on a connection of its own (contract.go): what
+		// the event contract costs on the wire before any service's work.
+		ContractChain        Dist    `json:"contract_chain_3hop"`
+		ContractRatioP50     float64 `json:"contract_chain_ratio_p50_to_chain_p50"`
+		ContractRatioP99     float64 `json:"contract_chain_ratio_p99_to_chain_p99"`
+		ContractChainsPerSec float64 `json:"contract_chains_per_s"`
+		ContractRatioPerSec  float64 `json:"contract_chains_per_s_ratio_to_chain"`
 	} `json:"baseline"`
 
 	ToolCall struct {
 		Latency  Dist    `json:"latency"`
 		RatioP50 float64 `json:"ratio_p50_to_chain_p50"`
 		RatioP99 float64 `json:"ratio_p99_to_chain_p99"`
+		// The same against the contract chain: the services' own share.
+		ContractRatioP50 float64 `json:"ratio_p50_to_contract_chain_p50"`
+		ContractRatioP99 float64 `json:"ratio_p99_to_contract_chain_p99"`
 	} `json:"tool_call"`
 
 	Run struct {
@@ -165,6 +176,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer ch.close(context.WithoutCancel(ctx))
+	cch, err := newContractChain(ctx, st.JS, st.URL)
+	if err != nil {
+		return nil, err
+	}
+	defer cch.close(context.WithoutCancel(ctx))
 	payload := make([]byte, 512)
 	kv, err := kvRoundTrip(ctx, st.JS, o.Samples)
 	if err != nil {
@@ -179,8 +195,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer obs.close()
 	run := &runner{c: st.Client, obs: obs, name: "bench"}
 
-	say("latency: %d one-call runs and %d raw three-hop chains, one at a time, in alternating blocks", o.Samples, o.Samples)
+	say("latency: %d one-call runs, %d raw and %d contract-shaped three-hop chains, one at a time, in alternating blocks", o.Samples, o.Samples, o.Samples)
 	if _, err := ch.latency(ctx, 20, payload); err != nil { // warm up
+		return nil, err
+	}
+	if _, err := cch.latency(ctx, 20, cch.payload); err != nil {
 		return nil, err
 	}
 	for range 20 {
@@ -198,7 +217,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// counted: chains run back to back, as the hops within a run do, and
 	// neither pays for the other's leftovers.
 	const block = 20
-	var runLat, chainLat []time.Duration
+	var runLat, chainLat, contractLat []time.Duration
 	for len(runLat) < o.Samples {
 		n := min(block, o.Samples-len(runLat))
 		time.Sleep(50 * time.Millisecond)
@@ -210,6 +229,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		chainLat = append(chainLat, c...)
+		if _, err := cch.latency(ctx, 5, cch.payload); err != nil {
+			return nil, err
+		}
+		if c, err = cch.latency(ctx, n, cch.payload); err != nil {
+			return nil, err
+		}
+		contractLat = append(contractLat, c...)
 		for range n {
 			d, err := run.run(ctx, run.request("echo", echoArgs(1)))
 			if err != nil {
@@ -225,6 +251,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.ToolCall.Latency = distOf(obs.calls())
 	r.ToolCall.RatioP50 = ratio(r.ToolCall.Latency.P50, r.Baseline.Chain.P50)
 	r.ToolCall.RatioP99 = ratio(r.ToolCall.Latency.P99, r.Baseline.Chain.P99)
+	r.Baseline.ContractChain = distOf(contractLat)
+	r.Baseline.ContractRatioP50 = ratio(r.Baseline.ContractChain.P50, r.Baseline.Chain.P50)
+	r.Baseline.ContractRatioP99 = ratio(r.Baseline.ContractChain.P99, r.Baseline.Chain.P99)
+	r.ToolCall.ContractRatioP50 = ratio(r.ToolCall.Latency.P50, r.Baseline.ContractChain.P50)
+	r.ToolCall.ContractRatioP99 = ratio(r.ToolCall.Latency.P99, r.Baseline.ContractChain.P99)
 	r.Run.Latency = distOf(runLat)
 	// run.requested, iteration 1 check and verdict, call request, approval and
 	// envelope, iteration 2 check and verdict: eight pulled hops.
@@ -263,6 +294,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	say("baseline: contract-shaped chains with %d in flight for %s", o.InFlight, o.Duration)
+	if r.Baseline.ContractChainsPerSec, err = cch.throughput(ctx, o.InFlight, o.Duration, cch.payload); err != nil {
+		return nil, err
+	}
 	say("throughput: one-call runs with %d in flight for %s", o.InFlight, o.Duration)
 	if r.Throughput, err = measureThroughput(ctx, st, run, o, 1); err != nil {
 		return nil, err
@@ -278,6 +313,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r.Baseline.ChainsPerSecRuns = []float64{before, after}
 	r.Baseline.ChainsPerSec = (before + after) / 2
+	r.Baseline.ContractRatioPerSec = ratio(r.Baseline.ContractChainsPerSec, r.Baseline.ChainsPerSec)
 	r.Throughput.RatioToChain = ratio(r.Throughput.CallsPerSec, r.Baseline.ChainsPerSec)
 	r.TurnThroughput.RatioToChain = ratio(r.TurnThroughput.CallsPerSec, r.Baseline.ChainsPerSec)
 

@@ -5,9 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"strconv"
+
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/recorder/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -25,6 +29,10 @@ func TestHarnessFillsEveryFigure(t *testing.T) {
 	require.Positive(t, r.Baseline.Chain.P50)
 	require.Positive(t, r.Baseline.ChainsPerSec)
 	require.Positive(t, r.Baseline.KVGetCAS.P50)
+	require.Equal(t, 5, r.Baseline.ContractChain.N)
+	require.Positive(t, r.Baseline.ContractRatioP50)
+	require.Positive(t, r.Baseline.ContractChainsPerSec)
+	require.Positive(t, r.ToolCall.ContractRatioP50)
 	require.Equal(t, 5, r.ToolCall.Latency.N, "one call per measured run")
 	require.Positive(t, r.ToolCall.RatioP50)
 	require.Positive(t, r.Run.Latency.P50)
@@ -41,6 +49,39 @@ func TestHarnessFillsEveryFigure(t *testing.T) {
 	b, err := r.JSON()
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"ratio_p50_to_chain_p50"`)
+}
+
+// TestContractChainCarriesAnEvent: the contract-shaped chain's messages are
+// toolwire events as the services publish them (they decode as a
+// call.approved, with a Nats-Msg-Id as long as an event id), stored on a
+// stream of their own, and each hop has its own connection.
+func TestContractChainCarriesAnEvent(t *testing.T) {
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Stop(context.Background()) })
+	cc, err := newContractChain(t.Context(), st.JS, st.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { cc.close(context.Background()) })
+	require.Len(t, cc.conns, 3)
+	_, err = cc.latency(t.Context(), 1, cc.payload)
+	require.NoError(t, err)
+
+	h, data, err := contractMessage()
+	require.NoError(t, err)
+	s, err := st.JS.Stream(t.Context(), contractStream)
+	require.NoError(t, err)
+	for seq := uint64(1); seq <= 3; seq++ {
+		m, err := s.GetMsg(t.Context(), seq)
+		require.NoError(t, err)
+		require.Equal(t, contractSubject+".hop"+strconv.Itoa(int(seq)), m.Subject)
+		ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+		require.NoError(t, err)
+		require.Equal(t, events.TypeCallApproved, ev.Type())
+		require.Equal(t, data, m.Data)
+		require.Equal(t, h.Get(events.HeaderTraceParent), m.Header.Get(events.HeaderTraceParent), "the hop's trace context")
+		id := m.Header.Get(nats.MsgIdHdr)
+		require.InDelta(t, len(ev.ID()), len(id), 8, "Nats-Msg-Id %q is about as long as an event id", id)
+	}
 }
 
 // benchSchemas lists the bench's scratch schemas in the database of dsn.
