@@ -112,6 +112,22 @@ func BenchmarkRawChain(b *testing.B) {
 	}
 }
 
+// BenchmarkContractChain is the same chain carrying a real event's headers
+// and data, each hop on its own connection (contract.go); compare its ns/op
+// with BenchmarkRawChain's for what the event contract costs on the wire.
+func BenchmarkContractChain(b *testing.B) {
+	st := benchStack(b)
+	ch, err := newContractChain(b.Context(), st.JS, st.URL)
+	require.NoError(b, err)
+	defer ch.close(context.Background())
+	b.ResetTimer()
+	for b.Loop() {
+		if err := ch.once(b.Context(), ch.payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkOneCallRun is one whole run with one no-op tool call per op;
 // compare its ns/op with BenchmarkRawChain's.
 func BenchmarkOneCallRun(b *testing.B) {
