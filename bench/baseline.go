@@ -30,8 +30,8 @@ type chain struct {
 }
 
 // chainOptions shape a chain. The zero value is the raw baseline: its own
-// stream, every hop on js, and no header but the chain's id and the
-// Nats-Msg-Id.
+// stream, every hop on js, and no header but the Nats-Msg-Id (which carries
+// the chain's id).
 type chainOptions struct {
 	stream, subject string
 	// hops, when set, are the connections of hops 1-3 (each consumes and
@@ -48,7 +48,7 @@ func newChain(ctx context.Context, js jetstream.JetStream) (*chain, error) {
 	return newShapedChain(ctx, js, chainOptions{})
 }
 
-func newShapedChain(ctx context.Context, js jetstream.JetStream, o chainOptions) (*chain, error) {
+func newShapedChain(ctx context.Context, js jetstream.JetStream, o chainOptions) (_ *chain, err error) {
 	if o.stream == "" {
 		o.stream, o.subject = chainStream, "benchchain"
 	}
@@ -61,6 +61,11 @@ func newShapedChain(ctx context.Context, js jetstream.JetStream, o chainOptions)
 		return nil, fmt.Errorf("baseline stream: %w", err)
 	}
 	c := &chain{js: js, stream: st, subject: o.subject, header: o.header, waiters: map[string]chan struct{}{}}
+	defer func() {
+		if err != nil {
+			c.close(context.WithoutCancel(ctx))
+		}
+	}()
 	for hop := 1; hop <= 3; hop++ {
 		hjs := js
 		if len(o.hops) == 3 {
