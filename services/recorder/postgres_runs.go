@@ -47,9 +47,10 @@ import (
 //
 // The values the merge drops (a later request, a losing status's reason) are
 // not sent, so Postgres no longer checks them. For the records RecordOf makes
-// they are parts of their event's data, which the events insert checks; the
-// one check that could fail on them alone, runs_status_check, mergeRuns makes
-// in Go.
+// they are parts of their event's data, which the events insert checks (its
+// encoding); the checks that could fail on them alone are made in Go for
+// every record: runs_status_check in mergeRuns, and a NUL byte, which the
+// data holds as \u0000 but a text column cannot, in textHoldsNoNUL.
 
 // runMerge is the merge of one run's updates in a batch.
 type runMerge struct {

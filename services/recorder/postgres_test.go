@@ -1,9 +1,11 @@
 package recorder_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +132,64 @@ func TestPostgresRefusesNULAtomically(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("a failed batch left %d rows", n)
+	}
+}
+
+// TestPostgresRefusesNULHoweverBatched: a NUL byte in a value the batch's
+// merge drops (here the reason of a status that loses to a later one of
+// the same rank) is refused as it would be written alone: json holds the
+// event's data with its \u0000, but the record is unstorable either way.
+func TestPostgresRefusesNULHoweverBatched(t *testing.T) {
+	s, pool := newPostgres(t)
+	fx := storetest.StartedRun(t, "run-nul2", "weather", storetest.TenantA, storetest.Base)
+	status := func(id string, at time.Time, reason string) events.Outgoing {
+		t.Helper()
+		o, err := events.Build(events.TypeRunStarted, id, fx.Events[1].Subject,
+			events.Attrs{Source: storetest.Source, RunID: "run-nul2", Time: at},
+			map[string]any{"run_id": "run-nul2", "status": "started", "tenant": map[string]any{"org_id": "org-a"},
+				"reason": reason})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	recs := storetest.Records(t, fx.Events[0], status("run-nul2/started-a", storetest.Base, "later, so it wins"),
+		status("run-nul2/started-b", storetest.Base.Add(-time.Second), "nul \u0000 here"))
+	for name, batch := range map[string][]recorder.Record{"batch": recs, "alone": recs[2:]} {
+		err := s.Write(testCtx(t), batch...)
+		if !errors.Is(err, recorder.ErrUnstorable) || !strings.Contains(err.Error(), "run-nul2/started-b") ||
+			!strings.Contains(err.Error(), "reason holds a NUL byte") {
+			t.Fatalf("%s: Write = %v; want ErrUnstorable naming run-nul2/started-b and its reason", name, err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(testCtx(t), `SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM runs)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("a refused batch left %d rows", n)
+	}
+	// The rest of the batch is storable, and so is \u0000 in a document:
+	// json keeps the data as sent.
+	if err := s.Write(testCtx(t), recs[:2]...); err != nil {
+		t.Fatal(err)
+	}
+	doc := []byte(`{ "text" : "nul \u0000 here",  "b":1, "a":2 }`)
+	ev := recs[1]
+	ev.Event.ID, ev.Event.Data, ev.Run = "run-nul2/doc", doc, nil
+	if err := s.Write(testCtx(t), ev); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.Events(testCtx(t), "run-nul2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(stored, func(e recorder.EventRow) bool { return e.ID == "run-nul2/doc" })
+	if i < 0 {
+		t.Fatalf("run-nul2/doc not stored: %v", stored)
+	}
+	if !bytes.Equal(stored[i].Data, doc) {
+		t.Fatalf("stored data %q; want the bytes as sent, %q", stored[i].Data, doc)
 	}
 }
 

@@ -63,6 +63,9 @@ func insertEvents(ctx context.Context, tx pgx.Tx, recs []Record) ([]bool, error)
 	all := make([]int, len(recs))
 	for i := range recs {
 		all[i] = i
+		if err := textHoldsNoNUL(&recs[i]); err != nil {
+			return nil, fmt.Errorf("record event %q: %w", recs[i].Event.ID, err)
+		}
 		if err := cols.add(&recs[i].Event); err != nil {
 			return nil, fmt.Errorf("record event %q: %w", recs[i].Event.ID, err)
 		}
@@ -105,6 +108,36 @@ type eventCols struct {
 	run, call, stream, exts, data []*string
 	at                            []time.Time
 	streamSeq                     []*int64
+}
+
+// textHoldsNoNUL refuses a record whose run or call update has a NUL byte in
+// a field kept as text: Postgres text cannot hold one, while the event's data
+// can (json keeps it as \u0000). Postgres would refuse such a field only when
+// it is sent, and the merges of a batch drop some fields (a losing status's
+// reason, a later name); checking every record here, before any statement,
+// refuses the same records however they are batched.
+func textHoldsNoNUL(r *Record) error {
+	type field struct{ name, value string }
+	check := func(of string, fields []field) error {
+		for _, f := range fields {
+			if strings.IndexByte(f.value, 0) >= 0 {
+				return fmt.Errorf("%w: the %s's %s holds a NUL byte, which a Postgres text column cannot", ErrUnstorable, of, f.name)
+			}
+		}
+		return nil
+	}
+	if u := r.Run; u != nil {
+		if err := check("run", []field{{"status", u.Status}, {"reason", u.Reason}, {"agent", u.Agent},
+			{"trace id", u.TraceID}, {"org_id", u.Tenant.OrgID}, {"workspace_id", u.Tenant.WorkspaceID},
+			{"user_id", u.Tenant.UserID}}); err != nil {
+			return err
+		}
+	}
+	if u := r.Call; u != nil {
+		return check("call", []field{{"status", u.Status}, {"name", u.Name}, {"version", u.Version},
+			{"error code", u.ErrorCode}})
+	}
+	return nil
 }
 
 func (c *eventCols) add(e *EventRow) error {
