@@ -40,6 +40,8 @@ type chainOptions struct {
 	// header is copied into every message: the chain then carries the
 	// headers an event of toolwire carries.
 	header nats.Header
+	// idPrefix starts every chain id.
+	idPrefix string
 }
 
 const chainStream = "BENCH_CHAIN"
@@ -60,7 +62,7 @@ func newShapedChain(ctx context.Context, js jetstream.JetStream, o chainOptions)
 	if err != nil {
 		return nil, fmt.Errorf("baseline stream: %w", err)
 	}
-	c := &chain{js: js, stream: st, subject: o.subject, header: o.header, waiters: map[string]chan struct{}{}}
+	c := &chain{js: js, stream: st, subject: o.subject, header: o.header, idPrefix: o.idPrefix, waiters: map[string]chan struct{}{}}
 	defer func() {
 		if err != nil {
 			c.close(context.WithoutCancel(ctx))

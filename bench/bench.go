@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -61,10 +61,10 @@ type Report struct {
 	GoVersion string    `json:"go_version"`
 	CPUs      int       `json:"cpus"`
 	Recorder  string    `json:"recorder"`
-	// GCPercent and MemoryLimitMB are the collector's settings in force
-	// (GOGC; GOMEMLIMIT, 0 when none).
-	GCPercent     int     `json:"gc_percent"`
-	MemoryLimitMB float64 `json:"memory_limit_mb"`
+	// GCPercent and MemoryLimitMiB are the collector's settings in force:
+	// GOGC (-1: off) and GOMEMLIMIT (0: none).
+	GCPercent      int     `json:"gc_percent"`
+	MemoryLimitMiB float64 `json:"memory_limit_mib"`
 
 	Baseline struct {
 		Chain Dist `json:"chain_3hop"`
@@ -77,11 +77,12 @@ type Report struct {
 		// ContractChain is the same chain carrying a real event's headers
 		// and data, each hop on a connection of its own (contract.go): what
 		// the event contract costs on the wire before any service's work.
-		ContractChain        Dist    `json:"contract_chain_3hop"`
-		ContractRatioP50     float64 `json:"contract_chain_ratio_p50_to_chain_p50"`
-		ContractRatioP99     float64 `json:"contract_chain_ratio_p99_to_chain_p99"`
-		ContractChainsPerSec float64 `json:"contract_chains_per_s"`
-		ContractRatioPerSec  float64 `json:"contract_chains_per_s_ratio_to_chain"`
+		ContractChain            Dist      `json:"contract_chain_3hop"`
+		ContractRatioP50         float64   `json:"contract_chain_ratio_p50_to_chain_p50"`
+		ContractRatioP99         float64   `json:"contract_chain_ratio_p99_to_chain_p99"`
+		ContractChainsPerSec     float64   `json:"contract_chains_per_s"`
+		ContractChainsPerSecRuns []float64 `json:"contract_chains_per_s_before_after"`
+		ContractRatioPerSec      float64   `json:"contract_chains_per_s_ratio_to_chain"`
 	} `json:"baseline"`
 
 	ToolCall struct {
@@ -134,11 +135,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o = o.withDefaults()
 	r := &Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Recorder: "postgres", TurnCalls: o.TurnCalls}
 	say := func(format string, args ...any) { fmt.Fprintf(o.Progress, "bench: "+format+"\n", args...) }
-	r.GCPercent = debug.SetGCPercent(100)
-	debug.SetGCPercent(r.GCPercent)
-	if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 {
-		r.MemoryLimitMB = float64(l) / (1 << 20)
-	}
+	r.GCPercent, r.MemoryLimitMiB = gcSettings()
 
 	dir, err := os.MkdirTemp("", "toolwire-bench-")
 	if err != nil {
@@ -294,8 +291,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The contract-shaped chain's windows sit inside the raw chain's, in
+	// mirror order, so that the two means span the same minutes.
 	say("baseline: contract-shaped chains with %d in flight for %s", o.InFlight, o.Duration)
-	if r.Baseline.ContractChainsPerSec, err = cch.throughput(ctx, o.InFlight, o.Duration, cch.payload); err != nil {
+	contractBefore, err := cch.throughput(ctx, o.InFlight, o.Duration, cch.payload)
+	if err != nil {
 		return nil, err
 	}
 	say("throughput: one-call runs with %d in flight for %s", o.InFlight, o.Duration)
@@ -306,6 +306,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if r.TurnThroughput, err = measureThroughput(ctx, st, run, o, o.TurnCalls); err != nil {
 		return nil, err
 	}
+	say("baseline: contract-shaped chains with %d in flight for %s, again", o.InFlight, o.Duration)
+	contractAfter, err := cch.throughput(ctx, o.InFlight, o.Duration, cch.payload)
+	if err != nil {
+		return nil, err
+	}
 	say("baseline: raw chains with %d in flight for %s, again", o.InFlight, o.Duration)
 	after, err := ch.throughput(ctx, o.InFlight, o.Duration, payload)
 	if err != nil {
@@ -313,6 +318,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r.Baseline.ChainsPerSecRuns = []float64{before, after}
 	r.Baseline.ChainsPerSec = (before + after) / 2
+	r.Baseline.ContractChainsPerSecRuns = []float64{contractBefore, contractAfter}
+	r.Baseline.ContractChainsPerSec = (contractBefore + contractAfter) / 2
 	r.Baseline.ContractRatioPerSec = ratio(r.Baseline.ContractChainsPerSec, r.Baseline.ChainsPerSec)
 	r.Throughput.RatioToChain = ratio(r.Throughput.CallsPerSec, r.Baseline.ChainsPerSec)
 	r.TurnThroughput.RatioToChain = ratio(r.TurnThroughput.CallsPerSec, r.Baseline.ChainsPerSec)
@@ -455,6 +462,25 @@ func throughput(ctx context.Context, run *runner, inFlight int, d time.Duration,
 	runs := float64(done.Load()) / elapsed
 	// CPU per call is reported over the window's length.
 	return runs, runs * float64(k), lastRun, cpu * d.Seconds() / elapsed, nil
+}
+
+// gcSettings reads GOGC and GOMEMLIMIT as the runtime holds them, without
+// touching them.
+func gcSettings() (percent int, limitMiB float64) {
+	ms := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+	metrics.Read(ms)
+	percent = -1 // off: the runtime reports -1 as a uint64
+	if ms[0].Value.Kind() == metrics.KindUint64 {
+		if v := ms[0].Value.Uint64(); v <= math.MaxInt32 {
+			percent = int(v)
+		}
+	}
+	if ms[1].Value.Kind() == metrics.KindUint64 {
+		if l := ms[1].Value.Uint64(); l != math.MaxInt64 {
+			limitMiB = float64(l) / (1 << 20)
+		}
+	}
+	return percent, limitMiB
 }
 
 func cpuSeconds() float64 {

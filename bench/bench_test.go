@@ -2,10 +2,11 @@ package bench
 
 import (
 	"context"
+	"math"
+	"runtime/debug"
+	"strconv"
 	"testing"
 	"time"
-
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
@@ -32,6 +33,7 @@ func TestHarnessFillsEveryFigure(t *testing.T) {
 	require.Equal(t, 5, r.Baseline.ContractChain.N)
 	require.Positive(t, r.Baseline.ContractRatioP50)
 	require.Positive(t, r.Baseline.ContractChainsPerSec)
+	require.Len(t, r.Baseline.ContractChainsPerSecRuns, 2)
 	require.Positive(t, r.ToolCall.ContractRatioP50)
 	require.Equal(t, 5, r.ToolCall.Latency.N, "one call per measured run")
 	require.Positive(t, r.ToolCall.RatioP50)
@@ -49,6 +51,27 @@ func TestHarnessFillsEveryFigure(t *testing.T) {
 	b, err := r.JSON()
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"ratio_p50_to_chain_p50"`)
+}
+
+// TestGCSettingsReadsTheRuntime: the report's GOGC and GOMEMLIMIT are the
+// runtime's, off and none included.
+func TestGCSettingsReadsTheRuntime(t *testing.T) {
+	percent, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetGCPercent(percent); debug.SetMemoryLimit(limit) })
+	for _, tc := range []struct {
+		percent int
+		limit   int64
+		wantMiB float64
+	}{
+		{250, 512 << 20, 512},
+		{-1, math.MaxInt64, 0},
+	} {
+		debug.SetGCPercent(tc.percent)
+		debug.SetMemoryLimit(tc.limit)
+		p, l := gcSettings()
+		require.Equal(t, tc.percent, p)
+		require.Equal(t, tc.wantMiB, l)
+	}
 }
 
 // TestContractChainCarriesAnEvent: the contract-shaped chain's messages are

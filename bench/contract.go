@@ -78,20 +78,20 @@ func newContractChain(ctx context.Context, js jetstream.JetStream, url string) (
 	for i := range 3 {
 		nc, hjs, err := service.Connect(ctx, url, fmt.Sprintf("bench-hop%d", i+1), slog.New(slog.DiscardHandler))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("contract chain: %w", err)
 		}
 		cc.conns = append(cc.conns, nc)
 		hops = append(hops, hjs)
 	}
-	id := h.Get(nats.MsgIdHdr)
-	h.Del(nats.MsgIdHdr)
-	cc.chain, err = newShapedChain(ctx, js, chainOptions{stream: contractStream, subject: contractSubject, hops: hops, header: h})
-	if err != nil {
-		return nil, err
-	}
 	// Ids as long as an event's (<run>/<call>/<verb>): the duplicate window
 	// holds them, and the Nats-Msg-Id header carries one per message.
-	cc.chain.idPrefix = strings.TrimSuffix(id, "approved")
+	idPrefix := strings.TrimSuffix(h.Get(nats.MsgIdHdr), "approved")
+	h.Del(nats.MsgIdHdr)
+	cc.chain, err = newShapedChain(ctx, js, chainOptions{stream: contractStream, subject: contractSubject,
+		hops: hops, header: h, idPrefix: idPrefix})
+	if err != nil {
+		return nil, fmt.Errorf("contract chain: %w", err)
+	}
 	return cc, nil
 }
 

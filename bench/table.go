@@ -15,8 +15,11 @@ func (r *Report) Table(w io.Writer) error {
 		return fmt.Sprintf("p50 %.0f µs\tp90 %.0f µs\tp99 %.0f µs", x.P50, x.P90, x.P99)
 	}
 	gc := fmt.Sprintf("GOGC=%d", r.GCPercent)
-	if r.MemoryLimitMB > 0 {
-		gc += fmt.Sprintf(" GOMEMLIMIT=%.0fMiB", r.MemoryLimitMB)
+	if r.GCPercent < 0 {
+		gc = "GOGC=off"
+	}
+	if r.MemoryLimitMiB > 0 {
+		gc += fmt.Sprintf(" GOMEMLIMIT=%.0fMiB", r.MemoryLimitMiB)
 	}
 	p("toolwire bench\t%s, %d CPUs, %s, recorder: %s", r.GoVersion, r.CPUs, gc, r.Recorder)
 	p("")
@@ -31,7 +34,10 @@ func (r *Report) Table(w io.Writer) error {
 	p("  KV get + CAS update\t%s", d(r.Baseline.KVGetCAS))
 	p("  the chain shaped as toolwire's events (headers, data, a connection per hop)\t%s", d(r.Baseline.ContractChain))
 	p("    ratio to the raw chain\tp50 %.2fx\tp99 %.2fx\t", r.Baseline.ContractRatioP50, r.Baseline.ContractRatioP99)
-	p("    chains/s, %d in flight\t%.0f\t%.2fx of raw\t", r.Baseline.InFlight, r.Baseline.ContractChainsPerSec, r.Baseline.ContractRatioPerSec)
+	if cr := r.Baseline.ContractChainsPerSecRuns; len(cr) == 2 {
+		p("    chains/s, %d in flight (before / after the pipeline's)\t%.0f, %.2fx of raw\t(%.0f / %.0f)\t", r.Baseline.InFlight,
+			r.Baseline.ContractChainsPerSec, r.Baseline.ContractRatioPerSec, cr[0], cr[1])
+	}
 	p("")
 	p("PIPELINE\t\t\t")
 	p("  tool call: request -> envelope\t%s", d(r.ToolCall.Latency))
