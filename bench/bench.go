@@ -77,9 +77,14 @@ type Report struct {
 		// ContractChain is the same chain carrying a real event's headers
 		// and data, each hop on a connection of its own (contract.go): what
 		// the event contract costs on the wire before any service's work.
-		ContractChain            Dist      `json:"contract_chain_3hop"`
-		ContractRatioP50         float64   `json:"contract_chain_ratio_p50_to_chain_p50"`
-		ContractRatioP99         float64   `json:"contract_chain_ratio_p99_to_chain_p99"`
+		ContractChain    Dist    `json:"contract_chain_3hop"`
+		ContractRatioP50 float64 `json:"contract_chain_ratio_p50_to_chain_p50"`
+		ContractRatioP99 float64 `json:"contract_chain_ratio_p99_to_chain_p99"`
+		// ContractChainLoaded is the contract chain timed while one-call
+		// runs go on beside it, one at a time, as they do around a tool call
+		// in the latency test: the cost of sharing the two CPUs with the
+		// rest of a run, still without any service's work on the chain.
+		ContractChainLoaded      Dist      `json:"contract_chain_3hop_beside_runs"`
 		ContractChainsPerSec     float64   `json:"contract_chains_per_s"`
 		ContractChainsPerSecRuns []float64 `json:"contract_chains_per_s_before_after"`
 		ContractRatioPerSec      float64   `json:"contract_chains_per_s_ratio_to_chain"`
@@ -92,6 +97,9 @@ type Report struct {
 		// The same against the contract chain: the services' own share.
 		ContractRatioP50 float64 `json:"ratio_p50_to_contract_chain_p50"`
 		ContractRatioP99 float64 `json:"ratio_p99_to_contract_chain_p99"`
+		// And against the contract chain beside runs.
+		LoadedContractRatioP50 float64 `json:"ratio_p50_to_contract_chain_beside_runs_p50"`
+		LoadedContractRatioP99 float64 `json:"ratio_p99_to_contract_chain_beside_runs_p99"`
 	} `json:"tool_call"`
 
 	Run struct {
@@ -260,6 +268,29 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Run.PerHopP50 = r.Run.Latency.P50 / float64(r.Run.Hops)
 	r.Run.RawPerHopP50 = r.Baseline.Chain.P50 / 3
 	r.Run.PerHopRatio = ratio(r.Run.PerHopP50, r.Run.RawPerHopP50)
+
+	say("latency: %d contract-shaped chains while one-call runs go on beside them", o.Samples)
+	loaded, err := besideRuns(ctx, run, func() ([]time.Duration, error) {
+		var out []time.Duration
+		for len(out) < o.Samples {
+			n := min(block, o.Samples-len(out))
+			if _, err := cch.latency(ctx, 5, cch.payload); err != nil {
+				return nil, err
+			}
+			c, err := cch.latency(ctx, n, cch.payload)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, c...)
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.Baseline.ContractChainLoaded = distOf(loaded)
+	r.ToolCall.LoadedContractRatioP50 = ratio(r.ToolCall.Latency.P50, r.Baseline.ContractChainLoaded.P50)
+	r.ToolCall.LoadedContractRatioP99 = ratio(r.ToolCall.Latency.P99, r.Baseline.ContractChainLoaded.P99)
 
 	say("latency: runs without tools and with turns of 1, 4 and 16 parallel calls")
 	measure := func(k int) (float64, error) {
@@ -462,6 +493,25 @@ func throughput(ctx context.Context, run *runner, inFlight int, d time.Duration,
 	runs := float64(done.Load()) / elapsed
 	// CPU per call is reported over the window's length.
 	return runs, runs * float64(k), lastRun, cpu * d.Seconds() / elapsed, nil
+}
+
+// besideRuns returns measure's result, taken while one-call runs go on, one
+// at a time, in the background.
+func besideRuns(ctx context.Context, run *runner, measure func() ([]time.Duration, error)) ([]time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		for ctx.Err() == nil {
+			if _, err := run.run(ctx, run.request("echo", echoArgs(1))); err != nil && ctx.Err() == nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	out, err := measure()
+	cancel()
+	return out, errors.Join(err, <-done)
 }
 
 // gcSettings reads GOGC and GOMEMLIMIT as the runtime holds them, without

@@ -35,6 +35,8 @@ func TestHarnessFillsEveryFigure(t *testing.T) {
 	require.Positive(t, r.Baseline.ContractChainsPerSec)
 	require.Len(t, r.Baseline.ContractChainsPerSecRuns, 2)
 	require.Positive(t, r.ToolCall.ContractRatioP50)
+	require.Equal(t, 5, r.Baseline.ContractChainLoaded.N)
+	require.Positive(t, r.ToolCall.LoadedContractRatioP50)
 	require.Equal(t, 5, r.ToolCall.Latency.N, "one call per measured run")
 	require.Positive(t, r.ToolCall.RatioP50)
 	require.Positive(t, r.Run.Latency.P50)

@@ -34,6 +34,7 @@ func (r *Report) Table(w io.Writer) error {
 	p("  KV get + CAS update\t%s", d(r.Baseline.KVGetCAS))
 	p("  the chain shaped as toolwire's events (headers, data, a connection per hop)\t%s", d(r.Baseline.ContractChain))
 	p("    ratio to the raw chain\tp50 %.2fx\tp99 %.2fx\t", r.Baseline.ContractRatioP50, r.Baseline.ContractRatioP99)
+	p("    the same while one-call runs go on beside it\t%s", d(r.Baseline.ContractChainLoaded))
 	if cr := r.Baseline.ContractChainsPerSecRuns; len(cr) == 2 {
 		p("    chains/s, %d in flight (before / after the pipeline's)\t%.0f, %.2fx of raw\t(%.0f / %.0f)\t", r.Baseline.InFlight,
 			r.Baseline.ContractChainsPerSec, r.Baseline.ContractRatioPerSec, cr[0], cr[1])
@@ -43,6 +44,7 @@ func (r *Report) Table(w io.Writer) error {
 	p("  tool call: request -> envelope\t%s", d(r.ToolCall.Latency))
 	p("    ratio to the chain\tp50 %.2fx (target <= 2x)\tp99 %.2fx (target <= 3x)\t", r.ToolCall.RatioP50, r.ToolCall.RatioP99)
 	p("    ratio to the contract-shaped chain\tp50 %.2fx\tp99 %.2fx\t", r.ToolCall.ContractRatioP50, r.ToolCall.ContractRatioP99)
+	p("    ratio to it beside one-call runs\tp50 %.2fx\tp99 %.2fx\t", r.ToolCall.LoadedContractRatioP50, r.ToolCall.LoadedContractRatioP99)
 	p("  one-call run: request -> outputs\t%s", d(r.Run.Latency))
 	p("    %d hops: per hop p50\t%.0f µs (raw %.0f µs, %.2fx)\t\t", r.Run.Hops, r.Run.PerHopP50, r.Run.RawPerHopP50, r.Run.PerHopRatio)
 	p("  run without tools p50\t%.0f µs\t\t", r.Run.NoToolsP50)
