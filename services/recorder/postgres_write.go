@@ -63,10 +63,11 @@ func insertEvents(ctx context.Context, tx pgx.Tx, recs []Record) ([]bool, error)
 	all := make([]int, len(recs))
 	for i := range recs {
 		all[i] = i
-		if err := textHoldsNoNUL(&recs[i]); err != nil {
-			return nil, fmt.Errorf("record event %q: %w", recs[i].Event.ID, err)
+		err := textHoldsNoNUL(&recs[i])
+		if err == nil {
+			err = cols.add(&recs[i].Event)
 		}
-		if err := cols.add(&recs[i].Event); err != nil {
+		if err != nil {
 			return nil, fmt.Errorf("record event %q: %w", recs[i].Event.ID, err)
 		}
 	}
