@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/toolwire/toolwire/pkg/events/embedded"
+	"github.com/toolwire/toolwire/pkg/service/embedded"
 )
 
 var serviceNames = []string{"orchestrator", "policy", "executor", "sandbox"}

@@ -19,7 +19,7 @@ import (
 	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder/pgtest"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/replay"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/orchestrator"

@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/recorder"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/stack"
 )

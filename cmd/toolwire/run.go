@@ -15,7 +15,7 @@ import (
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // runFlags are what `toolwire run` builds its request from.

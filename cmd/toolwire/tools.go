@@ -19,7 +19,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // cliNATS holds the --nats and --timeout flags of the registry, secrets and

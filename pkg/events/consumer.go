@@ -588,3 +588,44 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
+
+// Runners is the group of runners a service starts together: Stop drains them
+// all at once, so that a service's shutdown takes as long as its slowest
+// consumer, not the sum of them.
+type Runners struct {
+	mu   sync.Mutex
+	list []*Runner
+}
+
+// Start builds a runner of cfg, starts it (ctx bounds the start only) and adds
+// it to the group.
+func (g *Runners) Start(ctx context.Context, js jetstream.JetStream, cfg RunnerConfig) (*Runner, error) {
+	r, err := NewRunner(js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	g.list = append(g.list, r)
+	g.mu.Unlock()
+	return r, nil
+}
+
+// Stop stops every runner of the group concurrently (each drains its handlers
+// in flight, bounded by ctx) and joins their errors. The group is empty
+// afterwards.
+func (g *Runners) Stop(ctx context.Context) error {
+	g.mu.Lock()
+	list := g.list
+	g.list = nil
+	g.mu.Unlock()
+	errs := make([]error, len(list))
+	var wg sync.WaitGroup
+	for i, r := range list {
+		wg.Go(func() { errs[i] = r.Stop(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

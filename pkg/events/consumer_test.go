@@ -15,7 +15,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/internal/natstest"
 )
 
 const durable = "test-runner"
@@ -24,7 +24,7 @@ const durable = "test-runner"
 func shortBackoff(uint64) time.Duration { return 10 * time.Millisecond }
 
 // startRunner starts a runner on the calls stream; Stop runs at cleanup.
-func startRunner(t *testing.T, env *eventstest.Env, cfg events.RunnerConfig) *events.Runner {
+func startRunner(t *testing.T, env *natstest.Env, cfg events.RunnerConfig) *events.Runner {
 	t.Helper()
 	if cfg.Spec.Stream == "" {
 		cfg.Spec.Stream, cfg.Spec.Durable = events.StreamCalls, durable
@@ -45,7 +45,7 @@ func startRunner(t *testing.T, env *eventstest.Env, cfg events.RunnerConfig) *ev
 	return r
 }
 
-func consumerInfo(t testing.TB, env *eventstest.Env) *jetstream.ConsumerInfo {
+func consumerInfo(t testing.TB, env *natstest.Env) *jetstream.ConsumerInfo {
 	t.Helper()
 	c, err := env.JS.Consumer(testCtx(t), events.StreamCalls, durable)
 	require.NoError(t, err)
@@ -56,7 +56,7 @@ func consumerInfo(t testing.TB, env *eventstest.Env) *jetstream.ConsumerInfo {
 
 // requireAllAcked waits until the consumer has acknowledged n stream messages
 // and holds none pending.
-func requireAllAcked(t testing.TB, env *eventstest.Env, n uint64) *jetstream.ConsumerInfo {
+func requireAllAcked(t testing.TB, env *natstest.Env, n uint64) *jetstream.ConsumerInfo {
 	t.Helper()
 	var info *jetstream.ConsumerInfo
 	require.Eventually(t, func() bool {
@@ -67,7 +67,7 @@ func requireAllAcked(t testing.TB, env *eventstest.Env, n uint64) *jetstream.Con
 }
 
 // waitDLQ waits for the dead letter of the test consumer.
-func waitDLQ(t testing.TB, env *eventstest.Env) *nats.Msg {
+func waitDLQ(t testing.TB, env *natstest.Env) *nats.Msg {
 	t.Helper()
 	subject := events.DLQSubject(events.StreamCalls, durable)
 	require.Equal(t, "toolwire.dlq.TOOLWIRE_CALLS."+durable, subject)
@@ -76,7 +76,7 @@ func waitDLQ(t testing.TB, env *eventstest.Env) *nats.Msg {
 	return lastMsg(t, env.JS, events.StreamDLQ, subject)
 }
 
-func publish(t testing.TB, env *eventstest.Env, outs ...events.Outgoing) {
+func publish(t testing.TB, env *natstest.Env, outs ...events.Outgoing) {
 	t.Helper()
 	require.NoError(t, events.NewPublisher(env.JS).PublishAll(testCtx(t), outs))
 }
@@ -120,7 +120,7 @@ func TestPermanent(t *testing.T) {
 }
 
 func TestRunnerAcksOnSuccess(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	out := callStarted(t, 1)
 	var (
 		mu  sync.Mutex
@@ -155,7 +155,7 @@ func TestRunnerAcksOnSuccess(t *testing.T) {
 }
 
 func TestRunnerRetriesThenAcks(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	var (
 		mu       sync.Mutex
 		attempts []uint64
@@ -182,7 +182,7 @@ func TestRunnerRetriesThenAcks(t *testing.T) {
 }
 
 func TestRunnerDeadLettersAfterMaxDeliver(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	var calls atomic.Int32
 	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
 		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 3,
@@ -214,7 +214,7 @@ func TestRunnerDeadLettersAfterMaxDeliver(t *testing.T) {
 }
 
 func TestRunnerDeadLettersPermanentAtOnce(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	var calls atomic.Int32
 	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
 		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 5,
@@ -233,7 +233,7 @@ func TestRunnerDeadLettersPermanentAtOnce(t *testing.T) {
 }
 
 func TestRunnerDeadLettersMalformedMessage(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	var calls atomic.Int32
 	startRunner(t, env, events.RunnerConfig{Handler: func(context.Context, *events.Delivery) error {
 		calls.Add(1)
@@ -254,7 +254,7 @@ func TestRunnerDeadLettersMalformedMessage(t *testing.T) {
 }
 
 func TestRunnerTreatsPanicAsFailure(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	var calls atomic.Int32
 	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
 		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 2,
@@ -272,7 +272,7 @@ func TestRunnerTreatsPanicAsFailure(t *testing.T) {
 }
 
 func TestRunnerBoundsConcurrency(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	const limit, total = 3, 12
 	var (
 		inFlight, maxSeen, done atomic.Int32
@@ -310,7 +310,7 @@ func TestRunnerBoundsConcurrency(t *testing.T) {
 }
 
 func TestRunnerStopDrainsInFlight(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	started := make(chan struct{})
 	release := make(chan struct{})
 	var finished atomic.Bool
@@ -358,7 +358,7 @@ func TestRunnerStopDrainsInFlight(t *testing.T) {
 }
 
 func TestRunnerStopBoundedByContext(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	started := make(chan struct{})
 	release := make(chan struct{})
 	r, err := events.NewRunner(env.JS, events.RunnerConfig{
@@ -384,7 +384,7 @@ func TestRunnerStopBoundedByContext(t *testing.T) {
 }
 
 func TestRunnerHandlerSeesHopTrace(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	tp := sdktrace.NewTracerProvider()
 	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
 	ctx, span := tp.Tracer("test").Start(testCtx(t), "publish")
@@ -413,7 +413,7 @@ func TestRunnerHandlerSeesHopTrace(t *testing.T) {
 }
 
 func TestConsumerSpecConfig(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	ctx := testCtx(t)
 
 	c, err := events.EnsureConsumer(ctx, env.JS, events.ConsumerSpec{Stream: events.StreamCalls, Durable: "one",
@@ -457,7 +457,7 @@ func TestConsumerSpecConfig(t *testing.T) {
 // message queued behind it for a free handler, are kept alive by the runner's
 // single keep-alive loop: neither is delivered a second time.
 func TestRunnerKeepsSlowMessagesAlive(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	const ackWait = time.Second
 	var (
 		deliveries atomic.Int32
@@ -487,7 +487,7 @@ func TestRunnerKeepsSlowMessagesAlive(t *testing.T) {
 	require.EqualValues(t, 2, deliveries.Load())
 }
 
-func requireAllAckedWithin(t testing.TB, env *eventstest.Env, n uint64, within time.Duration) *jetstream.ConsumerInfo {
+func requireAllAckedWithin(t testing.TB, env *natstest.Env, n uint64, within time.Duration) *jetstream.ConsumerInfo {
 	t.Helper()
 	var info *jetstream.ConsumerInfo
 	require.Eventually(t, func() bool {
@@ -501,7 +501,7 @@ func requireAllAckedWithin(t testing.TB, env *eventstest.Env, n uint64, within t
 // at most Concurrency, keeps up with events published while it runs, retries
 // a failure as the pushing runner does, and drains on Stop.
 func TestRunnerPolls(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	var (
 		mu       sync.Mutex
 		seen     = map[string]int{}
@@ -547,7 +547,7 @@ func TestRunnerPolls(t *testing.T) {
 // stream order, holds at most two fetches at once, and settles each event by
 // its own outcome: acknowledged, retried later, or dead-lettered.
 func TestRunnerBatches(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	for i := 1; i <= 6; i++ { // waiting before the runner starts: one fetch
 		publish(t, env, callStarted(t, i))
 	}
@@ -604,7 +604,7 @@ func TestRunnerBatches(t *testing.T) {
 
 // A batch handler needs Poll.
 func TestRunnerBatchNeedsPoll(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	_, err := events.NewRunner(env.JS, events.RunnerConfig{
 		Spec:  events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable},
 		Batch: func(context.Context, []*events.Delivery) []error { return nil },

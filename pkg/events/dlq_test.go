@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/internal/natstest"
 )
 
 // TestPoisonMessageDeadLetteredThenReplayed: a handler that always fails
@@ -24,7 +24,7 @@ import (
 // removed, replaying the dead letter brings the event back to the handler,
 // which now handles it, and the dead letter is gone.
 func TestPoisonMessageDeadLetteredThenReplayed(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	var fault atomic.Bool
 	fault.Store(true)
 	var attempts, handled atomic.Int32
@@ -111,7 +111,7 @@ func TestPoisonMessageDeadLetteredThenReplayed(t *testing.T) {
 // dead-lettered at once with one failure; the id and type of a structured
 // CloudEvent are read from its body.
 func TestDeadLetterOfStructuredAndUndecodable(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	startRunner(t, env, events.RunnerConfig{Handler: func(context.Context, *events.Delivery) error {
 		return events.Permanent(errors.New("refused"))
 	}})

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/internal/natstest"
 )
 
 var allBuckets = []string{events.BucketRunState, events.BucketTools, events.BucketCache,
@@ -35,7 +35,7 @@ func snapshot(ctx context.Context, t testing.TB, js jetstream.JetStream) map[str
 }
 
 func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
-	env := eventstest.Start(t) // provisioned once already
+	env := natstest.Start(t) // provisioned once already
 	ctx := testCtx(t)
 	publish(t, env, callStarted(t, 1))
 	kv, err := env.JS.KeyValue(ctx, events.BucketRunState)
@@ -106,7 +106,7 @@ func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
 }
 
 func TestProvisionWithCustomConfig(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	ctx := testCtx(t)
 	// A short retention: the default duplicate window shrinks to fit it.
 	cfg := events.StoreConfig{MaxAge: time.Minute}

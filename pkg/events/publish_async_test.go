@@ -6,11 +6,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/internal/natstest"
 )
 
 func TestPublishAsync(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	pub := events.NewPublisher(env.JS)
 	ctx := testCtx(t)
 
@@ -33,7 +33,7 @@ func TestPublishAsync(t *testing.T) {
 }
 
 func TestPublishAsyncRejectsWhatCannotBeStored(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	pub := events.NewPublisher(env.JS)
 	ctx := testCtx(t)
 

@@ -9,11 +9,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/internal/natstest"
 )
 
 func TestPublishSameEventTwiceStoresOne(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	pub := events.NewPublisher(env.JS)
 	require.Equal(t, env.JS, pub.JetStream())
 	ctx := testCtx(t)
@@ -36,7 +36,7 @@ func TestPublishSameEventTwiceStoresOne(t *testing.T) {
 }
 
 func TestPublishedHeadersSurviveTheWire(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	pub := events.NewPublisher(env.JS)
 	e := specialEvent(t)
 	subject := "toolwire.sandbox." + runID + "." + callID + ".requested"
@@ -51,7 +51,7 @@ func TestPublishedHeadersSurviveTheWire(t *testing.T) {
 }
 
 func TestPublishAll(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	pub := events.NewPublisher(env.JS)
 	ctx := testCtx(t)
 
@@ -72,7 +72,7 @@ func TestPublishAll(t *testing.T) {
 }
 
 func TestPublishErrors(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	pub := events.NewPublisher(env.JS)
 	ctx := testCtx(t)
 
@@ -98,7 +98,7 @@ func TestPublishErrors(t *testing.T) {
 }
 
 func TestPublishInjectsHopTrace(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	pub := events.NewPublisher(env.JS)
 
 	sr := tracetest.NewSpanRecorder()

@@ -6,11 +6,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/internal/natstest"
 )
 
 func TestStored(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	ctx := t.Context()
 	stream, err := env.JS.Stream(ctx, events.StreamCalls)
 	require.NoError(t, err)

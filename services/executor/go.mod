@@ -5,6 +5,7 @@ go 1.26.8
 replace (
 	github.com/toolwire/toolwire/pkg/envelope => ../../pkg/envelope
 	github.com/toolwire/toolwire/pkg/events => ../../pkg/events
+	github.com/toolwire/toolwire/pkg/service => ../../pkg/service
 )
 
 require (
@@ -57,6 +58,7 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
+	github.com/toolwire/toolwire/pkg/service v0.0.0-00010101000000-000000000000
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect

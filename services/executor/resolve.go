@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // realTools are the executor's tools that reach beyond the process: the web

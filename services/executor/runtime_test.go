@@ -16,7 +16,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/blobs"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 // call publishes one approved call and returns its envelope.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 // call.started is published without waiting for its PubAck before the tool

@@ -5,6 +5,7 @@ go 1.26.8
 replace (
 	github.com/toolwire/toolwire/pkg/envelope => ../../pkg/envelope
 	github.com/toolwire/toolwire/pkg/events => ../../pkg/events
+	github.com/toolwire/toolwire/pkg/service => ../../pkg/service
 	// Tests run the orchestrator with the real policy and executor.
 	github.com/toolwire/toolwire/services/executor => ../executor
 	github.com/toolwire/toolwire/services/policy => ../policy
@@ -71,6 +72,7 @@ require (
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
+	github.com/toolwire/toolwire/pkg/service v0.0.0-00010101000000-000000000000
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 // twoReplicas returns two state stores on one run-state bucket, as two

@@ -17,7 +17,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // Consumer settings: one durable consumer shared by every replica.

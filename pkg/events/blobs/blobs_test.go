@@ -13,7 +13,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events/blobs"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/internal/natstest"
 )
 
 func TestMain(m *testing.M) {
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestPutGetServe(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	big := make([]byte, 5<<20+123) // 5 MiB and change: many chunks
 	_, err := rand.Read(big)
 	require.NoError(t, err)
@@ -99,7 +99,7 @@ func TestNames(t *testing.T) {
 	for _, bad := range []string{"", ".x", "-x", "a/b", "a b", "a%2fb", "é", "../etc", string(bytes.Repeat([]byte("x"), 201))} {
 		require.ErrorIs(t, blobs.ValidateName(bad), blobs.ErrInvalidName, bad)
 	}
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	_, err := blobs.Put(t.Context(), env.JS, "a/b", []byte("x"), "")
 	require.ErrorIs(t, err, blobs.ErrInvalidName)
 	_, _, err = blobs.Get(t.Context(), env.JS, "../x")

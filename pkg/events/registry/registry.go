@@ -176,51 +176,29 @@ func decode(b []byte) (Entry, error) {
 type Catalog struct {
 	mu      sync.RWMutex
 	entries map[string]Entry
-	ready   chan struct{}
-	w       jetstream.KeyWatcher
-	cancel  context.CancelFunc
-	done    chan struct{}
+	watch   *events.KVWatch
 }
 
 // Watch starts a catalog and waits until it holds the registry's current
 // contents. ctx bounds that wait only: the catalog follows the registry until
 // Stop.
 func (r *Registry) Watch(ctx context.Context) (*Catalog, error) {
-	// The watcher unsubscribes when its context ends, so it gets one that
-	// only Stop ends.
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := r.kv.WatchAll(wctx)
+	c := &Catalog{entries: map[string]Entry{}}
+	w, err := events.WatchKV(ctx, r.kv, true, c.apply)
 	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("registry watch: %w", err)
+		return nil, fmt.Errorf("registry: %w", err)
 	}
-	c := &Catalog{entries: map[string]Entry{}, ready: make(chan struct{}), w: w, cancel: cancel, done: make(chan struct{})}
-	go c.loop()
-	select {
-	case <-c.ready:
-		return c, nil
-	case <-ctx.Done():
-		c.Stop()
-		return nil, fmt.Errorf("registry watch: %w", ctx.Err())
-	}
+	c.watch = w
+	return c, nil
 }
 
-func (c *Catalog) loop() {
-	defer close(c.done)
-	readyOnce := sync.OnceFunc(func() { close(c.ready) })
-	defer readyOnce()
-	for kve := range c.w.Updates() {
-		if kve == nil { // end of the initial values
-			readyOnce()
-			continue
-		}
-		c.mu.Lock()
-		if kve.Operation() != jetstream.KeyValuePut {
-			delete(c.entries, kve.Key())
-		} else if e, err := decode(kve.Value()); err == nil {
-			c.entries[kve.Key()] = e
-		}
-		c.mu.Unlock()
+func (c *Catalog) apply(kve jetstream.KeyValueEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if kve.Operation() != jetstream.KeyValuePut {
+		delete(c.entries, kve.Key())
+	} else if e, err := decode(kve.Value()); err == nil {
+		c.entries[kve.Key()] = e
 	}
 }
 
@@ -262,9 +240,6 @@ func (c *Catalog) Entries() []Entry {
 	return out
 }
 
-// Stop ends the watch and waits for its goroutine.
-func (c *Catalog) Stop() {
-	_ = c.w.Stop()
-	c.cancel()
-	<-c.done
-}
+// Stop ends the watch and waits for its goroutine. It is idempotent; the
+// catalog stays readable, frozen.
+func (c *Catalog) Stop() { c.watch.Stop() }

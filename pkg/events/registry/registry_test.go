@@ -11,7 +11,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/internal/natstest"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 )
 
@@ -36,7 +36,7 @@ func def(name, version string) envelope.ToolDefinition {
 
 func open(t *testing.T) *registry.Registry {
 	t.Helper()
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	r, err := registry.Open(testCtx(t), env.JS)
 	require.NoError(t, err)
 	return r
@@ -211,7 +211,7 @@ func TestCatalogOfEmptyRegistry(t *testing.T) {
 }
 
 func TestOpenWithoutBucket(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	ctx := testCtx(t)
 	require.NoError(t, env.JS.DeleteKeyValue(ctx, events.BucketTools))
 	_, err := registry.Open(ctx, env.JS)

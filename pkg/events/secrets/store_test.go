@@ -11,7 +11,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/events/internal/natstest"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
 )
 
@@ -38,7 +38,7 @@ var (
 )
 
 func TestStoreSetGetListDelete(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	s := open(t, env.JS, keyring(t, "k1:"+b64key('a'), ""))
 	ctx := t.Context()
 	require.True(t, s.CanOpen())
@@ -111,7 +111,7 @@ func requireNoPlaintext(t *testing.T, js jetstream.JetStream, values ...string) 
 }
 
 func TestStoreResolvesNarrowestFirst(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	s := open(t, env.JS, keyring(t, "k1:"+b64key('a'), ""))
 	ctx := t.Context()
 	tenant := envelope.Tenant{OrgID: "acme", WorkspaceID: "research", UserID: "u-42"}
@@ -172,7 +172,7 @@ func TestStoreResolvesNarrowestFirst(t *testing.T) {
 }
 
 func TestStoreIDsOfAnyShape(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	s := open(t, env.JS, keyring(t, "k1:"+b64key('a'), ""))
 	ctx := t.Context()
 	sc, err := secrets.NewScope(secrets.LevelUser, odd.OrgID, "", odd.UserID)
@@ -187,7 +187,7 @@ func TestStoreIDsOfAnyShape(t *testing.T) {
 // A sealed value is bound to its scope and name: copied to another key, it
 // does not open; altered, it does not open.
 func TestSealedValuesAreBoundToScopeAndName(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	s := open(t, env.JS, keyring(t, "k1:"+b64key('a'), ""))
 	ctx := t.Context()
 	require.NoError(t, s.Set(ctx, org, "API_KEY", []byte("victim-value")))
@@ -223,7 +223,7 @@ func TestSealedValuesAreBoundToScopeAndName(t *testing.T) {
 }
 
 func TestRotation(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	ctx := t.Context()
 	old := open(t, env.JS, keyring(t, "k1:"+b64key('a'), ""))
 	require.NoError(t, old.Set(ctx, org, "A", []byte("value-a")))
@@ -267,7 +267,7 @@ func TestRotation(t *testing.T) {
 }
 
 func TestStoreRejectsBadInput(t *testing.T) {
-	env := eventstest.Start(t)
+	env := natstest.Start(t)
 	s := open(t, env.JS, keyring(t, "k1:"+b64key('a'), ""))
 	ctx := context.Background()
 	tests := []struct {

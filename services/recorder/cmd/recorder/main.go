@@ -3,7 +3,7 @@
 package main
 
 import (
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/recorder"
 )
 

@@ -7,7 +7,7 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/sandbox"
 )
 

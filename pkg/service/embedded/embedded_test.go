@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/toolwire/toolwire/pkg/events/embedded"
+	"github.com/toolwire/toolwire/pkg/service/embedded"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

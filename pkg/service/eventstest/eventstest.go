@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/embedded"
+	"github.com/toolwire/toolwire/pkg/service/embedded"
 )
 
 // Env is a running test server with a provisioned JetStream.

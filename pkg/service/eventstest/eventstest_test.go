@@ -9,7 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,7 +1,12 @@
-// Package service is the plumbing every toolwire service binary shares: its
-// configuration from the environment, the NATS connection, provisioning,
-// OpenTelemetry, the probe and metrics server, and a run loop with
-// signal-aware, ordered shutdown.
+// Package service is the skeleton every toolwire service shares: the
+// Lifecycle each one embeds, the common configuration and the Env readers
+// every ConfigFromEnv uses, the Metrics helper and its naming scheme, the NATS
+// connection, provisioning, OpenTelemetry, the probe and metrics server, and
+// Run: signal-aware start and ordered shutdown of a service binary.
+//
+// A service package offers New(Deps, Config), which reads no environment, and
+// Build(Deps, ...Option), which reads its Config from Deps.Getenv and calls
+// New; its binary's main and `toolwire dev` (package stack) both use Build.
 package service
 
 import (
@@ -13,7 +18,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -29,6 +33,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolwire/toolwire/pkg/events"
 )
@@ -46,10 +51,20 @@ const (
 	EnvOTelExporter   = "OTEL_TRACES_EXPORTER"
 )
 
-// CommonEnvVars lists the variables of Common, for docs and deployment checks.
-func CommonEnvVars() []string {
-	return []string{EnvNATSURL, EnvHTTPAddr, EnvReplicas, EnvLogLevel, EnvTracesTemplate,
-		EnvOTLPEndpoint, EnvOTLPTraces, EnvOTelService, EnvOTelExporter}
+// CommonEnvVars documents the variables of Common and of the telemetry every
+// service reads.
+func CommonEnvVars() []Var {
+	return []Var{
+		{EnvNATSURL, "NATS server URL(s), comma-separated", "nats://nats:4222"},
+		{EnvHTTPAddr, "host:port of the service's HTTP server (probes, /metrics, the recorder's API)", "127.0.0.1:9999"},
+		{EnvReplicas, "replicas of the streams and buckets the service provisions (1 to 5)", "3"},
+		{EnvLogLevel, "debug, info, warn or error", "debug"},
+		{EnvTracesTemplate, "URL of a trace in your tracing UI, with {trace_id}; fills AgentOutputs.traces_url", "http://jaeger:16686/trace/{trace_id}"},
+		{EnvOTLPEndpoint, "OTLP/HTTP endpoint that receives the spans (none: spans are not exported)", "http://otel-collector:4318"},
+		{EnvOTLPTraces, "OTLP/HTTP endpoint for traces only", "http://otel-collector:4318/v1/traces"},
+		{EnvOTelService, "service.name of the spans; default toolwire-<service>", "my-orchestrator"},
+		{EnvOTelExporter, "none turns span export off", "none"},
+	}
 }
 
 // Common is the configuration every service shares.
@@ -64,33 +79,26 @@ type Common struct {
 
 // CommonFromEnv reads Common from the environment, with defaults.
 func CommonFromEnv(name, defaultHTTPAddr string, getenv func(string) string) (Common, error) {
-	c := Common{
-		Name:              name,
-		NATSURL:           orDefault(getenv(EnvNATSURL), nats.DefaultURL),
-		HTTPAddr:          orDefault(getenv(EnvHTTPAddr), defaultHTTPAddr),
-		Replicas:          1,
-		TracesURLTemplate: getenv(EnvTracesTemplate),
-	}
-	var errs []error
-	if v := getenv(EnvReplicas); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 5 {
-			errs = append(errs, fmt.Errorf("%s=%q: want a number from 1 to 5", EnvReplicas, v))
-		}
-		c.Replicas = n
-	}
-	if v := getenv(EnvLogLevel); v != "" {
+	c := Common{Name: name, NATSURL: nats.DefaultURL, HTTPAddr: defaultHTTPAddr, Replicas: 1}
+	e := NewEnv(getenv)
+	e.String(EnvNATSURL, &c.NATSURL)
+	e.String(EnvHTTPAddr, &c.HTTPAddr)
+	e.Int(EnvReplicas, 1, 5, &c.Replicas)
+	if v, ok := e.Lookup(EnvLogLevel); ok {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: want debug, info, warn or error", EnvLogLevel, v))
+			e.Fail(EnvLogLevel, v, "want debug, info, warn or error")
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-		errs = append(errs, fmt.Errorf("%s=%q: want host:port", EnvHTTPAddr, c.HTTPAddr))
+		e.Fail(EnvHTTPAddr, c.HTTPAddr, "want host:port")
 	}
-	if t := c.TracesURLTemplate; t != "" && !strings.Contains(t, "{trace_id}") {
-		errs = append(errs, fmt.Errorf("%s=%q: must contain {trace_id}", EnvTracesTemplate, t))
+	if v, ok := e.Lookup(EnvTracesTemplate); ok {
+		if !strings.Contains(v, "{trace_id}") {
+			e.Fail(EnvTracesTemplate, v, "must contain {trace_id}")
+		}
+		c.TracesURLTemplate = v
 	}
-	return c, errors.Join(errs...)
+	return c, e.Err()
 }
 
 func orDefault(v, def string) string {
@@ -168,7 +176,24 @@ type Deps struct {
 	Log     *slog.Logger
 	Tracer  trace.TracerProvider
 	Metrics prometheus.Registerer
-	Getenv  func(string) string
+	// Getenv is the environment Build reads the service's Config from; New
+	// never reads it.
+	Getenv func(string) string
+}
+
+// WithDefaults returns d with a discarding logger, a tracer provider that
+// records nothing and an empty environment where those are unset.
+func (d Deps) WithDefaults() Deps {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Tracer == nil {
+		d.Tracer = noop.NewTracerProvider()
+	}
+	if d.Getenv == nil {
+		d.Getenv = func(string) string { return "" }
+	}
+	return d
 }
 
 // Component is a started service: Stop drains and releases it.
@@ -286,4 +311,21 @@ func (p *Probes) Handler(g prometheus.Gatherer, nc *nats.Conn, api http.Handler)
 		mux.Handle("/", api)
 	}
 	return mux
+}
+
+// Builder adapts a service package's Build (configuration from Deps.Getenv,
+// then New) to Run. When the service offers an HTTP API (a Handler method,
+// as the recorder does), it is mounted on the service's HTTP server.
+func Builder[S Component, O any](build func(Deps, ...O) (S, error), opts ...O) Build {
+	return func(_ context.Context, d Deps) (Component, http.Handler, error) {
+		s, err := build(d, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		var api http.Handler
+		if h, ok := any(s).(interface{ Handler() http.Handler }); ok {
+			api = h.Handler()
+		}
+		return s, api, nil
+	}
 }

@@ -1,0 +1,108 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric naming, one scheme for every service (the README's metrics table):
+//
+//   - toolwire_<service>_<what>[_<unit>], lower snake case;
+//   - counters end in _total; durations are histograms in _seconds;
+//     sizes are in _bytes;
+//   - a tool is labelled tool="<name>@<version>" (ToolLabel), everywhere.
+//
+// Metrics registers a service's collectors under that scheme and refuses
+// names that break it.
+type Metrics struct {
+	reg    prometheus.Registerer
+	prefix string
+	errs   []error
+}
+
+var metricName = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+
+// NewMetrics registers on reg (nil: the collectors are made but registered
+// nowhere) with names toolwire_<service>_....
+func NewMetrics(reg prometheus.Registerer, service string) *Metrics {
+	return &Metrics{reg: reg, prefix: "toolwire_" + service + "_"}
+}
+
+// ToolLabel is the value of the tool label: name@version.
+func ToolLabel(name, version string) string {
+	if version == "" {
+		return name
+	}
+	return name + "@" + version
+}
+
+// Err returns every registration problem, joined, or nil.
+func (m *Metrics) Err() error { return errors.Join(m.errs...) }
+
+func (m *Metrics) name(name, kind string) string {
+	full := m.prefix + name
+	switch {
+	case !metricName.MatchString(name):
+		m.errs = append(m.errs, fmt.Errorf("metric %s: want lower snake case", full))
+	case kind == "counter" && !strings.HasSuffix(name, "_total"):
+		m.errs = append(m.errs, fmt.Errorf("metric %s: a counter's name ends in _total", full))
+	case kind != "counter" && strings.HasSuffix(name, "_total"):
+		m.errs = append(m.errs, fmt.Errorf("metric %s: only counters end in _total", full))
+	}
+	return full
+}
+
+// Counter registers a counter.
+func (m *Metrics) Counter(name, help string) prometheus.Counter {
+	return register(m, prometheus.NewCounter(prometheus.CounterOpts{Name: m.name(name, "counter"), Help: help}))
+}
+
+// CounterVec registers a counter with labels.
+func (m *Metrics) CounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return register(m, prometheus.NewCounterVec(prometheus.CounterOpts{Name: m.name(name, "counter"), Help: help}, labels))
+}
+
+// Gauge registers a gauge.
+func (m *Metrics) Gauge(name, help string) prometheus.Gauge {
+	return register(m, prometheus.NewGauge(prometheus.GaugeOpts{Name: m.name(name, "gauge"), Help: help}))
+}
+
+// GaugeVec registers a gauge with labels.
+func (m *Metrics) GaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return register(m, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: m.name(name, "gauge"), Help: help}, labels))
+}
+
+// Histogram registers a histogram; a duration's name ends in _seconds.
+func (m *Metrics) Histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return register(m, prometheus.NewHistogram(prometheus.HistogramOpts{Name: m.name(name, "histogram"), Help: help, Buckets: buckets}))
+}
+
+// HistogramVec registers a histogram with labels.
+func (m *Metrics) HistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return register(m, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: m.name(name, "histogram"), Help: help, Buckets: buckets}, labels))
+}
+
+// register registers c, or returns the identical collector already registered
+// (several replicas of a service may share one registry: `toolwire dev`,
+// tests).
+func register[C prometheus.Collector](m *Metrics, c C) C {
+	if m.reg == nil {
+		return c
+	}
+	err := m.reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	m.errs = append(m.errs, fmt.Errorf("register metric: %w", err))
+	return c
+}

@@ -1,0 +1,45 @@
+package service_test
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/service"
+)
+
+func TestMetricsNamingScheme(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := service.NewMetrics(reg, "executor")
+	calls := m.CounterVec("tool_calls_total", "Tool calls.", "tool", "code")
+	m.Histogram("tool_call_duration_seconds", "Wall time.", nil)
+	m.Gauge("tool_calls_in_flight", "Calls running.")
+	require.NoError(t, m.Err())
+	calls.WithLabelValues(service.ToolLabel("echo", "1.0.0"), "ok").Inc()
+	require.InDelta(t, 1, testutil.ToFloat64(calls.WithLabelValues("echo@1.0.0", "ok")), 0)
+
+	// A second replica on the same registry shares the collector.
+	again := service.NewMetrics(reg, "executor").CounterVec("tool_calls_total", "Tool calls.", "tool", "code")
+	again.WithLabelValues("echo@1.0.0", "ok").Inc()
+	require.InDelta(t, 2, testutil.ToFloat64(calls.WithLabelValues("echo@1.0.0", "ok")), 0)
+
+	bad := service.NewMetrics(nil, "policy")
+	bad.Counter("verdicts", "no _total")
+	bad.Gauge("depth_total", "a gauge is not a total")
+	bad.Counter("Verdicts_total", "not snake case")
+	err := bad.Err()
+	require.ErrorContains(t, err, "metric toolwire_policy_verdicts: a counter's name ends in _total")
+	require.ErrorContains(t, err, "metric toolwire_policy_depth_total: only counters end in _total")
+	require.ErrorContains(t, err, "metric toolwire_policy_Verdicts_total: want lower snake case")
+
+	clash := prometheus.NewRegistry()
+	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolwire_policy_verdicts_total", Help: "x"}))
+	c := service.NewMetrics(clash, "policy")
+	c.Counter("verdicts_total", "y")
+	require.ErrorContains(t, c.Err(), "register metric")
+
+	require.Equal(t, "echo@1.0.0", service.ToolLabel("echo", "1.0.0"))
+	require.Equal(t, "echo", service.ToolLabel("echo", ""))
+}
