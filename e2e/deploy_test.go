@@ -11,7 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/toolwire/toolwire/pkg/events/secrets"
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"
@@ -22,13 +22,20 @@ import (
 // knownEnv is every variable some binary reads.
 func knownEnv() map[string]bool {
 	m := map[string]bool{}
-	lists := [][]string{service.CommonEnvVars(), orchestrator.EnvVars(), policy.EnvVars(), executor.EnvVars(),
+	var common []string
+	for _, v := range service.CommonEnvVars() {
+		common = append(common, v.Name)
+	}
+	lists := [][]string{common, orchestrator.EnvVars(), executor.EnvVars(),
 		executor.WebEnvVars(), recorder.EnvVars(), sandbox.EnvVars(),
 		{secrets.EnvMasterKeys, secrets.EnvMasterKeyID, recorder.EnvAdminToken}}
 	for _, list := range lists {
 		for _, v := range list {
 			m[v] = true
 		}
+	}
+	for _, v := range policy.EnvVars() {
+		m[v.Name] = true
 	}
 	return m
 }

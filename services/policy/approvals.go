@@ -362,58 +362,43 @@ func ApprovalDeniedEnvelope(rec *events.ApprovalRecord, at time.Time) envelope.T
 // not yet settled (due after a grace period). It only says where to look;
 // every change is made on the record by compare-and-set.
 type pendingIndex struct {
-	mu     sync.Mutex
-	due    map[string]time.Time
-	w      jetstream.KeyWatcher
-	cancel context.CancelFunc
-	ready  chan struct{}
-	done   chan struct{}
+	mu    sync.Mutex
+	due   map[string]time.Time
+	watch *events.KVWatch
 }
 
+// watchApprovals starts the index; ctx bounds the wait for the records there
+// are, and the index follows the bucket until stop.
 func watchApprovals(ctx context.Context, kv jetstream.KeyValue) (*pendingIndex, error) {
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := kv.WatchAll(wctx)
+	p := &pendingIndex{due: map[string]time.Time{}}
+	w, err := events.WatchKV(ctx, kv, true, p.apply)
 	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("watch approvals: %w", err)
+		return nil, err
 	}
-	p := &pendingIndex{due: map[string]time.Time{}, w: w, cancel: cancel, ready: make(chan struct{}), done: make(chan struct{})}
-	go p.loop()
-	select {
-	case <-p.ready:
-		return p, nil
-	case <-ctx.Done():
-		p.stop()
-		return nil, fmt.Errorf("watch approvals: %w", ctx.Err())
-	}
+	p.watch = w
+	return p, nil
 }
 
-func (p *pendingIndex) loop() {
-	defer close(p.done)
-	readyOnce := sync.OnceFunc(func() { close(p.ready) })
-	defer readyOnce()
-	for e := range p.w.Updates() {
-		if e == nil {
-			readyOnce()
-			continue
+func (p *pendingIndex) apply(e jetstream.KeyValueEntry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.due, e.Key())
+	if e.Operation() != jetstream.KeyValuePut {
+		return
+	}
+	rec, err := events.DecodeApprovalRecord(e.Value())
+	if err != nil {
+		return
+	}
+	switch {
+	case rec.Pending():
+		p.due[e.Key()] = rec.Deadline
+	case !rec.Settled:
+		at := time.Now()
+		if rec.DecidedAt != nil {
+			at = *rec.DecidedAt
 		}
-		p.mu.Lock()
-		delete(p.due, e.Key())
-		if e.Operation() == jetstream.KeyValuePut {
-			if rec, err := events.DecodeApprovalRecord(e.Value()); err == nil {
-				switch {
-				case rec.Pending():
-					p.due[e.Key()] = rec.Deadline
-				case !rec.Settled:
-					at := time.Now()
-					if rec.DecidedAt != nil {
-						at = *rec.DecidedAt
-					}
-					p.due[e.Key()] = at.Add(settleGrace)
-				}
-			}
-		}
-		p.mu.Unlock()
+		p.due[e.Key()] = at.Add(settleGrace)
 	}
 }
 
@@ -430,11 +415,7 @@ func (p *pendingIndex) dueKeys(now time.Time) []string {
 	return out
 }
 
-func (p *pendingIndex) stop() {
-	_ = p.w.Stop()
-	p.cancel()
-	<-p.done
-}
+func (p *pendingIndex) stop() { p.watch.Stop() }
 
 // sweep expires the pending approvals past their deadline and settles the
 // decided ones left unsettled. It runs on a ticker in every replica; the

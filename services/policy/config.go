@@ -3,8 +3,9 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
+
+	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // Environment variables of the policy service.
@@ -81,39 +82,22 @@ func (c Config) Validate() error {
 }
 
 // ConfigFromEnv reads the configuration from the environment; unset
-// variables take their defaults.
+// variables take their defaults. Every bad value is reported at once.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	var c Config
-	if v := getenv(EnvConcurrency); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxConcurrency {
-			return Config{}, fmt.Errorf("%s=%q: want a number from 1 to %d", EnvConcurrency, v, maxConcurrency)
-		}
-		c.Concurrency = n
-	}
-	var err error
-	if c.ApprovalSweep, err = durationEnv(getenv, EnvApprovalSweep, minSweep, maxSweep); err != nil {
-		return Config{}, err
-	}
-	if c.PreviewTimeout, err = durationEnv(getenv, EnvPreviewTimeout, time.Millisecond, maxPreviewTimeout); err != nil {
-		return Config{}, err
-	}
-	return c.WithDefaults(), nil
+	e := service.NewEnv(getenv)
+	e.Int(EnvConcurrency, 1, maxConcurrency, &c.Concurrency)
+	e.Duration(EnvApprovalSweep, minSweep, maxSweep, &c.ApprovalSweep)
+	e.Duration(EnvPreviewTimeout, time.Millisecond, maxPreviewTimeout, &c.PreviewTimeout)
+	return c.WithDefaults(), e.Err()
 }
 
-// durationEnv reads a duration variable; unset is zero (the default).
-func durationEnv(getenv func(string) string, name string, lo, hi time.Duration) (time.Duration, error) {
-	v := getenv(name)
-	if v == "" {
-		return 0, nil
+// EnvVars documents the variables ConfigFromEnv reads, besides the common
+// ones of every service (service.CommonEnvVars).
+func EnvVars() []service.Var {
+	return []service.Var{
+		{Name: EnvConcurrency, Help: "checks each of the guard's consumers handles at once per replica (default 32)", Example: "8"},
+		{Name: EnvApprovalSweep, Help: "how often pending approvals are checked for their deadline (default 500ms)", Example: "2s"},
+		{Name: EnvPreviewTimeout, Help: "bound on the wait for a tool's dry run asked by an approval (default 5s)", Example: "1s"},
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < lo || d > hi {
-		return 0, fmt.Errorf("%s=%q: want a duration from %s to %s, like 500ms", name, v, lo, hi)
-	}
-	return d, nil
 }
-
-// EnvVars lists the variables ConfigFromEnv reads, besides the common ones of
-// every service (service.CommonEnvVars).
-func EnvVars() []string { return []string{EnvConcurrency, EnvApprovalSweep, EnvPreviewTimeout} }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/policy"
 )
 
@@ -30,17 +31,17 @@ func TestConfigFromEnv(t *testing.T) {
 			want: policy.Config{Source: "/toolwire/policy", Concurrency: 32,
 				ApprovalSweep: 50 * time.Millisecond, PreviewTimeout: 2 * time.Second}},
 		{name: "sweep not a duration", env: map[string]string{policy.EnvApprovalSweep: "often"},
-			err: `TOOLWIRE_APPROVAL_SWEEP="often": want a duration from 10ms to 1m0s, like 500ms`},
+			err: `TOOLWIRE_APPROVAL_SWEEP="often": want a duration from 10ms to 1m0s, for example 30s`},
 		{name: "sweep too fast", env: map[string]string{policy.EnvApprovalSweep: "1ms"},
-			err: `TOOLWIRE_APPROVAL_SWEEP="1ms": want a duration from 10ms to 1m0s, like 500ms`},
+			err: `TOOLWIRE_APPROVAL_SWEEP="1ms": want a duration from 10ms to 1m0s, for example 30s`},
 		{name: "preview timeout too long", env: map[string]string{policy.EnvPreviewTimeout: "1h"},
-			err: `TOOLWIRE_PREVIEW_TIMEOUT="1h": want a duration from 1ms to 1m0s, like 500ms`},
+			err: `TOOLWIRE_PREVIEW_TIMEOUT="1h": want a duration from 1ms to 1m0s, for example 30s`},
 		{name: "not a number", env: map[string]string{policy.EnvConcurrency: "many"},
-			err: `TOOLWIRE_POLICY_CONCURRENCY="many": want a number from 1 to 4096`},
+			err: `TOOLWIRE_POLICY_CONCURRENCY="many": want a whole number from 1 to 4096`},
 		{name: "zero", env: map[string]string{policy.EnvConcurrency: "0"},
-			err: `TOOLWIRE_POLICY_CONCURRENCY="0": want a number from 1 to 4096`},
+			err: `TOOLWIRE_POLICY_CONCURRENCY="0": want a whole number from 1 to 4096`},
 		{name: "too many", env: map[string]string{policy.EnvConcurrency: "5000"},
-			err: `TOOLWIRE_POLICY_CONCURRENCY="5000": want a number from 1 to 4096`},
+			err: `TOOLWIRE_POLICY_CONCURRENCY="5000": want a whole number from 1 to 4096`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,5 +65,5 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestEnvVars(t *testing.T) {
-	require.Equal(t, []string{"TOOLWIRE_POLICY_CONCURRENCY", "TOOLWIRE_APPROVAL_SWEEP", "TOOLWIRE_PREVIEW_TIMEOUT"}, policy.EnvVars())
+	servicetest.VarsTakeEffect(t, policy.EnvVars(), policy.ConfigFromEnv)
 }

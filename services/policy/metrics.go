@@ -1,10 +1,11 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // Kinds of check, the "kind" label of the metrics.
@@ -21,19 +22,14 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	r := service.NewMetrics(reg, "policy")
 	m := &metrics{
-		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "toolwire", Subsystem: "policy", Name: "verdicts_total",
-			Help: "Verdicts published by the Policy Guard, by kind of check (iteration, call) and outcome (approved, denied).",
-		}, []string{"kind", "outcome"}),
-		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "toolwire", Subsystem: "policy", Name: "denials_total",
-			Help: "Denials published by the Policy Guard, by kind of check and the rule that denied.",
-		}, []string{"kind", "rule"}),
-		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "toolwire", Subsystem: "policy", Name: "approvals_total",
-			Help: "Tool call approvals by outcome: requested, approved, denied, revised, expired (no decision in time), ignored (a decision for a call that awaited none).",
-		}, []string{"outcome"}),
+		verdicts: r.CounterVec("verdicts_total",
+			"Verdicts published by the Policy Guard, by kind of check (iteration, call) and outcome (approved, denied).", "kind", "outcome"),
+		denials: r.CounterVec("denials_total",
+			"Denials published by the Policy Guard, by kind of check and the rule that denied.", "kind", "rule"),
+		approvals: r.CounterVec("approvals_total",
+			"Tool call approvals by outcome: requested, approved, denied, revised, expired (no decision in time), ignored (a decision for a call that awaited none).", "outcome"),
 	}
 	// Export every verdict series from the start, so that rates work at once.
 	for _, k := range []string{kindIteration, kindCall} {
@@ -41,17 +37,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			m.verdicts.WithLabelValues(k, o)
 		}
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var errs []error
-	for _, c := range []prometheus.Collector{m.verdicts, m.denials, m.approvals} {
-		if err := reg.Register(c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("policy: register metrics: %w", err)
+	if err := r.Err(); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
 	}
 	return m, nil
 }

@@ -5,21 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // The guard's two durable consumers.
@@ -51,22 +48,13 @@ const (
 	instrumentationID = "toolwire/policy"
 )
 
-// ErrStopped is returned by Start after Stop: a stopped service cannot restart.
-var ErrStopped = errors.New("policy: service stopped")
-
-type lifecycle int
-
-const (
-	idle lifecycle = iota
-	running
-	stopped
-)
-
 // Service is the Policy Guard service. It is stateless between events: each
 // iteration check and call request carries the run's policy, and the tool
 // registry is read from a watched in-memory catalog. Any number of replicas
 // share its two durable consumers.
 type Service struct {
+	service.Lifecycle
+
 	cfg     Config
 	js      jetstream.JetStream
 	log     *slog.Logger
@@ -75,18 +63,15 @@ type Service struct {
 	pub     *events.Publisher
 	metrics *metrics
 
-	mu        sync.Mutex
-	state     lifecycle
 	catalog   *registry.Catalog
-	runners   []*events.Runner
 	approvals jetstream.KeyValue
 	index     *pendingIndex
-	stopSweep context.CancelFunc
-	sweepDone chan struct{}
+	runners   events.Runners
 }
 
 // New returns a service on d's JetStream. It registers its metrics on
-// d.Metrics (when set) and does no I/O: Start connects it.
+// d.Metrics (when set), reads no environment and does no I/O: Start connects
+// it.
 func New(d service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -95,14 +80,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	if d.JS == nil {
 		return nil, errors.New("policy: Deps.JS is required")
 	}
-	log := d.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	var tp trace.TracerProvider = noop.NewTracerProvider()
-	if d.Tracer != nil {
-		tp = d.Tracer
-	}
+	d = d.WithDefaults()
 	m, err := newMetrics(d.Metrics)
 	if err != nil {
 		return nil, err
@@ -110,92 +88,61 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	return &Service{
 		cfg:     cfg,
 		js:      d.JS,
-		log:     log,
-		tracer:  tp.Tracer(instrumentationID),
+		log:     d.Log,
+		tracer:  d.Tracer.Tracer(instrumentationID),
 		guard:   NewGuard(),
 		pub:     events.NewPublisher(d.JS),
 		metrics: m,
 	}, nil
 }
 
-// Build is the service.Build of the policy binary: configuration from the
-// environment, then New.
-func Build(_ context.Context, d service.Deps) (service.Component, http.Handler, error) {
-	getenv := d.Getenv
-	if getenv == nil {
-		getenv = func(string) string { return "" }
-	}
-	cfg, err := ConfigFromEnv(getenv)
+// Option adjusts the configuration Build read from the environment.
+type Option func(*Config)
+
+// Build reads the configuration from d.Getenv, applies opts and calls New. It
+// is what the policy binary and `toolwire dev` run.
+func Build(d service.Deps, opts ...Option) (*Service, error) {
+	cfg, err := ConfigFromEnv(d.Getenv)
 	if err != nil {
-		return nil, nil, fmt.Errorf("configuration: %w", err)
+		return nil, fmt.Errorf("policy configuration: %w", err)
 	}
-	s, err := New(d, cfg)
-	if err != nil {
-		return nil, nil, err
+	for _, o := range opts {
+		o(&cfg)
 	}
-	return s, nil, nil
+	return New(d, cfg)
 }
 
-// Start loads the tool registry and starts consuming iteration checks and call
-// requests. Starting a running service does nothing.
-func (s *Service) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch s.state {
-	case running:
-		return nil
-	case stopped:
-		return ErrStopped
+// Config returns the configuration the service runs with.
+func (s *Service) Config() Config { return s.cfg }
+
+// Start loads the tool registry and the approval deadlines and starts
+// consuming iteration checks, call requests and decisions. ctx bounds the
+// start; the watches, the consumers and the sweep run until Stop.
+func (s *Service) Start(ctx context.Context) (err error) {
+	life, err := s.Starting(ctx)
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
 	}
+	defer func() { err = s.Started(ctx, err) }()
 	reg, err := registry.Open(ctx, s.js)
 	if err != nil {
 		return err
 	}
-	cat, err := reg.Watch(ctx)
-	if err != nil {
+	if s.catalog, err = reg.Watch(ctx); err != nil {
 		return err
 	}
-	s.catalog = cat // set before any handler runs
-	if err := s.openApprovals(ctx); err != nil {
-		cat.Stop()
-		s.catalog = nil
-		return err
-	}
-	runners, err := s.startRunners(ctx)
-	if err != nil {
-		s.index.stop()
-		cat.Stop()
-		s.catalog = nil
-		return err
-	}
-	s.runners = runners
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.stopSweep, s.sweepDone = cancel, make(chan struct{})
-	go func() {
-		defer close(s.sweepDone)
-		s.sweepLoop(sctx)
-	}()
-	s.state = running
-	return nil
-}
-
-// openApprovals opens the approvals bucket and watches its deadlines.
-func (s *Service) openApprovals(ctx context.Context) error {
+	s.OnStopFunc(s.catalog.Stop)
 	kv, err := s.js.KeyValue(ctx, events.BucketApprovals)
 	if err != nil {
 		return fmt.Errorf("policy: open approvals: %w", err)
 	}
-	idx, err := watchApprovals(ctx, kv)
-	if err != nil {
+	if s.index, err = watchApprovals(ctx, kv); err != nil {
 		return fmt.Errorf("policy: %w", err)
 	}
-	s.approvals, s.index = kv, idx
-	return nil
-}
-
-// startRunners starts the two consumers; if one fails, it stops those that
-// started, so that Start can be retried.
-func (s *Service) startRunners(ctx context.Context) ([]*events.Runner, error) {
+	s.approvals = kv
+	s.OnStopFunc(s.index.stop)
+	s.Go(life, s.sweepLoop) // ends after the consumers have drained
+	s.OnStop(s.runners.Stop)
 	specs := []events.RunnerConfig{
 		{
 			Spec:    events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableIterations, Filters: []string{FilterIterations}},
@@ -210,51 +157,13 @@ func (s *Service) startRunners(ctx context.Context) ([]*events.Runner, error) {
 			Handler: s.handleDecision,
 		},
 	}
-	runners := make([]*events.Runner, 0, len(specs))
 	for _, rc := range specs {
 		rc.Concurrency, rc.Logger = s.cfg.Concurrency, s.log
-		r, err := events.NewRunner(s.js, rc)
-		if err == nil {
-			err = r.Start(ctx)
+		if _, err := s.runners.Start(ctx, s.js, rc); err != nil {
+			return fmt.Errorf("policy: start %s: %w", rc.Spec.Durable, err)
 		}
-		if err != nil {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			serr := stopAll(sctx, runners)
-			cancel()
-			return nil, fmt.Errorf("policy: start %s: %w", rc.Spec.Durable, errors.Join(err, serr))
-		}
-		runners = append(runners, r)
 	}
-	return runners, nil
-}
-
-// Stop stops pulling, lets the checks in flight finish and publish their
-// verdicts (bounded by ctx), then stops the registry watch. It is idempotent.
-func (s *Service) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state != running {
-		s.state = stopped
-		return nil
-	}
-	s.state = stopped
-	err := stopAll(ctx, s.runners)
-	s.stopSweep()
-	<-s.sweepDone
-	s.index.stop()
-	s.catalog.Stop()
-	return err
-}
-
-// stopAll drains the runners concurrently and joins their errors.
-func stopAll(ctx context.Context, runners []*events.Runner) error {
-	errs := make([]error, len(runners))
-	var wg sync.WaitGroup
-	for i, r := range runners {
-		wg.Go(func() { errs[i] = r.Stop(ctx) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return nil
 }
 
 // handleIteration answers one iteration check with a verdict.

@@ -22,9 +22,9 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/eventstest"
 	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 const waitFor = 10 * time.Second
@@ -80,7 +80,12 @@ func newHarnessConfig(t *testing.T, cfg Config) *harness {
 		Metrics: h.metrics,
 	}, cfg)
 	require.NoError(t, err)
-	require.NoError(t, h.svc.Start(ctx))
+	// Every test runs on a service whose start context ended right after
+	// Start: the watches (registry, approvals), the sweep and the consumers
+	// hang off the service's lifetime, never off the start-up context.
+	startCtx, endStart := context.WithCancel(ctx)
+	require.NoError(t, h.svc.Start(startCtx))
+	endStart()
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
@@ -456,14 +461,14 @@ func TestServiceLifecycle(t *testing.T) {
 
 	s := newSvc()
 	require.NoError(t, s.Start(ctx))
-	require.NoError(t, s.Start(ctx), "Start on a running service does nothing")
+	require.ErrorIs(t, s.Start(ctx), service.ErrAlreadyStarted)
 	require.NoError(t, s.Stop(ctx))
 	require.NoError(t, s.Stop(ctx), "Stop is idempotent")
-	require.ErrorIs(t, s.Start(ctx), ErrStopped)
+	require.ErrorIs(t, s.Start(ctx), service.ErrStopped)
 
 	s = newSvc()
 	require.NoError(t, s.Stop(ctx), "Stop before Start")
-	require.ErrorIs(t, s.Start(ctx), ErrStopped)
+	require.ErrorIs(t, s.Start(ctx), service.ErrStopped)
 
 	// Two replicas share the durable consumers.
 	a, b := newSvc(), newSvc()
@@ -480,18 +485,26 @@ func TestNew(t *testing.T) {
 	_, err = New(service.Deps{JS: env.JS}, Config{Concurrency: -1})
 	require.EqualError(t, err, "policy: concurrency -1: want 1 to 4096")
 
+	// Replicas on one registry share their collectors; a different
+	// collector under one of the guard's names is refused.
 	reg := prometheus.NewRegistry()
 	_, err = New(service.Deps{JS: env.JS, Metrics: reg}, Config{})
 	require.NoError(t, err)
 	_, err = New(service.Deps{JS: env.JS, Metrics: reg}, Config{})
-	require.ErrorContains(t, err, "policy: register metrics")
-
-	c, api, err := Build(t.Context(), service.Deps{JS: env.JS, Getenv: env2(EnvConcurrency, "3")})
 	require.NoError(t, err)
-	require.Nil(t, api)
-	require.Equal(t, 3, c.(*Service).cfg.Concurrency)
-	_, _, err = Build(t.Context(), service.Deps{JS: env.JS, Getenv: env2(EnvConcurrency, "x")})
-	require.ErrorContains(t, err, "configuration: TOOLWIRE_POLICY_CONCURRENCY")
+	clash := prometheus.NewRegistry()
+	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolwire_policy_verdicts_total", Help: "not the guard's"}))
+	_, err = New(service.Deps{JS: env.JS, Metrics: clash}, Config{})
+	require.ErrorContains(t, err, "policy: register metric")
+
+	s, err := Build(service.Deps{JS: env.JS, Getenv: env2(EnvConcurrency, "3")})
+	require.NoError(t, err)
+	require.Equal(t, 3, s.Config().Concurrency)
+	s, err = Build(service.Deps{JS: env.JS}, func(c *Config) { c.Concurrency = 5 })
+	require.NoError(t, err)
+	require.Equal(t, 5, s.Config().Concurrency, "an option overrides the environment")
+	_, err = Build(service.Deps{JS: env.JS, Getenv: env2(EnvConcurrency, "x")})
+	require.ErrorContains(t, err, "policy configuration: TOOLWIRE_POLICY_CONCURRENCY")
 }
 
 func env2(k, v string) func(string) string {
@@ -551,7 +564,7 @@ func TestRunBinary(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, "policy", ":8082", getenv, Build) }()
+	go func() { done <- service.Run(ctx, "policy", ":8082", getenv, service.Builder(Build)) }()
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	require.Eventually(t, func() bool {

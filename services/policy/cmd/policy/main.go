@@ -1,9 +1,10 @@
-// Command policy runs the Policy Guard service.
+// Command policy runs the Policy Guard service as its own process.
+// Configuration comes from the environment: see the README.
 package main
 
 import (
-	"github.com/toolwire/toolwire/pkg/events/service"
+	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/policy"
 )
 
-func main() { service.Main("policy", ":8082", policy.Build) }
+func main() { service.Main("policy", ":8082", service.Builder(policy.Build)) }
