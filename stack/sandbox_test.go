@@ -11,8 +11,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/sandbox"
 	"github.com/toolwire/toolwire/stack"
 )

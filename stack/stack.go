@@ -24,8 +24,8 @@ import (
 
 	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/embedded"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/embedded"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"

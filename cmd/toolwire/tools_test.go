@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 // cli runs the CLI with stdin and args against a NATS URL ("": none).

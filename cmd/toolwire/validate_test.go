@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 func TestValidateCommand(t *testing.T) {

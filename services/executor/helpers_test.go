@@ -18,9 +18,9 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 // waitLimit bounds every wait of the tests; it is a safety net for a broken

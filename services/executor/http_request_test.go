@@ -18,9 +18,9 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 // testResolver maps test names to addresses. Every other name fails as not

@@ -17,8 +17,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 // mcpTestServerArg makes the test binary run the test MCP server on stdio

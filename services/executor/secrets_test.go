@@ -15,8 +15,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 // lockedBuffer is a log sink that the test reads while services write.

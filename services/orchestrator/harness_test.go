@@ -19,8 +19,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder"
 )
 

@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/pgtest"
 	"github.com/toolwire/toolwire/services/recorder/storetest"

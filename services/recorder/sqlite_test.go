@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/storetest"
 )

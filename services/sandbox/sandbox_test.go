@@ -16,9 +16,9 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 // startService starts a sandbox service on env and stops it at cleanup.
