@@ -78,7 +78,7 @@ func newObserver(nc *nats.Conn) (*observer, error) {
 			}
 		}
 	}
-	for _, s := range []string{"toolwire.run.*.completed", "toolwire.run.*.failed"} {
+	for _, s := range events.Filters(events.FilterRunCompleted, events.FilterRunFailed) {
 		sub, err := nc.ChanSubscribe(s, o.in)
 		if err != nil {
 			o.close()
@@ -101,7 +101,7 @@ func (o *observer) timeCalls(on bool) error {
 		o.callSubs = nil
 		return o.nc.Flush()
 	}
-	for _, s := range []string{"toolwire.call.*.*.requested", "toolwire.call.*.*.completed"} {
+	for _, s := range events.Filters(events.FilterCallRequested, events.FilterCallCompleted) {
 		sub, err := o.nc.ChanSubscribe(s, o.in)
 		if err != nil {
 			return err

@@ -25,17 +25,28 @@ const (
 
 // Start implements service.Component: it starts the answerer's consumers.
 func (e *engine) Start(ctx context.Context) error {
-	runID := e.b.RunID
+	forRun := func(fs ...events.Filter) ([]string, error) {
+		out := make([]string, len(fs))
+		for i, f := range fs {
+			s, err := f.ForRun(e.b.RunID)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = s
+		}
+		return out, nil
+	}
+	runFilters, err := forRun(events.FilterIterationRequested, events.FilterRunCompleted, events.FilterRunFailed)
+	if err != nil {
+		return err
+	}
+	callFilters, err := forRun(events.FilterCallRequested, events.FilterCallCompleted)
+	if err != nil {
+		return err
+	}
 	specs := []events.RunnerConfig{
-		{Spec: events.ConsumerSpec{Stream: events.StreamRuns, Durable: durableRuns, Filters: []string{
-			events.Prefix + ".run." + runID + ".iteration.*.requested",
-			events.Prefix + ".run." + runID + ".completed",
-			events.Prefix + ".run." + runID + ".failed",
-		}}, Handler: e.onRun},
-		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: durableCalls, Filters: []string{
-			events.Prefix + ".call." + runID + ".*.requested",
-			events.Prefix + ".call." + runID + ".*.completed",
-		}}, Handler: e.onCall},
+		{Spec: events.ConsumerSpec{Stream: events.StreamRuns, Durable: durableRuns, Filters: runFilters}, Handler: e.onRun},
+		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: durableCalls, Filters: callFilters}, Handler: e.onCall},
 	}
 	for _, rc := range specs {
 		rc.Concurrency = 1 // in order: the replay compares steps in the order they happen

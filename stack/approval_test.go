@@ -151,7 +151,7 @@ func callOrder(t *testing.T, js jetstream.JetStream, runID string) []string {
 			case name == "echo" && ev.Type() == events.TypeCallCompleted:
 				order = append(order, "echo")
 			case name != "echo":
-				order = append(order, name+":"+p.Verb)
+				order = append(order, name+":"+string(p.Verb))
 			}
 		}
 	}

@@ -107,13 +107,17 @@ func NewRunRequested(source string, req envelope.RunRequest, trace RunTrace) (Ou
 		Attrs{Source: source, RunID: req.RunID, TenantID: req.Tenant.ID(), Trace: trace}, req)
 }
 
-var runStatusTypes = map[string]string{
-	StatusStarted:   TypeRunStarted,
-	StatusSuspended: TypeRunSuspended,
-	StatusResumed:   TypeRunResumed,
-	StatusCompleted: TypeRunCompleted,
-	StatusFailed:    TypeRunFailed,
-}
+// runStatusTypes maps each run status to the lifecycle event type that
+// announces it (Table's RunStatus, for the types whose data is a RunStatus).
+var runStatusTypes = func() map[string]string {
+	m := map[string]string{}
+	for _, t := range table {
+		if t.Schema == SchemaRunStatus {
+			m[t.RunStatus] = t.Type
+		}
+	}
+	return m
+}()
 
 // NewRunStatus builds a lifecycle event. Its id is "<run_id>/<status>", plus
 // "/<discriminator>" when one run can have several (suspensions, resumptions).
@@ -122,7 +126,7 @@ func NewRunStatus(source string, s RunStatus, discriminator string, trace RunTra
 	if !ok {
 		return Outgoing{}, fmt.Errorf("%w: unknown run status %q", ErrInvalidEvent, s.Status)
 	}
-	subj, err := RunSubject(s.RunID, s.Status)
+	subj, err := RunSubject(s.RunID, Verb(s.Status))
 	if err != nil {
 		return Outgoing{}, err
 	}
@@ -145,9 +149,9 @@ func NewIterationRequested(source string, c IterationCheck, trace RunTrace) (Out
 
 // NewVerdict builds the policy's answer to an iteration check.
 func NewVerdict(source string, v Verdict, tenant envelope.Tenant, trace RunTrace) (Outgoing, error) {
-	verb, typ := "approved", TypeIterationApproved
+	verb, typ := VerbApproved, TypeIterationApproved
 	if !v.Allowed {
-		verb, typ = "denied", TypeIterationDenied
+		verb, typ = VerbDenied, TypeIterationDenied
 	}
 	subj, err := IterationSubject(v.RunID, v.Iteration, verb)
 	if err != nil {
@@ -170,11 +174,11 @@ func NewLLMCompleted(source string, l LLMCompleted, tenant envelope.Tenant, trac
 
 // NewCallRequested builds a tool call request (verb "requested") or its
 // approval by policy (verb "approved").
-func NewCallRequest(source, verb string, c CallRequest, trace RunTrace) (Outgoing, error) {
+func NewCallRequest(source string, verb Verb, c CallRequest, trace RunTrace) (Outgoing, error) {
 	typ := TypeCallRequested
 	switch verb {
-	case "requested":
-	case "approved":
+	case VerbRequested:
+	case VerbApproved:
 		typ = TypeCallApproved
 	default:
 		return Outgoing{}, fmt.Errorf("%w: call request verb %q", ErrInvalidEvent, verb)
@@ -183,7 +187,7 @@ func NewCallRequest(source, verb string, c CallRequest, trace RunTrace) (Outgoin
 	if err != nil {
 		return Outgoing{}, err
 	}
-	return Build(typ, c.RunID+"/"+c.CallID+"/"+verb, subj,
+	return Build(typ, c.RunID+"/"+c.CallID+"/"+string(verb), subj,
 		Attrs{Source: source, RunID: c.RunID, CallID: c.CallID, TenantID: c.Tenant.ID(), Trace: trace}, c)
 }
 

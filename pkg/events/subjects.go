@@ -29,8 +29,8 @@ var ErrUnsafeID = errors.New("unsafe subject token")
 
 // validateVerb checks that a subject's verb is one plain token (requested,
 // approval_required, ...), never a wildcard or several tokens.
-func validateVerb(verb string) error {
-	if !envelope.IsToken(verb, 32, func(c byte) bool { return c >= 'a' && c <= 'z' || c == '_' }) {
+func validateVerb(verb Verb) error {
+	if !envelope.IsToken(string(verb), 32, func(c byte) bool { return c >= 'a' && c <= 'z' || c == '_' }) {
 		return fmt.Errorf("subject verb %q must be 1-32 lowercase letters or '_'", verb)
 	}
 	return nil
@@ -56,17 +56,17 @@ func ValidateCallID(id string) error {
 	return nil
 }
 
-func runSubject(runID string, rest ...string) (string, error) {
+func runSubject(runID string, verb Verb, middle ...string) (string, error) {
 	if err := ValidateRunID(runID); err != nil {
 		return "", err
 	}
-	if err := validateVerb(rest[len(rest)-1]); err != nil {
+	if err := validateVerb(verb); err != nil {
 		return "", err
 	}
-	return Prefix + ".run." + runID + "." + strings.Join(rest, "."), nil
+	return Prefix + ".run." + runID + "." + strings.Join(append(middle, string(verb)), "."), nil
 }
 
-func callSubject(prefix, runID, callID, verb string) (string, error) {
+func callSubject(prefix, runID, callID string, verb Verb) (string, error) {
 	if err := ValidateRunID(runID); err != nil {
 		return "", err
 	}
@@ -76,20 +76,20 @@ func callSubject(prefix, runID, callID, verb string) (string, error) {
 	if err := validateVerb(verb); err != nil {
 		return "", err
 	}
-	return Prefix + "." + prefix + "." + runID + "." + callID + "." + verb, nil
+	return Prefix + "." + prefix + "." + runID + "." + callID + "." + string(verb), nil
 }
 
 // RunSubject is toolwire.run.<run_id>.<verb> for the run verbs requested,
 // started, suspended, resumed, completed and failed.
-func RunSubject(runID, verb string) (string, error) { return runSubject(runID, verb) }
+func RunSubject(runID string, verb Verb) (string, error) { return runSubject(runID, verb) }
 
 // IterationSubject is toolwire.run.<run_id>.iteration.<n>.<verb> (requested,
 // approved, denied).
-func IterationSubject(runID string, n int, verb string) (string, error) {
+func IterationSubject(runID string, n int, verb Verb) (string, error) {
 	if n < 1 {
 		return "", fmt.Errorf("iteration %d must be at least 1", n)
 	}
-	return runSubject(runID, "iteration", strconv.Itoa(n), verb)
+	return runSubject(runID, verb, "iteration", strconv.Itoa(n))
 }
 
 // LLMSubject is toolwire.run.<run_id>.llm.<n>.completed.
@@ -97,18 +97,18 @@ func LLMSubject(runID string, n int) (string, error) {
 	if n < 1 {
 		return "", fmt.Errorf("iteration %d must be at least 1", n)
 	}
-	return runSubject(runID, "llm", strconv.Itoa(n), "completed")
+	return runSubject(runID, VerbCompleted, "llm", strconv.Itoa(n))
 }
 
 // CallSubject is toolwire.call.<run_id>.<call_id>.<verb> (requested,
 // approval_required, decided, approved, started, completed).
-func CallSubject(runID, callID, verb string) (string, error) {
+func CallSubject(runID, callID string, verb Verb) (string, error) {
 	return callSubject("call", runID, callID, verb)
 }
 
 // SandboxSubject is toolwire.sandbox.<run_id>.<call_id>.<verb> (requested,
 // completed).
-func SandboxSubject(runID, callID, verb string) (string, error) {
+func SandboxSubject(runID, callID string, verb Verb) (string, error) {
 	return callSubject("sandbox", runID, callID, verb)
 }
 
@@ -135,7 +135,7 @@ type ParsedSubject struct {
 	RunID     string
 	CallID    string // call and sandbox subjects
 	Iteration int    // iteration and llm subjects
-	Verb      string // the last token
+	Verb      Verb   // the last token
 }
 
 // ParseSubject splits a toolwire subject into its parts and checks its ids.
@@ -147,7 +147,7 @@ func ParseSubject(subject string) (ParsedSubject, error) {
 	if len(t) < 4 || t[0] != Prefix {
 		return bad("not a toolwire subject")
 	}
-	p := ParsedSubject{Kind: t[1], RunID: t[2], Verb: t[len(t)-1]}
+	p := ParsedSubject{Kind: t[1], RunID: t[2], Verb: Verb(t[len(t)-1])}
 	if err := ValidateRunID(p.RunID); err != nil {
 		return ParsedSubject{}, err
 	}

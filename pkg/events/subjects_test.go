@@ -24,23 +24,23 @@ type subjectCase struct {
 // designSubjects covers every subject of DESIGN.md ("Subjects").
 func designSubjects() []subjectCase {
 	var cs []subjectCase
-	for _, verb := range []string{"requested", "started", "suspended", "resumed", "completed", "failed"} {
-		cs = append(cs, subjectCase{"run " + verb, func() (string, error) { return events.RunSubject(runID, verb) },
-			"toolwire.run." + runID + "." + verb})
+	for _, verb := range []events.Verb{"requested", "started", "suspended", "resumed", "completed", "failed"} {
+		cs = append(cs, subjectCase{"run " + string(verb), func() (string, error) { return events.RunSubject(runID, verb) },
+			"toolwire.run." + runID + "." + string(verb)})
 	}
-	for _, verb := range []string{"requested", "approved", "denied"} {
-		cs = append(cs, subjectCase{"iteration " + verb, func() (string, error) { return events.IterationSubject(runID, 3, verb) },
-			"toolwire.run." + runID + ".iteration.3." + verb})
+	for _, verb := range []events.Verb{"requested", "approved", "denied"} {
+		cs = append(cs, subjectCase{"iteration " + string(verb), func() (string, error) { return events.IterationSubject(runID, 3, verb) },
+			"toolwire.run." + runID + ".iteration.3." + string(verb)})
 	}
 	cs = append(cs, subjectCase{"llm completed", func() (string, error) { return events.LLMSubject(runID, 12) },
 		"toolwire.run." + runID + ".llm.12.completed"})
-	for _, verb := range []string{"requested", "approval_required", "decided", "approved", "started", "completed"} {
-		cs = append(cs, subjectCase{"call " + verb, func() (string, error) { return events.CallSubject(runID, callID, verb) },
-			"toolwire.call." + runID + "." + callID + "." + verb})
+	for _, verb := range []events.Verb{"requested", "approval_required", "decided", "approved", "started", "completed"} {
+		cs = append(cs, subjectCase{"call " + string(verb), func() (string, error) { return events.CallSubject(runID, callID, verb) },
+			"toolwire.call." + runID + "." + callID + "." + string(verb)})
 	}
-	for _, verb := range []string{"requested", "completed"} {
-		cs = append(cs, subjectCase{"sandbox " + verb, func() (string, error) { return events.SandboxSubject(runID, callID, verb) },
-			"toolwire.sandbox." + runID + "." + callID + "." + verb})
+	for _, verb := range []events.Verb{"requested", "completed"} {
+		cs = append(cs, subjectCase{"sandbox " + string(verb), func() (string, error) { return events.SandboxSubject(runID, callID, verb) },
+			"toolwire.sandbox." + runID + "." + callID + "." + string(verb)})
 	}
 	return cs
 }
@@ -154,8 +154,8 @@ func TestIterationSubjectsRejectNonPositive(t *testing.T) {
 }
 
 func TestSubjectBuildersRejectBadVerbs(t *testing.T) {
-	for _, verb := range []string{"", "a.b", ">", "*", "with space", "Requested"} {
-		t.Run(verb, func(t *testing.T) {
+	for _, verb := range []events.Verb{"", "a.b", ">", "*", "with space", "Requested"} {
+		t.Run(string(verb), func(t *testing.T) {
 			builds := []func() (string, error){
 				func() (string, error) { return events.RunSubject(runID, verb) },
 				func() (string, error) { return events.IterationSubject(runID, 1, verb) },
@@ -179,7 +179,7 @@ func TestParseSubjectRoundTrip(t *testing.T) {
 			p, err := events.ParseSubject(subj)
 			require.NoError(t, err)
 			require.Equal(t, runID, p.RunID)
-			require.Equal(t, subj[strings.LastIndex(subj, ".")+1:], p.Verb)
+			require.Equal(t, events.Verb(subj[strings.LastIndex(subj, ".")+1:]), p.Verb)
 
 			// Rebuild the subject from what was parsed.
 			var again string

@@ -153,39 +153,3 @@ type CallStarted struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-// DataSchema maps each event type to the name of its data's JSON Schema, among
-// the contract schemas of pkg/envelope and the event schemas of this package.
-var dataSchemas = map[string]string{
-	TypeRunRequested:       envelope.SchemaRunRequest,
-	TypeRunStarted:         SchemaRunStatus,
-	TypeRunSuspended:       SchemaRunStatus,
-	TypeRunResumed:         SchemaRunStatus,
-	TypeRunCompleted:       SchemaRunStatus,
-	TypeRunFailed:          SchemaRunStatus,
-	TypeIterationRequested: SchemaIterationCheck,
-	TypeIterationApproved:  SchemaVerdict,
-	TypeIterationDenied:    SchemaVerdict,
-	TypeLLMCompleted:       SchemaLLMCompleted,
-	TypeCallRequested:      SchemaCallRequest,
-	TypeCallApproved:       SchemaCallRequest,
-	TypeCallStarted:        SchemaCallStarted,
-	TypeCallCompleted:      envelope.SchemaToolEnvelope,
-
-	TypeCallApprovalRequired: SchemaApprovalRequest,
-	TypeCallDecided:          SchemaDecision,
-	TypeUsageRecorded:        SchemaUsage,
-	TypeSandboxRequested:     SchemaSandboxJob,
-	TypeSandboxCompleted:     SchemaSandboxResult,
-}
-
-// DataSchema returns the schema name of an event type's data, or "".
-func DataSchema(eventType string) string { return dataSchemas[eventType] }
-
-// EventTypes lists every event type.
-func EventTypes() []string {
-	out := make([]string, 0, len(dataSchemas))
-	for t := range dataSchemas {
-		out = append(out, t)
-	}
-	return out
-}

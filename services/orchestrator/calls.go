@@ -101,7 +101,7 @@ func (s *Service) handleApproval(ctx context.Context, d *events.Delivery) error 
 	if subj.Verb != "approval_required" || d.Event.Type() != events.TypeCallApprovalRequired {
 		return events.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
 	}
-	return s.applyApproval(ctx, subj.RunID, subj.CallID, subj.Verb)
+	return s.applyApproval(ctx, subj.RunID, subj.CallID, string(subj.Verb))
 }
 
 // applyApproval records an approval event of a call ("approval_required" or

@@ -32,8 +32,6 @@ import (
 // Consumer of the operators' decisions.
 const (
 	DurableDecisions = "policy-decisions"
-	// FilterDecisions selects the decided events on StreamCalls.
-	FilterDecisions = events.Prefix + ".call.*.*.decided"
 )
 
 // Span names and attributes of approvals.

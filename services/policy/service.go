@@ -23,11 +23,6 @@ import (
 const (
 	DurableIterations = "policy-iterations"
 	DurableCalls      = "policy-calls"
-
-	// FilterIterations selects the iteration checks on StreamRuns.
-	FilterIterations = events.Prefix + ".run.*.iteration.*.requested"
-	// FilterCalls selects the tool call requests on StreamCalls.
-	FilterCalls = events.Prefix + ".call.*.*.requested"
 )
 
 // Span names and attributes. GenAI semantic conventions name no policy
@@ -145,15 +140,15 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	s.OnStop(s.runners.Stop)
 	specs := []events.RunnerConfig{
 		{
-			Spec:    events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableIterations, Filters: []string{FilterIterations}},
+			Spec:    events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableIterations, Filters: events.Filters(events.FilterIterationRequested)},
 			Handler: s.handleIteration,
 		},
 		{
-			Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableCalls, Filters: []string{FilterCalls}},
+			Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableCalls, Filters: events.Filters(events.FilterCallRequested)},
 			Handler: s.handleCall,
 		},
 		{
-			Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableDecisions, Filters: []string{FilterDecisions}},
+			Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableDecisions, Filters: events.Filters(events.FilterCallDecided)},
 			Handler: s.handleDecision,
 		},
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	fastjson "github.com/segmentio/encoding/json"
+
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 )
@@ -19,9 +20,9 @@ import (
 var ErrUndecodable = errors.New("event cannot be recorded")
 
 // RecordOf decodes a consumed event, delivered on subject, into the record
-// that stores it. Every event type of package events has its effects on the
-// materialized tables; an event of any other type is kept in the events table
-// only.
+// that stores it. Every event type of events.Table has a decoder in decoders
+// that gives it its effects on the materialized tables; an event of any other
+// type is kept in the events table only.
 func RecordOf(ev *event.Event, subject string) (Record, error) {
 	row := EventRow{
 		ID:      ev.ID(),
@@ -31,9 +32,6 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 		Time:    ev.Time().UTC(),
 		RunID:   events.Ext(ev, events.ExtRunID),
 		CallID:  events.Ext(ev, events.ExtCallID),
-	}
-	bad := func(format string, args ...any) (Record, error) {
-		return Record{}, fmt.Errorf("%w: %s %s: %s", ErrUndecodable, row.Type, row.ID, fmt.Sprintf(format, args...))
 	}
 	if row.Time.IsZero() {
 		// CloudEvents makes time optional; toolwire's producers always set it.
@@ -46,11 +44,12 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 			row.Extensions[k] = events.Ext(ev, k)
 		}
 	}
+	dec, known := decoders[row.Type]
 	if data := ev.Data(); len(data) > 0 {
 		// A type the recorder decodes has its data checked by DecodeData;
 		// any other is checked here.
-		if !knownTypes[row.Type] && !json.Valid(data) {
-			return bad("data is not JSON")
+		if !known && !json.Valid(data) {
+			return Record{}, undecodable(&row, errors.New("data is not JSON"))
 		}
 		row.Data = data // the event's own bytes: nothing writes to them
 	}
@@ -62,282 +61,339 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 			row.CallID = p.CallID
 		}
 	}
-
-	rec := Record{Event: row}
-	// setRun checks the run id an event's data names against its subject's
-	// and extension's, and adopts it.
-	setRun := func(runID string) error {
-		if err := events.ValidateRunID(runID); err != nil {
-			return err
-		}
-		if rec.Event.RunID != "" && rec.Event.RunID != runID {
-			return fmt.Errorf("data names run %q but the event belongs to run %q", runID, rec.Event.RunID)
-		}
-		rec.Event.RunID = runID
-		return nil
-	}
-	setCall := func(callID string) error {
-		if err := events.ValidateCallID(callID); err != nil {
-			return err
-		}
-		if rec.Event.CallID != "" && rec.Event.CallID != callID {
-			return fmt.Errorf("data names call %q but the event belongs to call %q", callID, rec.Event.CallID)
-		}
-		rec.Event.CallID = callID
-		return nil
-	}
-	at := row.Time
-	traceID := events.TraceOf(ev).TraceID()
-
-	switch row.Type {
-	case events.TypeRunRequested:
-		var req envelope.RunRequest
-		if err := events.DecodeData(ev, &req); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(req.RunID); err != nil {
-			return bad("%v", err)
-		}
-		rec.Run = &RunUpdate{RunID: req.RunID, At: at, Request: rec.Event.Data, Tenant: req.Tenant,
-			Agent: req.Agent.Name, Status: StatusRequested, TraceID: traceID}
-
-	case events.TypeRunStarted, events.TypeRunSuspended, events.TypeRunResumed,
-		events.TypeRunCompleted, events.TypeRunFailed:
-		var s events.RunStatus
-		if err := events.DecodeData(ev, &s); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(s.RunID); err != nil {
-			return bad("%v", err)
-		}
-		if want := runStatusOfType[row.Type]; s.Status != want {
-			return bad("status %q in an event of type %s (want %q)", s.Status, row.Type, want)
-		}
-		// Keep outputs and pinned handles exactly as they were sent, not as
-		// they would re-encode.
-		var raw struct {
-			Outputs json.RawMessage `json:"outputs"`
-			Pinned  json.RawMessage `json:"pinned"`
-			Spend   json.RawMessage `json:"spend"`
-		}
-		if err := fastjson.Unmarshal(rec.Event.Data, &raw); err != nil { // raw values: the bytes as sent
-			return bad("data: %v", err)
-		}
-		u := &RunUpdate{RunID: s.RunID, At: at, Tenant: s.Tenant, Agent: s.Agent, Status: s.Status,
-			Reason: s.Reason, TraceID: s.TraceID, Iterations: s.Iteration, ToolCalls: s.ToolCalls,
-			Spend: spendOf(raw.Spend)}
-		if u.TraceID == "" {
-			u.TraceID = traceID
-		}
-		if s.Status == events.StatusCompleted {
-			u.Outputs, u.Pinned = raw.Outputs, raw.Pinned
-		}
-		rec.Run = u
-
-	case events.TypeIterationRequested:
-		var c events.IterationCheck
-		if err := events.DecodeData(ev, &c); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(c.RunID); err != nil {
-			return bad("%v", err)
-		}
-		spend := c.Spend
-		rec.Run = &RunUpdate{RunID: c.RunID, At: at, Tenant: c.Tenant, Agent: c.Agent, TraceID: traceID,
-			Iterations: c.Iteration, ToolCalls: c.ToolCalls, Spend: &spend}
-
-	case events.TypeIterationApproved, events.TypeIterationDenied:
-		var v events.Verdict
-		if err := events.DecodeData(ev, &v); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(v.RunID); err != nil {
-			return bad("%v", err)
-		}
-		if v.Allowed != (row.Type == events.TypeIterationApproved) {
-			return bad("allowed is %t in an event of type %s", v.Allowed, row.Type)
-		}
-		if v.Iteration < 1 {
-			return bad("iteration %d must be at least 1", v.Iteration)
-		}
-		rec.Run = &RunUpdate{RunID: v.RunID, At: at, TraceID: traceID, Iterations: v.Iteration}
-		rec.Verdict = &VerdictRow{RunID: v.RunID, Iteration: v.Iteration, Allowed: v.Allowed,
-			Code: string(v.Code), Reason: v.Reason}
-
-	case events.TypeLLMCompleted:
-		var l events.LLMCompleted
-		if err := events.DecodeData(ev, &l); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(l.RunID); err != nil {
-			return bad("%v", err)
-		}
-		if l.Turn.Iteration < 1 {
-			return bad("turn.iteration %d must be at least 1", l.Turn.Iteration)
-		}
-		var raw struct {
-			Turn json.RawMessage `json:"turn"`
-		}
-		if err := fastjson.Unmarshal(rec.Event.Data, &raw); err != nil { // raw values: the bytes as sent
-			return bad("data: %v", err)
-		}
-		rec.Run = &RunUpdate{RunID: l.RunID, At: at, TraceID: traceID, Iterations: l.Turn.Iteration}
-		rec.Turn = &TurnRow{RunID: l.RunID, Iteration: l.Turn.Iteration, Turn: raw.Turn}
-
-	case events.TypeCallRequested, events.TypeCallApproved:
-		var c events.CallRequest
-		if err := events.DecodeData(ev, &c); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(c.RunID); err != nil {
-			return bad("%v", err)
-		}
-		if err := setCall(c.CallID); err != nil {
-			return bad("%v", err)
-		}
-		status := CallRequested
-		if row.Type == events.TypeCallApproved {
-			status = CallApproved
-		}
-		seq, iter := c.Seq, c.Iteration
-		rec.Run = &RunUpdate{RunID: c.RunID, At: at, Tenant: c.Tenant, Agent: c.Agent, TraceID: traceID,
-			Iterations: c.Iteration}
-		rec.Call = &CallUpdate{RunID: c.RunID, CallID: c.CallID, Status: status, Seq: &seq, Iteration: &iter,
-			Name: c.Name, Version: c.Version, Input: c.Input}
-
-	case events.TypeCallStarted:
-		var s events.CallStarted
-		if err := events.DecodeData(ev, &s); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(s.RunID); err != nil {
-			return bad("%v", err)
-		}
-		if err := setCall(s.CallID); err != nil {
-			return bad("%v", err)
-		}
-		rec.Run = &RunUpdate{RunID: s.RunID, At: at, TraceID: traceID}
-		rec.Call = &CallUpdate{RunID: s.RunID, CallID: s.CallID, Status: CallStarted, Name: s.Name,
-			Version: s.Version, TStart: timePtr(s.TStart)}
-
-	case events.TypeCallCompleted:
-		var env envelope.ToolEnvelope
-		if err := events.DecodeData(ev, &env); err != nil {
-			return bad("%v", err)
-		}
-		// The envelope names no run: its subject and extension do.
-		if err := setRun(rec.Event.RunID); err != nil {
-			return bad("%v", err)
-		}
-		if err := setCall(env.CallID); err != nil {
-			return bad("%v", err)
-		}
-		u := &CallUpdate{RunID: rec.Event.RunID, CallID: env.CallID, Status: CallCompleted,
-			Name: env.Name, Version: env.Version, Input: env.Input, Envelope: rec.Event.Data,
-			TStart: timePtr(env.TStart), TEnd: timePtr(env.TEnd), Cached: env.Cached, Truncated: env.Truncated}
-		if !env.TStart.IsZero() && !env.TEnd.IsZero() {
-			ms := env.Latency().Milliseconds()
-			u.LatencyMS = &ms
-		}
-		if env.Error != nil {
-			u.ErrorCode = string(env.Error.Code)
-		}
-		rec.Run = &RunUpdate{RunID: rec.Event.RunID, At: at, TraceID: traceID}
-		rec.Call = u
-
-	case events.TypeCallApprovalRequired:
-		var a events.ApprovalRequest
-		if err := events.DecodeData(ev, &a); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(a.RunID); err != nil {
-			return bad("%v", err)
-		}
-		if err := setCall(a.CorrelationID); err != nil {
-			return bad("%v", err)
-		}
-		// The timeline shows the request in place, from the events table; the
-		// call row learns the tool (status requested never moves one back).
-		rec.Run = &RunUpdate{RunID: a.RunID, At: at, Tenant: a.Tenant, Agent: a.AgentName, TraceID: traceID}
-		rec.Call = &CallUpdate{RunID: a.RunID, CallID: a.CorrelationID, Status: CallRequested,
-			Name: a.ToolName, Version: a.ToolVersion}
-
-	case events.TypeCallDecided:
-		var d events.Decision
-		if err := events.DecodeData(ev, &d); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(d.RunID); err != nil {
-			return bad("%v", err)
-		}
-		if err := setCall(d.CallID); err != nil {
-			return bad("%v", err)
-		}
-		rec.Run = &RunUpdate{RunID: d.RunID, At: at, TraceID: traceID}
-		rec.Call = &CallUpdate{RunID: d.RunID, CallID: d.CallID, Status: CallRequested}
-
-	case events.TypeUsageRecorded:
-		// Billing's record of one model turn or tool call; the run's spend
-		// comes from its status events, which carry the total.
-		var u events.Usage
-		if err := events.DecodeData(ev, &u); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(u.RunID); err != nil {
-			return bad("%v", err)
-		}
-		rec.Run = &RunUpdate{RunID: u.RunID, At: at, Tenant: u.Tenant, Agent: u.Agent, TraceID: traceID}
-
-	case events.TypeSandboxRequested:
-		var j events.SandboxJob
-		if err := events.DecodeData(ev, &j); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(j.RunID); err != nil {
-			return bad("%v", err)
-		}
-		if err := setCall(j.CallID); err != nil {
-			return bad("%v", err)
-		}
-		rec.Run = &RunUpdate{RunID: j.RunID, At: at, TraceID: traceID}
-
-	case events.TypeSandboxCompleted:
-		var res events.SandboxResult
-		if err := events.DecodeData(ev, &res); err != nil {
-			return bad("%v", err)
-		}
-		if err := setRun(res.RunID); err != nil {
-			return bad("%v", err)
-		}
-		if err := setCall(res.CallID); err != nil {
-			return bad("%v", err)
-		}
-		rec.Run = &RunUpdate{RunID: res.RunID, At: at, TraceID: traceID}
-
-	default:
+	if !known {
 		// Not a type this recorder knows (a newer producer's): kept as it
 		// came, materialized by none.
+		return Record{Event: row}, nil
 	}
-	return rec, nil
+	typ, _ := events.LookupType(row.Type)
+	d := &decoding{ev: ev, typ: typ, rec: Record{Event: row}, at: row.Time, traceID: events.TraceOf(ev).TraceID()}
+	if err := dec(d); err != nil {
+		return Record{}, undecodable(&row, err)
+	}
+	return d.rec, nil
 }
 
-// knownTypes are the types RecordOf decodes with events.DecodeData.
-var knownTypes = map[string]bool{
-	events.TypeRunRequested: true, events.TypeRunStarted: true, events.TypeRunSuspended: true,
-	events.TypeRunResumed: true, events.TypeRunCompleted: true, events.TypeRunFailed: true,
-	events.TypeIterationRequested: true, events.TypeIterationApproved: true, events.TypeIterationDenied: true,
-	events.TypeLLMCompleted: true, events.TypeCallRequested: true, events.TypeCallApproved: true,
-	events.TypeCallStarted: true, events.TypeCallCompleted: true, events.TypeCallApprovalRequired: true,
-	events.TypeCallDecided: true, events.TypeUsageRecorded: true, events.TypeSandboxRequested: true,
-	events.TypeSandboxCompleted: true,
+func undecodable(row *EventRow, err error) error {
+	return fmt.Errorf("%w: %s %s: %w", ErrUndecodable, row.Type, row.ID, err)
 }
 
-var runStatusOfType = map[string]string{
-	events.TypeRunStarted:   events.StatusStarted,
-	events.TypeRunSuspended: events.StatusSuspended,
-	events.TypeRunResumed:   events.StatusResumed,
-	events.TypeRunCompleted: events.StatusCompleted,
-	events.TypeRunFailed:    events.StatusFailed,
+// decoding is one event on its way to a record: a decoder reads the data
+// and fills rec's run, call, turn and verdict effects.
+type decoding struct {
+	ev      *event.Event
+	typ     events.EventType // the type's row: the statuses it implies
+	rec     Record
+	at      time.Time
+	traceID string
+}
+
+// decoder gives one event type its effects.
+type decoder func(d *decoding) error
+
+// decoders are the recorder's knowledge of each event type of events.Table
+// (a test checks that every row has one).
+var decoders = map[string]decoder{
+	events.TypeRunRequested:         recordRunRequested,
+	events.TypeRunStarted:           recordRunStatus,
+	events.TypeRunSuspended:         recordRunStatus,
+	events.TypeRunResumed:           recordRunStatus,
+	events.TypeRunCompleted:         recordRunStatus,
+	events.TypeRunFailed:            recordRunStatus,
+	events.TypeIterationRequested:   recordIterationCheck,
+	events.TypeIterationApproved:    recordVerdict,
+	events.TypeIterationDenied:      recordVerdict,
+	events.TypeLLMCompleted:         recordModelTurn,
+	events.TypeUsageRecorded:        recordUsage,
+	events.TypeCallRequested:        recordCallRequest,
+	events.TypeCallApproved:         recordCallRequest,
+	events.TypeCallStarted:          recordCallStarted,
+	events.TypeCallCompleted:        recordCallCompleted,
+	events.TypeCallApprovalRequired: recordApprovalRequired,
+	events.TypeCallDecided:          recordDecided,
+	events.TypeSandboxRequested:     recordSandboxJob,
+	events.TypeSandboxCompleted:     recordSandboxResult,
+}
+
+// data decodes the event's data as its type's Go value.
+func data[T any](d *decoding) (*T, error) {
+	v := new(T)
+	if err := events.DecodeData(d.ev, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// raw decodes the event's data into a struct of json.RawMessage fields: the
+// values exactly as they were sent, not as they would re-encode.
+func raw[T any](d *decoding) (*T, error) {
+	v := new(T)
+	if err := fastjson.Unmarshal(d.rec.Event.Data, v); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	return v, nil
+}
+
+// setRun checks the run id an event's data names against its subject's and
+// extension's, and adopts it.
+func (d *decoding) setRun(runID string) error {
+	if err := events.ValidateRunID(runID); err != nil {
+		return err
+	}
+	if d.rec.Event.RunID != "" && d.rec.Event.RunID != runID {
+		return fmt.Errorf("data names run %q but the event belongs to run %q", runID, d.rec.Event.RunID)
+	}
+	d.rec.Event.RunID = runID
+	return nil
+}
+
+// setCall is setRun for the call id.
+func (d *decoding) setCall(callID string) error {
+	if err := events.ValidateCallID(callID); err != nil {
+		return err
+	}
+	if d.rec.Event.CallID != "" && d.rec.Event.CallID != callID {
+		return fmt.Errorf("data names call %q but the event belongs to call %q", callID, d.rec.Event.CallID)
+	}
+	d.rec.Event.CallID = callID
+	return nil
+}
+
+// setRunCall is setRun and setCall.
+func (d *decoding) setRunCall(runID, callID string) error {
+	if err := d.setRun(runID); err != nil {
+		return err
+	}
+	return d.setCall(callID)
+}
+
+// touch is the run update of an event that changes nothing of its run but
+// its last activity.
+func (d *decoding) touch() *RunUpdate {
+	return &RunUpdate{RunID: d.rec.Event.RunID, At: d.at, TraceID: d.traceID}
+}
+
+func recordRunRequested(d *decoding) error {
+	req, err := data[envelope.RunRequest](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(req.RunID); err != nil {
+		return err
+	}
+	d.rec.Run = &RunUpdate{RunID: req.RunID, At: d.at, Request: d.rec.Event.Data, Tenant: req.Tenant,
+		Agent: req.Agent.Name, Status: d.typ.RunStatus, TraceID: d.traceID}
+	return nil
+}
+
+func recordRunStatus(d *decoding) error {
+	s, err := data[events.RunStatus](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(s.RunID); err != nil {
+		return err
+	}
+	if s.Status != d.typ.RunStatus {
+		return fmt.Errorf("status %q in an event of type %s (want %q)", s.Status, d.typ.Type, d.typ.RunStatus)
+	}
+	r, err := raw[struct {
+		Outputs json.RawMessage `json:"outputs"`
+		Pinned  json.RawMessage `json:"pinned"`
+		Spend   json.RawMessage `json:"spend"`
+	}](d)
+	if err != nil {
+		return err
+	}
+	u := &RunUpdate{RunID: s.RunID, At: d.at, Tenant: s.Tenant, Agent: s.Agent, Status: s.Status,
+		Reason: s.Reason, TraceID: s.TraceID, Iterations: s.Iteration, ToolCalls: s.ToolCalls,
+		Spend: spendOf(r.Spend)}
+	if u.TraceID == "" {
+		u.TraceID = d.traceID
+	}
+	if s.Status == events.StatusCompleted {
+		u.Outputs, u.Pinned = r.Outputs, r.Pinned
+	}
+	d.rec.Run = u
+	return nil
+}
+
+func recordIterationCheck(d *decoding) error {
+	c, err := data[events.IterationCheck](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(c.RunID); err != nil {
+		return err
+	}
+	spend := c.Spend
+	d.rec.Run = &RunUpdate{RunID: c.RunID, At: d.at, Tenant: c.Tenant, Agent: c.Agent, TraceID: d.traceID,
+		Iterations: c.Iteration, ToolCalls: c.ToolCalls, Spend: &spend}
+	return nil
+}
+
+func recordVerdict(d *decoding) error {
+	v, err := data[events.Verdict](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(v.RunID); err != nil {
+		return err
+	}
+	if v.Allowed != (d.typ.Type == events.TypeIterationApproved) {
+		return fmt.Errorf("allowed is %t in an event of type %s", v.Allowed, d.typ.Type)
+	}
+	if v.Iteration < 1 {
+		return fmt.Errorf("iteration %d must be at least 1", v.Iteration)
+	}
+	d.rec.Run = &RunUpdate{RunID: v.RunID, At: d.at, TraceID: d.traceID, Iterations: v.Iteration}
+	d.rec.Verdict = &VerdictRow{RunID: v.RunID, Iteration: v.Iteration, Allowed: v.Allowed,
+		Code: string(v.Code), Reason: v.Reason}
+	return nil
+}
+
+func recordModelTurn(d *decoding) error {
+	l, err := data[events.LLMCompleted](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(l.RunID); err != nil {
+		return err
+	}
+	if l.Turn.Iteration < 1 {
+		return fmt.Errorf("turn.iteration %d must be at least 1", l.Turn.Iteration)
+	}
+	r, err := raw[struct {
+		Turn json.RawMessage `json:"turn"`
+	}](d)
+	if err != nil {
+		return err
+	}
+	d.rec.Run = &RunUpdate{RunID: l.RunID, At: d.at, TraceID: d.traceID, Iterations: l.Turn.Iteration}
+	d.rec.Turn = &TurnRow{RunID: l.RunID, Iteration: l.Turn.Iteration, Turn: r.Turn}
+	return nil
+}
+
+// recordUsage keeps billing's record of one model turn or tool call; the
+// run's spend comes from its status events, which carry the total.
+func recordUsage(d *decoding) error {
+	u, err := data[events.Usage](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(u.RunID); err != nil {
+		return err
+	}
+	d.rec.Run = &RunUpdate{RunID: u.RunID, At: d.at, Tenant: u.Tenant, Agent: u.Agent, TraceID: d.traceID}
+	return nil
+}
+
+func recordCallRequest(d *decoding) error {
+	c, err := data[events.CallRequest](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(c.RunID, c.CallID); err != nil {
+		return err
+	}
+	seq, iter := c.Seq, c.Iteration
+	d.rec.Run = &RunUpdate{RunID: c.RunID, At: d.at, Tenant: c.Tenant, Agent: c.Agent, TraceID: d.traceID,
+		Iterations: c.Iteration}
+	d.rec.Call = &CallUpdate{RunID: c.RunID, CallID: c.CallID, Status: d.typ.CallStatus, Seq: &seq, Iteration: &iter,
+		Name: c.Name, Version: c.Version, Input: c.Input}
+	return nil
+}
+
+func recordCallStarted(d *decoding) error {
+	s, err := data[events.CallStarted](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(s.RunID, s.CallID); err != nil {
+		return err
+	}
+	d.rec.Run = d.touch()
+	d.rec.Call = &CallUpdate{RunID: s.RunID, CallID: s.CallID, Status: d.typ.CallStatus, Name: s.Name,
+		Version: s.Version, TStart: timePtr(s.TStart)}
+	return nil
+}
+
+func recordCallCompleted(d *decoding) error {
+	env, err := data[envelope.ToolEnvelope](d)
+	if err != nil {
+		return err
+	}
+	// The envelope names no run: its subject and extension do.
+	if err := d.setRunCall(d.rec.Event.RunID, env.CallID); err != nil {
+		return err
+	}
+	u := &CallUpdate{RunID: d.rec.Event.RunID, CallID: env.CallID, Status: d.typ.CallStatus,
+		Name: env.Name, Version: env.Version, Input: env.Input, Envelope: d.rec.Event.Data,
+		TStart: timePtr(env.TStart), TEnd: timePtr(env.TEnd), Cached: env.Cached, Truncated: env.Truncated}
+	if !env.TStart.IsZero() && !env.TEnd.IsZero() {
+		ms := env.Latency().Milliseconds()
+		u.LatencyMS = &ms
+	}
+	if env.Error != nil {
+		u.ErrorCode = string(env.Error.Code)
+	}
+	d.rec.Run = d.touch()
+	d.rec.Call = u
+	return nil
+}
+
+// recordApprovalRequired: the timeline shows the request in place, from the
+// events table; the call row learns the tool (status requested never moves
+// one back).
+func recordApprovalRequired(d *decoding) error {
+	a, err := data[events.ApprovalRequest](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(a.RunID, a.CorrelationID); err != nil {
+		return err
+	}
+	d.rec.Run = &RunUpdate{RunID: a.RunID, At: d.at, Tenant: a.Tenant, Agent: a.AgentName, TraceID: d.traceID}
+	d.rec.Call = &CallUpdate{RunID: a.RunID, CallID: a.CorrelationID, Status: d.typ.CallStatus,
+		Name: a.ToolName, Version: a.ToolVersion}
+	return nil
+}
+
+func recordDecided(d *decoding) error {
+	dec, err := data[events.Decision](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(dec.RunID, dec.CallID); err != nil {
+		return err
+	}
+	d.rec.Run = d.touch()
+	d.rec.Call = &CallUpdate{RunID: dec.RunID, CallID: dec.CallID, Status: d.typ.CallStatus}
+	return nil
+}
+
+func recordSandboxJob(d *decoding) error {
+	j, err := data[events.SandboxJob](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(j.RunID, j.CallID); err != nil {
+		return err
+	}
+	d.rec.Run = d.touch()
+	return nil
+}
+
+func recordSandboxResult(d *decoding) error {
+	r, err := data[events.SandboxResult](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(r.RunID, r.CallID); err != nil {
+		return err
+	}
+	d.rec.Run = d.touch()
+	return nil
 }
 
 // spendOf reads the spend a run status reports: a number, or an object whose

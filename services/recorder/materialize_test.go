@@ -80,7 +80,7 @@ func TestRecordOfKeepsOutputsAsSent(t *testing.T) {
 }
 
 func TestRecordOfRefusesWhatCannotBeRecorded(t *testing.T) {
-	subj := func(verb string) string {
+	subj := func(verb events.Verb) string {
 		s, err := events.RunSubject("r1", verb)
 		if err != nil {
 			t.Fatal(err)

@@ -215,7 +215,7 @@ func benchRunRecords(b testing.TB, runID string, base time.Time) []recorder.Reco
 		Iteration: 1, Model: req.Agent.Model, Messages: req.Messages, Tools: req.Agent.EnabledTools,
 		Response: envelope.ModelResponse{ToolCalls: toolCalls, StopReason: "tool_use"},
 		TStart:   at, TEnd: at.Add(time.Millisecond)}}, tenant, trace))
-	for _, verb := range []string{"requested", "approved"} {
+	for _, verb := range []events.Verb{events.VerbRequested, events.VerbApproved} {
 		for _, c := range calls {
 			add(events.NewCallRequest(storetest.Source, verb, c, trace))
 		}

@@ -205,14 +205,15 @@ type VerdictRow struct {
 
 // StatusRequested is the status of a run whose request is all the recorder has
 // seen (events.Status* has the others).
-const StatusRequested = "requested"
+const StatusRequested = events.StatusRequested
 
-// Tool call statuses, in the order a call moves through them.
+// Tool call statuses, in the order a call moves through them (events.Table
+// says which event implies which).
 const (
-	CallRequested = "requested"
-	CallApproved  = "approved"
-	CallStarted   = "started"
-	CallCompleted = "completed"
+	CallRequested = events.StatusRequested
+	CallApproved  = events.CallStatusApproved
+	CallStarted   = events.CallStatusStarted
+	CallCompleted = events.CallStatusCompleted
 )
 
 // RunStatuses lists the run statuses in rank order.

@@ -1,0 +1,194 @@
+package events
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+)
+
+// EventType is everything toolwire knows about one event type, in one row of
+// Table: its subjects, stream, data (Go type and JSON Schema) and the status
+// it implies for its run or call. Services, the recorder and the docs read
+// it from here, never from a copy.
+//
+// Adding an event type:
+//  1. its Type* constant (types.go) and its data's Go type;
+//  2. its data's JSON Schema in schemas/ (or pkg/envelope/schemas/), named by
+//     a Schema* constant, and a fixture that the schema tests validate;
+//  3. its row below: a Filter* constant for its subjects (subjects.go has the
+//     builders), the stream, the schema, New, and the status it implies;
+//  4. a constructor New<Event> that builds its id, subject and attributes;
+//  5. the recorder's decoder for it (services/recorder: RecordOf's map; a test
+//     fails until every row has one);
+//  6. the README's event table.
+type EventType struct {
+	// Type is the CloudEvents type.
+	Type string
+	// Filter matches the subjects events of the type are published on.
+	Filter Filter
+	// Stream holds them.
+	Stream string
+	// Schema names the JSON Schema of the data (see DataSchema).
+	Schema string
+	// New returns a pointer to a new value of the data's Go type.
+	New func() any
+	// RunStatus is the status the event gives its run ("" none).
+	RunStatus string
+	// CallStatus is the status the event gives its call ("" none).
+	CallStatus string
+	// Doc says what the event announces.
+	Doc string
+}
+
+// Run and call statuses implied by events, besides the run statuses of
+// RunStatus (StatusStarted ... StatusFailed).
+const (
+	StatusRequested     = "requested" // a run or call asked for, not started
+	CallStatusApproved  = "approved"
+	CallStatusStarted   = "started"
+	CallStatusCompleted = "completed"
+)
+
+func newOf[T any]() func() any { return func() any { return new(T) } }
+
+// table is every event type toolwire produces.
+var table = []EventType{
+	{TypeRunRequested, FilterRunRequested, StreamRuns, envelope.SchemaRunRequest, newOf[envelope.RunRequest](),
+		StatusRequested, "", "an upstream system asks for a run"},
+	{TypeRunStarted, FilterRunStarted, StreamRuns, SchemaRunStatus, newOf[RunStatus](),
+		StatusStarted, "", "the orchestrator accepted the request and started the loop"},
+	{TypeRunSuspended, FilterRunSuspended, StreamRuns, SchemaRunStatus, newOf[RunStatus](),
+		StatusSuspended, "", "the run waits for an operator's approval of a call"},
+	{TypeRunResumed, FilterRunResumed, StreamRuns, SchemaRunStatus, newOf[RunStatus](),
+		StatusResumed, "", "the awaited approval (or the call's completion) came"},
+	{TypeRunCompleted, FilterRunCompleted, StreamRuns, SchemaRunStatus, newOf[RunStatus](),
+		StatusCompleted, "", "the run ended with its AgentOutputs"},
+	{TypeRunFailed, FilterRunFailed, StreamRuns, SchemaRunStatus, newOf[RunStatus](),
+		StatusFailed, "", "the run ended without outputs, with a reason"},
+	{TypeIterationRequested, FilterIterationRequested, StreamRuns, SchemaIterationCheck, newOf[IterationCheck](),
+		"", "", "the orchestrator asks the Policy Guard whether iteration n may call the model"},
+	{TypeIterationApproved, FilterIterationApproved, StreamRuns, SchemaVerdict, newOf[Verdict](),
+		"", "", "the guard lets iteration n call the model"},
+	{TypeIterationDenied, FilterIterationDenied, StreamRuns, SchemaVerdict, newOf[Verdict](),
+		"", "", "the guard stops the run before iteration n"},
+	{TypeLLMCompleted, FilterLLMCompleted, StreamRuns, SchemaLLMCompleted, newOf[LLMCompleted](),
+		"", "", "one model call: what was sent and what came back"},
+	{TypeUsageRecorded, FilterUsageRecorded, StreamRuns, SchemaUsage, newOf[Usage](),
+		"", "", "what one model turn or tool call cost"},
+	{TypeCallRequested, FilterCallRequested, StreamCalls, SchemaCallRequest, newOf[CallRequest](),
+		"", StatusRequested, "the model asked for a tool call"},
+	{TypeCallApprovalRequired, FilterCallApprovalRequired, StreamCalls, SchemaApprovalRequest, newOf[ApprovalRequest](),
+		"", StatusRequested, "the call waits for an operator's decision"},
+	{TypeCallDecided, FilterCallDecided, StreamCalls, SchemaDecision, newOf[Decision](),
+		"", StatusRequested, "an operator approved, denied or revised the call"},
+	{TypeCallApproved, FilterCallApproved, StreamCalls, SchemaCallRequest, newOf[CallRequest](),
+		"", CallStatusApproved, "the guard approved the call; an executor runs it"},
+	{TypeCallStarted, FilterCallStarted, StreamCalls, SchemaCallStarted, newOf[CallStarted](),
+		"", CallStatusStarted, "an executor began the call"},
+	{TypeCallCompleted, FilterCallCompleted, StreamCalls, envelope.SchemaToolEnvelope, newOf[envelope.ToolEnvelope](),
+		"", CallStatusCompleted, "the call's ToolEnvelope: its output or its error"},
+	{TypeSandboxRequested, FilterSandboxRequested, StreamSandbox, SchemaSandboxJob, newOf[SandboxJob](),
+		"", "", "the executor asks the sandbox to run a job"},
+	{TypeSandboxCompleted, FilterSandboxCompleted, StreamSandbox, SchemaSandboxResult, newOf[SandboxResult](),
+		"", "", "the sandbox's result of a job"},
+}
+
+var byType = func() map[string]*EventType {
+	m := make(map[string]*EventType, len(table))
+	for i := range table {
+		if _, dup := m[table[i].Type]; dup {
+			panic(fmt.Sprintf("events: type %s is in the table twice", table[i].Type))
+		}
+		m[table[i].Type] = &table[i]
+	}
+	return m
+}()
+
+// Table returns every event type, in the order of a run's life.
+func Table() []EventType { return append([]EventType(nil), table...) }
+
+// LookupType returns the row of an event type.
+func LookupType(typ string) (EventType, bool) {
+	if t, ok := byType[typ]; ok {
+		return *t, true
+	}
+	return EventType{}, false
+}
+
+// DataSchema returns the schema name of an event type's data, or "".
+func DataSchema(eventType string) string {
+	if t, ok := byType[eventType]; ok {
+		return t.Schema
+	}
+	return ""
+}
+
+// EventTypes lists every event type.
+func EventTypes() []string {
+	out := make([]string, len(table))
+	for i, t := range table {
+		out[i] = t.Type
+	}
+	return out
+}
+
+// Verb is the last token of a subject: what happened.
+type Verb string
+
+// Verbs of toolwire's subjects.
+const (
+	VerbRequested        Verb = "requested"
+	VerbStarted          Verb = "started"
+	VerbSuspended        Verb = "suspended"
+	VerbResumed          Verb = "resumed"
+	VerbCompleted        Verb = "completed"
+	VerbFailed           Verb = "failed"
+	VerbApproved         Verb = "approved"
+	VerbDenied           Verb = "denied"
+	VerbApprovalRequired Verb = "approval_required"
+	VerbDecided          Verb = "decided"
+)
+
+// Filter is a subject filter: a subject with a '*' for each id.
+type Filter string
+
+// The subjects of each event type, for every run.
+const (
+	FilterRunRequested         Filter = Prefix + ".run.*.requested"
+	FilterRunStarted           Filter = Prefix + ".run.*.started"
+	FilterRunSuspended         Filter = Prefix + ".run.*.suspended"
+	FilterRunResumed           Filter = Prefix + ".run.*.resumed"
+	FilterRunCompleted         Filter = Prefix + ".run.*.completed"
+	FilterRunFailed            Filter = Prefix + ".run.*.failed"
+	FilterIterationRequested   Filter = Prefix + ".run.*.iteration.*.requested"
+	FilterIterationApproved    Filter = Prefix + ".run.*.iteration.*.approved"
+	FilterIterationDenied      Filter = Prefix + ".run.*.iteration.*.denied"
+	FilterLLMCompleted         Filter = Prefix + ".run.*.llm.*.completed"
+	FilterUsageRecorded        Filter = Prefix + ".run.*.usage.*"
+	FilterCallRequested        Filter = Prefix + ".call.*.*.requested"
+	FilterCallApprovalRequired Filter = Prefix + ".call.*.*.approval_required"
+	FilterCallDecided          Filter = Prefix + ".call.*.*.decided"
+	FilterCallApproved         Filter = Prefix + ".call.*.*.approved"
+	FilterCallStarted          Filter = Prefix + ".call.*.*.started"
+	FilterCallCompleted        Filter = Prefix + ".call.*.*.completed"
+	FilterSandboxRequested     Filter = Prefix + ".sandbox.*.*.requested"
+	FilterSandboxCompleted     Filter = Prefix + ".sandbox.*.*.completed"
+)
+
+// ForRun narrows f to one run: its first '*' (the run id) becomes runID.
+func (f Filter) ForRun(runID string) (string, error) {
+	if err := ValidateRunID(runID); err != nil {
+		return "", err
+	}
+	return strings.Replace(string(f), "*", runID, 1), nil
+}
+
+// Filters turns filters into the strings a consumer configuration takes.
+func Filters(fs ...Filter) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = string(f)
+	}
+	return out
+}
