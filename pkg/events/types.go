@@ -152,4 +152,3 @@ type CallStarted struct {
 	// fell back to the broad org scope.
 	Warnings []string `json:"warnings,omitempty"`
 }
-
