@@ -32,6 +32,7 @@ require (
 	github.com/toolwire/toolwire/services/sandbox v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -58,7 +58,14 @@ func mcpHTTPServer(t *testing.T) string {
 			return nil, nil, fmt.Errorf("quota exhausted upstream")
 		})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		srv.Close()
+		// A client that had not ended its session by now (the test's stack
+		// stops after this cleanup) leaves it open on the server: end it.
+		for ss := range s.Sessions() {
+			_ = ss.Close()
+		}
+	})
 	return srv.URL + "/mcp"
 }
 
