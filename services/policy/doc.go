@@ -6,7 +6,7 @@
 // agent's enabled tools, the call's sequence number) and the tool registry's
 // entry for the called version, so a Guard is unit-testable without NATS and
 // the service keeps no state between events. Service wires a Guard to three
-// durable consumers:
+// durable consumers (the subjects are events.Filter* constants):
 //
 //   - iteration checks (toolwire.run.<run_id>.iteration.<n>.requested) are
 //     answered with a verdict, .approved or .denied (data: Verdict with the

@@ -95,9 +95,8 @@ const (
 	RuleScopes        = "scopes"
 )
 
-// NewGuard returns a guard with the default rules: max_iterations for
-// iterations; enabled_tools, max_tool_calls, registered and lifecycle (in that
-// order) for tool calls.
+// NewGuard returns a guard with the default rules (DefaultIterationRules and
+// DefaultCallRules, each in its order).
 func NewGuard() *Guard {
 	return NewGuardWith(DefaultIterationRules(), DefaultCallRules())
 }
@@ -117,7 +116,8 @@ func DefaultIterationRules() []IterationRule {
 
 // DefaultCallRules are the tool call rules of NewGuard. The allow-list comes
 // first (a tool the agent may not use is refused whatever else holds), then the
-// cap, then what the registry says about the version.
+// cap, then what the registry says about the version (registered, lifecycle,
+// side effects, scopes), and the budget last.
 func DefaultCallRules() []CallRule {
 	return []CallRule{
 		{Name: RuleEnabledTools, Check: EnabledTools},
