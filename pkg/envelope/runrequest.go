@@ -228,6 +228,7 @@ func (r *RunRequest) Validate() error {
 	if len(r.Messages) == 0 {
 		add("messages must hold at least one message")
 	}
+	problems = append(problems, r.textProblems()...)
 	for i, m := range r.Messages {
 		switch m.Role {
 		case RoleSystem, RoleUser, RoleAssistant, RoleTool:

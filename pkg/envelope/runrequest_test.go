@@ -85,6 +85,27 @@ func TestRunRequestValidate(t *testing.T) {
 		{"no messages", func(r *envelope.RunRequest) { r.Messages = nil }, []string{"messages must hold at least one message"}},
 		{"unknown role", func(r *envelope.RunRequest) { r.Messages[1].Role = "robot" }, []string{`messages[1].role "robot" is not one of system, user, assistant, tool`}},
 		{"empty role", func(r *envelope.RunRequest) { r.Messages[0].Role = "" }, []string{`messages[0].role "" is not one of`}},
+		// Text fields: a name holds no control character of any kind, no
+		// invalid UTF-8 and no invisible reordering mark; free text holds no
+		// control but line breaks and tabs.
+		{"NUL in agent name", func(r *envelope.RunRequest) { r.Agent.Name = "bot\x00" }, []string{"agent.name holds the control character U+0000 at byte 3"}},
+		{"NUL in org id", func(r *envelope.RunRequest) { r.Tenant.OrgID = "acme\x00" }, []string{"tenant.org_id holds the control character U+0000"}},
+		{"NUL in workspace id", func(r *envelope.RunRequest) { r.Tenant.WorkspaceID = "\x00" }, []string{"tenant.workspace_id holds the control character U+0000"}},
+		{"newline in user id", func(r *envelope.RunRequest) { r.Tenant.UserID = "u\nforged log line" }, []string{"tenant.user_id holds the control character U+000A"}},
+		{"DEL in model name", func(r *envelope.RunRequest) { r.Agent.Model.Name = "gpt\x7f" }, []string{"agent.model.name holds the control character U+007F"}},
+		{"C1 control in provider", func(r *envelope.RunRequest) { r.Agent.Model.Provider = "open\u0085ai" }, []string{"agent.model.provider holds the control character U+0085"}},
+		{"bidi override in agent name", func(r *envelope.RunRequest) { r.Agent.Name = "admin\u202egnp" }, []string{"agent.name holds the invisible formatting character U+202E"}},
+		{"invalid UTF-8 in org id", func(r *envelope.RunRequest) { r.Tenant.OrgID = "ac\xffme" }, []string{"tenant.org_id is not valid UTF-8"}},
+		{"replacement character in agent name", func(r *envelope.RunRequest) { r.Agent.Name = "bot\ufffd" }, []string{"agent.name holds U+FFFD (text that was not valid UTF-8) at byte 3"}},
+		{"long agent name", func(r *envelope.RunRequest) { r.Agent.Name = strings.Repeat("a", 257) }, []string{"agent.name is 257 bytes, more than 256"}},
+		{"NUL in a scope", func(r *envelope.RunRequest) { r.Agent.Policy.Scopes = []string{"mail:read\x00"} }, []string{"agent.policy.scopes[0] holds the control character U+0000"}},
+		{"NUL in metadata", func(r *envelope.RunRequest) { r.Metadata = map[string]string{"k": "v\x00"} }, []string{"metadata[k] holds the control character U+0000"}},
+		{"NUL in metadata key", func(r *envelope.RunRequest) { r.Metadata = map[string]string{"k\x00": "v"} }, []string{"metadata key holds the control character U+0000"}},
+		{"NUL in system prompt", func(r *envelope.RunRequest) { r.Agent.SystemPrompt = "be nice\x00" }, []string{"agent.system_prompt holds the control character U+0000"}},
+		{"NUL in message content", func(r *envelope.RunRequest) { r.Messages[0].Content = "hi\x00" }, []string{"messages[0].content holds the control character U+0000"}},
+		{"escape in message content", func(r *envelope.RunRequest) { r.Messages[0].Content = "\x1b[2J" }, []string{"messages[0].content holds the control character U+001B"}},
+		{"line breaks and tabs in content are fine", func(r *envelope.RunRequest) { r.Messages[0].Content = "line 1\r\n\tline 2" }, nil},
+		{"NUL in message name", func(r *envelope.RunRequest) { r.Messages[0].Name = "\x00" }, []string{"messages[0].name holds the control character U+0000"}},
 		{"every problem at once", func(r *envelope.RunRequest) {
 			r.RunID = "bad id"
 			r.Tenant.OrgID = ""
