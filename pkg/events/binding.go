@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
@@ -37,6 +39,9 @@ var ErrNotCloudEvent = errors.New("not a CloudEvent")
 func Encode(subject string, e *event.Event) (*nats.Msg, error) {
 	if err := validate(e); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	if err := checkUTF8(e); err != nil {
+		return nil, err
 	}
 	m := nats.NewMsg(subject)
 	h := m.Header
@@ -76,38 +81,26 @@ func Encode(subject string, e *event.Event) (*nats.Msg, error) {
 // binding) or binary (ce-* headers). Header names are matched without regard
 // to case. The event is validated before it is returned.
 func Decode(m *nats.Msg) (*event.Event, error) {
-	ct := headerFold(m.Header, HeaderContentType)
+	attrs, err := attributeHeaders(m.Header)
+	if err != nil {
+		return nil, fmt.Errorf("%w: message on %s: %w", ErrInvalidEvent, m.Subject, err)
+	}
+	ct := attrs[HeaderContentType]
 	if strings.HasPrefix(strings.ToLower(ct), ContentTypeStructured) {
-		e := event.New()
-		if err := json.Unmarshal(m.Data, &e); err != nil {
-			return nil, fmt.Errorf("%w: structured mode body on %s: %w", ErrNotCloudEvent, m.Subject, err)
-		}
-		if v := e.SpecVersion(); v != event.CloudEventsVersionV1 {
-			return nil, fmt.Errorf("%w: specversion %q, want 1.0", ErrInvalidEvent, v)
-		}
-		normalize(&e)
-		if err := checkTime(e.Time()); err != nil {
-			return nil, err
-		}
-		if err := validate(&e); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
-		}
-		return &e, nil
+		return decodeStructured(m)
 	}
 	e := event.New()
 	seen := false
-	for k, vs := range m.Header {
-		lk := strings.ToLower(k)
-		if !strings.HasPrefix(lk, HeaderPrefix) || len(vs) == 0 {
-			continue
+	for name, raw := range attrs {
+		if !strings.HasPrefix(name, HeaderPrefix) {
+			continue // content-type
 		}
-		name := lk[len(HeaderPrefix):]
-		v, err := percentDecode(vs[0])
+		v, err := headerValue(raw)
 		if err != nil {
-			return nil, fmt.Errorf("%w: header %s: %w", ErrInvalidEvent, k, err)
+			return nil, fmt.Errorf("%w: header %s: %w", ErrInvalidEvent, name, err)
 		}
 		seen = true
-		switch name {
+		switch name = name[len(HeaderPrefix):]; name {
 		case "specversion":
 			if v != event.CloudEventsVersionV1 {
 				return nil, fmt.Errorf("%w: specversion %q, want 1.0", ErrInvalidEvent, v)
@@ -132,17 +125,16 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 			}
 			e.SetTime(t)
 		case "datacontenttype":
-			// Not a header of the binding (content-type is), but accept it.
-			if ct == "" {
-				ct = v
-			}
+			// Not a header of the binding (content-type is), but accept it
+			// when content-type is absent (attributeHeaders refuses both).
+			ct = v
 		default:
 			if err := e.Context.SetExtension(name, v); err != nil {
 				return nil, fmt.Errorf("%w: extension %q: %w", ErrInvalidEvent, name, err)
 			}
 		}
 	}
-	if !seen || headerFold(m.Header, HeaderPrefix+"specversion") == "" {
+	if !seen || attrs[HeaderPrefix+"specversion"] == "" {
 		return nil, fmt.Errorf("%w: message on %s has neither ce-specversion nor content-type %s", ErrNotCloudEvent, m.Subject, ContentTypeStructured)
 	}
 	// An absent content-type stays absent (DecodeData reads such data as JSON,
@@ -159,15 +151,123 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 	return &e, nil
 }
 
+// attributeHeaders returns the headers that carry CloudEvents attributes
+// (ce-* and content-type), keyed by their lower-case name. Header names are
+// case-insensitive, and a message whose headers name one attribute twice, in
+// any spelling (ce-type and CE-TYPE, a header sent twice, content-type beside
+// ce-datacontenttype), is refused: which one to believe would depend on map
+// order, and identical messages would get different outcomes.
+func attributeHeaders(h nats.Header) (map[string]string, error) {
+	attrs := make(map[string]string, len(h))
+	spelled := make(map[string]string, len(h))
+	var dups []string
+	for k, vs := range h {
+		lk := strings.ToLower(k)
+		if !strings.HasPrefix(lk, HeaderPrefix) && lk != HeaderContentType {
+			continue
+		}
+		if len(vs) > 1 {
+			dups = append(dups, fmt.Sprintf("%s is sent %d times", k, len(vs)))
+		}
+		if prev, dup := spelled[lk]; dup {
+			a, b := min(prev, k), max(prev, k)
+			dups = append(dups, fmt.Sprintf("%s and %s name one attribute", a, b))
+		}
+		spelled[lk] = k
+		if len(vs) > 0 {
+			attrs[lk] = vs[0]
+		}
+	}
+	if _, ok := spelled[HeaderContentType]; ok {
+		if k, both := spelled[HeaderPrefix+"datacontenttype"]; both {
+			dups = append(dups, fmt.Sprintf("%s and %s both set datacontenttype", spelled[HeaderContentType], k))
+		}
+	}
+	if len(dups) > 0 {
+		sort.Strings(dups)
+		return nil, fmt.Errorf("an attribute appears more than once: %s", strings.Join(dups, "; "))
+	}
+	return attrs, nil
+}
+
+// decodeStructured reads a structured mode event: the JSON event format in
+// the body.
+func decodeStructured(m *nats.Msg) (*event.Event, error) {
+	if err := checkStructuredBody(m.Data); err != nil {
+		return nil, fmt.Errorf("%w: structured mode body on %s: %w", ErrInvalidEvent, m.Subject, err)
+	}
+	e := event.New()
+	if err := json.Unmarshal(m.Data, &e); err != nil {
+		return nil, fmt.Errorf("%w: structured mode body on %s: %w", ErrNotCloudEvent, m.Subject, err)
+	}
+	if v := e.SpecVersion(); v != event.CloudEventsVersionV1 {
+		return nil, fmt.Errorf("%w: specversion %q, want 1.0", ErrInvalidEvent, v)
+	}
+	normalize(&e)
+	if err := checkTime(e.Time()); err != nil {
+		return nil, err
+	}
+	if err := validate(&e); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	return &e, nil
+}
+
+// checkStructuredBody refuses what a JSON decoder would silently accept in a
+// structured mode event: bytes that are not UTF-8 (the JSON format requires
+// it; Go would replace them), an attribute given twice (in any case; the last
+// one would win), and both data and data_base64 (the format forbids it; one
+// would win).
+func checkStructuredBody(b []byte) error {
+	if !utf8.Valid(b) {
+		return errors.New("the JSON is not valid UTF-8")
+	}
+	if err := checkJSONStrings(b); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil // not an object: the decoder says why
+	}
+	seen := map[string]string{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, _ := t.(string)
+		lk := strings.ToLower(key)
+		if prev, dup := seen[lk]; dup {
+			return fmt.Errorf("attribute %q appears more than once (as %q and %q)", lk, prev, key)
+		}
+		seen[lk] = key
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	if _, d := seen["data"]; d {
+		if _, d64 := seen["data_base64"]; d64 {
+			return errors.New("both data and data_base64 are present; the JSON event format allows one")
+		}
+	}
+	return nil
+}
+
 // EncodeStructured renders e in structured content mode; tests and upstream
 // producers that prefer it use this.
 func EncodeStructured(subject string, e *event.Event) (*nats.Msg, error) {
 	if err := validate(e); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
-	if e.DataBase64 && isJSONMedia(mediaType(e)) && json.Valid(e.Data()) {
+	if err := checkUTF8(e); err != nil {
+		return nil, err
+	}
+	if e.DataBase64 && isJSONMedia(mediaType(e)) && json.Valid(e.Data()) && utf8.Valid(e.Data()) && checkJSONStrings(e.Data()) == nil {
 		// SetData marks bytes as binary, but JSON data belongs under "data" as
-		// a JSON value (JSON event format 3.1.1), not base64 under "data_base64".
+		// a JSON value (JSON event format 3.1.1), not base64 under
+		// "data_base64". JSON that a decoder would alter (bytes that are not
+		// UTF-8, lone surrogates) stays base64, byte for byte.
 		c := e.Clone()
 		c.DataBase64 = false
 		e = &c
@@ -181,6 +281,29 @@ func EncodeStructured(subject string, e *event.Event) (*nats.Msg, error) {
 	m.Header[HeaderMsgID] = []string{e.ID()}
 	m.Data = b
 	return m, nil
+}
+
+// checkUTF8 refuses an event with a string attribute that is not valid
+// UTF-8: a consumer must refuse it (binding 3.1.3.2), and JSON would replace
+// its bytes, so it is never sent.
+func checkUTF8(e *event.Event) error {
+	var bad []string
+	for _, a := range [...]struct{ name, v string }{{"id", e.ID()}, {"source", e.Source()}, {"type", e.Type()},
+		{"subject", e.Subject()}, {"dataschema", e.DataSchema()}, {"datacontenttype", e.DataContentType()}} {
+		if !utf8.ValidString(a.v) {
+			bad = append(bad, a.name)
+		}
+	}
+	for name, v := range extensions(e) {
+		if s, ok := v.(string); ok && !utf8.ValidString(s) {
+			bad = append(bad, name)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return fmt.Errorf("%w: attribute %s is not valid UTF-8", ErrInvalidEvent, strings.Join(bad, ", "))
 }
 
 // normalize applies to a structured mode event what the SDK's setters do to a
@@ -256,6 +379,55 @@ func percentEncode(s string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// headerValue decodes one attribute header, as the binding's section 3.1.3.2
+// says: double-quoted strings are unquoted first (RFC 7230 3.2.6, backslash
+// escapes included), then one round of percent-decoding; the result must be
+// valid UTF-8 (an overlong "%C0%A0" or a lone "%FF" is refused).
+func headerValue(raw string) (string, error) {
+	v, err := unquote(raw)
+	if err != nil {
+		return "", err
+	}
+	v, err = percentDecode(v)
+	if err != nil {
+		return "", err
+	}
+	if !utf8.ValidString(v) {
+		return "", fmt.Errorf("value %q is not valid UTF-8 once percent-decoded", raw)
+	}
+	return v, nil
+}
+
+// unquote removes the double-quoted strings of a header value (RFC 7230
+// 3.2.6): the quotes go, and inside them a backslash takes the next byte as
+// it is. Text outside quotes is kept as it is.
+func unquote(s string) (string, error) {
+	if !strings.Contains(s, `"`) {
+		return s, nil
+	}
+	var b strings.Builder
+	in := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"':
+			in = !in
+		case in && c == '\\':
+			if i+1 == len(s) {
+				return "", fmt.Errorf("value %q ends inside a backslash escape", s)
+			}
+			i++
+			b.WriteByte(s[i])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	if in {
+		return "", fmt.Errorf("value %q has an unterminated double-quoted string", s)
+	}
+	return b.String(), nil
 }
 
 func percentDecode(s string) (string, error) {

@@ -57,6 +57,13 @@ func FuzzDecode(f *testing.F) {
 	f.Add("content-type: application/cloudevents+json\n", []byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","n":5,"b":true,"data_base64":"AAE="}`))
 	f.Add("content-type: application/cloudevents+json\n", []byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","datacontenttype":"text/plain","data":"hi"}`))
 	f.Add("", []byte("junk"))
+	// The boundary's classes: attributes given twice, quoted values, bytes
+	// that are not UTF-8, structured bodies that a decoder would pick from.
+	f.Add("ce-specversion: 1.0\nce-id: 1\nce-type: t\nCE-TYPE: u\nce-source: /s\n", []byte(`{}`))
+	f.Add("ce-specversion: 1.0\nce-id: \"a b\"\nce-type: t\nce-source: /s\n", []byte(`{}`))
+	f.Add("ce-specversion: 1.0\nce-id: %C0%A0\nce-type: t\nce-source: /s\n", []byte(`{}`))
+	f.Add("content-type: application/cloudevents+json\n", []byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","data":1,"data_base64":"AAE="}`))
+	f.Add("content-type: application/cloudevents+json\n", []byte(`{"specversion":"1.0","id":"\ud800","source":"/s","type":"t"}`))
 
 	f.Fuzz(func(t *testing.T, headers string, body []byte) {
 		m := &nats.Msg{Subject: "toolwire.fuzz", Header: parseHeaderBlob(headers), Data: body}

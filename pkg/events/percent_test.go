@@ -1,7 +1,9 @@
 package events
 
 import (
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -58,6 +60,32 @@ func FuzzPercent(f *testing.F) {
 		}
 		if dec != s {
 			t.Fatalf("percentDecode(percentEncode(%q)) = %q", s, dec)
+		}
+	})
+}
+
+// FuzzHeaderValue: a header value decodes to what was encoded exactly when
+// that was UTF-8, and is refused otherwise; a quoted form of a value decodes
+// to the value too.
+func FuzzHeaderValue(f *testing.F) {
+	for _, s := range []string{"", "abc", "a b", `"q"`, "100%", "ünï", "\xff", "\xc0\xa0", "\xed\xa0\x80", "🚀", `a\b`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		enc := percentEncode(s)
+		got, err := headerValue(enc)
+		if !utf8.ValidString(s) {
+			if err == nil {
+				t.Fatalf("headerValue(%q) accepted a value that is not UTF-8: %q", enc, got)
+			}
+			return
+		}
+		if err != nil || got != s {
+			t.Fatalf("headerValue(percentEncode(%q)) = %q, %v", s, got, err)
+		}
+		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(enc) + `"`
+		if got, err := headerValue(quoted); err != nil || got != s {
+			t.Fatalf("headerValue(%s) = %q, %v; want %q", quoted, got, err, s)
 		}
 	})
 }
