@@ -68,4 +68,3 @@ func hex4(b []byte, i int) (int, bool) {
 	}
 	return v, true
 }
-
