@@ -81,9 +81,10 @@ func serviceJob(callID, source string) events.SandboxJob {
 	}
 }
 
-// TestServiceAnswersJobs: two replicas share the jobs; each job gets exactly
-// one result, carrying the tenant and the runtime that ran it; python_exec is
-// registered.
+// TestServiceAnswersJobs: two replicas, whose start contexts have ended
+// (startService), share the jobs published after their start; each job gets
+// exactly one result, carrying the tenant and the runtime that ran it;
+// python_exec is registered; both replicas count on one set of metrics.
 func TestServiceAnswersJobs(t *testing.T) {
 	env := eventstest.Start(t)
 	metrics := prometheus.NewRegistry() // shared, as under toolwire dev
