@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -27,14 +28,14 @@ func knownEnv() map[string]bool {
 		common = append(common, v.Name)
 	}
 	lists := [][]string{common, orchestrator.EnvVars(), executor.EnvVars(),
-		executor.WebEnvVars(), recorder.EnvVars(), sandbox.EnvVars(),
+		executor.WebEnvVars(), recorder.EnvVars(),
 		{secrets.EnvMasterKeys, secrets.EnvMasterKeyID, recorder.EnvAdminToken}}
 	for _, list := range lists {
 		for _, v := range list {
 			m[v] = true
 		}
 	}
-	for _, v := range policy.EnvVars() {
+	for _, v := range slices.Concat(policy.EnvVars(), sandbox.EnvVars()) {
 		m[v.Name] = true
 	}
 	return m

@@ -225,14 +225,11 @@ func newExecutor(d service.Deps, cfg executor.Config, opts []executor.Option) (s
 }
 
 func newSandbox(d service.Deps, cfg *sandbox.Config) (service.Component, error) {
-	if cfg == nil {
-		c, err := sandbox.ConfigFromEnv(d.Getenv)
-		if err != nil {
-			return nil, err
-		}
-		cfg = &c
+	var opts []sandbox.Option
+	if cfg != nil {
+		opts = append(opts, func(c *sandbox.Config) { *c = *cfg })
 	}
-	return sandbox.New(d, *cfg)
+	return sandbox.Build(d, opts...)
 }
 
 func newPolicy(d service.Deps) (service.Component, error) {

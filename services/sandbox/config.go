@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // Environment variables read by ConfigFromEnv.
@@ -18,8 +20,8 @@ const (
 	EnvConcurrency = "TOOLWIRE_SANDBOX_CONCURRENCY"  // jobs at once per replica
 	EnvID          = "TOOLWIRE_SANDBOX_ID"           // replica id in results; default hostname-pid
 	EnvPython      = "TOOLWIRE_SANDBOX_PYTHON"       // python3 inside the sandbox
-	EnvBwrap       = "TOOLWIRE_SANDBOX_BWRAP"        // bwrap binary; default from PATH
-	EnvRunsc       = "TOOLWIRE_SANDBOX_RUNSC"        // runsc binary; default from PATH
+	EnvBwrap       = "TOOLWIRE_SANDBOX_BWRAP"        // bwrap binary; default found in the system's bin directories
+	EnvRunsc       = "TOOLWIRE_SANDBOX_RUNSC"        // runsc binary; default found in the system's bin directories
 	EnvPlatform    = "TOOLWIRE_SANDBOX_RUNSC_PLATFORM"
 	EnvStateDir    = "TOOLWIRE_SANDBOX_STATE_DIR" // bundles and runsc state
 	EnvUIDBase     = "TOOLWIRE_SANDBOX_UID_BASE"  // first host uid of the job slots (as root)
@@ -51,6 +53,22 @@ const (
 	// ranges (100000-165535 for the first user).
 	DefaultUIDBase = 3_000_000
 	maxConcurrency = 256
+	minUIDBase     = 1000
+	maxUIDBase     = 1<<31 - maxConcurrency
+	maxIDLen       = 128
+)
+
+// The values Config.Runtime, Config.Platform and Config.Cgroups accept.
+var (
+	runtimes    = []string{RuntimeAuto, RuntimeGVisor, RuntimeBwrap}
+	platforms   = []string{"ptrace", "systrap", "kvm"}
+	cgroupModes = []string{"auto", "off"}
+)
+
+// What a path setting wants.
+const (
+	wantAbsolute = "want an absolute path"
+	wantPython   = "want an absolute path inside the sandbox"
 )
 
 // DefaultLimits are the limits of a job when the deployment sets none.
@@ -80,8 +98,8 @@ type Config struct {
 	Source      string // CloudEvents source of the results
 	ID          string // replica id in results
 	Python      string // python3 path inside the sandbox (the host's /usr is mounted read-only)
-	Bwrap       string // "" looks bwrap up in PATH
-	Runsc       string // "" looks runsc up in PATH
+	Bwrap       string // "" looks for bwrap in /usr/bin, /usr/sbin, /usr/local/bin and /bin (never PATH)
+	Runsc       string // "" looks for runsc there too
 	Platform    string // runsc --platform: ptrace (default), systrap or kvm
 	StateDir    string // runsc bundles and state; default <tmp>/toolwire-sandbox
 	// UIDBase is the host uid of the first job slot: slot i runs as
@@ -95,13 +113,6 @@ type Config struct {
 	// Limits are the deployment's limits: every job's default, and the most
 	// a tool can ask for.
 	Limits Limits
-}
-
-// EnvVars lists the environment variables ConfigFromEnv reads.
-func EnvVars() []string {
-	return []string{EnvRuntime, EnvInsecureDev, EnvConcurrency, EnvID, EnvPython, EnvBwrap, EnvRunsc,
-		EnvPlatform, EnvStateDir, EnvUIDBase, EnvCgroups, EnvMemoryMB, EnvProcesses, EnvCPUSeconds,
-		EnvOpenFiles, EnvFileSizeMB, EnvDiskMB, EnvOutputKB, EnvStderrKB}
 }
 
 // DefaultConfig returns the configuration with every default filled in.
@@ -149,30 +160,26 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
-	switch c.Runtime {
-	case RuntimeAuto, RuntimeGVisor, RuntimeBwrap:
-	default:
-		errs = append(errs, fmt.Errorf("runtime %q: want auto, gvisor or bwrap", c.Runtime))
+	if !slices.Contains(runtimes, c.Runtime) {
+		errs = append(errs, fmt.Errorf("runtime %q: want one of %s", c.Runtime, strings.Join(runtimes, ", ")))
 	}
 	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
 		errs = append(errs, fmt.Errorf("concurrency %d: want 1 to %d", c.Concurrency, maxConcurrency))
 	}
 	if !filepath.IsAbs(c.Python) {
-		errs = append(errs, fmt.Errorf("python %q: want an absolute path inside the sandbox", c.Python))
+		errs = append(errs, fmt.Errorf("python %q: %s", c.Python, wantPython))
 	}
-	switch c.Platform {
-	case "ptrace", "systrap", "kvm":
-	default:
-		errs = append(errs, fmt.Errorf("runsc platform %q: want ptrace, systrap or kvm", c.Platform))
+	if !slices.Contains(platforms, c.Platform) {
+		errs = append(errs, fmt.Errorf("runsc platform %q: want one of %s", c.Platform, strings.Join(platforms, ", ")))
 	}
 	if !filepath.IsAbs(c.StateDir) {
-		errs = append(errs, fmt.Errorf("state dir %q: want an absolute path", c.StateDir))
+		errs = append(errs, fmt.Errorf("state dir %q: %s", c.StateDir, wantAbsolute))
 	}
-	if c.UIDBase < 1000 || c.UIDBase > 1<<31-maxConcurrency {
-		errs = append(errs, fmt.Errorf("uid base %d: want 1000 to %d", c.UIDBase, 1<<31-maxConcurrency))
+	if c.UIDBase < minUIDBase || c.UIDBase > maxUIDBase {
+		errs = append(errs, fmt.Errorf("uid base %d: want %d to %d", c.UIDBase, minUIDBase, maxUIDBase))
 	}
-	if c.Cgroups != "auto" && c.Cgroups != "off" {
-		errs = append(errs, fmt.Errorf("cgroups %q: want auto or off", c.Cgroups))
+	if !slices.Contains(cgroupModes, c.Cgroups) {
+		errs = append(errs, fmt.Errorf("cgroups %q: want one of %s", c.Cgroups, strings.Join(cgroupModes, ", ")))
 	}
 	if err := c.Limits.validate(); err != nil {
 		errs = append(errs, err)
@@ -180,52 +187,69 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ConfigFromEnv reads the configuration from the environment, with defaults,
-// and reports every bad value at once.
+// ConfigFromEnv reads the configuration from the environment; unset
+// variables take their defaults. Every bad value is reported at once, by the
+// variable's name.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{
-		Runtime:  strings.TrimSpace(getenv(EnvRuntime)),
-		ID:       getenv(EnvID),
-		Python:   getenv(EnvPython),
-		Bwrap:    getenv(EnvBwrap),
-		Runsc:    getenv(EnvRunsc),
-		Platform: getenv(EnvPlatform),
-		StateDir: getenv(EnvStateDir),
-		Cgroups:  getenv(EnvCgroups),
+	var c Config
+	e := service.NewEnv(getenv)
+	e.Enum(EnvRuntime, runtimes, &c.Runtime)
+	e.Bool(EnvInsecureDev, &c.InsecureDev)
+	e.Int(EnvConcurrency, 1, maxConcurrency, &c.Concurrency)
+	e.Text(EnvID, maxIDLen, &c.ID)
+	absolute(e, EnvPython, wantPython, &c.Python)
+	// A runtime's binary is checked where it is used: one that is not
+	// there leaves that runtime out, with the reason, not the service.
+	e.String(EnvBwrap, &c.Bwrap)
+	e.String(EnvRunsc, &c.Runsc)
+	e.Enum(EnvPlatform, platforms, &c.Platform)
+	absolute(e, EnvStateDir, wantAbsolute, &c.StateDir)
+	e.Int(EnvUIDBase, minUIDBase, maxUIDBase, &c.UIDBase)
+	e.Enum(EnvCgroups, cgroupModes, &c.Cgroups)
+	l := &c.Limits
+	e.Scaled(EnvMemoryMB, 16, 1<<20, 1<<20, &l.MemoryBytes)
+	e.Int(EnvProcesses, 4, 1<<16, &l.Processes)
+	e.Int(EnvCPUSeconds, 1, 86400, &l.CPUSeconds)
+	e.Int(EnvOpenFiles, 16, 1<<20, &l.OpenFiles)
+	e.Scaled(EnvFileSizeMB, 1, 1<<20, 1<<20, &l.FileSizeBytes)
+	e.Scaled(EnvDiskMB, 1, 1<<20, 1<<20, &l.DiskBytes)
+	e.Scaled(EnvOutputKB, 1, 1<<20, 1<<10, &l.OutputBytes)
+	e.Int(EnvStderrKB, 1, 1<<10, &l.StderrBytes)
+	l.StderrBytes <<= 10 // counted in KiB; an int, where Scaled sets an int64
+	return c.withDefaults(), e.Err()
+}
+
+// absolute sets dst to the variable's value, an absolute path.
+func absolute(e *service.Env, name, want string, dst *string) {
+	if v, ok := e.Lookup(name); ok && !filepath.IsAbs(v) {
+		e.Fail(name, v, want)
+		return
 	}
-	var errs []error
-	num := func(name string, lo, hi int64, unit int64, set func(int64)) {
-		v := strings.TrimSpace(getenv(name))
-		if v == "" {
-			return
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < lo || n > hi {
-			errs = append(errs, fmt.Errorf("%s=%q: want a whole number from %d to %d", name, v, lo, hi))
-			return
-		}
-		set(n * unit)
+	e.String(name, dst)
+}
+
+// EnvVars documents the variables ConfigFromEnv reads, besides the common
+// ones of every service (service.CommonEnvVars).
+func EnvVars() []service.Var {
+	return []service.Var{
+		{Name: EnvRuntime, Help: "runtime of the jobs that name none: auto (gvisor where it works, else bwrap), gvisor or bwrap", Example: "bwrap"},
+		{Name: EnvInsecureDev, Help: "1: with no runtime working, run code WITHOUT ISOLATION (development machines only; default 0)", Example: "1"},
+		{Name: EnvConcurrency, Help: "jobs at once per replica, one job uid each (default 4)", Example: "8"},
+		{Name: EnvID, Help: "the replica's id in results (default <hostname>-<pid>)", Example: "sandbox-1"},
+		{Name: EnvPython, Help: "python3's path inside the sandbox (default /usr/bin/python3)", Example: "/usr/local/bin/python3"},
+		{Name: EnvBwrap, Help: "the bwrap binary (default: found in /usr/bin, /usr/sbin, /usr/local/bin, /bin)", Example: "/opt/bwrap/bin/bwrap"},
+		{Name: EnvRunsc, Help: "the runsc binary (default: found in /usr/bin, /usr/sbin, /usr/local/bin, /bin)", Example: "/opt/gvisor/bin/runsc"},
+		{Name: EnvPlatform, Help: "runsc --platform: ptrace (default), systrap or kvm", Example: "systrap"},
+		{Name: EnvStateDir, Help: "runsc's state and the jobs' bundles (default $TMPDIR/toolwire-sandbox)", Example: "/var/lib/toolwire-sandbox"},
+		{Name: EnvUIDBase, Help: "the first host uid of the job slots, when the service runs as root (default 3000000)", Example: "4000000"},
+		{Name: EnvCgroups, Help: "auto (default): a cgroup per job where the host allows; off: rlimits only", Example: "off"},
+		{Name: EnvMemoryMB, Help: "memory of a job in MiB: every job's default and maximum (default 256)", Example: "512"},
+		{Name: EnvProcesses, Help: "processes and threads of a job (default 64)", Example: "128"},
+		{Name: EnvCPUSeconds, Help: "CPU seconds of each process of a job (default 60)", Example: "30"},
+		{Name: EnvOpenFiles, Help: "open files of a job (default 64)", Example: "256"},
+		{Name: EnvFileSizeMB, Help: "largest file a job writes, in MiB (default 16)", Example: "8"},
+		{Name: EnvDiskMB, Help: "size of a job's work directory in MiB (default 32)", Example: "64"},
+		{Name: EnvOutputKB, Help: "stdout of a job in KiB; more kills it (default 1024)", Example: "256"},
+		{Name: EnvStderrKB, Help: "the end of stderr kept as a diagnostic, in KiB (default 8)", Example: "16"},
 	}
-	switch v := strings.ToLower(strings.TrimSpace(getenv(EnvInsecureDev))); v {
-	case "", "0", "false", "no":
-	case "1", "true", "yes":
-		c.InsecureDev = true
-	default:
-		errs = append(errs, fmt.Errorf("%s=%q: want 1 or 0", EnvInsecureDev, v))
-	}
-	num(EnvConcurrency, 1, maxConcurrency, 1, func(n int64) { c.Concurrency = int(n) })
-	num(EnvUIDBase, 1000, 1<<31-maxConcurrency, 1, func(n int64) { c.UIDBase = int(n) })
-	num(EnvMemoryMB, 16, 1<<20, 1<<20, func(n int64) { c.Limits.MemoryBytes = n })
-	num(EnvProcesses, 4, 1<<16, 1, func(n int64) { c.Limits.Processes = int(n) })
-	num(EnvCPUSeconds, 1, 86400, 1, func(n int64) { c.Limits.CPUSeconds = int(n) })
-	num(EnvOpenFiles, 16, 1<<20, 1, func(n int64) { c.Limits.OpenFiles = int(n) })
-	num(EnvFileSizeMB, 1, 1<<20, 1<<20, func(n int64) { c.Limits.FileSizeBytes = n })
-	num(EnvDiskMB, 1, 1<<20, 1<<20, func(n int64) { c.Limits.DiskBytes = n })
-	num(EnvOutputKB, 1, 1<<20, 1<<10, func(n int64) { c.Limits.OutputBytes = n })
-	num(EnvStderrKB, 1, 1<<10, 1<<10, func(n int64) { c.Limits.StderrBytes = int(n) })
-	if len(errs) > 0 {
-		return c, errors.Join(errs...)
-	}
-	c = c.withDefaults()
-	return c, c.Validate()
 }

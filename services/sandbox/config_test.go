@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -41,15 +42,15 @@ func TestConfigFromEnv(t *testing.T) {
 		env map[string]string
 		msg string
 	}{
-		{map[string]string{EnvRuntime: "docker"}, `runtime "docker": want auto, gvisor or bwrap`},
+		{map[string]string{EnvRuntime: "docker"}, EnvRuntime + `="docker": want one of auto, gvisor, bwrap`},
 		{map[string]string{EnvInsecureDev: "maybe"}, EnvInsecureDev + `="maybe": want 1 or 0`},
 		{map[string]string{EnvConcurrency: "0"}, EnvConcurrency + `="0": want a whole number from 1 to 256`},
 		{map[string]string{EnvMemoryMB: "8"}, EnvMemoryMB + `="8"`},
 		{map[string]string{EnvProcesses: "lots"}, EnvProcesses + `="lots"`},
-		{map[string]string{EnvPython: "python3"}, `python "python3": want an absolute path`},
-		{map[string]string{EnvPlatform: "firecracker"}, `runsc platform "firecracker"`},
-		{map[string]string{EnvStateDir: "state"}, `state dir "state": want an absolute path`},
-		{map[string]string{EnvCgroups: "v1"}, `cgroups "v1": want auto or off`},
+		{map[string]string{EnvPython: "python3"}, EnvPython + `="python3": want an absolute path inside the sandbox`},
+		{map[string]string{EnvPlatform: "firecracker"}, EnvPlatform + `="firecracker": want one of ptrace, systrap, kvm`},
+		{map[string]string{EnvStateDir: "state"}, EnvStateDir + `="state": want an absolute path`},
+		{map[string]string{EnvCgroups: "v1"}, EnvCgroups + `="v1": want one of auto, off`},
 		{map[string]string{EnvUIDBase: "10"}, EnvUIDBase + `="10"`},
 	} {
 		_, err := ConfigFromEnv(env(bad.env))
@@ -60,6 +61,33 @@ func TestConfigFromEnv(t *testing.T) {
 	require.ErrorContains(t, err, EnvConcurrency)
 	require.ErrorContains(t, err, EnvDiskMB)
 	require.Len(t, EnvVars(), 19)
+}
+
+// TestConfigValidate: a Config built in code (stack.Options, tests) is
+// checked by New as the environment's is by ConfigFromEnv.
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, Config{}.Validate())
+	for _, bad := range []struct {
+		cfg Config
+		msg string
+	}{
+		{Config{Runtime: "docker"}, `runtime "docker": want one of auto, gvisor, bwrap`},
+		{Config{Python: "python3"}, `python "python3": want an absolute path inside the sandbox`},
+		{Config{Platform: "firecracker"}, `runsc platform "firecracker": want one of ptrace, systrap, kvm`},
+		{Config{StateDir: "state"}, `state dir "state": want an absolute path`},
+		{Config{Cgroups: "v1"}, `cgroups "v1": want one of auto, off`},
+		{Config{UIDBase: 10}, `uid base 10: want 1000 to 2147483392`},
+		{Config{Concurrency: 1000}, `concurrency 1000: want 1 to 256`},
+		{Config{Limits: Limits{MemoryBytes: 1 << 20}}, `memory limit 1048576 bytes: want at least 16 MiB`},
+	} {
+		require.ErrorContains(t, bad.cfg.Validate(), bad.msg)
+	}
+}
+
+// TestEnvVars: every variable EnvVars documents is read by ConfigFromEnv,
+// and its example is accepted and changes the configuration.
+func TestEnvVars(t *testing.T) {
+	servicetest.VarsTakeEffect(t, EnvVars(), ConfigFromEnv)
 }
 
 func TestLimitsForJob(t *testing.T) {

@@ -33,4 +33,27 @@
 // CPU; v2, else v1). When the job ends, every process of it is killed (the
 // cgroup, the process group, the job uid's processes, runsc's container) and
 // checked to be gone.
+//
+// # Configuration
+//
+// New(Deps, Config) reads no environment; Build reads the Config from
+// Deps.Getenv (ConfigFromEnv: the TOOLWIRE_SANDBOX_* variables EnvVars
+// documents), applies its options and calls New. The binary and `toolwire
+// dev` both run Build.
+//
+// # Where things are
+//
+//   - the service (a consumer of jobs around the engine): service.go,
+//     config.go, metrics.go, python_exec.go;
+//   - the engine (runtime choice, job slots, limits, results): engine.go,
+//     limits.go, classify.go;
+//   - the runtimes and what they share: runtime.go (the interface, the
+//     sandbox's layout), gvisor.go, bwrap.go with seccomp.go, insecure.go,
+//     and process.go (the supervisor every runtime starts its process
+//     under), cgroup.go and uids.go (the job's cgroup and host uid).
+//
+// It is one package on purpose: the runtimes share the supervisor, the job
+// slots and the cgroups through unexported types that a package boundary
+// would have to export, no other package runs jobs without the service, and
+// the escape suite checks the host through the same internals.
 package sandbox

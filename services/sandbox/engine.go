@@ -139,9 +139,23 @@ func NewEngine(ctx context.Context, cfg Config, log *slog.Logger) (*Engine, erro
 	return e, nil
 }
 
-// Close releases the engine's job uids. Jobs must be over.
+// Close ends the engine: it takes every job slot, so that no job starts
+// after it, and releases the job uids. A job still running (a drain that ran
+// out of time) keeps its slot, and then every uid stays claimed until the
+// process ends: another service process must not hand a uid to a new job
+// while processes of an old one may still run as it.
 func (e *Engine) Close() {
 	e.closed.Do(func() {
+		for range cap(e.slots) {
+			select {
+			case <-e.slots:
+			default:
+				if e.uids != nil {
+					e.log.Warn("sandbox jobs still run: their uids stay claimed until the process ends")
+				}
+				return
+			}
+		}
 		if e.uids != nil {
 			e.uids.release()
 		}

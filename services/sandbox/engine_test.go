@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"strings"
@@ -210,4 +211,34 @@ func TestJobLimitsOnlyTighten(t *testing.T) {
 		require.Nil(t, res.Error, "stderr: %s", res.Stderr)
 		require.JSONEq(t, `[67108864, 64]`, string(res.Output), rt)
 	}
+}
+
+// TestCloseKeepsUIDsOfRunningJobs: an engine closed while a job still runs
+// (a shutdown whose drain ran out of time) keeps its job uids claimed, so
+// that no other service process hands one to a new job while the old job's
+// processes may still run as it; closed idle, it releases them.
+func TestCloseKeepsUIDsOfRunningJobs(t *testing.T) {
+	e := newTestEngine(t, Config{Concurrency: 1})
+	uids := e.UIDs()
+	require.Len(t, uids, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Run(ctx, testJob(RuntimeBwrap, "import time\ntime.sleep(600)", "", time.Minute))
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return len(processesOf(uids[0])) > 0 }, time.Minute, 10*time.Millisecond,
+		"the job never ran as its slot's uid")
+	e.Close()
+	require.Equal(t, uids, e.UIDs(), "a running job's uid stays claimed")
+	cancel()
+	require.ErrorIs(t, <-done, errInterrupted)
+	require.Empty(t, processesOf(uids[0]))
+	require.Equal(t, uids, e.UIDs(), "claimed until the process ends")
+
+	idle := newTestEngine(t, Config{Concurrency: 1})
+	require.Len(t, idle.UIDs(), 1)
+	idle.Close()
+	require.Empty(t, idle.UIDs(), "an idle engine releases its uids")
 }

@@ -226,6 +226,8 @@ func (g *gvisorRuntime) Run(ctx context.Context, x *execution) (procResult, erro
 		Kill:       func(ctx context.Context) { g.delete(ctx, flags, x.ID) },
 	})
 	if err == nil {
+		// The check outlives ctx (a shutdown that comes as the job ends still
+		// deletes a leftover container); gone bounds itself.
 		if cerr := g.gone(context.WithoutCancel(ctx), flags, x.ID); cerr != nil {
 			res.Leftovers = errors.Join(res.Leftovers, cerr)
 		}

@@ -115,6 +115,8 @@ func runProcess(ctx context.Context, spec procSpec) (res procResult, err error) 
 			return
 		}
 		cgroupRemoved = true
+		// The removal outlives ctx (a job interrupted by a shutdown still
+		// leaves no cgroup), bounded of its own.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := spec.Cgroup.remove(rctx); err != nil {
@@ -165,8 +167,14 @@ func runProcess(ctx context.Context, spec procSpec) (res procResult, err error) 
 			"--clear-groups", "--")
 	}
 	args = append(append(args, spec.Path), spec.Args...)
-	// The job is killed by the supervisor below, not by ctx.
-	cmd := exec.CommandContext(context.WithoutCancel(ctx), gateShell, args...) //nolint:gosec // fixed script; the runtime's argv is passed as "$@", never parsed by the shell
+	// Cleanup outlives ctx (a shutdown still cleans up), bounded of its own.
+	cleanupCtx, cancelCleanup := context.WithTimeout(context.WithoutCancel(ctx), spec.Timeout+time.Minute)
+	defer cancelCleanup()
+	// The supervisor below ends the job, at its timeout or when ctx ends, so
+	// that the runtime may stop gracefully first: ctx must not kill the
+	// process. cleanupCtx only backstops the supervisor: whatever happens,
+	// the process is killed a minute after its timeout.
+	cmd := exec.CommandContext(cleanupCtx, gateShell, args...) //nolint:gosec // fixed script; the runtime's argv is passed as "$@", never parsed by the shell
 	cmd.Env = env
 	cmd.Dir = spec.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
@@ -181,9 +189,6 @@ func runProcess(ctx context.Context, spec procSpec) (res procResult, err error) 
 		_ = f.Close()
 	}
 
-	// Cleanup outlives ctx (a shutdown still cleans up), bounded of its own.
-	cleanupCtx, cancelCleanup := context.WithTimeout(context.WithoutCancel(ctx), spec.Timeout+time.Minute)
-	defer cancelCleanup()
 	var killMu sync.Mutex
 	// killAll ends every process of the job: the cgroup, the process group,
 	// and the runtime's own way. While the runtime process still runs, the

@@ -108,7 +108,8 @@ func systemFiles() []string {
 	return out
 }
 
-// lookPath resolves a runtime's binary: the configured path, or name in PATH.
+// lookPath resolves a runtime's binary: the configured path, or name in the
+// system's bin directories (PATH is not searched).
 func lookPath(configured, name string) (string, error) {
 	if configured != "" {
 		if !filepath.IsAbs(configured) {

@@ -1,28 +1,12 @@
 // Command sandbox runs toolwire's sandbox service as its own process: it runs
 // the code of sandbox jobs in gVisor (runsc) or bubblewrap, configured by the
-// TOOLWIRE_SANDBOX_* environment (see the README's "Sandbox" section).
+// TOOLWIRE_SANDBOX_* environment (see the README's "Sandbox" section, and
+// sandbox.EnvVars).
 package main
 
 import (
-	"context"
-	"net/http"
-
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/sandbox"
 )
 
-func main() {
-	service.Main("sandbox", ":8084", build)
-}
-
-func build(_ context.Context, d service.Deps) (service.Component, http.Handler, error) {
-	cfg, err := sandbox.ConfigFromEnv(d.Getenv)
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := sandbox.New(d, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, nil, nil
-}
+func main() { service.Main("sandbox", ":8084", service.Builder(sandbox.Build)) }

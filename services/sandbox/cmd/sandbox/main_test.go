@@ -9,12 +9,20 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/sandbox"
 )
+
+// TestMain fails the package when a test leaves a goroutine behind: Run must
+// stop the service, its consumer and its connection.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// build is what main runs.
+var build = service.Builder(sandbox.Build)
 
 func mapEnv(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
@@ -63,5 +71,5 @@ func TestRun(t *testing.T) {
 
 func TestBuildRejectsBadConfig(t *testing.T) {
 	_, _, err := build(t.Context(), service.Deps{Getenv: mapEnv(map[string]string{sandbox.EnvRuntime: "docker"})})
-	require.ErrorContains(t, err, `runtime "docker": want auto, gvisor or bwrap`)
+	require.ErrorContains(t, err, sandbox.EnvRuntime+`="docker": want one of auto, gvisor, bwrap`)
 }

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -28,11 +26,10 @@ const (
 	FilterRequested = events.Prefix + ".sandbox.*.*.requested"
 )
 
-// ErrStopped is returned by Start after Stop.
-var ErrStopped = errors.New("sandbox: stopped")
-
 // Service is the sandbox service: Start it once, Stop it to drain.
 type Service struct {
+	service.Lifecycle
+
 	cfg     Config
 	js      jetstream.JetStream
 	log     *slog.Logger
@@ -40,80 +37,74 @@ type Service struct {
 	metrics *metrics
 	pub     *events.Publisher
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	engine  *Engine
+	engine  atomic.Pointer[Engine] // set by Start
 	stream  jetstream.Stream
-	runner  *events.Runner
-
-	stopOnce sync.Once
-	stopErr  error
+	runners events.Runners
 }
 
-// New builds the sandbox service. Zero fields of cfg take their defaults.
+// New returns a sandbox service on d's JetStream. Zero fields of cfg take
+// their defaults. It registers its metrics on d.Metrics (when set), reads no
+// environment and does no I/O: Start finds the runtimes and connects it.
 func New(d service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sandbox config: %w", err)
 	}
 	if d.JS == nil {
-		return nil, errors.New("sandbox: no JetStream connection")
+		return nil, errors.New("sandbox: Deps.JS is required")
 	}
-	log := d.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	tp := d.Tracer
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
+	d = d.WithDefaults()
 	m, err := newMetrics(d.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	return &Service{
-		cfg: cfg, js: d.JS, log: log, metrics: m,
-		tracer: tp.Tracer("toolwire/sandbox"),
+		cfg: cfg, js: d.JS, log: d.Log, metrics: m,
+		tracer: d.Tracer.Tracer("toolwire/sandbox"),
 		pub:    events.NewPublisher(d.JS),
 	}, nil
 }
 
-// Engine returns the service's engine once started (nil before).
-func (s *Service) Engine() *Engine {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.engine
+// Option adjusts the configuration Build read from the environment.
+type Option func(*Config)
+
+// Build reads the configuration from d.Getenv, applies opts and calls New. It
+// is what the sandbox binary and `toolwire dev` run.
+func Build(d service.Deps, opts ...Option) (*Service, error) {
+	cfg, err := ConfigFromEnv(d.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox configuration: %w", err)
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return New(d, cfg)
 }
 
+// Config returns the configuration the service runs with.
+func (s *Service) Config() Config { return s.cfg }
+
+// Engine returns the service's engine once started (nil before).
+func (s *Service) Engine() *Engine { return s.engine.Load() }
+
 // Start finds the runtimes that work here (a trial job in each), registers
-// python_exec, and starts consuming jobs.
+// python_exec, and starts consuming jobs. ctx bounds the start (the trial
+// jobs included); the consumer runs until Stop.
 func (s *Service) Start(ctx context.Context) (err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.stopped:
-		return ErrStopped
-	case s.started:
-		return errors.New("sandbox: already started")
+	if _, err := s.Starting(ctx); err != nil {
+		return fmt.Errorf("sandbox: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			s.stopped = true
-		}
-	}()
-	s.engine, err = NewEngine(ctx, s.cfg, s.log)
+	defer func() { err = s.Started(ctx, err) }()
+	engine, err := NewEngine(ctx, s.cfg, s.log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			s.engine.Close()
-		}
-	}()
+	s.engine.Store(engine)
+	// Registered first, so it runs last: after the consumer has drained.
+	s.OnStopFunc(engine.Close)
 	for _, n := range []string{RuntimeGVisor, RuntimeBwrap} {
 		v := 0.0
-		if s.engine.Problem(n) == nil {
+		if engine.Problem(n) == nil {
 			v = 1
 		}
 		s.metrics.available.WithLabelValues(n).Set(v)
@@ -129,7 +120,8 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", events.StreamSandbox, err)
 	}
-	s.runner, err = events.NewRunner(s.js, events.RunnerConfig{
+	s.OnStop(s.runners.Stop)
+	if _, err := s.runners.Start(ctx, s.js, events.RunnerConfig{
 		Spec: events.ConsumerSpec{
 			Stream: events.StreamSandbox, Durable: Durable, Filters: []string{FilterRequested},
 			// A job is code that may crash its sandbox: a few tries, then the
@@ -139,42 +131,12 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		Handler:     s.handle,
 		Concurrency: s.cfg.Concurrency,
 		Logger:      s.log,
-	})
-	if err != nil {
-		return err
+	}); err != nil {
+		return fmt.Errorf("sandbox: start %s: %w", Durable, err)
 	}
-	if err := s.runner.Start(ctx); err != nil {
-		s.runner = nil
-		return err
-	}
-	s.started = true
-	s.log.Info("sandbox started", "id", s.cfg.ID, "runtime", s.engine.Runtime(), "available", s.engine.Available(),
-		"concurrency", s.cfg.Concurrency, "cgroups", s.engine.Cgroups())
+	s.log.Info("sandbox started", "id", s.cfg.ID, "runtime", engine.Runtime(), "available", engine.Available(),
+		"concurrency", s.cfg.Concurrency, "cgroups", engine.Cgroups())
 	return nil
-}
-
-// Stop stops pulling jobs and waits (bounded by ctx) for the jobs in flight.
-// It is idempotent.
-func (s *Service) Stop(ctx context.Context) error {
-	s.stopOnce.Do(func() {
-		s.mu.Lock()
-		s.stopped = true
-		runner, started := s.runner, s.started
-		s.mu.Unlock()
-		if runner != nil {
-			s.stopErr = runner.Stop(ctx)
-		}
-		s.mu.Lock()
-		if s.engine != nil && s.stopErr == nil {
-			// Jobs still running after a bounded drain keep their uids.
-			s.engine.Close()
-		}
-		s.mu.Unlock()
-		if started {
-			s.log.Info("sandbox stopped", "err", s.stopErr)
-		}
-	})
-	return s.stopErr
 }
 
 // handle runs one job and publishes its result. It returns an error
@@ -220,7 +182,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 		res = events.SandboxResult{RunID: job.RunID, CallID: job.CallID, Worker: s.cfg.ID,
 			Error: envelope.NewToolError(envelope.CodeSandboxError, "the sandbox refused the job: %v", err)}
 	} else {
-		res, err = s.engine.Run(ctx, &job)
+		res, err = s.engine.Load().Run(ctx, &job)
 		if err != nil {
 			span.SetStatus(codes.Error, "interrupted")
 			return fmt.Errorf("job %s/%s: %w", job.RunID, job.CallID, err)
@@ -256,66 +218,4 @@ func (s *Service) completed(ctx context.Context, job *events.SandboxJob) (bool, 
 		return false, events.Permanent(err)
 	}
 	return events.Stored(ctx, s.stream, subj)
-}
-
-func runtimeLabel(r string) string {
-	if r == "" {
-		return "none"
-	}
-	return r
-}
-
-type metrics struct {
-	jobs      *prometheus.CounterVec
-	duration  *prometheus.HistogramVec
-	inFlight  prometheus.Gauge
-	available *prometheus.GaugeVec
-}
-
-// newMetrics registers the sandbox's metrics on reg; services sharing a
-// registry share the collectors.
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
-		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "toolwire", Subsystem: "sandbox", Name: "jobs_total",
-			Help: "Sandbox jobs run, by runtime and outcome (ok, or the error code and the limit hit).",
-		}, []string{"runtime", "outcome"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "toolwire", Subsystem: "sandbox", Name: "job_duration_seconds",
-			Help:    "Wall time of sandbox jobs, start of the runtime included, by runtime.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14), // 10ms to ~80s
-		}, []string{"runtime"}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "toolwire", Subsystem: "sandbox", Name: "jobs_in_flight",
-			Help: "Sandbox jobs being run by this process.",
-		}),
-		available: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "toolwire", Subsystem: "sandbox", Name: "runtime_available",
-			Help: "1 when the runtime passed its trial job at start, else 0.",
-		}, []string{"runtime"}),
-	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.jobs, m.duration, m.inFlight, m.available} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, fmt.Errorf("sandbox metrics: %w", err)
-			}
-			switch existing := are.ExistingCollector.(type) {
-			case *prometheus.CounterVec:
-				if c == m.jobs {
-					m.jobs = existing
-				}
-			case *prometheus.HistogramVec:
-				m.duration = existing
-			case prometheus.Gauge:
-				m.inFlight = existing
-			case *prometheus.GaugeVec:
-				m.available = existing
-			}
-		}
-	}
-	return m, nil
 }

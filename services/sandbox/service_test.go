@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -21,19 +22,22 @@ import (
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
-// startService starts a sandbox service on env and stops it at cleanup.
-func startService(t *testing.T, env *eventstest.Env, id string) *Service {
+// startService starts a sandbox service on env, registering its metrics on
+// reg, and stops it at cleanup. Every service test runs on a service whose
+// start context ended right after Start: the consumer hangs off the
+// service's lifetime, never off the start-up context.
+func startService(t *testing.T, env *eventstest.Env, id string, reg prometheus.Registerer) *Service {
 	t.Helper()
 	newTestEngine(t, Config{}) // fails (or skips) the test when the runtimes do not work here
 	s, err := New(service.Deps{
 		JS:      env.JetStream(t),
 		Log:     slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Metrics: prometheus.NewRegistry(),
+		Metrics: reg,
 	}, Config{ID: id, StateDir: t.TempDir(), Limits: testLimits(), Concurrency: 2})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	require.NoError(t, s.Start(ctx))
+	startCtx, endStart := context.WithTimeout(context.Background(), 2*time.Minute)
+	require.NoError(t, s.Start(startCtx))
+	endStart()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -77,13 +81,15 @@ func serviceJob(callID, source string) events.SandboxJob {
 	}
 }
 
-// TestServiceAnswersJobs: two replicas share the jobs; each job gets exactly
-// one result, carrying the tenant and the runtime that ran it; python_exec is
-// registered.
+// TestServiceAnswersJobs: two replicas, whose start contexts have ended
+// (startService), share the jobs published after their start; each job gets
+// exactly one result, carrying the tenant and the runtime that ran it;
+// python_exec is registered; both replicas count on one set of metrics.
 func TestServiceAnswersJobs(t *testing.T) {
 	env := eventstest.Start(t)
-	startService(t, env, "sandbox-a")
-	startService(t, env, "sandbox-b")
+	metrics := prometheus.NewRegistry() // shared, as under toolwire dev
+	a := startService(t, env, "sandbox-a", metrics)
+	startService(t, env, "sandbox-b", metrics)
 
 	const n = 6
 	src := "import json, sys\nd = json.load(sys.stdin)\nprint(json.dumps(d['a'] + d['b']))"
@@ -99,6 +105,13 @@ func TestServiceAnswersJobs(t *testing.T) {
 		require.Equal(t, "acme/ws/u1", events.Ext(e, events.ExtTenantID))
 		require.Equal(t, "run-svc/"+fmt.Sprintf("c%d", i)+"/sandbox/completed", e.ID())
 	}
+	// Both replicas count on the same collectors, named by the one scheme.
+	require.Equal(t, float64(n), testutil.ToFloat64(a.metrics.jobs.WithLabelValues(RuntimeGVisor, "ok")))
+	require.Equal(t, 1.0, testutil.ToFloat64(a.metrics.available.WithLabelValues(RuntimeBwrap)))
+	count, err := testutil.GatherAndCount(metrics, "toolwire_sandbox_jobs_total", "toolwire_sandbox_job_duration_seconds",
+		"toolwire_sandbox_jobs_in_flight", "toolwire_sandbox_runtime_available")
+	require.NoError(t, err)
+	require.Equal(t, 1+1+1+2, count, "series: jobs (gvisor, ok), duration (gvisor), in flight, available (gvisor, bwrap)")
 	// Exactly one result per job, also after a republish (deduplicated).
 	publishJob(t, env.JS, serviceJob("c0", src))
 	info, err := env.JS.Stream(t.Context(), events.StreamSandbox)
@@ -122,7 +135,8 @@ func TestServiceAnswersJobs(t *testing.T) {
 // a job, unsafe ids) goes to the dead letters, and the service goes on.
 func TestServiceRejects(t *testing.T) {
 	env := eventstest.Start(t)
-	startService(t, env, "sandbox-r")
+	s := startService(t, env, "sandbox-r", prometheus.NewRegistry())
+	require.ErrorIs(t, s.Start(t.Context()), service.ErrAlreadyStarted)
 
 	bad := serviceJob("bad1", "print(1)")
 	bad.Language = "ruby"
@@ -159,4 +173,42 @@ func TestServiceRejects(t *testing.T) {
 	publishJob(t, env.JS, serviceJob("600d", "print(7)"))
 	res, _ = awaitResult(t, env.JS, "run-svc", "600d")
 	require.JSONEq(t, `7`, string(res.Output))
+}
+
+// TestBuild: Build reads the configuration from Deps.Getenv, the options
+// adjust it, and Config reports what the service runs with; a bad variable
+// or a bad option is refused before anything starts.
+func TestBuild(t *testing.T) {
+	env := eventstest.Start(t)
+	getenv := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	d := service.Deps{JS: env.JetStream(t), Getenv: getenv(map[string]string{EnvConcurrency: "3", EnvCgroups: "off"})}
+	dir := t.TempDir()
+	s, err := Build(d, func(c *Config) { c.StateDir = dir })
+	require.NoError(t, err)
+	cfg := s.Config()
+	require.Equal(t, 3, cfg.Concurrency)
+	require.Equal(t, "off", cfg.Cgroups)
+	require.Equal(t, dir, cfg.StateDir)
+	require.Equal(t, DefaultLimits(), cfg.Limits)
+
+	d.Getenv = getenv(map[string]string{EnvConcurrency: "many", EnvDiskMB: "0"})
+	_, err = Build(d)
+	require.ErrorContains(t, err, EnvConcurrency+`="many"`)
+	require.ErrorContains(t, err, EnvDiskMB+`="0"`)
+
+	d.Getenv = nil
+	_, err = Build(d, func(c *Config) { c.Runtime = "docker" })
+	require.ErrorContains(t, err, `runtime "docker"`)
+}
+
+// TestStartAfterStop: a stopped service cannot start again, and a second
+// Stop returns the first one's result.
+func TestStartAfterStop(t *testing.T) {
+	env := eventstest.Start(t)
+	s, err := New(service.Deps{JS: env.JetStream(t)}, Config{StateDir: t.TempDir()})
+	require.NoError(t, err)
+	require.NoError(t, s.Stop(t.Context()))
+	require.ErrorIs(t, s.Start(t.Context()), service.ErrStopped)
+	require.NoError(t, s.Stop(t.Context()))
+	require.Nil(t, s.Engine(), "nothing was started")
 }
