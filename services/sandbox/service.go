@@ -22,8 +22,6 @@ import (
 const (
 	// Durable is the name of the sandbox replicas' shared consumer.
 	Durable = "sandbox"
-	// FilterRequested selects the sandbox jobs.
-	FilterRequested = events.Prefix + ".sandbox.*.*.requested"
 )
 
 // Service is the sandbox service: Start it once, Stop it to drain.
@@ -123,7 +121,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	s.OnStop(s.runners.Stop)
 	if _, err := s.runners.Start(ctx, s.js, events.RunnerConfig{
 		Spec: events.ConsumerSpec{
-			Stream: events.StreamSandbox, Durable: Durable, Filters: []string{FilterRequested},
+			Stream: events.StreamSandbox, Durable: Durable, Filters: events.Filters(events.FilterSandboxRequested),
 			// A job is code that may crash its sandbox: a few tries, then the
 			// dead letters.
 			MaxDeliver: 4,
