@@ -126,6 +126,11 @@ func newDLQShowCmd(f *dlqFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				// An oversized dead letter's message and body are in the
+				// object store: show them.
+				if d, err = events.LoadDeadLetter(ctx, js, d); err != nil {
+					return err
+				}
 				if f.jsonOut {
 					return dlqWriteJSON(cmd.OutOrStdout(), d)
 				}
@@ -223,6 +228,12 @@ func printDeadLetter(w io.Writer, d events.DeadLetter) error {
 		{"deliveries", strconv.FormatUint(d.Deliveries, 10)},
 		{"dead at", d.DeadAt.Format(time.RFC3339Nano)},
 		{"error", dlqOneLine(d.Error, 0)},
+	}
+	switch {
+	case d.Truncated:
+		rows = append(rows, [2]string{"stored", fmt.Sprintf("too large for a message and the object store failed: %d bytes of %d kept (sha256 %s); it cannot be replayed", len(d.Data), d.Bytes, d.SHA256)})
+	case d.Object != "":
+		rows = append(rows, [2]string{"stored", fmt.Sprintf("too large for a message: object %s in %s, %d bytes", d.Object, events.ObjectDeadLetters, d.Bytes)})
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])

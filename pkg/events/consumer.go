@@ -2,11 +2,15 @@ package events
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,7 +92,29 @@ type RunnerConfig struct {
 	// consumer off the critical path then never has a goroutine per event
 	// runnable at once beside the services that are waiting for the CPU.
 	Batch BatchHandler
+	// Observer hears of failures and dead letters, for metrics; nil: none.
+	Observer Observer
 }
+
+// Observer hears what happens to a runner's deliveries that did not simply
+// succeed; a service counts them (see service.ConsumerMetrics).
+type Observer interface {
+	// HandlerFailed: a handler returned an error (permanent, or to be
+	// retried).
+	HandlerFailed(stream, consumer string, permanent bool)
+	// Redelivered: a message came back for another attempt.
+	Redelivered(stream, consumer string)
+	// DeadLettered: a message moved to the dead-letter stream, stored as how
+	// says: DeadLetterInline, DeadLetterObject or DeadLetterTruncated.
+	DeadLettered(stream, consumer, how string)
+}
+
+// How a dead letter was stored (Observer.DeadLettered).
+const (
+	DeadLetterInline    = "inline"    // headers and body in the dead-letter message
+	DeadLetterObject    = "object"    // too large: the whole message in ObjectDeadLetters
+	DeadLetterTruncated = "truncated" // too large and the object store failed: body cut, size and hash kept
+)
 
 // BatchHandler processes the events of one fetch; errs[i] is the outcome of
 // ds[i], as Handler's.
@@ -373,6 +399,16 @@ func (r *Runner) delivery(m jetstream.Msg) (d *Delivery, ctx context.Context, ok
 		return nil, nil, false
 	}
 	ctx = ExtractHop(r.ctx, m.Headers())
+	if meta.NumDelivered > 1 && r.cfg.Observer != nil {
+		r.cfg.Observer.Redelivered(meta.Stream, meta.Consumer)
+	}
+	if int(meta.NumDelivered) > r.maxDeliver() {
+		// Past its budget (its dead-lettering failed, or its handler's
+		// process died every time): dead-lettered without another try, so
+		// that no message can make a handler run forever.
+		r.deadLetter(ctx, m, meta, fmt.Errorf("delivered %d times, past the budget of %d", meta.NumDelivered, r.maxDeliver()))
+		return nil, nil, false
+	}
 	ev, err := Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	if err != nil {
 		r.deadLetter(ctx, m, meta, fmt.Errorf("decode: %w", err))
@@ -436,8 +472,14 @@ func (r *Runner) settle(ctx context.Context, d *Delivery, herr error) {
 			r.log.Warn("ack", "subject", m.Subject(), "err", err)
 		}
 	case IsPermanent(herr) || int(meta.NumDelivered) >= r.maxDeliver():
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.HandlerFailed(meta.Stream, meta.Consumer, true)
+		}
 		r.deadLetter(ctx, m, meta, herr)
 	default:
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.HandlerFailed(meta.Stream, meta.Consumer, false)
+		}
 		r.failures.add(meta.Sequence.Stream, meta.NumDelivered, herr)
 		delay := r.cfg.Backoff(meta.NumDelivered)
 		r.log.Warn("handler failed; will retry", "subject", m.Subject(), "id", ev.ID(),
@@ -571,15 +613,86 @@ func (r *Runner) deadLetter(ctx context.Context, m jetstream.Msg, meta *jetstrea
 	dl.Data = m.Data()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	how := DeadLetterInline
+	if msgSize(dl) > r.maxPayload()-dlqHeadroom {
+		// The dead-letter headers push it past what a message may weigh:
+		// the whole original goes to the object store, the message keeps
+		// where it is.
+		how = r.storeOversized(pctx, dl, m, meta)
+	}
 	if _, err := r.js.PublishMsg(pctx, dl); err != nil {
 		// Not stored anywhere yet: leave it to be redelivered rather than lose it.
 		r.log.Error("dead-letter publish failed; message left for redelivery", "subject", m.Subject(), "err", err)
 		_ = m.NakWithDelay(r.cfg.Backoff(meta.NumDelivered))
 		return
 	}
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.DeadLettered(meta.Stream, meta.Consumer, how)
+	}
 	r.log.Error("event moved to dead-letter stream", "subject", m.Subject(), "seq", seq,
-		"deliveries", meta.NumDelivered, "err", cause)
+		"deliveries", meta.NumDelivered, "stored", how, "err", cause)
 	_ = m.Term()
+}
+
+// dlqHeadroom is kept free under the server's max_payload for the framing of
+// a dead letter's headers.
+const dlqHeadroom = 1 << 10
+
+// maxPayload is the most a message may weigh, as the connection learnt it.
+func (r *Runner) maxPayload() int {
+	if nc := r.js.Conn(); nc != nil {
+		if mp := nc.MaxPayload(); mp > 0 {
+			return int(mp)
+		}
+	}
+	return 1 << 20
+}
+
+// msgSize is what m weighs on the wire: its headers as NATS writes them and
+// its body.
+func msgSize(m *nats.Msg) int {
+	n := len("NATS/1.0\r\n\r\n") + len(m.Data)
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// storeOversized puts the original message, headers and body, in the
+// ObjectDeadLetters store, and leaves in dl only the dead-letter headers, the
+// event's id and type and the object's name, size and hash. When the store
+// fails too, dl keeps as much of the body as fits, with its full size and
+// hash: never is a dead letter dropped for its size.
+func (r *Runner) storeOversized(ctx context.Context, dl *nats.Msg, m jetstream.Msg, meta *jetstream.MsgMetadata) string {
+	whole, err := json.Marshal(storedMsg{Header: m.Headers(), Data: m.Data()})
+	sum := sha256.Sum256(whole)
+	for k := range dl.Header {
+		lk := strings.ToLower(k)
+		if !strings.HasPrefix(lk, "toolwire-dlq-") && k != HeaderMsgID && lk != HeaderPrefix+"id" && lk != HeaderPrefix+"type" {
+			delete(dl.Header, k)
+		}
+	}
+	dl.Header.Set(HeaderDLQBodyBytes, strconv.Itoa(len(whole)))
+	dl.Header.Set(HeaderDLQBodySHA256, hex.EncodeToString(sum[:]))
+	dl.Data = nil
+	name := DeadLetterObjectName(meta.Stream, meta.Consumer, meta.Sequence.Stream)
+	if err == nil {
+		var obs jetstream.ObjectStore
+		if obs, err = r.js.ObjectStore(ctx, ObjectDeadLetters); err == nil {
+			_, err = obs.PutBytes(ctx, name, whole)
+		}
+	}
+	if err == nil {
+		dl.Header.Set(HeaderDLQBodyObject, name)
+		return DeadLetterObject
+	}
+	r.log.Error("oversized dead letter: object store failed; keeping what fits of the body", "subject", m.Subject(), "err", err)
+	dl.Header.Set(HeaderDLQBodyTruncated, "true")
+	room := max(r.maxPayload()-dlqHeadroom-msgSize(dl), 0)
+	dl.Data = m.Data()[:min(room, len(m.Data()))]
+	return DeadLetterTruncated
 }
 
 func truncate(s string, n int) string {
@@ -593,6 +706,10 @@ func truncate(s string, n int) string {
 // all at once, so that a service's shutdown takes as long as its slowest
 // consumer, not the sum of them.
 type Runners struct {
+	// Observer is given to every runner the group starts without one of its
+	// own (a service's consumer metrics).
+	Observer Observer
+
 	mu   sync.Mutex
 	list []*Runner
 }
@@ -600,6 +717,9 @@ type Runners struct {
 // Start builds a runner of cfg, starts it (ctx bounds the start only) and adds
 // it to the group.
 func (g *Runners) Start(ctx context.Context, js jetstream.JetStream, cfg RunnerConfig) (*Runner, error) {
+	if cfg.Observer == nil {
+		cfg.Observer = g.Observer
+	}
 	r, err := NewRunner(js, cfg)
 	if err != nil {
 		return nil, err

@@ -423,7 +423,7 @@ func TestConsumerSpecConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "toolwire.call.*.*.approved", info.Config.FilterSubject)
 	require.Empty(t, info.Config.FilterSubjects)
-	require.Equal(t, 8, info.Config.MaxDeliver)
+	require.Equal(t, -1, info.Config.MaxDeliver, "the runner keeps the budget; the server never drops a message")
 	require.Equal(t, 30*time.Second, info.Config.AckWait)
 	require.Equal(t, 1024, info.Config.MaxAckPending)
 	require.Equal(t, jetstream.AckExplicitPolicy, info.Config.AckPolicy)
@@ -436,18 +436,18 @@ func TestConsumerSpecConfig(t *testing.T) {
 	info, err = c.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"toolwire.call.*.*.approved", "toolwire.call.*.*.decided"}, info.Config.FilterSubjects)
-	require.Equal(t, 3, info.Config.MaxDeliver)
+	require.Equal(t, -1, info.Config.MaxDeliver)
 	require.Equal(t, time.Minute, info.Config.AckWait)
 	require.Equal(t, 7, info.Config.MaxAckPending)
 	require.Equal(t, jetstream.DeliverNewPolicy, info.Config.DeliverPolicy)
 
 	// Ensuring again with a changed setting updates it in place.
 	_, err = events.EnsureConsumer(ctx, env.JS, events.ConsumerSpec{Stream: events.StreamCalls, Durable: "two",
-		Filters: []string{"toolwire.call.*.*.approved"}, MaxDeliver: 4, DeliverNew: true})
+		Filters: []string{"toolwire.call.*.*.approved"}, AckWait: 2 * time.Minute, DeliverNew: true})
 	require.NoError(t, err)
 	info, err = c.Info(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 4, info.Config.MaxDeliver)
+	require.Equal(t, 2*time.Minute, info.Config.AckWait)
 
 	_, err = events.EnsureConsumer(ctx, env.JS, events.ConsumerSpec{Stream: "NO_SUCH_STREAM", Durable: "x"})
 	require.ErrorContains(t, err, "consumer x on NO_SUCH_STREAM")

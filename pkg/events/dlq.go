@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +34,29 @@ import (
 // HeaderDLQHistory holds a dead letter's failure history: a JSON array of
 // DeliveryFailure.
 const HeaderDLQHistory = "Toolwire-Dlq-History"
+
+// Headers of a dead letter too large for a message of its own: the original
+// message (headers and body, JSON) is the object HeaderDLQBodyObject names in
+// ObjectDeadLetters, of HeaderDLQBodyBytes bytes with HeaderDLQBodySHA256;
+// HeaderDLQBodyTruncated marks one whose object could not be stored, which
+// keeps what fit of its body.
+const (
+	HeaderDLQBodyObject    = "Toolwire-Dlq-Body-Object"
+	HeaderDLQBodyBytes     = "Toolwire-Dlq-Body-Bytes"
+	HeaderDLQBodySHA256    = "Toolwire-Dlq-Body-Sha256"
+	HeaderDLQBodyTruncated = "Toolwire-Dlq-Body-Truncated"
+)
+
+// storedMsg is an original message kept in ObjectDeadLetters.
+type storedMsg struct {
+	Header nats.Header `json:"header"`
+	Data   []byte      `json:"data"`
+}
+
+// DeadLetterObjectName names the object of an oversized dead letter.
+func DeadLetterObjectName(stream, consumer string, seq uint64) string {
+	return stream + "." + consumer + "." + strconv.FormatUint(seq, 10)
+}
 
 // Limits of the failure history.
 const (
@@ -131,9 +156,17 @@ type DeadLetter struct {
 	EventID   string `json:"event_id,omitempty"`
 	EventType string `json:"event_type,omitempty"`
 	// Header holds the original headers (without the Toolwire-Dlq-* ones);
-	// Data is the original body.
+	// Data is the original body. For a dead letter too large for a message,
+	// they are loaded from its object (LoadDeadLetter) or, when that could
+	// not be stored, Data holds what fit and Truncated is set.
 	Header nats.Header `json:"header"`
 	Data   []byte      `json:"data"`
+	// Object names the object in ObjectDeadLetters that holds the original
+	// message of an oversized dead letter; Bytes and SHA256 describe it.
+	Object    string `json:"object,omitempty"`
+	Bytes     int    `json:"bytes,omitempty"`
+	SHA256    string `json:"sha256,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
 }
 
 // ErrDeadLetterNotFound is wrapped when the dead-letter stream has no message
@@ -154,6 +187,10 @@ func DeadLetterOf(m *jetstream.RawStreamMsg) DeadLetter {
 	d.StreamSeq, _ = strconv.ParseUint(m.Header.Get(HeaderDLQStreamSeq), 10, 64)
 	d.Deliveries, _ = strconv.ParseUint(m.Header.Get(HeaderDLQDeliveries), 10, 64)
 	d.Error = m.Header.Get(HeaderDLQError)
+	d.Object = m.Header.Get(HeaderDLQBodyObject)
+	d.Bytes, _ = strconv.Atoi(m.Header.Get(HeaderDLQBodyBytes))
+	d.SHA256 = m.Header.Get(HeaderDLQBodySHA256)
+	d.Truncated = m.Header.Get(HeaderDLQBodyTruncated) == "true"
 	if t, err := time.Parse(time.RFC3339Nano, m.Header.Get(HeaderDLQTime)); err == nil {
 		d.DeadAt = t
 	} else {
@@ -252,6 +289,33 @@ func ListDeadLetters(ctx context.Context, js jetstream.JetStream, f DeadLetterFi
 	return out, nil
 }
 
+// LoadDeadLetter fills the headers and body of an oversized dead letter from
+// its object, checking its size and hash; other dead letters are returned as
+// they are.
+func LoadDeadLetter(ctx context.Context, js jetstream.JetStream, d DeadLetter) (DeadLetter, error) {
+	if d.Object == "" {
+		return d, nil
+	}
+	obs, err := js.ObjectStore(ctx, ObjectDeadLetters)
+	if err != nil {
+		return d, fmt.Errorf("dead letter %d: object store %s: %w", d.Seq, ObjectDeadLetters, err)
+	}
+	b, err := obs.GetBytes(ctx, d.Object)
+	if err != nil {
+		return d, fmt.Errorf("dead letter %d: object %s: %w", d.Seq, d.Object, err)
+	}
+	sum := sha256.Sum256(b)
+	if len(b) != d.Bytes || hex.EncodeToString(sum[:]) != d.SHA256 {
+		return d, fmt.Errorf("dead letter %d: object %s does not match it: %d bytes, want %d with sha256 %s", d.Seq, d.Object, len(b), d.Bytes, d.SHA256)
+	}
+	var sm storedMsg
+	if err := json.Unmarshal(b, &sm); err != nil {
+		return d, fmt.Errorf("dead letter %d: object %s: %w", d.Seq, d.Object, err)
+	}
+	d.Header, d.Data = sm.Header, sm.Data
+	return d, nil
+}
+
 // GetDeadLetter returns the dead letter at seq in the dead-letter stream.
 func GetDeadLetter(ctx context.Context, js jetstream.JetStream, seq uint64) (DeadLetter, error) {
 	s, err := js.Stream(ctx, StreamDLQ)
@@ -300,6 +364,12 @@ func ReplayDeadLetter(ctx context.Context, js jetstream.JetStream, seq uint64) (
 	if d.Subject == "" || strings.HasPrefix(d.Subject, Prefix+".dlq.") {
 		return Replayed{DeadLetter: d}, fmt.Errorf("dead letter %d names no original subject (header %s)", seq, HeaderDLQSubject)
 	}
+	if d.Truncated {
+		return Replayed{DeadLetter: d}, fmt.Errorf("dead letter %d kept only %d bytes of its body (its object could not be stored): it cannot be replayed", seq, len(d.Data))
+	}
+	if d, err = LoadDeadLetter(ctx, js, d); err != nil {
+		return Replayed{DeadLetter: d}, err
+	}
 	m := nats.NewMsg(d.Subject)
 	for k, v := range d.Header {
 		m.Header[k] = v
@@ -318,6 +388,11 @@ func ReplayDeadLetter(ctx context.Context, js jetstream.JetStream, seq uint64) (
 	}
 	if err := s.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return r, fmt.Errorf("replayed dead letter %d, but could not delete it: %w", seq, err)
+	}
+	if d.Object != "" {
+		if obs, err := js.ObjectStore(ctx, ObjectDeadLetters); err == nil {
+			_ = obs.Delete(ctx, d.Object) // the dead letter is gone; its object is garbage now
+		}
 	}
 	return r, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -179,4 +180,176 @@ func FuzzDeadLetterOf(f *testing.F) {
 			}
 		}
 	})
+}
+
+// countingObserver counts what a runner tells its observer.
+type countingObserver struct {
+	mu                             sync.Mutex
+	failed, permanent, redelivered int
+	deadLettered                   map[string]int
+}
+
+func (o *countingObserver) HandlerFailed(_, _ string, permanent bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.failed++
+	if permanent {
+		o.permanent++
+	}
+}
+
+func (o *countingObserver) Redelivered(string, string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.redelivered++
+}
+
+func (o *countingObserver) DeadLettered(_, _, how string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.deadLettered == nil {
+		o.deadLettered = map[string]int{}
+	}
+	o.deadLettered[how]++
+}
+
+func (o *countingObserver) dead(how string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.deadLettered[how]
+}
+
+// bigUndecodable publishes a message that is no event and weighs almost the
+// server's max_payload, with a large header of its own.
+func bigUndecodable(t *testing.T, env *natstest.Env, n int) *nats.Msg {
+	t.Helper()
+	m := nats.NewMsg("toolwire.call.r1." + hexID(n) + ".started")
+	m.Header.Set("X-Upstream-Trace", strings.Repeat("t", 2000))
+	max := int(env.JS.Conn().MaxPayload())
+	m.Data = []byte(strings.Repeat("x", max-2200))
+	_, err := env.JS.PublishMsg(testCtx(t), m)
+	require.NoError(t, err)
+	return m
+}
+
+// An undecodable event close to the maximum payload, which the dead-letter
+// headers would push over it, is dead-lettered anyway: whole, in the object
+// store, and replayed byte for byte. It is counted.
+func TestOversizedDeadLetterGoesToTheObjectStore(t *testing.T) {
+	env := natstest.Start(t)
+	obs := &countingObserver{}
+	startRunner(t, env, events.RunnerConfig{Observer: obs, Handler: func(context.Context, *events.Delivery) error {
+		t.Error("an undecodable message reached the handler")
+		return nil
+	}})
+	orig := bigUndecodable(t, env, 1)
+
+	var dls []events.DeadLetter
+	require.Eventually(t, func() bool {
+		var err error
+		dls, err = events.ListDeadLetters(testCtx(t), env.JS, events.DeadLetterFilter{})
+		require.NoError(t, err)
+		return len(dls) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the oversized message was never dead-lettered")
+	dl := dls[0]
+	require.Equal(t, 1, obs.dead(events.DeadLetterObject))
+	require.Equal(t, events.DeadLetterObjectName(events.StreamCalls, durable, 1), dl.Object)
+	require.Empty(t, dl.Data, "the message holds a reference, not the body")
+	require.Contains(t, dl.Error, "decode")
+	require.False(t, dl.Truncated)
+	requireAllAcked(t, env, 1)
+
+	full, err := events.LoadDeadLetter(testCtx(t), env.JS, dl)
+	require.NoError(t, err)
+	require.Equal(t, orig.Data, full.Data)
+	require.Equal(t, orig.Header.Get("X-Upstream-Trace"), full.Header.Get("X-Upstream-Trace"))
+
+	// Replayed, it is the original again (and, still undecodable, goes back
+	// to the dead letters: the runner's budget holds).
+	r, err := events.ReplayDeadLetter(testCtx(t), env.JS, dl.Seq)
+	require.NoError(t, err)
+	s, err := env.JS.Stream(testCtx(t), events.StreamCalls)
+	require.NoError(t, err)
+	back, err := s.GetMsg(testCtx(t), r.Seq)
+	require.NoError(t, err)
+	require.Equal(t, orig.Data, back.Data)
+	require.Eventually(t, func() bool { return obs.dead(events.DeadLetterObject) == 2 }, 10*time.Second, 10*time.Millisecond)
+	o, err := env.JS.ObjectStore(testCtx(t), events.ObjectDeadLetters)
+	require.NoError(t, err)
+	_, err = o.GetInfo(testCtx(t), dl.Object)
+	require.ErrorIs(t, err, jetstream.ErrObjectNotFound, "a replayed dead letter's object is deleted")
+}
+
+// Without the object store, an oversized dead letter keeps what fits of its
+// body, with its full size and hash; it is not dropped, and it is refused for
+// replay with a clear reason.
+func TestOversizedDeadLetterWithoutObjectStoreIsTruncated(t *testing.T) {
+	env := natstest.Start(t)
+	require.NoError(t, env.JS.DeleteObjectStore(testCtx(t), events.ObjectDeadLetters))
+	obs := &countingObserver{}
+	startRunner(t, env, events.RunnerConfig{Observer: obs, Handler: func(context.Context, *events.Delivery) error { return nil }})
+	orig := bigUndecodable(t, env, 2)
+	var dls []events.DeadLetter
+	require.Eventually(t, func() bool {
+		var err error
+		dls, err = events.ListDeadLetters(testCtx(t), env.JS, events.DeadLetterFilter{})
+		require.NoError(t, err)
+		return len(dls) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	dl := dls[0]
+	require.True(t, dl.Truncated)
+	require.Equal(t, 1, obs.dead(events.DeadLetterTruncated))
+	require.NotEmpty(t, dl.Data)
+	require.Equal(t, orig.Data[:len(dl.Data)], dl.Data)
+	require.Greater(t, dl.Bytes, len(orig.Data))
+	require.Len(t, dl.SHA256, 64)
+	_, err := events.ReplayDeadLetter(testCtx(t), env.JS, dl.Seq)
+	require.ErrorContains(t, err, "cannot be replayed")
+}
+
+// A message past its delivery budget (its dead-lettering failed before, or
+// its handler's process died on every delivery) is dead-lettered without
+// another try of the handler; failures and redeliveries are counted.
+func TestRunnerBudgetAndObserver(t *testing.T) {
+	env := natstest.Start(t)
+	obs := &countingObserver{}
+	var calls atomic.Int32
+	startRunner(t, env, events.RunnerConfig{Observer: obs,
+		Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 3},
+		Handler: func(context.Context, *events.Delivery) error {
+			calls.Add(1)
+			return errors.New("flaky")
+		}})
+	publish(t, env, callStarted(t, 3))
+	require.Eventually(t, func() bool { return obs.dead(events.DeadLetterInline) == 1 }, 10*time.Second, 10*time.Millisecond)
+	obs.mu.Lock()
+	require.Equal(t, 3, obs.failed)
+	require.Equal(t, 1, obs.permanent, "the last failure is the one that dead-letters")
+	require.Equal(t, 2, obs.redelivered)
+	obs.mu.Unlock()
+	require.EqualValues(t, 3, calls.Load())
+}
+
+// A delivery already past its budget is dead-lettered without running the
+// handler: here a replica with a smaller budget takes over a message that
+// another had retried.
+func TestRunnerDeadLettersADeliveryPastItsBudget(t *testing.T) {
+	env := natstest.Start(t)
+	var first atomic.Int32
+	r, err := events.NewRunner(env.JS, events.RunnerConfig{Logger: quietLogger(), Backoff: shortBackoff,
+		Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 10},
+		Handler: func(context.Context, *events.Delivery) error { first.Add(1); return errors.New("flaky") }})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(testCtx(t)))
+	publish(t, env, callStarted(t, 4))
+	require.Eventually(t, func() bool { return first.Load() >= 3 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, r.Stop(testCtx(t)))
+
+	var second atomic.Int32
+	startRunner(t, env, events.RunnerConfig{
+		Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 2},
+		Handler: func(context.Context, *events.Delivery) error { second.Add(1); return nil }})
+	dl := waitDLQ(t, env)
+	require.Contains(t, dl.Header.Get(events.HeaderDLQError), "past the budget of 2")
+	require.Zero(t, second.Load(), "the handler never saw it")
 }

@@ -17,6 +17,9 @@ const (
 	BucketSecrets  = "toolwire_secrets"   // sealed secrets
 	BucketOutcomes = "toolwire_outcomes"  // outcomes of side-effecting calls
 	ObjectBlobs    = "toolwire_blobs"     // oversized outputs
+	// ObjectDeadLetters holds the whole of a dead letter too large for a
+	// message of its own (dlq.go); nothing serves it over HTTP.
+	ObjectDeadLetters = "toolwire_dead_letters"
 )
 
 // StoreConfig sets the durability of what Provision creates.
@@ -136,6 +139,12 @@ func Provision(ctx context.Context, js jetstream.JetStream, c StoreConfig) error
 	}); err != nil {
 		return fmt.Errorf("provision object store %s: %w", ObjectBlobs, err)
 	}
+	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: ObjectDeadLetters, Description: "toolwire dead letters too large for a message",
+		Storage: c.storage(), Replicas: c.Replicas,
+	}); err != nil {
+		return fmt.Errorf("provision object store %s: %w", ObjectDeadLetters, err)
+	}
 	return nil
 }
 
@@ -144,8 +153,11 @@ type ConsumerSpec struct {
 	Stream  string
 	Durable string
 	Filters []string
-	// MaxDeliver bounds deliveries of one message; after the last failure it is
-	// moved to the dead-letter stream. Default 8.
+	// MaxDeliver bounds the deliveries of one message that its runner hands
+	// to the handler; after the last failure it is moved to the dead-letter
+	// stream. Default 8. The server's own bound is off (-1): a message whose
+	// dead-lettering failed is delivered again until it is dead-lettered,
+	// never dropped when a count runs out.
 	MaxDeliver int
 	// AckWait is how long a delivery may stay unacknowledged. Default 30s.
 	AckWait time.Duration
@@ -157,9 +169,6 @@ type ConsumerSpec struct {
 }
 
 func (s ConsumerSpec) config() jetstream.ConsumerConfig {
-	if s.MaxDeliver <= 0 {
-		s.MaxDeliver = 8
-	}
 	if s.AckWait <= 0 {
 		s.AckWait = 30 * time.Second
 	}
@@ -170,7 +179,7 @@ func (s ConsumerSpec) config() jetstream.ConsumerConfig {
 		Durable:        s.Durable,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        s.AckWait,
-		MaxDeliver:     s.MaxDeliver,
+		MaxDeliver:     -1,
 		MaxAckPending:  s.MaxAckPending,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		FilterSubjects: s.Filters,

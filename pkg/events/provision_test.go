@@ -49,7 +49,7 @@ func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
 	after := snapshot(ctx, t, env.JS)
 	require.Equal(t, before, after, "provisioning again changes nothing")
 
-	// Four event streams, six buckets and one object store.
+	// Four event streams, seven buckets and two object stores.
 	names := make([]string, 0, len(after))
 	for n := range after {
 		names = append(names, n)
@@ -58,7 +58,7 @@ func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
 	require.Equal(t, []string{
 		"KV_" + events.BucketApprovals, "KV_" + events.BucketCache, "KV_" + events.BucketOutcomes, "KV_" + events.BucketRate,
 		"KV_" + events.BucketRunState, "KV_" + events.BucketSecrets, "KV_" + events.BucketTools,
-		"OBJ_" + events.ObjectBlobs,
+		"OBJ_" + events.ObjectBlobs, "OBJ_" + events.ObjectDeadLetters,
 		events.StreamCalls, events.StreamDLQ, events.StreamRuns, events.StreamSandbox,
 	}, names)
 

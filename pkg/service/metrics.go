@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,4 +106,43 @@ func register[C prometheus.Collector](m *Metrics, c C) C {
 	}
 	m.errs = append(m.errs, fmt.Errorf("register metric: %w", err))
 	return c
+}
+
+// ConsumerMetrics counts what a service's consumers go through, per stream
+// and consumer: handler failures (and whether they were final),
+// redeliveries, and dead letters by how they were stored. Give it to the
+// service's events.Runners (its Observer).
+type ConsumerMetrics struct {
+	failures     *prometheus.CounterVec
+	redeliveries *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
+}
+
+// NewConsumerMetrics registers the consumer metrics of a service on m.
+func NewConsumerMetrics(m *Metrics) *ConsumerMetrics {
+	return &ConsumerMetrics{
+		failures: m.CounterVec("handler_failures_total",
+			"Events whose handler failed, by stream, consumer and whether the failure was final (dead-lettered) or will be retried.",
+			"stream", "consumer", "final"),
+		redeliveries: m.CounterVec("redeliveries_total",
+			"Events delivered again after a failed or unacknowledged attempt, by stream and consumer.", "stream", "consumer"),
+		deadLetters: m.CounterVec("dead_letters_total",
+			"Events moved to the dead-letter stream, by stream, consumer and how they were stored (inline; object: too large for a message; truncated: too large and the object store failed).",
+			"stream", "consumer", "stored"),
+	}
+}
+
+// HandlerFailed counts a failure.
+func (c *ConsumerMetrics) HandlerFailed(stream, consumer string, final bool) {
+	c.failures.WithLabelValues(stream, consumer, strconv.FormatBool(final)).Inc()
+}
+
+// Redelivered counts a redelivery.
+func (c *ConsumerMetrics) Redelivered(stream, consumer string) {
+	c.redeliveries.WithLabelValues(stream, consumer).Inc()
+}
+
+// DeadLettered counts a dead letter.
+func (c *ConsumerMetrics) DeadLettered(stream, consumer, how string) {
+	c.deadLetters.WithLabelValues(stream, consumer, how).Inc()
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 )
 
@@ -42,4 +43,20 @@ func TestMetricsNamingScheme(t *testing.T) {
 
 	require.Equal(t, "echo@1.0.0", service.ToolLabel("echo", "1.0.0"))
 	require.Equal(t, "echo", service.ToolLabel("echo", ""))
+}
+
+func TestConsumerMetricsObserveRunners(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := service.NewMetrics(reg, "policy")
+	c := service.NewConsumerMetrics(m)
+	require.NoError(t, m.Err())
+	var obs events.Observer = c
+	obs.HandlerFailed("TOOLWIRE_CALLS", "policy-calls", false)
+	obs.HandlerFailed("TOOLWIRE_CALLS", "policy-calls", true)
+	obs.Redelivered("TOOLWIRE_CALLS", "policy-calls")
+	obs.DeadLettered("TOOLWIRE_CALLS", "policy-calls", events.DeadLetterObject)
+	n, err := testutil.GatherAndCount(reg, "toolwire_policy_handler_failures_total", "toolwire_policy_redeliveries_total",
+		"toolwire_policy_dead_letters_total")
+	require.NoError(t, err)
+	require.Equal(t, 4, n, "two failure series, one redelivery series, one dead-letter series")
 }
