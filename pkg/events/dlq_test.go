@@ -337,7 +337,7 @@ func TestRunnerDeadLettersADeliveryPastItsBudget(t *testing.T) {
 	env := natstest.Start(t)
 	var first atomic.Int32
 	r, err := events.NewRunner(env.JS, events.RunnerConfig{Logger: quietLogger(), Backoff: shortBackoff,
-		Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 10},
+		Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 10},
 		Handler: func(context.Context, *events.Delivery) error { first.Add(1); return errors.New("flaky") }})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(testCtx(t)))
