@@ -5,12 +5,14 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/toolwire/toolwire/services/executor/tools/mcp/mcptest"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind: every
 // executor, watch and tool the tests start must be stopped.
 func TestMain(m *testing.M) {
-	if code, served := runTestMCPServerIfAsked(); served {
+	if code, served := mcptest.ServeIfAsked(); served {
 		os.Exit(code) // the binary ran as the stdio MCP server of mcp_test.go
 	}
 	// nats.go v1.55.0: the object store's Put clears the publisher's status
