@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/services/executor/tool"
@@ -16,14 +15,9 @@ import (
 	"github.com/toolwire/toolwire/services/executor/tools/mcp/mcptest"
 )
 
-// TestMain fails the package when a test leaves a goroutine behind, and runs
-// the binary as the stdio test MCP server when mcptest.Stdio started it.
-func TestMain(m *testing.M) {
-	if code, served := mcptest.ServeIfAsked(); served {
-		os.Exit(code)
-	}
-	goleak.VerifyTestMain(m)
-}
+// TestMain runs the binary as the stdio test MCP server when mcptest.Stdio
+// started it, and checks for goroutines left behind otherwise.
+func TestMain(m *testing.M) { mcptest.Main(m) }
 
 // call runs one MCP tool of cfg as the executor does: through the pool's Tool
 // for a registry entry; a writes tool is never sent twice.

@@ -162,6 +162,22 @@ func (c *Client) client(secretHeaders []string) *http.Client {
 	}
 }
 
+// do sends req with the client of secretHeaders, reads its body (at most
+// MaxResponseBytes; truncated says more followed) and closes it. A failure
+// is tool's error, as classifyTransportError maps it.
+func (c *Client) do(tool string, req *http.Request, secretHeaders []string) (resp *http.Response, body []byte, truncated bool, err error) {
+	resp, err = c.client(secretHeaders).Do(req)
+	if err != nil {
+		return nil, nil, false, classifyTransportError(req.Context(), tool, req.URL, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, truncated, err = readCapped(resp.Body, c.cfg.MaxResponseBytes)
+	if err != nil {
+		return nil, nil, false, classifyTransportError(req.Context(), tool, req.URL, err)
+	}
+	return resp, body, truncated, nil
+}
+
 // checkURL parses a URL the web tools may fetch: http or https, a valid
 // host, no user info (credentials belong in secret_headers).
 func checkURL(raw string) (*url.URL, error) {

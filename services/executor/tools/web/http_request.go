@@ -200,14 +200,9 @@ func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc tool.Co
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", webUserAgent)
 	}
-	resp, err := t.web.client(secretNames).Do(req)
+	resp, raw, truncated, err := t.web.do(name, req, secretNames)
 	if err != nil {
-		return nil, classifyTransportError(ctx, name, u, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, truncated, err := readCapped(resp.Body, t.web.cfg.MaxResponseBytes)
-	if err != nil {
-		return nil, classifyTransportError(ctx, name, u, err)
+		return nil, err
 	}
 	if te := statusError(name, resp, raw, redact, t.now()); te != nil {
 		return nil, te

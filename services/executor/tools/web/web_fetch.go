@@ -113,14 +113,9 @@ func (t webFetchTool) Execute(ctx context.Context, input json.RawMessage, _ tool
 	}
 	req.Header.Set("Accept", "text/html,application/xhtml+xml,text/plain;q=0.9,text/markdown;q=0.9,application/json;q=0.8,*/*;q=0.1")
 	req.Header.Set("User-Agent", webUserAgent)
-	resp, err := t.web.client(nil).Do(req)
+	resp, raw, truncated, err := t.web.do(name, req, nil)
 	if err != nil {
-		return nil, classifyTransportError(ctx, name, u, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, truncated, err := readCapped(resp.Body, t.web.cfg.MaxResponseBytes)
-	if err != nil {
-		return nil, classifyTransportError(ctx, name, u, err)
+		return nil, err
 	}
 	identity := func(s string) string { return s }
 	if te := statusError(name, resp, raw, identity, t.now()); te != nil {

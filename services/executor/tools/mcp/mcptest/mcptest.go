@@ -1,7 +1,7 @@
 // Package mcptest is a real MCP server, built with the SDK, for the tests of
 // the MCP tools: over streamable HTTP (HTTP), or over stdio as the test binary
-// itself, started again as a child process (Stdio; its TestMain must call
-// ServeIfAsked first).
+// itself, started again as a child process (Stdio; its TestMain is Main, or
+// calls ServeIfAsked first).
 package mcptest
 
 import (
@@ -17,6 +17,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/services/executor/tools/mcp"
 )
@@ -43,6 +44,16 @@ func ServeIfAsked() (code int, served bool) {
 		return 1, true
 	}
 	return 0, true
+}
+
+// Main is the TestMain of a package that uses Stdio: the binary serves MCP
+// when Stdio started it, and otherwise runs the tests and fails them when a
+// goroutine is left behind (goleak, with opts).
+func Main(m *testing.M, opts ...goleak.Option) {
+	if code, served := ServeIfAsked(); served {
+		os.Exit(code)
+	}
+	goleak.VerifyTestMain(m, opts...)
 }
 
 type addIn struct {
