@@ -26,8 +26,8 @@ func knownEnv() map[string]bool {
 	for _, v := range service.CommonEnvVars() {
 		common = append(common, v.Name)
 	}
-	lists := [][]string{common, orchestrator.EnvVars(), executor.EnvVars(),
-		executor.WebEnvVars(), recorder.EnvVars(), sandbox.EnvVars(),
+	lists := [][]string{common, orchestrator.EnvVars(),
+		recorder.EnvVars(), sandbox.EnvVars(),
 		{secrets.EnvMasterKeys, secrets.EnvMasterKeyID, recorder.EnvAdminToken}}
 	for _, list := range lists {
 		for _, v := range list {
@@ -35,6 +35,9 @@ func knownEnv() map[string]bool {
 		}
 	}
 	for _, v := range policy.EnvVars() {
+		m[v.Name] = true
+	}
+	for _, v := range executor.EnvVars() {
 		m[v.Name] = true
 	}
 	return m

@@ -19,6 +19,8 @@ import (
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 	"github.com/toolwire/toolwire/services/recorder/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -176,7 +178,7 @@ func TestDemoRunEndToEnd(t *testing.T) {
 
 // TestParallelSleepsOverlap: four sleep calls of one turn run at the same time.
 func TestParallelSleepsOverlap(t *testing.T) {
-	st := startStack(t, stack.Options{})
+	st := startStack(t, stack.Options{ExecutorOptions: []executor.Option{executor.WithTools(testtools.Sleep())}})
 	args := map[string]any{"ms": 300}
 	req := scripted(t, "sleeps-1", []string{"sleep@1.0.0"},
 		map[string]any{"tool_calls": []any{call("sleep", args), call("sleep", args), call("sleep", args), call("sleep", args)}},
