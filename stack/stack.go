@@ -59,7 +59,8 @@ type Options struct {
 	TracesURLTemplate string
 	// ExecutorReplicas is how many executors to run; default 1.
 	ExecutorReplicas int
-	// ExecutorConcurrency bounds each executor's calls at once; default 64.
+	// ExecutorConcurrency bounds each executor's calls at once; default
+	// TOOLWIRE_EXECUTOR_CONCURRENCY, else 64.
 	ExecutorConcurrency int
 	// ExecutorOptions are passed to every executor (for example extra tools).
 	ExecutorOptions []executor.Option
