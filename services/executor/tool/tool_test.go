@@ -5,12 +5,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestBuiltinKey(t *testing.T) {
 	tests := []struct {

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -17,8 +16,6 @@ import (
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/executor/tools/sandbox"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func sandboxDef(config string) *envelope.ToolDefinition {
 	return &envelope.ToolDefinition{Name: "py", Version: "1.0.0", TimeoutMS: 30_000,

@@ -9,14 +9,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/executor/tool/tooltest"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestDefinitions(t *testing.T) {
 	names := map[string]bool{}
