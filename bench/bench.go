@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -167,7 +169,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	say("starting the pipeline (embedded NATS, file storage, recorder: %s)", r.Recorder)
-	st, err := stack.Start(ctx, stack.Options{DataDir: dir + "/main", DatabaseURL: o.DatabaseURL})
+	st, err := stack.Start(ctx, stack.Options{DataDir: dir + "/main", DatabaseURL: o.DatabaseURL, ExecutorOptions: benchTools()})
 	if err != nil {
 		return nil, err
 	}
@@ -432,8 +434,15 @@ func measureThroughput(ctx context.Context, st *stack.Stack, run *runner, o Opti
 	return t, nil
 }
 
+// benchTools gives the executors the sleep tool: a call of known length
+// measures the pipeline's overhead and its parallelism. A production
+// executor does not run it (package testtools); the bench is a harness.
+func benchTools() []executor.Option {
+	return []executor.Option{executor.WithTools(testtools.Sleep())}
+}
+
 func scaleOut(ctx context.Context, dir string, replicas int, o Options) (float64, error) {
-	st, err := stack.Start(ctx, stack.Options{DataDir: dir, ExecutorReplicas: replicas, ExecutorConcurrency: 4})
+	st, err := stack.Start(ctx, stack.Options{DataDir: dir, ExecutorReplicas: replicas, ExecutorConcurrency: 4, ExecutorOptions: benchTools()})
 	if err != nil {
 		return 0, err
 	}

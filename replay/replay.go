@@ -55,6 +55,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/embedded"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/recorder"
 )
@@ -252,7 +253,7 @@ func Run(ctx context.Context, b Bundle, o Options) (rep *Report, err error) {
 		return nil
 	}
 	if o.Live {
-		ex, err := executor.New(deps("executor"), executor.Config{ID: "replay-executor"}, o.ExecutorOptions...)
+		ex, err := executor.New(deps("executor"), executor.Config{ID: "replay-executor"}.With(o.ExecutorOptions...))
 		if err := start("executor", ex, err); err != nil {
 			return nil, err
 		}
@@ -357,7 +358,7 @@ func standIn(ref envelope.ToolRef, why string) envelope.ToolDefinition {
 		Name: ref.Name, Version: ref.Version, Description: standInPrefix + why,
 		InputSchema:    json.RawMessage(`{}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
-		Implementation: executor.BuiltinImplementation("replay-stand-in"),
+		Implementation: tool.BuiltinImplementation("replay-stand-in"),
 	}
 }
 

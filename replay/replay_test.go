@@ -19,6 +19,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/replay"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/stack"
@@ -32,10 +33,10 @@ func (*lookupTool) Definition() envelope.ToolDefinition {
 	return envelope.ToolDefinition{Name: "lookup", Version: "1.0.0", Description: "reads a counter",
 		InputSchema:    json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"}},"required":["key"]}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryData, SideEffects: envelope.SideEffectsReads, Cache: envelope.CacheNone},
-		Implementation: executor.BuiltinImplementation("lookup")}
+		Implementation: tool.BuiltinImplementation("lookup")}
 }
 
-func (l *lookupTool) Execute(_ context.Context, input json.RawMessage, _ executor.ToolContext) (json.RawMessage, error) {
+func (l *lookupTool) Execute(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
 	var in struct {
 		Key string `json:"key"`
 	}
@@ -53,10 +54,10 @@ func (*appendTool) Definition() envelope.ToolDefinition {
 	return envelope.ToolDefinition{Name: "append_note", Version: "1.0.0", Description: "appends a note",
 		InputSchema:    json.RawMessage(`{"type":"object","properties":{"note":{"type":"string"}},"required":["note"]}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryData, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
-		Implementation: executor.BuiltinImplementation("append_note")}
+		Implementation: tool.BuiltinImplementation("append_note")}
 }
 
-func (a *appendTool) Execute(_ context.Context, _ json.RawMessage, _ executor.ToolContext) (json.RawMessage, error) {
+func (a *appendTool) Execute(_ context.Context, _ json.RawMessage, _ tool.Context) (json.RawMessage, error) {
 	n := a.runs.Add(1)
 	return json.Marshal(map[string]any{"appended": true, "line": n})
 }

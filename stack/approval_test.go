@@ -15,6 +15,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -29,11 +30,11 @@ func (m *mailTool) Definition() envelope.ToolDefinition {
 		Name: "send_email", Version: "1.0.0", Description: "Sends an email",
 		InputSchema:    json.RawMessage(`{"type":"object","required":["to","body"],"properties":{"to":{"type":"string"},"body":{"type":"string"},"api_token":{"type":"string"}}}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
-		Implementation: executor.BuiltinImplementation("stack_send_email"), SupportsPreview: true,
+		Implementation: tool.BuiltinImplementation("stack_send_email"), SupportsPreview: true,
 	}
 }
 
-func (m *mailTool) Execute(_ context.Context, input json.RawMessage, _ executor.ToolContext) (json.RawMessage, error) {
+func (m *mailTool) Execute(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
 	var in struct{ To string }
 	if err := json.Unmarshal(input, &in); err != nil {
 		return nil, err
@@ -44,7 +45,7 @@ func (m *mailTool) Execute(_ context.Context, input json.RawMessage, _ executor.
 	return json.Marshal(map[string]any{"sent": true, "to": in.To})
 }
 
-func (m *mailTool) Preview(_ context.Context, input json.RawMessage, _ executor.ToolContext) (json.RawMessage, error) {
+func (m *mailTool) Preview(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
 	var in struct{ To, Body string }
 	if err := json.Unmarshal(input, &in); err != nil {
 		return nil, err

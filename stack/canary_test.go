@@ -24,6 +24,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/recorder/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -41,12 +42,12 @@ func (leakyTool) Definition() envelope.ToolDefinition {
 		Name: "leaky", Version: "1.0.0", Description: "Calls an API with API_KEY, carelessly",
 		InputSchema:     json.RawMessage(`{"type":"object","required":["mode"],"properties":{"mode":{"enum":["echo","fail","boom","panic"]}}}`),
 		Metadata:        envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsReads, Cache: envelope.CacheNone},
-		Implementation:  executor.BuiltinImplementation("stack_leaky"),
+		Implementation:  tool.BuiltinImplementation("stack_leaky"),
 		RequiredSecrets: []string{"API_KEY"},
 	}
 }
 
-func (leakyTool) Execute(_ context.Context, input json.RawMessage, tc executor.ToolContext) (json.RawMessage, error) {
+func (leakyTool) Execute(_ context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
 	var in struct{ Mode string }
 	if err := json.Unmarshal(input, &in); err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/pgtest"
 	"github.com/toolwire/toolwire/stack"
@@ -31,11 +32,11 @@ func (g *gateTool) Definition() envelope.ToolDefinition {
 		Name: "gate", Version: "1.0.0", Description: "waits for the test",
 		InputSchema:    json.RawMessage(`{"type":"object","required":["n"],"properties":{"n":{"type":"integer"}}}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsNone, Cache: envelope.CacheNone},
-		Implementation: executor.BuiltinImplementation("stack_gate"),
+		Implementation: tool.BuiltinImplementation("stack_gate"),
 	}
 }
 
-func (g *gateTool) Execute(ctx context.Context, input json.RawMessage, _ executor.ToolContext) (json.RawMessage, error) {
+func (g *gateTool) Execute(ctx context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
 	var in struct{ N int }
 	if err := json.Unmarshal(input, &in); err != nil {
 		return nil, err
@@ -55,7 +56,7 @@ func probeDef(version string) envelope.ToolDefinition {
 		Name: "probe", Version: version, Description: "echoes, under another name",
 		InputSchema:    json.RawMessage(`{"type":"object","required":["text"],"properties":{"text":{"type":"string"}}}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsNone, Cache: envelope.CacheNone},
-		Implementation: executor.BuiltinImplementation("echo"),
+		Implementation: tool.BuiltinImplementation("echo"),
 	}
 }
 

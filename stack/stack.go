@@ -59,7 +59,8 @@ type Options struct {
 	TracesURLTemplate string
 	// ExecutorReplicas is how many executors to run; default 1.
 	ExecutorReplicas int
-	// ExecutorConcurrency bounds each executor's calls at once; default 64.
+	// ExecutorConcurrency bounds each executor's calls at once; default
+	// TOOLWIRE_EXECUTOR_CONCURRENCY, else 64.
 	ExecutorConcurrency int
 	// ExecutorOptions are passed to every executor (for example extra tools).
 	ExecutorOptions []executor.Option
@@ -160,7 +161,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		if replicas > 1 {
 			d.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"service": "executor", "replica": fmt.Sprint(i)}, st.Metrics)
 		}
-		if err := start(newExecutor(d, executor.Config{Concurrency: o.ExecutorConcurrency, ID: fmt.Sprintf("executor-%d", i)}, o.ExecutorOptions)); err != nil {
+		if err := start(newExecutor(d, o.ExecutorConcurrency, fmt.Sprintf("executor-%d", i), o.ExecutorOptions)); err != nil {
 			return st, fmt.Errorf("executor: %w", err)
 		}
 	}
@@ -220,8 +221,19 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	return st, nil
 }
 
-func newExecutor(d service.Deps, cfg executor.Config, opts []executor.Option) (service.Component, error) {
-	return executor.New(d, cfg, opts...)
+// newExecutor builds an executor as its binary does (executor.Build: the
+// TOOLWIRE_EXECUTOR_* variables apply); the replicas are told apart by their
+// ids unless the environment names one, and Options.ExecutorConcurrency,
+// when set, wins.
+func newExecutor(d service.Deps, concurrency int, id string, opts []executor.Option) (service.Component, error) {
+	return executor.Build(d, append([]executor.Option{func(c *executor.Config) {
+		if concurrency > 0 {
+			c.Concurrency = concurrency
+		}
+		if d.Getenv(executor.EnvID) == "" {
+			c.ID = id
+		}
+	}}, opts...)...)
 }
 
 func newSandbox(d service.Deps, cfg *sandbox.Config) (service.Component, error) {

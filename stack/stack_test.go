@@ -19,6 +19,9 @@ import (
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 	"github.com/toolwire/toolwire/services/recorder/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -174,9 +177,24 @@ func TestDemoRunEndToEnd(t *testing.T) {
 	require.Equal(t, "completed", run["status"])
 }
 
+// TestNoTestToolsByDefault: the stack (toolwire dev) registers the built-in
+// tools, never the test tools failing and sleep, which a test or the bench
+// gives it (Options.ExecutorOptions) when it needs them.
+func TestNoTestToolsByDefault(t *testing.T) {
+	st := startStack(t, stack.Options{})
+	reg, err := registry.Open(t.Context(), st.JS)
+	require.NoError(t, err)
+	_, err = reg.Get(t.Context(), envelope.ToolRef{Name: "echo", Version: "1.0.0"})
+	require.NoError(t, err)
+	for _, name := range []string{"failing", "sleep"} {
+		_, err = reg.Get(t.Context(), envelope.ToolRef{Name: name, Version: "1.0.0"})
+		require.ErrorIs(t, err, registry.ErrNotFound, name)
+	}
+}
+
 // TestParallelSleepsOverlap: four sleep calls of one turn run at the same time.
 func TestParallelSleepsOverlap(t *testing.T) {
-	st := startStack(t, stack.Options{})
+	st := startStack(t, stack.Options{ExecutorOptions: []executor.Option{executor.WithTools(testtools.Sleep())}})
 	args := map[string]any{"ms": 300}
 	req := scripted(t, "sleeps-1", []string{"sleep@1.0.0"},
 		map[string]any{"tool_calls": []any{call("sleep", args), call("sleep", args), call("sleep", args), call("sleep", args)}},

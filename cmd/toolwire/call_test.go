@@ -12,6 +12,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -35,7 +37,8 @@ func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, 
 // (exit 0) unless --fail-on-error; bad arguments are refused before anything
 // is sent.
 func TestCallCommand(t *testing.T) {
-	st, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir()})
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir(),
+		ExecutorOptions: []executor.Option{executor.WithTools(testtools.Failing())}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
 

@@ -14,7 +14,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tools/mcp"
 )
 
 // newToolsGroupCmd is the `toolwire tools` command with its `mcp`
@@ -79,7 +79,7 @@ entries and keeps their lifecycle state.`,
 			if err != nil {
 				return err
 			}
-			opts := executor.MCPRegisterOptions{
+			opts := mcp.RegisterOptions{
 				Version:     version,
 				BareNames:   bare,
 				Category:    envelope.Category(category),
@@ -91,9 +91,9 @@ entries and keeps their lifecycle state.`,
 			}
 			ctx, cancel := contextWithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			var r executor.MCPRegistration
+			var r mcp.Registration
 			if dryRun {
-				r, err = executor.MCPToolDefinitions(ctx, srv, opts)
+				r, err = mcp.ToolDefinitions(ctx, srv, opts)
 			} else {
 				nc, js, cerr := service.Connect(ctx, natsURL, "cli", discardLogger())
 				if cerr != nil {
@@ -104,7 +104,7 @@ entries and keeps their lifecycle state.`,
 				if rerr != nil {
 					return rerr
 				}
-				r, err = executor.RegisterMCPServer(ctx, reg, srv, opts)
+				r, err = mcp.RegisterServer(ctx, reg, srv, opts)
 			}
 			if err != nil {
 				return err
@@ -138,7 +138,7 @@ entries and keeps their lifecycle state.`,
 	fl.StringVar(&natsURL, "nats", def, "NATS URL (default $NATS_URL, else the dev server)")
 	fl.StringVar(&command, "command", "", "a stdio server: program and arguments")
 	fl.StringVar(&url, "url", "", "a streamable HTTP server's endpoint")
-	fl.StringVar(&version, "version", executor.DefaultMCPToolVersion, "the version of every registered tool")
+	fl.StringVar(&version, "version", mcp.DefaultToolVersion, "the version of every registered tool")
 	fl.BoolVar(&bare, "bare-names", false, "name entries after the tools alone, without the server's name")
 	fl.StringVar(&category, "category", string(envelope.CategoryAPI), "category of every tool: api, code, data, search or utility")
 	fl.StringVar(&sideEffects, "side-effects", "", "side effects of every tool: none, reads or writes (default: from each tool's annotations)")
@@ -149,14 +149,14 @@ entries and keeps their lifecycle state.`,
 }
 
 // mcpServerFromFlags builds the server from the command line.
-func mcpServerFromFlags(name, command, url string) (executor.MCPServer, error) {
+func mcpServerFromFlags(name, command, url string) (mcp.Server, error) {
 	switch {
 	case command != "" && url != "":
-		return executor.MCPServer{}, errors.New("give either --command or --url, not both")
+		return mcp.Server{}, errors.New("give either --command or --url, not both")
 	case command == "" && url == "":
-		return executor.MCPServer{}, errors.New("give the server: --command for a stdio server or --url for an HTTP one")
+		return mcp.Server{}, errors.New("give the server: --command for a stdio server or --url for an HTTP one")
 	}
-	srv := executor.MCPServer{Name: name, Transport: executor.MCPHTTP, URL: url}
+	srv := mcp.Server{Name: name, Transport: mcp.HTTP, URL: url}
 	if command != "" {
 		p := shellwords.NewParser()
 		p.ParseEnv, p.ParseBacktick = false, false
@@ -167,13 +167,13 @@ func mcpServerFromFlags(name, command, url string) (executor.MCPServer, error) {
 		if len(words) == 0 {
 			return srv, fmt.Errorf("--command %q names no program", command)
 		}
-		srv = executor.MCPServer{Name: name, Transport: executor.MCPStdio, Command: words[0], Args: words[1:]}
+		srv = mcp.Server{Name: name, Transport: mcp.Stdio, Command: words[0], Args: words[1:]}
 	}
 	return srv, srv.Validate()
 }
 
 // checkMCPOptions rejects bad flag values before connecting.
-func checkMCPOptions(o executor.MCPRegisterOptions, toolTimeout time.Duration) error {
+func checkMCPOptions(o mcp.RegisterOptions, toolTimeout time.Duration) error {
 	var errs []error
 	if err := (envelope.ToolRef{Name: "x", Version: o.Version}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--version %q: want a semantic version like 1.0.0", o.Version))

@@ -17,6 +17,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
 // Span attributes of toolwire beside the GenAI semantic conventions.
@@ -144,8 +146,8 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	if env.Cached {
 		span.SetAttributes(attrCached.Bool(true))
 	}
-	s.metrics.calls.WithLabelValues(res.tool, code).Inc()
-	s.metrics.duration.WithLabelValues(res.tool).Observe(env.Latency().Seconds())
+	s.metrics.calls.WithLabelValues(res.label, code).Inc()
+	s.metrics.duration.WithLabelValues(res.label).Observe(env.Latency().Seconds())
 
 	completed, err := events.NewCallCompleted(s.cfg.Source, req.RunID, env, req.Tenant, rt)
 	if err != nil {
@@ -263,8 +265,8 @@ func (s *Service) completed(ctx context.Context, req *events.CallRequest) (bool,
 // execResult is the outcome of execute.
 type execResult struct {
 	env envelope.ToolEnvelope
-	// tool is the metric label: the tool's name, or unknownTool.
-	tool string
+	// label is the tool label of the metrics: name@version, or unknownTool.
+	label string
 	// recorded: env is the final outcome of a writes call, recorded in the
 	// outcomes bucket; it is published even during a shutdown.
 	recorded bool
@@ -280,7 +282,7 @@ type execResult struct {
 // outcomes bucket): the call is then redelivered rather than answered with an
 // outcome that says nothing about the tool.
 func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart time.Time, log *slog.Logger) (res execResult, err error) {
-	res = execResult{tool: unknownTool, env: envelope.ToolEnvelope{
+	res = execResult{label: unknownTool, env: envelope.ToolEnvelope{
 		CallID:  req.CallID,
 		Name:    req.Name,
 		Version: req.Version,
@@ -303,7 +305,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 	if !found {
 		return fail(envelope.NewToolError(envelope.CodeValidation, "unknown tool %s", ref))
 	}
-	res.tool = req.Name
+	res.label = service.ToolLabel(req.Name, req.Version)
 	def := &entry.Definition
 	writes := def.Metadata.SideEffects == envelope.SideEffectsWrites
 	outKey := outcomeKey(req.RunID, req.CallID)
@@ -317,7 +319,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 	if entry.State == registry.StateBlocked {
 		return fail(envelope.NewToolError(envelope.CodePolicyDenied, "tool %s is blocked", ref))
 	}
-	tool, te := s.toolFor(def)
+	impl, te := s.toolFor(def)
 	if te != nil {
 		return fail(te)
 	}
@@ -326,7 +328,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 		log.Error("tool schemas do not compile", "err", err)
 		return fail(envelope.NewToolError(envelope.CodeUnknown, "tool %s has an invalid JSON Schema in the registry", ref))
 	}
-	if err := envelope.ValidateAgainst(ref.String()+" input", schemas.input, req.Input); err != nil {
+	if err := envelope.ValidateAgainst(ref.String()+" input", schemas.Input, req.Input); err != nil {
 		return fail(schemaFailure(envelope.CodeValidation, err, "input for tool %s does not match its input schema", ref))
 	}
 
@@ -347,17 +349,17 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 			case err != nil:
 				log.Warn("cache unavailable; running the tool", "err", err)
 			case hit != nil:
-				s.metrics.cache.WithLabelValues(req.Name, "hit").Inc()
+				s.metrics.cache.WithLabelValues(res.label, "hit").Inc()
 				res.env = cacheHit(hit, &res.env, s.now().UTC())
 				return res, nil
 			default:
-				s.metrics.cache.WithLabelValues(req.Name, "miss").Inc()
+				s.metrics.cache.WithLabelValues(res.label, "miss").Inc()
 			}
 		}
 	}
 
 	// The tool's health: an open circuit answers at once.
-	report, refusal := s.circuits.allow(ref.String())
+	report, refusal := s.circuits.allow(res.label)
 	if refusal != nil {
 		return fail(refusal)
 	}
@@ -376,7 +378,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 			return res, err
 		}
 		if wait > 0 {
-			s.metrics.rateLimited.WithLabelValues(req.Name).Inc()
+			s.metrics.rateLimited.WithLabelValues(res.label).Inc()
 			te := envelope.NewToolError(envelope.CodeRateLimit,
 				"rate limit of tool %s reached for this tenant (%g calls/s, burst %d); retry in %s",
 				req.Name, def.RateLimit.PerS, def.RateLimit.Burst, wait.Round(time.Millisecond))
@@ -401,7 +403,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 		if err != nil {
 			return res, err
 		}
-		claim = s.outcomes.hold(ctx, outKey, rev, rec)
+		claim = s.outcomes.hold(outKey, rev, rec)
 		var cancel context.CancelCauseFunc
 		runCtx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
@@ -415,7 +417,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 	}
 
 	ran = true
-	out, te := s.invoke(runCtx, tool, def, req, log)
+	out, te := s.invoke(runCtx, impl, def, req, log)
 	out, te = secretsOf(runCtx).scrubResult(out, te)
 	res.env.TEnd = s.now().UTC()
 	if te == nil {
@@ -426,7 +428,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 			log.Error("oversized output could not be stored as a blob", "bytes", len(out), "err", err)
 			te = envelope.NewToolError(envelope.CodeUnknown, "the output of tool %s (%d bytes) is larger than the executor passes on and could not be stored", ref, len(out))
 		} else if res.env.Truncated {
-			s.metrics.truncated.WithLabelValues(req.Name).Inc()
+			s.metrics.truncated.WithLabelValues(res.label).Inc()
 		}
 	}
 	if te != nil {
@@ -460,15 +462,15 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 
 // checkOutput checks a tool's output: JSON, and valid against the tool's
 // output schema. An empty output is null.
-func (s *Service) checkOutput(ref envelope.ToolRef, schemas *toolSchemas, out *json.RawMessage) *envelope.ToolError {
+func (s *Service) checkOutput(ref envelope.ToolRef, schemas *tool.Schemas, out *json.RawMessage) *envelope.ToolError {
 	if len(*out) == 0 {
 		*out = json.RawMessage("null")
 	}
 	if !json.Valid(*out) {
 		return envelope.NewToolError(envelope.CodeProviderError, "tool %s returned output that is not JSON", ref)
 	}
-	if schemas.output != nil {
-		if err := envelope.ValidateAgainst(ref.String()+" output", schemas.output, *out); err != nil {
+	if schemas.Output != nil {
+		if err := envelope.ValidateAgainst(ref.String()+" output", schemas.Output, *out); err != nil {
 			return schemaFailure(envelope.CodeProviderError, err, "output of tool %s does not match its output schema", ref)
 		}
 	}
@@ -490,7 +492,7 @@ func (s *Service) replayWrite(ctx context.Context, res *execResult, key string, 
 	if !recorded {
 		outcome = "unknown"
 	}
-	s.metrics.writeReplays.WithLabelValues(res.tool, outcome).Inc()
+	s.metrics.writeReplays.WithLabelValues(res.label, outcome).Inc()
 	log.Info("writes call answered from its outcome record, not run again", "outcome", outcome)
 	res.env, res.recorded = env, true
 	return true, nil
@@ -525,12 +527,12 @@ type toolResult struct {
 }
 
 // invoke runs the tool under its timeout and classifies its failure.
-func (s *Service) invoke(ctx context.Context, tool Tool, def *envelope.ToolDefinition, req *events.CallRequest, log *slog.Logger) (json.RawMessage, *envelope.ToolError) {
+func (s *Service) invoke(ctx context.Context, impl tool.Tool, def *envelope.ToolDefinition, req *events.CallRequest, log *slog.Logger) (json.RawMessage, *envelope.ToolError) {
 	ref := def.Ref()
 	timeout := def.Timeout()
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errToolTimeout)
 	defer cancel()
-	tc := ToolContext{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), Log: log}
+	tc := tool.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), Log: log}
 
 	done := make(chan toolResult, 1)
 	go func() {
@@ -541,7 +543,7 @@ func (s *Service) invoke(ctx context.Context, tool Tool, def *envelope.ToolDefin
 			}
 			done <- r
 		}()
-		r.out, r.err = tool.Execute(tctx, req.Input, tc)
+		r.out, r.err = impl.Execute(tctx, req.Input, tc)
 	}()
 
 	var r toolResult

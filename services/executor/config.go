@@ -8,9 +8,17 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/toolwire/toolwire/pkg/events/secrets"
+	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/tools/mcp"
+	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
-// Environment variables read by ConfigFromEnv.
+// Environment variables read by ConfigFromEnv, besides the web tools' (see
+// package web), the master keys' (see package secrets) and those passed to
+// stdio MCP servers (mcp.InheritedEnv): EnvVars lists them all.
 const (
 	EnvConcurrency = "TOOLWIRE_EXECUTOR_CONCURRENCY" // tool calls in flight per replica
 	EnvID          = "TOOLWIRE_EXECUTOR_ID"          // replica id; default hostname-pid
@@ -61,7 +69,7 @@ const (
 	DefaultStartedAfter = 5 * time.Millisecond
 )
 
-// Config configures the executor.
+// Config configures the executor. Zero fields take their defaults.
 type Config struct {
 	// Concurrency is the number of tool calls one replica runs at once.
 	Concurrency int
@@ -99,17 +107,57 @@ type Config struct {
 	// tool's start either way). Default 5ms; negative: call.started goes out
 	// before the tool runs.
 	StartedAfter time.Duration
+
+	// Web configures the web tools (http_request, http_get, web_fetch).
+	Web web.Config
+	// Keyring holds the master keys that open the secrets tools declare
+	// (required_secrets); nil: a tool that needs a secret fails with
+	// AUTH_REQUIRED. ConfigFromEnv reads it from TOOLWIRE_MASTER_KEYS.
+	Keyring *secrets.Keyring
+	// MasterKeyID is TOOLWIRE_MASTER_KEY_ID as set: the current one of
+	// several master keys. The executor only opens secrets, with whichever
+	// key sealed them; the id matters only in reading several keys, where
+	// the keyring needs it.
+	MasterKeyID string
+	// MCPEnv is the whole environment ("NAME=value") of the stdio MCP
+	// servers the executor starts: the executor's own values of
+	// mcp.InheritedEnv (PATH, HOME, ...), never the rest of its environment,
+	// which may hold secrets.
+	MCPEnv []string
+	// Tools are in-process tools run beside the built-ins (a test's tools;
+	// package testtools). Each is keyed by its definition's builtin
+	// implementation key, and its definition is ensured in the registry at
+	// Start like the built-ins'.
+	Tools []tool.Tool
 }
 
-// EnvVars lists the environment variables ConfigFromEnv reads, for docs and
-// deployment checks.
-func EnvVars() []string {
-	return []string{EnvConcurrency, EnvID, EnvMaxOutputBytes, EnvPreviewBytes, EnvCircuitFailures, EnvCircuitOpen, EnvClaimLease, EnvAckWait, EnvStartedAfter}
+// Option adjusts a Config: the one Build read from the environment, or any
+// (Config.With).
+type Option func(*Config)
+
+// With returns c with opts applied in order.
+func (c Config) With(opts ...Option) Config {
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
 }
 
-// DefaultConfig returns the configuration with every default filled in.
-func DefaultConfig() Config {
-	return Config{}.withDefaults()
+// WithTools adds in-process tools beside the built-ins (Config.Tools).
+func WithTools(tools ...tool.Tool) Option {
+	return func(c *Config) { c.Tools = append(c.Tools, tools...) }
+}
+
+// WithWebConfig sets the web tools' settings (Config.Web), replacing those
+// read from the environment.
+func WithWebConfig(w web.Config) Option {
+	return func(c *Config) { c.Web = w }
+}
+
+// WithKeyring gives the executor the master keys that open secrets
+// (Config.Keyring), replacing those read from the environment.
+func WithKeyring(k *secrets.Keyring) Option {
+	return func(c *Config) { c.Keyring = k }
 }
 
 func defaultID() string {
@@ -120,8 +168,8 @@ func defaultID() string {
 	return host + "-" + strconv.Itoa(os.Getpid())
 }
 
-// withDefaults fills the zero fields.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
@@ -167,7 +215,7 @@ const (
 
 // Validate checks the configuration; zero fields mean their defaults.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	var errs []error
 	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
 		errs = append(errs, fmt.Errorf("concurrency %d: want 1 to %d", c.Concurrency, MaxConcurrency))
@@ -194,6 +242,9 @@ func (c Config) Validate() error {
 	if c.StartedAfter > maxStartedAfter {
 		errs = append(errs, fmt.Errorf("started after %s: want at most %s", c.StartedAfter, maxStartedAfter))
 	}
+	if err := c.Web.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("web tools: %w", err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -207,83 +258,75 @@ func checkDuration(what string, d, limit time.Duration) error {
 // ConfigFromEnv reads the configuration from the environment, with defaults,
 // and reports every bad value at once.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := DefaultConfig()
-	var errs []error
-	if v := strings.TrimSpace(getenv(EnvConcurrency)); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxConcurrency {
-			errs = append(errs, fmt.Errorf("%s=%q: want a whole number from 1 to %d", EnvConcurrency, v, MaxConcurrency))
-		} else {
-			c.Concurrency = n
+	var c Config
+	e := service.NewEnv(getenv)
+	e.Int(EnvConcurrency, 1, MaxConcurrency, &c.Concurrency)
+	e.Text(EnvID, maxIDLen, &c.ID)
+	e.Int(EnvMaxOutputBytes, 1, MaxMaxOutputBytes, &c.MaxOutputBytes)
+	e.Int(EnvPreviewBytes, 1, MaxMaxOutputBytes, &c.PreviewBytes)
+	e.Int(EnvCircuitFailures, 1, maxCircuitFailures, &c.CircuitFailures)
+	e.Duration(EnvCircuitOpen, minDuration, maxCircuitOpen, &c.CircuitOpen)
+	e.Duration(EnvClaimLease, minDuration, maxClaimLease, &c.ClaimLease)
+	e.Duration(EnvAckWait, minDuration, maxAckWait, &c.AckWait)
+	// 0 means before the tool runs: a negative StartedAfter.
+	startedAfter := time.Duration(-1)
+	e.Duration(EnvStartedAfter, 0, maxStartedAfter, &startedAfter)
+	switch {
+	case startedAfter == 0:
+		c.StartedAfter = -1
+	case startedAfter > 0:
+		c.StartedAfter = startedAfter
+	}
+
+	if v, ok := e.Lookup(web.EnvAllowHosts); ok {
+		e.List(web.EnvAllowHosts, &c.Web.AllowHosts)
+		e.Check(web.EnvAllowHosts, v, web.Config{AllowHosts: c.Web.AllowHosts}.Validate())
+	}
+	e.Scaled(web.EnvMaxResponseBytes, 1, web.MaxResponseBytesLimit, 1, &c.Web.MaxResponseBytes)
+
+	e.String(secrets.EnvMasterKeyID, &c.MasterKeyID)
+	if _, ok := e.Lookup(secrets.EnvMasterKeys); ok {
+		k, err := secrets.ParseKeyring(e.Raw(secrets.EnvMasterKeys), c.MasterKeyID)
+		// The keys are secret: the problem is named, the value never shown.
+		e.Check(secrets.EnvMasterKeys, "(not shown)", err)
+		c.Keyring = k
+	}
+	for _, name := range mcp.InheritedEnv() {
+		if v := e.Raw(name); v != "" {
+			c.MCPEnv = append(c.MCPEnv, name+"="+v)
 		}
 	}
-	errs = append(errs,
-		envInt(getenv, EnvMaxOutputBytes, 1, MaxMaxOutputBytes, &c.MaxOutputBytes),
-		envInt(getenv, EnvPreviewBytes, 1, MaxMaxOutputBytes, &c.PreviewBytes),
-		envInt(getenv, EnvCircuitFailures, 1, maxCircuitFailures, &c.CircuitFailures),
-		envDuration(getenv, EnvCircuitOpen, maxCircuitOpen, &c.CircuitOpen),
-		envDuration(getenv, EnvClaimLease, maxClaimLease, &c.ClaimLease),
-		envDuration(getenv, EnvAckWait, maxAckWait, &c.AckWait),
-		envStartedAfter(getenv, &c.StartedAfter))
-	if strings.TrimSpace(getenv(EnvPreviewBytes)) == "" {
-		c.PreviewBytes = min(DefaultPreviewBytes, c.MaxOutputBytes)
-	}
-	if v := getenv(EnvID); v != "" {
-		if len(v) > maxIDLen || strings.ContainsFunc(v, unicode.IsControl) {
-			errs = append(errs, fmt.Errorf("%s=%q: want at most %d printable characters", EnvID, v, maxIDLen))
-		} else {
-			c.ID = v
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	c = c.WithDefaults()
+	if err := e.Err(); err != nil {
 		return c, err
 	}
 	return c, c.Validate()
 }
 
-// envStartedAfter reads EnvStartedAfter: a duration up to maxStartedAfter,
-// 0 meaning at once (a negative StartedAfter).
-func envStartedAfter(getenv func(string) string, dst *time.Duration) error {
-	v := strings.TrimSpace(getenv(EnvStartedAfter))
-	if v == "" {
-		return nil
+// EnvVars documents the variables ConfigFromEnv reads, besides the common
+// ones of every service (service.CommonEnvVars).
+func EnvVars() []service.Var {
+	vars := []service.Var{
+		{Name: EnvConcurrency, Help: "tool calls one replica runs at once (default 64)", Example: "16"},
+		{Name: EnvID, Help: "this replica's name in call.started events (default hostname-pid)", Example: "executor-7"},
+		{Name: EnvMaxOutputBytes, Help: "outputs larger than this are stored as blobs and the envelope keeps a preview (default 2097152)", Example: "1048576"},
+		{Name: EnvPreviewBytes, Help: "bytes of a truncated output its preview keeps (default 16384)", Example: "4096"},
+		{Name: EnvCircuitFailures, Help: "consecutive PROVIDER_ERROR, NETWORK_ERROR or TIMEOUT outcomes that open a tool's circuit (default 5)", Example: "3"},
+		{Name: EnvCircuitOpen, Help: "how long an open circuit refuses calls (default 30s)", Example: "1m"},
+		{Name: EnvClaimLease, Help: "how long a writes call's claim lives without a heartbeat (default 15s)", Example: "5s"},
+		{Name: EnvAckWait, Help: "the shared consumer's ack wait, the same on every replica (default 30s)", Example: "10s"},
+		{Name: EnvStartedAfter, Help: "how long a call runs before its call.started goes out on its own; 0: before the tool runs (default 5ms)", Example: "0"},
+		{Name: web.EnvAllowHosts, Help: "host[:port] entries, comma-separated, the web tools may reach although the SSRF guard refuses their addresses", Example: "api.internal:8443,127.0.0.1:9000"},
+		{Name: web.EnvMaxResponseBytes, Help: "bytes of a response body the web tools read; the rest is dropped (default 2097152)", Example: "65536"},
+		{Name: secrets.EnvMasterKeys, Help: "the master keys that open the tools' secrets, id:base64key,... (unset: tools that need secrets fail with AUTH_REQUIRED)", Example: "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="},
+		{Name: secrets.EnvMasterKeyID, Help: "the current one of several master keys", Example: "k1"},
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 || d > maxStartedAfter {
-		return fmt.Errorf("%s=%q: want a duration from 0 (before the tool runs) to %s, for example 5ms", EnvStartedAfter, v, maxStartedAfter)
+	examples := map[string]string{
+		"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/executor", "LANG": "C.UTF-8",
+		"LC_ALL": "C.UTF-8", "TMPDIR": "/var/tmp",
 	}
-	if d == 0 {
-		d = -1
+	for _, name := range mcp.InheritedEnv() {
+		vars = append(vars, service.Var{Name: name, Help: "passed on to the stdio MCP servers the executor starts (nothing else of its environment is)", Example: examples[name]})
 	}
-	*dst = d
-	return nil
-}
-
-// envInt reads a whole number from lo to hi into dst when the variable is set.
-func envInt(getenv func(string) string, name string, lo, hi int, dst *int) error {
-	v := strings.TrimSpace(getenv(name))
-	if v == "" {
-		return nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		return fmt.Errorf("%s=%q: want a whole number from %d to %d", name, v, lo, hi)
-	}
-	*dst = n
-	return nil
-}
-
-// envDuration reads a Go duration (for example 30s) into dst when the
-// variable is set.
-func envDuration(getenv func(string) string, name string, hi time.Duration, dst *time.Duration) error {
-	v := strings.TrimSpace(getenv(name))
-	if v == "" {
-		return nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < minDuration || d > hi {
-		return fmt.Errorf("%s=%q: want a duration from %s to %s, for example 30s", name, v, minDuration, hi)
-	}
-	*dst = d
-	return nil
+	return vars
 }

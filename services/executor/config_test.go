@@ -6,6 +6,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
+	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -61,7 +65,7 @@ func TestConfigFromEnv(t *testing.T) {
 		},
 		{name: "started after negative", env: map[string]string{EnvStartedAfter: "-1s"}, wantErr: []string{EnvStartedAfter, "from 0"}},
 		{name: "started after too long", env: map[string]string{EnvStartedAfter: "1m"}, wantErr: []string{EnvStartedAfter}},
-		{name: "started after not a duration", env: map[string]string{EnvStartedAfter: "5"}, wantErr: []string{EnvStartedAfter, "for example 5ms"}},
+		{name: "started after not a duration", env: map[string]string{EnvStartedAfter: "5"}, wantErr: []string{EnvStartedAfter, "want a duration from 0s to 10s"}},
 		{
 			name: "runtime set",
 			env: map[string]string{
@@ -95,6 +99,26 @@ func TestConfigFromEnv(t *testing.T) {
 			name:    "every problem at once",
 			env:     map[string]string{EnvConcurrency: "x", EnvID: strings.Repeat("i", 200)},
 			wantErr: []string{EnvConcurrency, EnvID},
+		},
+		{
+			name: "web tools",
+			env:  map[string]string{web.EnvAllowHosts: "a:1, b", web.EnvMaxResponseBytes: "4096"},
+			want: func(t *testing.T, c Config) {
+				require.Equal(t, []string{"a:1", "b"}, c.Web.AllowHosts)
+				require.EqualValues(t, 4096, c.Web.MaxResponseBytes)
+			},
+		},
+		{
+			name:    "web tools refused",
+			env:     map[string]string{web.EnvAllowHosts: "ok:1,bad:0", web.EnvMaxResponseBytes: "-3"},
+			wantErr: []string{"bad:0", web.EnvMaxResponseBytes},
+		},
+		{
+			name: "what MCP servers inherit",
+			env:  map[string]string{"PATH": "/bin", "HOME": "/home/x", "NATS_URL": "nats://secret@x"},
+			want: func(t *testing.T, c Config) {
+				require.Equal(t, []string{"PATH=/bin", "HOME=/home/x"}, c.MCPEnv)
+			},
 		},
 	}
 	for _, tc := range tests {
@@ -142,5 +166,26 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestEnvVars(t *testing.T) {
-	require.Equal(t, []string{EnvConcurrency, EnvID, EnvMaxOutputBytes, EnvPreviewBytes, EnvCircuitFailures, EnvCircuitOpen, EnvClaimLease, EnvAckWait, EnvStartedAfter}, EnvVars())
+	servicetest.VarsTakeEffect(t, EnvVars(), ConfigFromEnv)
+}
+
+// TestBuild: Build reads the environment, and its options override it.
+func TestBuild(t *testing.T) {
+	env := eventstest.Start(t)
+	d := testDeps(t, env, nil)
+	d.Getenv = func(k string) string {
+		return map[string]string{EnvConcurrency: "3", EnvMaxOutputBytes: "1000"}[k]
+	}
+	s, err := Build(d)
+	require.NoError(t, err)
+	require.Equal(t, 3, s.Config().Concurrency)
+	require.Equal(t, 1000, s.Config().MaxOutputBytes)
+	s, err = Build(d, func(c *Config) { c.Concurrency = 5 })
+	require.NoError(t, err)
+	require.Equal(t, 5, s.Config().Concurrency, "an option overrides the environment")
+	require.Equal(t, 1000, s.Config().MaxOutputBytes)
+
+	d.Getenv = func(k string) string { return map[string]string{EnvConcurrency: "x"}[k] }
+	_, err = Build(d)
+	require.ErrorContains(t, err, "executor configuration: TOOLWIRE_EXECUTOR_CONCURRENCY")
 }

@@ -25,24 +25,36 @@
 // reached the watch yet). At Start it ensures the definition of every tool it
 // implements in the registry, so that the other services see their schemas.
 //
-// A registry entry names its implementation. The executor runs entries of kind
-// builtin: Implementation{Kind: "builtin", Config: {"builtin": "<key>"}} is run
-// by the in-process Tool whose own definition carries that key (no config means
-// the key is the tool's name). Several registry entries may therefore share one
-// implementation: an operator can register sleep@0.0.1-test with a 50ms
-// timeout, and the sleep built-in runs it under that definition's schemas and
-// timeout. Entries of kind mcp are run by calling their MCP server's tool
-// (mcp.go, mcp_session.go); entries of other kinds (http, sandbox) are not run
-// by this executor yet and fail with UNKNOWN.
+// A registry entry names its implementation, and its kind says who runs it
+// (resolve.go):
 //
-// # Real tools
+//   - builtin: Implementation{Kind: "builtin", Config: {"builtin": "<key>"}}
+//     is run by the in-process tool.Tool whose own definition carries that key
+//     (no config means the key is the tool's name). Several registry entries
+//     may therefore share one implementation: an operator can register
+//     echo@0.0.1-test with a 50ms timeout, and the echo built-in runs it
+//     under that definition's schemas and timeout.
+//   - mcp: the tool of an MCP server, called through one session per server
+//     (package tools/mcp).
+//   - sandbox: code, sent to the sandbox service as a job; the executor holds
+//     the call until the job's result comes back (package tools/sandbox).
+//   - any other kind (http) is not run by this executor: UNKNOWN.
 //
-// Beside the test built-ins the executor runs http_request (writes),
-// http_get (reads), web_fetch (reads) and json_query (none). The web tools
-// share one HTTP client whose dialer refuses loopback, private, link-local,
-// metadata and other special-purpose addresses after DNS resolution, on every
-// connection (webguard.go): a refusal is POLICY_DENIED and nothing is sent.
-// TOOLWIRE_HTTP_ALLOW_HOSTS names the host[:port]s an operator trusts.
+// # Tools
+//
+// The pipeline (this package) runs every tool the same way; the tools live in
+// one package per family under services/executor/tools, and implement
+// tool.Tool (package tool), which imports nothing of the pipeline:
+//
+//   - builtin: echo, calculator, get_current_time, json_query.
+//   - web: http_request (writes), http_get and web_fetch (reads), on one HTTP
+//     client whose dialer refuses loopback, private, link-local, metadata and
+//     other special-purpose addresses after DNS resolution, on every
+//     connection: a refusal is POLICY_DENIED and nothing is sent.
+//     TOOLWIRE_HTTP_ALLOW_HOSTS names the host[:port]s an operator trusts.
+//   - mcp and sandbox: the runners of those kinds of registry entries.
+//   - testtools: failing and sleep, which only tests and benchmarks register
+//     (Config.Tools, WithTools); a production executor never runs them.
 //
 // # Outcomes
 //
@@ -106,12 +118,23 @@
 // agent's side), plus toolwire.run_id, toolwire.tool.version and, on failure,
 // error.type (the error code). Its parent is the hop's trace context that the
 // consumer runner extracted, and the started and completed events carry it on.
-// Prometheus metrics: toolwire_executor_tool_calls_total{tool,code},
+// Prometheus metrics, each with the tool label name@version
+// (service.ToolLabel; "_unknown" for a tool not in the registry):
+// toolwire_executor_tool_calls_total{tool,code},
 // toolwire_executor_tool_call_duration_seconds{tool},
-// toolwire_executor_tool_calls_in_flight, toolwire_executor_cache_lookups_total{tool,result},
+// toolwire_executor_tool_calls_in_flight, toolwire_executor_tools_abandoned_total,
+// toolwire_executor_cache_lookups_total{tool,result},
 // toolwire_executor_rate_limited_total{tool},
 // toolwire_executor_outputs_truncated_total{tool},
 // toolwire_executor_circuit_state{tool} (0 closed, 1 half-open, 2 open),
 // toolwire_executor_circuit_rejections_total{tool} and
 // toolwire_executor_write_redeliveries_total{tool,outcome}.
+//
+// # Lifecycle
+//
+// Service embeds service.Lifecycle: New reads no environment and does no I/O
+// (Build reads the Config from the environment, then calls New); Start's
+// context bounds the start only, and the registry watch, the MCP sessions,
+// the preview server, the claims' heartbeats and the consumer run until Stop,
+// which drains the calls in flight first.
 package executor

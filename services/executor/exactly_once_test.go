@@ -20,6 +20,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
 // appendLog is the external state of the writes tool: a file that every run
@@ -46,11 +47,11 @@ func (appender) Definition() envelope.ToolDefinition {
 		InputSchema:  json.RawMessage(`{"type":"object","properties":{"hold":{"type":"boolean"},"n":{"type":"integer"}}}`),
 		OutputSchema: json.RawMessage(`{"type":"object","required":["ok"]}`),
 		Metadata:     envelope.ToolMetadata{Category: envelope.CategoryData, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
-		TimeoutMS:    60_000, Implementation: BuiltinImplementation("test_append_line"),
+		TimeoutMS:    60_000, Implementation: tool.BuiltinImplementation("test_append_line"),
 	}
 }
 
-func (a appender) Execute(ctx context.Context, input json.RawMessage, tc ToolContext) (json.RawMessage, error) {
+func (a appender) Execute(ctx context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
 	var in struct {
 		Hold bool `json:"hold"`
 	}
@@ -118,9 +119,8 @@ func startReplica(t *testing.T, env *eventstest.Env, id string, cfg Config, log 
 	d := testDeps(t, env, nil)
 	d.JS = js
 	cfg.ID = id
-	s, err := New(d, cfg, WithTools(appender{replica: id, log: log}))
-	require.NoError(t, err)
-	require.NoError(t, s.Start(t.Context()))
+	s := newExecutor(t, d, cfg, WithTools(appender{replica: id, log: log}))
+	start(t, s)
 	r := &replica{id: id, s: s, nc: nc}
 	t.Cleanup(func() {
 		if r.stopped {
@@ -292,8 +292,8 @@ func TestExactlyOnceWrites(t *testing.T) {
 	}
 	var recorded, unknown float64
 	for _, r := range replicas {
-		recorded += testutil.ToFloat64(r.s.metrics.writeReplays.WithLabelValues("append_line", "recorded"))
-		unknown += testutil.ToFloat64(r.s.metrics.writeReplays.WithLabelValues("append_line", "unknown"))
+		recorded += testutil.ToFloat64(r.s.metrics.writeReplays.WithLabelValues("append_line@1.0.0", "recorded"))
+		unknown += testutil.ToFloat64(r.s.metrics.writeReplays.WithLabelValues("append_line@1.0.0", "unknown"))
 	}
 	t.Logf("redeliveries answered from the record: %v, declared unknown: %v", recorded, unknown)
 	require.GreaterOrEqual(t, recorded, float64(3*len(reqs)), "each of the last copies at least")
@@ -342,7 +342,7 @@ func TestClaimHeartbeatKeepsALongCallAlive(t *testing.T) {
 	require.Equal(t, MsgOutcomeUnknown, got.Error.Message)
 	waitIdle(t, env.JS)
 	require.Equal(t, map[string]int{runID + " " + req.CallID: 1}, log.lines(t))
-	require.Equal(t, 0.0, testutil.ToFloat64(second.s.metrics.writeReplays.WithLabelValues("append_line", "unknown")),
+	require.Equal(t, 0.0, testutil.ToFloat64(second.s.metrics.writeReplays.WithLabelValues("append_line@1.0.0", "unknown")),
 		"the live claim was never declared unknown by the other replica")
-	require.GreaterOrEqual(t, testutil.ToFloat64(second.s.metrics.writeReplays.WithLabelValues("append_line", "recorded")), 1.0)
+	require.GreaterOrEqual(t, testutil.ToFloat64(second.s.metrics.writeReplays.WithLabelValues("append_line@1.0.0", "recorded")), 1.0)
 }

@@ -7,19 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/tools/builtin"
+	"github.com/toolwire/toolwire/services/executor/tools/mcp"
+	"github.com/toolwire/toolwire/services/executor/tools/sandbox"
+	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
 // Consumer settings: one durable consumer shared by every replica.
@@ -36,114 +39,79 @@ const (
 	defaultAbandonAfter = 2 * time.Second
 )
 
-// ErrStopped is returned by Start after Stop.
-var ErrStopped = errors.New("executor: stopped")
-
-// Option adjusts a Service.
-type Option func(*options)
-
-type options struct {
-	tools   []Tool
-	real    realToolOptions
-	keyring *secrets.Keyring // secrets.go
-}
-
-// WithTools adds in-process tools beside the built-ins (for example test
-// tools). Each is keyed by its definition's builtin implementation key, and its
-// definition is ensured in the registry at Start like the built-ins'.
-func WithTools(tools ...Tool) Option {
-	return func(o *options) { o.tools = append(o.tools, tools...) }
-}
-
 // Service is the executor: Start it once, Stop it to drain.
 type Service struct {
+	service.Lifecycle
+
 	cfg     Config
 	js      jetstream.JetStream
 	log     *slog.Logger
 	tracer  trace.Tracer
 	metrics *metrics
 	pub     *events.Publisher
-	tools   map[string]Tool // by builtin key
+	tools   map[string]tool.Tool // by builtin key
 	defs    []envelope.ToolDefinition
 	schemas *schemaCache
 	now     func() time.Time
 	// abandonAfter is how long to wait for a tool that ignores its context.
 	abandonAfter time.Duration
 	circuits     *circuits
-	cache        *toolCache
-	limiter      *rateLimiter
-	outcomes     *outcomes
-	// real holds the web client and the MCP sessions (resolve.go).
-	real *realTools
 	// secrets opens the secrets of the tools that need some (secrets.go).
 	secrets *secretResolver
-	// previews answers the guard's dry-run requests (preview.go).
-	previews *previewServer
+	// web is the client of the web tools; jobs sends the sandbox entries'
+	// jobs (resolve.go).
+	web  *web.Client
+	jobs *sandbox.Jobs
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	released bool
+	// Set by Start, before the consumer and the preview server run.
 	reg      *registry.Registry
 	catalog  *registry.Catalog
 	calls    jetstream.Stream
-	runner   *events.Runner
-	unwatch  context.CancelFunc
-
-	stopOnce sync.Once
-	stopErr  error
+	cache    *toolCache
+	limiter  *rateLimiter
+	outcomes *outcomes
+	mcp      *mcp.Pool // the sessions of the MCP entries (resolve.go)
+	runners  events.Runners
 }
 
-// New builds the executor from the service's dependencies. Zero fields of cfg
-// take their defaults.
-func New(d service.Deps, cfg Config, opts ...Option) (*Service, error) {
-	cfg = cfg.withDefaults()
+// New builds the executor from the service's dependencies and cfg (zero
+// fields take their defaults). It reads no environment and does no I/O:
+// Start connects it.
+func New(d service.Deps, cfg Config) (*Service, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("executor config: %w", err)
 	}
 	if d.JS == nil {
 		return nil, errors.New("executor: no JetStream connection")
 	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	log := d.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	tp := d.Tracer
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
+	d = d.WithDefaults()
 	m, err := newMetrics(d.Metrics)
 	if err != nil {
 		return nil, err
 	}
+	wc, err := web.NewClient(cfg.Web)
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
 	s := &Service{
 		cfg:          cfg,
 		js:           d.JS,
-		log:          log,
-		tracer:       tp.Tracer("toolwire/executor"),
+		log:          d.Log,
+		tracer:       d.Tracer.Tracer("toolwire/executor"),
 		metrics:      m,
 		pub:          events.NewPublisher(d.JS),
-		tools:        map[string]Tool{},
+		tools:        map[string]tool.Tool{},
 		schemas:      newSchemaCache(),
 		now:          time.Now,
 		abandonAfter: defaultAbandonAfter,
+		secrets:      &secretResolver{js: d.JS, keys: cfg.Keyring},
+		web:          wc,
 	}
+	s.jobs = sandbox.NewJobs(d.JS, s.pub, cfg.Source)
 	s.circuits = newCircuits(cfg.CircuitFailures, cfg.CircuitOpen, func() time.Time { return s.now() }, m)
-	if s.secrets, err = newSecretResolver(d, o.keyring); err != nil {
-		return nil, err
-	}
-	rts, realTools, err := newRealTools(d, o.real, log)
-	if err != nil {
-		return nil, err
-	}
-	s.real = rts
-	for _, t := range append(append(Builtins(), realTools...), o.tools...) {
+	for _, t := range slices.Concat(builtin.Tools(), web.Tools(wc), cfg.Tools) {
 		if err := s.addTool(t); err != nil {
-			rts.close()
 			return nil, err
 		}
 	}
@@ -151,14 +119,27 @@ func New(d service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	return s, nil
 }
 
+// Build reads the configuration from d.Getenv, applies opts and calls New. It
+// is what the executor binary and `toolwire dev` run.
+func Build(d service.Deps, opts ...Option) (*Service, error) {
+	cfg, err := ConfigFromEnv(d.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("executor configuration: %w", err)
+	}
+	return New(d, cfg.With(opts...))
+}
+
+// Config returns the configuration the service runs with.
+func (s *Service) Config() Config { return s.cfg }
+
 // addTool checks a tool's definition (fields, builtin key, schemas) and keys
 // it by its builtin key.
-func (s *Service) addTool(t Tool) error {
+func (s *Service) addTool(t tool.Tool) error {
 	def := t.Definition()
 	if err := def.Validate(); err != nil {
 		return fmt.Errorf("executor: tool %s: %w", def.Ref(), err)
 	}
-	key, err := builtinKey(&def)
+	key, err := tool.BuiltinKey(&def)
 	if err != nil {
 		return fmt.Errorf("executor: tool %s: %w", def.Ref(), err)
 	}
@@ -180,25 +161,21 @@ func (s *Service) Definitions() []envelope.ToolDefinition {
 }
 
 // Start publishes the executor's tool definitions in the registry, starts
-// watching the registry and starts consuming approved calls. ctx bounds the
-// start; the watch and the consumer outlive it until Stop. A Start that fails
-// releases what it started and leaves the service stopped.
+// watching the registry, answering previews and consuming approved calls.
+// ctx bounds the start; the watch, the MCP sessions, the preview server and
+// the consumer run until Stop. A Start that fails releases what it started
+// and leaves the service stopped.
 func (s *Service) Start(ctx context.Context) (err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.stopped:
-		return ErrStopped
-	case s.started:
-		return errors.New("executor: already started")
+	life, err := s.Starting(ctx)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			// A failed start releases what it started; the service is spent.
-			s.stopped = true
-			s.release()
-		}
-	}()
+	defer func() { err = s.Started(ctx, err) }()
+	// Released last: by then no call is in flight.
+	s.OnStopFunc(func() { s.log.Info("executor stopped", "id", s.cfg.ID) })
+	s.OnStopFunc(s.web.Close)
+	s.mcp = mcp.NewPool(life, s.log, s.cfg.MCPEnv)
+	s.OnStopFunc(s.mcp.Close)
 
 	s.reg, err = registry.Open(ctx, s.js)
 	if err != nil {
@@ -209,22 +186,28 @@ func (s *Service) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("register %s: %w", s.defs[i].Ref(), err)
 		}
 	}
-	if err := s.watch(ctx); err != nil {
+	// The catalog stays readable (frozen) after Stop, for a call that
+	// outlived a bounded Stop.
+	if s.catalog, err = s.reg.Watch(ctx); err != nil {
 		return err
 	}
+	s.OnStopFunc(s.catalog.Stop)
 	s.warmSchemas()
 
-	if err := s.openState(ctx); err != nil {
+	if err := s.openState(ctx, life); err != nil {
 		return err
 	}
-	if s.previews, err = s.servePreviews(ctx); err != nil {
+	previews, err := s.servePreviews(life)
+	if err != nil {
 		return err
 	}
+	s.OnStopFunc(previews.stop)
 	s.calls, err = s.js.Stream(ctx, events.StreamCalls)
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", events.StreamCalls, err)
 	}
-	s.runner, err = events.NewRunner(s.js, events.RunnerConfig{
+	s.OnStop(s.runners.Stop) // first at Stop: drains the calls in flight
+	if _, err := s.runners.Start(ctx, s.js, events.RunnerConfig{
 		Spec: events.ConsumerSpec{
 			Stream:        events.StreamCalls,
 			Durable:       Durable,
@@ -235,22 +218,17 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		Handler:     s.handle,
 		Concurrency: s.cfg.Concurrency,
 		Logger:      s.log,
-	})
-	if err != nil {
+	}); err != nil {
 		return err
 	}
-	if err := s.runner.Start(ctx); err != nil {
-		s.runner = nil
-		return err
-	}
-	s.started = true
 	s.log.Info("executor started", "id", s.cfg.ID, "concurrency", s.cfg.Concurrency, "tools", len(s.defs))
 	return nil
 }
 
 // openState opens the KV buckets of the cache, the rate limits and the
-// outcomes of writes calls.
-func (s *Service) openState(ctx context.Context) error {
+// outcomes of writes calls. The heartbeats of writes calls' claims run on
+// life.
+func (s *Service) openState(ctx, life context.Context) error {
 	open := func(bucket string) (jetstream.KeyValue, error) {
 		kv, err := s.js.KeyValue(ctx, bucket)
 		if err != nil {
@@ -277,40 +255,15 @@ func (s *Service) openState(ctx context.Context) error {
 	now := func() time.Time { return s.now() }
 	s.cache = &toolCache{kv: cache, js: s.js}
 	s.limiter = &rateLimiter{kv: rate, now: now}
-	s.outcomes = &outcomes{kv: outs, owner: s.cfg.ID + "/" + hex.EncodeToString(nonce), lease: s.cfg.ClaimLease, now: now, log: s.log}
-	return nil
-}
-
-// watch starts the registry catalog. It must follow the registry until Stop,
-// not until ctx (a start deadline) ends: the watch gets a context of its own,
-// cancelled by Stop, and ctx only bounds the wait for the initial contents.
-// (A nats.go KV watcher unsubscribes when its context ends; registry.Watch
-// guards against that too in newer versions, and this stays correct either
-// way.)
-func (s *Service) watch(ctx context.Context) error {
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopBound := context.AfterFunc(ctx, cancel)
-	cat, err := s.reg.Watch(wctx)
-	if !stopBound() {
-		// ctx ended: the watch is cancelled with it.
-		if cat != nil {
-			cat.Stop()
-		}
-		cancel()
-		return fmt.Errorf("registry watch: %w", context.Cause(ctx))
-	}
-	if err != nil {
-		cancel()
-		return err
-	}
-	s.catalog, s.unwatch = cat, cancel
+	s.outcomes = &outcomes{kv: outs, owner: s.cfg.ID + "/" + hex.EncodeToString(nonce), lease: s.cfg.ClaimLease,
+		now: now, log: s.log, life: life}
 	return nil
 }
 
 // warmSchemas compiles the schemas of every registry entry this executor runs.
 func (s *Service) warmSchemas() {
 	for _, e := range s.catalog.Entries() {
-		key, err := builtinKey(&e.Definition)
+		key, err := tool.BuiltinKey(&e.Definition)
 		if err != nil {
 			continue
 		}
@@ -321,44 +274,5 @@ func (s *Service) warmSchemas() {
 			s.log.Warn("registry entry has schemas that do not compile; its calls will fail",
 				"tool", e.Definition.Ref().String(), "err", err)
 		}
-	}
-}
-
-// Stop stops pulling calls, waits (bounded by ctx) for the calls in flight to
-// finish and be acknowledged, then stops the registry watch. It is idempotent;
-// after Stop the service cannot be started again.
-func (s *Service) Stop(ctx context.Context) error {
-	s.stopOnce.Do(func() {
-		s.mu.Lock()
-		s.stopped = true
-		runner, started := s.runner, s.started
-		s.mu.Unlock()
-		if runner != nil {
-			s.stopErr = runner.Stop(ctx)
-		}
-		s.mu.Lock()
-		s.release()
-		s.mu.Unlock()
-		if started {
-			s.log.Info("executor stopped", "err", s.stopErr)
-		}
-	})
-	return s.stopErr
-}
-
-// release stops the registry watch, once; the caller holds s.mu. The catalog
-// stays readable (frozen) for a call that outlived a bounded Stop.
-func (s *Service) release() {
-	if s.released {
-		return
-	}
-	s.released = true
-	s.previews.stop()
-	s.real.close()
-	if s.catalog != nil {
-		s.catalog.Stop()
-	}
-	if s.unwatch != nil {
-		s.unwatch()
 	}
 }

@@ -18,7 +18,10 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 )
 
 func okOutput(context.Context, json.RawMessage) (json.RawMessage, error) {
@@ -52,16 +55,16 @@ func TestExecutorEndToEnd(t *testing.T) {
 
 	// Entries written after the start: the executor finds them even before its
 	// catalog's watch delivers them.
-	putEntry(t, reg, sleepTool{}.Definition(), registry.StateActive, func(d *envelope.ToolDefinition) {
+	putEntry(t, reg, testtools.Sleep().Definition(), registry.StateActive, func(d *envelope.ToolDefinition) {
 		d.Version, d.TimeoutMS = "0.0.1-test", 50 // run by the sleep built-in
 	})
-	putEntry(t, reg, echoTool{}.Definition(), registry.StateBlocked, func(d *envelope.ToolDefinition) { d.Version = "0.9.0" })
-	putEntry(t, reg, echoTool{}.Definition(), registry.StateDeprecated, func(d *envelope.ToolDefinition) { d.Version = "0.8.0" })
-	putEntry(t, reg, echoTool{}.Definition(), registry.StateActive, func(d *envelope.ToolDefinition) {
+	putEntry(t, reg, builtinDef(t, "echo"), registry.StateBlocked, func(d *envelope.ToolDefinition) { d.Version = "0.9.0" })
+	putEntry(t, reg, builtinDef(t, "echo"), registry.StateDeprecated, func(d *envelope.ToolDefinition) { d.Version = "0.8.0" })
+	putEntry(t, reg, builtinDef(t, "echo"), registry.StateActive, func(d *envelope.ToolDefinition) {
 		d.Name, d.Implementation = "remote", envelope.Implementation{Kind: envelope.ImplHTTP, Config: json.RawMessage(`{"url":"http://example.invalid"}`)}
 	})
-	putEntry(t, reg, echoTool{}.Definition(), registry.StateActive, func(d *envelope.ToolDefinition) {
-		d.Name, d.Implementation = "ghost", BuiltinImplementation("no_such_builtin")
+	putEntry(t, reg, builtinDef(t, "echo"), registry.StateActive, func(d *envelope.ToolDefinition) {
+		d.Name, d.Implementation = "ghost", tool.BuiltinImplementation("no_such_builtin")
 	})
 
 	const runID = "run-e2e"
@@ -183,14 +186,14 @@ func TestExecutorEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), waitLimit)
 	defer cancel()
 	require.NoError(t, s.Stop(ctx))
-	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("calculator", "ok")))
-	require.Equal(t, 2.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("calculator", "VALIDATION_ERROR")))
-	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("sleep", "TIMEOUT")))
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("calculator@1.0.0", "ok")))
+	require.Equal(t, 2.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("calculator@1.0.0", "VALIDATION_ERROR")))
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("sleep@0.0.1-test", "TIMEOUT")))
 	require.Equal(t, 2.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues(unknownTool, "VALIDATION_ERROR")),
 		"nope@1.0.0 and echo@9.9.9 are not in the registry")
-	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("echo", "POLICY_DENIED")))
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.calls.WithLabelValues("echo@0.9.0", "POLICY_DENIED")))
 	require.Equal(t, 0.0, testutil.ToFloat64(s.metrics.inFlight))
-	require.Equal(t, 13, testutil.CollectAndCount(s.metrics.duration), "one duration series per tool name")
+	require.Equal(t, 16, testutil.CollectAndCount(s.metrics.duration), "one duration series per tool name@version")
 }
 
 // TestRedeliveryIsIdempotent: the same approved event published twice is one
@@ -320,13 +323,12 @@ func TestStopDrainsCallsInFlight(t *testing.T) {
 	entered := make(chan struct{})
 	enteredOnce := sync.OnceFunc(func() { close(entered) })
 	release := make(chan struct{})
-	s, err := New(testDeps(t, env, nil), Config{}, WithTools(newTestTool("blocking", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
+	s := newExecutor(t, testDeps(t, env, nil), Config{}, WithTools(newTestTool("blocking", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
 		enteredOnce()
 		<-release
 		return okOutput(ctx, in)
 	})))
-	require.NoError(t, err)
-	require.NoError(t, s.Start(t.Context()))
+	start(t, s)
 
 	req := callRequest(t, "run-drain", 1, "blocking", "1.0.0", `{}`)
 	publishApproved(t, events.NewPublisher(env.JS), req)
@@ -365,10 +367,9 @@ func TestToolIgnoringItsContext(t *testing.T) {
 		return okOutput(ctx, in)
 	})
 	stubborn.def.TimeoutMS = 20
-	s, err := New(testDeps(t, env, nil), Config{}, WithTools(stubborn))
-	require.NoError(t, err)
+	s := newExecutor(t, testDeps(t, env, nil), Config{}, WithTools(stubborn))
 	s.abandonAfter = 10 * time.Millisecond
-	require.NoError(t, s.Start(t.Context()))
+	start(t, s)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
@@ -418,16 +419,16 @@ func TestLifecycle(t *testing.T) {
 		s, err := New(testDeps(t, env, nil), Config{})
 		require.NoError(t, err)
 		require.NoError(t, s.Stop(t.Context()))
-		require.ErrorIs(t, s.Start(t.Context()), ErrStopped)
+		require.ErrorIs(t, s.Start(t.Context()), service.ErrStopped)
 	})
 	t.Run("start twice, stop twice", func(t *testing.T) {
 		s, err := New(testDeps(t, env, nil), Config{})
 		require.NoError(t, err)
 		require.NoError(t, s.Start(t.Context()))
-		require.ErrorContains(t, s.Start(t.Context()), "already started")
+		require.ErrorIs(t, s.Start(t.Context()), service.ErrAlreadyStarted)
 		require.NoError(t, s.Stop(t.Context()))
 		require.NoError(t, s.Stop(t.Context()))
-		require.ErrorIs(t, s.Start(t.Context()), ErrStopped)
+		require.ErrorIs(t, s.Start(t.Context()), service.ErrStopped)
 	})
 	t.Run("start with an ended context", func(t *testing.T) {
 		s, err := New(testDeps(t, env, nil), Config{})
@@ -435,7 +436,7 @@ func TestLifecycle(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		require.Error(t, s.Start(ctx))
-		require.ErrorIs(t, s.Start(t.Context()), ErrStopped)
+		require.ErrorIs(t, s.Start(t.Context()), service.ErrStopped)
 		require.NoError(t, s.Stop(t.Context()))
 	})
 	t.Run("built-ins are in the registry", func(t *testing.T) {
@@ -450,17 +451,17 @@ func TestLifecycle(t *testing.T) {
 		}
 		// An operator's state change survives a restart, and an unchanged
 		// definition is not written again.
-		require.NoError(t, reg.SetState(t.Context(), envelope.ToolRef{Name: "failing", Version: BuiltinVersion}, registry.StateBlocked))
+		require.NoError(t, reg.SetState(t.Context(), envelope.ToolRef{Name: "failing", Version: tool.BuiltinVersion}, registry.StateBlocked))
 		kv, err := env.JS.KeyValue(t.Context(), events.BucketTools)
 		require.NoError(t, err)
-		echoKey := registry.Key(envelope.ToolRef{Name: "echo", Version: BuiltinVersion})
+		echoKey := registry.Key(envelope.ToolRef{Name: "echo", Version: tool.BuiltinVersion})
 		before, err := kv.Get(t.Context(), echoKey)
 		require.NoError(t, err)
 		startExecutor(t, env, Config{})
 		after, err := kv.Get(t.Context(), echoKey)
 		require.NoError(t, err)
 		require.Equal(t, before.Revision(), after.Revision())
-		e, err := reg.Get(t.Context(), envelope.ToolRef{Name: "failing", Version: BuiltinVersion})
+		e, err := reg.Get(t.Context(), envelope.ToolRef{Name: "failing", Version: tool.BuiltinVersion})
 		require.NoError(t, err)
 		require.Equal(t, registry.StateBlocked, e.State)
 	})
@@ -468,7 +469,7 @@ func TestLifecycle(t *testing.T) {
 
 func TestNewRejects(t *testing.T) {
 	env := eventstest.Start(t)
-	tool := func(name string, change func(*envelope.ToolDefinition)) Tool {
+	mk := func(name string, change func(*envelope.ToolDefinition)) tool.Tool {
 		tt := newTestTool(name, okOutput)
 		change(&tt.def)
 		return tt
@@ -477,17 +478,17 @@ func TestNewRejects(t *testing.T) {
 	tests := []struct {
 		name    string
 		cfg     Config
-		tools   []Tool
+		tools   []tool.Tool
 		noJS    bool
 		wantErr string
 	}{
 		{name: "bad config", cfg: Config{Concurrency: -1}, wantErr: "concurrency"},
 		{name: "no JetStream", noJS: true, wantErr: "no JetStream"},
-		{name: "two tools, one key", tools: []Tool{tool("a", nop), tool("a", nop)}, wantErr: `two tools have the builtin key "test_a"`},
-		{name: "a key of a built-in", tools: []Tool{tool("b", func(d *envelope.ToolDefinition) { d.Implementation = BuiltinImplementation("echo") })}, wantErr: `builtin key "echo"`},
-		{name: "invalid definition", tools: []Tool{tool("c", func(d *envelope.ToolDefinition) { d.Metadata.Category = "misc" })}, wantErr: "metadata.category"},
-		{name: "not builtin", tools: []Tool{tool("d", func(d *envelope.ToolDefinition) { d.Implementation.Kind = envelope.ImplMCP })}, wantErr: "not builtin"},
-		{name: "schema does not compile", tools: []Tool{tool("e", func(d *envelope.ToolDefinition) { d.InputSchema = json.RawMessage(`{"type":12}`) })}, wantErr: "tool schema"},
+		{name: "two tools, one key", tools: []tool.Tool{mk("a", nop), mk("a", nop)}, wantErr: `two tools have the builtin key "test_a"`},
+		{name: "a key of a built-in", tools: []tool.Tool{mk("b", func(d *envelope.ToolDefinition) { d.Implementation = tool.BuiltinImplementation("echo") })}, wantErr: `builtin key "echo"`},
+		{name: "invalid definition", tools: []tool.Tool{mk("c", func(d *envelope.ToolDefinition) { d.Metadata.Category = "misc" })}, wantErr: "metadata.category"},
+		{name: "not builtin", tools: []tool.Tool{mk("d", func(d *envelope.ToolDefinition) { d.Implementation.Kind = envelope.ImplMCP })}, wantErr: "not builtin"},
+		{name: "schema does not compile", tools: []tool.Tool{mk("e", func(d *envelope.ToolDefinition) { d.InputSchema = json.RawMessage(`{"type":12}`) })}, wantErr: "tool schema"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -495,7 +496,7 @@ func TestNewRejects(t *testing.T) {
 			if tc.noJS {
 				d.JS = nil
 			}
-			_, err := New(d, tc.cfg, WithTools(tc.tools...))
+			_, err := New(d, tc.cfg.With(WithTools(tc.tools...)))
 			require.ErrorContains(t, err, tc.wantErr)
 		})
 	}

@@ -21,6 +21,9 @@ import (
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/tools/builtin"
+	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 )
 
 // waitLimit bounds every wait of the tests; it is a safety net for a broken
@@ -46,17 +49,50 @@ func startExecutor(t testing.TB, env *eventstest.Env, cfg Config, opts ...Option
 	return startExecutorWith(t, testDeps(t, env, nil), cfg, opts...)
 }
 
+// startExecutorWith starts an executor of cfg with the test tools (failing,
+// sleep) and opts, on a start context that ends right after Start: every
+// test shows that nothing the executor runs (the registry watch, the MCP
+// sessions, the preview server, the consumer) hangs off its start-up
+// context.
 func startExecutorWith(t testing.TB, d service.Deps, cfg Config, opts ...Option) *Service {
 	t.Helper()
-	s, err := New(d, cfg, opts...)
-	require.NoError(t, err)
-	require.NoError(t, s.Start(t.Context()))
+	s := newExecutor(t, d, cfg, opts...)
+	start(t, s)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
 		require.NoError(t, s.Stop(ctx))
 	})
 	return s
+}
+
+// start starts s on a start context that ends right after Start.
+func start(t testing.TB, s *Service) {
+	t.Helper()
+	startCtx, endStart := context.WithCancel(t.Context())
+	require.NoError(t, s.Start(startCtx))
+	endStart()
+}
+
+// newExecutor builds an executor of cfg with the test tools (failing, sleep)
+// and opts.
+func newExecutor(t testing.TB, d service.Deps, cfg Config, opts ...Option) *Service {
+	t.Helper()
+	s, err := New(d, cfg.With(append([]Option{WithTools(testtools.Tools()...)}, opts...)...))
+	require.NoError(t, err)
+	return s
+}
+
+// builtinDef is the definition of the built-in tool name.
+func builtinDef(t testing.TB, name string) envelope.ToolDefinition {
+	t.Helper()
+	for _, tl := range builtin.Tools() {
+		if def := tl.Definition(); def.Name == name {
+			return def
+		}
+	}
+	t.Fatalf("no built-in %s", name)
+	return envelope.ToolDefinition{}
 }
 
 // callRequest builds an approved call with its deterministic call id.
@@ -185,7 +221,7 @@ func newTestTool(name string, run func(ctx context.Context, input json.RawMessag
 			InputSchema:    json.RawMessage(`{"type":"object"}`),
 			OutputSchema:   json.RawMessage(`{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}`),
 			Metadata:       envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsNone, Cache: envelope.CacheNone},
-			Implementation: BuiltinImplementation("test_" + name),
+			Implementation: tool.BuiltinImplementation("test_" + name),
 		},
 		run: run,
 	}
@@ -193,7 +229,7 @@ func newTestTool(name string, run func(ctx context.Context, input json.RawMessag
 
 func (tt testTool) Definition() envelope.ToolDefinition { return tt.def }
 
-func (tt testTool) Execute(ctx context.Context, input json.RawMessage, _ ToolContext) (json.RawMessage, error) {
+func (tt testTool) Execute(ctx context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
 	return tt.run(ctx, input)
 }
 

@@ -45,6 +45,8 @@ type outcomes struct {
 	lease time.Duration
 	now   func() time.Time
 	log   *slog.Logger
+	// life is the executor's lifetime: the heartbeats of claims run on it.
+	life context.Context
 }
 
 func outcomeKey(runID, callID string) string { return runID + "." + callID }
@@ -103,15 +105,15 @@ type heldClaim struct {
 	rev uint64
 }
 
-// hold starts the heartbeat of a claim created at rev. The heartbeat's
-// writes use ctx without its cancellation (a shutdown must not silence them
-// while the tool still runs); release stops them.
-func (o *outcomes) hold(ctx context.Context, key string, rev uint64, rec outcomeRecord) *heldClaim {
+// hold starts the heartbeat of a claim created at rev. The heartbeat runs
+// on the executor's lifetime, not the call's context (a shutdown's drain
+// deadline must not silence it while the tool still runs); release stops it.
+func (o *outcomes) hold(key string, rev uint64, rec outcomeRecord) *heldClaim {
 	h := &heldClaim{
 		o: o, key: key, rev: rev, rec: rec,
 		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{}),
 	}
-	go h.beat(context.WithoutCancel(ctx))
+	go h.beat(o.life)
 	return h
 }
 
@@ -122,6 +124,10 @@ func (h *heldClaim) beat(ctx context.Context) {
 	for {
 		select {
 		case <-h.stop:
+			return
+		case <-ctx.Done():
+			// The executor stopped while the tool still ran: no beat can
+			// reach the store any more.
 			return
 		case <-t.C:
 		}

@@ -15,18 +15,12 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
-// Previewer is a Tool that can do a dry run: it tells what a call would do
-// and changes nothing. Its definition declares supports_preview; the Policy
-// Guard then asks for a preview when the call needs an operator's approval,
-// and the approval request carries it. Preview gets the same input (already
-// valid against the input schema) and the same ToolContext as Execute, its
-// output is scrubbed of secret values the same way, and it runs under the
-// tool's timeout.
-type Previewer interface {
-	Preview(ctx context.Context, input json.RawMessage, tc ToolContext) (json.RawMessage, error)
-}
+// Previews: a tool that implements tool.Previewer and whose definition
+// declares supports_preview gets a dry run when the Policy Guard asks for one
+// (a call that needs an operator's approval carries it).
 
 // maxConcurrentPreviews bounds the previews one replica runs at once.
 const maxConcurrentPreviews = 8
@@ -42,9 +36,10 @@ type previewServer struct {
 	wg     sync.WaitGroup
 }
 
-// servePreviews subscribes to preview requests until stopPreviews.
-func (s *Service) servePreviews(ctx context.Context) (*previewServer, error) {
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+// servePreviews subscribes to preview requests until stop; the previews run
+// under life (the service's lifetime), and stop cancels those in flight.
+func (s *Service) servePreviews(life context.Context) (*previewServer, error) {
+	pctx, cancel := context.WithCancel(life)
 	p := &previewServer{ctx: pctx, cancel: cancel, sem: make(chan struct{}, maxConcurrentPreviews)}
 	sub, err := s.js.Conn().QueueSubscribe(events.SubjectPreview, events.QueuePreview, func(m *nats.Msg) {
 		p.sem <- struct{}{}
@@ -63,11 +58,8 @@ func (s *Service) servePreviews(ctx context.Context) (*previewServer, error) {
 }
 
 // stop unsubscribes and waits for the previews in flight, which are
-// cancelled. A nil server does nothing.
+// cancelled.
 func (p *previewServer) stop() {
-	if p == nil {
-		return
-	}
 	_ = p.sub.Unsubscribe()
 	p.cancel()
 	p.wg.Wait()
@@ -117,12 +109,12 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	def := &entry.Definition
-	tool, te := s.toolFor(def)
+	impl, te := s.toolFor(def)
 	if te != nil {
 		unavailable("%s", te.Message)
 		return
 	}
-	pv, ok := tool.(Previewer)
+	pv, ok := impl.(tool.Previewer)
 	if !ok {
 		unavailable("tool %s has no dry run in this executor", ref)
 		return
@@ -132,7 +124,7 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) {
 		unavailable("tool %s has an invalid JSON Schema in the registry", ref)
 		return
 	}
-	if err := envelope.ValidateAgainst(ref.String()+" input", schemas.input, req.Input); err != nil {
+	if err := envelope.ValidateAgainst(ref.String()+" input", schemas.Input, req.Input); err != nil {
 		unavailable("the arguments do not match the input schema of %s", ref)
 		return
 	}
@@ -149,7 +141,7 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) {
 
 	tctx, cancel := context.WithTimeout(ctx, def.Timeout())
 	defer cancel()
-	tc := ToolContext{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: sec.authMap(), Log: log}
+	tc := tool.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: sec.authMap(), Log: log}
 	out, perr := func() (out json.RawMessage, err error) {
 		defer func() {
 			if p := recover(); p != nil {

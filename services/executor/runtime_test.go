@@ -107,7 +107,7 @@ func TestRateLimitSharedByReplicas(t *testing.T) {
 
 	var limitedTotal float64
 	for _, s := range replicas {
-		limitedTotal += testutil.ToFloat64(s.metrics.rateLimited.WithLabelValues("limited"))
+		limitedTotal += testutil.ToFloat64(s.metrics.rateLimited.WithLabelValues("limited@1.0.0"))
 	}
 	require.Equal(t, 15.0, limitedTotal)
 
@@ -364,7 +364,7 @@ func TestTruncation(t *testing.T) {
 		require.Equal(t, "application/json", ct)
 		require.Equal(t, string(full), string(data), "the blob holds the whole output")
 	}
-	require.Equal(t, 2.0, testutil.ToFloat64(s.metrics.truncated.WithLabelValues("sizer")))
+	require.Equal(t, 2.0, testutil.ToFloat64(s.metrics.truncated.WithLabelValues("sizer@1.0.0")))
 }
 
 // TestTruncationPreviewCutsOnCharacters: a tiny max_output_bytes truncates a

@@ -14,13 +14,12 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
-	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // Secrets (spec 4d, 5.2). A tool sees exactly the secrets its definition
 // declares in required_secrets, no other: before a call runs, the executor
 // resolves each for the call's tenant, narrowest scope first (user, then
-// workspace, then org; package secrets), into ToolContext.Auth. A secret
+// workspace, then org; package secrets), into tool.Context.Auth. A secret
 // found in no scope fails the call with AUTH_REQUIRED before the tool runs.
 // The scope each came from, never the value, is in the call's started event
 // (secret_scopes), with a warning when it was the broad org scope.
@@ -29,38 +28,18 @@ import (
 // details) are scrubbed of every resolved value before anything else sees
 // them (validation, truncation blobs, the cache, writes outcomes, the
 // envelope, spans), and the call's logger, which the tool gets as
-// ToolContext.Log, scrubs every record. A tool that logs through a logger of
+// tool.Context.Log, scrubs every record. A tool that logs through a logger of
 // its own is not covered.
 
-// WithKeyring gives the executor the master keys that open secrets. Without
-// it, the executor reads them from TOOLWIRE_MASTER_KEYS (and
-// TOOLWIRE_MASTER_KEY_ID) in its environment; with neither, a tool that needs
-// a secret fails with AUTH_REQUIRED.
-func WithKeyring(k *secrets.Keyring) Option {
-	return func(o *options) { o.keyring = k }
-}
-
-// secretResolver opens the secrets bucket on first use.
+// secretResolver opens the secrets bucket on first use, with the keyring of
+// Config.Keyring (nil: no master key, and a tool that needs a secret fails
+// with AUTH_REQUIRED).
 type secretResolver struct {
 	js   jetstream.JetStream
 	keys *secrets.Keyring
 
 	mu    sync.Mutex
 	store *secrets.Store
-}
-
-// newSecretResolver returns the resolver of the executor: the keyring given,
-// else the one of the environment. A malformed key setting is an error: the
-// executor does not start with keys it cannot use.
-func newSecretResolver(d service.Deps, keys *secrets.Keyring) (*secretResolver, error) {
-	if keys == nil {
-		k, err := secrets.KeyringFromEnv(d.Getenv)
-		if err != nil {
-			return nil, fmt.Errorf("executor: %w", err)
-		}
-		keys = k
-	}
-	return &secretResolver{js: d.JS, keys: keys}, nil
 }
 
 func (r *secretResolver) open(ctx context.Context) (*secrets.Store, error) {
@@ -171,7 +150,7 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// authMap is the tool's ToolContext.Auth: a copy, so that a tool cannot
+// authMap is the tool's tool.Context.Auth: a copy, so that a tool cannot
 // change what the scrubber knows.
 func (cs *callSecrets) authMap() map[string]string {
 	out := make(map[string]string, len(cs.auth))

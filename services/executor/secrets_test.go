@@ -17,6 +17,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
 // lockedBuffer is a log sink that the test reads while services write.
@@ -46,13 +47,13 @@ func (a authTool) Definition() envelope.ToolDefinition {
 		Name: a.name, Version: "1.0.0", Description: "uses API_KEY",
 		InputSchema:     json.RawMessage(`{"type":"object","properties":{"fail":{"type":"boolean"}}}`),
 		Metadata:        envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsReads, Cache: envelope.CacheNone},
-		Implementation:  BuiltinImplementation("test_" + a.name),
+		Implementation:  tool.BuiltinImplementation("test_" + a.name),
 		RequiredSecrets: []string{"API_KEY"},
 		SupportsPreview: true,
 	}
 }
 
-func (a authTool) Execute(_ context.Context, input json.RawMessage, tc ToolContext) (json.RawMessage, error) {
+func (a authTool) Execute(_ context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
 	var in struct {
 		Fail bool `json:"fail"`
 	}
@@ -66,7 +67,7 @@ func (a authTool) Execute(_ context.Context, input json.RawMessage, tc ToolConte
 	return json.Marshal(map[string]any{"ok": true, "auth": tc.Auth, "note": "used " + key})
 }
 
-func (a authTool) Preview(_ context.Context, _ json.RawMessage, tc ToolContext) (json.RawMessage, error) {
+func (a authTool) Preview(_ context.Context, _ json.RawMessage, tc tool.Context) (json.RawMessage, error) {
 	return json.Marshal(map[string]any{"would_send_with": tc.Auth["API_KEY"], "changes": "nothing"})
 }
 
@@ -176,7 +177,8 @@ func TestSecretsWithoutMasterKey(t *testing.T) {
 	require.Equal(t, &envelope.ToolError{Code: envelope.CodeAuthRequired,
 		Message: "tool auth_echo@1.0.0 needs secrets (API_KEY), and this executor holds no master key to open them"}, got.Error)
 
-	// Keys from the environment; malformed ones stop New.
+	// Keys from the environment; malformed ones stop Build, and the
+	// message does not show them.
 	d := testDeps(t, env, nil)
 	d.Getenv = func(k string) string {
 		if k == secrets.EnvMasterKeys {
@@ -184,17 +186,28 @@ func TestSecretsWithoutMasterKey(t *testing.T) {
 		}
 		return ""
 	}
-	_, err = New(d, Config{})
-	require.ErrorContains(t, err, `executor: TOOLWIRE_MASTER_KEYS: key "k1" is not standard base64`)
+	_, err = Build(d)
+	require.ErrorContains(t, err, `TOOLWIRE_MASTER_KEYS: key "k1" is not standard base64`)
+	require.NotContains(t, err.Error(), "not-base64")
 	d.Getenv = func(k string) string {
 		if k == secrets.EnvMasterKeys {
 			return "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
 		}
 		return ""
 	}
-	s, err := New(d, Config{})
+	s, err := Build(d)
 	require.NoError(t, err)
 	require.Equal(t, "k1", s.secrets.keys.CurrentID())
+
+	// Of several keys, TOOLWIRE_MASTER_KEY_ID names the current one.
+	two := "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32)) +
+		",k2:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, 32))
+	d.Getenv = func(k string) string {
+		return map[string]string{secrets.EnvMasterKeys: two, secrets.EnvMasterKeyID: "k2"}[k]
+	}
+	s, err = Build(d)
+	require.NoError(t, err)
+	require.Equal(t, "k2", s.Config().Keyring.CurrentID())
 }
 
 // A sealed value moved to another tenant's key does not open: the call fails

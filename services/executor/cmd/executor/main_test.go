@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -16,6 +17,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/executor"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestRun runs the binary's wiring against an embedded server: a call goes
 // through, and cancelling the context shuts the service down cleanly.
@@ -29,7 +32,7 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, "executor", ":8083", getenv, build) }()
+	go func() { done <- service.Run(ctx, "executor", ":8083", getenv, service.Builder(executor.Build)) }()
 
 	input := json.RawMessage(`{"expression":"6*7"}`)
 	callID, err := envelope.CallID("calculator", "1.0.0", input, 1)
@@ -66,7 +69,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		service.EnvHTTPAddr:     "127.0.0.1:0",
 		executor.EnvConcurrency: "lots",
 	})
-	err := service.Run(t.Context(), "executor", ":8083", getenv, build)
+	err := service.Run(t.Context(), "executor", ":8083", getenv, service.Builder(executor.Build))
 	require.ErrorContains(t, err, executor.EnvConcurrency)
 }
 

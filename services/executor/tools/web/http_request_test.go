@@ -1,4 +1,4 @@
-package executor
+package web
 
 import (
 	"context"
@@ -17,10 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/pkg/events/secrets"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
 // testResolver maps test names to addresses. Every other name fails as not
@@ -54,14 +51,14 @@ var testNames = testResolver{
 	"v6only.test":   addrs("::"),
 }
 
-func newTestWebClient(t *testing.T, cfg WebConfig) *webClient {
+func newTestClient(t *testing.T, cfg Config) *Client {
 	t.Helper()
 	if cfg.Resolver == nil {
 		cfg.Resolver = testNames
 	}
-	c, err := newWebClient(cfg)
+	c, err := NewClient(cfg)
 	require.NoError(t, err)
-	t.Cleanup(c.close)
+	t.Cleanup(c.Close)
 	return c
 }
 
@@ -86,11 +83,11 @@ func (c *counted) hostPort() string { return c.Listener.Addr().String() }
 
 // runTool runs a tool's Execute with a test deadline and returns its output
 // or its ToolError.
-func runTool(t *testing.T, tool Tool, input string, auth map[string]string) (map[string]any, *envelope.ToolError) {
+func runTool(t *testing.T, tl tool.Tool, input string, auth map[string]string) (map[string]any, *envelope.ToolError) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	out, err := tool.Execute(ctx, json.RawMessage(input), ToolContext{TenantID: "acme", Auth: auth})
+	out, err := tl.Execute(ctx, json.RawMessage(input), tool.Context{TenantID: "acme", Auth: auth})
 	if err != nil {
 		var te *envelope.ToolError
 		require.ErrorAs(t, err, &te, "a ToolError, got %v", err)
@@ -129,7 +126,7 @@ func TestSSRFBypassesAreRefused(t *testing.T) {
 	_, forbiddenPort, err := net.SplitHostPort(forbidden.hostPort())
 	require.NoError(t, err)
 
-	web := newTestWebClient(t, WebConfig{AllowHosts: []string{allowed.hostPort()}})
+	web := newTestClient(t, Config{AllowHosts: []string{allowed.hostPort()}})
 	get := httpTool{web: web, getOnly: true, now: time.Now}
 	req := httpTool{web: web, now: time.Now}
 
@@ -179,8 +176,8 @@ func TestSSRFBypassesAreRefused(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			hitsBefore := allowed.hits.Load()
-			for _, tool := range []Tool{get, req} {
-				_, te := runTool(t, tool, input(map[string]any{"url": c.url}), nil)
+			for _, tl := range []tool.Tool{get, req} {
+				_, te := runTool(t, tl, input(map[string]any{"url": c.url}), nil)
 				require.NotNil(t, te, "%s must be refused", c.url)
 				require.Equal(t, envelope.CodePolicyDenied, te.Code, te.Message)
 				require.Contains(t, te.Message, c.want)
@@ -197,7 +194,7 @@ func TestSSRFBypassesAreRefused(t *testing.T) {
 	require.Zero(t, forbidden.hits.Load())
 
 	// And nothing at all is dialled for a refused destination.
-	fresh := newTestWebClient(t, WebConfig{})
+	fresh := newTestClient(t, Config{})
 	for _, u := range []string{"http://169.254.169.254/", "http://2130706433/", "http://[::ffff:127.0.0.1]/", "http://localhost/", "http://metadata.test/"} {
 		_, te := runTool(t, httpTool{web: fresh, getOnly: true, now: time.Now}, input(map[string]any{"url": u}), nil)
 		require.Equal(t, envelope.CodePolicyDenied, te.Code, u)
@@ -213,7 +210,7 @@ func TestSSRFIgnoresProxyEnvironment(t *testing.T) {
 	t.Setenv("HTTP_PROXY", proxy.URL)
 	t.Setenv("http_proxy", proxy.URL)
 	t.Setenv("NO_PROXY", "")
-	web := newTestWebClient(t, WebConfig{AllowHosts: []string{target.hostPort()}})
+	web := newTestClient(t, Config{AllowHosts: []string{target.hostPort()}})
 	out, te := runTool(t, httpTool{web: web, getOnly: true, now: time.Now}, input(map[string]any{"url": target.URL}), nil)
 	require.Nil(t, te)
 	require.Equal(t, "direct", out["body"])
@@ -256,8 +253,8 @@ func TestHTTPErrorMapping(t *testing.T) {
 	closedAddr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 
-	web := newTestWebClient(t, WebConfig{AllowHosts: []string{srv.hostPort(), closedAddr}})
-	tool := httpTool{web: web, now: func() time.Time { return date }}
+	web := newTestClient(t, Config{AllowHosts: []string{srv.hostPort(), closedAddr}})
+	tl := httpTool{web: web, now: func() time.Time { return date }}
 
 	cases := []struct {
 		name, url  string
@@ -282,7 +279,7 @@ func TestHTTPErrorMapping(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, te := runTool(t, tool, input(map[string]any{"url": c.url}), nil)
+			_, te := runTool(t, tl, input(map[string]any{"url": c.url}), nil)
 			require.NotNil(t, te)
 			require.Equal(t, c.code, te.Code, te.Message)
 			require.Contains(t, te.Message, c.msg)
@@ -297,11 +294,11 @@ func TestHTTPErrorMapping(t *testing.T) {
 		})
 	}
 	hits := srv.hits.Load()
-	_, _ = runTool(t, tool, input(map[string]any{"url": srv.URL + "/loop"}), nil)
+	_, _ = runTool(t, tl, input(map[string]any{"url": srv.URL + "/loop"}), nil)
 	require.EqualValues(t, 6, srv.hits.Load()-hits, "the first request and 5 redirects")
 
 	// A 404 is data, not a failure.
-	out, te := runTool(t, tool, input(map[string]any{"url": srv.URL + "/404"}), nil)
+	out, te := runTool(t, tl, input(map[string]any{"url": srv.URL + "/404"}), nil)
 	require.Nil(t, te)
 	require.EqualValues(t, 404, out["status"])
 	require.Equal(t, "no such thing\n", out["body"])
@@ -330,10 +327,10 @@ func TestHTTPRequestMethodsBodiesAndCaps(t *testing.T) {
 			_, _ = fmt.Fprintf(w, `{"method":%q}`, r.Method)
 		}
 	})
-	web := newTestWebClient(t, WebConfig{AllowHosts: []string{srv.hostPort()}})
-	tool := httpTool{web: web, now: time.Now}
+	web := newTestClient(t, Config{AllowHosts: []string{srv.hostPort()}})
+	tl := httpTool{web: web, now: time.Now}
 
-	out, te := runTool(t, tool, input(map[string]any{"method": "POST", "url": srv.URL + "/items", "body": map[string]any{"name": "x"}}), nil)
+	out, te := runTool(t, tl, input(map[string]any{"method": "POST", "url": srv.URL + "/items", "body": map[string]any{"name": "x"}}), nil)
 	require.Nil(t, te)
 	s := <-got
 	require.Equal(t, seen{"POST", "application/json", `{"name":"x"}`, webUserAgent}, s)
@@ -342,36 +339,36 @@ func TestHTTPRequestMethodsBodiesAndCaps(t *testing.T) {
 	require.Equal(t, "a, b", out["headers"].(map[string]any)["X-Multi"])
 	require.Equal(t, false, out["truncated"])
 
-	_, te = runTool(t, tool, input(map[string]any{"method": "PUT", "url": srv.URL + "/items/1", "body": "plain text", "headers": map[string]any{"Content-Type": "text/plain", "User-Agent": "mine"}}), nil)
+	_, te = runTool(t, tl, input(map[string]any{"method": "PUT", "url": srv.URL + "/items/1", "body": "plain text", "headers": map[string]any{"Content-Type": "text/plain", "User-Agent": "mine"}}), nil)
 	require.Nil(t, te)
 	require.Equal(t, seen{"PUT", "text/plain", "plain text", "mine"}, <-got)
 
-	_, te = runTool(t, tool, input(map[string]any{"method": "GET", "url": srv.URL, "body": "x"}), nil)
+	_, te = runTool(t, tl, input(map[string]any{"method": "GET", "url": srv.URL, "body": "x"}), nil)
 	require.Equal(t, envelope.CodeValidation, te.Code)
 	require.Contains(t, te.Message, "a GET request has no body")
 
 	for _, h := range []map[string]any{{"Host": "evil"}, {"Content-Length": "1"}, {"Bad Name": "x"}, {"X-Ok": "line\r\nbreak"}, {"Proxy-Authorization": "x"}} {
-		_, te = runTool(t, tool, input(map[string]any{"url": srv.URL, "headers": h}), nil)
+		_, te = runTool(t, tl, input(map[string]any{"url": srv.URL, "headers": h}), nil)
 		require.Equal(t, envelope.CodeValidation, te.Code, "%v", h)
 	}
 
 	// The response cap: 3 MiB of JSON is cut at 2 MiB, as text.
-	out, te = runTool(t, tool, input(map[string]any{"url": srv.URL + "/big"}), nil)
+	out, te = runTool(t, tl, input(map[string]any{"url": srv.URL + "/big"}), nil)
 	require.Nil(t, te)
 	<-got
 	require.Equal(t, true, out["truncated"])
-	require.EqualValues(t, DefaultHTTPMaxResponseBytes, out["bytes"])
+	require.EqualValues(t, DefaultMaxResponseBytes, out["bytes"])
 	require.Equal(t, "text", out["body_encoding"])
-	require.Len(t, out["body"], DefaultHTTPMaxResponseBytes)
+	require.Len(t, out["body"], DefaultMaxResponseBytes)
 
-	out, te = runTool(t, tool, input(map[string]any{"url": srv.URL + "/binary"}), nil)
+	out, te = runTool(t, tl, input(map[string]any{"url": srv.URL + "/binary"}), nil)
 	require.Nil(t, te)
 	<-got
 	require.Equal(t, "base64", out["body_encoding"])
 	require.Equal(t, "//4AAQ==", out["body"])
 
 	// A smaller cap from the configuration.
-	small := newTestWebClient(t, WebConfig{AllowHosts: []string{srv.hostPort()}, MaxResponseBytes: 10})
+	small := newTestClient(t, Config{AllowHosts: []string{srv.hostPort()}, MaxResponseBytes: 10})
 	out, te = runTool(t, httpTool{web: small, getOnly: true, now: time.Now}, input(map[string]any{"url": srv.URL}), nil)
 	require.Nil(t, te)
 	<-got
@@ -397,12 +394,12 @@ func TestHTTPSecretHeaders(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"authorization": r.Header.Get("Authorization"), "key": r.Header.Get("X-Api-Key")})
 	})
-	web := newTestWebClient(t, WebConfig{AllowHosts: []string{srv.hostPort(), other.hostPort()}})
-	tool := httpTool{web: web, getOnly: true, now: time.Now}
+	web := newTestClient(t, Config{AllowHosts: []string{srv.hostPort(), other.hostPort()}})
+	tl := httpTool{web: web, getOnly: true, now: time.Now}
 	auth := map[string]string{"API_TOKEN": token, "KEY": "k-123456"}
 	secretHeaders := map[string]any{"Authorization": "Bearer {{secret:API_TOKEN}}", "X-Api-Key": "{{ secret:KEY }}"}
 
-	out, te := runTool(t, tool, input(map[string]any{"url": srv.URL + "/echo", "secret_headers": secretHeaders}), auth)
+	out, te := runTool(t, tl, input(map[string]any{"url": srv.URL + "/echo", "secret_headers": secretHeaders}), auth)
 	require.Nil(t, te)
 	raw, err := json.Marshal(out)
 	require.NoError(t, err)
@@ -412,172 +409,21 @@ func TestHTTPSecretHeaders(t *testing.T) {
 	require.Equal(t, "Bearer "+redacted, out["headers"].(map[string]any)["X-Echo"])
 
 	// A redirect on the same host keeps them; one to another host drops them.
-	out, te = runTool(t, tool, input(map[string]any{"url": srv.URL + "/here", "secret_headers": secretHeaders}), auth)
+	out, te = runTool(t, tl, input(map[string]any{"url": srv.URL + "/here", "secret_headers": secretHeaders}), auth)
 	require.Nil(t, te)
 	require.Equal(t, map[string]any{"authorization": "Bearer " + redacted, "key": redacted}, out["body"])
-	out, te = runTool(t, tool, input(map[string]any{"url": srv.URL + "/away", "secret_headers": secretHeaders}), auth)
+	out, te = runTool(t, tl, input(map[string]any{"url": srv.URL + "/away", "secret_headers": secretHeaders}), auth)
 	require.Nil(t, te)
 	require.Equal(t, `auth="" key=""`, out["body"])
 
-	_, te = runTool(t, tool, input(map[string]any{"url": srv.URL, "secret_headers": map[string]any{"Authorization": "Bearer {{secret:MISSING}}"}}), auth)
+	_, te = runTool(t, tl, input(map[string]any{"url": srv.URL, "secret_headers": map[string]any{"Authorization": "Bearer {{secret:MISSING}}"}}), auth)
 	require.Equal(t, envelope.CodeAuthRequired, te.Code)
 	require.Contains(t, te.Message, `secret "MISSING" is not available to this tool`)
 
-	_, te = runTool(t, tool, input(map[string]any{"url": srv.URL, "headers": map[string]any{"Authorization": "Bearer {{secret:API_TOKEN}}"}}), auth)
+	_, te = runTool(t, tl, input(map[string]any{"url": srv.URL, "headers": map[string]any{"Authorization": "Bearer {{secret:API_TOKEN}}"}}), auth)
 	require.Equal(t, envelope.CodeValidation, te.Code)
 	require.Contains(t, te.Message, "put it in secret_headers")
 
-	_, te = runTool(t, tool, input(map[string]any{"url": srv.URL, "secret_headers": map[string]any{"Authorization": "Bearer plain"}}), auth)
+	_, te = runTool(t, tl, input(map[string]any{"url": srv.URL, "secret_headers": map[string]any{"Authorization": "Bearer plain"}}), auth)
 	require.Equal(t, envelope.CodeValidation, te.Code)
-}
-
-// TestWebToolsThroughTheExecutor runs the web tools as the executor does:
-// registered at start, the allow-list read from the environment, a refusal
-// as a POLICY_DENIED envelope, the tool's timeout as TIMEOUT.
-func TestWebToolsThroughTheExecutor(t *testing.T) {
-	block := make(chan struct{})
-	t.Cleanup(func() { close(block) })
-	srv := newCounted(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			select {
-			case <-block:
-			case <-r.Context().Done():
-			}
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"items":[{"name":"a","price":3},{"name":"b","price":30}]}`)
-	})
-	env := eventstest.Start(t)
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
-	d := testDeps(t, env, nil)
-	d.Getenv = func(k string) string {
-		if k == EnvHTTPAllowHosts {
-			return srv.hostPort()
-		}
-		return ""
-	}
-	s := startExecutorWith(t, d, Config{Concurrency: 4, ID: "executor-web"})
-	names := map[string]envelope.SideEffects{}
-	for _, def := range s.Definitions() {
-		names[def.Name] = def.Metadata.SideEffects
-	}
-	require.Equal(t, envelope.SideEffectsWrites, names["http_request"])
-	require.Equal(t, envelope.SideEffectsReads, names["http_get"])
-	require.Equal(t, envelope.SideEffectsReads, names["web_fetch"])
-	require.Equal(t, envelope.SideEffectsNone, names["json_query"])
-
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
-	putEntry(t, reg, httpTool{getOnly: true}.Definition(), registry.StateActive, func(d *envelope.ToolDefinition) {
-		d.Version, d.TimeoutMS = "1.0.1-fast", 200
-	})
-
-	const runID = "run-web"
-	w := watchRun(t, env.JS, runID)
-	pub := events.NewPublisher(env.JS)
-	ok := callRequest(t, runID, 1, "http_get", "1.0.0", input(map[string]any{"url": srv.URL + "/items"}))
-	denied := callRequest(t, runID, 2, "http_request", "1.0.0", input(map[string]any{"method": "POST", "url": "http://169.254.169.254/latest/api/token"}))
-	slow := callRequest(t, runID, 3, "http_get", "1.0.1-fast", input(map[string]any{"url": srv.URL + "/slow"}))
-	query := callRequest(t, runID, 4, "json_query", "1.0.0", `{"query":"[.items[] | select(.price < 10) | .name]","input":{"items":[{"name":"a","price":3},{"name":"b","price":30}]}}`)
-	for _, r := range []events.CallRequest{ok, denied, slow, query} {
-		publishApproved(t, pub, r)
-	}
-
-	e := w.envelopeOf(t, schemas, ok)
-	require.Nil(t, e.Error)
-	var out httpOut
-	require.NoError(t, json.Unmarshal(e.Output, &out))
-	require.Equal(t, 200, out.Status)
-
-	e = w.envelopeOf(t, schemas, denied)
-	require.NotNil(t, e.Error)
-	require.Equal(t, envelope.CodePolicyDenied, e.Error.Code)
-	require.Equal(t, "http_request: destination 169.254.169.254 is the cloud metadata address: refused (allow it with TOOLWIRE_HTTP_ALLOW_HOSTS)", e.Error.Message)
-
-	e = w.envelopeOf(t, schemas, slow)
-	require.NotNil(t, e.Error)
-	require.Equal(t, envelope.CodeTimeout, e.Error.Code, e.Error.Message)
-
-	e = w.envelopeOf(t, schemas, query)
-	require.Nil(t, e.Error)
-	require.JSONEq(t, `{"result":[["a"]]}`, string(e.Output))
-}
-
-// TestWebConfigRejected: a bad setting stops the executor from starting,
-// with a message that names it.
-func TestWebConfigRejected(t *testing.T) {
-	env := eventstest.Start(t)
-	d := testDeps(t, env, nil)
-	d.Getenv = func(k string) string {
-		if k == EnvHTTPAllowHosts {
-			return "ok.example, http://bad.example/"
-		}
-		return ""
-	}
-	_, err := New(d, Config{})
-	require.ErrorContains(t, err, `TOOLWIRE_HTTP_ALLOW_HOSTS: allow-list entry "http://bad.example/"`)
-
-	_, err = New(testDeps(t, env, nil), Config{}, WithWebConfig(WebConfig{MaxRedirects: 99}))
-	require.ErrorContains(t, err, "max redirects 99")
-
-	// The option wins over the environment.
-	s, err := New(d, Config{}, WithWebConfig(WebConfig{AllowHosts: []string{"127.0.0.1:9"}}))
-	require.NoError(t, err)
-	require.NoError(t, s.Stop(t.Context()))
-}
-
-// TestHTTPSecretsFromTheSecretsService: an operator registers a version of
-// http_get that may use GITHUB_TOKEN; the executor resolves it from the
-// secrets bucket, the server receives it, and it appears nowhere in the
-// envelope. The plain http_get declares no secret and gets none.
-func TestHTTPSecretsFromTheSecretsService(t *testing.T) {
-	const token = "ghp-canary-5d1e7a"
-	got := make(chan string, 4)
-	srv := newCounted(t, func(w http.ResponseWriter, r *http.Request) {
-		got <- r.Header.Get("Authorization")
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]string{"you_sent": r.Header.Get("Authorization")})
-	})
-	env := eventstest.Start(t)
-	keys := testKeyring(t)
-	startExecutor(t, env, Config{}, WithKeyring(keys), WithWebConfig(WebConfig{AllowHosts: []string{srv.hostPort()}}))
-	store, err := secrets.Open(t.Context(), env.JS, keys)
-	require.NoError(t, err)
-	require.NoError(t, store.Set(t.Context(), secrets.OrgScope("acme"), "GITHUB_TOKEN", []byte(token)))
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
-	putEntry(t, reg, httpTool{getOnly: true}.Definition(), registry.StateActive, func(d *envelope.ToolDefinition) {
-		d.Version, d.RequiredSecrets = "1.0.0-github", []string{"GITHUB_TOKEN"}
-	})
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
-
-	in := input(map[string]any{"url": srv.URL + "/user", "secret_headers": map[string]any{"Authorization": "Bearer {{secret:GITHUB_TOKEN}}"}})
-	withSecret := callRequest(t, "run-http-secrets", 1, "http_get", "1.0.0-github", in)
-	without := callRequest(t, "run-http-secrets", 2, "http_get", "1.0.0", in)
-	w := watchRun(t, env.JS, withSecret.RunID)
-	pub := events.NewPublisher(env.JS)
-	publishApproved(t, pub, withSecret)
-	e := w.envelopeOf(t, schemas, withSecret)
-	require.Nil(t, e.Error)
-	require.Equal(t, "Bearer "+token, <-got, "the server received the secret")
-	require.JSONEq(t, `{"you_sent":"Bearer [REDACTED]"}`, mustJSON(mustMap(t, e.Output)["body"]))
-	raw := w.wait(t, completedSubject(t, withSecret)).Data()
-	require.NotContains(t, string(raw), token, "the secret is nowhere in the completed event")
-
-	publishApproved(t, pub, without)
-	e = w.envelopeOf(t, schemas, without)
-	require.NotNil(t, e.Error)
-	require.Equal(t, envelope.CodeAuthRequired, e.Error.Code)
-	require.Contains(t, e.Error.Message, `secret "GITHUB_TOKEN" is not available to this tool: list it in the tool's required_secrets`)
-	require.Zero(t, len(got), "nothing was sent without the secret")
-}
-
-func mustMap(t *testing.T, raw json.RawMessage) map[string]any {
-	t.Helper()
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(raw, &m))
-	return m
 }

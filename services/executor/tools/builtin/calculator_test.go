@@ -1,4 +1,4 @@
-package executor
+package builtin
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package executor
+package mcp
 
 import (
 	"bytes"
@@ -9,85 +9,89 @@ import (
 	"log/slog"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
 // Bounds of MCP sessions.
 const (
-	// mcpConnectTimeout bounds starting a server and its handshake.
-	mcpConnectTimeout = 30 * time.Second
-	// mcpTerminate is how long a stdio server has to exit after its stdin
+	// connectTimeout bounds starting a server and its handshake.
+	connectTimeout = 30 * time.Second
+	// terminateAfter is how long a stdio server has to exit after its stdin
 	// closes before it is signalled.
-	mcpTerminate = 2 * time.Second
-	// mcpErrorText bounds the text of an MCP error result in a message.
-	mcpErrorText = 4096
+	terminateAfter = 2 * time.Second
+	// errorTextLimit bounds the text of an MCP error result in a message.
+	errorTextLimit = 4096
 )
 
-// mcpEnvVars are the variables a stdio MCP server inherits from the
-// executor; nothing else (the executor's environment may hold secrets).
-var mcpEnvVars = []string{"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"}
+// InheritedEnv names the variables a stdio MCP server inherits from the
+// executor's environment (the executor's Config.MCPEnv holds their values);
+// nothing else: the executor's environment may hold secrets.
+func InheritedEnv() []string { return []string{"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"} }
 
-// mcpPool keeps one client session per MCP server, shared by every call to
+// Pool keeps one client session per MCP server, shared by every call to
 // that server's tools. A session that ends (the server exited, the HTTP
 // session expired, a transport error) is dropped and the next call connects
-// again. close ends every session and waits for them.
-type mcpPool struct {
-	client *mcp.Client
+// again. Close ends every session and waits for them.
+type Pool struct {
+	client *sdk.Client
 	log    *slog.Logger
-	getenv func(string) string
-	// transport carries the HTTP sessions; closed at close.
+	env    []string
+	// transport carries the HTTP sessions; closed at Close.
 	transport *http.Transport
-	// life ends at close: it bounds connects in progress.
+	// life ends at Close (or when the context NewPool got ends): it bounds
+	// connects in progress and the stdio servers.
 	life   context.Context
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
 	closed   bool
-	sessions map[string]*mcpConn
+	sessions map[string]*connection
 	wg       sync.WaitGroup
 }
 
-// mcpConn is one session, being connected or connected.
-type mcpConn struct {
+// connection is one session, being connected or connected.
+type connection struct {
 	ready chan struct{} // closed when the connect finished
-	cs    *mcp.ClientSession
+	cs    *sdk.ClientSession
 	err   error
 	dead  chan struct{} // closed when the session ended
 }
 
-func newMCPPool(log *slog.Logger, getenv func(string) string) *mcpPool {
+// NewPool returns a pool whose sessions live, at the longest, as long as
+// life (the executor's lifetime) or until Close. env ("NAME=value") is the
+// whole environment of the stdio servers it starts; a nil log discards.
+func NewPool(life context.Context, log *slog.Logger, env []string) *Pool {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if getenv == nil {
-		getenv = func(string) string { return "" }
-	}
-	life, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(life)
 	tr, _ := http.DefaultTransport.(*http.Transport)
-	return &mcpPool{
-		client:    mcp.NewClient(&mcp.Implementation{Name: "toolwire-executor", Version: "1.0.0"}, &mcp.ClientOptions{Logger: log}),
+	return &Pool{
+		client:    sdk.NewClient(&sdk.Implementation{Name: "toolwire-executor", Version: "1.0.0"}, &sdk.ClientOptions{Logger: log}),
 		log:       log,
-		getenv:    getenv,
+		env:       slices.Clone(env),
 		transport: tr.Clone(),
-		life:      life,
+		life:      ctx,
 		cancel:    cancel,
-		sessions:  map[string]*mcpConn{},
+		sessions:  map[string]*connection{},
 	}
 }
 
-// errPoolClosed is a call after the executor stopped.
-var errPoolClosed = errors.New("MCP sessions are closed: the executor is stopping")
+// ErrPoolClosed is the error of a call after Close (the executor stopped).
+var ErrPoolClosed = errors.New("MCP sessions are closed: the executor is stopping")
 
 // session returns the live session of srv, connecting when there is none.
 // Concurrent callers share one connect.
-func (p *mcpPool) session(ctx context.Context, srv MCPServer) (*mcp.ClientSession, error) {
+func (p *Pool) session(ctx context.Context, srv Server) (*sdk.ClientSession, error) {
 	c, err := p.conn(ctx, srv)
 	if err != nil {
 		return nil, err
@@ -96,13 +100,13 @@ func (p *mcpPool) session(ctx context.Context, srv MCPServer) (*mcp.ClientSessio
 }
 
 // conn is session's connection, for a caller that may have to drop it.
-func (p *mcpPool) conn(ctx context.Context, srv MCPServer) (*mcpConn, error) {
+func (p *Pool) conn(ctx context.Context, srv Server) (*connection, error) {
 	key := srv.key()
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return nil, errPoolClosed
+			return nil, ErrPoolClosed
 		}
 		c, ok := p.sessions[key]
 		if ok {
@@ -114,7 +118,7 @@ func (p *mcpPool) conn(ctx context.Context, srv MCPServer) (*mcpConn, error) {
 			}
 		}
 		if !ok {
-			c = &mcpConn{ready: make(chan struct{}), dead: make(chan struct{})}
+			c = &connection{ready: make(chan struct{}), dead: make(chan struct{})}
 			p.sessions[key] = c
 			p.wg.Add(1)
 			go p.connect(context.WithoutCancel(ctx), srv, key, c)
@@ -141,11 +145,11 @@ func (p *mcpPool) conn(ctx context.Context, srv MCPServer) (*mcpConn, error) {
 // connect runs in its own goroutine (owned by the pool) so that a caller
 // that gives up does not cancel a connect others wait for: base carries the
 // first caller's values, not its cancellation; the connect is bounded by
-// mcpConnectTimeout and by the pool's life. It then waits for the session to
+// connectTimeout and by the pool's life. It then waits for the session to
 // end and drops it.
-func (p *mcpPool) connect(base context.Context, srv MCPServer, key string, c *mcpConn) {
+func (p *Pool) connect(base context.Context, srv Server, key string, c *connection) {
 	defer p.wg.Done()
-	ctx, cancel := context.WithTimeout(base, mcpConnectTimeout)
+	ctx, cancel := context.WithTimeout(base, connectTimeout)
 	stop := context.AfterFunc(p.life, cancel)                             //nolint:contextcheck // the pool's close also ends a connect
 	c.cs, c.err = p.client.Connect(ctx, p.transportFor(p.life, srv), nil) //nolint:contextcheck // a stdio server lives as long as the pool, not the connect
 	stop()
@@ -166,7 +170,7 @@ func (p *mcpPool) connect(base context.Context, srv MCPServer, key string, c *mc
 }
 
 // drop forgets c unless a newer session replaced it.
-func (p *mcpPool) drop(key string, c *mcpConn) {
+func (p *Pool) drop(key string, c *connection) {
 	p.mu.Lock()
 	if p.sessions[key] == c {
 		delete(p.sessions, key)
@@ -176,9 +180,9 @@ func (p *mcpPool) drop(key string, c *mcpConn) {
 
 // transportFor returns the SDK transport that reaches srv. A stdio server
 // lives until its session is closed or, at the latest, until life ends.
-func (p *mcpPool) transportFor(life context.Context, srv MCPServer) mcp.Transport {
-	if srv.Transport == MCPHTTP {
-		return &mcp.StreamableClientTransport{
+func (p *Pool) transportFor(life context.Context, srv Server) sdk.Transport {
+	if srv.Transport == HTTP {
+		return &sdk.StreamableClientTransport{
 			Endpoint:   srv.URL,
 			HTTPClient: &http.Client{Transport: p.transport},
 			// Calls only: no standing stream for server notifications.
@@ -189,21 +193,16 @@ func (p *mcpPool) transportFor(life context.Context, srv MCPServer) mcp.Transpor
 	// The pool's life, not the call's context: the server outlives the call
 	// that started it.
 	cmd := exec.CommandContext(life, srv.Command, srv.Args...) //nolint:gosec // G204: the operator registered this command
-	cmd.Env = []string{}
-	for _, k := range mcpEnvVars {
-		if v := p.getenv(k); v != "" {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-	}
+	cmd.Env = append([]string{}, p.env...)
 	cmd.Stderr = &stderrLog{log: p.log, server: srv.Name}
-	return &mcp.CommandTransport{Command: cmd, TerminateDuration: mcpTerminate}
+	return &sdk.CommandTransport{Command: cmd, TerminateDuration: terminateAfter}
 }
 
-// close ends every session and waits until they are gone.
-func (p *mcpPool) close() {
+// Close ends every session and waits until they are gone.
+func (p *Pool) Close() {
 	p.mu.Lock()
 	p.closed = true
-	conns := make([]*mcpConn, 0, len(p.sessions))
+	conns := make([]*connection, 0, len(p.sessions))
 	for _, c := range p.sessions {
 		conns = append(conns, c)
 	}
@@ -234,8 +233,8 @@ func (p *mcpPool) close() {
 // A call that finds its session closed is tried once more on a new session
 // when retrySafe (the tool does not write): the session may have ended
 // between calls, before the pool noticed. A writes tool is never sent twice.
-func (p *mcpPool) call(ctx context.Context, cfg MCPConfig, input json.RawMessage, retrySafe bool) (json.RawMessage, error) {
-	srv := cfg.MCPServer()
+func (p *Pool) call(ctx context.Context, cfg Config, input json.RawMessage, retrySafe bool) (json.RawMessage, error) {
+	srv := cfg.Target()
 	args := input
 	if len(bytes.TrimSpace(args)) == 0 || bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
 		args = json.RawMessage(`{}`)
@@ -246,27 +245,27 @@ func (p *mcpPool) call(ctx context.Context, cfg MCPConfig, input json.RawMessage
 			if ctx.Err() != nil {
 				return nil, context.Cause(ctx)
 			}
-			if errors.Is(err, errPoolClosed) {
+			if errors.Is(err, ErrPoolClosed) {
 				return nil, err
 			}
 			p.log.Warn("MCP server unreachable", "server", srv.String(), "err", err)
 			return nil, envelope.NewToolError(envelope.CodeNetworkError, "MCP server %s is unreachable: %v", srv.Name, errors.Unwrap(err))
 		}
-		res, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: cfg.Tool, Arguments: args})
+		res, err := c.cs.CallTool(ctx, &sdk.CallToolParams{Name: cfg.Tool, Arguments: args})
 		if err == nil {
-			return mcpResult(srv, cfg.Tool, res)
+			return callResult(srv, cfg.Tool, res)
 		}
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
 		var werr *jsonrpc.Error
 		if errors.As(err, &werr) {
-			return nil, mcpRPCError(srv, cfg.Tool, werr)
+			return nil, rpcError(srv, cfg.Tool, werr)
 		}
 		// A transport failure: end the session so that calls connect again.
 		p.drop(srv.key(), c)
 		_ = c.cs.Close()
-		if retrySafe && attempt == 1 && errors.Is(err, mcp.ErrConnectionClosed) {
+		if retrySafe && attempt == 1 && errors.Is(err, sdk.ErrConnectionClosed) {
 			continue
 		}
 		p.log.Warn("MCP call failed", "server", srv.String(), "tool", cfg.Tool, "err", err)
@@ -274,8 +273,8 @@ func (p *mcpPool) call(ctx context.Context, cfg MCPConfig, input json.RawMessage
 	}
 }
 
-// mcpRPCError maps an MCP error response.
-func mcpRPCError(srv MCPServer, tool string, werr *jsonrpc.Error) *envelope.ToolError {
+// rpcError maps an MCP error response.
+func rpcError(srv Server, tool string, werr *jsonrpc.Error) *envelope.ToolError {
 	switch {
 	case werr.Code == jsonrpc.CodeInvalidParams && strings.Contains(werr.Message, "unknown tool"):
 		// The registration is stale: the server no longer has the tool.
@@ -287,9 +286,9 @@ func mcpRPCError(srv MCPServer, tool string, werr *jsonrpc.Error) *envelope.Tool
 	return envelope.NewToolError(envelope.CodeProviderError, "MCP server %s, tool %s: %s", srv.Name, tool, werr.Message)
 }
 
-// mcpResult maps a tool's result: an error result is PROVIDER_ERROR with its
+// callResult maps a tool's result: an error result is PROVIDER_ERROR with its
 // text; structured content is the output; otherwise {"content": [...]}.
-func mcpResult(srv MCPServer, tool string, res *mcp.CallToolResult) (json.RawMessage, error) {
+func callResult(srv Server, tool string, res *sdk.CallToolResult) (json.RawMessage, error) {
 	if res.IsError {
 		te := envelope.NewToolError(envelope.CodeProviderError, "MCP server %s, tool %s: %s", srv.Name, tool, contentText(res.Content))
 		if b, err := json.Marshal(res.Content); err == nil {
@@ -306,16 +305,16 @@ func mcpResult(srv MCPServer, tool string, res *mcp.CallToolResult) (json.RawMes
 	}
 	content := res.Content
 	if content == nil {
-		content = []mcp.Content{}
+		content = []sdk.Content{}
 	}
 	return json.Marshal(map[string]any{"content": content})
 }
 
 // contentText joins the text of an MCP result's text content, bounded.
-func contentText(cs []mcp.Content) string {
+func contentText(cs []sdk.Content) string {
 	var parts []string
 	for _, c := range cs {
-		if t, ok := c.(*mcp.TextContent); ok && strings.TrimSpace(t.Text) != "" {
+		if t, ok := c.(*sdk.TextContent); ok && strings.TrimSpace(t.Text) != "" {
 			parts = append(parts, strings.TrimSpace(t.Text))
 		}
 	}
@@ -323,22 +322,32 @@ func contentText(cs []mcp.Content) string {
 	if s == "" {
 		return "the tool reported an error without text"
 	}
-	if len(s) > mcpErrorText {
-		s = strings.ToValidUTF8(s[:mcpErrorText], "") + "…"
+	if len(s) > errorTextLimit {
+		s = strings.ToValidUTF8(s[:errorTextLimit], "") + "…"
 	}
 	return s
 }
 
+// Tool returns the Tool that runs a registry entry of kind mcp on this
+// pool's sessions, or why its implementation config cannot run.
+func (p *Pool) Tool(def *envelope.ToolDefinition) (tool.Tool, error) {
+	cfg, err := ParseConfig(def.Implementation.Config)
+	if err != nil {
+		return nil, err
+	}
+	return mcpTool{pool: p, def: *def, cfg: cfg}, nil
+}
+
 // mcpTool runs one registry entry of kind mcp.
 type mcpTool struct {
-	pool *mcpPool
+	pool *Pool
 	def  envelope.ToolDefinition
-	cfg  MCPConfig
+	cfg  Config
 }
 
 func (t mcpTool) Definition() envelope.ToolDefinition { return t.def }
 
-func (t mcpTool) Execute(ctx context.Context, input json.RawMessage, _ ToolContext) (json.RawMessage, error) {
+func (t mcpTool) Execute(ctx context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
 	return t.pool.call(ctx, t.cfg, input, t.def.Metadata.SideEffects != envelope.SideEffectsWrites)
 }
 

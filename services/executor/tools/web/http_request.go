@@ -1,4 +1,4 @@
-package executor
+package web
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
 // http_request and http_get call HTTP APIs through the SSRF-guarded client.
@@ -27,7 +28,7 @@ import (
 //
 // Secrets are injected by name: secret_headers {"Authorization": "Bearer
 // {{secret:GITHUB_TOKEN}}"} takes the value of GITHUB_TOKEN from the call's
-// ToolContext.Auth. The executor fills Auth with the secrets the registry
+// tool.Context.Auth. The executor fills Auth with the secrets the registry
 // entry lists in required_secrets, so an operator registers a version of
 // http_request (or http_get) that names the secrets it may use, for example
 // http_get@1.0.0-github with required_secrets ["GITHUB_TOKEN"]. A secret that
@@ -83,7 +84,7 @@ const httpOutputSchema = `{
 
 // httpTool is http_request (any method) or http_get (GET only).
 type httpTool struct {
-	web     *webClient
+	web     *Client
 	getOnly bool
 	now     func() time.Time
 }
@@ -97,7 +98,7 @@ func (t httpTool) name() string {
 
 func (t httpTool) Definition() envelope.ToolDefinition {
 	if t.getOnly {
-		d := builtinDefinition("http_get",
+		d := tool.BuiltinDefinition("http_get",
 			"Fetches a URL with HTTP GET and returns the status, headers and body (JSON bodies parsed). "+
 				"Private, loopback and metadata addresses are refused.",
 			envelope.CategoryAPI,
@@ -115,7 +116,7 @@ func (t httpTool) Definition() envelope.ToolDefinition {
 		d.Metadata.SideEffects = envelope.SideEffectsReads
 		return d
 	}
-	d := builtinDefinition("http_request",
+	d := tool.BuiltinDefinition("http_request",
 		"Sends an HTTP request (any method) and returns the status, headers and body (JSON bodies parsed). "+
 			"Can change remote state. Private, loopback and metadata addresses are refused.",
 		envelope.CategoryAPI,
@@ -154,10 +155,10 @@ type httpOut struct {
 	Truncated    bool              `json:"truncated"`
 }
 
-func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc ToolContext) (json.RawMessage, error) {
+func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
 	name := t.name()
 	var in httpIn
-	if err := decodeInput(name, input, &in); err != nil {
+	if err := tool.DecodeInput(name, input, &in); err != nil {
 		return nil, err
 	}
 	if t.getOnly || in.Method == "" {
@@ -199,14 +200,9 @@ func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc ToolCon
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", webUserAgent)
 	}
-	resp, err := t.web.client(secretNames).Do(req)
+	resp, raw, truncated, err := t.web.do(name, req, secretNames)
 	if err != nil {
-		return nil, classifyTransportError(ctx, name, u, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, truncated, err := readCapped(resp.Body, t.web.cfg.MaxResponseBytes)
-	if err != nil {
-		return nil, classifyTransportError(ctx, name, u, err)
+		return nil, err
 	}
 	if te := statusError(name, resp, raw, redact, t.now()); te != nil {
 		return nil, te

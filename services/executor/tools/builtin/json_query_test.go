@@ -1,14 +1,16 @@
-package executor
+package builtin
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
 func TestJSONQuery(t *testing.T) {
@@ -39,7 +41,7 @@ func TestJSONQuery(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			out, err := jsonQueryTool{}.Execute(t.Context(), json.RawMessage(c.in), ToolContext{})
+			out, err := jsonQueryTool{}.Execute(t.Context(), json.RawMessage(c.in), tool.Context{})
 			if c.want != "" {
 				require.NoError(t, err)
 				require.JSONEq(t, c.want, string(out))
@@ -53,7 +55,7 @@ func TestJSONQuery(t *testing.T) {
 	}
 
 	// The parse error points at the query's offset.
-	_, err := jsonQueryTool{}.Execute(t.Context(), json.RawMessage(`{"query":"[1, 2"}`), ToolContext{})
+	_, err := jsonQueryTool{}.Execute(t.Context(), json.RawMessage(`{"query":"[1, 2"}`), tool.Context{})
 	var te *envelope.ToolError
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, map[string]any{"offset": 5, "token": "", "query": "[1, 2"}, te.Details)
@@ -62,10 +64,11 @@ func TestJSONQuery(t *testing.T) {
 // TestJSONQueryHonoursItsContext: an endless query stops when its context
 // ends, with the context's cause (the executor's TIMEOUT).
 func TestJSONQueryHonoursItsContext(t *testing.T) {
+	errToolTimeout := errors.New("tool timeout") // the executor's cause
 	for _, q := range []string{`def f: f; f`, `last(range(infinite))`, `[repeat(1)] | length`} {
 		cause := context.DeadlineExceeded
 		ctx, cancel := context.WithTimeoutCause(t.Context(), 100*time.Millisecond, errToolTimeout)
-		_, err := jsonQueryTool{}.Execute(ctx, json.RawMessage(`{"query":`+mustJSON(q)+`}`), ToolContext{})
+		_, err := jsonQueryTool{}.Execute(ctx, json.RawMessage(`{"query":`+mustJSON(q)+`}`), tool.Context{})
 		cancel()
 		require.Error(t, err, q)
 		require.ErrorIs(t, err, errToolTimeout, "%s: %v (not %v)", q, err, cause)

@@ -1,4 +1,4 @@
-package executor
+package web
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func (e *DestinationRefusedError) Error() string {
 	if e.Host != "" && e.Host != dest {
 		dest = e.Host + " (" + dest + ")"
 	}
-	return fmt.Sprintf("destination %s is %s: refused (allow it with %s)", dest, e.Reason, EnvHTTPAllowHosts)
+	return fmt.Sprintf("destination %s is %s: refused (allow it with %s)", dest, e.Reason, EnvAllowHosts)
 }
 
 // invalidHostError is a host that is neither a domain name nor an IP address

@@ -1,4 +1,4 @@
-package executor
+package web
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"golang.org/x/net/html/charset"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
 // web_fetch fetches a page as readable text: HTML becomes Markdown (by
@@ -36,7 +37,7 @@ const (
 )
 
 type webFetchTool struct {
-	web *webClient
+	web *Client
 	now func() time.Time
 }
 
@@ -55,7 +56,7 @@ type webFetchOut struct {
 }
 
 func (t webFetchTool) Definition() envelope.ToolDefinition {
-	d := builtinDefinition("web_fetch",
+	d := tool.BuiltinDefinition("web_fetch",
 		"Fetches a web page and returns its readable content as Markdown (or the text of a text, JSON or XML document), with its title. "+
 			"Private, loopback and metadata addresses are refused.",
 		envelope.CategorySearch,
@@ -88,10 +89,10 @@ func (t webFetchTool) Definition() envelope.ToolDefinition {
 	return d
 }
 
-func (t webFetchTool) Execute(ctx context.Context, input json.RawMessage, _ ToolContext) (json.RawMessage, error) {
+func (t webFetchTool) Execute(ctx context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
 	const name = "web_fetch"
 	var in webFetchIn
-	if err := decodeInput(name, input, &in); err != nil {
+	if err := tool.DecodeInput(name, input, &in); err != nil {
 		return nil, err
 	}
 	if in.MaxChars == 0 {
@@ -112,14 +113,9 @@ func (t webFetchTool) Execute(ctx context.Context, input json.RawMessage, _ Tool
 	}
 	req.Header.Set("Accept", "text/html,application/xhtml+xml,text/plain;q=0.9,text/markdown;q=0.9,application/json;q=0.8,*/*;q=0.1")
 	req.Header.Set("User-Agent", webUserAgent)
-	resp, err := t.web.client(nil).Do(req)
+	resp, raw, truncated, err := t.web.do(name, req, nil)
 	if err != nil {
-		return nil, classifyTransportError(ctx, name, u, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, truncated, err := readCapped(resp.Body, t.web.cfg.MaxResponseBytes)
-	if err != nil {
-		return nil, classifyTransportError(ctx, name, u, err)
+		return nil, err
 	}
 	identity := func(s string) string { return s }
 	if te := statusError(name, resp, raw, identity, t.now()); te != nil {

@@ -1,4 +1,4 @@
-package executor
+package web
 
 import (
 	"context"
@@ -18,37 +18,34 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
 
-// Environment variables of the web tools (read by WebConfigFromEnv).
+// Environment variables of the web tools (the executor's ConfigFromEnv reads
+// them into its Config.Web).
 const (
-	// EnvHTTPAllowHosts lists host[:port] entries, comma-separated, that the
+	// EnvAllowHosts lists host[:port] entries, comma-separated, that the
 	// web tools may reach although the SSRF guard refuses their addresses
 	// (an internal API an operator trusts; a test server on 127.0.0.1).
-	EnvHTTPAllowHosts = "TOOLWIRE_HTTP_ALLOW_HOSTS"
-	// EnvHTTPMaxResponseBytes caps the bytes of a response body the web tools
+	EnvAllowHosts = "TOOLWIRE_HTTP_ALLOW_HOSTS"
+	// EnvMaxResponseBytes caps the bytes of a response body the web tools
 	// read; the rest is dropped and the output says truncated.
-	EnvHTTPMaxResponseBytes = "TOOLWIRE_HTTP_MAX_RESPONSE_BYTES"
+	EnvMaxResponseBytes = "TOOLWIRE_HTTP_MAX_RESPONSE_BYTES"
 )
 
-// WebEnvVars lists the environment variables WebConfigFromEnv reads (New
-// reads them through the dependencies' Getenv), for docs and deployment
-// checks.
-func WebEnvVars() []string { return []string{EnvHTTPAllowHosts, EnvHTTPMaxResponseBytes} }
-
-// Defaults of WebConfig.
+// Defaults and limits of Config.
 const (
-	DefaultHTTPMaxResponseBytes = 2 << 20
-	DefaultHTTPMaxRedirects     = 5
-	DefaultHTTPRequestTimeout   = 30 * time.Second
-	defaultHTTPDialTimeout      = 10 * time.Second
-	maxHTTPMaxResponseBytes     = 64 << 20
+	// MaxResponseBytesLimit bounds Config.MaxResponseBytes (64 MiB).
+	MaxResponseBytesLimit   = 64 << 20
+	DefaultMaxResponseBytes = 2 << 20
+	DefaultMaxRedirects     = 5
+	DefaultRequestTimeout   = 30 * time.Second
+	defaultDialTimeout      = 10 * time.Second
 	// errorBodyPreview bounds the body quoted in an error's details.
 	errorBodyPreview = 1024
 	webUserAgent     = "toolwire/1.0 (+https://toolwire.dev)"
 )
 
-// WebConfig configures the web tools (http_request, http_get, web_fetch).
+// Config configures the web tools (http_request, http_get, web_fetch).
 // Zero fields take their defaults.
-type WebConfig struct {
+type Config struct {
 	// AllowHosts are host[:port] entries the operator trusts: the SSRF guard
 	// lets the web tools reach them even on a loopback or private address.
 	// A name matches the URL's host as written; an IP address matches the
@@ -66,53 +63,28 @@ type WebConfig struct {
 	Resolver HostResolver
 }
 
-// WebConfigFromEnv reads the web tools' settings from the environment.
-func WebConfigFromEnv(getenv func(string) string) (WebConfig, error) {
-	var c WebConfig
-	var errs []error
-	if v := strings.TrimSpace(getenv(EnvHTTPAllowHosts)); v != "" {
-		if _, err := parseAllowHosts(v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", EnvHTTPAllowHosts, err))
-		}
-		for e := range strings.SplitSeq(v, ",") {
-			if e = strings.TrimSpace(e); e != "" {
-				c.AllowHosts = append(c.AllowHosts, e)
-			}
-		}
-	}
-	if v := strings.TrimSpace(getenv(EnvHTTPMaxResponseBytes)); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 || n > maxHTTPMaxResponseBytes {
-			errs = append(errs, fmt.Errorf("%s=%q: want a whole number of bytes from 1 to %d", EnvHTTPMaxResponseBytes, v, maxHTTPMaxResponseBytes))
-		} else {
-			c.MaxResponseBytes = n
-		}
-	}
-	return c, errors.Join(errs...)
-}
-
-func (c WebConfig) withDefaults() WebConfig {
+func (c Config) withDefaults() Config {
 	if c.MaxResponseBytes == 0 {
-		c.MaxResponseBytes = DefaultHTTPMaxResponseBytes
+		c.MaxResponseBytes = DefaultMaxResponseBytes
 	}
 	if c.MaxRedirects == 0 {
-		c.MaxRedirects = DefaultHTTPMaxRedirects
+		c.MaxRedirects = DefaultMaxRedirects
 	}
 	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultHTTPRequestTimeout
+		c.RequestTimeout = DefaultRequestTimeout
 	}
 	return c
 }
 
 // Validate checks the settings.
-func (c WebConfig) Validate() error {
+func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
 	if _, err := parseAllowHosts(strings.Join(c.AllowHosts, ",")); err != nil {
 		errs = append(errs, err)
 	}
-	if c.MaxResponseBytes < 1 || c.MaxResponseBytes > maxHTTPMaxResponseBytes {
-		errs = append(errs, fmt.Errorf("max response bytes %d: want 1 to %d", c.MaxResponseBytes, maxHTTPMaxResponseBytes))
+	if c.MaxResponseBytes < 1 || c.MaxResponseBytes > MaxResponseBytesLimit {
+		errs = append(errs, fmt.Errorf("max response bytes %d: want 1 to %d", c.MaxResponseBytes, MaxResponseBytesLimit))
 	}
 	if c.MaxRedirects < 0 || c.MaxRedirects > 20 {
 		errs = append(errs, fmt.Errorf("max redirects %d: want 0 to 20", c.MaxRedirects))
@@ -123,15 +95,15 @@ func (c WebConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// webClient is the SSRF-guarded HTTP client the web tools share.
-type webClient struct {
-	cfg    WebConfig
+// Client is the SSRF-guarded HTTP client the web tools share.
+type Client struct {
+	cfg    Config
 	dialer *guardedDialer
 	// transport is kept to close idle connections at Stop.
 	transport *http.Transport
 }
 
-func newWebClient(cfg WebConfig) (*webClient, error) {
+func NewClient(cfg Config) (*Client, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("web tools: %w", err)
@@ -140,7 +112,7 @@ func newWebClient(cfg WebConfig) (*webClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := newGuardedDialer(allow, cfg.Resolver, defaultHTTPDialTimeout)
+	d := newGuardedDialer(allow, cfg.Resolver, defaultDialTimeout)
 	tr := &http.Transport{
 		// Never a proxy from the environment: a proxy would dial for us,
 		// out of the guard's sight.
@@ -156,11 +128,11 @@ func newWebClient(cfg WebConfig) (*webClient, error) {
 		IdleConnTimeout:        90 * time.Second,
 		MaxResponseHeaderBytes: 1 << 20,
 	}
-	return &webClient{cfg: cfg, dialer: d, transport: tr}, nil
+	return &Client{cfg: cfg, dialer: d, transport: tr}, nil
 }
 
-// close drops idle connections.
-func (c *webClient) close() { c.transport.CloseIdleConnections() }
+// Close drops idle connections; the client stays usable.
+func (c *Client) Close() { c.transport.CloseIdleConnections() }
 
 // tooManyRedirectsError stops a redirect chain.
 type tooManyRedirectsError struct{ max int }
@@ -172,7 +144,7 @@ func (e *tooManyRedirectsError) Error() string {
 // client returns an http.Client for one request. Headers named in
 // secretHeaders are dropped when a redirect leaves the first request's
 // scheme, host and port, so a secret never follows a redirect elsewhere.
-func (c *webClient) client(secretHeaders []string) *http.Client {
+func (c *Client) client(secretHeaders []string) *http.Client {
 	return &http.Client{
 		Transport: c.transport,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
@@ -188,6 +160,22 @@ func (c *webClient) client(secretHeaders []string) *http.Client {
 			return nil
 		},
 	}
+}
+
+// do sends req with the client of secretHeaders, reads its body (at most
+// MaxResponseBytes; truncated says more followed) and closes it. A failure
+// is tool's error, as classifyTransportError maps it.
+func (c *Client) do(tool string, req *http.Request, secretHeaders []string) (resp *http.Response, body []byte, truncated bool, err error) {
+	resp, err = c.client(secretHeaders).Do(req)
+	if err != nil {
+		return nil, nil, false, classifyTransportError(req.Context(), tool, req.URL, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, truncated, err = readCapped(resp.Body, c.cfg.MaxResponseBytes)
+	if err != nil {
+		return nil, nil, false, classifyTransportError(req.Context(), tool, req.URL, err)
+	}
+	return resp, body, truncated, nil
 }
 
 // checkURL parses a URL the web tools may fetch: http or https, a valid

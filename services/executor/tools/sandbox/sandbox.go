@@ -1,4 +1,7 @@
-package executor
+// Package sandbox runs the registry entries of kind sandbox (python_exec and
+// the operators' code tools) by sending each call to the sandbox service as a
+// job and waiting for its result: the executor does not run code itself.
+package sandbox
 
 import (
 	"bytes"
@@ -12,33 +15,44 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
-// Registry entries whose implementation kind is sandbox are code: the
-// executor does not run them itself. For each call it publishes a sandbox job
+// For each call of a sandbox entry, the executor publishes a sandbox job
 // (the code, the input, the limits) on toolwire.sandbox.<run>.<call>.requested
 // and holds the call until the sandbox service answers on
 // toolwire.sandbox.<run>.<call>.completed, bounded by the tool's timeout. The
 // job's id is deterministic, so a redelivered call publishes no second job,
 // and the wait reads the last result already stored as well as a new one.
 
-// sandboxTool runs the calls of one sandbox registry entry.
-type sandboxTool struct {
+// Jobs sends sandbox jobs on one JetStream connection.
+type Jobs struct {
 	js     jetstream.JetStream
 	pub    *events.Publisher
 	source string
-	def    envelope.ToolDefinition
-	cfg    events.SandboxToolConfig
 }
 
-// sandboxTool returns the Tool that runs a sandbox registry entry, or the
-// error that explains why its implementation config cannot run.
-func (s *Service) sandboxTool(def *envelope.ToolDefinition) (Tool, *envelope.ToolError) {
+// NewJobs returns the sender of jobs whose events have the CloudEvents source
+// source (the executor's).
+func NewJobs(js jetstream.JetStream, pub *events.Publisher, source string) *Jobs {
+	return &Jobs{js: js, pub: pub, source: source}
+}
+
+// Tool returns the Tool that runs a sandbox registry entry, or the error that
+// explains why its implementation config cannot run.
+func (j *Jobs) Tool(def *envelope.ToolDefinition) (tool.Tool, error) {
 	cfg, err := events.ParseSandboxToolConfig(def)
 	if err != nil {
-		return nil, envelope.NewToolError(envelope.CodeSandboxError, "%v", err)
+		return nil, err
 	}
-	return &sandboxTool{js: s.js, pub: s.pub, source: s.cfg.Source, def: *def, cfg: cfg}, nil
+	return &sandboxTool{jobs: j, def: *def, cfg: cfg}, nil
+}
+
+// sandboxTool runs the calls of one sandbox registry entry.
+type sandboxTool struct {
+	jobs *Jobs
+	def  envelope.ToolDefinition
+	cfg  events.SandboxToolConfig
 }
 
 func (t *sandboxTool) Definition() envelope.ToolDefinition { return t.def }
@@ -50,7 +64,7 @@ func sandboxMargin(remaining time.Duration) time.Duration {
 	return min(max(remaining/10, 100*time.Millisecond), time.Second)
 }
 
-func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc ToolContext) (json.RawMessage, error) {
+func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
 	ref := t.def.Ref()
 	job := events.SandboxJob{
 		RunID: tc.RunID, CallID: tc.CallID, Tool: ref.String(), TenantID: tc.TenantID,
@@ -81,7 +95,7 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc Too
 	}
 	job.TimeoutMS = int(timeout.Milliseconds())
 	job.Deadline = time.Now().Add(timeout)
-	out, err := events.NewSandboxJob(t.source, job, events.RunTrace{})
+	out, err := events.NewSandboxJob(t.jobs.source, job, events.RunTrace{})
 	if err != nil {
 		return nil, envelope.NewToolError(envelope.CodeValidation, "tool %s: %v", ref, err)
 	}
@@ -93,7 +107,7 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc Too
 	// DeliverLastPerSubject finds the result whether it is stored before the
 	// consumer starts (a redelivered call whose job already ran, a quick job)
 	// or after.
-	c, err := t.js.OrderedConsumer(ctx, events.StreamSandbox, jetstream.OrderedConsumerConfig{
+	c, err := t.jobs.js.OrderedConsumer(ctx, events.StreamSandbox, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subj}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 		InactiveThreshold: 30 * time.Second,
 	})
@@ -103,11 +117,11 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc Too
 	defer func() {
 		if info := c.CachedInfo(); info != nil {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = t.js.DeleteConsumer(dctx, events.StreamSandbox, info.Name)
+			_ = t.jobs.js.DeleteConsumer(dctx, events.StreamSandbox, info.Name)
 			cancel()
 		}
 	}()
-	if err := t.pub.Publish(ctx, out); err != nil {
+	if err := t.jobs.pub.Publish(ctx, out); err != nil {
 		return nil, envelope.NewToolError(envelope.CodeSandboxError, "the job of tool %s could not be sent to the sandbox: %v", ref, err)
 	}
 	m, err := c.Next(jetstream.FetchContext(ctx))

@@ -1,4 +1,8 @@
-package executor
+// Package mcp runs the registry entries of kind mcp: the tools of MCP
+// servers, called through the official Go SDK
+// (github.com/modelcontextprotocol/go-sdk). It also registers a server's
+// tools in the registry (RegisterServer; the CLI: toolwire tools mcp add).
+package mcp
 
 import (
 	"context"
@@ -12,16 +16,17 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
 // MCP servers' tools in the registry.
 //
 // An operator registers an MCP server, a command the executor runs and talks
-// to over stdio or a streamable HTTP endpoint, with RegisterMCPServer (the
+// to over stdio or a streamable HTTP endpoint, with RegisterServer (the
 // CLI: toolwire tools mcp add). Each of its tools becomes a registry entry
 // "<server>_<tool>@<version>" with the tool's input schema (and output schema
 // when it declares one) and the implementation
@@ -30,37 +35,37 @@ import (
 //	  "command": ..., "args": [...] | "url": ..., "tool": ORIGINAL_NAME}}
 //
 // The executor runs such entries by calling the server through the official
-// Go SDK, github.com/modelcontextprotocol/go-sdk (see mcpPool).
+// Go SDK, github.com/modelcontextprotocol/go-sdk (see Pool).
 //
 // Whoever may write the registry may make executors run a stdio command:
 // registry write access is operator access. The command runs without a
 // shell, with a minimal environment (PATH, HOME, LANG, TMPDIR), never the
 // executor's own (which may hold the secrets' master key).
 
-// MCPTransport is how the executor reaches an MCP server.
-type MCPTransport string
+// Transport is how the executor reaches an MCP server.
+type Transport string
 
 // MCP transports.
 const (
-	// MCPStdio runs a command and speaks MCP over its stdin and stdout.
-	MCPStdio MCPTransport = "stdio"
-	// MCPHTTP speaks MCP's streamable HTTP transport to a URL.
-	MCPHTTP MCPTransport = "http"
+	// Stdio runs a command and speaks MCP over its stdin and stdout.
+	Stdio Transport = "stdio"
+	// HTTP speaks MCP's streamable HTTP transport to a URL.
+	HTTP Transport = "http"
 )
 
-// DefaultMCPToolVersion is the version an MCP server's tools get unless the
+// DefaultToolVersion is the version an MCP server's tools get unless the
 // operator gives one.
-const DefaultMCPToolVersion = "1.0.0"
+const DefaultToolVersion = "1.0.0"
 
-// mcpServerNameRE: a server's name prefixes its tools' names.
-var mcpServerNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+// serverNameRE: a server's name prefixes its tools' names.
+var serverNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
 
-// MCPServer is an MCP server as an operator registers it.
-type MCPServer struct {
+// Server is an MCP server as an operator registers it.
+type Server struct {
 	// Name names the server; it prefixes its tools' names. 1-32 letters,
 	// digits, '_' or '-'.
 	Name      string
-	Transport MCPTransport
+	Transport Transport
 	// Command and Args start a stdio server (no shell is involved).
 	Command string
 	Args    []string
@@ -69,20 +74,20 @@ type MCPServer struct {
 }
 
 // Validate checks the server's fields.
-func (s MCPServer) Validate() error {
+func (s Server) Validate() error {
 	var errs []error
-	if !mcpServerNameRE.MatchString(s.Name) {
+	if !serverNameRE.MatchString(s.Name) {
 		errs = append(errs, fmt.Errorf("MCP server name %q: want 1-32 letters, digits, '_' or '-'", s.Name))
 	}
 	switch s.Transport {
-	case MCPStdio:
+	case Stdio:
 		if strings.TrimSpace(s.Command) == "" {
 			errs = append(errs, errors.New("a stdio MCP server needs a command"))
 		}
 		if s.URL != "" {
 			errs = append(errs, errors.New("a stdio MCP server has no url"))
 		}
-	case MCPHTTP:
+	case HTTP:
 		u, err := url.Parse(s.URL)
 		switch {
 		case err != nil:
@@ -108,8 +113,8 @@ func (s MCPServer) Validate() error {
 }
 
 // String describes the server for messages.
-func (s MCPServer) String() string {
-	if s.Transport == MCPHTTP {
+func (s Server) String() string {
+	if s.Transport == HTTP {
 		return fmt.Sprintf("MCP server %s (%s)", s.Name, s.URL)
 	}
 	return fmt.Sprintf("MCP server %s (%s)", s.Name, strings.Join(append([]string{s.Command}, s.Args...), " "))
@@ -117,39 +122,39 @@ func (s MCPServer) String() string {
 
 // key identifies the connection: entries with the same server settings share
 // one session.
-func (s MCPServer) key() string {
+func (s Server) key() string {
 	b, _ := json.Marshal([]any{s.Name, s.Transport, s.Command, s.Args, s.URL})
 	return string(b)
 }
 
-// MCPConfig is the implementation config of a registry entry of kind mcp.
-type MCPConfig struct {
-	Server    string       `json:"server"`
-	Transport MCPTransport `json:"transport"`
-	Command   string       `json:"command,omitempty"`
-	Args      []string     `json:"args,omitempty"`
-	URL       string       `json:"url,omitempty"`
+// Config is the implementation config of a registry entry of kind mcp.
+type Config struct {
+	Server    string    `json:"server"`
+	Transport Transport `json:"transport"`
+	Command   string    `json:"command,omitempty"`
+	Args      []string  `json:"args,omitempty"`
+	URL       string    `json:"url,omitempty"`
 	// Tool is the tool's name on the server.
 	Tool string `json:"tool"`
 }
 
-// MCPServer returns the server the entry names.
-func (c MCPConfig) MCPServer() MCPServer {
-	return MCPServer{Name: c.Server, Transport: c.Transport, Command: c.Command, Args: c.Args, URL: c.URL}
+// Target returns the server the entry names.
+func (c Config) Target() Server {
+	return Server{Name: c.Server, Transport: c.Transport, Command: c.Command, Args: c.Args, URL: c.URL}
 }
 
 // Validate checks the config.
-func (c MCPConfig) Validate() error {
-	err := c.MCPServer().Validate()
+func (c Config) Validate() error {
+	err := c.Target().Validate()
 	if strings.TrimSpace(c.Tool) == "" {
 		err = errors.Join(err, errors.New("no tool name"))
 	}
 	return err
 }
 
-// MCPImplementation returns the implementation of a registry entry run by
+// Implementation returns the implementation of a registry entry run by
 // the MCP server's tool.
-func MCPImplementation(c MCPConfig) envelope.Implementation {
+func Implementation(c Config) envelope.Implementation {
 	b, err := json.Marshal(c)
 	if err != nil {
 		panic(err) // strings and a string slice always marshal
@@ -157,9 +162,9 @@ func MCPImplementation(c MCPConfig) envelope.Implementation {
 	return envelope.Implementation{Kind: envelope.ImplMCP, Config: b}
 }
 
-// parseMCPConfig reads and checks an entry's MCP config.
-func parseMCPConfig(raw json.RawMessage) (MCPConfig, error) {
-	var c MCPConfig
+// ParseConfig reads and checks an entry's MCP config.
+func ParseConfig(raw json.RawMessage) (Config, error) {
+	var c Config
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return c, fmt.Errorf("mcp implementation config: %w", err)
 	}
@@ -169,8 +174,8 @@ func parseMCPConfig(raw json.RawMessage) (MCPConfig, error) {
 	return c, nil
 }
 
-// MCPRegisterOptions shape the registry entries of an MCP server's tools.
-type MCPRegisterOptions struct {
+// RegisterOptions shape the registry entries of an MCP server's tools.
+type RegisterOptions struct {
 	// Version of every tool; default 1.0.0.
 	Version string
 	// BareNames names each entry after the tool alone (when that is a valid
@@ -185,46 +190,46 @@ type MCPRegisterOptions struct {
 	TimeoutMS int
 }
 
-// MCPRegistration is what registering a server did.
-type MCPRegistration struct {
+// Registration is what registering a server did.
+type Registration struct {
 	// Tools are the definitions written, sorted by name.
 	Tools []envelope.ToolDefinition
 	// Skipped says which of the server's tools were not registered and why.
 	Skipped []string
 }
 
-// MCPToolDefinitions connects to the server, lists its tools and returns
+// ToolDefinitions connects to the server, lists its tools and returns
 // their registry definitions (without writing them).
-func MCPToolDefinitions(ctx context.Context, srv MCPServer, opts MCPRegisterOptions) (MCPRegistration, error) {
+func ToolDefinitions(ctx context.Context, srv Server, opts RegisterOptions) (Registration, error) {
 	if err := srv.Validate(); err != nil {
-		return MCPRegistration{}, err
+		return Registration{}, err
 	}
 	if opts.Version == "" {
-		opts.Version = DefaultMCPToolVersion
+		opts.Version = DefaultToolVersion
 	}
 	if opts.Category == "" {
 		opts.Category = envelope.CategoryAPI
 	}
 	if err := (envelope.ToolRef{Name: "x", Version: opts.Version}).Validate(); err != nil {
-		return MCPRegistration{}, err
+		return Registration{}, err
 	}
-	pool := newMCPPool(nil, nil)
-	defer pool.close()
+	pool := NewPool(ctx, nil, nil)
+	defer pool.Close()
 	cs, err := pool.session(ctx, srv)
 	if err != nil {
-		return MCPRegistration{}, err
+		return Registration{}, err
 	}
-	var tools []*mcp.Tool
+	var tools []*sdk.Tool
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
-			return MCPRegistration{}, fmt.Errorf("%s: list tools: %w", srv, err)
+			return Registration{}, fmt.Errorf("%s: list tools: %w", srv, err)
 		}
 		tools = append(tools, t)
 	}
-	var reg MCPRegistration
+	var reg Registration
 	seen := map[string]string{}
 	for _, t := range tools {
-		def, err := mcpDefinition(srv, t, opts)
+		def, err := definition(srv, t, opts)
 		if err != nil {
 			reg.Skipped = append(reg.Skipped, fmt.Sprintf("%s: %v", t.Name, err))
 			continue
@@ -240,11 +245,11 @@ func MCPToolDefinitions(ctx context.Context, srv MCPServer, opts MCPRegisterOpti
 	return reg, nil
 }
 
-// RegisterMCPServer connects to the server, lists its tools and writes a
+// RegisterServer connects to the server, lists its tools and writes a
 // registry entry for each (replacing the entries of an earlier registration
 // of the same names and version; their lifecycle state is kept).
-func RegisterMCPServer(ctx context.Context, reg *registry.Registry, srv MCPServer, opts MCPRegisterOptions) (MCPRegistration, error) {
-	r, err := MCPToolDefinitions(ctx, srv, opts)
+func RegisterServer(ctx context.Context, reg *registry.Registry, srv Server, opts RegisterOptions) (Registration, error) {
+	r, err := ToolDefinitions(ctx, srv, opts)
 	if err != nil {
 		return r, err
 	}
@@ -256,8 +261,8 @@ func RegisterMCPServer(ctx context.Context, reg *registry.Registry, srv MCPServe
 	return r, nil
 }
 
-// mcpDefinition builds the registry definition of one MCP tool.
-func mcpDefinition(srv MCPServer, t *mcp.Tool, opts MCPRegisterOptions) (envelope.ToolDefinition, error) {
+// definition builds the registry definition of one MCP tool.
+func definition(srv Server, t *sdk.Tool, opts RegisterOptions) (envelope.ToolDefinition, error) {
 	if t.Name == "" {
 		return envelope.ToolDefinition{}, errors.New("the tool has no name")
 	}
@@ -284,7 +289,7 @@ func mcpDefinition(srv MCPServer, t *mcp.Tool, opts MCPRegisterOptions) (envelop
 		desc = t.Title
 	}
 	def := envelope.ToolDefinition{
-		Name:         mcpToolName(srv.Name, t.Name, opts.BareNames),
+		Name:         toolName(srv.Name, t.Name, opts.BareNames),
 		Version:      opts.Version,
 		Description:  desc,
 		InputSchema:  in,
@@ -295,24 +300,19 @@ func mcpDefinition(srv MCPServer, t *mcp.Tool, opts MCPRegisterOptions) (envelop
 			Cache:       envelope.CacheNone,
 		},
 		TimeoutMS: opts.TimeoutMS,
-		Implementation: MCPImplementation(MCPConfig{
+		Implementation: Implementation(Config{
 			Server: srv.Name, Transport: srv.Transport, Command: srv.Command, Args: srv.Args, URL: srv.URL, Tool: t.Name,
 		}),
 	}
 	if err := def.Validate(); err != nil {
 		return envelope.ToolDefinition{}, err
 	}
-	if _, err := compileToolSchemasChecked(&def); err != nil {
+	// Compiled as the executor will, so that a registration never stores a
+	// definition that cannot run.
+	if _, err := tool.CompileSchemas(&def); err != nil {
 		return envelope.ToolDefinition{}, err
 	}
 	return def, nil
-}
-
-// compileToolSchemasChecked compiles a definition's schemas as the executor
-// will, so that a registration never stores one that cannot run.
-func compileToolSchemasChecked(def *envelope.ToolDefinition) (*toolSchemas, error) {
-	ts := compileToolSchemas(def)
-	return ts, ts.err
 }
 
 // schemaJSON marshals a schema the SDK decoded (nil stays nil).
@@ -337,10 +337,10 @@ func schemaJSON(s any) (json.RawMessage, error) {
 // invalidToolNameChars are what a tool name may not hold.
 var invalidToolNameChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 
-// mcpToolName is the registry name of a server's tool: "<server>_<tool>" (or
+// toolName is the registry name of a server's tool: "<server>_<tool>" (or
 // the tool's name alone), other characters replaced by '_', and cut to 64
 // with a hash of the whole when longer.
-func mcpToolName(server, tool string, bare bool) string {
+func toolName(server, tool string, bare bool) string {
 	name := server + "_" + tool
 	if bare {
 		name = tool

@@ -1,4 +1,4 @@
-package executor
+package web
 
 import (
 	"net/netip"
@@ -107,7 +107,7 @@ func TestGuardClassification(t *testing.T) {
 		var re *DestinationRefusedError
 		require.ErrorAs(t, err, &re, "%s must be refused", a)
 		require.Contains(t, err.Error(), "destination "+netip.MustParseAddr(a).String()+" is ")
-		require.Contains(t, err.Error(), EnvHTTPAllowHosts)
+		require.Contains(t, err.Error(), EnvAllowHosts)
 	}
 	permitted := []string{"8.8.8.8", "1.1.1.1", "93.184.215.14", "100.63.255.255", "100.128.0.1", "2606:4700:4700::1111", "2a00:1450:4001::1"}
 	for _, a := range permitted {
@@ -137,18 +137,8 @@ func TestParseAllowHosts(t *testing.T) {
 		_, err := parseAllowHosts(bad)
 		require.Error(t, err, bad)
 	}
-	_, err = WebConfigFromEnv(func(k string) string {
-		return map[string]string{EnvHTTPAllowHosts: "ok:1,bad:0", EnvHTTPMaxResponseBytes: "-3"}[k]
-	})
-	require.ErrorContains(t, err, "bad:0")
-	require.ErrorContains(t, err, EnvHTTPMaxResponseBytes)
-	c, err := WebConfigFromEnv(func(k string) string {
-		return map[string]string{EnvHTTPAllowHosts: "a:1, b", EnvHTTPMaxResponseBytes: "4096"}[k]
-	})
-	require.NoError(t, err)
-	require.Equal(t, []string{"a:1", "b"}, c.AllowHosts)
-	require.Equal(t, []string{EnvHTTPAllowHosts, EnvHTTPMaxResponseBytes}, WebEnvVars())
-	require.EqualValues(t, 4096, c.MaxResponseBytes)
+	require.ErrorContains(t, Config{AllowHosts: []string{"ok:1", "bad:0"}}.Validate(), `allow-list entry "bad:0"`)
+	require.NoError(t, Config{AllowHosts: []string{"a:1", "b"}}.Validate())
 }
 
 // FuzzParseHost checks that the host parser never panics and that every

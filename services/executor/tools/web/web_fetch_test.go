@@ -1,4 +1,4 @@
-package executor
+package web
 
 import (
 	"io"
@@ -57,10 +57,10 @@ func TestWebFetch(t *testing.T) {
 			http.Error(w, "down", http.StatusBadGateway)
 		}
 	})
-	web := newTestWebClient(t, WebConfig{AllowHosts: []string{srv.hostPort()}})
-	tool := webFetchTool{web: web, now: time.Now}
+	web := newTestClient(t, Config{AllowHosts: []string{srv.hostPort()}})
+	tl := webFetchTool{web: web, now: time.Now}
 
-	out, te := runTool(t, tool, input(map[string]any{"url": srv.URL + "/moved"}), nil)
+	out, te := runTool(t, tl, input(map[string]any{"url": srv.URL + "/moved"}), nil)
 	require.Nil(t, te)
 	require.Equal(t, srv.URL+"/page", out["url"], "the final URL after the redirect")
 	require.EqualValues(t, 200, out["status"])
@@ -77,38 +77,38 @@ func TestWebFetch(t *testing.T) {
 	}
 	require.Equal(t, false, out["truncated"])
 
-	out, te = runTool(t, tool, input(map[string]any{"url": srv.URL + "/latin1"}), nil)
+	out, te = runTool(t, tl, input(map[string]any{"url": srv.URL + "/latin1"}), nil)
 	require.Nil(t, te)
 	require.Equal(t, "café", out["title"])
 	require.Equal(t, "crème brûlée", out["content"])
 
-	out, te = runTool(t, tool, input(map[string]any{"url": srv.URL + "/sniffed"}), nil)
+	out, te = runTool(t, tl, input(map[string]any{"url": srv.URL + "/sniffed"}), nil)
 	require.Nil(t, te)
 	require.Equal(t, "text/html", out["content_type"])
 	require.Equal(t, "article only", out["content"])
 
-	out, te = runTool(t, tool, input(map[string]any{"url": srv.URL + "/text", "max_chars": 4}), nil)
+	out, te = runTool(t, tl, input(map[string]any{"url": srv.URL + "/text", "max_chars": 4}), nil)
 	require.Nil(t, te)
 	require.Equal(t, "just", out["content"])
 	require.Equal(t, true, out["truncated"])
 
-	out, te = runTool(t, tool, input(map[string]any{"url": srv.URL + "/json"}), nil)
+	out, te = runTool(t, tl, input(map[string]any{"url": srv.URL + "/json"}), nil)
 	require.Nil(t, te)
 	require.Equal(t, `{"a":1}`, out["content"])
 
-	out, te = runTool(t, tool, input(map[string]any{"url": srv.URL + "/gone"}), nil)
+	out, te = runTool(t, tl, input(map[string]any{"url": srv.URL + "/gone"}), nil)
 	require.Nil(t, te)
 	require.EqualValues(t, 404, out["status"])
 
-	_, te = runTool(t, tool, input(map[string]any{"url": srv.URL + "/image"}), nil)
+	_, te = runTool(t, tl, input(map[string]any{"url": srv.URL + "/image"}), nil)
 	require.Equal(t, envelope.CodeValidation, te.Code)
 	require.Contains(t, te.Message, "is image/png, not a page")
 
-	_, te = runTool(t, tool, input(map[string]any{"url": srv.URL + "/down"}), nil)
+	_, te = runTool(t, tl, input(map[string]any{"url": srv.URL + "/down"}), nil)
 	require.Equal(t, envelope.CodeProviderError, te.Code)
 
 	// The same guard as http_request.
-	_, te = runTool(t, tool, input(map[string]any{"url": "http://0x7f000001/page"}), nil)
+	_, te = runTool(t, tl, input(map[string]any{"url": "http://0x7f000001/page"}), nil)
 	require.NotNil(t, te)
 	require.Equal(t, envelope.CodePolicyDenied, te.Code)
 	require.Contains(t, te.Message, "destination 0x7f000001 (127.0.0.1) is a loopback address")

@@ -1,4 +1,4 @@
-package executor
+package builtin
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/itchyny/gojq"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
 // json_query runs a jq expression over JSON input with github.com/itchyny/gojq
@@ -32,7 +33,7 @@ type jsonQueryIn struct {
 }
 
 func (jsonQueryTool) Definition() envelope.ToolDefinition {
-	return builtinDefinition("json_query",
+	return tool.BuiltinDefinition("json_query",
 		"Runs a jq expression over a JSON value and returns every value it emits, in order (for example "+
 			`query ".items[] | select(.price < 10) | .name").`,
 		envelope.CategoryData,
@@ -55,10 +56,10 @@ func (jsonQueryTool) Definition() envelope.ToolDefinition {
 }`)
 }
 
-func (jsonQueryTool) Execute(ctx context.Context, input json.RawMessage, _ ToolContext) (json.RawMessage, error) {
+func (jsonQueryTool) Execute(ctx context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
 	const name = "json_query"
 	var in jsonQueryIn
-	if err := decodeInput(name, input, &in); err != nil {
+	if err := tool.DecodeInput(name, input, &in); err != nil {
 		return nil, err
 	}
 	q, err := gojq.Parse(in.Query)

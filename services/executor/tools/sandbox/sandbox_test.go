@@ -1,0 +1,110 @@
+package sandbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/tools/sandbox"
+)
+
+func sandboxDef(config string) *envelope.ToolDefinition {
+	return &envelope.ToolDefinition{Name: "py", Version: "1.0.0", TimeoutMS: 30_000,
+		Implementation: envelope.Implementation{Kind: envelope.ImplSandbox, Config: json.RawMessage(config)}}
+}
+
+// TestJobRoundTrip: a call becomes a sandbox job with the entry's code and
+// the call's input, and the sandbox's answer becomes the call's output or
+// error. The answer is published here as the sandbox service publishes it.
+func TestJobRoundTrip(t *testing.T) {
+	env := eventstest.Start(t)
+	jobs := sandbox.NewJobs(env.JS, events.NewPublisher(env.JS), "/toolwire/executor")
+	tl, err := jobs.Tool(sandboxDef(`{"language":"python","source":"print(1)"}`))
+	require.NoError(t, err)
+
+	// The stand-in for the sandbox service: the test reads each job and
+	// publishes its answer as the sandbox service would.
+	cons, err := env.JS.OrderedConsumer(t.Context(), events.StreamSandbox, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.Prefix + ".sandbox.*.*.requested"}})
+	require.NoError(t, err)
+	pub := events.NewPublisher(env.JS)
+	answer := func(output json.RawMessage, te *envelope.ToolError) events.SandboxJob {
+		t.Helper()
+		m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+		require.NoError(t, err)
+		ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		require.NoError(t, err)
+		var job events.SandboxJob
+		require.NoError(t, events.DecodeData(ev, &job))
+		res := events.SandboxResult{RunID: job.RunID, CallID: job.CallID, Output: output, Error: te, DurationMS: 1}
+		out, err := events.NewSandboxResult("/toolwire/sandbox", res, job.TenantID, events.RunTrace{})
+		require.NoError(t, err)
+		require.NoError(t, pub.Publish(t.Context(), out))
+		return job
+	}
+
+	type result struct {
+		out json.RawMessage
+		err error
+	}
+	run := func(callID, input string) chan result {
+		done := make(chan result, 1)
+		go func() {
+			out, err := tl.Execute(t.Context(), json.RawMessage(input), tool.Context{TenantID: "acme", RunID: "run-sb", CallID: callID})
+			done <- result{out, err}
+		}()
+		return done
+	}
+
+	done := run("c0ffee01", `21`)
+	job := answer(json.RawMessage(`{"doubled":42}`), nil)
+	require.Equal(t, "print(1)", job.Source)
+	require.Equal(t, "py@1.0.0", job.Tool)
+	require.Equal(t, "acme", job.TenantID)
+	require.JSONEq(t, `21`, string(job.Input))
+	require.Positive(t, job.TimeoutMS)
+	r := <-done
+	require.NoError(t, r.err)
+	require.JSONEq(t, `{"doubled":42}`, string(r.out))
+
+	done = run("c0ffee02", `"x"`)
+	answer(nil, envelope.NewToolError(envelope.CodeSandboxError, "the program failed"))
+	r = <-done
+	var te *envelope.ToolError
+	require.ErrorAs(t, r.err, &te)
+	require.Equal(t, envelope.CodeSandboxError, te.Code)
+	require.Equal(t, "the program failed", te.Message)
+}
+
+// TestToolRefusesABadConfig: an entry whose config the sandbox cannot run
+// is refused before any job is sent.
+func TestToolRefusesABadConfig(t *testing.T) {
+	jobs := sandbox.NewJobs(nil, nil, "/toolwire/executor")
+	_, err := jobs.Tool(sandboxDef(`{"language":"cobol","source":"x"}`))
+	require.ErrorContains(t, err, `language "cobol" is not supported`)
+	_, err = jobs.Tool(sandboxDef(`{"language":"python","source":"x","extra":1}`))
+	require.ErrorContains(t, err, "unknown field")
+}
+
+// TestNoTimeLeft: a call whose deadline leaves the sandbox no time is a
+// TIMEOUT without a job.
+func TestNoTimeLeft(t *testing.T) {
+	jobs := sandbox.NewJobs(nil, nil, "/toolwire/executor")
+	tl, err := jobs.Tool(sandboxDef(`{"language":"python","source":"x"}`))
+	require.NoError(t, err)
+	ctx, cancel := context.WithDeadline(t.Context(), time.Now())
+	defer cancel()
+	_, err = tl.Execute(ctx, json.RawMessage(`1`), tool.Context{RunID: "run-sb", CallID: "c0ffee03"})
+	var te *envelope.ToolError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, envelope.CodeTimeout, te.Code)
+}

@@ -1,0 +1,23 @@
+// Package web holds the executor's web tools: http_request (any method,
+// writes), http_get (reads), web_fetch (a page as Markdown, reads). They
+// share one HTTP client (Client) whose dialer refuses loopback, private,
+// link-local, metadata and other special-purpose addresses after DNS
+// resolution, on every connection (guard.go): a refusal is POLICY_DENIED and
+// nothing is sent. Config.AllowHosts (TOOLWIRE_HTTP_ALLOW_HOSTS) names the
+// host[:port]s an operator trusts.
+package web
+
+import (
+	"time"
+
+	"github.com/toolwire/toolwire/services/executor/tool"
+)
+
+// Tools returns the web tools, all on client c.
+func Tools(c *Client) []tool.Tool {
+	return []tool.Tool{
+		httpTool{web: c, now: time.Now},
+		httpTool{web: c, getOnly: true, now: time.Now},
+		webFetchTool{web: c, now: time.Now},
+	}
+}
