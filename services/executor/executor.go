@@ -29,8 +29,6 @@ import (
 const (
 	// Durable is the name of the executors' shared consumer.
 	Durable = "executor"
-	// FilterApproved selects the approved tool calls.
-	FilterApproved = events.Prefix + ".call.*.*.approved"
 	// maxAckPending bounds calls in flight across all replicas: room for 64
 	// replicas at the default concurrency.
 	maxAckPending = 4096
@@ -211,7 +209,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		Spec: events.ConsumerSpec{
 			Stream:        events.StreamCalls,
 			Durable:       Durable,
-			Filters:       []string{FilterApproved},
+			Filters:       events.Filters(events.FilterCallApproved),
 			MaxAckPending: maxAckPending,
 			AckWait:       s.cfg.AckWait,
 		},
