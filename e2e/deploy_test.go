@@ -27,15 +27,17 @@ func knownEnv() map[string]bool {
 		common = append(common, v.Name)
 	}
 	lists := [][]string{common, orchestrator.EnvVars(), executor.EnvVars(),
-		executor.WebEnvVars(), recorder.EnvVars(), sandbox.EnvVars(),
-		{secrets.EnvMasterKeys, secrets.EnvMasterKeyID, recorder.EnvAdminToken}}
+		executor.WebEnvVars(), sandbox.EnvVars(),
+		{secrets.EnvMasterKeys, secrets.EnvMasterKeyID}}
 	for _, list := range lists {
 		for _, v := range list {
 			m[v] = true
 		}
 	}
-	for _, v := range policy.EnvVars() {
-		m[v.Name] = true
+	for _, vars := range [][]service.Var{policy.EnvVars(), recorder.EnvVars()} {
+		for _, v := range vars {
+			m[v.Name] = true
+		}
 	}
 	return m
 }
