@@ -199,13 +199,8 @@ func ParseRunFilter(q url.Values) (store.RunFilter, error) {
 
 // run reads the run named by the path, or writes the error and returns false.
 func (a *api) run(w http.ResponseWriter, r *http.Request) (store.Run, bool) {
-	id := r.PathValue("run_id")
-	if events.ValidateRunID(id) != nil {
-		if len(id) > 80 {
-			id = id[:80] + "..."
-		}
-		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidRunID,
-			fmt.Sprintf("run_id %q is not a run id: a run id is 1 to 64 letters, digits, '-' or '_'", id))
+	id, ok := a.runID(w, r)
+	if !ok {
 		return store.Run{}, false
 	}
 	run, err := a.store.Run(r.Context(), id)

@@ -5,7 +5,6 @@ import (
 	"embed"
 	"fmt"
 	"hash/fnv"
-	"io/fs"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,23 +25,11 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations returns the embedded migration files.
-func Migrations() fs.FS {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // the embedded tree always has the directory
-	}
-	return sub
-}
-
 // Migrate brings the schema of pool's search_path up to date. It is safe to
 // call from several replicas at once: a Postgres advisory lock, keyed by the
 // schema, lets one migrate while the others wait; recorders in different
 // schemas of one database (tests, for one) do not wait on each other.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (store.MigrationResult, error) {
-	if log == nil {
-		log = slog.Default()
-	}
 	var schema string
 	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 		return store.MigrationResult{}, fmt.Errorf("migrate: current schema: %w", err)
@@ -58,13 +45,6 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (store.M
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer func() { _ = db.Close() }() // closes the database/sql handle, not the pool
-	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(),
-		goose.WithSessionLocker(locker),
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithSlog(log.With("component", "migrate")),
-	)
-	if err != nil {
-		return store.MigrationResult{}, fmt.Errorf("migrate: %w", err)
-	}
-	return sqlstore.Up(ctx, p, fmt.Sprintf("schema %q", schema))
+	return sqlstore.Migrate(ctx, goose.DialectPostgres, db, migrationFiles, fmt.Sprintf("schema %q", schema), log,
+		goose.WithSessionLocker(locker))
 }

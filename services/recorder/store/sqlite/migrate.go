@@ -3,8 +3,6 @@ package sqlite
 import (
 	"context"
 	"embed"
-	"fmt"
-	"io/fs"
 	"log/slog"
 
 	"github.com/pressly/goose/v3"
@@ -20,30 +18,12 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations returns the embedded migration files.
-func Migrations() fs.FS {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // the embedded tree always has the directory
-	}
-	return sub
-}
-
 // Migrate creates the database file (and its folder, see Prepare) when
-// missing and brings its schema up to date. One process owns a SQLite store, so no lock is taken.
+// missing and brings its schema up to date. One process owns a SQLite store,
+// so no lock is taken.
 func Migrate(ctx context.Context, s *Store, log *slog.Logger) (store.MigrationResult, error) {
-	if log == nil {
-		log = slog.Default()
-	}
 	if err := s.Prepare(); err != nil {
 		return store.MigrationResult{}, err
 	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.db, Migrations(),
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithSlog(log.With("component", "migrate")),
-	)
-	if err != nil {
-		return store.MigrationResult{}, fmt.Errorf("migrate: %w", err)
-	}
-	return sqlstore.Up(ctx, p, "sqlite "+s.path)
+	return sqlstore.Migrate(ctx, goose.DialectSQLite3, s.db, migrationFiles, "sqlite "+s.path, log)
 }

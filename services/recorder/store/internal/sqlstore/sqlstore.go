@@ -1,13 +1,16 @@
 // Package sqlstore is what the two SQL backends of store share, so that each
 // rule of store.Store is written in SQL once: the ranking of statuses, the
 // upsert of a tool call, how empty values map to NULL, the default deadlines,
-// and running goose migrations.
+// and running the goose migrations.
 package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -96,9 +99,23 @@ func JSONText(b json.RawMessage) *string {
 	return &s
 }
 
-// Up applies p's pending migrations and reports what it did; what names the
-// database in errors.
-func Up(ctx context.Context, p *goose.Provider, what string) (store.MigrationResult, error) {
+// Migrate brings the schema of db up to date with goose, from the numbered
+// SQL files in the migrations folder of files (a backend's embedded tree);
+// what names the database in errors, opts add to goose's options (a lock).
+func Migrate(ctx context.Context, dialect goose.Dialect, db *sql.DB, files fs.FS, what string, log *slog.Logger,
+	opts ...goose.ProviderOption) (store.MigrationResult, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	dir, err := fs.Sub(files, "migrations")
+	if err != nil {
+		return store.MigrationResult{}, fmt.Errorf("migrate: %w", err)
+	}
+	opts = append(opts, goose.WithDisableGlobalRegistry(true), goose.WithSlog(log.With("component", "migrate")))
+	p, err := goose.NewProvider(dialect, db, dir, opts...)
+	if err != nil {
+		return store.MigrationResult{}, fmt.Errorf("migrate: %w", err)
+	}
 	results, err := p.Up(ctx)
 	if err != nil {
 		return store.MigrationResult{}, fmt.Errorf("migrate %s: %w", what, err)
