@@ -31,7 +31,7 @@ const (
 )
 
 // BenchmarkPostgresWrite writes batches of realistic records through
-// PostgresStore.Write. interleaved: the events of benchRuns runs in flight,
+// postgres.Store.Write. interleaved: the events of benchRuns runs in flight,
 // taken in the order they happen and sorted within each batch as the batch
 // writer sorts them (one op: one batch). one_run: the whole of one run in one
 // batch (one op: one run).

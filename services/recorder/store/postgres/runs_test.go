@@ -22,9 +22,9 @@ import (
 )
 
 // upsertRunSQL applies one RunUpdate: the statement the store ran per update
-// before it merged them (SQLite's sqliteUpsertRunSQL still does). It is the
-// oracle of the merge: a batch's updates merged and applied at once must
-// leave the row this leaves applying them one by one.
+// before it merged them (the SQLite store's sqliteUpsertRunSQL still does).
+// It is the oracle of the merge: a batch's updates merged and applied at
+// once must leave the row this leaves applying them one by one.
 var upsertRunSQL = func() string {
 	wins := "($16::boolean AND (" + sqlstore.RunRank("EXCLUDED.status") +
 		", EXCLUDED.status_at, EXCLUDED.status) > (" + sqlstore.RunRank("r.status") +
