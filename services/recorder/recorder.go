@@ -72,7 +72,6 @@ type Recorder struct {
 	writer  *batchWriter
 	handler http.Handler
 	changes *api.Changes
-	metrics *metrics
 	runners events.Runners
 	tools   toolResolver  // set by Start; nil without a tool registry
 	streams chan struct{} // closed at Stop: ends the live event streams
@@ -99,8 +98,7 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Recorder{cfg: cfg, js: d.JS, log: d.Log, db: db, changes: api.NewChanges(), metrics: m,
-		streams: make(chan struct{})}
+	r := &Recorder{cfg: cfg, js: d.JS, log: d.Log, db: db, changes: api.NewChanges(), streams: make(chan struct{})}
 	// Released last, in this order, after what Start registers: the live
 	// streams end once the consumers have drained, then the database closes.
 	r.OnStopFunc(db.close)
