@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/toolwire/toolwire/services/recorder/pgschema"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgschema"
 )
 
 // scratchSchema creates a schema of its own for the bench's recorder in the

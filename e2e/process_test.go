@@ -20,7 +20,7 @@ import (
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
-	"github.com/toolwire/toolwire/services/recorder/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 )
 
 var services = []string{"executor", "policy", "orchestrator", "sandbox", "recorder"}

@@ -105,7 +105,7 @@ func (e *engine) verdictFor(n int) (events.Verdict, bool) {
 	defer e.mu.Unlock()
 	e.touch()
 	if v, ok := e.verdicts[n]; ok {
-		return events.Verdict{RunID: e.b.RunID, Iteration: n, Allowed: v.Allowed, Code: envelope.ErrorCode(v.Code), Reason: v.Reason}, true
+		return events.Verdict{RunID: e.b.RunID, Iteration: n, Allowed: v.Allowed, Code: v.Code, Reason: v.Reason}, true
 	}
 	if n <= len(e.b.Turns) {
 		return events.Verdict{RunID: e.b.RunID, Iteration: n, Allowed: true}, true

@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,7 +11,7 @@ import (
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/recorder/apitypes"
 )
 
 // maxBundleBytes bounds a bundle read from a recorder.
@@ -46,7 +45,7 @@ func FromRecorder(ctx context.Context, base, runID string) (Bundle, error) {
 		return Bundle{}, fmt.Errorf("fetch the replay bundle of %s: %w", runID, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e recorder.ErrorJSON
+		var e apitypes.ErrorJSON
 		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
 			return Bundle{}, fmt.Errorf("recorder at %s: %s (%s)", base, e.Error.Message, e.Error.Code)
 		}
@@ -57,22 +56,4 @@ func FromRecorder(ctx context.Context, base, runID string) (Bundle, error) {
 		return Bundle{}, fmt.Errorf("%w: %w", ErrBundle, err)
 	}
 	return b, nil
-}
-
-// FromDatabase builds a run's bundle from a recorder's database (a Postgres
-// URL or sqlite:<path>), without a recorder running.
-func FromDatabase(ctx context.Context, databaseURL, runID string) (Bundle, error) {
-	if err := events.ValidateRunID(runID); err != nil {
-		return Bundle{}, err
-	}
-	store, closeStore, err := recorder.OpenStore(databaseURL) //nolint:contextcheck // OpenStore does no I/O: the first query connects, under ctx
-	if err != nil {
-		return Bundle{}, err
-	}
-	defer closeStore()
-	b, err := recorder.BuildReplayBundle(ctx, store, runID)
-	if errors.Is(err, recorder.ErrRunNotFound) {
-		return Bundle{}, fmt.Errorf("run %q is not in the database: %w", runID, err)
-	}
-	return b, err
 }

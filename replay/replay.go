@@ -57,12 +57,11 @@ import (
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/orchestrator"
-	"github.com/toolwire/toolwire/services/recorder"
 )
 
-// Bundle is what a replay needs: the recorder's replay bundle (GET
-// /v1/runs/{run_id}/replay), with the run's outcome and verdicts.
-type Bundle = recorder.ReplayBundleJSON
+// Bundle is what a replay needs: the run's replay bundle, with its outcome
+// and verdicts, as the recorder serves it (GET /v1/runs/{run_id}/replay).
+type Bundle = envelope.ReplayBundle
 
 // Source is the CloudEvents source of the events the replay's answerer
 // publishes.
@@ -261,7 +260,7 @@ func Run(ctx context.Context, b Bundle, o Options) (rep *Report, err error) {
 	if err := start("answerer", e, nil); err != nil {
 		return nil, err
 	}
-	rp, err := orchestrator.NewReplayProvider(b.ReplayBundle)
+	rp, err := orchestrator.NewReplayProvider(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBundle, err)
 	}
@@ -386,7 +385,7 @@ type engine struct {
 	pub  *events.Publisher
 
 	recorded map[string]envelope.ToolEnvelope // by call id
-	verdicts map[int]recorder.VerdictJSON
+	verdicts map[int]envelope.IterationVerdict
 
 	mu         sync.Mutex
 	steps      []Step
@@ -410,7 +409,7 @@ type engine struct {
 func newEngine(b Bundle, defs map[string]envelope.ToolDefinition, live bool, js jetstream.JetStream) *engine {
 	e := &engine{
 		b: b, defs: defs, live: live, js: js, pub: events.NewPublisher(js),
-		recorded: map[string]envelope.ToolEnvelope{}, verdicts: map[int]recorder.VerdictJSON{},
+		recorded: map[string]envelope.ToolEnvelope{}, verdicts: map[int]envelope.IterationVerdict{},
 		turnStep: map[int]int{}, callStep: map[int]int{}, idStep: map[string]int{}, firstSeq: map[int]int{},
 		requested: map[string]events.CallRequest{}, answered: map[string]bool{}, kept: map[string]string{},
 		progress: make(chan struct{}, 1), done: make(chan struct{}),

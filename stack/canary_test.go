@@ -25,7 +25,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
-	"github.com/toolwire/toolwire/services/recorder/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
 

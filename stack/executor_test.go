@@ -19,7 +19,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
-	"github.com/toolwire/toolwire/services/recorder/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
 

@@ -8,20 +8,11 @@ import (
 	"github.com/toolwire/toolwire/services/recorder"
 )
 
+// newRecorder builds the recorder as its binary does (recorder.Build: the
+// TOOLWIRE_RECORDER_* and TOOLWIRE_ADMIN_TOKEN variables apply in process
+// too), on the stack's database.
 func newRecorder(_ context.Context, d service.Deps, databaseURL string) (service.Component, http.Handler, error) {
-	// TOOLWIRE_RECORDER_BATCH and TOOLWIRE_RECORDER_POLL apply in process
-	// too; the database is the stack's.
-	cfg, err := recorder.ConfigFromEnv(func(k string) string {
-		if k == recorder.EnvDatabaseURL {
-			return databaseURL
-		}
-		return d.Getenv(k)
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	r, err := recorder.New(d, cfg) //nolint:contextcheck // New does no I/O: the pool connects in Start, under its context
-
+	r, err := recorder.Build(d, func(c *recorder.Config) { c.DatabaseURL = databaseURL })
 	if err != nil {
 		return nil, nil, err
 	}

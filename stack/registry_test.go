@@ -16,8 +16,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
-	"github.com/toolwire/toolwire/services/recorder"
-	"github.com/toolwire/toolwire/services/recorder/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/apitypes"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -119,12 +119,12 @@ func TestRegistryChangesReachRunningServices(t *testing.T) {
 		require.NoError(t, err)
 		return final, warnings
 	}
-	catalog := func(query string) map[string]recorder.CatalogToolJSON {
+	catalog := func(query string) map[string]apitypes.CatalogToolJSON {
 		code, body := get(t, st.HTTPURL+"/v1/tools"+query)
 		require.Equal(t, http.StatusOK, code, string(body))
-		var c recorder.CatalogJSON
+		var c apitypes.CatalogJSON
 		require.NoError(t, json.Unmarshal(body, &c))
-		out := map[string]recorder.CatalogToolJSON{}
+		out := map[string]apitypes.CatalogToolJSON{}
 		for _, tool := range c.Tools {
 			out[tool.Ref] = tool
 		}

@@ -22,7 +22,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
-	"github.com/toolwire/toolwire/services/recorder/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
 

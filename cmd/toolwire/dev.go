@@ -18,7 +18,7 @@ import (
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -98,7 +98,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 
 	dbURL, why := resolveDatabase(ctx, f.databaseURL)
 	if dbURL == "" {
-		dbURL = recorder.SQLiteURL(filepath.Join(f.dataDir, "recorder.db"))
+		dbURL = sqlite.URL(filepath.Join(f.dataDir, "recorder.db"))
 		say("%s: the recorder stores runs in SQLite (%s)", why, filepath.Join(f.dataDir, "recorder.db"))
 	}
 	st, err := stack.Start(ctx, stack.Options{

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/replay"
+	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/recorder/store"
 )
 
 // errDiverged is returned when a replay diverges: the command exits 1.
@@ -57,7 +61,7 @@ envelopes. Live tools run without the tenant's secrets.`,
 				err error
 			)
 			if databaseURL != "" {
-				b, err = replay.FromDatabase(ctx, databaseURL, runID)
+				b, err = bundleFromDatabase(ctx, databaseURL, runID)
 			} else {
 				if recorderURL == "" {
 					recorderURL = "http://127.0.0.1:8088"
@@ -106,6 +110,25 @@ envelopes. Live tools run without the tenant's secrets.`,
 	fl.DurationVar(&stall, "stall", replay.DefaultStall, "how long to wait for the orchestrator's next step")
 	fl.DurationVar(&timeout, "timeout", 5*time.Minute, "bound on the whole replay")
 	return cmd
+}
+
+// bundleFromDatabase builds a run's replay bundle from a recorder's database
+// (a Postgres URL or sqlite:<path>), without a recorder running. It lives
+// here, not in package replay, so that replay needs no database driver.
+func bundleFromDatabase(ctx context.Context, databaseURL, runID string) (replay.Bundle, error) {
+	if err := events.ValidateRunID(runID); err != nil {
+		return replay.Bundle{}, err
+	}
+	st, closeStore, err := recorder.OpenStore(databaseURL) //nolint:contextcheck // OpenStore does no I/O: the first query connects, under ctx
+	if err != nil {
+		return replay.Bundle{}, err
+	}
+	defer closeStore()
+	b, err := store.ReplayBundle(ctx, st, runID)
+	if errors.Is(err, store.ErrRunNotFound) {
+		return replay.Bundle{}, fmt.Errorf("run %q is not in the database: %w", runID, err)
+	}
+	return b, err
 }
 
 func printReplay(w io.Writer, rep *replay.Report) {

@@ -15,7 +15,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/replay"
-	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -24,7 +24,7 @@ import (
 // that no longer matches the recorded call) exits 1 naming the step.
 func TestReplayCommand(t *testing.T) {
 	dir := t.TempDir()
-	dbURL := recorder.SQLiteURL(filepath.Join(dir, "recorder.db"))
+	dbURL := sqlite.URL(filepath.Join(dir, "recorder.db"))
 	st, err := stack.Start(t.Context(), stack.Options{DataDir: dir, DatabaseURL: dbURL})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
@@ -62,7 +62,7 @@ func TestReplayCommand(t *testing.T) {
 
 	// Tamper with the recording: the second model turn now asks for another
 	// calculation than the one recorded.
-	s, err := recorder.OpenSQLite(dbURL)
+	s, err := sqlite.Open(dbURL)
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	var raw string
@@ -88,6 +88,8 @@ func TestReplayCommand(t *testing.T) {
 		{"replay", "bad id!", "--recorder", st.HTTPURL},
 		{"replay", runID, "--recorder", st.HTTPURL, "--database-url", dbURL},
 		{"replay", "no-such-run", "--recorder", st.HTTPURL},
+		{"replay", "no-such-run", "--database-url", dbURL},
+		{"replay", runID, "--database-url", sqlite.URL(filepath.Join(t.TempDir(), "none.db"))},
 	} {
 		_, _, err := runCLI(t, "", args...)
 		require.Error(t, err, "%v", args)

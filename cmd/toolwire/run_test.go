@@ -17,7 +17,7 @@ import (
 
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/recorder/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
 

@@ -184,5 +184,7 @@ func fixtureReplayBundle(t testing.TB) envelope.ReplayBundle {
 		},
 		Envelopes: envs,
 		Outputs:   &outs,
+		Status:    "completed",
+		Verdicts:  []envelope.IterationVerdict{{Iteration: 1, Allowed: true}, {Iteration: 2, Allowed: true}},
 	}
 }

@@ -30,7 +30,10 @@ type ModelTurn struct {
 
 // ReplayBundle is everything needed to replay a run deterministically (spec
 // 6.4): the initial request (prompt and messages), the tool definitions as they
-// were called, every model turn and every envelope in order.
+// were called, every model turn and every envelope in order; and how the run
+// ended, with the Policy Guard's iteration verdicts, which a replay plays back
+// too. The recorder serves it (GET /v1/runs/{run_id}/replay) and `toolwire
+// replay` reads it: both need nothing but this type.
 type ReplayBundle struct {
 	RunID     string           `json:"run_id"`
 	Request   RunRequest       `json:"request"`
@@ -38,4 +41,21 @@ type ReplayBundle struct {
 	Turns     []ModelTurn      `json:"turns"`
 	Envelopes []ToolEnvelope   `json:"envelopes"`
 	Outputs   *AgentOutputs    `json:"outputs,omitempty"`
+	// Status is the run's status when the bundle was made (completed or
+	// failed for a run that ended); a replay compares its outcome with it.
+	Status string `json:"status,omitempty"`
+	// Reason is why a failed run failed.
+	Reason string `json:"reason,omitempty"`
+	// Verdicts are the Policy Guard's answers to the run's iteration checks,
+	// by iteration.
+	Verdicts []IterationVerdict `json:"verdicts"`
+}
+
+// IterationVerdict is the Policy Guard's answer to one iteration check of a
+// run: may the loop call the model again.
+type IterationVerdict struct {
+	Iteration int       `json:"iteration"`
+	Allowed   bool      `json:"allowed"`
+	Code      ErrorCode `json:"code,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
 }

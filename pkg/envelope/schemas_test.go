@@ -375,6 +375,9 @@ func TestSchemasRejectBrokenPayloads(t *testing.T) {
 		{"bundle: envelope error code", envelope.SchemaReplayBundle, bundle, []edit{{"/envelopes/4/error/code", "FAILED"}}, "at /envelopes/4/error/code:", "UNKNOWN"},
 		{"bundle: tool definition", envelope.SchemaReplayBundle, bundle, []edit{{"/tools/1/metadata/category", "maths"}}, "at /tools/1/metadata/category:", "utility"},
 		{"bundle: outputs", envelope.SchemaReplayBundle, bundle, []edit{{"/outputs/tool_order", nil}}, "at /outputs/tool_order:", "want array"},
+		{"bundle: status", envelope.SchemaReplayBundle, bundle, []edit{{"/status", "done"}}, "at /status:", "completed"},
+		{"bundle: verdict iteration", envelope.SchemaReplayBundle, bundle, []edit{{"/verdicts/0/iteration", 0}}, "at /verdicts/0/iteration:", "minimum"},
+		{"bundle: verdict code", envelope.SchemaReplayBundle, bundle, []edit{{"/verdicts/1/code", "NOPE"}}, "at /verdicts/1/code:", "POLICY_DENIED"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 //  3. its row below: a Filter* constant for its subjects (subjects.go has the
 //     builders), the stream, the schema, New, and the status it implies;
 //  4. a constructor New<Event> that builds its id, subject and attributes;
-//  5. the recorder's decoder for it (services/recorder: RecordOf's map; a test
-//     fails until every row has one);
+//  5. the recorder's decoder for it (services/recorder/store: RecordOf's
+//     map; a test fails until every row has one);
 //  6. the README's event table.
 type EventType struct {
 	// Type is the CloudEvents type.

@@ -17,8 +17,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/services/recorder"
-	"github.com/toolwire/toolwire/services/recorder/storetest"
+	"github.com/toolwire/toolwire/services/recorder/apitypes"
+	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 )
 
 func toolDef(name, version, category string, side envelope.SideEffects, schema string) envelope.ToolDefinition {
@@ -77,7 +77,7 @@ func TestRecorderReplayBundle(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("replay: %d %s", status, body)
 	}
-	b := decode[recorder.ReplayBundleJSON](t, body)
+	b := decode[envelope.ReplayBundle](t, body)
 	if b.RunID != fx.RunID || b.Status != events.StatusCompleted || b.Reason != "" {
 		t.Fatalf("bundle run %q status %q reason %q", b.RunID, b.Status, b.Reason)
 	}
@@ -114,7 +114,7 @@ func TestRecorderReplayBundle(t *testing.T) {
 	h.publish(orphan.Event(t, events.TypeRunCompleted, ""))
 	h.waitRun(orphan.RunID, events.StatusCompleted, 0)
 	status, body = h.get("/v1/runs/" + orphan.RunID + "/replay")
-	if e := decodeError(t, body); status != http.StatusConflict || e.Code != recorder.CodeNoRequest {
+	if e := decodeError(t, body); status != http.StatusConflict || e.Code != apitypes.CodeNoRequest {
 		t.Fatalf("replay without request: %d %s", status, body)
 	}
 	if status, body = h.get("/v1/runs/nope/replay"); status != http.StatusNotFound {
@@ -146,30 +146,30 @@ func TestRecorderPins(t *testing.T) {
 	h.waitRun(second.RunID, events.StatusCompleted, 0)
 	h.waitIdle()
 
-	pinsOf := func(runID string) recorder.PinsJSON {
+	pinsOf := func(runID string) apitypes.PinsJSON {
 		t.Helper()
 		status, body := h.get("/v1/runs/" + runID + "/pins")
 		if status != http.StatusOK {
 			t.Fatalf("pins of %s: %d %s", runID, status, body)
 		}
-		return decode[recorder.PinsJSON](t, body)
+		return decode[apitypes.PinsJSON](t, body)
 	}
 	envA, envB := first.Envelopes[0], first.Envelopes[1]
 
 	p := pinsOf(first.RunID)
-	if len(p.Pins) != 2 || p.Pins[0].Source != recorder.PinFromRun || p.Pins[0].Value == nil || p.Pins[0].Value.CallID != envA.CallID {
+	if len(p.Pins) != 2 || p.Pins[0].Source != apitypes.PinFromRun || p.Pins[0].Value == nil || p.Pins[0].Value.CallID != envA.CallID {
 		t.Fatalf("pins of the first run = %s", mustMarshal(t, p))
 	}
 	// fetch_page failed: first_success selects nothing, on_missing null.
-	if p.Pins[1].Source != recorder.PinMissing || p.Pins[1].Value != nil || p.Pins[1].OnMissing != envelope.MissingNull {
+	if p.Pins[1].Source != apitypes.PinMissing || p.Pins[1].Value != nil || p.Pins[1].OnMissing != envelope.MissingNull {
 		t.Fatalf("page pin = %s (the only fetch_page call, %s, failed)", mustMarshal(t, p.Pins[1]), envB.CallID)
 	}
 
 	p = pinsOf(second.RunID)
-	if got := p.Pins[0]; got.Source != recorder.PinFromStale || got.FromRunID != first.RunID || got.Value == nil || got.Value.CallID != envA.CallID {
+	if got := p.Pins[0]; got.Source != apitypes.PinFromStale || got.FromRunID != first.RunID || got.Value == nil || got.Value.CallID != envA.CallID {
 		t.Fatalf("stale pin of the second run = %s; want the first run's web_search envelope", mustMarshal(t, got))
 	}
-	if got := p.Pins[1]; got.Source != recorder.PinMissing || got.Value != nil {
+	if got := p.Pins[1]; got.Source != apitypes.PinMissing || got.Value != nil {
 		t.Fatalf("null pin = %s", mustMarshal(t, got))
 	}
 
@@ -177,16 +177,16 @@ func TestRecorderPins(t *testing.T) {
 	if len(p.Pins) != 3 || p.Status != events.StatusStarted {
 		t.Fatalf("pins of the running run = %s", mustMarshal(t, p))
 	}
-	if got := p.Pins[0]; got.Source != recorder.PinFromStale || got.FromRunID != first.RunID {
+	if got := p.Pins[0]; got.Source != apitypes.PinFromStale || got.FromRunID != first.RunID {
 		t.Fatalf("stale pin of the running run = %s", mustMarshal(t, got))
 	}
-	if got := p.Pins[2]; got.Value != nil || got.Source != recorder.PinMissing || !strings.Contains(got.Error, "on_missing: error") {
+	if got := p.Pins[2]; got.Value != nil || got.Source != apitypes.PinMissing || !strings.Contains(got.Error, "on_missing: error") {
 		t.Fatalf("error pin = %s", mustMarshal(t, got))
 	}
 
 	// A run of another org has no earlier success of its node.
 	p = pinsOf(other.RunID)
-	if got := p.Pins[0]; got.Source != recorder.PinFromRun {
+	if got := p.Pins[0]; got.Source != apitypes.PinFromRun {
 		t.Fatalf("other org's search pin = %s", mustMarshal(t, got))
 	}
 	if status, _ := h.get("/v1/runs/nope/pins"); status != http.StatusNotFound {
@@ -224,7 +224,7 @@ func TestRecorderCallAndMaterialize(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("call: %d %s", status, body)
 	}
-	c := decode[recorder.CallJSON](t, body)
+	c := decode[apitypes.CallJSON](t, body)
 	var types []string
 	for _, e := range c.Events {
 		types = append(types, e.Type)
@@ -238,7 +238,7 @@ func TestRecorderCallAndMaterialize(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("materialize: %d %s", status, body)
 	}
-	m := decode[recorder.MaterializedCallJSON](t, body)
+	m := decode[apitypes.MaterializedCallJSON](t, body)
 	if m.Kind != "tool_node" || m.Tool != "web_search" || m.Version != "1.2.0" || m.Ref != "web_search@1.2.0" ||
 		!jsonEq(m.Input, env.Input) || m.Tenant != fx.Tenant {
 		t.Fatalf("materialized = %s", body)
@@ -263,9 +263,9 @@ func TestRecorderCallAndMaterialize(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"/v1/runs/" + fx.RunID + "/calls/XYZ", 400, recorder.CodeInvalidCallID},
-		{"/v1/runs/" + fx.RunID + "/calls/abcdef/materialize", 404, recorder.CodeCallNotFound},
-		{"/v1/runs/nope/calls/abcdef", 404, recorder.CodeRunNotFound},
+		{"/v1/runs/" + fx.RunID + "/calls/XYZ", 400, apitypes.CodeInvalidCallID},
+		{"/v1/runs/" + fx.RunID + "/calls/abcdef/materialize", 404, apitypes.CodeCallNotFound},
+		{"/v1/runs/nope/calls/abcdef", 404, apitypes.CodeRunNotFound},
 	} {
 		status, body := h.get(c.path)
 		if e := decodeError(t, body); status != c.status || e.Code != c.code {
@@ -306,7 +306,7 @@ func TestRecorderListRunsFilters(t *testing.T) {
 			t.Fatalf("list %s: %d %s", q, status, body)
 		}
 		var ids []string
-		for _, r := range decode[recorder.RunListJSON](t, body).Runs {
+		for _, r := range decode[apitypes.RunListJSON](t, body).Runs {
 			ids = append(ids, r.RunID)
 		}
 		if !slices.Equal(ids, want) {
@@ -316,7 +316,7 @@ func TestRecorderListRunsFilters(t *testing.T) {
 	for _, q := range []string{"?since=yesterday", "?until=2026-13-01T00:00:00Z", "?since=" + ts(time.Minute) + "&until=" + ts(0),
 		"?tenant=a/b/c/d", "?tenant=org-a&org_id=org-b", "?tenant=/ws"} {
 		status, body := h.get("/v1/runs" + q)
-		if e := decodeError(t, body); status != http.StatusBadRequest || e.Code != recorder.CodeInvalidParameter {
+		if e := decodeError(t, body); status != http.StatusBadRequest || e.Code != apitypes.CodeInvalidParameter {
 			t.Errorf("list %s = %d %s; want 400 invalid_parameter", q, status, body)
 		}
 	}
@@ -395,20 +395,20 @@ func TestRecorderEventStream(t *testing.T) {
 		if status != http.StatusOK {
 			return false, string(body)
 		}
-		return len(decode[recorder.EventsJSON](t, body).Events) == early, string(body)
+		return len(decode[apitypes.EventsJSON](t, body).Events) == early, string(body)
 	})
 
 	seen := map[string]bool{}
-	read := func(s *sseStream) (recorder.EventRow, sseEvent) {
+	read := func(s *sseStream) (apitypes.EventJSON, sseEvent) {
 		t.Helper()
 		ev, err := s.next()
 		if err != nil {
 			t.Fatalf("stream: %v", err)
 		}
 		if ev.Event != "" {
-			return recorder.EventRow{}, ev
+			return apitypes.EventJSON{}, ev
 		}
-		row := decode[recorder.EventRow](t, []byte(ev.Data))
+		row := decode[apitypes.EventJSON](t, []byte(ev.Data))
 		if ev.ID != strconv.FormatInt(row.Seq, 10) {
 			t.Fatalf("SSE id %s for event seq %d", ev.ID, row.Seq)
 		}
@@ -476,73 +476,6 @@ func TestRecorderEventStream(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("bad Last-Event-ID: %d", resp.StatusCode)
-	}
-}
-
-// TestTimelinePages: the runs list and a run's timeline are HTML that names
-// the calls, their versions, latency, status and verdicts.
-func TestTimelinePages(t *testing.T) {
-	h := newHarness(t)
-	fx := storetest.CompletedRun(t, "page-run", "weather", storetest.TenantA, time.Now())
-	h.publish(fx.Events...)
-	h.publish(storetest.SideEvents(t, fx)...)
-	h.waitRun(fx.RunID, events.StatusCompleted, 2)
-	h.waitIdle()
-
-	page := func(path string, want int) string {
-		t.Helper()
-		req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet, h.api.URL+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != want || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
-			!strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
-			t.Fatalf("GET %s: %d %s %q", path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
-		}
-		return string(b)
-	}
-	list := page("/", http.StatusOK)
-	for _, want := range []string{`href="/runs/page-run"`, "weather", "completed", "org-a / ws-1 / user-1"} {
-		if !strings.Contains(list, want) {
-			t.Errorf("runs page lacks %q", want)
-		}
-	}
-	run := page("/runs/page-run", http.StatusOK)
-	envA, envB := fx.Envelopes[0], fx.Envelopes[1]
-	for _, want := range []string{
-		`data-key="` + envA.CallID + `"`, `data-key="` + envB.CallID + `"`,
-		"web_search", "@1.2.0", "fetch_page", "@2.0.0", "42 ms", "5.00 s", ">cached<", ">TIMEOUT<",
-		"policy: allowed", "Iteration 2", "It is sunny in Paris", "approval required", "decision: approve",
-		"by ops@example.com", "Materialize as tool node", "/calls/" + envA.CallID + "/materialize",
-		"&#34;query&#34;: &#34;weather in Paris&#34;", // the input, indented and escaped
-	} {
-		if !strings.Contains(run, want) {
-			t.Errorf("run page lacks %q", want)
-		}
-	}
-	frag := page("/runs/page-run/timeline", http.StatusOK)
-	if strings.Contains(frag, "<html") || !strings.Contains(frag, `data-key="`+envA.CallID+`"`) {
-		t.Errorf("timeline fragment: %.300s", frag)
-	}
-	page("/runs/nope", http.StatusNotFound)
-	page("/runs/a.b", http.StatusBadRequest)
-	page("/?status=bogus", http.StatusBadRequest)
-	for path, ct := range map[string]string{"/assets/app.css": "text/css", "/assets/timeline.js": "text/javascript"} {
-		req, _ := http.NewRequestWithContext(testCtx(t), http.MethodGet, h.api.URL+path, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), ct) {
-			t.Errorf("GET %s: %d %s", path, resp.StatusCode, resp.Header.Get("Content-Type"))
-		}
 	}
 }
 

@@ -6,69 +6,76 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+
+	"github.com/toolwire/toolwire/services/recorder/store"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 )
 
 // backend is the database a recorder writes to: the store and what the
 // recorder needs around it (a ping, migrations, a close).
 type backend struct {
-	store   Store
+	store store.Store
+	// prepare makes what the database needs before it can answer (the
+	// SQLite file's folder); nil: nothing.
+	prepare func() error
 	ping    func(context.Context) error
-	migrate func(context.Context, *slog.Logger) (MigrationResult, error)
+	migrate func(context.Context, *slog.Logger) (store.MigrationResult, error)
 	close   func()
 	kind    string // "postgres" or "sqlite"
 	where   string // for logs: the SQLite file, or the Postgres URL without its password
 }
 
 // openBackend opens the store url names: a sqlite: URL a SQLite file, anything
-// else a Postgres database. It does no I/O: the first query connects.
+// else a Postgres database. It does no I/O: the first query connects, and
+// migrate creates what is missing.
 func openBackend(databaseURL string) (*backend, error) {
-	if IsSQLiteURL(databaseURL) {
-		s, err := OpenSQLite(databaseURL)
+	if sqlite.IsURL(databaseURL) {
+		s, err := sqlite.Open(databaseURL)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("recorder: %s: %w", EnvDatabaseURL, err)
 		}
 		return &backend{
-			store: s, ping: s.Ping, kind: "sqlite", where: s.Path(),
-			migrate: func(ctx context.Context, log *slog.Logger) (MigrationResult, error) {
-				return MigrateSQLite(ctx, s, log)
+			store: s, prepare: s.Prepare, ping: s.Ping, kind: "sqlite", where: s.Path(),
+			migrate: func(ctx context.Context, log *slog.Logger) (store.MigrationResult, error) {
+				return sqlite.Migrate(ctx, s, log)
 			},
 			close: func() { _ = s.Close() },
 		}, nil
 	}
-	pool, err := NewPool(databaseURL)
+	pool, err := postgres.NewPool(databaseURL)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("recorder: %s: %w", EnvDatabaseURL, err)
 	}
 	where := "postgres"
 	if u, err := url.Parse(databaseURL); err == nil && u.Host != "" {
 		where = u.Redacted()
 	}
 	return &backend{
-		store: NewPostgresStore(pool), ping: pool.Ping, kind: "postgres", where: where,
-		migrate: func(ctx context.Context, log *slog.Logger) (MigrationResult, error) { return Migrate(ctx, pool, log) },
-		close:   pool.Close,
+		store: postgres.New(pool), ping: pool.Ping, kind: "postgres", where: where,
+		migrate: func(ctx context.Context, log *slog.Logger) (store.MigrationResult, error) {
+			return postgres.Migrate(ctx, pool, log)
+		},
+		close: pool.Close,
 	}, nil
 }
 
 // OpenStore opens the store a DATABASE_URL names (sqlite:<path> or a
 // Postgres URL) for reading, as `toolwire replay --database-url` does: it
-// neither creates nor migrates anything. close releases it.
-func OpenStore(databaseURL string) (store Store, closeStore func(), err error) {
+// neither creates nor migrates anything. closeStore releases it.
+func OpenStore(databaseURL string) (st store.Store, closeStore func(), err error) {
 	if databaseURL == "" {
 		return nil, nil, ErrNoDatabase
-	}
-	if IsSQLiteURL(databaseURL) {
-		path, err := sqlitePath(databaseURL)
-		if err != nil {
-			return nil, nil, err
-		}
-		if _, err := os.Stat(path); err != nil {
-			return nil, nil, fmt.Errorf("recorder: sqlite database %s: %w", path, err)
-		}
 	}
 	b, err := openBackend(databaseURL)
 	if err != nil {
 		return nil, nil, err
+	}
+	if b.kind == "sqlite" {
+		if _, err := os.Stat(b.where); err != nil {
+			b.close()
+			return nil, nil, fmt.Errorf("recorder: sqlite database %s: %w", b.where, err)
+		}
 	}
 	return b.store, b.close, nil
 }

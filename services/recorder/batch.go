@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/toolwire/toolwire/services/recorder/store"
 )
 
 // errWriterStopped is returned by a write after the writer has stopped.
@@ -32,14 +34,14 @@ var errWriterStopped = errors.New("recorder: writer stopped")
 // keyed by event id make a batch whose commit did happen before the connection
 // broke harmless to write again.
 type batchWriter struct {
-	store Store
+	store store.Store
 	max   int
 	log   *slog.Logger
 	// ping checks that the database answers; nil: outages are not detected
 	// and failed writes return their error.
 	ping func(context.Context) error
 	// onCommit is called after each commit with its records.
-	onCommit func([]Record)
+	onCommit func([]store.Record)
 	// onState is called when the database goes down (false) and comes back.
 	onState func(up bool)
 	down    atomic.Bool
@@ -52,20 +54,22 @@ type batchWriter struct {
 }
 
 type writeReq struct {
-	rec Record
+	rec store.Record
 	err chan error // buffered: the loop never blocks on a handler gone away
 }
 
-func newBatchWriter(store Store, size int, log *slog.Logger) *batchWriter {
-	return &batchWriter{store: store, max: size, log: log,
+func newBatchWriter(st store.Store, size int, log *slog.Logger) *batchWriter {
+	return &batchWriter{store: st, max: size, log: log,
 		in: make(chan []*writeReq), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
-// start runs the loop until stop. ctx's values (not its cancellation) are the
-// base of every transaction's context.
+// start runs the loop until stop. ctx is the base of every transaction's
+// context: the recorder's lifetime, which ends only after stop, so that a
+// write still in progress when a bounded stop gave up is cancelled rather
+// than left running.
 func (w *batchWriter) start(ctx context.Context) {
 	if w.started.CompareAndSwap(false, true) {
-		go w.loop(context.WithoutCancel(ctx))
+		go w.loop(ctx)
 	}
 }
 
@@ -86,7 +90,7 @@ func (w *batchWriter) stop(ctx context.Context) error {
 }
 
 // write hands rec to the loop and waits until it is committed or failed.
-func (w *batchWriter) write(ctx context.Context, rec Record) error {
+func (w *batchWriter) write(ctx context.Context, rec store.Record) error {
 	req := &writeReq{rec: rec, err: make(chan error, 1)}
 	select {
 	case w.in <- []*writeReq{req}:
@@ -108,7 +112,7 @@ func (w *batchWriter) write(ctx context.Context, rec Record) error {
 // writeAll hands recs to the loop at once and waits until each is committed
 // or failed; errs[i] is recs[i]'s outcome. The loop writes them in
 // transactions of at most max records, beside other handlers' records.
-func (w *batchWriter) writeAll(ctx context.Context, recs []Record) []error {
+func (w *batchWriter) writeAll(ctx context.Context, recs []store.Record) []error {
 	errs := make([]error, len(recs))
 	if len(recs) == 0 {
 		return errs
@@ -170,7 +174,7 @@ func (w *batchWriter) flush(ctx context.Context, batch []*writeReq) {
 		return cmp.Or(cmp.Compare(a.rec.Event.RunID, b.rec.Event.RunID),
 			cmp.Compare(a.rec.Event.CallID, b.rec.Event.CallID))
 	})
-	recs := make([]Record, len(batch))
+	recs := make([]store.Record, len(batch))
 	for i, req := range batch {
 		recs[i] = req.rec
 	}
@@ -190,7 +194,7 @@ func (w *batchWriter) flush(ctx context.Context, batch []*writeReq) {
 // writeHeld writes recs; while the database is unreachable it waits for it
 // and writes them again. It returns errWriterStopped when the writer stops
 // during an outage.
-func (w *batchWriter) writeHeld(ctx context.Context, recs ...Record) error {
+func (w *batchWriter) writeHeld(ctx context.Context, recs ...store.Record) error {
 	for {
 		err := w.writeOnce(ctx, recs...)
 		if err == nil {
@@ -199,7 +203,7 @@ func (w *batchWriter) writeHeld(ctx context.Context, recs ...Record) error {
 			}
 			return nil
 		}
-		if errors.Is(err, ErrUnstorable) || w.ping == nil || w.reachable(ctx) {
+		if errors.Is(err, store.ErrUnstorable) || w.ping == nil || w.reachable(ctx) {
 			return err
 		}
 		w.setDown(true, len(recs), err)
@@ -252,8 +256,8 @@ func (w *batchWriter) setDown(down bool, held int, err error) {
 // holding reports whether the writer is waiting for the database.
 func (w *batchWriter) holding() bool { return w.down.Load() }
 
-func (w *batchWriter) writeOnce(ctx context.Context, recs ...Record) error {
-	ctx, cancel := context.WithTimeout(ctx, defaultWriteTimeout)
+func (w *batchWriter) writeOnce(ctx context.Context, recs ...store.Record) error {
+	ctx, cancel := context.WithTimeout(ctx, store.DefaultWriteTimeout)
 	defer cancel()
 	return w.store.Write(ctx, recs...)
 }

@@ -11,7 +11,9 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/services/recorder/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/store"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 )
 
 // TestBatchWriterIsolatesABadRecord writes many records at once, one of which
@@ -19,7 +21,7 @@ import (
 // whatever batches the writer formed.
 func TestBatchWriterIsolatesABadRecord(t *testing.T) {
 	dsn := pgtest.Schema(t)
-	pool, err := NewPool(dsn)
+	pool, err := postgres.NewPool(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,11 +29,11 @@ func TestBatchWriterIsolatesABadRecord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)
-	if _, err := Migrate(ctx, pool, log); err != nil {
+	if _, err := postgres.Migrate(ctx, pool, log); err != nil {
 		t.Fatal(err)
 	}
-	store := NewPostgresStore(pool)
-	w := newBatchWriter(store, 16, log)
+	st := postgres.New(pool)
+	w := newBatchWriter(st, 16, log)
 	w.start(ctx)
 
 	const n, bad = 64, 17
@@ -47,7 +49,7 @@ func TestBatchWriterIsolatesABadRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, err := RecordOf(&o.Event, o.Subject)
+		rec, err := store.RecordOf(&o.Event, o.Subject)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +61,7 @@ func TestBatchWriterIsolatesABadRecord(t *testing.T) {
 	}
 	for i, err := range errs {
 		if i == bad {
-			if !errors.Is(err, ErrUnstorable) {
+			if !errors.Is(err, store.ErrUnstorable) {
 				t.Errorf("record %d: %v, want ErrUnstorable", i, err)
 			}
 			continue
@@ -68,14 +70,14 @@ func TestBatchWriterIsolatesABadRecord(t *testing.T) {
 			t.Errorf("record %d: %v", i, err)
 		}
 	}
-	runs, err := store.ListRuns(ctx, RunFilter{Limit: MaxListLimit})
+	runs, err := st.ListRuns(ctx, store.RunFilter{Limit: store.MaxListLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(runs) != n-1 {
 		t.Fatalf("%d runs committed, want %d", len(runs), n-1)
 	}
-	if err := w.write(ctx, Record{}); !errors.Is(err, errWriterStopped) {
+	if err := w.write(ctx, store.Record{}); !errors.Is(err, errWriterStopped) {
 		t.Fatalf("write after stop: %v", err)
 	}
 }

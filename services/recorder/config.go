@@ -3,14 +3,16 @@ package recorder
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
+
+	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/recorder/api"
 )
 
 // Environment variables read by ConfigFromEnv.
 const (
-	// EnvDatabaseURL names the database: sqlite:<path> for a SQLite file, or
-	// Postgres, as a URL
+	// EnvDatabaseURL sets Config.DatabaseURL: sqlite:<path> for a SQLite
+	// file, or Postgres, as a URL
 	// (postgres://user@host:5432/db?sslmode=disable) or a keyword/value string.
 	EnvDatabaseURL = "DATABASE_URL"
 	// EnvBatch sets Config.Batch.
@@ -18,6 +20,8 @@ const (
 	// EnvPoll sets Config.Poll: a duration such as 20ms, or 0 to have each
 	// event pushed as it is stored.
 	EnvPoll = "TOOLWIRE_RECORDER_POLL"
+	// EnvAdminToken sets Config.AdminToken.
+	EnvAdminToken = api.AdminTokenVar
 )
 
 // Defaults of Config.
@@ -35,7 +39,7 @@ var ErrNoDatabase = errors.New("recorder: " + EnvDatabaseURL + " is required: se
 // Config configures the recorder. Zero values mean the defaults.
 type Config struct {
 	// DatabaseURL is the Postgres connection string, or sqlite:<path>
-	// (required).
+	// (required: New refuses a config without it).
 	DatabaseURL string
 	// Batch is the most events written in one transaction. Under load the
 	// recorder groups the events it holds into one commit; each is
@@ -52,6 +56,10 @@ type Config struct {
 	// the database bigger transactions. It adds at most Poll to the
 	// recorder's lag. Zero means DefaultPoll; negative, push each event.
 	Poll time.Duration
+	// AdminToken turns the registry's admin routes of the API on
+	// (/v1/admin/tools): they then require it as a bearer token. "" leaves
+	// them off.
+	AdminToken string
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -81,39 +89,40 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ConfigFromEnv reads the configuration from the environment; unset variables
-// take their defaults. DATABASE_URL is required.
+// ConfigFromEnv reads the configuration from the environment; unset
+// variables take their defaults. Every bad value is reported at once.
+// DATABASE_URL may be unset here (an option may fill it in): New refuses a
+// configuration without it.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{DatabaseURL: getenv(EnvDatabaseURL)}
-	var errs []error
-	if v := getenv(EnvBatch); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxBatch {
-			errs = append(errs, fmt.Errorf("%s=%q: want a number from 1 to %d", EnvBatch, v, maxBatch))
-		}
-		c.Batch = n
-	}
-	if v := getenv(EnvPoll); v != "" {
+	var c Config
+	e := service.NewEnv(getenv)
+	e.String(EnvDatabaseURL, &c.DatabaseURL)
+	e.Int(EnvBatch, 1, maxBatch, &c.Batch)
+	if v, ok := e.Lookup(EnvPoll); ok {
 		d, err := time.ParseDuration(v)
 		switch {
 		case v == "0":
 			c.Poll = -1
 		case err != nil || d <= 0 || d > maxPoll:
-			errs = append(errs, fmt.Errorf("%s=%q: want a duration up to %s such as 20ms, or 0 to push each event", EnvPoll, v, maxPoll))
+			e.Fail(EnvPoll, v, fmt.Sprintf("want a duration up to %s such as 20ms, or 0 to push each event", maxPoll))
 		default:
 			c.Poll = d
 		}
 	}
-	if c.DatabaseURL == "" {
-		errs = append(errs, ErrNoDatabase)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return Config{}, err
-	}
-	c = c.WithDefaults()
-	return c, c.Validate()
+	e.String(EnvAdminToken, &c.AdminToken)
+	return c.WithDefaults(), e.Err()
 }
 
-// EnvVars lists the variables ConfigFromEnv reads, besides the common ones of
-// every service (service.CommonEnvVars).
-func EnvVars() []string { return []string{EnvDatabaseURL, EnvBatch, EnvPoll} }
+// EnvVars documents the variables ConfigFromEnv reads, besides the common
+// ones of every service (service.CommonEnvVars).
+func EnvVars() []service.Var {
+	return []service.Var{
+		{Name: EnvDatabaseURL, Help: "the recorder's database (required): a Postgres URL, or sqlite:<path> for a SQLite file (one recorder process)",
+			Example: "postgres://toolwire@postgres:5432/toolwire?sslmode=disable"},
+		{Name: EnvBatch, Help: "most events written in one transaction (1 to 4096; default 1024)", Example: "256"},
+		{Name: EnvPoll, Help: "how often the recorder fetches the events waiting (up to 5s; default 20ms); 0 has each event pushed as it is stored",
+			Example: "100ms"},
+		{Name: EnvAdminToken, Help: "turns the registry's admin routes (/v1/admin/tools) on; they require it as a bearer token (default: off)",
+			Example: "an-admin-token"},
+	}
+}

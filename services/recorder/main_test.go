@@ -1,7 +1,10 @@
 package recorder_test
 
 import (
+	"context"
+	"log/slog"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -14,3 +17,11 @@ func TestMain(m *testing.M) {
 	// client-library race, jetstream/object.go and publish.go; not ours).
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
 }
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -21,8 +21,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder"
-	"github.com/toolwire/toolwire/services/recorder/pgtest"
-	"github.com/toolwire/toolwire/services/recorder/storetest"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 )
 
 // tcpProxy stands between the recorder and Postgres: cut makes Postgres
@@ -164,9 +164,7 @@ func TestRecorderPostgresOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.Start(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	start(t, rec)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -307,9 +305,7 @@ func TestRecorderStopsDuringAnOutage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rec.Start(testCtx(t)); err != nil {
-			t.Fatal(err)
-		}
+		start(t, rec)
 		return rec
 	}
 	rec := newRec()

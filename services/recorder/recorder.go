@@ -1,13 +1,21 @@
-// Package recorder is toolwire's recorder service: it consumes every run and
-// tool call event, keeps each one in Postgres (or, embedded, in SQLite),
+// Package recorder is toolwire's recorder service: it consumes every run, tool
+// call and sandbox event, keeps each one in Postgres (or, embedded, in SQLite),
 // materializes runs, tool calls, model turns, verdicts and the tool
-// definitions of replay bundles from them, and serves them over a read-only
-// HTTP API, with a live event stream and the timeline page.
+// definitions of replay bundles from them, and serves them over HTTP: the JSON
+// API with its live event stream (package api) and the timeline pages
+// (package web).
 //
-// Delivery is at least once and the two streams have no order between them,
-// so recording is idempotent and order-independent: an event is keyed by its
-// id, and the materialized rows converge whatever order the events arrive in
-// (see Store). A message is acknowledged only after the transaction holding
+// Where things are: this package is the service (Config, Build and New, the
+// consumers, the batch writer, the tool definitions read from the registry);
+// store holds the Store interface, its rules and RecordOf (event to record),
+// with the backends in store/postgres and store/sqlite and the contract suite
+// both pass in store/storetest; apitypes holds the API's response types for
+// clients.
+//
+// Delivery is at least once and the streams have no order between them, so
+// recording is idempotent and order-independent: an event is keyed by its id,
+// and the materialized rows converge whatever order the events arrive in (see
+// store.Store). A message is acknowledged only after the transaction holding
 // its effects has committed; an event that cannot be decoded is dead-lettered.
 // While the database is unreachable the recorder holds what it has and stops
 // pulling; it catches up when the database is back (see batchWriter).
@@ -19,19 +27,21 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	fastjson "github.com/segmentio/encoding/json"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/recorder/api"
+	"github.com/toolwire/toolwire/services/recorder/store"
+	"github.com/toolwire/toolwire/services/recorder/web"
 )
 
-// The recorder's durable consumers: one per stream, every event of each.
+// The recorder's three durable consumers: one per stream (runs, calls,
+// sandbox), every event of each.
 const (
 	DurableRuns    = "recorder-runs"
 	DurableCalls   = "recorder-calls"
@@ -50,39 +60,27 @@ func ConsumerSpecs() []events.ConsumerSpec {
 	}
 }
 
-// ErrStopped is returned by Start after Stop: a stopped recorder cannot
-// restart.
-var ErrStopped = errors.New("recorder: stopped")
-
-type lifecycle int
-
-const (
-	idle lifecycle = iota
-	running
-	stopped
-)
-
 // Recorder is the recorder service. It is stateless between events: any
-// number of replicas share its two durable consumers and its database.
+// number of replicas share its three durable consumers and its database.
 type Recorder struct {
+	service.Lifecycle
+
 	cfg     Config
 	js      jetstream.JetStream
 	log     *slog.Logger
 	db      *backend
 	writer  *batchWriter
-	api     http.Handler
-	changes *Changes
-	metrics *recorderMetrics
-
-	mu      sync.Mutex
-	state   lifecycle
-	runners []*events.Runner
-	tools   toolResolver
-	done    chan struct{} // closed by Stop: ends the live streams
+	handler http.Handler
+	changes *api.Changes
+	runners events.Runners
+	tools   toolResolver  // set by Start; nil without a tool registry
+	streams chan struct{} // closed at Stop: ends the live event streams
 }
 
-// New returns a recorder on d's JetStream and the database of cfg. It does no
-// I/O: Start connects, migrates and starts consuming.
+// New returns a recorder on d's JetStream and the database of cfg. It reads
+// no environment and does no I/O: the database handle it opens connects on
+// first use, in Start, which also migrates and starts consuming. Stop
+// releases the handle whether or not Start ran.
 func New(d service.Deps, cfg Config) (*Recorder, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -91,25 +89,26 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 	if d.JS == nil {
 		return nil, errors.New("recorder: Deps.JS is required")
 	}
-	log := d.Log
-	if log == nil {
-		log = slog.Default()
+	d = d.WithDefaults()
+	m, err := newMetrics(d.Metrics)
+	if err != nil {
+		return nil, err
 	}
 	db, err := openBackend(cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
-	m, err := newRecorderMetrics(d.Metrics)
-	if err != nil {
-		db.close()
-		return nil, err
-	}
-	r := &Recorder{cfg: cfg, js: d.JS, log: log, db: db, changes: NewChanges(), metrics: m, done: make(chan struct{})}
-	r.writer = newBatchWriter(db.store, cfg.Batch, log)
+	r := &Recorder{cfg: cfg, js: d.JS, log: d.Log, db: db, changes: api.NewChanges(), streams: make(chan struct{})}
+	// Released last, in this order, after what Start registers: the live
+	// streams end once the consumers have drained, then the database closes.
+	r.OnStopFunc(db.close)
+	r.OnStopFunc(func() { close(r.streams) })
+
+	r.writer = newBatchWriter(db.store, cfg.Batch, d.Log)
 	r.writer.ping = db.ping
-	r.writer.onCommit = func(recs []Record) {
+	r.writer.onCommit = func(recs []store.Record) {
 		m.recorded.Add(float64(len(recs)))
-		r.changes.notify(recs)
+		r.changes.Notify(recs)
 	}
 	r.writer.onState = func(up bool) {
 		if up {
@@ -119,77 +118,55 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 		m.dbUp.Set(0)
 		m.outages.Inc()
 	}
-	r.api = NewServer(db.store, ServerOptions{Log: log, Changes: r.changes, JS: d.JS, Done: r.done, AdminToken: adminToken(d.Getenv)})
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", api.New(db.store, api.Options{Log: d.Log, Changes: r.changes, JS: d.JS, Done: r.streams,
+		AdminToken: cfg.AdminToken}))
+	mux.Handle("/", web.New(db.store, d.Log))
+	r.handler = mux
 	return r, nil
 }
 
-type recorderMetrics struct {
-	recorded prometheus.Counter
-	dbUp     prometheus.Gauge
-	outages  prometheus.Counter
-}
+// Option adjusts the configuration Build read from the environment (stack
+// sets the database of `toolwire dev` with one).
+type Option func(*Config)
 
-func newRecorderMetrics(reg prometheus.Registerer) (*recorderMetrics, error) {
-	m := &recorderMetrics{
-		recorded: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolwire_recorder_events_recorded_total",
-			Help: "Events committed to the database (a redelivered event counts again; it changes nothing)."}),
-		dbUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolwire_recorder_database_up",
-			Help: "1 while the database answers, 0 while the recorder holds events for it."}),
-		outages: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolwire_recorder_database_outages_total",
-			Help: "Times the database became unreachable."}),
-	}
-	m.dbUp.Set(1)
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.recorded, m.dbUp, m.outages} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("recorder metrics: %w", err)
-			}
-		}
-	}
-	return m, nil
-}
-
-// Build is the service.Build of the recorder binary: configuration from the
-// environment, then New. The handler it returns is the HTTP API.
-func Build(_ context.Context, d service.Deps) (service.Component, http.Handler, error) {
-	getenv := d.Getenv
-	if getenv == nil {
-		getenv = func(string) string { return "" }
-	}
-	cfg, err := ConfigFromEnv(getenv)
+// Build reads the configuration from d.Getenv, applies opts and calls New. It
+// is what the recorder binary and `toolwire dev` run.
+func Build(d service.Deps, opts ...Option) (*Recorder, error) {
+	cfg, err := ConfigFromEnv(d.Getenv)
 	if err != nil {
-		return nil, nil, fmt.Errorf("configuration: %w", err)
+		return nil, fmt.Errorf("recorder configuration: %w", err)
 	}
-	r, err := New(d, cfg) //nolint:contextcheck // New does no I/O: the pool connects on first use, in Start
-	if err != nil {
-		return nil, nil, err
+	for _, o := range opts {
+		o(&cfg)
 	}
-	return r, r.Handler(), nil
+	return New(d, cfg)
 }
 
-// Handler returns the HTTP API (see NewAPI).
-func (r *Recorder) Handler() http.Handler { return r.api }
+// Config returns the configuration the recorder runs with.
+func (r *Recorder) Config() Config { return r.cfg }
 
-// Store returns the recorder's store.
-func (r *Recorder) Store() Store { return r.db.store }
-
-// Changes returns the hub that signals each commit's runs.
-func (r *Recorder) Changes() *Changes { return r.changes }
+// Handler returns the recorder's HTTP server: the JSON API under /v1/
+// (package api) and the timeline pages at / (package web).
+func (r *Recorder) Handler() http.Handler { return r.handler }
 
 // DatabaseUp reports whether the database answered the last write: false while
 // the recorder holds events for it.
 func (r *Recorder) DatabaseUp() bool { return !r.writer.holding() }
 
-// Start waits for the database (until ctx ends), migrates its schema and
-// starts consuming. Starting a running recorder does nothing.
-func (r *Recorder) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch r.state {
-	case running:
-		return nil
-	case stopped:
-		return ErrStopped
+// Start waits for the database (until ctx ends), migrates its schema, watches
+// the tool registry and starts consuming. ctx bounds the start; the consumers,
+// the writer and the registry watch run until Stop.
+func (r *Recorder) Start(ctx context.Context) (err error) {
+	life, err := r.Starting(ctx)
+	if err != nil {
+		return fmt.Errorf("recorder: %w", err)
+	}
+	defer func() { err = r.Started(ctx, err) }()
+	if r.db.prepare != nil {
+		if err := r.db.prepare(); err != nil {
+			return fmt.Errorf("recorder: %w", err)
+		}
 	}
 	if err := r.waitForDatabase(ctx); err != nil {
 		return err
@@ -203,9 +180,12 @@ func (r *Recorder) Start(ctx context.Context) error {
 		r.log.Warn("no tool registry: replay bundles will lack tool definitions", "err", err)
 	} else {
 		r.tools = tools
+		r.OnStopFunc(tools.stop) // after the consumers, whose handlers read it
 	}
 
-	r.writer.start(ctx)
+	r.writer.start(life)
+	r.OnStop(r.stopWriter)    // once the consumers have drained: their batches commit first
+	r.OnStop(r.stopConsuming) // first
 	for _, spec := range ConsumerSpecs() {
 		rc := events.RunnerConfig{
 			Spec:        spec,
@@ -220,60 +200,37 @@ func (r *Recorder) Start(ctx context.Context) error {
 			// once beside the services on the same CPUs.
 			rc.Batch = r.handleBatch
 		}
-		runner, err := events.NewRunner(r.js, rc)
-		if err == nil {
-			err = runner.Start(ctx)
+		if _, err := r.runners.Start(ctx, r.js, rc); err != nil {
+			return fmt.Errorf("recorder: consumer %s: %w", spec.Durable, err)
 		}
-		if err != nil {
-			serr := r.stopConsuming(context.WithoutCancel(ctx))
-			return errors.Join(fmt.Errorf("recorder: consumer %s: %w", spec.Durable, err), serr)
-		}
-		r.runners = append(r.runners, runner)
 	}
-	r.state = running
 	return nil
 }
 
-// Stop drains the consumers (handlers in flight finish, their batches commit
-// and they are acknowledged), then stops the writer and closes the database
-// pool. It is idempotent; ctx bounds the wait.
-func (r *Recorder) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.state == stopped {
-		return nil
-	}
-	r.state = stopped
-	close(r.done)
-	err := r.stopConsuming(ctx)
-	if r.tools != nil {
-		r.tools.stop()
-		r.tools = nil
-	}
-	r.db.close()
-	return err
-}
-
+// stopConsuming drains the consumers: the handlers in flight finish, their
+// batches commit and they are acknowledged.
 func (r *Recorder) stopConsuming(ctx context.Context) error {
-	var errs []error
 	if r.writer.holding() {
 		// The database is down: the handlers in flight wait for it and the
-		// drain below would wait for them. Stop the writer first: they fail,
-		// and their messages are redelivered to the next recorder.
-		if err := r.writer.stop(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("recorder: stop writer: %w", err))
+		// drain would wait for them. Stop the writer first: they fail, and
+		// their messages are redelivered to the next recorder.
+		if err := r.stopWriter(ctx); err != nil {
+			return errors.Join(err, r.runners.Stop(ctx))
 		}
 	}
-	for _, runner := range r.runners {
-		errs = append(errs, runner.Stop(ctx))
-	}
-	r.runners = nil
-	if err := r.writer.stop(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("recorder: stop writer: %w", err))
-	}
-	return errors.Join(errs...)
+	return r.runners.Stop(ctx)
 }
 
+// stopWriter stops the batch writer once its batch in progress is written.
+func (r *Recorder) stopWriter(ctx context.Context) error {
+	if err := r.writer.stop(ctx); err != nil {
+		return fmt.Errorf("recorder: stop writer: %w", err)
+	}
+	return nil
+}
+
+// waitForDatabase pings the database until it answers, bounded by ctx (the
+// start's).
 func (r *Recorder) waitForDatabase(ctx context.Context) error {
 	delay := 100 * time.Millisecond
 	for {
@@ -310,7 +267,7 @@ func (r *Recorder) handle(ctx context.Context, d *events.Delivery) error {
 // ds[i].
 func (r *Recorder) handleBatch(ctx context.Context, ds []*events.Delivery) []error {
 	errs := make([]error, len(ds))
-	recs := make([]Record, 0, len(ds))
+	recs := make([]store.Record, 0, len(ds))
 	idx := make([]int, 0, len(ds))
 	for i, d := range ds {
 		rec, err := r.recordOf(ctx, d)
@@ -329,10 +286,10 @@ func (r *Recorder) handleBatch(ctx context.Context, ds []*events.Delivery) []err
 
 // recordOf is the record of one delivery, with its stream position and, for
 // a model turn, the definitions of the tools it offered.
-func (r *Recorder) recordOf(ctx context.Context, d *events.Delivery) (Record, error) {
-	rec, err := RecordOf(d.Event, d.Subject) //nolint:contextcheck // RecordOf does no I/O; it only parses
+func (r *Recorder) recordOf(ctx context.Context, d *events.Delivery) (store.Record, error) {
+	rec, err := store.RecordOf(d.Event, d.Subject) //nolint:contextcheck // RecordOf does no I/O; it only parses
 	if err != nil {
-		return Record{}, events.Permanent(err)
+		return store.Record{}, events.Permanent(err)
 	}
 	switch {
 	case d.Meta != nil:
@@ -351,14 +308,14 @@ func (r *Recorder) recordOf(ctx context.Context, d *events.Delivery) (Record, er
 // writeOutcome is a handler's error for a write's: a record the store
 // refuses is dead-lettered, anything else retried.
 func writeOutcome(err error) error {
-	if errors.Is(err, ErrUnstorable) {
+	if errors.Is(err, store.ErrUnstorable) {
 		return events.Permanent(err)
 	}
 	return err
 }
 
 // turnTools returns the definitions of the tools a model turn offered.
-func turnTools(ctx context.Context, tools toolResolver, t *TurnRow) []ToolDefRow {
+func turnTools(ctx context.Context, tools toolResolver, t *store.TurnRow) []store.ToolDefRow {
 	var turn struct {
 		Tools  []string  `json:"tools"`
 		TStart time.Time `json:"t_start"`

@@ -20,8 +20,11 @@ import (
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder"
-	"github.com/toolwire/toolwire/services/recorder/pgtest"
-	"github.com/toolwire/toolwire/services/recorder/storetest"
+	"github.com/toolwire/toolwire/services/recorder/api/apitest"
+	"github.com/toolwire/toolwire/services/recorder/apitypes"
+	"github.com/toolwire/toolwire/services/recorder/store"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 )
 
 // harness is a recorder on an embedded JetStream and a fresh Postgres schema,
@@ -58,9 +61,7 @@ func (h *harness) start() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := rec.Start(testCtx(h.t)); err != nil {
-		h.t.Fatal(err)
-	}
+	start(h.t, rec)
 	h.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -74,6 +75,19 @@ func (h *harness) start() {
 			h.rec.Handler().ServeHTTP(w, r)
 		}))
 		h.t.Cleanup(h.api.Close)
+	}
+}
+
+// start starts rec with a start context that ends right after Start, as
+// every test of the package does: the consumers, the writer and the registry
+// watch hang off the recorder's lifetime, never off the start-up context, so
+// every event a test publishes afterwards is still recorded.
+func start(t *testing.T, rec *recorder.Recorder) {
+	t.Helper()
+	ctx, endStart := context.WithCancel(testCtx(t))
+	defer endStart()
+	if err := rec.Start(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -110,7 +124,7 @@ func (h *harness) republish(outs ...events.Outgoing) {
 	}
 }
 
-// waitIdle waits until both consumers have every message of their streams
+// waitIdle waits until every consumer has every message of its stream
 // handled and acknowledged (or dead-lettered).
 func (h *harness) waitIdle() {
 	h.t.Helper()
@@ -177,18 +191,18 @@ func (h *harness) do(method, path string) (int, []byte) {
 		h.t.Fatalf("%s %s: body is not JSON: %s", method, path, body)
 	}
 	if method == http.MethodGet {
-		checkAgainstSpec(h.t, req, resp.StatusCode, resp.Header, body)
+		apitest.CheckResponse(h.t, req, resp.StatusCode, resp.Header, body)
 	}
 	return resp.StatusCode, body
 }
 
-func (h *harness) getRun(runID string) recorder.RunDetailJSON {
+func (h *harness) getRun(runID string) apitypes.RunDetailJSON {
 	h.t.Helper()
 	status, body := h.get("/v1/runs/" + runID)
 	if status != http.StatusOK {
 		h.t.Fatalf("GET run %s: %d %s", runID, status, body)
 	}
-	var run recorder.RunDetailJSON
+	var run apitypes.RunDetailJSON
 	if err := json.Unmarshal(body, &run); err != nil {
 		h.t.Fatal(err)
 	}
@@ -197,21 +211,21 @@ func (h *harness) getRun(runID string) recorder.RunDetailJSON {
 
 // waitRun polls the API until the run has status and wantCalls completed
 // tool calls.
-func (h *harness) waitRun(runID, status string, wantCalls int) recorder.RunDetailJSON {
+func (h *harness) waitRun(runID, status string, wantCalls int) apitypes.RunDetailJSON {
 	h.t.Helper()
-	var run recorder.RunDetailJSON
+	var run apitypes.RunDetailJSON
 	eventually(h.t, "run "+runID+" to be "+status, func() (bool, string) {
 		code, body := h.get("/v1/runs/" + runID)
 		if code != http.StatusOK {
 			return false, fmt.Sprintf("%d %s", code, body)
 		}
-		run = recorder.RunDetailJSON{}
+		run = apitypes.RunDetailJSON{}
 		if err := json.Unmarshal(body, &run); err != nil {
 			h.t.Fatal(err)
 		}
 		done := 0
 		for _, c := range run.ToolCalls {
-			if c.Status == recorder.CallCompleted {
+			if c.Status == store.CallCompleted {
 				done++
 			}
 		}
@@ -252,12 +266,12 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 }
 
 // checkRunJSON asserts every field GET /v1/runs/{run_id} shows for fx.
-func checkRunJSON(t *testing.T, got recorder.RunDetailJSON, fx *storetest.Run) {
+func checkRunJSON(t *testing.T, got apitypes.RunDetailJSON, fx *storetest.Run) {
 	t.Helper()
 	first, last := fx.Events[0].Event.Time(), fx.Events[len(fx.Events)-1].Event.Time()
-	want := recorder.RunJSON{
+	want := apitypes.RunJSON{
 		RunID: fx.RunID, Tenant: fx.Tenant, Agent: fx.Agent, Status: fx.Status(), Reason: fx.Reason,
-		TraceID: fx.Trace.TraceID(), Counts: recorder.CountsJSON{Iterations: fx.Iterations, ToolCalls: len(fx.Envelopes)},
+		TraceID: fx.Trace.TraceID(), Counts: apitypes.CountsJSON{Iterations: fx.Iterations, ToolCalls: len(fx.Envelopes)},
 		Spend: &fx.Spend, CreatedAt: first, UpdatedAt: last, CompletedAt: &last,
 	}
 	g := got.RunJSON
@@ -278,8 +292,8 @@ func checkRunJSON(t *testing.T, got recorder.RunDetailJSON, fx *storetest.Run) {
 		env := fx.Envelopes[i]
 		seq, iter, lat := i+1, 1, env.Latency().Milliseconds()
 		tStart, tEnd := env.TStart, env.TEnd
-		want := recorder.ToolCallJSON{CallID: env.CallID, Seq: &seq, Iteration: &iter, Name: env.Name,
-			Version: env.Version, Status: recorder.CallCompleted, TStart: &tStart, TEnd: &tEnd, LatencyMS: &lat,
+		want := apitypes.ToolCallJSON{CallID: env.CallID, Seq: &seq, Iteration: &iter, Name: env.Name,
+			Version: env.Version, Status: store.CallCompleted, TStart: &tStart, TEnd: &tEnd, LatencyMS: &lat,
 			Cached: env.Cached, Truncated: env.Truncated}
 		if env.Error != nil {
 			code := string(env.Error.Code)
@@ -345,12 +359,12 @@ func TestRecorderEndToEnd(t *testing.T) {
 	// The list, with every filter.
 	for _, q := range []string{"", "?status=completed", "?agent=weather", "?org_id=org-a", "?status=completed&agent=weather&org_id=org-a&limit=1"} {
 		status, body = h.get("/v1/runs" + q)
-		var list recorder.RunListJSON
+		var list apitypes.RunListJSON
 		if err := json.Unmarshal(body, &list); err != nil || status != http.StatusOK {
 			t.Fatalf("list %q: %d %s", q, status, body)
 		}
 		if len(list.Runs) != 1 || list.Runs[0].RunID != fx.RunID || list.Runs[0].Status != events.StatusCompleted ||
-			list.Runs[0].Counts != (recorder.CountsJSON{Iterations: 2, ToolCalls: 2}) {
+			list.Runs[0].Counts != (apitypes.CountsJSON{Iterations: 2, ToolCalls: 2}) {
 			t.Fatalf("list %q = %s", q, body)
 		}
 	}
@@ -416,7 +430,7 @@ func TestRecorderFailedRun(t *testing.T) {
 
 	status, body := h.get("/v1/runs/" + fx.RunID + "/outputs")
 	e := decodeError(t, body)
-	if status != http.StatusConflict || e.Code != recorder.CodeRunFailed || !strings.Contains(e.Message, "max_iterations reached") {
+	if status != http.StatusConflict || e.Code != apitypes.CodeRunFailed || !strings.Contains(e.Message, "max_iterations reached") {
 		t.Fatalf("outputs of a failed run: %d %s; want 409 run_failed with its reason", status, body)
 	}
 	if status, body = h.get("/v1/runs/" + fx.RunID + "/envelopes"); status != http.StatusOK ||
@@ -438,7 +452,7 @@ func TestRecorderOutOfOrder(t *testing.T) {
 	h.publish(completed, callDone)
 	h.waitIdle()
 	early := h.getRun(fx.RunID)
-	if early.Status != events.StatusCompleted || len(early.ToolCalls) != 1 || early.ToolCalls[0].Status != recorder.CallCompleted {
+	if early.Status != events.StatusCompleted || len(early.ToolCalls) != 1 || early.ToolCalls[0].Status != store.CallCompleted {
 		t.Fatalf("after the completions alone: %+v", early)
 	}
 	if string(early.Request) != "null" {
@@ -472,19 +486,19 @@ func TestRecorderAPIErrors(t *testing.T) {
 		code         string
 		message      string // a part of the message
 	}{
-		{"GET", "/v1/runs/no-such-run", 404, recorder.CodeRunNotFound, `"no-such-run"`},
-		{"GET", "/v1/runs/no-such-run/outputs", 404, recorder.CodeRunNotFound, ""},
-		{"GET", "/v1/runs/no-such-run/envelopes", 404, recorder.CodeRunNotFound, ""},
-		{"GET", "/v1/runs/bad%20id", 400, recorder.CodeInvalidRunID, `run_id "bad id" is not a run id`},
-		{"GET", "/v1/runs/" + strings.Repeat("x", 65) + "/outputs", 400, recorder.CodeInvalidRunID, "1 to 64"},
-		{"GET", "/v1/runs/a.b/envelopes", 400, recorder.CodeInvalidRunID, "run_id"},
-		{"GET", "/v1/runs/e2e-started/outputs", 409, recorder.CodeRunNotCompleted, "is started"},
-		{"GET", "/v1/runs?status=bogus", 400, recorder.CodeInvalidParameter, "status"},
-		{"GET", "/v1/runs?limit=0", 400, recorder.CodeInvalidParameter, "limit"},
-		{"GET", "/v1/runs?limit=many", 400, recorder.CodeInvalidParameter, "limit"},
-		{"POST", "/v1/runs", 405, recorder.CodeMethodNotAllowed, "POST"},
-		{"DELETE", "/v1/runs/e2e-started", 405, recorder.CodeMethodNotAllowed, ""},
-		{"GET", "/v1/nothing", 404, recorder.CodeNotFound, ""},
+		{"GET", "/v1/runs/no-such-run", 404, apitypes.CodeRunNotFound, `"no-such-run"`},
+		{"GET", "/v1/runs/no-such-run/outputs", 404, apitypes.CodeRunNotFound, ""},
+		{"GET", "/v1/runs/no-such-run/envelopes", 404, apitypes.CodeRunNotFound, ""},
+		{"GET", "/v1/runs/bad%20id", 400, apitypes.CodeInvalidRunID, `run_id "bad id" is not a run id`},
+		{"GET", "/v1/runs/" + strings.Repeat("x", 65) + "/outputs", 400, apitypes.CodeInvalidRunID, "1 to 64"},
+		{"GET", "/v1/runs/a.b/envelopes", 400, apitypes.CodeInvalidRunID, "run_id"},
+		{"GET", "/v1/runs/e2e-started/outputs", 409, apitypes.CodeRunNotCompleted, "is started"},
+		{"GET", "/v1/runs?status=bogus", 400, apitypes.CodeInvalidParameter, "status"},
+		{"GET", "/v1/runs?limit=0", 400, apitypes.CodeInvalidParameter, "limit"},
+		{"GET", "/v1/runs?limit=many", 400, apitypes.CodeInvalidParameter, "limit"},
+		{"POST", "/v1/runs", 405, apitypes.CodeMethodNotAllowed, "POST"},
+		{"DELETE", "/v1/runs/e2e-started", 405, apitypes.CodeMethodNotAllowed, ""},
+		{"GET", "/v1/nothing", 404, apitypes.CodeNotFound, ""},
 	}
 	for _, c := range cases {
 		status, body := h.do(c.method, c.path)
@@ -554,9 +568,9 @@ func TestRecorderDeadLettersUndecodableEvents(t *testing.T) {
 	}
 }
 
-func decodeError(t *testing.T, body []byte) recorder.ErrorBody {
+func decodeError(t *testing.T, body []byte) apitypes.ErrorBody {
 	t.Helper()
-	var e recorder.ErrorJSON
+	var e apitypes.ErrorJSON
 	if err := json.Unmarshal(body, &e); err != nil {
 		t.Fatalf("error body %s: %v", body, err)
 	}
@@ -580,6 +594,17 @@ func jsonEq(a, b []byte) bool {
 	return reflect.DeepEqual(x, y)
 }
 
+// A second Start is refused; the running recorder goes on.
+func TestRecorderStartsOnce(t *testing.T) {
+	h := newHarness(t)
+	if err := h.rec.Start(testCtx(t)); !errors.Is(err, service.ErrAlreadyStarted) {
+		t.Fatalf("second Start: %v, want service.ErrAlreadyStarted", err)
+	}
+	fx := storetest.StartedRun(t, "started-once", "weather", storetest.TenantA, time.Now())
+	h.publish(fx.Events...)
+	h.waitRun(fx.RunID, events.StatusStarted, 0)
+}
+
 func TestRecorderStopWithoutStart(t *testing.T) {
 	env := eventstest.Start(t)
 	rec, err := recorder.New(service.Deps{JS: env.JS, Log: quietLog()},
@@ -595,7 +620,7 @@ func TestRecorderStopWithoutStart(t *testing.T) {
 	if err := rec.Stop(ctx); err != nil {
 		t.Fatalf("second Stop: %v", err)
 	}
-	if err := rec.Start(ctx); !errors.Is(err, recorder.ErrStopped) {
-		t.Fatalf("Start after Stop: %v, want ErrStopped", err)
+	if err := rec.Start(ctx); !errors.Is(err, service.ErrStopped) {
+		t.Fatalf("Start after Stop: %v, want service.ErrStopped", err)
 	}
 }

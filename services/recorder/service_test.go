@@ -14,8 +14,9 @@ import (
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder"
-	"github.com/toolwire/toolwire/services/recorder/pgtest"
-	"github.com/toolwire/toolwire/services/recorder/storetest"
+	"github.com/toolwire/toolwire/services/recorder/apitypes"
+	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 )
 
 // TestServiceRun runs the recorder as its binary does (service.Run with
@@ -37,7 +38,7 @@ func TestServiceRun(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- service.Run(ctx, "recorder", ":8080", func(k string) string { return vars[k] }, recorder.Build)
+		done <- service.Run(ctx, "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))
 	}()
 
 	base := "http://" + addr
@@ -63,7 +64,7 @@ func TestServiceRun(t *testing.T) {
 			return false, err.Error()
 		}
 		defer func() { _ = resp.Body.Close() }()
-		var run recorder.RunDetailJSON
+		var run apitypes.RunDetailJSON
 		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&run) != nil {
 			return false, resp.Status
 		}
@@ -85,7 +86,7 @@ func TestServiceRunWithoutDatabase(t *testing.T) {
 	env := eventstest.Start(t)
 	vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: freeAddr(t),
 		service.EnvLogLevel: "error", service.EnvOTelExporter: "none"}
-	err := service.Run(testCtx(t), "recorder", ":8080", func(k string) string { return vars[k] }, recorder.Build)
+	err := service.Run(testCtx(t), "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))
 	if !errors.Is(err, recorder.ErrNoDatabase) || !strings.Contains(err.Error(), "DATABASE_URL is required") {
 		t.Fatalf("service.Run without DATABASE_URL = %v", err)
 	}

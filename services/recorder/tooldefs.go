@@ -13,6 +13,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/services/recorder/store"
 )
 
 // The replay bundle holds the tool definitions as the model was offered them.
@@ -29,7 +30,7 @@ import (
 // toolResolver finds tool definitions for a turn. Declared where used; the
 // registry one is below.
 type toolResolver interface {
-	definitions(ctx context.Context, refs []envelope.ToolRef, at time.Time) []ToolDefRow
+	definitions(ctx context.Context, refs []envelope.ToolRef, at time.Time) []store.ToolDefRow
 	stop()
 }
 
@@ -60,8 +61,8 @@ func newRegistryResolver(ctx context.Context, js jetstream.JetStream, log *slog.
 
 func (r *registryResolver) stop() { r.catalog.Stop() }
 
-func (r *registryResolver) definitions(ctx context.Context, refs []envelope.ToolRef, at time.Time) []ToolDefRow {
-	out := make([]ToolDefRow, 0, len(refs))
+func (r *registryResolver) definitions(ctx context.Context, refs []envelope.ToolRef, at time.Time) []store.ToolDefRow {
+	out := make([]store.ToolDefRow, 0, len(refs))
 	for _, ref := range refs {
 		def, ok := r.definition(ctx, ref, at)
 		if !ok {
@@ -71,7 +72,7 @@ func (r *registryResolver) definitions(ctx context.Context, refs []envelope.Tool
 		if err != nil {
 			continue
 		}
-		out = append(out, ToolDefRow{Name: ref.Name, Version: ref.Version, Definition: b})
+		out = append(out, store.ToolDefRow{Name: ref.Name, Version: ref.Version, Definition: b})
 	}
 	return out
 }

@@ -1,5 +1,7 @@
-// Command recorder runs the recorder service: it records every run and tool
-// call event in Postgres and serves the read API on TOOLWIRE_HTTP_ADDR.
+// Command recorder runs the recorder service: it records every event in the
+// database of DATABASE_URL (Postgres, or a SQLite file) and serves the API
+// and the timeline pages on TOOLWIRE_HTTP_ADDR. Configuration comes from the
+// environment: see the README.
 package main
 
 import (
@@ -7,4 +9,4 @@ import (
 	"github.com/toolwire/toolwire/services/recorder"
 )
 
-func main() { service.Main("recorder", ":8080", recorder.Build) }
+func main() { service.Main("recorder", ":8080", service.Builder(recorder.Build)) }

@@ -1,0 +1,326 @@
+// Package api is the recorder's JSON API over a store.Store: runs, their
+// outputs, envelopes, events, replay bundles, pinned handles and tool calls,
+// the live event stream (Server-Sent Events), the blobs of truncated outputs,
+// the tool catalog and the registry's admin routes. openapi.yaml documents it;
+// package apitypes holds its response types for clients.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/recorder/apitypes"
+	"github.com/toolwire/toolwire/services/recorder/store"
+)
+
+// Options configure New. Zero values mean the defaults.
+type Options struct {
+	Log *slog.Logger
+	// Changes wakes live event streams as soon as this process commits a
+	// run's events; without it (or for other replicas' commits) they poll.
+	Changes *Changes
+	// JS is the JetStream the blobs of truncated outputs are read from
+	// (GET /v1/blobs/...) and the tool registry of the catalog; nil: neither.
+	JS jetstream.JetStream
+	// Poll is how often a live stream looks for new events; default 1s.
+	Poll time.Duration
+	// Heartbeat is how often an idle live stream sends a comment, so that
+	// proxies keep it open; default 15s.
+	Heartbeat time.Duration
+	// Done, when closed, ends the live streams (the recorder closes it when
+	// it stops, so that an HTTP server's shutdown does not wait for them).
+	Done <-chan struct{}
+	// AdminToken enables the registry's admin routes (catalog.go), which
+	// then require it as a bearer token; "" turns them off.
+	AdminToken string
+}
+
+// New returns the recorder's JSON API on st, every route under /v1/
+// (documented by openapi.yaml, served at /v1/openapi.yaml; the response types
+// are package apitypes):
+//
+//	GET /v1/runs                                  runs, newest first (filters: see openapi.yaml)
+//	GET /v1/runs/{run_id}                         one run and the summary of its tool calls
+//	GET /v1/runs/{run_id}/outputs                 its AgentOutputs, as the completed event carried them
+//	GET /v1/runs/{run_id}/envelopes               its ToolEnvelopes in call order
+//	GET /v1/runs/{run_id}/events                  its recorded events (?after=seq&limit=)
+//	GET /v1/runs/{run_id}/events/stream           the same, live (Server-Sent Events; resumes after Last-Event-ID)
+//	GET /v1/runs/{run_id}/replay                  its replay bundle (envelope.ReplayBundle)
+//	GET /v1/runs/{run_id}/pins                    its pinned handles, stale_last_success included
+//	GET /v1/runs/{run_id}/calls/{call_id}         one tool call
+//	GET /v1/runs/{run_id}/calls/{call_id}/materialize   the call as a standalone tool-node configuration
+//	GET /v1/blobs/{name}                          a blob of a truncated output
+//	GET /v1/tools, /v1/admin/tools/...            the tool catalog and the registry's admin routes (catalog.go)
+//	GET /v1/openapi.yaml                          the API's OpenAPI document
+//
+// Responses are JSON; errors are {"error": {"code": "...", "message": "..."}}.
+func New(st store.Store, o Options) http.Handler {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Poll <= 0 {
+		o.Poll = time.Second
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 15 * time.Second
+	}
+	a := &api{store: st, log: o.Log, opts: o}
+	mux := http.NewServeMux()
+	route := func(pattern string, h http.HandlerFunc) {
+		mux.HandleFunc("GET "+pattern, h)
+		mux.HandleFunc(pattern, a.methodNotAllowed)
+	}
+	route("/v1/runs", a.listRuns)
+	route("/v1/runs/{run_id}", a.getRun)
+	route("/v1/runs/{run_id}/outputs", a.getOutputs)
+	route("/v1/runs/{run_id}/envelopes", a.getEnvelopes)
+	route("/v1/runs/{run_id}/events", a.getEvents)
+	route("/v1/runs/{run_id}/events/stream", a.streamEvents)
+	route("/v1/runs/{run_id}/replay", a.getReplay)
+	route("/v1/runs/{run_id}/pins", a.getPins)
+	route("/v1/runs/{run_id}/calls/{call_id}", a.getCall)
+	route("/v1/runs/{run_id}/calls/{call_id}/materialize", a.getMaterialize)
+	route("/v1/blobs/{name}", a.blobsHandler())
+	route("/v1/openapi.yaml", serveOpenAPI)
+	a.mountToolCatalog(mux) // GET /v1/tools and /v1/admin/tools (catalog.go)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("no such resource: %s", r.URL.Path))
+	})
+	return mux
+}
+
+type api struct {
+	store store.Store
+	log   *slog.Logger
+	opts  Options
+}
+
+func runJSON(r store.Run) apitypes.RunJSON {
+	return apitypes.RunJSON{
+		RunID: r.RunID, Tenant: r.Tenant, Agent: r.Agent, Status: r.Status, Reason: r.Reason,
+		TraceID: r.TraceID, Counts: apitypes.CountsJSON{Iterations: r.Iterations, ToolCalls: r.ToolCalls},
+		Spend: r.Spend, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt,
+	}
+}
+
+func toolCallJSON(c store.ToolCall) apitypes.ToolCallJSON {
+	j := apitypes.ToolCallJSON{
+		CallID: c.CallID, Seq: c.Seq, Iteration: c.Iteration, Name: c.Name, Version: c.Version,
+		Status: c.Status, TStart: c.TStart, TEnd: c.TEnd, LatencyMS: c.LatencyMS, Cached: c.Cached,
+		Truncated: c.Truncated,
+	}
+	if c.ErrorCode != "" {
+		code := c.ErrorCode
+		j.ErrorCode = &code
+	}
+	return j
+}
+
+func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
+	f, err := ParseRunFilter(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, err.Error())
+		return
+	}
+	runs, err := a.store.ListRuns(r.Context(), f)
+	if err != nil {
+		a.internal(w, r, err)
+		return
+	}
+	out := apitypes.RunListJSON{Runs: make([]apitypes.RunJSON, 0, len(runs))}
+	for _, run := range runs {
+		out.Runs = append(out.Runs, runJSON(run))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ParseRunFilter reads the filters of GET /v1/runs (and of the runs page).
+func ParseRunFilter(q url.Values) (store.RunFilter, error) {
+	f := store.RunFilter{Status: q.Get("status"), Agent: q.Get("agent"), OrgID: q.Get("org_id"),
+		WorkspaceID: q.Get("workspace_id"), UserID: q.Get("user_id")}
+	if f.Status != "" && !slices.Contains(store.RunStatuses(), f.Status) {
+		return f, fmt.Errorf("status %q is not one of %s", f.Status, strings.Join(store.RunStatuses(), ", "))
+	}
+	if t := q.Get("tenant"); t != "" {
+		// A tenant id as events carry it: org[/workspace[/user]].
+		parts := strings.Split(t, "/")
+		if len(parts) > 3 || parts[0] == "" {
+			return f, fmt.Errorf("tenant %q must be org_id, org_id/workspace_id or org_id/workspace_id/user_id", t)
+		}
+		for i, dst := range []*string{&f.OrgID, &f.WorkspaceID, &f.UserID} {
+			if i >= len(parts) || parts[i] == "" {
+				continue
+			}
+			if *dst != "" && *dst != parts[i] {
+				return f, fmt.Errorf("tenant %q disagrees with the org_id, workspace_id or user_id given", t)
+			}
+			*dst = parts[i]
+		}
+	}
+	for _, p := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		v := q.Get(p.name)
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return f, fmt.Errorf("%s %q must be an RFC 3339 time such as 2026-03-01T12:00:00Z", p.name, v)
+		}
+		*p.dst = t.UTC()
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		return f, fmt.Errorf("since %s must be before until %s", f.Since.Format(time.RFC3339Nano), f.Until.Format(time.RFC3339Nano))
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return f, fmt.Errorf("limit %q must be a whole number from 1 to %d", v, store.MaxListLimit)
+		}
+		f.Limit = n // above MaxListLimit it is clamped
+	}
+	return f, nil
+}
+
+// run reads the run named by the path, or writes the error and returns false.
+func (a *api) run(w http.ResponseWriter, r *http.Request) (store.Run, bool) {
+	id, ok := a.runID(w, r)
+	if !ok {
+		return store.Run{}, false
+	}
+	run, err := a.store.Run(r.Context(), id)
+	if errors.Is(err, store.ErrRunNotFound) {
+		writeError(w, http.StatusNotFound, apitypes.CodeRunNotFound, fmt.Sprintf("run %q is not recorded", id))
+		return store.Run{}, false
+	}
+	if err != nil {
+		a.internal(w, r, err)
+		return store.Run{}, false
+	}
+	return run, true
+}
+
+func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
+	run, ok := a.run(w, r)
+	if !ok {
+		return
+	}
+	calls, err := a.store.ToolCalls(r.Context(), run.RunID)
+	if err != nil {
+		a.internal(w, r, err)
+		return
+	}
+	out := apitypes.RunDetailJSON{RunJSON: runJSON(run), Request: run.Request, Pinned: run.Pinned,
+		ToolCalls: make([]apitypes.ToolCallJSON, 0, len(calls))}
+	if len(out.Request) == 0 {
+		out.Request = json.RawMessage("null")
+	}
+	for _, c := range calls {
+		out.ToolCalls = append(out.ToolCalls, toolCallJSON(c))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) getOutputs(w http.ResponseWriter, r *http.Request) {
+	run, ok := a.run(w, r)
+	if !ok {
+		return
+	}
+	switch run.Status {
+	case events.StatusCompleted:
+	case events.StatusFailed:
+		msg := fmt.Sprintf("run %q failed and has no outputs", run.RunID)
+		if run.Reason != "" {
+			msg = fmt.Sprintf("run %q failed and has no outputs: %s", run.RunID, run.Reason)
+		}
+		writeError(w, http.StatusConflict, apitypes.CodeRunFailed, msg)
+		return
+	default:
+		writeError(w, http.StatusConflict, apitypes.CodeRunNotCompleted,
+			fmt.Sprintf("run %q is %s: its outputs exist once it has completed", run.RunID, run.Status))
+		return
+	}
+	outputs := run.Outputs
+	if len(outputs) == 0 {
+		// A completed event without outputs: the contract still promises its
+		// shape, never null.
+		b, err := json.Marshal(envelope.AgentOutputs{})
+		if err != nil {
+			a.internal(w, r, err)
+			return
+		}
+		outputs = b
+	}
+	writeRaw(w, http.StatusOK, outputs)
+}
+
+func (a *api) getEnvelopes(w http.ResponseWriter, r *http.Request) {
+	run, ok := a.run(w, r)
+	if !ok {
+		return
+	}
+	envs, err := a.store.Envelopes(r.Context(), run.RunID)
+	if err != nil {
+		a.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitypes.EnvelopesJSON{RunID: run.RunID, Envelopes: envs})
+}
+
+func (a *api) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "GET, HEAD")
+	writeError(w, http.StatusMethodNotAllowed, apitypes.CodeMethodNotAllowed,
+		fmt.Sprintf("%s is not allowed on %s: the API is read-only (GET)", r.Method, r.URL.Path))
+}
+
+func (a *api) internal(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client went away
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		a.log.Warn("api: store timed out", "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "the store did not answer in time; retry")
+		return
+	}
+	a.log.Error("api: store failed", "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusInternalServerError, apitypes.CodeInternal, "internal error; the recorder's log has the details")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, apitypes.CodeInternal, "internal error: encoding the response failed")
+		return
+	}
+	writeRaw(w, status, b)
+}
+
+func writeRaw(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+	_, _ = w.Write([]byte("\n"))
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	b, _ := json.Marshal(apitypes.ErrorJSON{Error: apitypes.ErrorBody{Code: code, Message: msg}})
+	writeRaw(w, status, b)
+}

@@ -1,0 +1,382 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/events/secrets"
+	"github.com/toolwire/toolwire/services/recorder/apitypes"
+)
+
+// AdminTokenVar is the variable of the recorder's configuration that sets
+// Options.AdminToken (recorder.EnvAdminToken): the admin routes' errors tell
+// an operator to set it.
+const AdminTokenVar = "TOOLWIRE_ADMIN_TOKEN" //nolint:gosec // G101: the name of a variable, not a credential
+
+// maxDefinitionBytes bounds a registered definition.
+const maxDefinitionBytes = 1 << 20
+
+// toolCatalog serves the tool catalog of a tenant and the registry's admin
+// routes. It reads the registry (and which secrets exist, never their
+// values) from NATS on every request, so a change is visible at once;
+// changes go through registry.Registry, the same path as `toolwire tools`.
+//
+//	GET  /v1/tools                        the catalog (?search= &category= &show_deprecated= &org_id= &workspace_id= &user_id=)
+//	GET  /v1/admin/tools                  every entry, any state (?search= &category= &state=)
+//	POST /v1/admin/tools                  register a definition (JSON): 201 new, 200 already registered the same, 409 changed
+//	GET  /v1/admin/tools/{ref}            one entry (name@version)
+//	PUT  /v1/admin/tools/{ref}/state      {"state": "active" | "deprecated" | "blocked"}
+type toolCatalog struct {
+	a     *api
+	token string
+
+	mu  sync.Mutex
+	reg *registry.Registry
+}
+
+// mountToolCatalog adds the catalog's routes to mux.
+func (a *api) mountToolCatalog(mux *http.ServeMux) {
+	c := &toolCatalog{a: a, token: a.opts.AdminToken}
+	mux.HandleFunc("GET /v1/tools", c.list)
+	mux.HandleFunc("/v1/tools", a.methodNotAllowed)
+	mux.HandleFunc("GET /v1/admin/tools", c.admin(c.adminList))
+	mux.HandleFunc("POST /v1/admin/tools", c.admin(c.register))
+	mux.HandleFunc("/v1/admin/tools", c.notAllowed("GET, POST"))
+	mux.HandleFunc("GET /v1/admin/tools/{ref}", c.admin(c.get))
+	mux.HandleFunc("/v1/admin/tools/{ref}", c.notAllowed("GET"))
+	mux.HandleFunc("PUT /v1/admin/tools/{ref}/state", c.admin(c.setState))
+	mux.HandleFunc("/v1/admin/tools/{ref}/state", c.notAllowed("PUT"))
+}
+
+func (c *toolCatalog) registry(ctx context.Context) (*registry.Registry, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reg != nil {
+		return c.reg, nil
+	}
+	if c.a.opts.JS == nil {
+		return nil, errors.New("this recorder has no JetStream")
+	}
+	r, err := registry.Open(ctx, c.a.opts.JS)
+	if err != nil {
+		return nil, err
+	}
+	c.reg = r
+	return r, nil
+}
+
+func (c *toolCatalog) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := registry.Filter{Search: q.Get("search"), States: []registry.State{registry.StateActive}}
+	if v := q.Get("category"); v != "" {
+		cat, err := parseCategory(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, err.Error())
+			return
+		}
+		f.Category = cat
+	}
+	if v := q.Get("show_deprecated"); v != "" {
+		show, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, fmt.Sprintf("show_deprecated %q must be true or false", v))
+			return
+		}
+		if show {
+			f.States = append(f.States, registry.StateDeprecated) // blocked: never listed
+		}
+	}
+	tenant := envelope.Tenant{OrgID: q.Get("org_id"), WorkspaceID: q.Get("workspace_id"), UserID: q.Get("user_id")}
+	if tenant.OrgID == "" && (tenant.WorkspaceID != "" || tenant.UserID != "") {
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, "workspace_id and user_id need an org_id")
+		return
+	}
+	reg, err := c.registry(r.Context())
+	if err != nil {
+		c.unavailable(w, r, err)
+		return
+	}
+	entries, err := reg.List(r.Context())
+	if err != nil {
+		c.unavailable(w, r, err)
+		return
+	}
+	entries = registry.Select(entries, f)
+	var located map[string]secrets.Level
+	if tenant.OrgID != "" && needsSecrets(entries) {
+		store, err := secrets.Open(r.Context(), c.a.opts.JS, nil)
+		if err == nil {
+			located, err = store.Locate(r.Context(), tenant)
+		}
+		if err != nil {
+			c.unavailable(w, r, err)
+			return
+		}
+	}
+	out := apitypes.CatalogJSON{Tools: make([]apitypes.CatalogToolJSON, 0, len(entries))}
+	for _, e := range entries {
+		d := e.Definition
+		t := apitypes.CatalogToolJSON{
+			Ref: d.Ref().String(), Name: d.Name, Version: d.Version, Description: d.Description,
+			Category: d.Metadata.Category, SideEffects: d.Metadata.SideEffects, State: e.State,
+			Deprecated: e.State == registry.StateDeprecated, RequiredScopes: orEmpty(d.RequiredScopes),
+			Auth: authStatus(d.RequiredSecrets, tenant.OrgID != "", located),
+		}
+		out.Tools = append(out.Tools, t)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func needsSecrets(entries []registry.Entry) bool {
+	for _, e := range entries {
+		if len(e.Definition.RequiredSecrets) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// levels from narrowest to broadest.
+var levelRank = map[secrets.Level]int{secrets.LevelUser: 0, secrets.LevelWorkspace: 1, secrets.LevelOrg: 2}
+
+func authStatus(required []string, haveTenant bool, located map[string]secrets.Level) apitypes.AuthStatusJSON {
+	st := apitypes.AuthStatusJSON{Secrets: []apitypes.SecretStatusJSON{}}
+	if len(required) == 0 {
+		st.Status = apitypes.AuthNone
+		return st
+	}
+	if !haveTenant {
+		st.Status = apitypes.AuthUnknown
+		for _, n := range required {
+			st.Secrets = append(st.Secrets, apitypes.SecretStatusJSON{Name: n, Status: apitypes.AuthUnknown})
+		}
+		return st
+	}
+	st.Status = apitypes.AuthReady
+	broadest := secrets.Level("")
+	for _, n := range required {
+		lvl, ok := located[n]
+		if !ok {
+			st.Status = apitypes.AuthMissing
+			st.Secrets = append(st.Secrets, apitypes.SecretStatusJSON{Name: n, Status: apitypes.AuthMissing})
+			continue
+		}
+		st.Secrets = append(st.Secrets, apitypes.SecretStatusJSON{Name: n, Status: apitypes.AuthReady, Scope: string(lvl)})
+		if broadest == "" || levelRank[lvl] > levelRank[broadest] {
+			broadest = lvl
+		}
+	}
+	if st.Status == apitypes.AuthReady {
+		st.Scope = string(broadest)
+		if broadest == secrets.LevelOrg {
+			st.Warning = "uses an org-scoped key: no user or workspace key is set"
+		}
+	}
+	return st
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func parseCategory(v string) (envelope.Category, error) {
+	switch c := envelope.Category(v); c {
+	case envelope.CategoryAPI, envelope.CategoryCode, envelope.CategoryData, envelope.CategorySearch, envelope.CategoryUtility:
+		return c, nil
+	}
+	return "", fmt.Errorf("category %q is not one of api, code, data, search, utility", v)
+}
+
+// admin guards an admin route with the bearer token.
+func (c *toolCatalog) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if c.token == "" {
+			writeError(w, http.StatusForbidden, apitypes.CodeAdminDisabled,
+				"the registry admin API is off: set "+AdminTokenVar+" on the recorder and send it as a bearer token")
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(c.token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="toolwire admin"`)
+			writeError(w, http.StatusUnauthorized, apitypes.CodeUnauthorized, "the admin API needs Authorization: Bearer <"+AdminTokenVar+">")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (c *toolCatalog) notAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, apitypes.CodeMethodNotAllowed,
+			fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
+	}
+}
+
+func (c *toolCatalog) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return
+	}
+	c.a.log.Warn("tool catalog: registry unavailable", "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "the tool registry cannot be read now; retry")
+}
+
+func (c *toolCatalog) adminList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := registry.Filter{Search: q.Get("search")}
+	if v := q.Get("category"); v != "" {
+		cat, err := parseCategory(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, err.Error())
+			return
+		}
+		f.Category = cat
+	}
+	if v := q.Get("state"); v != "" {
+		st, err := registry.ParseState(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, fmt.Sprintf("state %q is not one of active, deprecated, blocked", v))
+			return
+		}
+		f.States = []registry.State{st}
+	}
+	reg, err := c.registry(r.Context())
+	if err != nil {
+		c.unavailable(w, r, err)
+		return
+	}
+	entries, err := reg.List(r.Context())
+	if err != nil {
+		c.unavailable(w, r, err)
+		return
+	}
+	out := apitypes.AdminToolsJSON{Tools: []apitypes.AdminToolJSON{}}
+	for _, e := range registry.Select(entries, f) {
+		out.Tools = append(out.Tools, apitypes.AdminToolJSON{Ref: e.Definition.Ref().String(), Entry: e})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ref reads the {ref} path parameter, or writes the error.
+func (c *toolCatalog) ref(w http.ResponseWriter, r *http.Request) (envelope.ToolRef, bool) {
+	ref, err := envelope.ParseToolRef(r.PathValue("ref"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, err.Error())
+		return ref, false
+	}
+	return ref, true
+}
+
+func (c *toolCatalog) get(w http.ResponseWriter, r *http.Request) {
+	ref, ok := c.ref(w, r)
+	if !ok {
+		return
+	}
+	reg, err := c.registry(r.Context())
+	if err != nil {
+		c.unavailable(w, r, err)
+		return
+	}
+	e, err := reg.Get(r.Context(), ref)
+	if errors.Is(err, registry.ErrNotFound) {
+		writeError(w, http.StatusNotFound, apitypes.CodeToolNotFound, fmt.Sprintf("tool %s is not registered", ref))
+		return
+	}
+	if err != nil {
+		c.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitypes.AdminToolJSON{Ref: ref.String(), Entry: e})
+}
+
+func (c *toolCatalog) register(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxDefinitionBytes+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidTool, "the definition could not be read: "+err.Error())
+		return
+	}
+	if len(body) > maxDefinitionBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, apitypes.CodeInvalidTool, fmt.Sprintf("a definition is at most %d bytes", maxDefinitionBytes))
+		return
+	}
+	def, err := registry.DecodeDefinition(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidTool, err.Error())
+		return
+	}
+	reg, err := c.registry(r.Context())
+	if err != nil {
+		c.unavailable(w, r, err)
+		return
+	}
+	created, err := reg.Register(r.Context(), def)
+	switch {
+	case errors.Is(err, registry.ErrConflict):
+		writeError(w, http.StatusConflict, apitypes.CodeToolConflict, err.Error())
+		return
+	case errors.Is(err, envelope.ErrInvalidTool):
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidTool, err.Error())
+		return
+	case err != nil:
+		c.unavailable(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		c.a.log.Info("tool registered", "tool", def.Ref().String())
+	}
+	writeJSON(w, status, apitypes.RegisterJSON{Ref: def.Ref().String(), Created: created})
+}
+
+func (c *toolCatalog) setState(w http.ResponseWriter, r *http.Request) {
+	ref, ok := c.ref(w, r)
+	if !ok {
+		return
+	}
+	var body apitypes.StateJSON
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, `the body must be {"state": "active" | "deprecated" | "blocked"}: `+err.Error())
+		return
+	}
+	if _, err := registry.ParseState(string(body.State)); err != nil {
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, fmt.Sprintf("state %q is not one of active, deprecated, blocked", body.State))
+		return
+	}
+	reg, err := c.registry(r.Context())
+	if err != nil {
+		c.unavailable(w, r, err)
+		return
+	}
+	err = reg.SetState(r.Context(), ref, body.State)
+	if errors.Is(err, registry.ErrNotFound) {
+		writeError(w, http.StatusNotFound, apitypes.CodeToolNotFound, fmt.Sprintf("tool %s is not registered", ref))
+		return
+	}
+	if err != nil {
+		c.unavailable(w, r, err)
+		return
+	}
+	c.a.log.Info("tool state changed", "tool", ref.String(), "state", body.State)
+	e, err := reg.Get(r.Context(), ref)
+	if err != nil {
+		c.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitypes.AdminToolJSON{Ref: ref.String(), Entry: e})
+}

@@ -1,0 +1,55 @@
+package api_test
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/toolwire/toolwire/services/recorder/api"
+	"github.com/toolwire/toolwire/services/recorder/api/apitest"
+)
+
+// TestOpenAPIDocument: the document is valid OpenAPI 3, documents every route
+// of the API and nothing else, and is what /v1/openapi.yaml serves.
+func TestOpenAPIDocument(t *testing.T) {
+	doc, _ := apitest.Spec(t)
+	var paths []string
+	for p := range doc.Paths.Map() {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	want := []string{
+		"/v1/blobs/{name}", "/v1/openapi.yaml", "/v1/runs", "/v1/runs/{run_id}",
+		"/v1/runs/{run_id}/calls/{call_id}", "/v1/runs/{run_id}/calls/{call_id}/materialize",
+		"/v1/runs/{run_id}/envelopes", "/v1/runs/{run_id}/events", "/v1/runs/{run_id}/events/stream",
+		"/v1/runs/{run_id}/outputs", "/v1/runs/{run_id}/pins", "/v1/runs/{run_id}/replay",
+		"/v1/tools", "/v1/admin/tools", "/v1/admin/tools/{ref}", "/v1/admin/tools/{ref}/state",
+	}
+	sort.Strings(want)
+	if !slices.Equal(paths, want) {
+		t.Fatalf("documented paths = %v\nwant %v", paths, want)
+	}
+
+	srv := httptest.NewServer(api.New(nil, api.Options{Log: slog.New(slog.DiscardHandler)}))
+	t.Cleanup(srv.Close)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v1/openapi.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/yaml" || !bytes.Equal(buf.Bytes(), api.OpenAPI) {
+		t.Fatalf("GET /v1/openapi.yaml: %d %s, %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), buf.Len())
+	}
+}

@@ -1,0 +1,294 @@
+// Package apitypes holds the recorder's HTTP API as Go types: the JSON of
+// every response (openapi.yaml documents them), the error codes, and the
+// constants the responses use. It imports nothing but the contracts
+// (pkg/envelope, the registry's entry types) and the standard library, so
+// that clients, `toolwire replay` among them, read the API without the
+// recorder's database drivers. A run's replay bundle is envelope.ReplayBundle.
+package apitypes
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+)
+
+// Error codes of the HTTP API, in {"error": {"code": ..., "message": ...}}.
+const (
+	CodeInvalidRunID     = "invalid_run_id"
+	CodeInvalidParameter = "invalid_parameter"
+	CodeRunNotFound      = "run_not_found"
+	CodeRunNotCompleted  = "run_not_completed"
+	CodeRunFailed        = "run_failed"
+	CodeNoRequest        = "run_request_missing"
+	CodeCallNotFound     = "call_not_found"
+	CodeInvalidCallID    = "invalid_call_id"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeInternal         = "internal"
+	CodeUnavailable      = "unavailable"
+)
+
+// Error codes of the tool catalog and the admin routes.
+const (
+	CodeAdminDisabled = "admin_disabled"
+	CodeUnauthorized  = "unauthorized"
+	CodeInvalidTool   = "invalid_tool"
+	CodeToolConflict  = "tool_conflict"
+	CodeToolNotFound  = "tool_not_found"
+)
+
+// ErrorJSON is the body of every error response.
+type ErrorJSON struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody is an error's stable code and human message.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// RunListJSON is GET /v1/runs.
+type RunListJSON struct {
+	Runs []RunJSON `json:"runs"`
+}
+
+// RunJSON is a run as the API shows it.
+type RunJSON struct {
+	RunID       string          `json:"run_id"`
+	Tenant      envelope.Tenant `json:"tenant"`
+	Agent       string          `json:"agent"`
+	Status      string          `json:"status"`
+	Reason      string          `json:"reason"`
+	TraceID     string          `json:"trace_id"`
+	Counts      CountsJSON      `json:"counts"`
+	Spend       *float64        `json:"spend"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	CompletedAt *time.Time      `json:"completed_at"`
+}
+
+// CountsJSON counts a run's model iterations and tool calls.
+type CountsJSON struct {
+	Iterations int `json:"iterations"`
+	ToolCalls  int `json:"tool_calls"`
+}
+
+// RunDetailJSON is GET /v1/runs/{run_id}: the run, its request as received
+// (null until it arrives), its resolved pinned handles once completed, and its
+// tool calls in order.
+type RunDetailJSON struct {
+	RunJSON
+	Request   json.RawMessage `json:"request"`
+	Pinned    json.RawMessage `json:"pinned,omitempty"`
+	ToolCalls []ToolCallJSON  `json:"tool_calls"`
+}
+
+// ToolCallJSON summarizes one tool call, for the timeline: the full receipt is
+// in /envelopes.
+type ToolCallJSON struct {
+	CallID    string     `json:"call_id"`
+	Seq       *int       `json:"seq"`
+	Iteration *int       `json:"iteration"`
+	Name      string     `json:"name"`
+	Version   string     `json:"version"`
+	Status    string     `json:"status"`
+	ErrorCode *string    `json:"error_code"`
+	TStart    *time.Time `json:"t_start"`
+	TEnd      *time.Time `json:"t_end"`
+	LatencyMS *int64     `json:"latency_ms"`
+	Cached    bool       `json:"cached"`
+	Truncated bool       `json:"truncated"`
+}
+
+// EnvelopesJSON is GET /v1/runs/{run_id}/envelopes.
+type EnvelopesJSON struct {
+	RunID     string            `json:"run_id"`
+	Envelopes []json.RawMessage `json:"envelopes"`
+}
+
+// EventsJSON is GET /v1/runs/{run_id}/events: recorded events in recorded
+// order; next_after pages on (pass it as ?after=).
+type EventsJSON struct {
+	RunID     string      `json:"run_id"`
+	Events    []EventJSON `json:"events"`
+	NextAfter int64       `json:"next_after"`
+}
+
+// EventJSON is one recorded CloudEvent, as GET /v1/runs/{run_id}/events and
+// the live stream show it.
+type EventJSON struct {
+	ID      string    `json:"id"`
+	Type    string    `json:"type"`
+	Source  string    `json:"source"`
+	Subject string    `json:"subject"` // the NATS subject it was delivered on
+	Time    time.Time `json:"time"`
+	RunID   string    `json:"run_id,omitempty"`
+	CallID  string    `json:"call_id,omitempty"`
+	// Stream and StreamSeq locate the event in JetStream (empty when the
+	// event did not come from a stream).
+	Stream    string `json:"stream,omitempty"`
+	StreamSeq uint64 `json:"stream_seq,omitempty"`
+	// Extensions are the CloudEvents extension attributes (runid, callid,
+	// tenantid, traceparent, ...), so that the event can be republished as
+	// it was.
+	Extensions map[string]string `json:"extensions,omitempty"`
+	Data       json.RawMessage   `json:"data,omitempty"`
+	// RecordedAt is when the recorder stored it.
+	RecordedAt time.Time `json:"recorded_at"`
+	// Seq is the recorder's order of events: a live stream's event id (pass
+	// the last one as ?after= to page on).
+	Seq int64 `json:"seq"`
+}
+
+// StreamEndJSON is the data of the stream's final "end" event.
+type StreamEndJSON struct {
+	RunID  string `json:"run_id"`
+	Status string `json:"status"`
+}
+
+// CallJSON is GET /v1/runs/{run_id}/calls/{call_id}: the call's summary, its
+// input, its envelope (null until it completes) and its recorded events.
+type CallJSON struct {
+	ToolCallJSON
+	RunID    string          `json:"run_id"`
+	Input    json.RawMessage `json:"input"`
+	Envelope json.RawMessage `json:"envelope"`
+	Events   []EventJSON     `json:"events"`
+}
+
+// MaterializedCallJSON is GET /v1/runs/{run_id}/calls/{call_id}/materialize:
+// one tool call of an agent run "ejected" as a standalone tool node (spec
+// 8.1) - the exact tool version, its input, the tenant it ran for and the
+// secret scopes it resolved - ready to paste into a graph as a node's
+// configuration, or to run again with Command.
+type MaterializedCallJSON struct {
+	Kind    string          `json:"kind"` // "tool_node"
+	Tool    string          `json:"tool"`
+	Version string          `json:"version"`
+	Ref     string          `json:"ref"` // name@version
+	Input   json.RawMessage `json:"input"`
+	Tenant  envelope.Tenant `json:"tenant"`
+	// SecretScopes maps each secret the call resolved to the scope its value
+	// came from (user, workspace or org), as the executor reported it; never a
+	// value. Empty when the tool needs no secret.
+	SecretScopes map[string]string `json:"secret_scopes"`
+	// SecretScope is the broadest scope among them ("" without secrets): where
+	// the node's credentials must be available for it to run the same way.
+	SecretScope string `json:"secret_scope,omitempty"`
+	// Definition is the tool's definition as the run's model was offered it
+	// (null when the recorder could not read the registry).
+	Definition json.RawMessage `json:"definition"`
+	// Command runs the same call outside any loop.
+	Command []string             `json:"command"`
+	Source  MaterializedFromJSON `json:"source"`
+}
+
+// MaterializedFromJSON says which call a tool node was materialized from.
+type MaterializedFromJSON struct {
+	RunID     string `json:"run_id"`
+	CallID    string `json:"call_id"`
+	Agent     string `json:"agent"`
+	Seq       *int   `json:"seq"`
+	Iteration *int   `json:"iteration"`
+}
+
+// Sources of a pinned handle's value.
+const (
+	PinFromRun   = "run"                // selected from this run's calls
+	PinFromStale = "stale_last_success" // from an earlier successful run of the node
+	PinMissing   = "missing"            // nothing selected: the value is null
+)
+
+// PinsJSON is GET /v1/runs/{run_id}/pins.
+type PinsJSON struct {
+	RunID  string    `json:"run_id"`
+	Status string    `json:"status"`
+	Pins   []PinJSON `json:"pins"`
+}
+
+// PinJSON is one pinned handle of the agent node and its value for the run.
+type PinJSON struct {
+	Name      string                 `json:"name"`
+	Selector  envelope.PinSelector   `json:"selector"`
+	OnMissing envelope.OnMissing     `json:"on_missing"`
+	Value     *envelope.ToolEnvelope `json:"value"`
+	// Source says where Value comes from: run, stale_last_success or missing.
+	Source string `json:"source"`
+	// FromRunID is the run a stale value was taken from.
+	FromRunID string `json:"from_run_id,omitempty"`
+	// Error is set when nothing was selected and on_missing is error: the
+	// node fails on this handle.
+	Error string `json:"error,omitempty"`
+}
+
+// CatalogJSON is GET /v1/tools.
+type CatalogJSON struct {
+	Tools []CatalogToolJSON `json:"tools"`
+}
+
+// CatalogToolJSON is one tool version of the catalog: what a tool selector
+// shows, with the tenant's auth status.
+type CatalogToolJSON struct {
+	Ref            string               `json:"ref"`
+	Name           string               `json:"name"`
+	Version        string               `json:"version"`
+	Description    string               `json:"description"`
+	Category       envelope.Category    `json:"category"`
+	SideEffects    envelope.SideEffects `json:"side_effects"`
+	State          registry.State       `json:"state"`
+	Deprecated     bool                 `json:"deprecated"`
+	RequiredScopes []string             `json:"required_scopes"`
+	Auth           AuthStatusJSON       `json:"auth"`
+}
+
+// Auth statuses of a catalog tool.
+const (
+	AuthNone    = "none"    // the tool needs no secret
+	AuthReady   = "ready"   // every secret it needs is set for the tenant
+	AuthMissing = "missing" // some secret is set in none of the tenant's scopes
+	AuthUnknown = "unknown" // no tenant was given
+)
+
+// AuthStatusJSON is a tool's auth status for a tenant: "ready" with the
+// broadest scope its secrets come from (and a warning when that is the org
+// scope), "missing", "none" or "unknown"; per secret, where it resolves.
+// Secret values are never read: the recorder holds no master key.
+type AuthStatusJSON struct {
+	Status  string             `json:"status"`
+	Scope   string             `json:"scope,omitempty"`
+	Warning string             `json:"warning,omitempty"`
+	Secrets []SecretStatusJSON `json:"secrets"`
+}
+
+// SecretStatusJSON is one secret of a tool: its name and the scope it
+// resolves from, or "missing".
+type SecretStatusJSON struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Scope  string `json:"scope,omitempty"`
+}
+
+// AdminToolsJSON is GET /v1/admin/tools.
+type AdminToolsJSON struct {
+	Tools []AdminToolJSON `json:"tools"`
+}
+
+// AdminToolJSON is a registry entry as the admin routes show it.
+type AdminToolJSON struct {
+	Ref string `json:"ref"`
+	registry.Entry
+}
+
+// RegisterJSON is the answer to POST /v1/admin/tools.
+type RegisterJSON struct {
+	Ref     string `json:"ref"`
+	Created bool   `json:"created"`
+}
+
+// StateJSON is the body of PUT /v1/admin/tools/{ref}/state.
+type StateJSON struct {
+	State registry.State `json:"state"`
+}

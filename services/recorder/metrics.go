@@ -1,0 +1,33 @@
+package recorder
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolwire/toolwire/pkg/service"
+)
+
+// metrics are the recorder's: what it commits and how its database answers.
+type metrics struct {
+	recorded prometheus.Counter
+	dbUp     prometheus.Gauge
+	outages  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	r := service.NewMetrics(reg, "recorder")
+	m := &metrics{
+		recorded: r.Counter("events_recorded_total",
+			"Events committed to the database (a redelivered event counts again; it changes nothing)."),
+		dbUp: r.Gauge("database_up",
+			"1 while the database answers, 0 while the recorder holds events for it."),
+		outages: r.Counter("database_outages_total",
+			"Times the database became unreachable."),
+	}
+	if err := r.Err(); err != nil {
+		return nil, fmt.Errorf("recorder: %w", err)
+	}
+	m.dbUp.Set(1)
+	return m, nil
+}

@@ -1,0 +1,131 @@
+// Package sqlstore is what the two SQL backends of store share, so that each
+// rule of store.Store is written in SQL once: the ranking of statuses, the
+// upsert of a tool call, how empty values map to NULL, the default deadlines,
+// and running the goose migrations.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pressly/goose/v3"
+
+	"github.com/toolwire/toolwire/services/recorder/store"
+)
+
+// WithTimeout bounds ctx by d unless the caller set a deadline.
+func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// Rank renders a CASE expression ranking expr as rank does for statuses
+// (-1 for anything else).
+func Rank(expr string, statuses []string, rank func(string) int) string {
+	var b strings.Builder
+	b.WriteString("(CASE " + expr)
+	for _, s := range statuses {
+		b.WriteString(" WHEN '" + s + "' THEN " + strconv.Itoa(rank(s)))
+	}
+	b.WriteString(" ELSE -1 END)")
+	return b.String()
+}
+
+// RunRank is Rank for run statuses.
+func RunRank(expr string) string { return Rank(expr, store.RunStatuses(), store.RunStatusRank) }
+
+// CallUpsertSet is the SET list of a tool_calls upsert (Postgres and SQLite
+// both read excluded, the proposed row, as c the stored one): the status
+// moves forward only; until the envelope arrives, the first event that names
+// a field sets it; the envelope then overrides name, version, input and
+// t_start, and alone sets the rest.
+var CallUpsertSet = func() string {
+	statuses := []string{store.CallRequested, store.CallApproved, store.CallStarted, store.CallCompleted}
+	fwd := Rank("excluded.status", statuses, store.CallStatusRank) + " > " + Rank("c.status", statuses, store.CallStatusRank)
+	newEnv := "(c.envelope IS NULL AND excluded.envelope IS NOT NULL)"
+	shared := func(col string) string {
+		return col + " = CASE WHEN " + newEnv + " THEN COALESCE(excluded." + col + ", c." + col + ") ELSE COALESCE(c." + col + ", excluded." + col + ") END"
+	}
+	fromEnv := func(col string) string {
+		return col + " = CASE WHEN " + newEnv + " THEN excluded." + col + " ELSE c." + col + " END"
+	}
+	return `
+	status    = CASE WHEN ` + fwd + ` THEN excluded.status ELSE c.status END,
+	seq       = COALESCE(c.seq, excluded.seq),
+	iteration = COALESCE(c.iteration, excluded.iteration),
+	` + shared("name") + `,
+	` + shared("version") + `,
+	` + shared("input") + `,
+	` + shared("t_start") + `,
+	` + fromEnv("error_code") + `,
+	` + fromEnv("t_end") + `,
+	` + fromEnv("latency_ms") + `,
+	` + fromEnv("cached") + `,
+	` + fromEnv("truncated") + `,
+	envelope  = COALESCE(c.envelope, excluded.envelope)`
+}()
+
+// NullString maps "" to NULL.
+func NullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// NullJSON maps absent and JSON-null documents to NULL.
+func NullJSON(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 || string(b) == "null" {
+		return nil
+	}
+	return b
+}
+
+// JSONText maps a JSON document to text: absent and JSON null to NULL.
+func JSONText(b json.RawMessage) *string {
+	if b = NullJSON(b); b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// Migrate brings the schema of db up to date with goose, from the numbered
+// SQL files in the migrations folder of files (a backend's embedded tree);
+// what names the database in errors, opts add to goose's options (a lock).
+func Migrate(ctx context.Context, dialect goose.Dialect, db *sql.DB, files fs.FS, what string, log *slog.Logger,
+	opts ...goose.ProviderOption) (store.MigrationResult, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	dir, err := fs.Sub(files, "migrations")
+	if err != nil {
+		return store.MigrationResult{}, fmt.Errorf("migrate: %w", err)
+	}
+	opts = append(opts, goose.WithDisableGlobalRegistry(true), goose.WithSlog(log.With("component", "migrate")))
+	p, err := goose.NewProvider(dialect, db, dir, opts...)
+	if err != nil {
+		return store.MigrationResult{}, fmt.Errorf("migrate: %w", err)
+	}
+	results, err := p.Up(ctx)
+	if err != nil {
+		return store.MigrationResult{}, fmt.Errorf("migrate %s: %w", what, err)
+	}
+	var res store.MigrationResult
+	for _, r := range results {
+		res.Applied = append(res.Applied, r.Source.Version)
+	}
+	if res.Version, err = p.GetDBVersion(ctx); err != nil {
+		return store.MigrationResult{}, fmt.Errorf("migrate: version: %w", err)
+	}
+	return res, nil
+}

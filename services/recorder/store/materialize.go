@@ -1,0 +1,428 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	fastjson "github.com/segmentio/encoding/json"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// ErrUndecodable is wrapped by RecordOf when an event cannot be recorded as it
+// is: its data does not decode as its type says, or its ids are unsafe or
+// disagree. Retrying cannot help; the event belongs in the dead-letter stream.
+var ErrUndecodable = errors.New("event cannot be recorded")
+
+// RecordOf decodes a consumed event, delivered on subject, into the record
+// that stores it. Every event type of events.Table has a decoder in decoders
+// that gives it its effects on the materialized tables; an event of any other
+// type is kept in the events table only.
+func RecordOf(ev *event.Event, subject string) (Record, error) {
+	row := EventRow{
+		ID:      ev.ID(),
+		Type:    ev.Type(),
+		Source:  ev.Source(),
+		Subject: subject,
+		Time:    ev.Time().UTC(),
+		RunID:   events.Ext(ev, events.ExtRunID),
+		CallID:  events.Ext(ev, events.ExtCallID),
+	}
+	if row.Time.IsZero() {
+		// CloudEvents makes time optional; toolwire's producers always set it.
+		// Without one, the time the recorder saw the event is the best there is.
+		row.Time = time.Now().UTC()
+	}
+	if exts := ev.Extensions(); len(exts) > 0 {
+		row.Extensions = make(map[string]string, len(exts))
+		for k := range exts {
+			row.Extensions[k] = events.Ext(ev, k)
+		}
+	}
+	dec, known := decoders[row.Type]
+	if data := ev.Data(); len(data) > 0 {
+		// A type the recorder decodes has its data checked by DecodeData;
+		// any other is checked here.
+		if !known && !json.Valid(data) {
+			return Record{}, undecodable(&row, errors.New("data is not JSON"))
+		}
+		row.Data = data // the event's own bytes: nothing writes to them
+	}
+	if p, err := events.ParseSubject(subject); err == nil {
+		if row.RunID == "" {
+			row.RunID = p.RunID
+		}
+		if row.CallID == "" {
+			row.CallID = p.CallID
+		}
+	}
+	if !known {
+		// Not a type this recorder knows (a newer producer's): kept as it
+		// came, materialized by none.
+		return Record{Event: row}, nil
+	}
+	typ, _ := events.LookupType(row.Type)
+	d := &decoding{ev: ev, typ: typ, rec: Record{Event: row}, at: row.Time, traceID: events.TraceOf(ev).TraceID()}
+	if err := dec(d); err != nil {
+		return Record{}, undecodable(&row, err)
+	}
+	return d.rec, nil
+}
+
+func undecodable(row *EventRow, err error) error {
+	return fmt.Errorf("%w: %s %s: %w", ErrUndecodable, row.Type, row.ID, err)
+}
+
+// decoding is one event on its way to a record: a decoder reads the data
+// and fills rec's run, call, turn and verdict effects.
+type decoding struct {
+	ev      *event.Event
+	typ     events.EventType // the type's row: the statuses it implies
+	rec     Record
+	at      time.Time
+	traceID string
+}
+
+// decoder gives one event type its effects.
+type decoder func(d *decoding) error
+
+// decoders are the recorder's knowledge of each event type of events.Table
+// (a test checks that every row has one).
+var decoders = map[string]decoder{
+	events.TypeRunRequested:         recordRunRequested,
+	events.TypeRunStarted:           recordRunStatus,
+	events.TypeRunSuspended:         recordRunStatus,
+	events.TypeRunResumed:           recordRunStatus,
+	events.TypeRunCompleted:         recordRunStatus,
+	events.TypeRunFailed:            recordRunStatus,
+	events.TypeIterationRequested:   recordIterationCheck,
+	events.TypeIterationApproved:    recordVerdict,
+	events.TypeIterationDenied:      recordVerdict,
+	events.TypeLLMCompleted:         recordModelTurn,
+	events.TypeUsageRecorded:        recordUsage,
+	events.TypeCallRequested:        recordCallRequest,
+	events.TypeCallApproved:         recordCallRequest,
+	events.TypeCallStarted:          recordCallStarted,
+	events.TypeCallCompleted:        recordCallCompleted,
+	events.TypeCallApprovalRequired: recordApprovalRequired,
+	events.TypeCallDecided:          recordDecided,
+	events.TypeSandboxRequested:     recordSandboxJob,
+	events.TypeSandboxCompleted:     recordSandboxResult,
+}
+
+// data decodes the event's data as its type's Go value.
+func data[T any](d *decoding) (*T, error) {
+	v := new(T)
+	if err := events.DecodeData(d.ev, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// raw decodes the event's data into a struct of json.RawMessage fields: the
+// values exactly as they were sent, not as they would re-encode.
+func raw[T any](d *decoding) (*T, error) {
+	v := new(T)
+	if err := fastjson.Unmarshal(d.rec.Event.Data, v); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	return v, nil
+}
+
+// setRun checks the run id an event's data names against its subject's and
+// extension's, and adopts it.
+func (d *decoding) setRun(runID string) error {
+	if err := events.ValidateRunID(runID); err != nil {
+		return err
+	}
+	if d.rec.Event.RunID != "" && d.rec.Event.RunID != runID {
+		return fmt.Errorf("data names run %q but the event belongs to run %q", runID, d.rec.Event.RunID)
+	}
+	d.rec.Event.RunID = runID
+	return nil
+}
+
+// setCall is setRun for the call id.
+func (d *decoding) setCall(callID string) error {
+	if err := events.ValidateCallID(callID); err != nil {
+		return err
+	}
+	if d.rec.Event.CallID != "" && d.rec.Event.CallID != callID {
+		return fmt.Errorf("data names call %q but the event belongs to call %q", callID, d.rec.Event.CallID)
+	}
+	d.rec.Event.CallID = callID
+	return nil
+}
+
+// setRunCall is setRun and setCall.
+func (d *decoding) setRunCall(runID, callID string) error {
+	if err := d.setRun(runID); err != nil {
+		return err
+	}
+	return d.setCall(callID)
+}
+
+// touch is the run update of an event that changes nothing of its run but
+// its last activity.
+func (d *decoding) touch() *RunUpdate {
+	return &RunUpdate{RunID: d.rec.Event.RunID, At: d.at, TraceID: d.traceID}
+}
+
+func recordRunRequested(d *decoding) error {
+	req, err := data[envelope.RunRequest](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(req.RunID); err != nil {
+		return err
+	}
+	d.rec.Run = &RunUpdate{RunID: req.RunID, At: d.at, Request: d.rec.Event.Data, Tenant: req.Tenant,
+		Agent: req.Agent.Name, Status: d.typ.RunStatus, TraceID: d.traceID}
+	return nil
+}
+
+func recordRunStatus(d *decoding) error {
+	s, err := data[events.RunStatus](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(s.RunID); err != nil {
+		return err
+	}
+	if s.Status != d.typ.RunStatus {
+		return fmt.Errorf("status %q in an event of type %s (want %q)", s.Status, d.typ.Type, d.typ.RunStatus)
+	}
+	r, err := raw[struct {
+		Outputs json.RawMessage `json:"outputs"`
+		Pinned  json.RawMessage `json:"pinned"`
+		Spend   json.RawMessage `json:"spend"`
+	}](d)
+	if err != nil {
+		return err
+	}
+	u := &RunUpdate{RunID: s.RunID, At: d.at, Tenant: s.Tenant, Agent: s.Agent, Status: s.Status,
+		Reason: s.Reason, TraceID: s.TraceID, Iterations: s.Iteration, ToolCalls: s.ToolCalls,
+		Spend: spendOf(r.Spend)}
+	if u.TraceID == "" {
+		u.TraceID = d.traceID
+	}
+	if s.Status == events.StatusCompleted {
+		u.Outputs, u.Pinned = r.Outputs, r.Pinned
+	}
+	d.rec.Run = u
+	return nil
+}
+
+func recordIterationCheck(d *decoding) error {
+	c, err := data[events.IterationCheck](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(c.RunID); err != nil {
+		return err
+	}
+	spend := c.Spend
+	d.rec.Run = &RunUpdate{RunID: c.RunID, At: d.at, Tenant: c.Tenant, Agent: c.Agent, TraceID: d.traceID,
+		Iterations: c.Iteration, ToolCalls: c.ToolCalls, Spend: &spend}
+	return nil
+}
+
+func recordVerdict(d *decoding) error {
+	v, err := data[events.Verdict](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(v.RunID); err != nil {
+		return err
+	}
+	if v.Allowed != (d.typ.Type == events.TypeIterationApproved) {
+		return fmt.Errorf("allowed is %t in an event of type %s", v.Allowed, d.typ.Type)
+	}
+	if v.Iteration < 1 {
+		return fmt.Errorf("iteration %d must be at least 1", v.Iteration)
+	}
+	d.rec.Run = &RunUpdate{RunID: v.RunID, At: d.at, TraceID: d.traceID, Iterations: v.Iteration}
+	d.rec.Verdict = &VerdictRow{RunID: v.RunID, Iteration: v.Iteration, Allowed: v.Allowed,
+		Code: string(v.Code), Reason: v.Reason}
+	return nil
+}
+
+func recordModelTurn(d *decoding) error {
+	l, err := data[events.LLMCompleted](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(l.RunID); err != nil {
+		return err
+	}
+	if l.Turn.Iteration < 1 {
+		return fmt.Errorf("turn.iteration %d must be at least 1", l.Turn.Iteration)
+	}
+	r, err := raw[struct {
+		Turn json.RawMessage `json:"turn"`
+	}](d)
+	if err != nil {
+		return err
+	}
+	d.rec.Run = &RunUpdate{RunID: l.RunID, At: d.at, TraceID: d.traceID, Iterations: l.Turn.Iteration}
+	d.rec.Turn = &TurnRow{RunID: l.RunID, Iteration: l.Turn.Iteration, Turn: r.Turn}
+	return nil
+}
+
+// recordUsage keeps billing's record of one model turn or tool call; the
+// run's spend comes from its status events, which carry the total.
+func recordUsage(d *decoding) error {
+	u, err := data[events.Usage](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(u.RunID); err != nil {
+		return err
+	}
+	d.rec.Run = &RunUpdate{RunID: u.RunID, At: d.at, Tenant: u.Tenant, Agent: u.Agent, TraceID: d.traceID}
+	return nil
+}
+
+func recordCallRequest(d *decoding) error {
+	c, err := data[events.CallRequest](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(c.RunID, c.CallID); err != nil {
+		return err
+	}
+	seq, iter := c.Seq, c.Iteration
+	d.rec.Run = &RunUpdate{RunID: c.RunID, At: d.at, Tenant: c.Tenant, Agent: c.Agent, TraceID: d.traceID,
+		Iterations: c.Iteration}
+	d.rec.Call = &CallUpdate{RunID: c.RunID, CallID: c.CallID, Status: d.typ.CallStatus, Seq: &seq, Iteration: &iter,
+		Name: c.Name, Version: c.Version, Input: c.Input}
+	return nil
+}
+
+func recordCallStarted(d *decoding) error {
+	s, err := data[events.CallStarted](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(s.RunID, s.CallID); err != nil {
+		return err
+	}
+	d.rec.Run = d.touch()
+	d.rec.Call = &CallUpdate{RunID: s.RunID, CallID: s.CallID, Status: d.typ.CallStatus, Name: s.Name,
+		Version: s.Version, TStart: timePtr(s.TStart)}
+	return nil
+}
+
+func recordCallCompleted(d *decoding) error {
+	env, err := data[envelope.ToolEnvelope](d)
+	if err != nil {
+		return err
+	}
+	// The envelope names no run: its subject and extension do.
+	if err := d.setRunCall(d.rec.Event.RunID, env.CallID); err != nil {
+		return err
+	}
+	u := &CallUpdate{RunID: d.rec.Event.RunID, CallID: env.CallID, Status: d.typ.CallStatus,
+		Name: env.Name, Version: env.Version, Input: env.Input, Envelope: d.rec.Event.Data,
+		TStart: timePtr(env.TStart), TEnd: timePtr(env.TEnd), Cached: env.Cached, Truncated: env.Truncated}
+	if !env.TStart.IsZero() && !env.TEnd.IsZero() {
+		ms := env.Latency().Milliseconds()
+		u.LatencyMS = &ms
+	}
+	if env.Error != nil {
+		u.ErrorCode = string(env.Error.Code)
+	}
+	d.rec.Run = d.touch()
+	d.rec.Call = u
+	return nil
+}
+
+// recordApprovalRequired: the timeline shows the request in place, from the
+// events table; the call row learns the tool (status requested never moves
+// one back).
+func recordApprovalRequired(d *decoding) error {
+	a, err := data[events.ApprovalRequest](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(a.RunID, a.CorrelationID); err != nil {
+		return err
+	}
+	d.rec.Run = &RunUpdate{RunID: a.RunID, At: d.at, Tenant: a.Tenant, Agent: a.AgentName, TraceID: d.traceID}
+	d.rec.Call = &CallUpdate{RunID: a.RunID, CallID: a.CorrelationID, Status: d.typ.CallStatus,
+		Name: a.ToolName, Version: a.ToolVersion}
+	return nil
+}
+
+func recordDecided(d *decoding) error {
+	dec, err := data[events.Decision](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(dec.RunID, dec.CallID); err != nil {
+		return err
+	}
+	d.rec.Run = d.touch()
+	d.rec.Call = &CallUpdate{RunID: dec.RunID, CallID: dec.CallID, Status: d.typ.CallStatus}
+	return nil
+}
+
+func recordSandboxJob(d *decoding) error {
+	j, err := data[events.SandboxJob](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(j.RunID, j.CallID); err != nil {
+		return err
+	}
+	d.rec.Run = d.touch()
+	return nil
+}
+
+func recordSandboxResult(d *decoding) error {
+	r, err := data[events.SandboxResult](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRunCall(r.RunID, r.CallID); err != nil {
+		return err
+	}
+	d.rec.Run = d.touch()
+	return nil
+}
+
+// spendOf reads the spend a run status reports: a number, or an object whose
+// "total" is one (the shape the orchestrator's budget accounting may grow
+// into). Anything else, or a negative or non-finite number, says nothing.
+func spendOf(raw json.RawMessage) *float64 {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var v float64
+	if err := json.Unmarshal(raw, &v); err != nil {
+		var obj struct {
+			Total *float64 `json:"total"`
+		}
+		if json.Unmarshal(raw, &obj) != nil || obj.Total == nil {
+			return nil
+		}
+		v = *obj.Total
+	}
+	if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}

@@ -1,0 +1,687 @@
+// Package sqlite is the recorder's embedded store: store.Store on a SQLite
+// file (modernc.org/sqlite, pure Go), what `toolwire dev` records into unless
+// it is given a Postgres. One recorder process owns a file.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/toolwire/toolwire/services/recorder/store"
+	"github.com/toolwire/toolwire/services/recorder/store/internal/sqlstore"
+)
+
+// Scheme starts a DATABASE_URL that names a SQLite file instead of a
+// Postgres database: sqlite:<path> (sqlite:.toolwire/recorder.db,
+// sqlite:///var/lib/toolwire/recorder.db).
+const Scheme = "sqlite:"
+
+// IsURL reports whether url names a SQLite database.
+func IsURL(url string) bool { return strings.HasPrefix(url, Scheme) }
+
+// URL returns the DATABASE_URL of the SQLite file at path.
+func URL(path string) string { return Scheme + path }
+
+// sqlitePath returns the file a sqlite: URL names.
+func sqlitePath(url string) (string, error) {
+	p := strings.TrimPrefix(url, Scheme)
+	// sqlite:///abs/path and sqlite://rel/path, as URL-minded users write them.
+	p = strings.TrimPrefix(p, "//")
+	switch {
+	case p == "":
+		return "", errors.New(url + " names no file: want sqlite:<path>")
+	case strings.ContainsAny(p, "?#\x00"):
+		return "", fmt.Errorf("%q: a SQLite path must not hold '?', '#' or NUL", url)
+	case p == ":memory:":
+		return "", fmt.Errorf("%q: an in-memory database would lose every run at exit; name a file", url)
+	}
+	return filepath.Clean(p), nil
+}
+
+// timeLayout stores times as fixed-width UTC text, so that SQLite compares
+// them in time order as strings.
+const timeLayout = "2006-01-02T15:04:05.000000000Z"
+
+// Store is the store.Store on a SQLite file: the embedded store of `toolwire
+// dev`, for one recorder process. It keeps the same rules as postgres.Store
+// (both pass storetest's contract suite); its
+// writes are serialized by SQLite, each commit synced to disk before it
+// returns (journal_mode WAL, synchronous FULL).
+type Store struct {
+	db   *sql.DB
+	path string
+}
+
+// Open returns the store of the SQLite database that url (sqlite:<path>) or
+// a plain path names. It does no I/O: the first query opens the file,
+// creating it; Prepare creates its folder and Migrate its schema.
+func Open(url string) (*Store, error) {
+	path := url
+	if IsURL(url) {
+		p, err := sqlitePath(url)
+		if err != nil {
+			return nil, err
+		}
+		path = p
+	}
+	dsn := path + "?_busy_timeout=10000&_journal_mode=WAL&_synchronous=FULL&_foreign_keys=on&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	// One writer at a time is SQLite's rule; a few readers serve the API
+	// meanwhile (WAL lets them read while the writer writes).
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return &Store{db: db, path: path}, nil
+}
+
+// Prepare creates the database file's folder when missing, so that the first
+// connection can create the file (Open does no I/O).
+func (s *Store) Prepare() error {
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o750); err != nil {
+		return fmt.Errorf("sqlite folder: %w", err)
+	}
+	return nil
+}
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// DB is the database handle (migrations and tests use it).
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// classifySQLite marks errors that retrying cannot fix: a value too big for
+// SQLite, or a constraint the data breaks.
+func classifySQLite(err error) error {
+	var se *msqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_RANGE:
+			return fmt.Errorf("%w: %w", store.ErrUnstorable, err)
+		}
+	}
+	return err
+}
+
+// Write implements Store.
+func (s *Store) Write(ctx context.Context, recs ...store.Record) (err error) {
+	if len(recs) == 0 {
+		return nil
+	}
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultWriteTimeout)
+	defer cancel()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	for i := range recs {
+		if err := sqliteWriteRecord(ctx, tx, &recs[i]); err != nil {
+			return classifySQLite(fmt.Errorf("record event %q: %w", recs[i].Event.ID, err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return classifySQLite(fmt.Errorf("commit: %w", err))
+	}
+	return nil
+}
+
+func sqliteWriteRecord(ctx context.Context, tx *sql.Tx, r *store.Record) error {
+	e := &r.Event
+	var exts *string
+	if len(e.Extensions) > 0 {
+		b, err := json.Marshal(e.Extensions)
+		if err != nil {
+			return err
+		}
+		v := string(b)
+		exts = &v
+	}
+	var seq *int64
+	if e.StreamSeq > 0 {
+		v := int64(e.StreamSeq)
+		seq = &v
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO events (event_id, run_id, call_id, type, subject, source, time,
+		stream, stream_seq, extensions, data, recorded_at)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+		ON CONFLICT (event_id) DO NOTHING`,
+		e.ID, sqlstore.NullString(e.RunID), sqlstore.NullString(e.CallID), e.Type, e.Subject, e.Source, fmtTime(e.Time),
+		sqlstore.NullString(e.Stream), seq, exts, sqlstore.JSONText(e.Data), fmtTime(time.Now()))
+	if err != nil {
+		return fmt.Errorf("insert event: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return nil // recorded before, with its effects, in the same transaction
+	}
+	if r.Run != nil {
+		if err := sqliteUpsertRun(ctx, tx, r.Run); err != nil {
+			return err
+		}
+	}
+	if r.Call != nil {
+		if err := sqliteUpsertCall(ctx, tx, r.Call); err != nil {
+			return err
+		}
+	}
+	if t := r.Turn; t != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO model_turns (run_id, iteration, turn) VALUES (?1, ?2, ?3)
+			ON CONFLICT (run_id, iteration) DO NOTHING`, t.RunID, t.Iteration, sqlstore.JSONText(t.Turn)); err != nil {
+			return fmt.Errorf("insert model turn: %w", err)
+		}
+	}
+	if v := r.Verdict; v != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO verdicts (run_id, iteration, allowed, code, reason)
+			VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (run_id, iteration) DO NOTHING`,
+			v.RunID, v.Iteration, v.Allowed, sqlstore.NullString(v.Code), sqlstore.NullString(v.Reason)); err != nil {
+			return fmt.Errorf("insert verdict: %w", err)
+		}
+	}
+	for _, d := range r.Tools {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO run_tools (run_id, name, version, definition)
+			VALUES (?1, ?2, ?3, ?4) ON CONFLICT (run_id, name, version) DO NOTHING`,
+			d.RunID, d.Name, d.Version, sqlstore.JSONText(d.Definition)); err != nil {
+			return fmt.Errorf("insert tool definition: %w", err)
+		}
+	}
+	return nil
+}
+
+// sqliteUpsertRunSQL is the one-update run upsert (the reference statement
+// kept in postgres_runs_test.go) in SQLite's dialect: max/min for
+// GREATEST/LEAST (which ignore NULLs in Postgres: spend says so explicitly).
+var sqliteUpsertRunSQL = func() string {
+	wins := "(?16 AND ((" + sqlstore.RunRank("excluded.status") +
+		", excluded.status_at, excluded.status) > (" + sqlstore.RunRank("r.status") +
+		", r.status_at, r.status)))"
+	takeTenant := "(excluded.org_id IS NOT NULL AND (excluded.request IS NOT NULL OR r.org_id IS NULL))"
+	takeAgent := "(excluded.agent IS NOT NULL AND (excluded.request IS NOT NULL OR r.agent IS NULL))"
+	return `
+INSERT INTO runs AS r (run_id, org_id, workspace_id, user_id, agent, status, status_at, request, reason,
+	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at, spend)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?7, ?7, ?15, ?17)
+ON CONFLICT (run_id) DO UPDATE SET
+	org_id       = CASE WHEN ` + takeTenant + ` THEN excluded.org_id ELSE r.org_id END,
+	workspace_id = CASE WHEN ` + takeTenant + ` THEN excluded.workspace_id ELSE r.workspace_id END,
+	user_id      = CASE WHEN ` + takeTenant + ` THEN excluded.user_id ELSE r.user_id END,
+	agent        = CASE WHEN ` + takeAgent + ` THEN excluded.agent ELSE r.agent END,
+	status       = CASE WHEN ` + wins + ` THEN excluded.status ELSE r.status END,
+	status_at    = CASE WHEN ` + wins + ` THEN excluded.status_at ELSE r.status_at END,
+	reason       = CASE WHEN ` + wins + ` THEN excluded.reason ELSE r.reason END,
+	completed_at = CASE WHEN ` + wins + ` THEN excluded.completed_at ELSE r.completed_at END,
+	request      = COALESCE(r.request, excluded.request),
+	outputs      = COALESCE(r.outputs, excluded.outputs),
+	pinned       = COALESCE(r.pinned, excluded.pinned),
+	trace_id     = COALESCE(r.trace_id, excluded.trace_id),
+	iterations   = max(r.iterations, excluded.iterations),
+	tool_calls   = max(r.tool_calls, excluded.tool_calls),
+	spend        = CASE WHEN r.spend IS NULL THEN excluded.spend
+	                    WHEN excluded.spend IS NULL THEN r.spend
+	                    ELSE max(r.spend, excluded.spend) END,
+	created_at   = min(r.created_at, excluded.created_at),
+	updated_at   = max(r.updated_at, excluded.updated_at)`
+}()
+
+func sqliteUpsertRun(ctx context.Context, tx *sql.Tx, u *store.RunUpdate) error {
+	status, hasStatus := u.Status, u.Status != ""
+	if !hasStatus {
+		status = store.StatusRequested
+	}
+	var completedAt *string
+	if store.IsTerminal(status) {
+		t := fmtTime(u.At)
+		completedAt = &t
+	}
+	var ws, user *string
+	if u.Tenant.OrgID != "" {
+		ws, user = &u.Tenant.WorkspaceID, &u.Tenant.UserID
+	}
+	_, err := tx.ExecContext(ctx, sqliteUpsertRunSQL,
+		u.RunID, sqlstore.NullString(u.Tenant.OrgID), ws, user, sqlstore.NullString(u.Agent), status, fmtTime(u.At),
+		sqlstore.JSONText(u.Request), sqlstore.NullString(u.Reason), sqlstore.JSONText(u.Outputs), sqlstore.JSONText(u.Pinned),
+		sqlstore.NullString(u.TraceID), u.Iterations, u.ToolCalls, completedAt, hasStatus, u.Spend)
+	if err != nil {
+		return fmt.Errorf("upsert run: %w", err)
+	}
+	return nil
+}
+
+// sqliteUpsertCallSQL applies one CallUpdate by the rules of sqlstore.CallUpsertSet.
+var sqliteUpsertCallSQL = `
+INSERT INTO tool_calls AS c (run_id, call_id, seq, iteration, name, version, status, error_code, input,
+	envelope, t_start, t_end, latency_ms, cached, truncated)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+ON CONFLICT (run_id, call_id) DO UPDATE SET` + sqlstore.CallUpsertSet
+
+func sqliteUpsertCall(ctx context.Context, tx *sql.Tx, u *store.CallUpdate) error {
+	_, err := tx.ExecContext(ctx, sqliteUpsertCallSQL,
+		u.RunID, u.CallID, u.Seq, u.Iteration, sqlstore.NullString(u.Name), sqlstore.NullString(u.Version), u.Status,
+		sqlstore.NullString(u.ErrorCode), sqlstore.JSONText(u.Input), sqlstore.JSONText(u.Envelope), fmtTimePtr(u.TStart),
+		fmtTimePtr(u.TEnd), u.LatencyMS, u.Cached, u.Truncated)
+	if err != nil {
+		return fmt.Errorf("upsert tool call: %w", err)
+	}
+	return nil
+}
+
+const sqliteRunColumns = `r.run_id, r.org_id, r.workspace_id, r.user_id, r.agent, r.status, r.reason, r.trace_id,
+	r.iterations, max(r.tool_calls, (SELECT count(*) FROM tool_calls tc WHERE tc.run_id = r.run_id)),
+	r.created_at, r.updated_at, r.completed_at, r.spend`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func sqliteScanRun(row scanner, extra ...any) (store.Run, error) {
+	var (
+		run                          store.Run
+		org, ws, user, agent, reason sql.NullString
+		traceID, completedAt         sql.NullString
+		created, updated             string
+		spend                        sql.NullFloat64
+	)
+	dest := []any{&run.RunID, &org, &ws, &user, &agent, &run.Status, &reason, &traceID,
+		&run.Iterations, &run.ToolCalls, &created, &updated, &completedAt, &spend}
+	dest = append(dest, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return store.Run{}, err
+	}
+	run.Tenant.OrgID, run.Tenant.WorkspaceID, run.Tenant.UserID = org.String, ws.String, user.String
+	run.Agent, run.Reason, run.TraceID = agent.String, reason.String, traceID.String
+	var err error
+	if run.CreatedAt, err = parseTime(created); err != nil {
+		return store.Run{}, err
+	}
+	if run.UpdatedAt, err = parseTime(updated); err != nil {
+		return store.Run{}, err
+	}
+	if run.CompletedAt, err = parseTimeNull(completedAt); err != nil {
+		return store.Run{}, err
+	}
+	if spend.Valid {
+		v := spend.Float64
+		run.Spend = &v
+	}
+	return run, nil
+}
+
+// Run implements Store.
+func (s *Store) Run(ctx context.Context, runID string) (store.Run, error) {
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
+	defer cancel()
+	var req, outputs, pinned sql.NullString
+	run, err := sqliteScanRun(s.db.QueryRowContext(ctx, `SELECT `+sqliteRunColumns+`, r.request, r.outputs, r.pinned
+		FROM runs r WHERE r.run_id = ?1`, runID), &req, &outputs, &pinned)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Run{}, fmt.Errorf("%w: %q", store.ErrRunNotFound, runID)
+	}
+	if err != nil {
+		return store.Run{}, fmt.Errorf("get run %q: %w", runID, err)
+	}
+	run.Request, run.Outputs, run.Pinned = rawJSON(req), rawJSON(outputs), rawJSON(pinned)
+	return run, nil
+}
+
+// ListRuns implements Store.
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
+	defer cancel()
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "?", "?"+strconv.Itoa(len(args))))
+	}
+	for col, v := range map[string]string{"status": f.Status, "agent": f.Agent, "org_id": f.OrgID,
+		"workspace_id": f.WorkspaceID, "user_id": f.UserID} {
+		if v != "" {
+			add("r."+col+" = ?", v)
+		}
+	}
+	if !f.Since.IsZero() {
+		add("r.created_at >= ?", fmtTime(f.Since))
+	}
+	if !f.Until.IsZero() {
+		add("r.created_at < ?", fmtTime(f.Until))
+	}
+	q := `SELECT ` + sqliteRunColumns + ` FROM runs r`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	args = append(args, f.EffectiveLimit())
+	q += ` ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?` + strconv.Itoa(len(args)) //nolint:gosec // G202: only placeholders are joined; every value is bound
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := []store.Run{}
+	for rows.Next() {
+		run, err := sqliteScanRun(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list runs: %w", err)
+		}
+		out = append(out, run)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	return out, nil
+}
+
+// CompletedRuns implements Store.
+func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before time.Time, limit int) ([]store.Run, error) {
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
+	defer cancel()
+	limit = max(limit, 1)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+sqliteRunColumns+`, r.outputs, r.pinned FROM runs r
+		WHERE r.status = 'completed' AND r.org_id = ?1 AND r.agent = ?2 AND r.created_at < ?3
+		ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?4`, orgID, agent, fmtTime(before), limit)
+	if err != nil {
+		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := []store.Run{}
+	for rows.Next() {
+		var outputs, pinned sql.NullString
+		run, err := sqliteScanRun(rows, &outputs, &pinned)
+		if err != nil {
+			return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
+		}
+		run.Outputs, run.Pinned = rawJSON(outputs), rawJSON(pinned)
+		out = append(out, run)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
+	}
+	return out, nil
+}
+
+const sqliteCallOrder = `ORDER BY seq IS NULL, seq, t_start IS NULL, t_start, call_id`
+
+// ToolCalls implements Store.
+func (s *Store) ToolCalls(ctx context.Context, runID string) ([]store.ToolCall, error) {
+	return s.toolCalls(ctx, runID, "")
+}
+
+// ToolCall implements Store.
+func (s *Store) ToolCall(ctx context.Context, runID, callID string) (store.ToolCall, error) {
+	calls, err := s.toolCalls(ctx, runID, callID)
+	if err != nil {
+		return store.ToolCall{}, err
+	}
+	if len(calls) == 0 {
+		return store.ToolCall{}, fmt.Errorf("%w: run %q call %q", store.ErrCallNotFound, runID, callID)
+	}
+	return calls[0], nil
+}
+
+func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.ToolCall, error) {
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT run_id, call_id, seq, iteration, name, version, status, error_code,
+		input, envelope, t_start, t_end, latency_ms, cached, truncated
+		FROM tool_calls WHERE run_id = ?1 AND (?2 = '' OR call_id = ?2) `+sqliteCallOrder, runID, callID)
+	if err != nil {
+		return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := []store.ToolCall{}
+	for rows.Next() {
+		var (
+			c                      store.ToolCall
+			seq, iter, latency     sql.NullInt64
+			name, version, errCode sql.NullString
+			input, env             sql.NullString
+			tStart, tEnd           sql.NullString
+		)
+		if err := rows.Scan(&c.RunID, &c.CallID, &seq, &iter, &name, &version, &c.Status, &errCode,
+			&input, &env, &tStart, &tEnd, &latency, &c.Cached, &c.Truncated); err != nil {
+			return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
+		}
+		c.Seq, c.Iteration = nullInt(seq), nullInt(iter)
+		if latency.Valid {
+			v := latency.Int64
+			c.LatencyMS = &v
+		}
+		c.Name, c.Version, c.ErrorCode = name.String, version.String, errCode.String
+		c.Input, c.Envelope = rawJSON(input), rawJSON(env)
+		if c.TStart, err = parseTimeNull(tStart); err != nil {
+			return nil, err
+		}
+		if c.TEnd, err = parseTimeNull(tEnd); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
+	}
+	return out, nil
+}
+
+// Envelopes implements Store.
+func (s *Store) Envelopes(ctx context.Context, runID string) ([]json.RawMessage, error) {
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT envelope FROM tool_calls
+		WHERE run_id = ?1 AND envelope IS NOT NULL `+sqliteCallOrder, runID)
+	if err != nil {
+		return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := []json.RawMessage{}
+	for rows.Next() {
+		var b string
+		if err := rows.Scan(&b); err != nil {
+			return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
+		}
+		out = append(out, json.RawMessage(b))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
+	}
+	return out, nil
+}
+
+// Events implements Store.
+func (s *Store) Events(ctx context.Context, runID string) ([]store.EventRow, error) {
+	return s.EventsAfter(ctx, runID, 0, 0)
+}
+
+// EventsAfter implements Store; a limit below 1 means no limit.
+func (s *Store) EventsAfter(ctx context.Context, runID string, after int64, limit int) ([]store.EventRow, error) {
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
+	defer cancel()
+	if limit < 1 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, event_id, run_id, call_id, type, subject, source, time, stream,
+		stream_seq, extensions, data, recorded_at FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3`,
+		runID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("events of %q: %w", runID, err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := []store.EventRow{}
+	for rows.Next() {
+		var (
+			e                 store.EventRow
+			run, call, stream sql.NullString
+			seq               sql.NullInt64
+			exts, data        sql.NullString
+			evTime, recorded  string
+		)
+		if err := rows.Scan(&e.Seq, &e.ID, &run, &call, &e.Type, &e.Subject, &e.Source, &evTime, &stream,
+			&seq, &exts, &data, &recorded); err != nil {
+			return nil, fmt.Errorf("events of %q: %w", runID, err)
+		}
+		e.RunID, e.CallID, e.Stream = run.String, call.String, stream.String
+		if seq.Valid {
+			e.StreamSeq = uint64(seq.Int64)
+		}
+		if exts.Valid {
+			if err := json.Unmarshal([]byte(exts.String), &e.Extensions); err != nil {
+				return nil, fmt.Errorf("events of %q: extensions of %s: %w", runID, e.ID, err)
+			}
+		}
+		e.Data = rawJSON(data)
+		if e.Time, err = parseTime(evTime); err != nil {
+			return nil, err
+		}
+		if e.RecordedAt, err = parseTime(recorded); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("events of %q: %w", runID, err)
+	}
+	return out, nil
+}
+
+// Turns implements Store.
+func (s *Store) Turns(ctx context.Context, runID string) ([]store.TurnRow, error) {
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT iteration, turn FROM model_turns WHERE run_id = ?1 ORDER BY iteration`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("model turns of %q: %w", runID, err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := []store.TurnRow{}
+	for rows.Next() {
+		t := store.TurnRow{RunID: runID}
+		var b string
+		if err := rows.Scan(&t.Iteration, &b); err != nil {
+			return nil, fmt.Errorf("model turns of %q: %w", runID, err)
+		}
+		t.Turn = json.RawMessage(b)
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("model turns of %q: %w", runID, err)
+	}
+	return out, nil
+}
+
+// Verdicts implements Store.
+func (s *Store) Verdicts(ctx context.Context, runID string) ([]store.VerdictRow, error) {
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT iteration, allowed, code, reason FROM verdicts WHERE run_id = ?1
+		ORDER BY iteration`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := []store.VerdictRow{}
+	for rows.Next() {
+		v := store.VerdictRow{RunID: runID}
+		var code, reason sql.NullString
+		if err := rows.Scan(&v.Iteration, &v.Allowed, &code, &reason); err != nil {
+			return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
+		}
+		v.Code, v.Reason = code.String, reason.String
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
+	}
+	return out, nil
+}
+
+// RunTools implements Store.
+func (s *Store) RunTools(ctx context.Context, runID string) ([]store.ToolDefRow, error) {
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT name, version, definition FROM run_tools WHERE run_id = ?1
+		ORDER BY name, version`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := []store.ToolDefRow{}
+	for rows.Next() {
+		d := store.ToolDefRow{RunID: runID}
+		var b string
+		if err := rows.Scan(&d.Name, &d.Version, &b); err != nil {
+			return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
+		}
+		d.Definition = json.RawMessage(b)
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
+	}
+	return out, nil
+}
+
+func fmtTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+func fmtTimePtr(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := fmtTime(*t)
+	return &s
+}
+
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("stored time %q: %w", s, err)
+	}
+	return t.UTC(), nil
+}
+
+func parseTimeNull(s sql.NullString) (*time.Time, error) {
+	if !s.Valid {
+		return nil, nil
+	}
+	t, err := parseTime(s.String)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+func rawJSON(s sql.NullString) json.RawMessage {
+	if !s.Valid {
+		return nil
+	}
+	return json.RawMessage(s.String)
+}
+
+func nullInt(v sql.NullInt64) *int {
+	if !v.Valid {
+		return nil
+	}
+	n := int(v.Int64)
+	return &n
+}

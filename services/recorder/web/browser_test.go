@@ -1,0 +1,187 @@
+package web_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/recorder/store/storetest"
+)
+
+// Environment variables of the browser test.
+const (
+	envChromium    = "TOOLWIRE_CHROMIUM"     // the browser binary; default: chromium on PATH
+	envSkipBrowser = "TOOLWIRE_SKIP_BROWSER" // 1: skip when no browser is installed (never in CI)
+)
+
+// chromium finds the headless browser, failing (in CI, or unless told to
+// skip) when there is none.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv(envChromium); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "no Chromium: install Debian's chromium (apt-get install chromium; .ci/run does) or set " + envChromium
+	if os.Getenv("CI") != "true" && os.Getenv(envSkipBrowser) == "1" {
+		t.Skip(msg + "; skipped because " + envSkipBrowser + "=1")
+	}
+	t.Fatal(msg)
+	return ""
+}
+
+// TestTimelineLiveInBrowser opens the timeline of a run in progress in
+// headless Chromium and watches its tool calls appear as they are recorded,
+// without reloading the page: an open call stays open across updates, and
+// the page ends showing the run completed. A screenshot of the final page is
+// kept in the test's artifacts (go test -artifacts keeps them).
+func TestTimelineLiveInBrowser(t *testing.T) {
+	bin := chromium(t)
+	h := newHarness(t)
+	fx := storetest.CompletedRun(t, "browser-run", "weather", storetest.TenantA, time.Now())
+	envA, envB := fx.Envelopes[0], fx.Envelopes[1]
+
+	// The run so far: requested, started, its first model turn.
+	cut := 0
+	for i, o := range fx.Events {
+		if o.Event.Type() == events.TypeLLMCompleted {
+			cut = i + 1
+			break
+		}
+	}
+	h.publish(fx.Events[:cut]...)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], // headless, no first run, no background networking, ...
+		chromedp.ExecPath(bin),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1000),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, steps...); err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("browser: text of %s: %v", sel, err)
+		}
+		return s
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: %s: %v", expr, err)
+		}
+		return s
+	}
+	callSel := func(callID string) string { return `details.call[data-key="` + callID + `"]` }
+
+	do("open the timeline",
+		chromedp.Navigate(h.srv.URL+"/runs/"+fx.RunID),
+		chromedp.WaitVisible(chromedp.CSS(`.iteration[data-iteration="1"]`)),
+	)
+	eval(`window.__notReloaded = "yes"`)
+	if n := eval(`String(document.querySelectorAll("details.call").length)`); n != "0" {
+		t.Fatalf("%s calls shown before any was requested", n)
+	}
+
+	// The calls are requested: they appear, still running.
+	var rest []events.Outgoing
+	for _, o := range fx.Events[cut:] {
+		if o.Event.Type() == events.TypeCallRequested {
+			h.publish(o)
+			continue
+		}
+		rest = append(rest, o)
+	}
+	do("see the calls appear",
+		chromedp.WaitVisible(chromedp.CSS(callSel(envA.CallID))),
+		chromedp.WaitVisible(chromedp.CSS(callSel(envB.CallID))),
+	)
+	pending := text(callSel(envA.CallID) + " summary")
+	if !strings.Contains(pending, "web_search") || !strings.Contains(pending, "@1.2.0") || !strings.Contains(pending, "requested") {
+		t.Fatalf("first call while running: %q", pending)
+	}
+	// Open it: its input is there, and it stays open while the page updates.
+	do("expand the first call",
+		chromedp.Click(chromedp.CSS(callSel(envA.CallID)+" summary")),
+		chromedp.WaitVisible(chromedp.CSS(callSel(envA.CallID)+" .io pre")),
+	)
+
+	// The rest of the run happens: envelopes, the second turn, the end.
+	h.publish(rest...)
+	do("see the run complete",
+		chromedp.WaitVisible(chromedp.CSS(`.iteration.final`)),
+		chromedp.WaitVisible(chromedp.CSS(`.run-head .status-completed`)),
+		chromedp.WaitVisible(chromedp.CSS(callSel(envB.CallID)+` .badge.bad`)),
+	)
+	summaryA, summaryB := text(callSel(envA.CallID)+" summary"), text(callSel(envB.CallID)+" summary")
+	output := text(callSel(envA.CallID) + " .io")
+	open := eval(`String(document.querySelector('` + callSel(envA.CallID) + `').open)`)
+	if marker := eval(`window.__notReloaded || "reloaded"`); marker != "yes" {
+		t.Fatalf("the page was reloaded (marker %q)", marker)
+	}
+	if refreshes := eval(`document.getElementById("run").dataset.refreshes || "0"`); refreshes == "0" {
+		t.Fatal("the timeline was never refreshed from the live stream")
+	}
+	for _, want := range []string{"web_search", "ok", "cached", "42 ms"} {
+		if !strings.Contains(summaryA, want) {
+			t.Errorf("first call %q lacks %q", summaryA, want)
+		}
+	}
+	for _, want := range []string{"fetch_page", "@2.0.0", "TIMEOUT", "5.00 s"} {
+		if !strings.Contains(summaryB, want) {
+			t.Errorf("second call %q lacks %q", summaryB, want)
+		}
+	}
+	if open != "true" || !strings.Contains(output, "Paris: sunny") {
+		t.Errorf("the opened call (open %s) shows %q; want it still open with its output", open, output)
+	}
+
+	// Materialize the first call from its button.
+	do("materialize",
+		chromedp.Click(chromedp.CSS(callSel(envA.CallID)+` button[data-materialize]`)),
+		chromedp.WaitVisible(chromedp.CSS(callSel(envA.CallID)+` .materialized`)),
+	)
+	materialized := text(callSel(envA.CallID) + ` .materialized`)
+	if !strings.Contains(materialized, `"kind": "tool_node"`) || !strings.Contains(materialized, `"ref": "web_search@1.2.0"`) {
+		t.Errorf("materialized = %s", materialized)
+	}
+
+	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("browser: screenshot: %v", err)
+	}
+	path := filepath.Join(t.ArtifactDir(), "timeline.png")
+	if err := os.WriteFile(path, shot, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the timeline: %s (%d bytes)", path, len(shot))
+}

@@ -1,0 +1,53 @@
+package web_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolwire/toolwire/services/recorder/store/storetest"
+)
+
+// TestTimelinePages: the runs list and a run's timeline are HTML that names
+// the calls, their versions, latency, status and verdicts.
+func TestTimelinePages(t *testing.T) {
+	h := newHarness(t)
+	fx := storetest.CompletedRun(t, "page-run", "weather", storetest.TenantA, time.Now())
+	h.publish(fx.Events...)
+	h.publish(storetest.SideEvents(t, fx)...)
+
+	list := h.page("/", http.StatusOK)
+	for _, want := range []string{`href="/runs/page-run"`, "weather", "completed", "org-a / ws-1 / user-1"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("runs page lacks %q", want)
+		}
+	}
+	run := h.page("/runs/page-run", http.StatusOK)
+	envA, envB := fx.Envelopes[0], fx.Envelopes[1]
+	for _, want := range []string{
+		`data-key="` + envA.CallID + `"`, `data-key="` + envB.CallID + `"`,
+		"web_search", "@1.2.0", "fetch_page", "@2.0.0", "42 ms", "5.00 s", ">cached<", ">TIMEOUT<",
+		"policy: allowed", "Iteration 2", "It is sunny in Paris", "approval required", "decision: approve",
+		"by ops@example.com", "Materialize as tool node", "/calls/" + envA.CallID + "/materialize",
+		"&#34;query&#34;: &#34;weather in Paris&#34;", // the input, indented and escaped
+	} {
+		if !strings.Contains(run, want) {
+			t.Errorf("run page lacks %q", want)
+		}
+	}
+	frag := h.page("/runs/page-run/timeline", http.StatusOK)
+	if strings.Contains(frag, "<html") || !strings.Contains(frag, `data-key="`+envA.CallID+`"`) {
+		t.Errorf("timeline fragment: %.300s", frag)
+	}
+	h.page("/runs/nope", http.StatusNotFound)
+	h.page("/runs/a.b", http.StatusBadRequest)
+	h.page("/?status=bogus", http.StatusBadRequest)
+	for path, ct := range map[string]string{"/assets/app.css": "text/css", "/assets/timeline.js": "text/javascript"} {
+		resp := h.get(path)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), ct) {
+			t.Errorf("GET %s: %d %s", path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+}

@@ -1,0 +1,567 @@
+// Package web is the recorder's pages: the runs list and a run's timeline,
+// plain server-rendered HTML (html/template, embedded), one stylesheet and one
+// small script. The run page follows the run's live event stream (package
+// api) and, on each event, fetches its timeline fragment again from the
+// server (GET /runs/{run_id}/timeline), so that the page shows what the store
+// holds and nothing is rendered twice.
+package web
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/recorder/api"
+	"github.com/toolwire/toolwire/services/recorder/store"
+)
+
+//go:embed templates/*.html assets/*
+var embedded embed.FS
+
+// Limits of what a page shows inline; the API has everything.
+const (
+	maxInlineJSON = 64 << 10
+	pageRunsLimit = 100
+)
+
+type pages struct {
+	store  store.Store
+	log    *slog.Logger
+	runs   *template.Template
+	run    *template.Template
+	assets http.Handler
+}
+
+// New returns the pages on st:
+//
+//	GET /                          the runs, newest first (the filters of GET /v1/runs)
+//	GET /runs/{run_id}             a run's timeline, live while the run goes on
+//	GET /runs/{run_id}/timeline    the timeline alone, which the run page fetches on each event
+//	GET /assets/...                the stylesheet and the script
+//
+// The run page reads the JSON API (package api) at /v1/ of the same server.
+func New(st store.Store, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.Default()
+	}
+	p := newPages(st, log)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", p.runsPage)
+	mux.HandleFunc("GET /runs/{run_id}", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, false) })
+	mux.HandleFunc("GET /runs/{run_id}/timeline", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, true) })
+	mux.Handle("GET /assets/", cacheAssets(p.assets))
+	return mux
+}
+
+func newPages(st store.Store, log *slog.Logger) *pages {
+	funcs := template.FuncMap{"lower": strings.ToLower}
+	parse := func(files ...string) *template.Template {
+		paths := make([]string, len(files))
+		for i, f := range files {
+			paths[i] = "templates/" + f
+		}
+		return template.Must(template.New("base.html").Funcs(funcs).ParseFS(embedded, paths...))
+	}
+	assets, err := fs.Sub(embedded, "assets")
+	if err != nil {
+		panic(err) // the embedded tree always has the directory
+	}
+	return &pages{
+		store:  st,
+		log:    log,
+		runs:   parse("base.html", "runs.html"),
+		run:    parse("base.html", "run.html", "runbody.html"),
+		assets: http.StripPrefix("/assets/", http.FileServerFS(assets)),
+	}
+}
+
+func cacheAssets(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h.ServeHTTP(w, r)
+	})
+}
+
+func htmlHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+		"connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+}
+
+func (p *pages) renderPage(w http.ResponseWriter, r *http.Request, t *template.Template, name string, status int, data any) {
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, name, data); err != nil {
+		p.log.Error("render page", "path", r.URL.Path, "err", err)
+		http.Error(w, "internal error; the recorder's log has the details", http.StatusInternalServerError)
+		return
+	}
+	htmlHeaders(w)
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// errorPage is the data of a page that could not show what was asked.
+type errorPage struct {
+	Title   string
+	Message string
+}
+
+func (p *pages) pageError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	p.renderPage(w, r, p.runs, "base.html", status, runsPage{Title: http.StatusText(status), Error: &errorPage{
+		Title: http.StatusText(status), Message: msg}})
+}
+
+// --- the runs page ---
+
+type runsPage struct {
+	Title   string
+	Error   *errorPage
+	Filter  runsFilterView
+	Runs    []runRowView
+	Count   int
+	Limited bool
+}
+
+type runsFilterView struct {
+	Status, Agent, Tenant, Since, Until string
+	Statuses                            []string
+}
+
+type runRowView struct {
+	RunID, Agent, Tenant, Status string
+	Iterations, ToolCalls        int
+	Spend, Created, Duration     string
+	Reason                       string
+}
+
+func (p *pages) runsPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	fv := runsFilterView{Status: q.Get("status"), Agent: q.Get("agent"), Tenant: q.Get("tenant"),
+		Since: q.Get("since"), Until: q.Get("until"), Statuses: store.RunStatuses()}
+	data := runsPage{Title: "Runs", Filter: fv}
+	f, err := api.ParseRunFilter(q)
+	if err != nil {
+		data.Error = &errorPage{Title: "Bad filter", Message: err.Error()}
+		p.renderPage(w, r, p.runs, "base.html", http.StatusBadRequest, data)
+		return
+	}
+	if f.Limit == 0 {
+		f.Limit = pageRunsLimit
+	}
+	runs, err := p.store.ListRuns(r.Context(), f)
+	if err != nil {
+		p.log.Error("runs page", "err", err)
+		p.pageError(w, r, http.StatusInternalServerError, "The store did not answer; the recorder's log has the details.")
+		return
+	}
+	for _, run := range runs {
+		data.Runs = append(data.Runs, runRowView{
+			RunID: run.RunID, Agent: run.Agent, Tenant: tenantLabel(run.Tenant), Status: run.Status,
+			Iterations: run.Iterations, ToolCalls: run.ToolCalls, Spend: spendLabel(run.Spend),
+			Created: run.CreatedAt.Format("2006-01-02 15:04:05"), Duration: runDuration(run), Reason: run.Reason,
+		})
+	}
+	data.Count, data.Limited = len(runs), len(runs) == f.EffectiveLimit()
+	p.renderPage(w, r, p.runs, "base.html", http.StatusOK, data)
+}
+
+// --- the run page ---
+
+type runPage struct {
+	Title string
+	Error *errorPage
+	Run   runView
+}
+
+type runView struct {
+	RunID, Agent, Tenant, Status, Reason string
+	Model, Created, Duration, Spend      string
+	Iterations, ToolCalls                int
+	TracesURL, TraceID                   string
+	Response                             string
+	HasResponse                          bool
+	Live                                 bool
+	LastSeq                              int64
+	Warnings                             []string
+	Steps                                []iterationView
+	Loose                                []callView
+	Tokens                               string
+	StreamURL                            string
+}
+
+type iterationView struct {
+	N       int
+	Verdict *verdictView
+	Turn    *turnView
+	Calls   []callView
+}
+
+type verdictView struct {
+	Allowed      bool
+	Code, Reason string
+}
+
+type turnView struct {
+	Model, Latency, Tokens, StopReason, Content string
+	Asked                                       int
+}
+
+type callView struct {
+	Key, Short                  string
+	Seq                         string
+	Name, Version               string
+	Status, ErrorCode, ErrorMsg string
+	Latency, Started            string
+	Cached, Truncated           bool
+	Input, Output, Error        string
+	Attachments                 []attachmentView
+	Steps                       []callStepView
+	Approval                    string // pending, approved, denied, revised, ""
+	SecretScopes                string
+	Warnings                    []string
+	MaterializeURL, JSONURL     string
+	Pending                     bool
+}
+
+type attachmentView struct {
+	Kind, URL, ContentType, Size string
+}
+
+type callStepView struct {
+	Time, Label, Detail, Class string
+}
+
+func (p *pages) runPage(w http.ResponseWriter, r *http.Request, fragment bool) {
+	id := r.PathValue("run_id")
+	if events.ValidateRunID(id) != nil {
+		p.pageError(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a run id: a run id is 1 to 64 letters, digits, '-' or '_'.", truncate(id, 80)))
+		return
+	}
+	view, err := p.buildRunView(r.Context(), id)
+	if errors.Is(err, store.ErrRunNotFound) {
+		p.pageError(w, r, http.StatusNotFound, fmt.Sprintf("Run %q is not recorded (yet).", id))
+		return
+	}
+	if err != nil {
+		p.log.Error("run page", "run_id", id, "err", err)
+		p.pageError(w, r, http.StatusInternalServerError, "The store did not answer; the recorder's log has the details.")
+		return
+	}
+	data := runPage{Title: "Run " + id, Run: view}
+	if fragment {
+		p.renderPage(w, r, p.run, "runbody", http.StatusOK, data)
+		return
+	}
+	p.renderPage(w, r, p.run, "base.html", http.StatusOK, data)
+}
+
+func (p *pages) buildRunView(ctx context.Context, id string) (runView, error) {
+	run, err := p.store.Run(ctx, id)
+	if err != nil {
+		return runView{}, err
+	}
+	calls, err := p.store.ToolCalls(ctx, id)
+	if err != nil {
+		return runView{}, err
+	}
+	turns, err := p.store.Turns(ctx, id)
+	if err != nil {
+		return runView{}, err
+	}
+	verdicts, err := p.store.Verdicts(ctx, id)
+	if err != nil {
+		return runView{}, err
+	}
+	evs, err := p.store.Events(ctx, id)
+	if err != nil {
+		return runView{}, err
+	}
+	v := runView{
+		RunID: id, Agent: run.Agent, Tenant: tenantLabel(run.Tenant), Status: run.Status, Reason: run.Reason,
+		Created: run.CreatedAt.Format("2006-01-02 15:04:05 MST"), Duration: runDuration(run), Spend: spendLabel(run.Spend),
+		Iterations: run.Iterations, ToolCalls: run.ToolCalls, TraceID: run.TraceID, Live: !store.IsTerminal(run.Status),
+		StreamURL: "/v1/runs/" + url.PathEscape(id) + "/events/stream",
+	}
+	if len(evs) > 0 {
+		v.LastSeq = evs[len(evs)-1].Seq
+	}
+	if len(run.Request) > 0 {
+		var req envelope.RunRequest
+		if json.Unmarshal(run.Request, &req) == nil {
+			v.Model = strings.Trim(req.Agent.Model.Provider+" / "+req.Agent.Model.Name, " /")
+		}
+	}
+	if len(run.Outputs) > 0 {
+		var out envelope.AgentOutputs
+		if json.Unmarshal(run.Outputs, &out) == nil {
+			v.Response, v.HasResponse, v.TracesURL = out.Response, true, out.TracesURL
+		}
+	}
+	byCall := map[string][]store.EventRow{}
+	for _, e := range evs {
+		if e.CallID != "" {
+			byCall[e.CallID] = append(byCall[e.CallID], e)
+		}
+		if e.Type == events.TypeRunStarted {
+			var s struct {
+				Warnings []string `json:"warnings"`
+			}
+			if json.Unmarshal(e.Data, &s) == nil {
+				v.Warnings = append(v.Warnings, s.Warnings...)
+			}
+		}
+	}
+	iters := map[int]*iterationView{}
+	iter := func(n int) *iterationView {
+		if iters[n] == nil {
+			iters[n] = &iterationView{N: n}
+		}
+		return iters[n]
+	}
+	var in, out int
+	for _, vd := range verdicts {
+		iter(vd.Iteration).Verdict = &verdictView{Allowed: vd.Allowed, Code: vd.Code, Reason: vd.Reason}
+	}
+	for _, t := range turns {
+		var mt envelope.ModelTurn
+		if json.Unmarshal(t.Turn, &mt) != nil {
+			continue
+		}
+		in += mt.Response.Usage.InputTokens
+		out += mt.Response.Usage.OutputTokens
+		iter(t.Iteration).Turn = &turnView{
+			Model: mt.Model.Name, Latency: latencyLabel(mt.TEnd.Sub(mt.TStart)),
+			Tokens:     fmt.Sprintf("%d in · %d out", mt.Response.Usage.InputTokens, mt.Response.Usage.OutputTokens),
+			StopReason: mt.Response.StopReason, Content: mt.Response.Content, Asked: len(mt.Response.ToolCalls),
+		}
+	}
+	if in+out > 0 {
+		v.Tokens = fmt.Sprintf("%d in · %d out", in, out)
+	}
+	for _, c := range calls {
+		cv := callViewOf(id, c, byCall[c.CallID])
+		if c.Iteration == nil {
+			v.Loose = append(v.Loose, cv)
+			continue
+		}
+		it := iter(*c.Iteration)
+		it.Calls = append(it.Calls, cv)
+	}
+	ns := make([]int, 0, len(iters))
+	for n := range iters {
+		ns = append(ns, n)
+	}
+	sort.Ints(ns)
+	for _, n := range ns {
+		v.Steps = append(v.Steps, *iters[n])
+	}
+	return v, nil
+}
+
+func callViewOf(runID string, c store.ToolCall, evs []store.EventRow) callView {
+	base := "/v1/runs/" + url.PathEscape(runID) + "/calls/" + url.PathEscape(c.CallID)
+	cv := callView{
+		Key: c.CallID, Short: truncate(c.CallID, 12), Name: c.Name, Version: c.Version, Status: c.Status,
+		ErrorCode: c.ErrorCode, Cached: c.Cached, Truncated: c.Truncated, Input: prettyJSON(c.Input),
+		MaterializeURL: base + "/materialize", JSONURL: base, Pending: c.Status != store.CallCompleted,
+	}
+	if c.Seq != nil {
+		cv.Seq = "#" + strconv.Itoa(*c.Seq)
+	}
+	if c.LatencyMS != nil {
+		cv.Latency = latencyLabel(time.Duration(*c.LatencyMS) * time.Millisecond)
+	}
+	if c.TStart != nil {
+		cv.Started = c.TStart.Format("15:04:05.000")
+	}
+	if len(c.Envelope) > 0 {
+		var env envelope.ToolEnvelope
+		if json.Unmarshal(c.Envelope, &env) == nil {
+			if env.Error != nil {
+				cv.ErrorMsg = env.Error.Message
+				b, _ := json.Marshal(env.Error)
+				cv.Error = prettyJSON(b)
+			} else {
+				cv.Output = prettyJSON(env.Output)
+				if cv.Output == "" {
+					cv.Output = "null"
+				}
+			}
+			for _, at := range env.Attachments {
+				av := attachmentView{Kind: string(at.Kind), URL: at.URL, ContentType: at.ContentType}
+				if at.Bytes > 0 {
+					av.Size = sizeLabel(at.Bytes)
+				}
+				cv.Attachments = append(cv.Attachments, av)
+			}
+		}
+	}
+	scopes := map[string]string{}
+	for _, e := range evs {
+		step := callStepView{Time: e.Time.Format("15:04:05.000")}
+		var d map[string]any
+		_ = json.Unmarshal(e.Data, &d)
+		str := func(k string) string {
+			if s, ok := d[k].(string); ok {
+				return s
+			}
+			return ""
+		}
+		switch e.Type {
+		case events.TypeCallRequested:
+			step.Label, step.Class = "requested by the model", "muted"
+		case events.TypeCallApproved:
+			step.Label, step.Class = "allowed by policy", "ok"
+		case events.TypeCallStarted:
+			step.Label, step.Class = "started", "muted"
+			if ex := str("executor"); ex != "" {
+				step.Detail = "on " + ex
+			}
+			var s struct {
+				SecretScopes map[string]string `json:"secret_scopes"`
+				Warnings     []string          `json:"warnings"`
+			}
+			if json.Unmarshal(e.Data, &s) == nil {
+				for k, val := range s.SecretScopes {
+					scopes[k] = val
+				}
+				cv.Warnings = append(cv.Warnings, s.Warnings...)
+			}
+		case events.TypeCallCompleted:
+			step.Label, step.Class = "completed", "ok"
+			if c.ErrorCode != "" {
+				step.Label, step.Class = "failed: "+c.ErrorCode, "bad"
+				if c.ErrorCode == string(envelope.CodePolicyDenied) {
+					step.Label = "denied by policy"
+				}
+			}
+		case events.TypeCallApprovalRequired:
+			step.Label, step.Class = "approval required", "warn"
+			step.Detail = strings.TrimSpace(strings.Join(nonEmpty(str("reason"), str("effect_description")), " — "))
+			if cv.Approval == "" {
+				cv.Approval = "pending"
+			}
+		case events.TypeCallDecided:
+			dec := str("decision")
+			step.Label = "decision: " + dec
+			step.Class = map[string]string{"approve": "ok", "deny": "bad", "revise": "warn"}[dec]
+			step.Detail = strings.Join(nonEmpty(by(str("by")), str("note")), " — ")
+			cv.Approval = map[string]string{"approve": "approved", "deny": "denied", "revise": "revised"}[dec]
+		default:
+			step.Label, step.Class = strings.TrimPrefix(strings.TrimSuffix(e.Type, ".v1"), "dev.toolwire."), "muted"
+		}
+		cv.Steps = append(cv.Steps, step)
+	}
+	if len(scopes) > 0 {
+		names := make([]string, 0, len(scopes))
+		for k := range scopes {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		parts := make([]string, 0, len(names))
+		for _, k := range names {
+			parts = append(parts, k+": "+scopes[k])
+		}
+		cv.SecretScopes = strings.Join(parts, ", ")
+	}
+	return cv
+}
+
+func by(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "by " + s
+}
+
+func nonEmpty(ss ...string) []string {
+	out := ss[:0]
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// prettyJSON indents a JSON document for display, cut at maxInlineJSON.
+func prettyJSON(b []byte) string {
+	if len(b) == 0 || string(b) == "null" {
+		return ""
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "", "  "); err != nil {
+		return string(b)
+	}
+	s := buf.String()
+	if len(s) > maxInlineJSON {
+		return s[:maxInlineJSON] + "\n… (cut here: the call's JSON has all of it)"
+	}
+	return s
+}
+
+func tenantLabel(t envelope.Tenant) string {
+	return strings.Join(nonEmpty(t.OrgID, t.WorkspaceID, t.UserID), " / ")
+}
+
+func spendLabel(s *float64) string {
+	if s == nil {
+		return ""
+	}
+	return "$" + strconv.FormatFloat(*s, 'f', 4, 64)
+}
+
+func runDuration(r store.Run) string {
+	if r.CompletedAt == nil {
+		return ""
+	}
+	return latencyLabel(r.CompletedAt.Sub(r.CreatedAt))
+}
+
+func latencyLabel(d time.Duration) string {
+	switch {
+	case d < 0:
+		return ""
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + " s"
+	}
+	return d.Round(time.Second).String()
+}
+
+func sizeLabel(n int64) string {
+	switch {
+	case n < 1<<10:
+		return strconv.FormatInt(n, 10) + " B"
+	case n < 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
+	}
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
