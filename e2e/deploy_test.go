@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ func knownEnv() map[string]bool {
 	for _, v := range service.CommonEnvVars() {
 		common = append(common, v.Name)
 	}
-	lists := [][]string{common, orchestrator.EnvVars(), executor.EnvVars(),
+	lists := [][]string{common, executor.EnvVars(),
 		executor.WebEnvVars(), recorder.EnvVars(), sandbox.EnvVars(),
 		{secrets.EnvMasterKeys, secrets.EnvMasterKeyID, recorder.EnvAdminToken}}
 	for _, list := range lists {
@@ -34,7 +35,7 @@ func knownEnv() map[string]bool {
 			m[v] = true
 		}
 	}
-	for _, v := range policy.EnvVars() {
+	for _, v := range slices.Concat(policy.EnvVars(), orchestrator.EnvVars()) {
 		m[v.Name] = true
 	}
 	return m

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/orchestrator"
 )
 
@@ -60,20 +61,20 @@ func TestPricesFromEnv(t *testing.T) {
 		{name: "a file", value: file, check: func(t *testing.T, p orchestrator.Prices) {
 			require.Equal(t, orchestrator.Price{InputPerMTok: 1, OutputPerMTok: 2}, p["my-model"])
 		}},
-		{name: "missing file", value: "/nonexistent/prices.json", err: "TOOLWIRE_PRICES: open /nonexistent/prices.json"},
-		{name: "not JSON", value: `{"gpt-4o": `, err: "TOOLWIRE_PRICES: price table: want"},
+		{name: "missing file", value: "/nonexistent/prices.json", err: `TOOLWIRE_PRICES="/nonexistent/prices.json": open /nonexistent/prices.json`},
+		{name: "not JSON", value: `{"gpt-4o": `, err: `TOOLWIRE_PRICES="{\"gpt-4o\":": price table: want`},
 		{name: "unknown field", value: `{"gpt-4o": {"input": 1}}`, err: `unknown field "input"`},
 		{name: "negative", value: `{"gpt-4o": {"input_per_mtok": -1, "output_per_mtok": 1}}`, err: `"gpt-4o": prices must be finite numbers, zero or more`},
 		{name: "trailing", value: `{} {}`, err: "trailing content"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := orchestrator.PricesFromEnv(env(map[string]string{orchestrator.EnvPrices: tc.value}))
+			c, err := orchestrator.ConfigFromEnv(env(map[string]string{orchestrator.EnvPrices: tc.value}))
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				return
 			}
 			require.NoError(t, err)
-			tc.check(t, p)
+			tc.check(t, c.Prices)
 		})
 	}
 }
@@ -95,44 +96,12 @@ func FuzzParsePrices(f *testing.F) {
 	})
 }
 
-func TestProvidersFromEnv(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		env   map[string]string
-		names []string
-		err   string
-	}{
-		{name: "nothing set", names: nil},
-		{name: "openai key", env: map[string]string{"OPENAI_API_KEY": "sk-x"}, names: []string{"openai"}},
-		{name: "a local compatible server without a key", env: map[string]string{"OPENAI_BASE_URL": "http://localhost:11434/v1"}, names: []string{"openai"}},
-		{name: "both", env: map[string]string{"OPENAI_API_KEY": "sk-x", "ANTHROPIC_API_KEY": "sk-ant-x", "TOOLWIRE_MODEL_RETRIES": "0"}, names: []string{"anthropic", "openai"}},
-		{name: "anthropic base URL alone is not enough", env: map[string]string{"ANTHROPIC_BASE_URL": "http://proxy:4000"}, names: nil},
-		{name: "bad base URL", env: map[string]string{"OPENAI_BASE_URL": "localhost:11434"}, err: `OPENAI_BASE_URL="localhost:11434": want an http(s) URL`},
-		{name: "bad anthropic base URL", env: map[string]string{"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "ftp://x"}, err: "ANTHROPIC_BASE_URL"},
-		{name: "bad retries", env: map[string]string{"OPENAI_API_KEY": "k", "TOOLWIRE_MODEL_RETRIES": "many"}, err: "TOOLWIRE_MODEL_RETRIES"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, err := orchestrator.ProvidersFromEnv(env(tc.env))
-			if tc.err != "" {
-				require.ErrorContains(t, err, tc.err)
-				return
-			}
-			require.NoError(t, err)
-			var names []string
-			for n := range p {
-				names = append(names, n)
-			}
-			require.ElementsMatch(t, tc.names, names)
-		})
-	}
-}
-
 func TestConfigFromEnv(t *testing.T) {
 	c, err := orchestrator.ConfigFromEnv(env(map[string]string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY": "8", "TOOLWIRE_MODEL_TIMEOUT": "30s",
 		"OPENAI_API_KEY": "sk-x", "TOOLWIRE_PRICES": `{"x": {"input_per_mtok": 1, "output_per_mtok": 1}}`}))
 	require.NoError(t, err)
 	require.Equal(t, 8, c.Concurrency)
-	require.Contains(t, c.Providers, "openai")
+	require.Equal(t, "sk-x", c.OpenAI.APIKey)
 	require.Contains(t, c.Prices, "x")
 
 	_, err = orchestrator.ConfigFromEnv(env(map[string]string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY": "0", "TOOLWIRE_MODEL_TIMEOUT": "soon",
@@ -140,7 +109,15 @@ func TestConfigFromEnv(t *testing.T) {
 	for _, s := range []string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY", "TOOLWIRE_MODEL_TIMEOUT", "TOOLWIRE_PRICES", "OPENAI_BASE_URL"} {
 		require.ErrorContains(t, err, s, "every problem is reported at once")
 	}
-	require.Subset(t, orchestrator.EnvVars(), []string{"OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "TOOLWIRE_PRICES", "TOOLWIRE_MODEL_RETRIES"})
+	var names []string
+	for _, v := range orchestrator.EnvVars() {
+		names = append(names, v.Name)
+	}
+	require.Subset(t, names, []string{"OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "TOOLWIRE_PRICES", "TOOLWIRE_MODEL_RETRIES"})
+}
+
+func TestEnvVars(t *testing.T) {
+	servicetest.VarsTakeEffect(t, orchestrator.EnvVars(), orchestrator.ConfigFromEnv)
 }
 
 func TestReplayProvider(t *testing.T) {

@@ -1,10 +1,10 @@
 package orchestrator
 
 import (
-	"fmt"
+	"errors"
 	"net/url"
-	"strconv"
-	"strings"
+
+	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // Environment variables of the model providers.
@@ -15,53 +15,53 @@ const (
 	EnvAnthropicBaseURL = "ANTHROPIC_BASE_URL"
 )
 
-// ProviderEnvVars lists the variables ProvidersFromEnv reads.
-func ProviderEnvVars() []string {
-	return []string{EnvOpenAIKey, EnvOpenAIBaseURL, EnvAnthropicKey, EnvAnthropicBaseURL, EnvModelRetries}
+func providerEnvVars() []service.Var {
+	return []service.Var{
+		{Name: EnvOpenAIKey, Help: "serves the openai provider (OpenAI Chat Completions) with this API key", Example: "sk-example"},
+		{Name: EnvOpenAIBaseURL, Help: "base URL of the openai provider: any server that speaks Chat Completions (vLLM, Ollama, LiteLLM); serves the provider even without a key",
+			Example: "http://localhost:11434/v1"},
+		{Name: EnvAnthropicKey, Help: "serves the anthropic provider (Anthropic Messages) with this API key", Example: "sk-ant-example"},
+		{Name: EnvAnthropicBaseURL, Help: "base URL of the anthropic provider (default https://api.anthropic.com)", Example: "http://llm-proxy:4000"},
+		{Name: EnvModelRetries, Help: "retries of a failed model request, with back-off that respects Retry-After (0 to 20, default 3)", Example: "5"},
+	}
 }
 
-// ProvidersFromEnv builds the model providers the environment configures:
-// "openai" when OPENAI_API_KEY or OPENAI_BASE_URL is set (a local
-// OpenAI-compatible server may need no key), "anthropic" when
-// ANTHROPIC_API_KEY is set (ANTHROPIC_BASE_URL optional), each retrying
-// TOOLWIRE_MODEL_RETRIES times (default 3). The scripted provider is always
-// there; none of them needs a key.
-func ProvidersFromEnv(getenv func(string) string) (Providers, error) {
-	p := Providers{}
-	retries := 0
-	if v := strings.TrimSpace(getenv(EnvModelRetries)); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 20 {
-			return nil, fmt.Errorf("%s=%q: want a number from 0 to 20", EnvModelRetries, v)
-		}
-		retries = n
-		if n == 0 {
-			retries = -1 // none
+// readProviders reads the model providers' settings: "openai" is served when
+// OPENAI_API_KEY or OPENAI_BASE_URL is set, "anthropic" when
+// ANTHROPIC_API_KEY is (ANTHROPIC_BASE_URL optional), each retrying
+// TOOLWIRE_MODEL_RETRIES times. The scripted provider is always served; none
+// of them needs a key.
+func readProviders(e *service.Env, c *Config) {
+	e.String(EnvOpenAIKey, &c.OpenAI.APIKey)
+	e.String(EnvAnthropicKey, &c.Anthropic.APIKey)
+	for _, v := range []struct {
+		name string
+		dst  *string
+	}{{EnvOpenAIBaseURL, &c.OpenAI.BaseURL}, {EnvAnthropicBaseURL, &c.Anthropic.BaseURL}} {
+		if u, ok := e.Lookup(v.name); ok {
+			e.Check(v.name, u, checkBaseURL(u))
+			*v.dst = u
 		}
 	}
-	if key, base := strings.TrimSpace(getenv(EnvOpenAIKey)), strings.TrimSpace(getenv(EnvOpenAIBaseURL)); key != "" || base != "" {
-		if err := checkBaseURL(EnvOpenAIBaseURL, base); err != nil {
-			return nil, err
+	retries := -1
+	e.Int(EnvModelRetries, 0, maxModelRetries, &retries)
+	if retries >= 0 {
+		if retries == 0 {
+			retries = -1 // the adapters' "none"
 		}
-		p[OpenAIProviderName] = NewOpenAIProvider(OpenAIConfig{APIKey: key, BaseURL: base, MaxRetries: retries})
+		c.OpenAI.MaxRetries, c.Anthropic.MaxRetries = retries, retries
 	}
-	if key := strings.TrimSpace(getenv(EnvAnthropicKey)); key != "" {
-		base := strings.TrimSpace(getenv(EnvAnthropicBaseURL))
-		if err := checkBaseURL(EnvAnthropicBaseURL, base); err != nil {
-			return nil, err
-		}
-		p[AnthropicProviderName] = NewAnthropicProvider(AnthropicConfig{APIKey: key, BaseURL: base, MaxRetries: retries})
-	}
-	return p, nil
 }
 
-func checkBaseURL(name, v string) error {
+var errBaseURL = errors.New("want an http(s) URL such as http://localhost:11434/v1")
+
+func checkBaseURL(v string) error {
 	if v == "" {
 		return nil
 	}
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%s=%q: want an http(s) URL such as http://localhost:11434/v1", name, v)
+		return errBaseURL
 	}
 	return nil
 }

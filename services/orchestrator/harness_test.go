@@ -131,7 +131,12 @@ func (h *harness) startOrchestratorWithLog(name string, cfg orchestrator.Config,
 	d.Log = log
 	svc, err := orchestrator.New(d, cfg)
 	require.NoError(h.t, err)
-	require.NoError(h.t, svc.Start(h.t.Context()))
+	// Every replica runs on a start context that ends right after Start, as
+	// service.Run's does after its timeout: nothing long-lived (the approval
+	// watch, the catalog, the consumers) may hang off it.
+	startCtx, endStart := context.WithCancel(h.t.Context())
+	require.NoError(h.t, svc.Start(startCtx))
+	endStart()
 	r := &replica{name: name, nc: nc, svc: svc}
 	h.t.Cleanup(r.stop)
 	return r

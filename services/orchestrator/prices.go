@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"strings"
+
+	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // EnvPrices configures the model price table: a JSON object, or the path of a
@@ -128,27 +131,24 @@ func ParsePrices(b []byte) (Prices, error) {
 	return p, p.Validate()
 }
 
-// PricesFromEnv returns the default prices with TOOLWIRE_PRICES (inline JSON
-// or a file name) applied over them.
-func PricesFromEnv(getenv func(string) string) (Prices, error) {
-	prices := DefaultPrices()
-	v := strings.TrimSpace(getenv(EnvPrices))
-	if v == "" {
-		return prices, nil
+// readPrices applies EnvPrices (inline JSON or a file name) over prices.
+func readPrices(e *service.Env, prices Prices) {
+	v, ok := e.Lookup(EnvPrices)
+	if !ok {
+		return
 	}
 	b := []byte(v)
 	if !strings.HasPrefix(v, "{") {
 		var err error
 		if b, err = os.ReadFile(v); err != nil {
-			return nil, fmt.Errorf("%s: %w", EnvPrices, err)
+			e.Check(EnvPrices, v, err)
+			return
 		}
 	}
 	extra, err := ParsePrices(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", EnvPrices, err)
+		e.Check(EnvPrices, v, err)
+		return
 	}
-	for k, pr := range extra {
-		prices[k] = pr
-	}
-	return prices, nil
+	maps.Copy(prices, extra)
 }

@@ -241,7 +241,9 @@ func TestSuspensionWithTheRealGuard(t *testing.T) {
 
 // The orchestrator learns of an operator's approval from the guard's approval
 // record (approved and settled), not from call.approved: the run resumes with
-// the approval as its reason even before the call completes.
+// the approval as its reason even before the call completes. The replica was
+// started with a context that ended right after Start (as service.Run's ends
+// after its start-up timeout): the watch of the records outlives it.
 func TestSuspendedRunResumesOnTheApprovalRecord(t *testing.T) {
 	h := newHarnessWithoutPolicy(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
