@@ -19,6 +19,7 @@ import (
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/services/recorder/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -47,17 +48,7 @@ func runToEnd(t *testing.T, st *stack.Stack, req envelope.RunRequest) *events.Ru
 
 func scripted(t *testing.T, runID string, tools []string, turns ...map[string]any) envelope.RunRequest {
 	t.Helper()
-	opts, err := json.Marshal(map[string]any{"script": turns})
-	require.NoError(t, err)
-	return envelope.RunRequest{
-		RunID:  runID,
-		Tenant: envelope.Tenant{OrgID: "org1", WorkspaceID: "ws1", UserID: "u1"},
-		Agent: envelope.Agent{
-			Name: "test-agent", Model: envelope.Model{Provider: "scripted", Name: "script", Options: opts},
-			EnabledTools: tools,
-		},
-		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "go"}},
-	}
+	return orchestratortest.Scripted(t, runID, tools, envelope.Policy{}, turns...)
 }
 
 func call(name string, args any) map[string]any {

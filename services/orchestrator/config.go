@@ -5,15 +5,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
 
 // Environment variables of the orchestrator (besides the common ones of
-// service.CommonEnvVars; the model providers' are in env.go).
+// service.CommonEnvVars; the model providers' are in providers.go).
 const (
 	EnvConcurrency  = "TOOLWIRE_ORCHESTRATOR_CONCURRENCY"
 	EnvModelTimeout = "TOOLWIRE_MODEL_TIMEOUT"
@@ -25,7 +25,6 @@ const (
 	DefaultSource       = "/toolwire/orchestrator"
 	DefaultConcurrency  = 64
 	DefaultModelTimeout = 2 * time.Minute
-	DefaultModelRetries = 3
 	// MaxModelAttempts bounds how often the model call of one iteration may
 	// be started: a call that keeps getting interrupted (its replica dies
 	// every time) ends the run instead of looping.
@@ -44,13 +43,13 @@ type Config struct {
 	TracesURLTemplate string        // e.g. http://jaeger:16686/trace/{trace_id}; default Deps.Common's
 	// OpenAI configures the "openai" adapter, served when its APIKey or
 	// BaseURL is set (a local OpenAI-compatible server may need no key).
-	OpenAI OpenAIConfig
+	OpenAI provider.Config
 	// Anthropic configures the "anthropic" adapter, served when its APIKey
 	// is set.
-	Anthropic AnthropicConfig
+	Anthropic provider.Config
 	// Providers adds model adapters by provider name (agent.model.provider),
 	// replacing a configured one of the same name; "scripted" is always
-	// served. After New, it holds every adapter the service serves.
+	// served. In the Config of a Service, it holds every adapter served.
 	Providers Providers
 	// Prices is the model price table; default DefaultPrices.
 	Prices Prices
@@ -114,21 +113,6 @@ func (c Config) withDefaults() Config {
 		c.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
 	}
 	return c
-}
-
-// serving returns the model adapters the service serves: those the
-// configuration sets up (always "scripted"; "openai" and "anthropic" when
-// configured), then c.Providers over them.
-func (c Config) serving() Providers {
-	p := Providers{ScriptedProviderName: ScriptedProvider{}}
-	if c.OpenAI.APIKey != "" || c.OpenAI.BaseURL != "" {
-		p[OpenAIProviderName] = NewOpenAIProvider(c.OpenAI)
-	}
-	if c.Anthropic.APIKey != "" {
-		p[AnthropicProviderName] = NewAnthropicProvider(c.Anthropic)
-	}
-	maps.Copy(p, c.Providers)
-	return p
 }
 
 // Validate checks c (after defaults).

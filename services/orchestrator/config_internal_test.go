@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
 func TestProvidersFromEnv(t *testing.T) {
@@ -30,7 +32,7 @@ func TestProvidersFromEnv(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.NoError(t, p.Validate())
-			require.ElementsMatch(t, append([]string{ScriptedProviderName}, tc.names...), p.serving().Names())
+			require.ElementsMatch(t, append([]string{scripted.Name}, tc.names...), p.serving().Names())
 		})
 	}
 }

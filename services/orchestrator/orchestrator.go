@@ -20,6 +20,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
 // The orchestrator's durable consumers.
@@ -201,8 +203,8 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 	if _, err := s.cfg.Providers.Get(req.Agent.Model.Provider); err != nil {
 		return reject("invalid run request: agent.model.provider: " + err.Error() + providerHint(req.Agent.Model.Provider))
 	}
-	if req.Agent.Model.Provider == ScriptedProviderName {
-		if _, err := ParseScript(req.Agent.Model.Options); err != nil {
+	if req.Agent.Model.Provider == scripted.Name {
+		if _, err := scripted.Parse(req.Agent.Model.Options); err != nil {
 			return reject("invalid run request: " + err.Error())
 		}
 	} else if strings.TrimSpace(req.Agent.Model.Name) == "" {
@@ -262,17 +264,6 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 		st = existing
 	}
 	return s.publishEffects(ctx, st, cause{created: true})
-}
-
-// providerHint says how to make a well-known provider available.
-func providerHint(name string) string {
-	switch name {
-	case OpenAIProviderName:
-		return "; set " + EnvOpenAIKey + " (and optionally " + EnvOpenAIBaseURL + ") in the orchestrator's environment"
-	case AnthropicProviderName:
-		return "; set " + EnvAnthropicKey + " in the orchestrator's environment"
-	}
-	return ""
 }
 
 func mustRefs(a envelope.Agent) []envelope.ToolRef {
@@ -478,7 +469,7 @@ func (s *Service) callModel(ctx context.Context, st *RunState) (envelope.ModelTu
 	mctx, cancel := context.WithTimeout(ctx, s.cfg.ModelTimeout)
 	defer cancel()
 	start := time.Now()
-	resp, err := prov.Complete(mctx, ModelRequest{
+	resp, err := prov.Complete(mctx, provider.Request{
 		RunID: st.RunID, Iteration: st.Iteration, Model: req.Agent.Model, System: req.Agent.SystemPrompt,
 		Messages: st.Messages, Tools: tools,
 	})

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/replay"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
 // EnvPrices configures the model price table: a JSON object, or the path of a
@@ -59,7 +61,7 @@ func DefaultPrices() Prices {
 
 // freeProviders are the providers whose models cost nothing unless the table
 // prices them: the scripted model and replays of recorded runs.
-var freeProviders = map[string]bool{ScriptedProviderName: true, ReplayProviderName: true}
+var freeProviders = map[string]bool{scripted.Name: true, replay.Name: true}
 
 // For returns the price of provider's model and whether it is known: the
 // entry "provider/model", else "model", else the longest key that model

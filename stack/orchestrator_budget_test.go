@@ -1,4 +1,4 @@
-package orchestrator_test
+package stack_test
 
 import (
 	"context"
@@ -14,12 +14,13 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 )
 
-func usageOf(t *testing.T, evs []stored) []events.Usage {
+func usageOf(t *testing.T, evs []orchestratortest.Stored) []events.Usage {
 	t.Helper()
 	var out []events.Usage
-	for _, e := range ofType(evs, events.TypeUsageRecorded) {
+	for _, e := range orchestratortest.OfType(evs, events.TypeUsageRecorded) {
 		var u events.Usage
 		require.NoError(t, json.Unmarshal(e.Data, &u))
 		out = append(out, u)
@@ -35,25 +36,25 @@ func money(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
 // cross it is never made.
 func TestBudgetStopsBeforeTheCallThatWouldExceedIt(t *testing.T) {
 	var paidRuns atomic.Int32
-	paid := newTestTool("paid", 0.01, func(context.Context, json.RawMessage) (json.RawMessage, error) {
+	paid := loopTool("paid", 0.01, func(context.Context, json.RawMessage) (json.RawMessage, error) {
 		paidRuns.Add(1)
 		return json.RawMessage(`{"ok":true}`), nil
 	})
-	h := newHarness(t, paid)
-	h.startOrchestrator("o1", orchestrator.Config{Prices: orchestrator.Prices{
+	h := newPipeline(t, paid)
+	h.Start("o1", orchestrator.Config{Prices: orchestrator.Prices{
 		"scripted/priced": {InputPerMTok: 1000, OutputPerMTok: 2000},
 	}})
 
 	t.Run("tool call", func(t *testing.T) {
-		req := scripted(t, "budget-tools", []string{"paid@1.0.0"}, envelope.Policy{MaxBudget: 0.025},
+		req := orchestratortest.Scripted(t, "budget-tools", []string{"paid@1.0.0"}, envelope.Policy{MaxBudget: 0.025},
 			map[string]any{"tool_calls": []any{
-				toolCall("paid", map[string]any{"n": 1}),
-				toolCall("paid", map[string]any{"n": 2}),
-				toolCall("paid", map[string]any{"n": 3}),
+				orchestratortest.ToolCall("paid", map[string]any{"n": 1}),
+				orchestratortest.ToolCall("paid", map[string]any{"n": 2}),
+				orchestratortest.ToolCall("paid", map[string]any{"n": 3}),
 			}},
 			map[string]any{"content": "two of three"},
 		)
-		final := h.run(req, time.Minute)
+		final := h.Run(req, time.Minute)
 		require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
 		require.EqualValues(t, 2, paidRuns.Load(), "the third call never ran")
 		require.InDelta(t, 0.02, final.Spend, 1e-12)
@@ -68,8 +69,8 @@ func TestBudgetStopsBeforeTheCallThatWouldExceedIt(t *testing.T) {
 		require.Equal(t, "max_budget (0.025) would be exceeded by call #3 (paid@1.0.0, cost 0.01): "+
 			"the run has spent 0 and this turn's calls up to it cost 0.03", third.Error.Message)
 
-		evs := h.streamEvents(t.Context())[req.RunID]
-		shape := countBySubject(evs)
+		evs := h.StreamEvents(t.Context())[req.RunID]
+		shape := orchestratortest.CountBySubject(evs)
 		require.Zero(t, shape["toolwire.call."+req.RunID+"."+third.CallID+".approved"], "never approved")
 		require.Zero(t, shape["toolwire.call."+req.RunID+"."+third.CallID+".started"], "never started")
 		billed := 0.0
@@ -83,18 +84,18 @@ func TestBudgetStopsBeforeTheCallThatWouldExceedIt(t *testing.T) {
 	})
 
 	t.Run("model call", func(t *testing.T) {
-		req := scripted(t, "budget-model", []string{"paid@1.0.0"}, envelope.Policy{MaxBudget: 0.15},
-			map[string]any{"tool_calls": []any{toolCall("paid", map[string]any{"n": 1})}},
+		req := orchestratortest.Scripted(t, "budget-model", []string{"paid@1.0.0"}, envelope.Policy{MaxBudget: 0.15},
+			map[string]any{"tool_calls": []any{orchestratortest.ToolCall("paid", map[string]any{"n": 1})}},
 			map[string]any{"content": "never said"},
 		)
 		req.Agent.Model.Name = "priced"
 		req.Messages[0].Content = strings.Repeat("spend ", 70) // 420 characters: 105 tokens to the scripted model
-		final := h.run(req, time.Minute)
+		final := h.Run(req, time.Minute)
 		require.Equal(t, events.StatusFailed, final.Status)
 		require.Equal(t, envelope.CodePolicyDenied, final.Code)
 
-		evs := h.streamEvents(t.Context())[req.RunID]
-		require.Len(t, ofType(evs, events.TypeLLMCompleted), 1, "the second model call was never made")
+		evs := h.StreamEvents(t.Context())[req.RunID]
+		require.Len(t, orchestratortest.OfType(evs, events.TypeLLMCompleted), 1, "the second model call was never made")
 		var turn1 events.Usage
 		for _, u := range usageOf(t, evs) {
 			if u.Kind == events.UsageKindModel {
@@ -107,6 +108,6 @@ func TestBudgetStopsBeforeTheCallThatWouldExceedIt(t *testing.T) {
 		require.InDelta(t, spent, final.Spend, 1e-12)
 		require.Equal(t, "policy denied iteration 2: max_budget (0.15) would be exceeded by model call 2: the run has spent "+
 			money(spent)+" and the call costs at least "+money(least), final.Reason)
-		require.Len(t, ofType(evs, events.TypeIterationDenied), 1)
+		require.Len(t, orchestratortest.OfType(evs, events.TypeIterationDenied), 1)
 	})
 }

@@ -1,10 +1,20 @@
 package orchestrator
 
+// The model adapters the orchestrator serves, and the environment that
+// configures them.
+
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/anthropic"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/openai"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
 // Environment variables of the model providers.
@@ -51,6 +61,51 @@ func readProviders(e *service.Env, c *Config) {
 		}
 		c.OpenAI.MaxRetries, c.Anthropic.MaxRetries = retries, retries
 	}
+}
+
+// ErrUnknownProvider is returned for a model provider no adapter serves.
+var ErrUnknownProvider = errors.New("unknown model provider")
+
+// Providers maps a provider name (agent.model.provider) to its adapter.
+type Providers map[string]provider.Provider
+
+// Get returns the named provider.
+func (p Providers) Get(name string) (provider.Provider, error) {
+	if pr, ok := p[name]; ok {
+		return pr, nil
+	}
+	return nil, fmt.Errorf("%w %q (available: %v)", ErrUnknownProvider, name, p.Names())
+}
+
+// Names returns the provider names, sorted.
+func (p Providers) Names() []string {
+	return slices.Sorted(maps.Keys(p))
+}
+
+// serving returns the model adapters the service serves: those the
+// configuration sets up (always "scripted"; "openai" and "anthropic" when
+// configured), then c.Providers over them.
+func (c Config) serving() Providers {
+	p := Providers{scripted.Name: scripted.Provider{}}
+	if c.OpenAI.APIKey != "" || c.OpenAI.BaseURL != "" {
+		p[openai.Name] = openai.New(c.OpenAI)
+	}
+	if c.Anthropic.APIKey != "" {
+		p[anthropic.Name] = anthropic.New(c.Anthropic)
+	}
+	maps.Copy(p, c.Providers)
+	return p
+}
+
+// providerHint says how to make a well-known provider available.
+func providerHint(name string) string {
+	switch name {
+	case openai.Name:
+		return "; set " + EnvOpenAIKey + " (and optionally " + EnvOpenAIBaseURL + ") in the orchestrator's environment"
+	case anthropic.Name:
+		return "; set " + EnvAnthropicKey + " in the orchestrator's environment"
+	}
+	return ""
 }
 
 var errBaseURL = errors.New("want an http(s) URL such as http://localhost:11434/v1")
