@@ -15,7 +15,9 @@ import (
 
 // The orchestrator's tests that need the whole pipeline (orchestrator_*_test.go)
 // run the real Policy Guard and executor on an orchestratortest.Harness; every
-// use of the executor's tool API by those tests is in this file.
+// use of the executor's tool API by those tests is in this file. Besides the
+// tools below, they call echo@1.0.0, calculator@1.0.0 and sleep@1.0.0 as the
+// executor serves them.
 
 // newPipeline starts the executor (with the built-in tools and tools) and the
 // Policy Guard on a harness; orchestrators are started by the test.

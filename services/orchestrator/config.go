@@ -67,8 +67,8 @@ type Config struct {
 
 // ConfigFromEnv reads the configuration from the environment: the
 // orchestrator's own variables, the price table (EnvPrices) and the model
-// providers' settings (env.go). Unset variables keep their defaults; every
-// bad value is reported at once.
+// providers' settings (providers.go). Unset variables keep their defaults;
+// every bad value is reported at once.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := Config{Prices: DefaultPrices()}
 	e := service.NewEnv(getenv)

@@ -4,11 +4,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -115,4 +117,24 @@ func TestConfigFromEnv(t *testing.T) {
 
 func TestEnvVars(t *testing.T) {
 	servicetest.VarsTakeEffect(t, orchestrator.EnvVars(), orchestrator.ConfigFromEnv)
+}
+
+// Validate refuses what New cannot run with, whether it came from the
+// environment or from an option.
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, orchestrator.Config{}.Validate())
+	for _, tc := range []struct {
+		cfg orchestrator.Config
+		err string
+	}{
+		{orchestrator.Config{Concurrency: -1}, "orchestrator: concurrency -1: want 1 to 4096"},
+		{orchestrator.Config{ModelTimeout: 2 * time.Hour}, "orchestrator: model timeout 2h0m0s: want up to 1h0m0s"},
+		{orchestrator.Config{AckWait: -time.Second}, "orchestrator: ack wait -1s: want a positive duration"},
+		{orchestrator.Config{OpenAI: provider.Config{BaseURL: "localhost:11434"}},
+			`orchestrator: OpenAI base URL "localhost:11434": want an http(s) URL such as http://localhost:11434/v1`},
+		{orchestrator.Config{Providers: orchestrator.Providers{"mine": nil}}, `orchestrator: provider "mine" is nil`},
+		{orchestrator.Config{Prices: orchestrator.Prices{"m": {InputPerMTok: -1}}}, `"m": prices must be finite numbers, zero or more`},
+	} {
+		require.ErrorContains(t, tc.cfg.Validate(), tc.err)
+	}
 }

@@ -3,14 +3,17 @@ package orchestrator_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
 
 // A Start that fails part way releases what it had set up (the registry
@@ -71,4 +74,28 @@ func TestStartStop(t *testing.T) {
 	require.NoError(t, svc.Stop(t.Context()))
 	require.ErrorIs(t, svc.Start(t.Context()), service.ErrStopped)
 	<-svc.Done()
+}
+
+// Build reads the environment, then applies the options: what the binary and
+// `toolwire dev` run.
+func TestBuild(t *testing.T) {
+	env := eventstest.Start(t)
+	mine := provider.Func(func(context.Context, provider.Request) (envelope.ModelResponse, error) {
+		return envelope.ModelResponse{Content: "mine"}, nil
+	})
+	d := service.Deps{Conn: env.Conn, JS: env.JS, Getenv: func(k string) string {
+		return map[string]string{orchestrator.EnvConcurrency: "8", orchestrator.EnvOpenAIKey: "sk-example"}[k]
+	}}
+	svc, err := orchestrator.Build(d, orchestrator.WithProviders(orchestrator.Providers{"mine": mine}),
+		func(c *orchestrator.Config) { c.ModelTimeout = time.Second })
+	require.NoError(t, err)
+	cfg := svc.Config()
+	require.Equal(t, 8, cfg.Concurrency)
+	require.Equal(t, time.Second, cfg.ModelTimeout)
+	require.Equal(t, "sk-example", cfg.OpenAI.APIKey)
+	require.Equal(t, []string{"mine", "openai", "scripted"}, cfg.Providers.Names())
+
+	d.Getenv = func(k string) string { return map[string]string{orchestrator.EnvConcurrency: "0"}[k] }
+	_, err = orchestrator.Build(d)
+	require.EqualError(t, err, `orchestrator configuration: TOOLWIRE_ORCHESTRATOR_CONCURRENCY="0": want a whole number from 1 to 4096`)
 }
