@@ -27,14 +27,14 @@ func knownEnv() map[string]bool {
 	for _, v := range service.CommonEnvVars() {
 		common = append(common, v.Name)
 	}
-	lists := [][]string{common, orchestrator.EnvVars(),
+	lists := [][]string{common,
 		{secrets.EnvMasterKeys, secrets.EnvMasterKeyID}}
 	for _, list := range lists {
 		for _, v := range list {
 			m[v] = true
 		}
 	}
-	for _, v := range slices.Concat(policy.EnvVars(), sandbox.EnvVars(), executor.EnvVars(), recorder.EnvVars()) {
+	for _, v := range slices.Concat(policy.EnvVars(), orchestrator.EnvVars(), sandbox.EnvVars(), executor.EnvVars(), recorder.EnvVars()) {
 		m[v.Name] = true
 	}
 	return m

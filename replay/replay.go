@@ -3,7 +3,7 @@
 //
 // A replay runs in process, on its own embedded NATS in a temporary folder:
 // the orchestrator of this build (the component under test), with the model
-// replaced by the recorded responses (orchestrator.ReplayProvider, wrapped to
+// replaced by the recorded responses (provider/replay.Provider, wrapped to
 // check every model request against the recorded one), and the rest of the
 // pipeline replaced by the recording: an answerer plays the Policy Guard's
 // recorded iteration verdicts and answers every tool call with its recorded
@@ -57,6 +57,8 @@ import (
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
+	replayprovider "github.com/toolwire/toolwire/services/orchestrator/provider/replay"
 )
 
 // Bundle is what a replay needs: the run's replay bundle, with its outcome
@@ -260,7 +262,7 @@ func Run(ctx context.Context, b Bundle, o Options) (rep *Report, err error) {
 	if err := start("answerer", e, nil); err != nil {
 		return nil, err
 	}
-	rp, err := orchestrator.NewReplayProvider(b)
+	rp, err := replayprovider.New(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBundle, err)
 	}
@@ -366,11 +368,11 @@ const standInPrefix = "stand-in: "
 // checkingProvider checks each model request against the recorded turn, then
 // answers with the recorded response.
 type checkingProvider struct {
-	inner *orchestrator.ReplayProvider
+	inner *replayprovider.Provider
 	e     *engine
 }
 
-func (p *checkingProvider) Complete(ctx context.Context, req orchestrator.ModelRequest) (envelope.ModelResponse, error) {
+func (p *checkingProvider) Complete(ctx context.Context, req provider.Request) (envelope.ModelResponse, error) {
 	p.e.onModelRequest(req)
 	return p.inner.Complete(ctx, req)
 }
@@ -522,7 +524,7 @@ func (e *engine) ok(i int, source string) {
 }
 
 // onModelRequest checks a model request against the recorded turn.
-func (e *engine) onModelRequest(req orchestrator.ModelRequest) {
+func (e *engine) onModelRequest(req provider.Request) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	i, ok := e.turnStep[req.Iteration]

@@ -21,6 +21,7 @@ import (
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/store"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
@@ -184,9 +185,9 @@ func TestReplayClean(t *testing.T) {
 
 // reorderingProvider stands for an orchestrator whose handling of parallel
 // tool calls changed: it hands the calls of iteration 2 on in reverse order.
-type reorderingProvider struct{ inner orchestrator.Provider }
+type reorderingProvider struct{ inner provider.Provider }
 
-func (p reorderingProvider) Complete(ctx context.Context, req orchestrator.ModelRequest) (envelope.ModelResponse, error) {
+func (p reorderingProvider) Complete(ctx context.Context, req provider.Request) (envelope.ModelResponse, error) {
 	resp, err := p.inner.Complete(ctx, req)
 	if req.Iteration == 2 {
 		slices.Reverse(resp.ToolCalls)
@@ -196,9 +197,9 @@ func (p reorderingProvider) Complete(ctx context.Context, req orchestrator.Model
 
 // forgetfulProvider stands for an orchestrator that changed what it tells
 // the model: from iteration 2 on, the tool results lose their content.
-type forgetfulProvider struct{ inner orchestrator.Provider }
+type forgetfulProvider struct{ inner provider.Provider }
 
-func (p forgetfulProvider) Complete(ctx context.Context, req orchestrator.ModelRequest) (envelope.ModelResponse, error) {
+func (p forgetfulProvider) Complete(ctx context.Context, req provider.Request) (envelope.ModelResponse, error) {
 	msgs := slices.Clone(req.Messages)
 	for i := range msgs {
 		if msgs[i].Role == envelope.RoleTool {
@@ -209,7 +210,7 @@ func (p forgetfulProvider) Complete(ctx context.Context, req orchestrator.ModelR
 	return p.inner.Complete(ctx, req)
 }
 
-func changedOrchestrator(wrap func(orchestrator.Provider) orchestrator.Provider) replay.OrchestratorFactory {
+func changedOrchestrator(wrap func(provider.Provider) provider.Provider) replay.OrchestratorFactory {
 	return func(d service.Deps, cfg orchestrator.Config) (service.Component, error) {
 		ps := orchestrator.Providers{}
 		for name, p := range cfg.Providers {
@@ -228,7 +229,7 @@ func TestReplayReportsDivergence(t *testing.T) {
 
 	t.Run("parallel calls reordered", func(t *testing.T) {
 		rep, err := replay.Run(t.Context(), rec.bundle, replay.Options{
-			Orchestrator: changedOrchestrator(func(p orchestrator.Provider) orchestrator.Provider { return reorderingProvider{p} }),
+			Orchestrator: changedOrchestrator(func(p provider.Provider) provider.Provider { return reorderingProvider{p} }),
 		})
 		require.NoError(t, err)
 		require.False(t, rep.Clean)
@@ -253,7 +254,7 @@ func TestReplayReportsDivergence(t *testing.T) {
 
 	t.Run("conversation changed", func(t *testing.T) {
 		rep, err := replay.Run(t.Context(), rec.bundle, replay.Options{
-			Orchestrator: changedOrchestrator(func(p orchestrator.Provider) orchestrator.Provider { return forgetfulProvider{p} }),
+			Orchestrator: changedOrchestrator(func(p provider.Provider) provider.Provider { return forgetfulProvider{p} }),
 		})
 		require.NoError(t, err)
 		d := rep.Divergence

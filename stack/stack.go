@@ -53,7 +53,8 @@ type Options struct {
 	// samples, records and exports nothing.
 	Tracer trace.TracerProvider
 	// Providers adds model adapters to the orchestrator, besides those the
-	// environment configures (orchestrator.ProvidersFromEnv).
+	// environment configures (orchestrator.EnvVars), replacing one of the
+	// same name.
 	Providers orchestrator.Providers
 	// TracesURLTemplate fills AgentOutputs.traces_url.
 	TracesURLTemplate string
@@ -178,17 +179,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	// The model providers (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) and the
 	// price table come from the environment; Options.Providers add to them.
-	ocfg, err := orchestrator.ConfigFromEnv(os.Getenv)
-	if err != nil {
-		return st, fmt.Errorf("orchestrator: %w", err)
-	}
-	for name, p := range o.Providers {
-		ocfg.Providers[name] = p
-	}
-	ocfg.TracesURLTemplate = o.TracesURLTemplate
 	if d, err := deps("orchestrator"); err != nil {
 		return st, err
-	} else if err := start(orchestratorNew(d, ocfg)); err != nil {
+	} else if err := start(orchestrator.Build(d, orchestrator.WithProviders(o.Providers))); err != nil {
 		return st, fmt.Errorf("orchestrator: %w", err)
 	}
 	if o.DatabaseURL != "" {
@@ -246,10 +239,6 @@ func newSandbox(d service.Deps, cfg *sandbox.Config) (service.Component, error) 
 
 func newPolicy(d service.Deps) (service.Component, error) {
 	return policy.New(d, policy.Config{})
-}
-
-func orchestratorNew(d service.Deps, cfg orchestrator.Config) (service.Component, error) {
-	return orchestrator.New(d, cfg)
 }
 
 // Stop stops the services in reverse order of their start (each drains its

@@ -22,6 +22,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
+	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -50,17 +51,7 @@ func runToEnd(t *testing.T, st *stack.Stack, req envelope.RunRequest) *events.Ru
 
 func scripted(t *testing.T, runID string, tools []string, turns ...map[string]any) envelope.RunRequest {
 	t.Helper()
-	opts, err := json.Marshal(map[string]any{"script": turns})
-	require.NoError(t, err)
-	return envelope.RunRequest{
-		RunID:  runID,
-		Tenant: envelope.Tenant{OrgID: "org1", WorkspaceID: "ws1", UserID: "u1"},
-		Agent: envelope.Agent{
-			Name: "test-agent", Model: envelope.Model{Provider: "scripted", Name: "script", Options: opts},
-			EnabledTools: tools,
-		},
-		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "go"}},
-	}
+	return orchestratortest.Scripted(t, runID, tools, envelope.Policy{}, turns...)
 }
 
 func call(name string, args any) map[string]any {

@@ -145,42 +145,48 @@ func (s *Service) applyApproval(ctx context.Context, runID, callID, verb string)
 // no approval. On start the watch goes through the records there are, so an
 // approval given while no orchestrator ran is seen too; a run whose approval
 // is missed anyway resumes when the call completes.
-func (s *Service) watchApprovals(ctx context.Context) error {
-	kv, err := s.d.JS.KeyValue(ctx, events.BucketApprovals)
+//
+// ctx bounds the start only: the watch follows the records until Stop, with
+// life (the service's lifetime) as the context of the run-state writes.
+func (s *Service) watchApprovals(ctx, life context.Context) error {
+	kv, err := s.js.KeyValue(ctx, events.BucketApprovals)
 	if err != nil {
-		return fmt.Errorf("open approvals: %w", err)
+		return fmt.Errorf("orchestrator: open approvals: %w", err)
 	}
-	w, err := kv.WatchAll(ctx)
+	// The records there are now are applied in the background, as later
+	// changes are: a start need not wait for them. The writes' context ends
+	// before the watch stops, so that Stop does not wait for a write that
+	// cannot finish.
+	actx, cancel := context.WithCancel(life)
+	w, err := events.WatchKV(ctx, kv, false, func(e jetstream.KeyValueEntry) { s.onApprovalRecord(actx, e) })
 	if err != nil {
-		return fmt.Errorf("watch approvals: %w", err)
-	}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	s.stopWatch = func() {
 		cancel()
-		_ = w.Stop()
-		<-done
+		return fmt.Errorf("orchestrator: %w", err)
 	}
-	go func() {
-		defer close(done)
-		for e := range w.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // the end of the initial values, or a deleted record
-			}
-			var rec events.ApprovalRecord
-			if err := json.Unmarshal(e.Value(), &rec); err != nil {
-				s.log.Warn("unreadable approval record", "key", e.Key(), "err", err)
-				continue
-			}
-			if rec.State != events.ApprovalApproved || !rec.Settled {
-				continue
-			}
-			if err := s.applyApproval(wctx, rec.Call.RunID, rec.Call.CallID, "approved"); err != nil && wctx.Err() == nil {
-				s.log.Warn("approval not applied; the call's completion resumes the run", "key", e.Key(), "err", err)
-			}
-		}
-	}()
+	s.OnStopFunc(func() {
+		cancel()
+		w.Stop()
+	})
 	return nil
+}
+
+// onApprovalRecord resumes the run of a call whose approval record is
+// approved and settled.
+func (s *Service) onApprovalRecord(ctx context.Context, e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		return // a deleted record
+	}
+	var rec events.ApprovalRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		s.log.Warn("unreadable approval record", "key", e.Key(), "err", err)
+		return
+	}
+	if rec.State != events.ApprovalApproved || !rec.Settled {
+		return
+	}
+	if err := s.applyApproval(ctx, rec.Call.RunID, rec.Call.CallID, "approved"); err != nil && ctx.Err() == nil {
+		s.log.Warn("approval not applied; the call's completion resumes the run", "key", e.Key(), "err", err)
+	}
 }
 
 // approvalChanges reports whether an approval event changes the call's

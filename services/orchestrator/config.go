@@ -6,40 +6,51 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
+
+	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
 
-// Environment variables of the orchestrator (besides the common ones and the
-// providers' own, see ProviderEnvVars).
+// Environment variables of the orchestrator (besides the common ones of
+// service.CommonEnvVars; the model providers' are in providers.go).
 const (
 	EnvConcurrency  = "TOOLWIRE_ORCHESTRATOR_CONCURRENCY"
 	EnvModelTimeout = "TOOLWIRE_MODEL_TIMEOUT"
 	EnvModelRetries = "TOOLWIRE_MODEL_RETRIES"
 )
 
-// EnvVars lists the orchestrator's own environment variables.
-func EnvVars() []string {
-	return append([]string{EnvConcurrency, EnvModelTimeout, EnvPrices}, ProviderEnvVars()...)
-}
-
-// Defaults.
+// Defaults and bounds of Config.
 const (
+	DefaultSource       = "/toolwire/orchestrator"
+	DefaultConcurrency  = 64
 	DefaultModelTimeout = 2 * time.Minute
-	DefaultModelRetries = 3
 	// MaxModelAttempts bounds how often the model call of one iteration may
 	// be started: a call that keeps getting interrupted (its replica dies
 	// every time) ends the run instead of looping.
 	MaxModelAttempts = 5
+
+	maxConcurrency  = 4096
+	maxModelTimeout = time.Hour
+	maxModelRetries = 20
 )
 
-// Config configures the orchestrator.
+// Config configures the orchestrator. Zero values mean the defaults.
 type Config struct {
 	Source            string        // CloudEvents source; default /toolwire/orchestrator
 	Concurrency       int           // handlers at once per consumer; default 64
 	ModelTimeout      time.Duration // bound on one model call, retries included; default 2m
-	TracesURLTemplate string        // e.g. http://jaeger:16686/trace/{trace_id}
-	Providers         Providers     // model adapters by name; "scripted" is always there
+	TracesURLTemplate string        // e.g. http://jaeger:16686/trace/{trace_id}; default Deps.Common's
+	// OpenAI configures the "openai" adapter, served when its APIKey or
+	// BaseURL is set (a local OpenAI-compatible server may need no key).
+	OpenAI provider.Config
+	// Anthropic configures the "anthropic" adapter, served when its APIKey
+	// is set.
+	Anthropic provider.Config
+	// Providers adds model adapters by provider name (agent.model.provider),
+	// replacing a configured one of the same name; "scripted" is always
+	// served. In the Config of a Service, it holds every adapter served.
+	Providers Providers
 	// Prices is the model price table; default DefaultPrices.
 	Prices Prices
 	// AckWait is how long a delivery may stay unacknowledged before another
@@ -54,46 +65,42 @@ type Config struct {
 	Faults Faults
 }
 
-// ConfigFromEnv reads the orchestrator's configuration, its price table and
-// its model providers (ProvidersFromEnv) from the environment.
+// ConfigFromEnv reads the configuration from the environment: the
+// orchestrator's own variables, the price table (EnvPrices) and the model
+// providers' settings (providers.go). Unset variables keep their defaults;
+// every bad value is reported at once.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{}
-	var errs []error
-	if v := getenv(EnvConcurrency); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 4096 {
-			errs = append(errs, fmt.Errorf("%s=%q: want a number from 1 to 4096", EnvConcurrency, v))
-		}
-		c.Concurrency = n
-	}
-	if v := getenv(EnvModelTimeout); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			errs = append(errs, fmt.Errorf("%s=%q: want a positive duration like 2m", EnvModelTimeout, v))
-		}
-		c.ModelTimeout = d
-	}
-	var err error
-	if c.Prices, err = PricesFromEnv(getenv); err != nil {
-		errs = append(errs, err)
-	}
-	if c.Providers, err = ProvidersFromEnv(getenv); err != nil {
-		errs = append(errs, err)
-	}
-	return c, errors.Join(errs...)
+	c := Config{Prices: DefaultPrices()}
+	e := service.NewEnv(getenv)
+	e.Int(EnvConcurrency, 1, maxConcurrency, &c.Concurrency)
+	e.Duration(EnvModelTimeout, time.Millisecond, maxModelTimeout, &c.ModelTimeout)
+	readPrices(e, c.Prices)
+	readProviders(e, &c)
+	return c, e.Err()
+}
+
+// EnvVars documents the variables ConfigFromEnv reads, besides the common
+// ones of every service (service.CommonEnvVars).
+func EnvVars() []service.Var {
+	return append([]service.Var{
+		{Name: EnvConcurrency, Help: "handlers each of the orchestrator's consumers runs at once per replica (default 64)", Example: "16"},
+		{Name: EnvModelTimeout, Help: "bound on one model call, the adapter's retries included (default 2m)", Example: "30s"},
+		{Name: EnvPrices, Help: "model price table, JSON or the path of a JSON file: {\"model\" or \"provider/model\": {\"input_per_mtok\": n, \"output_per_mtok\": n}}, over the built-in prices",
+			Example: `{"my-model": {"input_per_mtok": 1, "output_per_mtok": 2}}`},
+	}, providerEnvVars()...)
 }
 
 func (c Config) withDefaults() Config {
 	if c.Source == "" {
-		c.Source = "/toolwire/orchestrator"
+		c.Source = DefaultSource
 	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 64
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
 	}
-	if c.ModelTimeout <= 0 {
+	if c.ModelTimeout == 0 {
 		c.ModelTimeout = DefaultModelTimeout
 	}
-	if c.AckWait <= 0 {
+	if c.AckWait == 0 {
 		c.AckWait = c.ModelTimeout + 30*time.Second
 	}
 	if c.Prices == nil {
@@ -105,12 +112,36 @@ func (c Config) withDefaults() Config {
 		_, _ = rand.Read(b)
 		c.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
 	}
-	p := Providers{ScriptedProviderName: ScriptedProvider{}}
-	for k, v := range c.Providers {
-		p[k] = v
-	}
-	c.Providers = p
 	return c
+}
+
+// Validate checks c (after defaults).
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
+		errs = append(errs, fmt.Errorf("orchestrator: concurrency %d: want 1 to %d", c.Concurrency, maxConcurrency))
+	}
+	if c.ModelTimeout < 0 || c.ModelTimeout > maxModelTimeout {
+		errs = append(errs, fmt.Errorf("orchestrator: model timeout %s: want up to %s", c.ModelTimeout, maxModelTimeout))
+	}
+	if c.AckWait < 0 {
+		errs = append(errs, fmt.Errorf("orchestrator: ack wait %s: want a positive duration", c.AckWait))
+	}
+	if err := c.Prices.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("orchestrator: %w", err))
+	}
+	for _, u := range []struct{ what, url string }{{"OpenAI base URL", c.OpenAI.BaseURL}, {"Anthropic base URL", c.Anthropic.BaseURL}} {
+		if err := checkBaseURL(u.url); err != nil {
+			errs = append(errs, fmt.Errorf("orchestrator: %s %q: %w", u.what, u.url, err))
+		}
+	}
+	for name, p := range c.Providers {
+		if p == nil {
+			errs = append(errs, fmt.Errorf("orchestrator: provider %q is nil", name))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // claimLease is how long a model claim holds: the model call is bounded by

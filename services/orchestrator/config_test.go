@@ -1,16 +1,16 @@
 package orchestrator_test
 
 import (
-	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -60,20 +60,20 @@ func TestPricesFromEnv(t *testing.T) {
 		{name: "a file", value: file, check: func(t *testing.T, p orchestrator.Prices) {
 			require.Equal(t, orchestrator.Price{InputPerMTok: 1, OutputPerMTok: 2}, p["my-model"])
 		}},
-		{name: "missing file", value: "/nonexistent/prices.json", err: "TOOLWIRE_PRICES: open /nonexistent/prices.json"},
-		{name: "not JSON", value: `{"gpt-4o": `, err: "TOOLWIRE_PRICES: price table: want"},
+		{name: "missing file", value: "/nonexistent/prices.json", err: `TOOLWIRE_PRICES="/nonexistent/prices.json": open /nonexistent/prices.json`},
+		{name: "not JSON", value: `{"gpt-4o": `, err: `TOOLWIRE_PRICES="{\"gpt-4o\":": price table: want`},
 		{name: "unknown field", value: `{"gpt-4o": {"input": 1}}`, err: `unknown field "input"`},
 		{name: "negative", value: `{"gpt-4o": {"input_per_mtok": -1, "output_per_mtok": 1}}`, err: `"gpt-4o": prices must be finite numbers, zero or more`},
 		{name: "trailing", value: `{} {}`, err: "trailing content"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := orchestrator.PricesFromEnv(env(map[string]string{orchestrator.EnvPrices: tc.value}))
+			c, err := orchestrator.ConfigFromEnv(env(map[string]string{orchestrator.EnvPrices: tc.value}))
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				return
 			}
 			require.NoError(t, err)
-			tc.check(t, p)
+			tc.check(t, c.Prices)
 		})
 	}
 }
@@ -95,44 +95,12 @@ func FuzzParsePrices(f *testing.F) {
 	})
 }
 
-func TestProvidersFromEnv(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		env   map[string]string
-		names []string
-		err   string
-	}{
-		{name: "nothing set", names: nil},
-		{name: "openai key", env: map[string]string{"OPENAI_API_KEY": "sk-x"}, names: []string{"openai"}},
-		{name: "a local compatible server without a key", env: map[string]string{"OPENAI_BASE_URL": "http://localhost:11434/v1"}, names: []string{"openai"}},
-		{name: "both", env: map[string]string{"OPENAI_API_KEY": "sk-x", "ANTHROPIC_API_KEY": "sk-ant-x", "TOOLWIRE_MODEL_RETRIES": "0"}, names: []string{"anthropic", "openai"}},
-		{name: "anthropic base URL alone is not enough", env: map[string]string{"ANTHROPIC_BASE_URL": "http://proxy:4000"}, names: nil},
-		{name: "bad base URL", env: map[string]string{"OPENAI_BASE_URL": "localhost:11434"}, err: `OPENAI_BASE_URL="localhost:11434": want an http(s) URL`},
-		{name: "bad anthropic base URL", env: map[string]string{"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "ftp://x"}, err: "ANTHROPIC_BASE_URL"},
-		{name: "bad retries", env: map[string]string{"OPENAI_API_KEY": "k", "TOOLWIRE_MODEL_RETRIES": "many"}, err: "TOOLWIRE_MODEL_RETRIES"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, err := orchestrator.ProvidersFromEnv(env(tc.env))
-			if tc.err != "" {
-				require.ErrorContains(t, err, tc.err)
-				return
-			}
-			require.NoError(t, err)
-			var names []string
-			for n := range p {
-				names = append(names, n)
-			}
-			require.ElementsMatch(t, tc.names, names)
-		})
-	}
-}
-
 func TestConfigFromEnv(t *testing.T) {
 	c, err := orchestrator.ConfigFromEnv(env(map[string]string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY": "8", "TOOLWIRE_MODEL_TIMEOUT": "30s",
 		"OPENAI_API_KEY": "sk-x", "TOOLWIRE_PRICES": `{"x": {"input_per_mtok": 1, "output_per_mtok": 1}}`}))
 	require.NoError(t, err)
 	require.Equal(t, 8, c.Concurrency)
-	require.Contains(t, c.Providers, "openai")
+	require.Equal(t, "sk-x", c.OpenAI.APIKey)
 	require.Contains(t, c.Prices, "x")
 
 	_, err = orchestrator.ConfigFromEnv(env(map[string]string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY": "0", "TOOLWIRE_MODEL_TIMEOUT": "soon",
@@ -140,42 +108,33 @@ func TestConfigFromEnv(t *testing.T) {
 	for _, s := range []string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY", "TOOLWIRE_MODEL_TIMEOUT", "TOOLWIRE_PRICES", "OPENAI_BASE_URL"} {
 		require.ErrorContains(t, err, s, "every problem is reported at once")
 	}
-	require.Subset(t, orchestrator.EnvVars(), []string{"OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "TOOLWIRE_PRICES", "TOOLWIRE_MODEL_RETRIES"})
+	var names []string
+	for _, v := range orchestrator.EnvVars() {
+		names = append(names, v.Name)
+	}
+	require.Subset(t, names, []string{"OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "TOOLWIRE_PRICES", "TOOLWIRE_MODEL_RETRIES"})
 }
 
-func TestReplayProvider(t *testing.T) {
-	b := envelope.ReplayBundle{RunID: "rec-1", Turns: []envelope.ModelTurn{
-		{Iteration: 1, Response: envelope.ModelResponse{ToolCalls: []envelope.ToolCall{{ID: "call_1", Name: "echo", Arguments: json.RawMessage(`{"text":"a"}`)}},
-			StopReason: "tool_calls", Usage: envelope.Usage{InputTokens: 10, OutputTokens: 5}}},
-		{Iteration: 2, Response: envelope.ModelResponse{Content: "done", StopReason: "stop"}},
-	}}
-	p, err := orchestrator.NewReplayProvider(b)
-	require.NoError(t, err)
-	require.Equal(t, 2, p.Turns())
-	ctx := context.Background()
-	r1, err := p.Complete(ctx, orchestrator.ModelRequest{RunID: "replayed", Iteration: 1})
-	require.NoError(t, err)
-	require.Equal(t, b.Turns[0].Response, r1)
-	r1.ToolCalls[0].Name = "changed"
-	again, err := p.Complete(ctx, orchestrator.ModelRequest{RunID: "replayed", Iteration: 1})
-	require.NoError(t, err)
-	require.Equal(t, "echo", again.ToolCalls[0].Name, "a caller cannot change the recording")
-	r2, err := p.Complete(ctx, orchestrator.ModelRequest{Iteration: 2})
-	require.NoError(t, err)
-	require.Equal(t, "done", r2.Content)
-	_, err = p.Complete(ctx, orchestrator.ModelRequest{Iteration: 3})
-	require.ErrorIs(t, err, orchestrator.ErrReplayDiverged)
-	require.ErrorContains(t, err, "the recorded run made no model call at iteration 3 (it recorded 2, the last at iteration 2)")
+func TestEnvVars(t *testing.T) {
+	servicetest.VarsTakeEffect(t, orchestrator.EnvVars(), orchestrator.ConfigFromEnv)
+}
 
+// Validate refuses what New cannot run with, whether it came from the
+// environment or from an option.
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, orchestrator.Config{}.Validate())
 	for _, tc := range []struct {
-		turns []envelope.ModelTurn
-		err   string
+		cfg orchestrator.Config
+		err string
 	}{
-		{nil, "the bundle holds no model turn"},
-		{[]envelope.ModelTurn{{Iteration: 0}}, "turns[0] has iteration 0"},
-		{[]envelope.ModelTurn{{Iteration: 1}, {Iteration: 1}}, "two turns of iteration 1"},
+		{orchestrator.Config{Concurrency: -1}, "orchestrator: concurrency -1: want 1 to 4096"},
+		{orchestrator.Config{ModelTimeout: 2 * time.Hour}, "orchestrator: model timeout 2h0m0s: want up to 1h0m0s"},
+		{orchestrator.Config{AckWait: -time.Second}, "orchestrator: ack wait -1s: want a positive duration"},
+		{orchestrator.Config{OpenAI: provider.Config{BaseURL: "localhost:11434"}},
+			`orchestrator: OpenAI base URL "localhost:11434": want an http(s) URL such as http://localhost:11434/v1`},
+		{orchestrator.Config{Providers: orchestrator.Providers{"mine": nil}}, `orchestrator: provider "mine" is nil`},
+		{orchestrator.Config{Prices: orchestrator.Prices{"m": {InputPerMTok: -1}}}, `"m": prices must be finite numbers, zero or more`},
 	} {
-		_, err := orchestrator.NewReplayProvider(envelope.ReplayBundle{RunID: "rec-2", Turns: tc.turns})
-		require.ErrorContains(t, err, tc.err)
+		require.ErrorContains(t, tc.cfg.Validate(), tc.err)
 	}
 }

@@ -1,8 +1,8 @@
 // Package orchestrator runs the agent loop of toolwire: it takes run requests,
 // asks the Policy Guard before every model call (iteration cap, budget), calls
-// the model through a provider adapter (OpenAI Chat Completions and Anthropic
-// Messages through their official SDKs, a scripted model, a replay of a
-// recorded run), publishes the model's tool calls (all calls of a turn at
+// the model through a provider adapter (package provider: OpenAI Chat
+// Completions and Anthropic Messages through their official SDKs, a scripted
+// model, a replay of a recorded run), publishes the model's tool calls (all calls of a turn at
 // once, so they run in parallel, each with the budget the guard needs),
 // collects their envelopes, hands the results (errors included, as data) back
 // to the model, and publishes the stable AgentOutputs, with the resolved

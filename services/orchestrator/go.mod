@@ -6,10 +6,6 @@ replace (
 	github.com/toolwire/toolwire/pkg/envelope => ../../pkg/envelope
 	github.com/toolwire/toolwire/pkg/events => ../../pkg/events
 	github.com/toolwire/toolwire/pkg/service => ../../pkg/service
-	// Tests run the orchestrator with the real policy and executor.
-	github.com/toolwire/toolwire/services/executor => ../executor
-	github.com/toolwire/toolwire/services/policy => ../policy
-	github.com/toolwire/toolwire/services/sandbox => ../sandbox
 )
 
 require (
@@ -21,16 +17,13 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/toolwire/toolwire/pkg/envelope v0.0.0-00010101000000-000000000000
 	github.com/toolwire/toolwire/pkg/events v0.0.0-00010101000000-000000000000
-	github.com/toolwire/toolwire/services/executor v0.0.0-00010101000000-000000000000
-	github.com/toolwire/toolwire/services/policy v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/service v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
-	code.dny.dev/ssrf v0.3.0 // indirect
-	github.com/JohannesKaufmann/dom v0.3.1 // indirect
-	github.com/JohannesKaufmann/html-to-markdown/v2 v2.5.2 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/bahlo/generic-list-go v0.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -42,13 +35,10 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
-	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gowebpki/jcs v1.0.2 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/invopop/jsonschema v0.14.0 // indirect
-	github.com/itchyny/gojq v0.12.20 // indirect
-	github.com/itchyny/timefmt-go v0.1.9 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
@@ -66,14 +56,11 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
-	github.com/sony/gobreaker/v2 v2.4.0 // indirect
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1 // indirect
 	github.com/tidwall/gjson v1.20.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
-	github.com/toolwire/toolwire/pkg/service v0.0.0-00010101000000-000000000000
-	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0 // indirect
@@ -85,7 +72,6 @@ require (
 	go.yaml.in/yaml/v4 v4.0.0-rc.2 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.62.0 // indirect
-	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect

@@ -5,21 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
 // The orchestrator's durable consumers.
@@ -29,94 +30,120 @@ const (
 	DurableApprovals = "orchestrator-approvals"
 )
 
-// Service is the orchestrator.
+// Service is the orchestrator. It keeps no run state in memory: any number
+// of replicas share its three durable consumers and the run state in KV.
 type Service struct {
+	service.Lifecycle
+
 	cfg     Config
-	d       service.Deps
+	js      jetstream.JetStream
 	log     *slog.Logger
 	tracer  trace.Tracer
 	pub     *events.Publisher
 	schemas *envelope.Schemas
+	metrics *metrics
+
+	// Set up by Start.
 	states  *stateStore
-	catalog *registry.Catalog
 	reg     *registry.Registry
-	runners []*events.Runner
-	metrics metrics
-	stop    sync.Once
-	// stopWatch ends the watch of the approval records.
-	stopWatch func()
+	catalog *registry.Catalog
+	runners events.Runners
 }
 
-type metrics struct {
-	runs       *prometheus.CounterVec
-	modelCalls *prometheus.CounterVec
-	modelDur   prometheus.Histogram
-	spend      prometheus.Counter
-}
-
-// New builds the orchestrator.
+// New returns an orchestrator on d's JetStream. It registers its metrics on
+// d.Metrics (when set), reads no environment and does no I/O: Start connects
+// it.
 func New(d service.Deps, cfg Config) (*Service, error) {
-	cfg = cfg.withDefaults()
+	if d.JS == nil {
+		return nil, errors.New("orchestrator: Deps.JS is required")
+	}
 	if cfg.TracesURLTemplate == "" {
 		cfg.TracesURLTemplate = d.Common.TracesURLTemplate
 	}
-	if err := cfg.Prices.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Providers = cfg.serving()
+	d = d.WithDefaults()
 	schemas, err := events.NewSchemas()
 	if err != nil {
 		return nil, err
 	}
-	log := d.Log
-	if log == nil {
-		log = slog.Default()
+	m, err := newMetrics(d.Metrics)
+	if err != nil {
+		return nil, err
 	}
-	s := &Service{cfg: cfg, d: d, log: log, pub: events.NewPublisher(d.JS), schemas: schemas}
-	if d.Tracer != nil {
-		s.tracer = d.Tracer.Tracer("toolwire/orchestrator")
-	} else {
-		s.tracer = noop.NewTracerProvider().Tracer("toolwire/orchestrator")
-	}
-	s.metrics = metrics{
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "toolwire_orchestrator_runs_total", Help: "Runs by final status.",
-		}, []string{"status"}),
-		modelCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "toolwire_orchestrator_model_calls_total", Help: "Model calls by provider and outcome.",
-		}, []string{"provider", "outcome"}),
-		modelDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "toolwire_orchestrator_model_call_seconds", Help: "Model call latency.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-		}),
-		spend: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "toolwire_orchestrator_model_spend_total", Help: "Cost of the model turns recorded, in the price table's unit.",
-		}),
-	}
-	if d.Metrics != nil {
-		for _, c := range []prometheus.Collector{s.metrics.runs, s.metrics.modelCalls, s.metrics.modelDur, s.metrics.spend} {
-			if err := d.Metrics.Register(c); err != nil {
-				return nil, fmt.Errorf("register metrics: %w", err)
-			}
-		}
-	}
-	return s, nil
+	return &Service{
+		cfg:     cfg,
+		js:      d.JS,
+		log:     d.Log,
+		tracer:  d.Tracer.Tracer("toolwire/orchestrator"),
+		pub:     events.NewPublisher(d.JS),
+		schemas: schemas,
+		metrics: m,
+	}, nil
 }
 
-// Start opens the state bucket and the registry and starts consuming.
-func (s *Service) Start(ctx context.Context) error {
-	kv, err := s.d.JS.KeyValue(ctx, events.BucketRunState)
+// Option adjusts the configuration Build read from the environment.
+type Option func(*Config)
+
+// WithProviders adds model adapters (by provider name) to those the
+// configuration sets up; an adapter given here replaces one of the same name.
+func WithProviders(p Providers) Option {
+	return func(c *Config) {
+		c.Providers = maps.Clone(c.Providers)
+		if c.Providers == nil {
+			c.Providers = Providers{}
+		}
+		maps.Copy(c.Providers, p)
+	}
+}
+
+// Build reads the configuration from d.Getenv, applies opts and calls New. It
+// is what the orchestrator binary and `toolwire dev` run.
+func Build(d service.Deps, opts ...Option) (*Service, error) {
+	cfg, err := ConfigFromEnv(d.Getenv)
 	if err != nil {
-		return fmt.Errorf("open run state: %w", err)
+		return nil, fmt.Errorf("orchestrator configuration: %w", err)
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return New(d, cfg)
+}
+
+// Config returns the configuration the service runs with (defaults applied,
+// the model adapters it serves in Providers).
+func (s *Service) Config() Config { return s.cfg }
+
+// Start opens the run state and the registry, follows the approval records
+// and starts consuming. ctx bounds the start; the watches and the consumers
+// run until Stop.
+func (s *Service) Start(ctx context.Context) (err error) {
+	life, err := s.Starting(ctx)
+	if err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	defer func() { err = s.Started(ctx, err) }()
+	kv, err := s.js.KeyValue(ctx, events.BucketRunState)
+	if err != nil {
+		return fmt.Errorf("orchestrator: open run state: %w", err)
 	}
 	s.states = newStateStore(kv)
-	reg, err := registry.Open(ctx, s.d.JS)
-	if err != nil {
+	if s.reg, err = registry.Open(ctx, s.js); err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	if s.catalog, err = s.reg.Watch(ctx); err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	s.OnStopFunc(s.catalog.Stop)
+	if err := s.watchApprovals(ctx, life); err != nil {
 		return err
 	}
-	s.reg = reg
-	if s.catalog, err = reg.Watch(ctx); err != nil {
-		return err
-	}
+	// The consumers stop first (Stop runs in reverse order): their handlers
+	// read the catalog and may still be applying an approval.
+	s.OnStop(s.runners.Stop)
 	specs := []events.RunnerConfig{
 		{Spec: events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableRuns,
 			Filters:       []string{"toolwire.run.*.requested", "toolwire.run.*.iteration.*.approved", "toolwire.run.*.iteration.*.denied"},
@@ -128,41 +155,15 @@ func (s *Service) Start(ctx context.Context) error {
 			Filters:       []string{"toolwire.call.*.*.approval_required"},
 			MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()}, Handler: s.handleApproval},
 	}
-	if err := s.watchApprovals(ctx); err != nil {
-		return err
-	}
 	for _, rc := range specs {
 		rc.Concurrency, rc.Logger = s.cfg.Concurrency, s.log
-		r, err := events.NewRunner(s.d.JS, rc)
-		if err != nil {
-			return err
+		if _, err := s.runners.Start(ctx, s.js, rc); err != nil {
+			return fmt.Errorf("orchestrator: start %s: %w", rc.Spec.Durable, err)
 		}
-		if err := r.Start(ctx); err != nil {
-			_ = s.Stop(ctx)
-			return err
-		}
-		s.runners = append(s.runners, r)
 	}
 	s.log.Info("orchestrator started", "instance", s.cfg.InstanceID, "providers", s.cfg.Providers.Names(),
 		"model_timeout", s.cfg.ModelTimeout)
 	return nil
-}
-
-// Stop drains the consumers and stops the registry watch. It is idempotent.
-func (s *Service) Stop(ctx context.Context) error {
-	var err error
-	s.stop.Do(func() {
-		for _, r := range s.runners {
-			err = errors.Join(err, r.Stop(ctx))
-		}
-		if s.stopWatch != nil {
-			s.stopWatch()
-		}
-		if s.catalog != nil {
-			s.catalog.Stop()
-		}
-	})
-	return err
 }
 
 func (s *Service) handleRun(ctx context.Context, d *events.Delivery) error {
@@ -201,8 +202,8 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 	if _, err := s.cfg.Providers.Get(req.Agent.Model.Provider); err != nil {
 		return reject("invalid run request: agent.model.provider: " + err.Error() + providerHint(req.Agent.Model.Provider))
 	}
-	if req.Agent.Model.Provider == ScriptedProviderName {
-		if _, err := ParseScript(req.Agent.Model.Options); err != nil {
+	if req.Agent.Model.Provider == scripted.Name {
+		if _, err := scripted.Parse(req.Agent.Model.Options); err != nil {
 			return reject("invalid run request: " + err.Error())
 		}
 	} else if strings.TrimSpace(req.Agent.Model.Name) == "" {
@@ -262,17 +263,6 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 		st = existing
 	}
 	return s.publishEffects(ctx, st, cause{created: true})
-}
-
-// providerHint says how to make a well-known provider available.
-func providerHint(name string) string {
-	switch name {
-	case OpenAIProviderName:
-		return "; set " + EnvOpenAIKey + " (and optionally " + EnvOpenAIBaseURL + ") in the orchestrator's environment"
-	case AnthropicProviderName:
-		return "; set " + EnvAnthropicKey + " in the orchestrator's environment"
-	}
-	return ""
 }
 
 func mustRefs(a envelope.Agent) []envelope.ToolRef {
@@ -478,7 +468,7 @@ func (s *Service) callModel(ctx context.Context, st *RunState) (envelope.ModelTu
 	mctx, cancel := context.WithTimeout(ctx, s.cfg.ModelTimeout)
 	defer cancel()
 	start := time.Now()
-	resp, err := prov.Complete(mctx, ModelRequest{
+	resp, err := prov.Complete(mctx, provider.Request{
 		RunID: st.RunID, Iteration: st.Iteration, Model: req.Agent.Model, System: req.Agent.SystemPrompt,
 		Messages: st.Messages, Tools: tools,
 	})

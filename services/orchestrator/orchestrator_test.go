@@ -9,51 +9,6 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
 
-func TestParseScript(t *testing.T) {
-	for _, tc := range []struct {
-		name, options, err string
-	}{
-		{"missing", ``, "options.script is required"},
-		{"not json", `{`, "options"},
-		{"no turns", `{"script":[]}`, "no turns"},
-		{"empty turn", `{"script":[{}]}`, "script[0] has neither content nor tool_calls"},
-		{"nameless call", `{"script":[{"tool_calls":[{"arguments":{}}]}]}`, "script[0].tool_calls[0] has no name"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseScript(json.RawMessage(tc.options))
-			require.ErrorContains(t, err, tc.err)
-		})
-	}
-	s, err := ParseScript(json.RawMessage(`{"script":[{"content":"hi"}]}`))
-	require.NoError(t, err)
-	require.Equal(t, "hi", s.Turns[0].Content)
-}
-
-func TestScriptedProviderPlaysTurnsByConversation(t *testing.T) {
-	opts := json.RawMessage(`{"script":[{"tool_calls":[{"name":"echo","arguments":{"text":"a"}},{"name":"echo"}]},{"content":"done"}]}`)
-	p := ScriptedProvider{}
-	req := ModelRequest{Iteration: 1, Model: envelope.Model{Provider: "scripted", Options: opts},
-		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "go"}}}
-	r1, err := p.Complete(t.Context(), req)
-	require.NoError(t, err)
-	require.Len(t, r1.ToolCalls, 2)
-	require.Equal(t, "call_1_1", r1.ToolCalls[0].ID)
-	require.JSONEq(t, `{}`, string(r1.ToolCalls[1].Arguments))
-	require.Equal(t, "tool_use", r1.StopReason)
-
-	// The same conversation gives the same answer (replays and retries).
-	again, err := p.Complete(t.Context(), req)
-	require.NoError(t, err)
-	require.Equal(t, r1, again)
-
-	req.Iteration = 2
-	req.Messages = append(req.Messages, envelope.Message{Role: envelope.RoleAssistant, ToolCalls: r1.ToolCalls})
-	r2, err := p.Complete(t.Context(), req)
-	require.NoError(t, err)
-	require.Equal(t, "done", r2.Content)
-	require.Empty(t, r2.ToolCalls)
-}
-
 func TestToolResultContent(t *testing.T) {
 	ok := &envelope.ToolEnvelope{Output: json.RawMessage(`{"x":1}`)}
 	require.Equal(t, `{"x":1}`, ToolResultContent(ok))
@@ -64,6 +19,13 @@ func TestToolResultContent(t *testing.T) {
 
 	val := &envelope.ToolEnvelope{Error: &envelope.ToolError{Code: envelope.CodeValidation, Message: "bad", Details: []string{"at /x: missing"}}}
 	require.JSONEq(t, `{"error":{"code":"VALIDATION_ERROR","message":"bad","details":["at /x: missing"]}}`, ToolResultContent(val))
+
+	// The texts the adapters' tests (provider/openai, provider/anthropic)
+	// send as tool results are these, byte for byte.
+	require.Equal(t, `{"error":{"code":"RATE_LIMIT","message":"slow down","retry_after_s":2}}`, ToolResultContent(rl))
+	require.Equal(t, `{"error":{"code":"VALIDATION_ERROR","details":["at /expression: got number, want string"],"message":"input does not match the schema"}}`,
+		ToolResultContent(&envelope.ToolEnvelope{Error: &envelope.ToolError{Code: envelope.CodeValidation,
+			Message: "input does not match the schema", Details: []string{"at /expression: got number, want string"}}}))
 
 	// Internals of an UNKNOWN error never reach the model.
 	unk := &envelope.ToolEnvelope{Error: &envelope.ToolError{Code: envelope.CodeUnknown, Message: "internal error in tool x", Details: "stack trace"}}

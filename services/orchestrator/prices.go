@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"strings"
+
+	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/replay"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
 // EnvPrices configures the model price table: a JSON object, or the path of a
@@ -56,7 +61,7 @@ func DefaultPrices() Prices {
 
 // freeProviders are the providers whose models cost nothing unless the table
 // prices them: the scripted model and replays of recorded runs.
-var freeProviders = map[string]bool{ScriptedProviderName: true, ReplayProviderName: true}
+var freeProviders = map[string]bool{scripted.Name: true, replay.Name: true}
 
 // For returns the price of provider's model and whether it is known: the
 // entry "provider/model", else "model", else the longest key that model
@@ -128,27 +133,24 @@ func ParsePrices(b []byte) (Prices, error) {
 	return p, p.Validate()
 }
 
-// PricesFromEnv returns the default prices with TOOLWIRE_PRICES (inline JSON
-// or a file name) applied over them.
-func PricesFromEnv(getenv func(string) string) (Prices, error) {
-	prices := DefaultPrices()
-	v := strings.TrimSpace(getenv(EnvPrices))
-	if v == "" {
-		return prices, nil
+// readPrices applies EnvPrices (inline JSON or a file name) over prices.
+func readPrices(e *service.Env, prices Prices) {
+	v, ok := e.Lookup(EnvPrices)
+	if !ok {
+		return
 	}
 	b := []byte(v)
 	if !strings.HasPrefix(v, "{") {
 		var err error
 		if b, err = os.ReadFile(v); err != nil {
-			return nil, fmt.Errorf("%s: %w", EnvPrices, err)
+			e.Check(EnvPrices, v, err)
+			return
 		}
 	}
 	extra, err := ParsePrices(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", EnvPrices, err)
+		e.Check(EnvPrices, v, err)
+		return
 	}
-	for k, pr := range extra {
-		prices[k] = pr
-	}
-	return prices, nil
+	maps.Copy(prices, extra)
 }

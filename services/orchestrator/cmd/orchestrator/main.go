@@ -3,20 +3,8 @@
 package main
 
 import (
-	"context"
-	"net/http"
-
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/orchestrator"
 )
 
-func main() {
-	service.Main("orchestrator", ":8081", func(_ context.Context, d service.Deps) (service.Component, http.Handler, error) {
-		cfg, err := orchestrator.ConfigFromEnv(d.Getenv)
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := orchestrator.New(d, cfg)
-		return s, nil, err
-	})
-}
+func main() { service.Main("orchestrator", ":8081", service.Builder(orchestrator.Build)) }

@@ -1,11 +1,13 @@
-package orchestrator
+// Package openai is the adapter of the OpenAI Chat Completions API, through
+// the official SDK: OpenAI's models, and any server that speaks Chat
+// Completions (vLLM, Ollama, LiteLLM).
+package openai
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"sync/atomic"
 
 	"github.com/openai/openai-go/v3"
@@ -13,41 +15,26 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
 
-// OpenAIProviderName is the provider name of the OpenAI adapter.
-const OpenAIProviderName = "openai"
+// Name is the provider name (agent.model.provider) of the adapter.
+const Name = "openai"
 
-// OpenAIConfig configures the OpenAI Chat Completions adapter.
-type OpenAIConfig struct {
-	// APIKey is sent as the bearer token. A local server (Ollama, vLLM) may
-	// need none.
-	APIKey string
-	// BaseURL is the API's base, default https://api.openai.com/v1: any
-	// server that speaks Chat Completions works (vLLM, Ollama, LiteLLM).
-	BaseURL string
-	// MaxRetries is how often a failed request is retried (connection errors,
-	// 408, 409, 429 and 5xx), with exponential back-off that respects
-	// Retry-After; default DefaultModelRetries, -1 for none.
-	MaxRetries int
-	// HTTPClient replaces the SDK's default client.
-	HTTPClient *http.Client
-}
-
-// OpenAIProvider calls a model through the OpenAI Chat Completions API with the
+// Provider calls a model through the OpenAI Chat Completions API with the
 // official SDK (github.com/openai/openai-go/v3). Tools are offered as
 // functions whose parameters are the registry's input schemas; the model may
 // call several at once (parallel_tool_calls), and each result goes back as
 // its own role "tool" message.
-type OpenAIProvider struct {
-	client  openai.Client
-	retries int
+type Provider struct {
+	client openai.Client
 }
 
-// NewOpenAIProvider returns the adapter.
-func NewOpenAIProvider(c OpenAIConfig) *OpenAIProvider {
-	retries := retriesOrDefault(c.MaxRetries)
-	opts := []option.RequestOption{option.WithMaxRetries(retries)}
+// New returns the adapter. The key is sent as the bearer token; without one
+// (a local server), a placeholder is. Any server that speaks Chat
+// Completions can be the BaseURL (vLLM, Ollama, LiteLLM).
+func New(c provider.Config) *Provider {
+	opts := []option.RequestOption{option.WithMaxRetries(provider.Retries(c.MaxRetries))}
 	if c.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(c.APIKey))
 	} else {
@@ -61,30 +48,12 @@ func NewOpenAIProvider(c OpenAIConfig) *OpenAIProvider {
 	if c.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(c.HTTPClient))
 	}
-	return &OpenAIProvider{client: openai.NewClient(opts...), retries: retries}
+	return &Provider{client: openai.NewClient(opts...)}
 }
 
-// apiKeyLike matches what looks like an API key in a provider's error
-// message ("Incorrect API key provided: sk-proj-****abcd").
-var apiKeyLike = regexp.MustCompile(`\b(?:sk|key)-[A-Za-z0-9_*\-]{4,}`)
-
-// redactKeys hides anything that looks like an API key: a provider's error
-// message becomes a run's failure reason.
-func redactKeys(s string) string { return apiKeyLike.ReplaceAllString(s, "[redacted]") }
-
-func retriesOrDefault(n int) int {
-	switch {
-	case n < 0:
-		return 0
-	case n == 0:
-		return DefaultModelRetries
-	}
-	return n
-}
-
-// Complete implements Provider.
-func (p *OpenAIProvider) Complete(ctx context.Context, req ModelRequest) (envelope.ModelResponse, error) {
-	params, err := openAIParams(req)
+// Complete implements provider.Provider.
+func (p *Provider) Complete(ctx context.Context, req provider.Request) (envelope.ModelResponse, error) {
+	params, err := chatParams(req)
 	if err != nil {
 		return envelope.ModelResponse{}, err
 	}
@@ -96,9 +65,9 @@ func (p *OpenAIProvider) Complete(ctx context.Context, req ModelRequest) (envelo
 			// The SDK's error names the status only; the body says why.
 			err = fmt.Errorf("%w: %s", err, apiErr.Message)
 		}
-		return envelope.ModelResponse{}, providerFailure(OpenAIProviderName, req.Model.Name, int(attempts.Load()), err)
+		return envelope.ModelResponse{}, provider.Failure(Name, req.Model.Name, int(attempts.Load()), err)
 	}
-	return openAIResponse(req, resp)
+	return chatResponse(req, resp)
 }
 
 func countAttempts(n *atomic.Int32) option.Middleware {
@@ -108,27 +77,7 @@ func countAttempts(n *atomic.Int32) option.Middleware {
 	}
 }
 
-// providerFailure says which provider and model failed, after how many
-// attempts, and why (the SDK's error: status, and what the body says), with
-// anything that looks like an API key hidden.
-func providerFailure(provider, model string, attempts int, err error) error {
-	msg := fmt.Sprintf("%s model %s failed: %v", provider, model, err)
-	if attempts > 1 {
-		msg = fmt.Sprintf("%s model %s failed after %d attempts: %v", provider, model, attempts, err)
-	}
-	return &providerError{msg: redactKeys(msg), err: err}
-}
-
-// providerError is a model call's failure; it unwraps to the SDK's error.
-type providerError struct {
-	msg string
-	err error
-}
-
-func (e *providerError) Error() string { return e.msg }
-func (e *providerError) Unwrap() error { return e.err }
-
-func openAIParams(req ModelRequest) (openai.ChatCompletionNewParams, error) {
+func chatParams(req provider.Request) (openai.ChatCompletionNewParams, error) {
 	p := openai.ChatCompletionNewParams{Model: req.Model.Name}
 	for _, m := range req.Messages {
 		switch m.Role {
@@ -145,7 +94,7 @@ func openAIParams(req ModelRequest) (openai.ChatCompletionNewParams, error) {
 				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
 					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
 						ID:       tc.ID,
-						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: argumentsText(tc.Arguments)},
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: provider.ArgumentsText(tc.Arguments)},
 					},
 				})
 			}
@@ -159,7 +108,7 @@ func openAIParams(req ModelRequest) (openai.ChatCompletionNewParams, error) {
 		}
 	}
 	for _, d := range req.Tools {
-		params, err := inputSchemaObject(d)
+		params, err := provider.InputSchema(d)
 		if err != nil {
 			return p, err
 		}
@@ -181,7 +130,7 @@ func openAIParams(req ModelRequest) (openai.ChatCompletionNewParams, error) {
 	return p, nil
 }
 
-func openAIResponse(req ModelRequest, resp *openai.ChatCompletion) (envelope.ModelResponse, error) {
+func chatResponse(req provider.Request, resp *openai.ChatCompletion) (envelope.ModelResponse, error) {
 	if resp == nil || len(resp.Choices) == 0 {
 		return envelope.ModelResponse{}, fmt.Errorf("openai model %s: malformed response: no choices", req.Model.Name)
 	}
@@ -199,9 +148,9 @@ func openAIResponse(req ModelRequest, resp *openai.ChatCompletion) (envelope.Mod
 			return envelope.ModelResponse{}, fmt.Errorf("openai model %s: malformed response: tool call %d has no function name", req.Model.Name, i)
 		}
 		out.ToolCalls = append(out.ToolCalls, envelope.ToolCall{
-			ID:        providerCallID(tc.ID, req.Iteration, i),
+			ID:        provider.CallID(tc.ID, req.Iteration, i),
 			Name:      tc.Function.Name,
-			Arguments: argumentsJSON(tc.Function.Arguments),
+			Arguments: provider.ArgumentsJSON(tc.Function.Arguments),
 		})
 	}
 	return out, nil

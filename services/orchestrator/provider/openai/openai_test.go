@@ -1,4 +1,4 @@
-package orchestrator_test
+package openai_test
 
 import (
 	"encoding/json"
@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/openai"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/providertest"
 )
 
 // Replies in the Chat Completions wire format
@@ -54,19 +56,19 @@ const (
 	openAIServerError = `{"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}}`
 )
 
-func openAIRequest(msgs []envelope.Message) orchestrator.ModelRequest {
-	return orchestrator.ModelRequest{RunID: "r1", Iteration: 1,
+func openAIRequest(msgs []envelope.Message) provider.Request {
+	return provider.Request{RunID: "r1", Iteration: 1,
 		Model:    envelope.Model{Provider: "openai", Name: "gpt-4o-mini"},
 		System:   "Be brief.",
-		Messages: msgs, Tools: registryTools()}
+		Messages: msgs, Tools: providertest.Tools()}
 }
 
 // The round trip of one turn: the registry's tool definitions become
 // functions, two parallel tool calls come back, and their results (one of
 // them an error) go back as one role "tool" message each.
 func TestOpenAIWireRoundTrip(t *testing.T) {
-	f := newFakeModel(t, reply{body: openAIToolCalls}, reply{body: openAIFinal})
-	p := orchestrator.NewOpenAIProvider(orchestrator.OpenAIConfig{APIKey: "sk-test", BaseURL: f.srv.URL + "/v1"})
+	f := providertest.New(t, providertest.Reply{Body: openAIToolCalls}, providertest.Reply{Body: openAIFinal})
+	p := openai.New(provider.Config{APIKey: "sk-test", BaseURL: f.URL + "/v1"})
 
 	msgs := []envelope.Message{
 		{Role: envelope.RoleSystem, Content: "Be brief."},
@@ -83,11 +85,11 @@ func TestOpenAIWireRoundTrip(t *testing.T) {
 		Usage: envelope.Usage{InputTokens: 82, OutputTokens: 17},
 	}, resp)
 
-	first := f.requests()[0]
-	require.Equal(t, http.MethodPost, first.method)
-	require.Equal(t, "/v1/chat/completions", first.path)
-	require.Equal(t, "Bearer sk-test", first.header.Get("Authorization"))
-	require.Equal(t, jsonOf(t, `{
+	first := f.Requests()[0]
+	require.Equal(t, http.MethodPost, first.Method)
+	require.Equal(t, "/v1/chat/completions", first.Path)
+	require.Equal(t, "Bearer sk-test", first.Header.Get("Authorization"))
+	require.Equal(t, providertest.JSON(t, `{
 	  "model": "gpt-4o-mini",
 	  "messages": [
 	    {"role": "system", "content": "Be brief."},
@@ -101,17 +103,16 @@ func TestOpenAIWireRoundTrip(t *testing.T) {
 	      "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
 	  ],
 	  "parallel_tool_calls": true
-	}`), first.body)
+	}`), first.Body)
 
-	// The results as the orchestrator hands them back: in call order, the
-	// failed one carrying its error's code and message.
-	ok := &envelope.ToolEnvelope{Output: json.RawMessage(`{"text":"hi"}`)}
-	bad := &envelope.ToolEnvelope{Error: &envelope.ToolError{Code: envelope.CodeValidation,
-		Message: "input does not match the schema", Details: []string{"at /expression: got number, want string"}}}
+	// The results as the orchestrator hands them back (its
+	// ToolResultContent): in call order, the failed one carrying its error's
+	// code, message and details.
 	msgs = append(msgs,
 		envelope.Message{Role: envelope.RoleAssistant, ToolCalls: resp.ToolCalls},
-		envelope.Message{Role: envelope.RoleTool, ToolCallID: "call_echo_1", Name: "echo", Content: orchestrator.ToolResultContent(ok)},
-		envelope.Message{Role: envelope.RoleTool, ToolCallID: "call_calc_2", Name: "calculator", Content: orchestrator.ToolResultContent(bad), IsError: true},
+		envelope.Message{Role: envelope.RoleTool, ToolCallID: "call_echo_1", Name: "echo", Content: `{"text":"hi"}`},
+		envelope.Message{Role: envelope.RoleTool, ToolCallID: "call_calc_2", Name: "calculator", IsError: true,
+			Content: `{"error":{"code":"VALIDATION_ERROR","details":["at /expression: got number, want string"],"message":"input does not match the schema"}}`},
 	)
 	req := openAIRequest(msgs)
 	req.Iteration = 2
@@ -122,8 +123,8 @@ func TestOpenAIWireRoundTrip(t *testing.T) {
 	require.Equal(t, "stop", resp.StopReason)
 	require.Equal(t, envelope.Usage{InputTokens: 140, OutputTokens: 12}, resp.Usage)
 
-	second := f.requests()[1]
-	require.Equal(t, jsonOf(t, `[
+	second := f.Requests()[1]
+	require.Equal(t, providertest.JSON(t, `[
 	  {"role": "system", "content": "Be brief."},
 	  {"role": "user", "content": "Echo hi and compute 42."},
 	  {"role": "assistant", "tool_calls": [
@@ -133,22 +134,22 @@ func TestOpenAIWireRoundTrip(t *testing.T) {
 	  {"role": "tool", "tool_call_id": "call_echo_1", "content": "{\"text\":\"hi\"}"},
 	  {"role": "tool", "tool_call_id": "call_calc_2",
 	    "content": "{\"error\":{\"code\":\"VALIDATION_ERROR\",\"details\":[\"at /expression: got number, want string\"],\"message\":\"input does not match the schema\"}}"}
-	]`), second.body["messages"])
+	]`), second.Body["messages"])
 }
 
 func TestOpenAIWireModelSettings(t *testing.T) {
-	f := newFakeModel(t, reply{body: openAIFinal})
-	p := orchestrator.NewOpenAIProvider(orchestrator.OpenAIConfig{BaseURL: f.srv.URL})
+	f := providertest.New(t, providertest.Reply{Body: openAIFinal})
+	p := openai.New(provider.Config{BaseURL: f.URL})
 	temp := 0.2
-	_, err := p.Complete(t.Context(), orchestrator.ModelRequest{Iteration: 1,
+	_, err := p.Complete(t.Context(), provider.Request{Iteration: 1,
 		Model:    envelope.Model{Provider: "openai", Name: "llama3.1", Temperature: &temp, MaxTokens: 256},
 		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}})
 	require.NoError(t, err)
-	got := f.requests()[0]
-	require.Equal(t, "/chat/completions", got.path)
-	require.Equal(t, jsonOf(t, `{"model": "llama3.1", "messages": [{"role": "user", "content": "hi"}],
-		"temperature": 0.2, "max_completion_tokens": 256}`), got.body, "no tools: no tools and no parallel_tool_calls")
-	require.Equal(t, "Bearer none", got.header.Get("Authorization"), "a local server gets a placeholder key")
+	got := f.Requests()[0]
+	require.Equal(t, "/chat/completions", got.Path)
+	require.Equal(t, providertest.JSON(t, `{"model": "llama3.1", "messages": [{"role": "user", "content": "hi"}],
+		"temperature": 0.2, "max_completion_tokens": 256}`), got.Body, "no tools: no tools and no parallel_tool_calls")
+	require.Equal(t, "Bearer none", got.Header.Get("Authorization"), "a local server gets a placeholder key")
 }
 
 // Broken arguments from the model reach the orchestrator as a JSON string
@@ -158,8 +159,8 @@ func TestOpenAIWireBrokenArguments(t *testing.T) {
 	  "tool_calls":[{"id":"call_1","type":"function","function":{"name":"echo","arguments":"{\"text\": \"unterminated"}},
 	                {"type":"function","function":{"name":"echo","arguments":""}}]},"finish_reason":"tool_calls"}],
 	  "usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
-	f := newFakeModel(t, reply{body: broken}, reply{body: openAIFinal})
-	p := orchestrator.NewOpenAIProvider(orchestrator.OpenAIConfig{APIKey: "k", BaseURL: f.srv.URL})
+	f := providertest.New(t, providertest.Reply{Body: broken}, providertest.Reply{Body: openAIFinal})
+	p := openai.New(provider.Config{APIKey: "k", BaseURL: f.URL})
 	msgs := []envelope.Message{{Role: envelope.RoleUser, Content: "go"}}
 	resp, err := p.Complete(t.Context(), openAIRequest(msgs))
 	require.NoError(t, err)
@@ -171,71 +172,41 @@ func TestOpenAIWireBrokenArguments(t *testing.T) {
 	msgs = append(msgs, envelope.Message{Role: envelope.RoleAssistant, ToolCalls: resp.ToolCalls})
 	_, err = p.Complete(t.Context(), openAIRequest(msgs))
 	require.NoError(t, err)
-	sent := f.requests()[1].body["messages"].([]any)[1].(map[string]any)["tool_calls"].([]any)
+	sent := f.Requests()[1].Body["messages"].([]any)[1].(map[string]any)["tool_calls"].([]any)
 	require.Equal(t, `{"text": "unterminated`, sent[0].(map[string]any)["function"].(map[string]any)["arguments"])
 }
 
 func TestOpenAIWireFailures(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		retries  int
-		replies  []reply
-		attempts int
-		err      []string // substrings of the error; none: success
-		minGap   time.Duration
-		hidden   string // must not appear in the error
-	}{
-		{name: "429 then success waits Retry-After", retries: 3,
-			replies: []reply{
-				{status: http.StatusTooManyRequests, headers: map[string]string{"Retry-After": "1", "X-Request-Id": "req_1"}, body: openAIRateLimited},
-				{body: openAIFinal}},
-			attempts: 2, minGap: time.Second},
-		{name: "5xx until retries run out", retries: 2,
-			replies:  []reply{{status: http.StatusServiceUnavailable, headers: map[string]string{"Retry-After": "0"}, body: openAIServerError}},
-			attempts: 3, err: []string{"openai model gpt-4o-mini failed after 3 attempts", "503 Service Unavailable", "The server had an error"}},
-		{name: "5xx then success", retries: 2,
-			replies: []reply{
-				{status: http.StatusInternalServerError, headers: map[string]string{"Retry-After": "0"}, body: openAIServerError},
-				{body: openAIFinal}},
-			attempts: 2},
-		{name: "400 is not retried", retries: 3,
-			replies: []reply{{status: http.StatusBadRequest,
-				body: `{"error":{"message":"Invalid schema for function 'echo'","type":"invalid_request_error","param":"tools[0].function.parameters","code":"invalid_function_parameters"}}`}},
-			attempts: 1, err: []string{"openai model gpt-4o-mini failed:", "400 Bad Request", "Invalid schema for function 'echo'"}},
-		{name: "a key in the error is hidden", retries: 3,
-			replies: []reply{{status: http.StatusUnauthorized,
-				body: `{"error":{"message":"Incorrect API key provided: sk-proj-AbCdEfGh1234. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`}},
-			attempts: 1, err: []string{"401 Unauthorized", "Incorrect API key provided: [redacted]. You can find"}, hidden: "AbCdEfGh1234"},
-		{name: "body is not JSON", retries: 3, replies: []reply{{body: `<html>gateway</html>`}},
-			attempts: 1, err: []string{"openai model gpt-4o-mini failed"}},
-		{name: "no choices", retries: 3, replies: []reply{{body: `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":0,"total_tokens":1}}`}},
-			attempts: 1, err: []string{"malformed response: no choices"}},
-		{name: "tool call without a name", retries: 3, replies: []reply{{body: `{"id":"x","object":"chat.completion","created":1,"model":"m",
+	providertest.CheckFailures(t, []providertest.Failure{
+		{Name: "429 then success waits Retry-After", Retries: 3,
+			Replies: []providertest.Reply{
+				{Status: http.StatusTooManyRequests, Headers: map[string]string{"Retry-After": "1", "X-Request-Id": "req_1"}, Body: openAIRateLimited},
+				{Body: openAIFinal}},
+			Attempts: 2, MinGap: time.Second},
+		{Name: "5xx until retries run out", Retries: 2,
+			Replies:  []providertest.Reply{{Status: http.StatusServiceUnavailable, Headers: map[string]string{"Retry-After": "0"}, Body: openAIServerError}},
+			Attempts: 3, Err: []string{"openai model gpt-4o-mini failed after 3 attempts", "503 Service Unavailable", "The server had an error"}},
+		{Name: "5xx then success", Retries: 2,
+			Replies: []providertest.Reply{
+				{Status: http.StatusInternalServerError, Headers: map[string]string{"Retry-After": "0"}, Body: openAIServerError},
+				{Body: openAIFinal}},
+			Attempts: 2},
+		{Name: "400 is not retried", Retries: 3,
+			Replies: []providertest.Reply{{Status: http.StatusBadRequest,
+				Body: `{"error":{"message":"Invalid schema for function 'echo'","type":"invalid_request_error","param":"tools[0].function.parameters","code":"invalid_function_parameters"}}`}},
+			Attempts: 1, Err: []string{"openai model gpt-4o-mini failed:", "400 Bad Request", "Invalid schema for function 'echo'"}},
+		{Name: "a key in the error is hidden", Retries: 3,
+			Replies: []providertest.Reply{{Status: http.StatusUnauthorized,
+				Body: `{"error":{"message":"Incorrect API key provided: sk-proj-AbCdEfGh1234. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`}},
+			Attempts: 1, Err: []string{"401 Unauthorized", "Incorrect API key provided: [redacted]. You can find"}, Hidden: "AbCdEfGh1234"},
+		{Name: "body is not JSON", Retries: 3, Replies: []providertest.Reply{{Body: `<html>gateway</html>`}},
+			Attempts: 1, Err: []string{"openai model gpt-4o-mini failed"}},
+		{Name: "no choices", Retries: 3, Replies: []providertest.Reply{{Body: `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":0,"total_tokens":1}}`}},
+			Attempts: 1, Err: []string{"malformed response: no choices"}},
+		{Name: "tool call without a name", Retries: 3, Replies: []providertest.Reply{{Body: `{"id":"x","object":"chat.completion","created":1,"model":"m",
 			"choices":[{"index":0,"message":{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`}},
-			attempts: 1, err: []string{"malformed response: tool call 0 has no function name"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeModel(t, tc.replies...)
-			p := orchestrator.NewOpenAIProvider(orchestrator.OpenAIConfig{APIKey: "k", BaseURL: f.srv.URL, MaxRetries: tc.retries})
-			resp, err := p.Complete(t.Context(), openAIRequest([]envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}))
-			got := f.requests()
-			require.Len(t, got, tc.attempts)
-			if len(tc.err) == 0 {
-				require.NoError(t, err)
-				require.Equal(t, "hi, and 42 is not an expression.", resp.Content)
-			} else {
-				require.Error(t, err)
-				for _, s := range tc.err {
-					require.ErrorContains(t, err, s)
-				}
-				require.NotContains(t, err.Error(), "Bearer", "the key is never in an error")
-				if tc.hidden != "" {
-					require.NotContains(t, err.Error(), tc.hidden)
-				}
-			}
-			if tc.minGap > 0 {
-				require.GreaterOrEqual(t, got[1].at.Sub(got[0].at), tc.minGap, "the retry waited as long as Retry-After said")
-			}
-		})
-	}
+			Attempts: 1, Err: []string{"malformed response: tool call 0 has no function name"}},
+	}, "sk-openai-secret", "hi, and 42 is not an expression.", func(baseURL string, retries int) provider.Provider {
+		return openai.New(provider.Config{APIKey: "sk-openai-secret", BaseURL: baseURL, MaxRetries: retries})
+	}, openAIRequest([]envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}))
 }

@@ -1,4 +1,6 @@
-package orchestrator
+// Package scripted is a model that plays a script of turns given in the run
+// request: the model of the demo, of tests and of benchmarks.
+package scripted
 
 import (
 	"context"
@@ -6,30 +8,31 @@ import (
 	"fmt"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
 
-// ScriptedProviderName is the provider name of the scripted model.
-const ScriptedProviderName = "scripted"
+// Name is the provider name (agent.model.provider) of the scripted model.
+const Name = "scripted"
 
-// ScriptTurn is one answer of the scripted model: tool calls, or final content.
-type ScriptTurn struct {
-	Content   string           `json:"content,omitempty"`
-	ToolCalls []ScriptToolCall `json:"tool_calls,omitempty"`
+// Turn is one answer of the scripted model: tool calls, or final content.
+type Turn struct {
+	Content   string     `json:"content,omitempty"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
-// ScriptToolCall is a tool call the scripted model makes.
-type ScriptToolCall struct {
+// ToolCall is a tool call the scripted model makes.
+type ToolCall struct {
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments"`
 }
 
 // Script is the scripted model's options: agent.model.options = {"script": [...]}.
 type Script struct {
-	Turns []ScriptTurn `json:"script"`
+	Turns []Turn `json:"script"`
 }
 
-// ParseScript reads and checks a script from model options.
-func ParseScript(options json.RawMessage) (Script, error) {
+// Parse reads and checks a script from model options.
+func Parse(options json.RawMessage) (Script, error) {
 	var s Script
 	if len(options) == 0 {
 		return s, fmt.Errorf("scripted model: agent.model.options.script is required")
@@ -53,15 +56,15 @@ func ParseScript(options json.RawMessage) (Script, error) {
 	return s, nil
 }
 
-// ScriptedProvider plays a script of turns from the run's model options, one
+// Provider plays a script of turns from the run's model options, one
 // turn per model call, with zero latency: the model of the demo, of tests and
 // of benchmarks. Past the end of the script it answers with the last turn's
 // content, or an empty answer.
-type ScriptedProvider struct{}
+type Provider struct{}
 
-// Complete implements Provider.
-func (ScriptedProvider) Complete(_ context.Context, req ModelRequest) (envelope.ModelResponse, error) {
-	s, err := ParseScript(req.Model.Options)
+// Complete implements provider.Provider.
+func (Provider) Complete(_ context.Context, req provider.Request) (envelope.ModelResponse, error) {
+	s, err := Parse(req.Model.Options)
 	if err != nil {
 		return envelope.ModelResponse{}, err
 	}

@@ -1,4 +1,4 @@
-package orchestrator_test
+package stack_test
 
 import (
 	"context"
@@ -17,6 +17,9 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
+	scriptedmodel "github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
 // countingModel is the scripted model, counting its calls per run,
@@ -32,13 +35,13 @@ type modelCall struct {
 }
 
 // forReplica is the model as one replica calls it.
-func (m *countingModel) forReplica(name string) orchestrator.Provider {
-	return orchestrator.ProviderFunc(func(ctx context.Context, req orchestrator.ModelRequest) (envelope.ModelResponse, error) {
+func (m *countingModel) forReplica(name string) provider.Provider {
+	return provider.Func(func(ctx context.Context, req provider.Request) (envelope.ModelResponse, error) {
 		k := fmt.Sprintf("%s/%d", req.RunID, req.Iteration)
 		m.mu.Lock()
 		m.calls[k] = append(m.calls[k], modelCall{replica: name, at: time.Now()})
 		m.mu.Unlock()
-		return orchestrator.ScriptedProvider{}.Complete(ctx, req)
+		return scriptedmodel.Provider{}.Complete(ctx, req)
 	})
 }
 
@@ -117,7 +120,7 @@ type faultyReplica struct {
 	plan *faultPlan
 	name string
 	dead chan struct{}
-	r    *replica
+	r    *orchestratortest.Replica
 }
 
 func (f *faultyReplica) Fault(ctx context.Context, p orchestrator.FaultPoint, run string, it int) error {
@@ -168,7 +171,7 @@ var runToken = regexp.MustCompile(`^toolwire\.(run|call)\.[^.]+\.`)
 // shape is a run's events as a multiset of subjects with the run id blanked:
 // the call ids (in call subjects), the iterations, the turns, the usage
 // numbers and the lifecycle, each with how often it was stored.
-func shape(evs []stored) map[string]int {
+func shape(evs []orchestratortest.Stored) map[string]int {
 	out := map[string]int{}
 	for _, e := range evs {
 		out[runToken.ReplaceAllString(e.Subject, "toolwire.$1.RUN.")]++
@@ -184,7 +187,7 @@ func shape(evs []stored) map[string]int {
 // the model called again only when its answer was lost.
 func TestCrashAtEveryPoint(t *testing.T) {
 	const runs = 25
-	h := newHarness(t)
+	h := newPipeline(t)
 	model := &countingModel{calls: map[string][]modelCall{}}
 	plan := &faultPlan{
 		covers:   func(run string) bool { return strings.HasPrefix(run, "crash-") },
@@ -203,8 +206,8 @@ func TestCrashAtEveryPoint(t *testing.T) {
 	start := func() *faultyReplica {
 		started++
 		f := &faultyReplica{plan: plan, name: fmt.Sprintf("orchestrator-%d", started), dead: make(chan struct{})}
-		f.r = h.startOrchestrator(f.name, orchestrator.Config{
-			Providers:    orchestrator.Providers{orchestrator.ScriptedProviderName: model.forReplica(f.name)},
+		f.r = h.Start(f.name, orchestrator.Config{
+			Providers:    orchestrator.Providers{scriptedmodel.Name: model.forReplica(f.name)},
 			ModelTimeout: 500 * time.Millisecond, AckWait: 2 * time.Second, Faults: f,
 		})
 		return f
@@ -213,24 +216,24 @@ func TestCrashAtEveryPoint(t *testing.T) {
 	start()
 
 	request := func(id string) envelope.RunRequest {
-		return scripted(t, id, []string{"echo@1.0.0", "calculator@1.0.0", "sleep@1.0.0"}, envelope.Policy{},
+		return orchestratortest.Scripted(t, id, []string{"echo@1.0.0", "calculator@1.0.0", "sleep@1.0.0"}, envelope.Policy{},
 			map[string]any{"tool_calls": []any{
-				toolCall("echo", map[string]any{"text": "a"}),
-				toolCall("calculator", map[string]any{"expression": "6*7"}),
-				toolCall("sleep", map[string]any{"ms": 100}),
+				orchestratortest.ToolCall("echo", map[string]any{"text": "a"}),
+				orchestratortest.ToolCall("calculator", map[string]any{"expression": "6*7"}),
+				orchestratortest.ToolCall("sleep", map[string]any{"ms": 100}),
 			}},
 			map[string]any{"tool_calls": []any{
-				toolCall("echo", map[string]any{"text": "b"}),
-				toolCall("calculator", map[string]any{"expression": 7}), // VALIDATION_ERROR
+				orchestratortest.ToolCall("echo", map[string]any{"text": "b"}),
+				orchestratortest.ToolCall("calculator", map[string]any{"expression": 7}), // VALIDATION_ERROR
 			}},
 			map[string]any{"content": "done"},
 		)
 	}
 
 	// The undisturbed run.
-	ref := h.run(request("reference"), time.Minute)
+	ref := h.Run(request("reference"), time.Minute)
 	require.Equal(t, events.StatusCompleted, ref.Status, ref.Reason)
-	refOut := normalize(t, ref.Outputs)
+	refOut := orchestratortest.Normalize(t, ref.Outputs)
 	require.Len(t, refOut.ToolOrder, 5)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -243,9 +246,9 @@ func TestCrashAtEveryPoint(t *testing.T) {
 	results := make(chan result, runs)
 	for i := range runs {
 		id := fmt.Sprintf("crash-%02d", i)
-		h.submit(ctx, request(id))
+		h.Submit(ctx, request(id))
 		go func() {
-			st, err := h.wait(ctx, id)
+			st, err := h.Wait(ctx, id)
 			results <- result{id, st, err}
 		}()
 	}
@@ -260,9 +263,9 @@ func TestCrashAtEveryPoint(t *testing.T) {
 			}
 			killed[f] = true
 			killedAt[f.name] = time.Now()
-			f.r.nc.Close() // dead: nothing it still does reaches NATS
+			f.r.Conn.Close() // dead: nothing it still does reaches NATS
 			close(f.dead)
-			f.r.kill()
+			f.r.Kill()
 			start() // and a new replica takes its place
 		case r := <-results:
 			require.NoError(t, r.err, r.id)
@@ -272,15 +275,15 @@ func TestCrashAtEveryPoint(t *testing.T) {
 		}
 	}
 
-	all := h.streamEvents(t.Context())
+	all := h.StreamEvents(t.Context())
 	refShape := shape(all["reference"])
 	byDeath := 0
 	for id, st := range final {
 		require.Equal(t, events.StatusCompleted, st.Status, "%s: %s", id, st.Reason)
-		require.Equal(t, refOut, normalize(t, st.Outputs), "%s: outputs and call ids as undisturbed", id)
+		require.Equal(t, refOut, orchestratortest.Normalize(t, st.Outputs), "%s: outputs and call ids as undisturbed", id)
 		require.Equal(t, refShape, shape(all[id]), "%s: every event once, the same as undisturbed", id)
 		// The model is called again only when its answer was lost.
-		for _, e := range ofType(all[id], events.TypeLLMCompleted) {
+		for _, e := range orchestratortest.OfType(all[id], events.TypeLLMCompleted) {
 			var l events.LLMCompleted
 			require.NoError(t, json.Unmarshal(e.Data, &l))
 			it := l.Turn.Iteration

@@ -1,4 +1,6 @@
-package orchestrator
+// Package anthropic is the adapter of the Anthropic Messages API, through the
+// official SDK.
+package anthropic
 
 import (
 	"context"
@@ -12,46 +14,34 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
 
-// AnthropicProviderName is the provider name of the Anthropic adapter.
-const AnthropicProviderName = "anthropic"
+// Name is the provider name (agent.model.provider) of the adapter.
+const Name = "anthropic"
 
-// DefaultAnthropicMaxTokens is max_tokens when the model settings name none:
+// DefaultMaxTokens is max_tokens when the model settings name none:
 // the Messages API requires one.
-const DefaultAnthropicMaxTokens = 4096
+const DefaultMaxTokens = 4096
 
-// AnthropicConfig configures the Anthropic Messages adapter.
-type AnthropicConfig struct {
-	APIKey string
-	// BaseURL is the API's base, default https://api.anthropic.com.
-	BaseURL string
-	// MaxRetries is how often a failed request is retried (connection errors,
-	// 408, 409, 429 and 5xx), with exponential back-off that respects
-	// Retry-After; default DefaultModelRetries, -1 for none.
-	MaxRetries int
-	// HTTPClient replaces the SDK's default client.
-	HTTPClient *http.Client
-}
-
-// AnthropicProvider calls a model through the Anthropic Messages API with the
+// Provider calls a model through the Anthropic Messages API with the
 // official SDK (github.com/anthropics/anthropic-sdk-go/v2). Tools are offered
 // with the registry's input schemas; the model's tool_use blocks become tool
 // calls, and the results of one turn go back in one user message carrying a
 // tool_result block per call, in the order of the calls, with is_error set
 // for a failed call.
-type AnthropicProvider struct {
+type Provider struct {
 	client anthropic.Client
 }
 
-// NewAnthropicProvider returns the adapter.
-func NewAnthropicProvider(c AnthropicConfig) *AnthropicProvider {
+// New returns the adapter.
+func New(c provider.Config) *Provider {
 	opts := []option.RequestOption{
 		// Only what is configured here: no credentials or base URL picked up
 		// from the environment behind the configuration's back.
 		option.WithoutEnvironmentDefaults(),
 		option.WithAPIKey(c.APIKey),
-		option.WithMaxRetries(retriesOrDefault(c.MaxRetries)),
+		option.WithMaxRetries(provider.Retries(c.MaxRetries)),
 		// The orchestrator's own "chat" span already covers the call.
 		option.WithoutOpenTelemetry(),
 	}
@@ -61,12 +51,12 @@ func NewAnthropicProvider(c AnthropicConfig) *AnthropicProvider {
 	if c.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(c.HTTPClient))
 	}
-	return &AnthropicProvider{client: anthropic.NewClient(opts...)}
+	return &Provider{client: anthropic.NewClient(opts...)}
 }
 
-// Complete implements Provider.
-func (p *AnthropicProvider) Complete(ctx context.Context, req ModelRequest) (envelope.ModelResponse, error) {
-	params, err := anthropicParams(req)
+// Complete implements provider.Provider.
+func (p *Provider) Complete(ctx context.Context, req provider.Request) (envelope.ModelResponse, error) {
+	params, err := messageParams(req)
 	if err != nil {
 		return envelope.ModelResponse{}, err
 	}
@@ -81,13 +71,13 @@ func (p *AnthropicProvider) Complete(ctx context.Context, req ModelRequest) (env
 	}
 	msg, err := p.client.Messages.New(ctx, params, opts...)
 	if err != nil {
-		return envelope.ModelResponse{}, providerFailure(AnthropicProviderName, req.Model.Name, int(attempts.Load()), err)
+		return envelope.ModelResponse{}, provider.Failure(Name, req.Model.Name, int(attempts.Load()), err)
 	}
-	return anthropicResponse(req, msg)
+	return messageResponse(req, msg)
 }
 
-func anthropicParams(req ModelRequest) (anthropic.MessageNewParams, error) {
-	p := anthropic.MessageNewParams{Model: anthropic.Model(req.Model.Name), MaxTokens: DefaultAnthropicMaxTokens}
+func messageParams(req provider.Request) (anthropic.MessageNewParams, error) {
+	p := anthropic.MessageNewParams{Model: anthropic.Model(req.Model.Name), MaxTokens: DefaultMaxTokens}
 	if req.Model.MaxTokens > 0 {
 		p.MaxTokens = int64(req.Model.MaxTokens)
 	}
@@ -132,7 +122,7 @@ func anthropicParams(req ModelRequest) (anthropic.MessageNewParams, error) {
 				blocks = append(blocks, anthropic.NewTextBlock(m.Content))
 			}
 			for _, tc := range m.ToolCalls {
-				blocks = append(blocks, anthropic.NewToolUseBlock(tc.ID, argumentsValue(tc.Arguments), tc.Name))
+				blocks = append(blocks, anthropic.NewToolUseBlock(tc.ID, provider.ArgumentsValue(tc.Arguments), tc.Name))
 			}
 			add(false, blocks...)
 		case envelope.RoleTool:
@@ -145,7 +135,7 @@ func anthropicParams(req ModelRequest) (anthropic.MessageNewParams, error) {
 		p.System = []anthropic.TextBlockParam{{Text: strings.Join(system, "\n\n")}}
 	}
 	for _, d := range req.Tools {
-		schema, err := inputSchemaObject(d)
+		schema, err := provider.InputSchema(d)
 		if err != nil {
 			return p, err
 		}
@@ -173,7 +163,7 @@ func anthropicParams(req ModelRequest) (anthropic.MessageNewParams, error) {
 	return p, nil
 }
 
-func anthropicResponse(req ModelRequest, msg *anthropic.Message) (envelope.ModelResponse, error) {
+func messageResponse(req provider.Request, msg *anthropic.Message) (envelope.ModelResponse, error) {
 	if msg == nil {
 		return envelope.ModelResponse{}, fmt.Errorf("anthropic model %s: malformed response: empty", req.Model.Name)
 	}
@@ -201,7 +191,7 @@ func anthropicResponse(req ModelRequest, msg *anthropic.Message) (envelope.Model
 				args = json.RawMessage(`{}`)
 			}
 			out.ToolCalls = append(out.ToolCalls, envelope.ToolCall{
-				ID: providerCallID(b.ID, req.Iteration, len(out.ToolCalls)), Name: b.Name, Arguments: args,
+				ID: provider.CallID(b.ID, req.Iteration, len(out.ToolCalls)), Name: b.Name, Arguments: args,
 			})
 		}
 	}

@@ -1,4 +1,4 @@
-package orchestrator_test
+package anthropic_test
 
 import (
 	"encoding/json"
@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/anthropic"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/providertest"
 )
 
 // Replies in the Messages API wire format
@@ -44,11 +46,11 @@ const (
 	anthropicOverloaded  = `{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}`
 )
 
-func anthropicRequest(msgs []envelope.Message) orchestrator.ModelRequest {
-	return orchestrator.ModelRequest{RunID: "r1", Iteration: 1,
+func anthropicRequest(msgs []envelope.Message) provider.Request {
+	return provider.Request{RunID: "r1", Iteration: 1,
 		Model:    envelope.Model{Provider: "anthropic", Name: "claude-sonnet-4-5"},
 		System:   "Be brief.",
-		Messages: msgs, Tools: registryTools()}
+		Messages: msgs, Tools: providertest.Tools()}
 }
 
 // The round trip of one turn: the registry's tool definitions become tools,
@@ -56,8 +58,8 @@ func anthropicRequest(msgs []envelope.Message) orchestrator.ModelRequest {
 // message with a tool_result block per call, in call order, the failed one
 // with is_error.
 func TestAnthropicWireRoundTrip(t *testing.T) {
-	f := newFakeModel(t, reply{body: anthropicToolUse}, reply{body: anthropicFinal})
-	p := orchestrator.NewAnthropicProvider(orchestrator.AnthropicConfig{APIKey: "sk-ant-test", BaseURL: f.srv.URL})
+	f := providertest.New(t, providertest.Reply{Body: anthropicToolUse}, providertest.Reply{Body: anthropicFinal})
+	p := anthropic.New(provider.Config{APIKey: "sk-ant-test", BaseURL: f.URL})
 
 	msgs := []envelope.Message{
 		{Role: envelope.RoleSystem, Content: "Be brief."},
@@ -75,13 +77,13 @@ func TestAnthropicWireRoundTrip(t *testing.T) {
 		Usage: envelope.Usage{InputTokens: 472, OutputTokens: 91},
 	}, resp)
 
-	first := f.requests()[0]
-	require.Equal(t, http.MethodPost, first.method)
-	require.Equal(t, "/v1/messages", first.path)
+	first := f.Requests()[0]
+	require.Equal(t, http.MethodPost, first.Method)
+	require.Equal(t, "/v1/messages", first.Path)
 	// SDK v2 (API version 2026-10-21) sends the key as a bearer token.
-	require.Equal(t, "Bearer sk-ant-test", first.header.Get("Authorization"))
-	require.NotEmpty(t, first.header.Get("Anthropic-Version"))
-	require.Equal(t, jsonOf(t, `{
+	require.Equal(t, "Bearer sk-ant-test", first.Header.Get("Authorization"))
+	require.NotEmpty(t, first.Header.Get("Anthropic-Version"))
+	require.Equal(t, providertest.JSON(t, `{
 	  "model": "claude-sonnet-4-5",
 	  "max_tokens": 4096,
 	  "system": [{"type": "text", "text": "Be brief."}],
@@ -93,14 +95,15 @@ func TestAnthropicWireRoundTrip(t *testing.T) {
 	    {"name": "calculator", "description": "Evaluates an arithmetic expression.",
 	      "input_schema": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}
 	  ]
-	}`), first.body)
+	}`), first.Body)
 
-	ok := &envelope.ToolEnvelope{Output: json.RawMessage(`{"text":"hi"}`)}
-	bad := &envelope.ToolEnvelope{Error: &envelope.ToolError{Code: envelope.CodeRateLimit, Message: "slow down", RetryAfterS: 2}}
+	// The results as the orchestrator hands them back (its
+	// ToolResultContent), in call order.
 	msgs = append(msgs,
 		envelope.Message{Role: envelope.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls},
-		envelope.Message{Role: envelope.RoleTool, ToolCallID: resp.ToolCalls[0].ID, Name: "echo", Content: orchestrator.ToolResultContent(ok)},
-		envelope.Message{Role: envelope.RoleTool, ToolCallID: resp.ToolCalls[1].ID, Name: "calculator", Content: orchestrator.ToolResultContent(bad), IsError: true},
+		envelope.Message{Role: envelope.RoleTool, ToolCallID: resp.ToolCalls[0].ID, Name: "echo", Content: `{"text":"hi"}`},
+		envelope.Message{Role: envelope.RoleTool, ToolCallID: resp.ToolCalls[1].ID, Name: "calculator", IsError: true,
+			Content: `{"error":{"code":"RATE_LIMIT","message":"slow down","retry_after_s":2}}`},
 	)
 	req := anthropicRequest(msgs)
 	req.Iteration = 2
@@ -109,8 +112,8 @@ func TestAnthropicWireRoundTrip(t *testing.T) {
 	require.Equal(t, envelope.ModelResponse{Content: "hi, and 42 is not an expression.", StopReason: "end_turn",
 		Usage: envelope.Usage{InputTokens: 760, OutputTokens: 14}}, resp, "cache writes and reads count as input")
 
-	second := f.requests()[1]
-	require.Equal(t, jsonOf(t, `[
+	second := f.Requests()[1]
+	require.Equal(t, providertest.JSON(t, `[
 	  {"role": "user", "content": [{"type": "text", "text": "Echo hi and compute 42."}]},
 	  {"role": "assistant", "content": [
 	    {"type": "text", "text": "I'll echo and compute at once."},
@@ -123,15 +126,15 @@ func TestAnthropicWireRoundTrip(t *testing.T) {
 	    {"type": "tool_result", "tool_use_id": "toolu_01B19q90qw90lq917835lq8", "is_error": true,
 	      "content": [{"type": "text", "text": "{\"error\":{\"code\":\"RATE_LIMIT\",\"message\":\"slow down\",\"retry_after_s\":2}}"}]}
 	  ]}
-	]`), second.body["messages"])
-	require.Equal(t, jsonOf(t, `[{"type": "text", "text": "Be brief."}]`), second.body["system"])
+	]`), second.Body["messages"])
+	require.Equal(t, providertest.JSON(t, `[{"type": "text", "text": "Be brief."}]`), second.Body["system"])
 }
 
 func TestAnthropicWireModelSettings(t *testing.T) {
-	f := newFakeModel(t, reply{body: anthropicFinal})
-	p := orchestrator.NewAnthropicProvider(orchestrator.AnthropicConfig{APIKey: "k", BaseURL: f.srv.URL})
+	f := providertest.New(t, providertest.Reply{Body: anthropicFinal})
+	p := anthropic.New(provider.Config{APIKey: "k", BaseURL: f.URL})
 	temp := 0.5
-	_, err := p.Complete(t.Context(), orchestrator.ModelRequest{Iteration: 1,
+	_, err := p.Complete(t.Context(), provider.Request{Iteration: 1,
 		Model: envelope.Model{Provider: "anthropic", Name: "claude-haiku-4-5", Temperature: &temp, MaxTokens: 300},
 		Messages: []envelope.Message{
 			{Role: envelope.RoleUser, Content: "a"},
@@ -139,59 +142,33 @@ func TestAnthropicWireModelSettings(t *testing.T) {
 			{Role: envelope.RoleAssistant},
 		}})
 	require.NoError(t, err)
-	require.Equal(t, jsonOf(t, `{"model": "claude-haiku-4-5", "max_tokens": 300, "temperature": 0.5,
+	require.Equal(t, providertest.JSON(t, `{"model": "claude-haiku-4-5", "max_tokens": 300, "temperature": 0.5,
 		"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}`),
-		f.requests()[0].body, "consecutive user messages merge; an empty assistant message is left out; no system, no tools")
+		f.Requests()[0].Body, "consecutive user messages merge; an empty assistant message is left out; no system, no tools")
 }
 
 func TestAnthropicWireFailures(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		retries  int
-		replies  []reply
-		attempts int
-		err      []string
-		minGap   time.Duration
-	}{
-		{name: "429 then success waits Retry-After", retries: 3,
-			replies: []reply{
-				{status: http.StatusTooManyRequests, headers: map[string]string{"Retry-After": "1", "Request-Id": "req_011"}, body: anthropicRateLimited},
-				{body: anthropicFinal}},
-			attempts: 2, minGap: time.Second},
-		{name: "529 overloaded until retries run out", retries: 1,
-			replies:  []reply{{status: 529, headers: map[string]string{"Retry-After": "0"}, body: anthropicOverloaded}},
-			attempts: 2, err: []string{"anthropic model claude-sonnet-4-5 failed after 2 attempts", "529", "Overloaded"}},
-		{name: "400 is not retried", retries: 3,
-			replies: []reply{{status: http.StatusBadRequest,
-				body: `{"type":"error","error":{"type":"invalid_request_error","message":"tools.0.input_schema: JSON schema is invalid"}}`}},
-			attempts: 1, err: []string{"anthropic model claude-sonnet-4-5 failed:", "400", "JSON schema is invalid"}},
-		{name: "body is not JSON", retries: 3, replies: []reply{{body: `upstream connect error`}},
-			attempts: 1, err: []string{"anthropic model claude-sonnet-4-5 failed"}},
-		{name: "tool_use without a name", retries: 3, replies: []reply{{body: `{"id":"m","type":"message","role":"assistant","model":"m",
+	providertest.CheckFailures(t, []providertest.Failure{
+		{Name: "429 then success waits Retry-After", Retries: 3,
+			Replies: []providertest.Reply{
+				{Status: http.StatusTooManyRequests, Headers: map[string]string{"Retry-After": "1", "Request-Id": "req_011"}, Body: anthropicRateLimited},
+				{Body: anthropicFinal}},
+			Attempts: 2, MinGap: time.Second},
+		{Name: "529 overloaded until retries run out", Retries: 1,
+			Replies:  []providertest.Reply{{Status: 529, Headers: map[string]string{"Retry-After": "0"}, Body: anthropicOverloaded}},
+			Attempts: 2, Err: []string{"anthropic model claude-sonnet-4-5 failed after 2 attempts", "529", "Overloaded"}},
+		{Name: "400 is not retried", Retries: 3,
+			Replies: []providertest.Reply{{Status: http.StatusBadRequest,
+				Body: `{"type":"error","error":{"type":"invalid_request_error","message":"tools.0.input_schema: JSON schema is invalid"}}`}},
+			Attempts: 1, Err: []string{"anthropic model claude-sonnet-4-5 failed:", "400", "JSON schema is invalid"}},
+		{Name: "body is not JSON", Retries: 3, Replies: []providertest.Reply{{Body: `upstream connect error`}},
+			Attempts: 1, Err: []string{"anthropic model claude-sonnet-4-5 failed"}},
+		{Name: "tool_use without a name", Retries: 3, Replies: []providertest.Reply{{Body: `{"id":"m","type":"message","role":"assistant","model":"m",
 			"content":[{"type":"tool_use","id":"toolu_1","input":{}}],"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}`}},
-			attempts: 1, err: []string{"malformed response: tool_use block 0 has no name"}},
-		{name: "no content and no stop reason", retries: 3, replies: []reply{{body: `{"id":"m","type":"message","role":"assistant","model":"m","content":[]}`}},
-			attempts: 1, err: []string{"malformed response: no content and no stop_reason"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeModel(t, tc.replies...)
-			p := orchestrator.NewAnthropicProvider(orchestrator.AnthropicConfig{APIKey: "sk-ant-secret", BaseURL: f.srv.URL, MaxRetries: tc.retries})
-			resp, err := p.Complete(t.Context(), anthropicRequest([]envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}))
-			got := f.requests()
-			require.Len(t, got, tc.attempts)
-			if len(tc.err) == 0 {
-				require.NoError(t, err)
-				require.Equal(t, "hi, and 42 is not an expression.", resp.Content)
-			} else {
-				require.Error(t, err)
-				for _, s := range tc.err {
-					require.ErrorContains(t, err, s)
-				}
-				require.NotContains(t, err.Error(), "sk-ant-secret")
-			}
-			if tc.minGap > 0 {
-				require.GreaterOrEqual(t, got[1].at.Sub(got[0].at), tc.minGap, "the retry waited as long as Retry-After said")
-			}
-		})
-	}
+			Attempts: 1, Err: []string{"malformed response: tool_use block 0 has no name"}},
+		{Name: "no content and no stop reason", Retries: 3, Replies: []providertest.Reply{{Body: `{"id":"m","type":"message","role":"assistant","model":"m","content":[]}`}},
+			Attempts: 1, Err: []string{"malformed response: no content and no stop_reason"}},
+	}, "sk-ant-secret", "hi, and 42 is not an expression.", func(baseURL string, retries int) provider.Provider {
+		return anthropic.New(provider.Config{APIKey: "sk-ant-secret", BaseURL: baseURL, MaxRetries: retries})
+	}, anthropicRequest([]envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}))
 }

@@ -1,0 +1,31 @@
+package orchestrator
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolwire/toolwire/pkg/service"
+)
+
+// metrics are the orchestrator's collectors, named toolwire_orchestrator_*.
+type metrics struct {
+	runs       *prometheus.CounterVec // status
+	modelCalls *prometheus.CounterVec // provider, outcome
+	modelDur   prometheus.Histogram
+	spend      prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	r := service.NewMetrics(reg, "orchestrator")
+	m := &metrics{
+		runs:       r.CounterVec("runs_total", "Runs by final status (completed, failed, rejected).", "status"),
+		modelCalls: r.CounterVec("model_calls_total", "Model calls by provider and outcome (ok, error).", "provider", "outcome"),
+		modelDur:   r.Histogram("model_call_seconds", "Model call latency.", prometheus.ExponentialBuckets(0.0005, 4, 10)),
+		spend:      r.Counter("model_spend_total", "Cost of the model turns recorded, in the price table's unit."),
+	}
+	if err := r.Err(); err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	return m, nil
+}

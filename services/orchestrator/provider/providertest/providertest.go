@@ -1,0 +1,156 @@
+// Package providertest fakes a model provider's HTTP API for the tests of the
+// adapters and of the agent loop: an httptest server that speaks a
+// provider's wire format as the test scripts it.
+package providertest
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
+)
+
+// Model is an httptest server that speaks a provider's wire format: it
+// records every request and answers each from a queue of canned replies
+// (status, headers, body), repeating the last one when the queue runs out.
+type Model struct {
+	// URL is the server's base URL.
+	URL string
+
+	mu      sync.Mutex
+	replies []Reply
+	got     []Request
+}
+
+// Reply is one canned answer; a zero Status is 200, and the Content-Type is
+// application/json unless Headers set one.
+type Reply struct {
+	Status  int
+	Headers map[string]string
+	Body    string
+}
+
+// Request is a request the server received.
+type Request struct {
+	At     time.Time
+	Method string
+	Path   string
+	Header http.Header
+	Body   map[string]any // the JSON body, decoded
+	Raw    []byte
+}
+
+// New starts a fake model that answers with replies in turn; it closes at
+// the end of the test.
+func New(t testing.TB, replies ...Reply) *Model {
+	t.Helper()
+	require.NotEmpty(t, replies, "a fake model needs at least one reply")
+	m := &Model{replies: replies}
+	srv := httptest.NewServer(http.HandlerFunc(m.serve))
+	t.Cleanup(srv.Close)
+	m.URL = srv.URL
+	return m
+}
+
+func (m *Model) serve(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	var body map[string]any
+	_ = json.Unmarshal(raw, &body)
+	m.mu.Lock()
+	n := len(m.got)
+	m.got = append(m.got, Request{At: time.Now(), Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Raw: raw})
+	rep := m.replies[min(n, len(m.replies)-1)]
+	m.mu.Unlock()
+	for k, v := range rep.Headers {
+		w.Header().Set(k, v)
+	}
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	if rep.Status == 0 {
+		rep.Status = http.StatusOK
+	}
+	w.WriteHeader(rep.Status)
+	_, _ = io.WriteString(w, rep.Body)
+}
+
+// Requests returns the requests received so far, in order.
+func (m *Model) Requests() []Request {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Request(nil), m.got...)
+}
+
+// Tools are two tool definitions as the registry holds them.
+func Tools() []envelope.ToolDefinition {
+	return []envelope.ToolDefinition{
+		{Name: "echo", Version: "1.0.0", Description: "Returns its input text.",
+			InputSchema: json.RawMessage(`{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object",` +
+				`"properties":{"text":{"type":"string","description":"The text to return."}},"required":["text"],"additionalProperties":false}`)},
+		{Name: "calculator", Version: "1.0.0", Description: "Evaluates an arithmetic expression.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"]}`)},
+	}
+}
+
+// JSON decodes a JSON text for comparisons.
+func JSON(t testing.TB, s string) any {
+	t.Helper()
+	var v any
+	require.NoError(t, json.Unmarshal([]byte(s), &v), s)
+	return v
+}
+
+// Failure is a case of an adapter's failure table: what the fake model
+// replies, and what the adapter must make of it.
+type Failure struct {
+	Name     string
+	Retries  int // the adapter's MaxRetries
+	Replies  []Reply
+	Attempts int           // requests the model receives
+	Err      []string      // substrings of the error; none: the call succeeds
+	MinGap   time.Duration // the least wait between the first two requests (Retry-After)
+	Hidden   string        // must not appear in the error
+}
+
+// CheckFailures runs each case on a fake model of its replies, with the
+// adapter newProvider builds for the model's base URL and the case's retries
+// (its API key is key): the adapter makes the requests the case says and
+// waits as long as Retry-After asks; a call that succeeds answers content;
+// an error says what the case says, and never holds the key.
+func CheckFailures(t *testing.T, cases []Failure, key, content string,
+	newProvider func(baseURL string, retries int) provider.Provider, req provider.Request) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			m := New(t, tc.Replies...)
+			resp, err := newProvider(m.URL, tc.Retries).Complete(t.Context(), req)
+			got := m.Requests()
+			require.Len(t, got, tc.Attempts)
+			if len(tc.Err) == 0 {
+				require.NoError(t, err)
+				require.Equal(t, content, resp.Content)
+			} else {
+				require.Error(t, err)
+				for _, s := range tc.Err {
+					require.ErrorContains(t, err, s)
+				}
+				require.NotContains(t, err.Error(), key, "the key is never in an error")
+				require.NotContains(t, err.Error(), "Bearer")
+				if tc.Hidden != "" {
+					require.NotContains(t, err.Error(), tc.Hidden)
+				}
+			}
+			if tc.MinGap > 0 {
+				require.GreaterOrEqual(t, got[1].At.Sub(got[0].At), tc.MinGap, "the retry waited as long as Retry-After said")
+			}
+		})
+	}
+}

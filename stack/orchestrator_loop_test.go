@@ -1,0 +1,335 @@
+package stack_test
+
+// The agent loop through the real Policy Guard and executor: real provider
+// adapters, budgets, and suspension for an approval.
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/anthropic"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/openai"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/providertest"
+)
+
+// The whole loop with each real adapter against a server that speaks its wire
+// format: the registry's definitions of the enabled tools go out, three
+// parallel tool calls come back and run through policy and executor, and the
+// results (a success, a VALIDATION_ERROR, an UNKNOWN whose internals stay in
+// the logs) go back in the provider's shape; the run completes with its
+// spend and usage events.
+func TestRealProvidersThroughTheLoop(t *testing.T) {
+	type shape struct {
+		name      string
+		provider  string
+		model     string
+		toolCalls string // first reply
+		final     string // second reply
+		// results extracts, from the second request, the results in order:
+		// the id they answer, their text, and whether they are marked errors.
+		results func(t *testing.T, body map[string]any) [][3]any
+		tools   func(body map[string]any) []any
+		price   orchestrator.Price
+		usage   [2]envelope.Usage
+	}
+	shapes := []shape{
+		{
+			name: "openai", provider: "openai", model: "gpt-4o-mini",
+			toolCalls: `{"id":"chatcmpl-1","object":"chat.completion","created":1741570283,"model":"gpt-4o-mini-2024-07-18",
+			  "choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[
+			    {"id":"call_a","type":"function","function":{"name":"echo","arguments":"{\"text\":\"hi\"}"}},
+			    {"id":"call_b","type":"function","function":{"name":"calculator","arguments":"{\"expression\":42}"}},
+			    {"id":"call_c","type":"function","function":{"name":"leaky","arguments":"{}"}}]},"logprobs":null,"finish_reason":"tool_calls"}],
+			  "usage":{"prompt_tokens":1000,"completion_tokens":50,"total_tokens":1050}}`,
+			final: `{"id":"chatcmpl-2","object":"chat.completion","created":1741570284,"model":"gpt-4o-mini-2024-07-18",
+			  "choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"logprobs":null,"finish_reason":"stop"}],
+			  "usage":{"prompt_tokens":2000,"completion_tokens":10,"total_tokens":2010}}`,
+			results: func(t *testing.T, body map[string]any) [][3]any {
+				var out [][3]any
+				for _, m := range body["messages"].([]any) {
+					m := m.(map[string]any)
+					if m["role"] == "tool" {
+						out = append(out, [3]any{m["tool_call_id"], m["content"], nil})
+					}
+				}
+				return out
+			},
+			tools: func(body map[string]any) []any {
+				var out []any
+				for _, tl := range body["tools"].([]any) {
+					out = append(out, tl.(map[string]any)["function"].(map[string]any)["parameters"])
+				}
+				return out
+			},
+			price: orchestrator.Price{InputPerMTok: 0.15, OutputPerMTok: 0.60},
+			usage: [2]envelope.Usage{{InputTokens: 1000, OutputTokens: 50}, {InputTokens: 2000, OutputTokens: 10}},
+		},
+		{
+			name: "anthropic", provider: "anthropic", model: "claude-haiku-4-5",
+			toolCalls: `{"id":"msg_1","type":"message","role":"assistant","model":"claude-haiku-4-5","content":[
+			    {"type":"tool_use","id":"toolu_a","name":"echo","input":{"text":"hi"}},
+			    {"type":"tool_use","id":"toolu_b","name":"calculator","input":{"expression":42}},
+			    {"type":"tool_use","id":"toolu_c","name":"leaky","input":{}}],
+			  "stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":1000,"output_tokens":50}}`,
+			final: `{"id":"msg_2","type":"message","role":"assistant","model":"claude-haiku-4-5","content":[{"type":"text","text":"Done."}],
+			  "stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":2000,"output_tokens":10}}`,
+			results: func(t *testing.T, body map[string]any) [][3]any {
+				msgs := body["messages"].([]any)
+				last := msgs[len(msgs)-1].(map[string]any)
+				require.Equal(t, "user", last["role"], "every result in one user message")
+				var out [][3]any
+				for _, b := range last["content"].([]any) {
+					b := b.(map[string]any)
+					require.Equal(t, "tool_result", b["type"])
+					text := b["content"].([]any)[0].(map[string]any)["text"]
+					out = append(out, [3]any{b["tool_use_id"], text, b["is_error"]})
+				}
+				return out
+			},
+			tools: func(body map[string]any) []any {
+				var out []any
+				for _, tl := range body["tools"].([]any) {
+					out = append(out, tl.(map[string]any)["input_schema"])
+				}
+				return out
+			},
+			price: orchestrator.Price{InputPerMTok: 1, OutputPerMTok: 5},
+			usage: [2]envelope.Usage{{InputTokens: 1000, OutputTokens: 50}, {InputTokens: 2000, OutputTokens: 10}},
+		},
+	}
+	h := newPipeline(t, internalsTool())
+	var logs syncBuffer
+	f := map[string]*providertest.Model{}
+	for _, s := range shapes {
+		f[s.name] = providertest.New(t, providertest.Reply{Body: s.toolCalls}, providertest.Reply{Body: s.final})
+	}
+	svcCfg := orchestrator.Config{Providers: orchestrator.Providers{
+		openai.Name:    openai.New(provider.Config{APIKey: "sk-test", BaseURL: f["openai"].URL}),
+		anthropic.Name: anthropic.New(provider.Config{APIKey: "sk-ant-test", BaseURL: f["anthropic"].URL}),
+	}}
+	h.StartWithLog("o1", svcCfg, slog.New(slog.NewTextHandler(&logs, nil)))
+
+	byName := builtinDefinitions()
+	byName["leaky"] = internalsTool().Definition()
+
+	for _, s := range shapes {
+		t.Run(s.name, func(t *testing.T) {
+			req := envelope.RunRequest{
+				RunID: "loop-" + s.name, Tenant: envelope.Tenant{OrgID: "acme"},
+				Agent: envelope.Agent{Name: "agent", Model: envelope.Model{Provider: s.provider, Name: s.model},
+					SystemPrompt: "Use tools.", EnabledTools: []string{"echo@1.0.0", "calculator@1.0.0", "leaky@1.0.0"}},
+				Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "echo hi, compute 42, call leaky"}},
+			}
+			final := h.Run(req, time.Minute)
+			require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+			require.Equal(t, "Done.", final.Outputs.Response)
+			require.Len(t, final.Outputs.ToolOrder, 3)
+			got := f[s.name].Requests()
+			require.Len(t, got, 2)
+
+			// Registry definitions in: each tool's input schema, as the
+			// registry holds it (less its $schema), in enabled order.
+			var want []any
+			for _, name := range []string{"echo", "calculator", "leaky"} {
+				var m map[string]any
+				require.NoError(t, json.Unmarshal(byName[name].InputSchema, &m))
+				delete(m, "$schema")
+				want = append(want, any(m))
+			}
+			require.Equal(t, want, s.tools(got[0].Body))
+
+			// Results back in the provider's shape, in call order.
+			res := s.results(t, got[1].Body)
+			require.Len(t, res, 3)
+			envs := final.Outputs.ToolsByID
+			order := final.Outputs.ToolOrder
+			require.Nil(t, envs[order[0]].Error)
+			require.JSONEq(t, string(envs[order[0]].Output), res[0][1].(string))
+			require.Equal(t, envelope.CodeValidation, envs[order[1]].Error.Code)
+			require.Contains(t, res[1][1], `"code":"VALIDATION_ERROR"`)
+			require.Equal(t, envelope.CodeUnknown, envs[order[2]].Error.Code)
+			require.JSONEq(t, `{"error":{"code":"UNKNOWN","message":"internal error in tool leaky"}}`, res[2][1].(string),
+				"the model sees an UNKNOWN error's code and message only")
+			require.NotContains(t, string(got[1].Raw), "password authentication failed")
+			if s.name == "anthropic" {
+				require.Equal(t, []any{false, true, true}, []any{res[0][2], res[1][2], res[2][2]}, "is_error marks the failures")
+				require.Equal(t, []any{"toolu_a", "toolu_b", "toolu_c"}, []any{res[0][0], res[1][0], res[2][0]})
+			} else {
+				require.Equal(t, []any{"call_a", "call_b", "call_c"}, []any{res[0][0], res[1][0], res[2][0]})
+			}
+			require.Contains(t, logs.String(), "password authentication failed for user admin", "internals are logged")
+
+			// Spend: two model turns at the model's price; the tools are free.
+			wantSpend := s.price.Cost(s.usage[0].InputTokens, s.usage[0].OutputTokens) + s.price.Cost(s.usage[1].InputTokens, s.usage[1].OutputTokens)
+			require.InDelta(t, wantSpend, final.Spend, 1e-12)
+
+			evs := h.StreamEvents(t.Context())[req.RunID]
+			usage := orchestratortest.OfType(evs, events.TypeUsageRecorded)
+			require.Len(t, usage, 5, "one per model turn and one per tool call")
+			kinds := map[string]int{}
+			for _, e := range usage {
+				var u events.Usage
+				require.NoError(t, json.Unmarshal(e.Data, &u))
+				kinds[u.Kind]++
+				require.Equal(t, req.Tenant, u.Tenant)
+				require.Equal(t, "agent", u.Agent)
+				if u.Kind == events.UsageKindModel {
+					require.Equal(t, s.model, u.Model)
+					require.Equal(t, s.provider, u.Provider)
+					require.False(t, u.Unpriced)
+					it := s.usage[u.Iteration-1]
+					require.Equal(t, [2]int{it.InputTokens, it.OutputTokens}, [2]int{u.InputTokens, u.OutputTokens})
+					require.InDelta(t, s.price.Cost(it.InputTokens, it.OutputTokens), u.Cost, 1e-12)
+				}
+			}
+			require.Equal(t, map[string]int{"model": 2, "tool": 3}, kinds)
+		})
+	}
+}
+
+func usageOf(t *testing.T, evs []orchestratortest.Stored) []events.Usage {
+	t.Helper()
+	var out []events.Usage
+	for _, e := range orchestratortest.OfType(evs, events.TypeUsageRecorded) {
+		var u events.Usage
+		require.NoError(t, json.Unmarshal(e.Data, &u))
+		out = append(out, u)
+	}
+	return out
+}
+
+func money(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
+
+// A run that would exceed max_budget stops before the call that would exceed
+// it, with POLICY_DENIED and a clear reason: a tool call whose declared cost
+// would cross the budget never runs, and a model call whose least cost would
+// cross it is never made.
+func TestBudgetStopsBeforeTheCallThatWouldExceedIt(t *testing.T) {
+	var paidRuns atomic.Int32
+	paid := loopTool("paid", 0.01, func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		paidRuns.Add(1)
+		return json.RawMessage(`{"ok":true}`), nil
+	})
+	h := newPipeline(t, paid)
+	h.Start("o1", orchestrator.Config{Prices: orchestrator.Prices{
+		"scripted/priced": {InputPerMTok: 1000, OutputPerMTok: 2000},
+	}})
+
+	t.Run("tool call", func(t *testing.T) {
+		req := orchestratortest.Scripted(t, "budget-tools", []string{"paid@1.0.0"}, envelope.Policy{MaxBudget: 0.025},
+			map[string]any{"tool_calls": []any{
+				orchestratortest.ToolCall("paid", map[string]any{"n": 1}),
+				orchestratortest.ToolCall("paid", map[string]any{"n": 2}),
+				orchestratortest.ToolCall("paid", map[string]any{"n": 3}),
+			}},
+			map[string]any{"content": "two of three"},
+		)
+		final := h.Run(req, time.Minute)
+		require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+		require.EqualValues(t, 2, paidRuns.Load(), "the third call never ran")
+		require.InDelta(t, 0.02, final.Spend, 1e-12)
+
+		out := final.Outputs
+		require.Len(t, out.ToolOrder, 3)
+		for i, id := range out.ToolOrder[:2] {
+			require.Nil(t, out.ToolsByID[id].Error, "call #%d", i+1)
+		}
+		third := out.ToolsByID[out.ToolOrder[2]]
+		require.Equal(t, envelope.CodePolicyDenied, third.Error.Code)
+		require.Equal(t, "max_budget (0.025) would be exceeded by call #3 (paid@1.0.0, cost 0.01): "+
+			"the run has spent 0 and this turn's calls up to it cost 0.03", third.Error.Message)
+
+		evs := h.StreamEvents(t.Context())[req.RunID]
+		shape := orchestratortest.CountBySubject(evs)
+		require.Zero(t, shape["toolwire.call."+req.RunID+"."+third.CallID+".approved"], "never approved")
+		require.Zero(t, shape["toolwire.call."+req.RunID+"."+third.CallID+".started"], "never started")
+		billed := 0.0
+		for _, u := range usageOf(t, evs) {
+			if u.Kind == events.UsageKindTool {
+				require.Equal(t, u.CallID != third.CallID, u.Billed, u.CallID)
+				billed += u.Cost
+			}
+		}
+		require.InDelta(t, 0.02, billed, 1e-12)
+	})
+
+	t.Run("model call", func(t *testing.T) {
+		req := orchestratortest.Scripted(t, "budget-model", []string{"paid@1.0.0"}, envelope.Policy{MaxBudget: 0.15},
+			map[string]any{"tool_calls": []any{orchestratortest.ToolCall("paid", map[string]any{"n": 1})}},
+			map[string]any{"content": "never said"},
+		)
+		req.Agent.Model.Name = "priced"
+		req.Messages[0].Content = strings.Repeat("spend ", 70) // 420 characters: 105 tokens to the scripted model
+		final := h.Run(req, time.Minute)
+		require.Equal(t, events.StatusFailed, final.Status)
+		require.Equal(t, envelope.CodePolicyDenied, final.Code)
+
+		evs := h.StreamEvents(t.Context())[req.RunID]
+		require.Len(t, orchestratortest.OfType(evs, events.TypeLLMCompleted), 1, "the second model call was never made")
+		var turn1 events.Usage
+		for _, u := range usageOf(t, evs) {
+			if u.Kind == events.UsageKindModel {
+				turn1 = u
+			}
+		}
+		require.Equal(t, 105, turn1.InputTokens)
+		spent := turn1.Cost + 0.01
+		least := float64(turn1.InputTokens+turn1.OutputTokens) * 1000 / 1e6
+		require.InDelta(t, spent, final.Spend, 1e-12)
+		require.Equal(t, "policy denied iteration 2: max_budget (0.15) would be exceeded by model call 2: the run has spent "+
+			money(spent)+" and the call costs at least "+money(least), final.Reason)
+		require.Len(t, orchestratortest.OfType(evs, events.TypeIterationDenied), 1)
+	})
+}
+
+// With the real Policy Guard's approvals: a call the policy holds for an
+// operator suspends the run while the turn's other call runs; the operator's
+// approval resumes it.
+func TestSuspensionWithTheRealGuard(t *testing.T) {
+	h := newPipeline(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	h.Start("o1", orchestrator.Config{AckWait: 2 * time.Second})
+	req := orchestratortest.Scripted(t, "approval-1", []string{"echo@1.0.0", "calculator@1.0.0"},
+		envelope.Policy{RequireApproval: &envelope.ApprovalPolicy{Tools: []string{"echo"}}},
+		map[string]any{"tool_calls": []any{
+			orchestratortest.ToolCall("echo", map[string]any{"text": "send it"}),
+			orchestratortest.ToolCall("calculator", map[string]any{"expression": "1+1"}),
+		}},
+		map[string]any{"content": "sent"},
+	)
+	h.Submit(ctx, req)
+	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	held := g.Request(req.RunID, "echo", map[string]any{"text": "send it"}, 1)
+	calc := g.Request(req.RunID, "calculator", map[string]any{"expression": "1+1"}, 2)
+	h.Next(ctx, events.StreamCalls, "toolwire.call."+req.RunID+"."+held.CallID+".approval_required")
+	sus := orchestratortest.StatusOf(t, h.Next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".suspended"))
+	require.Equal(t, "waiting for approval of call "+held.CallID+" (echo@1.0.0)", sus.Reason)
+	h.Next(ctx, events.StreamCalls, "toolwire.call."+req.RunID+"."+calc.CallID+".completed") // ran meanwhile
+
+	g.Publish(events.NewDecided("/toolwire/cli", events.Decision{RunID: req.RunID, CallID: held.CallID,
+		Decision: events.DecisionApprove, By: "ops"}, req.Tenant, events.RunTrace{}))
+	h.Next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".resumed")
+	final, err := h.Wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	for _, id := range final.Outputs.ToolOrder {
+		require.Nil(t, final.Outputs.ToolsByID[id].Error)
+	}
+	evs := h.StreamEvents(ctx)[req.RunID]
+	require.Len(t, orchestratortest.OfType(evs, events.TypeRunSuspended), 1)
+	require.Len(t, orchestratortest.OfType(evs, events.TypeRunResumed), 1)
+}
