@@ -146,13 +146,13 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	s.OnStop(s.runners.Stop)
 	specs := []events.RunnerConfig{
 		{Spec: events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableRuns,
-			Filters:       []string{"toolwire.run.*.requested", "toolwire.run.*.iteration.*.approved", "toolwire.run.*.iteration.*.denied"},
+			Filters:       events.Filters(events.FilterRunRequested, events.FilterIterationApproved, events.FilterIterationDenied),
 			MaxAckPending: 4096, AckWait: s.cfg.AckWait}, Handler: s.handleRun},
 		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableCalls,
-			Filters: []string{"toolwire.call.*.*.completed"}, MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()},
+			Filters: events.Filters(events.FilterCallCompleted), MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()},
 			Handler: s.handleCallCompleted},
 		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableApprovals,
-			Filters:       []string{"toolwire.call.*.*.approval_required"},
+			Filters:       events.Filters(events.FilterCallApprovalRequired),
 			MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()}, Handler: s.handleApproval},
 	}
 	for _, rc := range specs {
