@@ -29,6 +29,7 @@ import (
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"
+	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/sandbox"
 )
 
@@ -68,6 +69,9 @@ type Options struct {
 	// Sandbox configures the sandbox service; nil reads TOOLWIRE_SANDBOX_*
 	// from the environment.
 	Sandbox *sandbox.Config
+	// Getenv is the environment every service reads its configuration from,
+	// through the same Build as its binary; default os.Getenv.
+	Getenv func(string) string
 }
 
 // Stack is a running pipeline.
@@ -79,6 +83,14 @@ type Stack struct {
 	Client  *client.Client
 	HTTPURL string // the recorder API's base URL; "" without the recorder
 	Metrics *prometheus.Registry
+
+	// The running services, for tests that look inside (their Config, for
+	// one).
+	Executors    []*executor.Service
+	Sandbox      *sandbox.Service
+	Policy       *policy.Service
+	Orchestrator *orchestrator.Service
+	Recorder     *recorder.Recorder // nil without a database
 
 	components []service.Component
 	conns      []*nats.Conn // one per service, as separate processes would have
@@ -93,6 +105,12 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	st = &Stack{Metrics: prometheus.NewRegistry()}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.TracesURLTemplate == "" {
+		o.TracesURLTemplate = o.Getenv(service.EnvTracesTemplate)
+	}
 	if o.Tracer == nil {
 		// Spans get trace ids (runs have a trace id and traces_url) but are
 		// not sampled: nothing would export them, so nothing records them.
@@ -137,13 +155,10 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 			Common: service.Common{Name: name, NATSURL: st.URL, Replicas: 1, TracesURLTemplate: o.TracesURLTemplate},
 			Conn:   nc, JS: js, Log: log.With("service", name), Tracer: o.Tracer,
 			Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": name}, st.Metrics),
-			Getenv:  os.Getenv,
+			Getenv:  o.Getenv,
 		}, nil
 	}
-	start := func(c service.Component, err error) error {
-		if err != nil {
-			return err
-		}
+	start := func(c service.Component) error {
 		if err := c.Start(ctx); err != nil {
 			return err
 		}
@@ -152,7 +167,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 
 	// The executor first: it registers the built-in tools that the
-	// orchestrator's catalog must see.
+	// orchestrator's catalog must see. Every service is built by its
+	// package's Build, as its binary builds it, from o.Getenv.
 	replicas := max(o.ExecutorReplicas, 1)
 	for i := range replicas {
 		d, err := deps("executor")
@@ -162,26 +178,44 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		if replicas > 1 {
 			d.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"service": "executor", "replica": fmt.Sprint(i)}, st.Metrics)
 		}
-		if err := start(newExecutor(d, o.ExecutorConcurrency, fmt.Sprintf("executor-%d", i), o.ExecutorOptions)); err != nil {
+		ex, err := newExecutor(d, o.ExecutorConcurrency, fmt.Sprintf("executor-%d", i), o.ExecutorOptions)
+		if err == nil {
+			err = start(ex)
+		}
+		if err != nil {
 			return st, fmt.Errorf("executor: %w", err)
 		}
+		st.Executors = append(st.Executors, ex)
 	}
 	// The sandbox next: it registers python_exec.
-	if d, err := deps("sandbox"); err != nil {
+	d, err := deps("sandbox")
+	if err != nil {
 		return st, err
-	} else if err := start(newSandbox(d, o.Sandbox)); err != nil {
+	}
+	if st.Sandbox, err = newSandbox(d, o.Sandbox); err == nil {
+		err = start(st.Sandbox)
+	}
+	if err != nil {
 		return st, fmt.Errorf("sandbox: %w", err)
 	}
-	if d, err := deps("policy"); err != nil {
+	if d, err = deps("policy"); err != nil {
 		return st, err
-	} else if err := start(newPolicy(d)); err != nil {
+	}
+	if st.Policy, err = policy.Build(d); err == nil {
+		err = start(st.Policy)
+	}
+	if err != nil {
 		return st, fmt.Errorf("policy: %w", err)
 	}
 	// The model providers (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) and the
 	// price table come from the environment; Options.Providers add to them.
-	if d, err := deps("orchestrator"); err != nil {
+	if d, err = deps("orchestrator"); err != nil {
 		return st, err
-	} else if err := start(orchestrator.Build(d, orchestrator.WithProviders(o.Providers))); err != nil {
+	}
+	if st.Orchestrator, err = orchestrator.Build(d, orchestrator.WithProviders(o.Providers)); err == nil {
+		err = start(st.Orchestrator)
+	}
+	if err != nil {
 		return st, fmt.Errorf("orchestrator: %w", err)
 	}
 	if o.DatabaseURL != "" {
@@ -189,11 +223,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		if err != nil {
 			return st, err
 		}
-		comp, api, err := newRecorder(ctx, d, o.DatabaseURL)
-		if err != nil {
-			return st, fmt.Errorf("recorder: %w", err)
+		// The recorder as its binary builds it, on the stack's database.
+		if st.Recorder, err = recorder.Build(d, func(c *recorder.Config) { c.DatabaseURL = o.DatabaseURL }); err == nil {
+			err = start(st.Recorder)
 		}
-		if err := start(comp, nil); err != nil {
+		if err != nil {
 			return st, fmt.Errorf("recorder: %w", err)
 		}
 		listen := o.HTTPListen
@@ -207,7 +241,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		}
 		probes := &service.Probes{}
 		probes.SetReady(true)
-		st.httpSrv = &http.Server{Handler: probes.Handler(st.Metrics, st.Conn, api), ReadHeaderTimeout: 10 * time.Second}
+		st.httpSrv = &http.Server{Handler: probes.Handler(st.Metrics, st.Conn, st.Recorder.Handler()), ReadHeaderTimeout: 10 * time.Second}
 		st.HTTPURL = "http://" + ln.Addr().String()
 		go func() { _ = st.httpSrv.Serve(ln) }()
 	}
@@ -218,7 +252,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 // TOOLWIRE_EXECUTOR_* variables apply); the replicas are told apart by their
 // ids unless the environment names one, and Options.ExecutorConcurrency,
 // when set, wins.
-func newExecutor(d service.Deps, concurrency int, id string, opts []executor.Option) (service.Component, error) {
+func newExecutor(d service.Deps, concurrency int, id string, opts []executor.Option) (*executor.Service, error) {
 	return executor.Build(d, append([]executor.Option{func(c *executor.Config) {
 		if concurrency > 0 {
 			c.Concurrency = concurrency
@@ -229,16 +263,12 @@ func newExecutor(d service.Deps, concurrency int, id string, opts []executor.Opt
 	}}, opts...)...)
 }
 
-func newSandbox(d service.Deps, cfg *sandbox.Config) (service.Component, error) {
+func newSandbox(d service.Deps, cfg *sandbox.Config) (*sandbox.Service, error) {
 	var opts []sandbox.Option
 	if cfg != nil {
 		opts = append(opts, func(c *sandbox.Config) { *c = *cfg })
 	}
 	return sandbox.Build(d, opts...)
-}
-
-func newPolicy(d service.Deps) (service.Component, error) {
-	return policy.New(d, policy.Config{})
 }
 
 // Stop stops the services in reverse order of their start (each drains its
