@@ -329,3 +329,19 @@ func Builder[S Component, O any](build func(Deps, ...O) (S, error), opts ...O) B
 		return s, api, nil
 	}
 }
+
+// BuildFrom is every service's Build: its Config read from d.Getenv by
+// fromEnv, the options applied in order (they win over the environment),
+// then newFn. name prefixes a configuration error.
+func BuildFrom[C any, O ~func(*C), S any](name string, d Deps, fromEnv func(getenv func(string) string) (C, error),
+	newFn func(Deps, C) (S, error), opts ...O) (S, error) {
+	cfg, err := fromEnv(d.Getenv)
+	if err != nil {
+		var zero S
+		return zero, fmt.Errorf("%s configuration: %w", name, err)
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return newFn(d, cfg)
+}

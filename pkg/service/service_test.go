@@ -294,3 +294,26 @@ func TestTracerProvider(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tp.Shutdown(context.Background()))
 }
+
+func TestBuildFrom(t *testing.T) {
+	type cfg struct{ N, M int }
+	fromEnv := func(getenv func(string) string) (cfg, error) {
+		e := service.NewEnv(getenv)
+		var c cfg
+		e.Int("N", 1, 9, &c.N)
+		return c, e.Err()
+	}
+	newFn := func(_ service.Deps, c cfg) (cfg, error) { return c, nil }
+	env := func(v string) func(string) string { return func(string) string { return v } }
+	got, err := service.BuildFrom("svc", service.Deps{Getenv: env("3")}, fromEnv, newFn, func(c *cfg) { c.M = 7 })
+	require.NoError(t, err)
+	require.Equal(t, cfg{N: 3, M: 7}, got)
+	got, err = service.BuildFrom("svc", service.Deps{Getenv: env("3")}, fromEnv, newFn, func(c *cfg) { c.N = 5 })
+	require.NoError(t, err)
+	require.Equal(t, 5, got.N, "an option wins over the environment")
+	_, err = service.BuildFrom[cfg, func(*cfg)]("svc", service.Deps{Getenv: env("x")}, fromEnv, newFn)
+	require.EqualError(t, err, `svc configuration: N="x": want a whole number from 1 to 9`)
+	got, err = service.BuildFrom[cfg, func(*cfg)]("svc", service.Deps{}, fromEnv, newFn)
+	require.NoError(t, err, "no environment is an empty one")
+	require.Zero(t, got)
+}

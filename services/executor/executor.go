@@ -120,11 +120,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 // Build reads the configuration from d.Getenv, applies opts and calls New. It
 // is what the executor binary and `toolwire dev` run.
 func Build(d service.Deps, opts ...Option) (*Service, error) {
-	cfg, err := ConfigFromEnv(d.Getenv)
-	if err != nil {
-		return nil, fmt.Errorf("executor configuration: %w", err)
-	}
-	return New(d, cfg.With(opts...))
+	return service.BuildFrom("executor", d, ConfigFromEnv, New, opts...)
 }
 
 // Config returns the configuration the service runs with.

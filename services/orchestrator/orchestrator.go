@@ -103,14 +103,7 @@ func WithProviders(p Providers) Option {
 // Build reads the configuration from d.Getenv, applies opts and calls New. It
 // is what the orchestrator binary and `toolwire dev` run.
 func Build(d service.Deps, opts ...Option) (*Service, error) {
-	cfg, err := ConfigFromEnv(d.Getenv)
-	if err != nil {
-		return nil, fmt.Errorf("orchestrator configuration: %w", err)
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	return New(d, cfg)
+	return service.BuildFrom("orchestrator", d, ConfigFromEnv, New, opts...)
 }
 
 // Config returns the configuration the service runs with (defaults applied,

@@ -97,14 +97,7 @@ type Option func(*Config)
 // Build reads the configuration from d.Getenv, applies opts and calls New. It
 // is what the policy binary and `toolwire dev` run.
 func Build(d service.Deps, opts ...Option) (*Service, error) {
-	cfg, err := ConfigFromEnv(d.Getenv)
-	if err != nil {
-		return nil, fmt.Errorf("policy configuration: %w", err)
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	return New(d, cfg)
+	return service.BuildFrom("policy", d, ConfigFromEnv, New, opts...)
 }
 
 // Config returns the configuration the service runs with.

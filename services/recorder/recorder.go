@@ -133,14 +133,7 @@ type Option func(*Config)
 // Build reads the configuration from d.Getenv, applies opts and calls New. It
 // is what the recorder binary and `toolwire dev` run.
 func Build(d service.Deps, opts ...Option) (*Recorder, error) {
-	cfg, err := ConfigFromEnv(d.Getenv)
-	if err != nil {
-		return nil, fmt.Errorf("recorder configuration: %w", err)
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	return New(d, cfg)
+	return service.BuildFrom("recorder", d, ConfigFromEnv, New, opts...)
 }
 
 // Config returns the configuration the recorder runs with.
