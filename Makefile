@@ -87,6 +87,10 @@ lint: ## gofmt check, go vet per module, golangci-lint per module when installed
 	fi
 	@scripts/check-dockerfile-modules.sh
 
+.PHONY: docs
+docs: ## Regenerate the README's tables of environment variables and metrics from the code
+	TOOLWIRE_UPDATE_README=1 $(GO) test -count=1 -run TestREADMETablesAreCurrent ./stack/
+
 .PHONY: tidy
 tidy: ## go mod tidy in every module, then go work sync
 	@for dir in $$($(GO) list -m -f '{{.Dir}}'); do \

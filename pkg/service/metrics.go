@@ -57,34 +57,54 @@ func (m *Metrics) name(name, kind string) string {
 	return full
 }
 
+// MetricDoc describes one metric a service registers.
+type MetricDoc struct {
+	Name, Kind, Help string
+	Labels           []string
+}
+
+// Documenter hears of every metric registered through a Metrics whose
+// registerer is one (the README's metrics table is made this way, from the
+// services themselves).
+type Documenter interface{ Document(MetricDoc) }
+
+// doc names a metric after the scheme and tells a Documenter registerer.
+func (m *Metrics) doc(name, kind, help string, labels []string) string {
+	full := m.name(name, kind)
+	if d, ok := m.reg.(Documenter); ok {
+		d.Document(MetricDoc{Name: full, Kind: kind, Help: help, Labels: labels})
+	}
+	return full
+}
+
 // Counter registers a counter.
 func (m *Metrics) Counter(name, help string) prometheus.Counter {
-	return register(m, prometheus.NewCounter(prometheus.CounterOpts{Name: m.name(name, "counter"), Help: help}))
+	return register(m, prometheus.NewCounter(prometheus.CounterOpts{Name: m.doc(name, "counter", help, nil), Help: help}))
 }
 
 // CounterVec registers a counter with labels.
 func (m *Metrics) CounterVec(name, help string, labels ...string) *prometheus.CounterVec {
-	return register(m, prometheus.NewCounterVec(prometheus.CounterOpts{Name: m.name(name, "counter"), Help: help}, labels))
+	return register(m, prometheus.NewCounterVec(prometheus.CounterOpts{Name: m.doc(name, "counter", help, labels), Help: help}, labels))
 }
 
 // Gauge registers a gauge.
 func (m *Metrics) Gauge(name, help string) prometheus.Gauge {
-	return register(m, prometheus.NewGauge(prometheus.GaugeOpts{Name: m.name(name, "gauge"), Help: help}))
+	return register(m, prometheus.NewGauge(prometheus.GaugeOpts{Name: m.doc(name, "gauge", help, nil), Help: help}))
 }
 
 // GaugeVec registers a gauge with labels.
 func (m *Metrics) GaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
-	return register(m, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: m.name(name, "gauge"), Help: help}, labels))
+	return register(m, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: m.doc(name, "gauge", help, labels), Help: help}, labels))
 }
 
 // Histogram registers a histogram; a duration's name ends in _seconds.
 func (m *Metrics) Histogram(name, help string, buckets []float64) prometheus.Histogram {
-	return register(m, prometheus.NewHistogram(prometheus.HistogramOpts{Name: m.name(name, "histogram"), Help: help, Buckets: buckets}))
+	return register(m, prometheus.NewHistogram(prometheus.HistogramOpts{Name: m.doc(name, "histogram", help, nil), Help: help, Buckets: buckets}))
 }
 
 // HistogramVec registers a histogram with labels.
 func (m *Metrics) HistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
-	return register(m, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: m.name(name, "histogram"), Help: help, Buckets: buckets}, labels))
+	return register(m, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: m.doc(name, "histogram", help, labels), Help: help, Buckets: buckets}, labels))
 }
 
 // register registers c, or returns the identical collector already registered

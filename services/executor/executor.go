@@ -200,6 +200,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", events.StreamCalls, err)
 	}
+	s.runners.Observer = s.metrics.consumers
 	s.OnStop(s.runners.Stop) // first at Stop: drains the calls in flight
 	if _, err := s.runners.Start(ctx, s.js, events.RunnerConfig{
 		Spec: events.ConsumerSpec{

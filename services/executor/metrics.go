@@ -16,6 +16,10 @@ const (
 )
 
 type metrics struct {
+	// consumers counts what the service\'s consumers go through (failures,
+	// redeliveries, dead letters).
+	consumers *service.ConsumerMetrics
+
 	calls     *prometheus.CounterVec   // tool, code
 	duration  *prometheus.HistogramVec // tool
 	inFlight  prometheus.Gauge
@@ -33,7 +37,9 @@ type metrics struct {
 // share one registry (toolwire dev, tests): they then share the collectors.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	r := service.NewMetrics(reg, "executor")
+	consumers := service.NewConsumerMetrics(r)
 	m := &metrics{
+		consumers: consumers,
 		calls: r.CounterVec("tool_calls_total",
 			"Tool calls executed, by tool name@version and outcome (ok or the envelope's error code).", "tool", "code"),
 		duration: r.HistogramVec("tool_call_duration_seconds",

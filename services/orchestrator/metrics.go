@@ -10,6 +10,10 @@ import (
 
 // metrics are the orchestrator's collectors, named toolwire_orchestrator_*.
 type metrics struct {
+	// consumers counts what the service\'s consumers go through (failures,
+	// redeliveries, dead letters).
+	consumers *service.ConsumerMetrics
+
 	runs       *prometheus.CounterVec // status
 	modelCalls *prometheus.CounterVec // provider, outcome
 	modelDur   prometheus.Histogram
@@ -18,7 +22,9 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	r := service.NewMetrics(reg, "orchestrator")
+	consumers := service.NewConsumerMetrics(r)
 	m := &metrics{
+		consumers:  consumers,
 		runs:       r.CounterVec("runs_total", "Runs by final status (completed, failed, rejected).", "status"),
 		modelCalls: r.CounterVec("model_calls_total", "Model calls by provider and outcome (ok, error).", "provider", "outcome"),
 		modelDur:   r.Histogram("model_call_seconds", "Model call latency.", prometheus.ExponentialBuckets(0.0005, 4, 10)),

@@ -136,6 +136,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	}
 	// The consumers stop first (Stop runs in reverse order): their handlers
 	// read the catalog and may still be applying an approval.
+	s.runners.Observer = s.metrics.consumers
 	s.OnStop(s.runners.Stop)
 	specs := []events.RunnerConfig{
 		{Spec: events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableRuns,

@@ -16,6 +16,10 @@ const (
 
 // metrics counts the guard's verdicts.
 type metrics struct {
+	// consumers counts what the service\'s consumers go through (failures,
+	// redeliveries, dead letters).
+	consumers *service.ConsumerMetrics
+
 	verdicts  *prometheus.CounterVec // kind, outcome
 	denials   *prometheus.CounterVec // kind, rule
 	approvals *prometheus.CounterVec // outcome
@@ -23,7 +27,9 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	r := service.NewMetrics(reg, "policy")
+	consumers := service.NewConsumerMetrics(r)
 	m := &metrics{
+		consumers: consumers,
 		verdicts: r.CounterVec("verdicts_total",
 			"Verdicts published by the Policy Guard, by kind of check (iteration, call) and outcome (approved, denied).", "kind", "outcome"),
 		denials: r.CounterVec("denials_total",

@@ -130,6 +130,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	s.approvals = kv
 	s.OnStopFunc(s.index.stop)
 	s.Go(life, s.sweepLoop) // ends after the consumers have drained
+	s.runners.Observer = s.metrics.consumers
 	s.OnStop(s.runners.Stop)
 	specs := []events.RunnerConfig{
 		{

@@ -10,6 +10,10 @@ import (
 
 // metrics are the recorder's: what it commits and how its database answers.
 type metrics struct {
+	// consumers counts what the service\'s consumers go through (failures,
+	// redeliveries, dead letters).
+	consumers *service.ConsumerMetrics
+
 	recorded prometheus.Counter
 	dbUp     prometheus.Gauge
 	outages  prometheus.Counter
@@ -17,7 +21,9 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	r := service.NewMetrics(reg, "recorder")
+	consumers := service.NewConsumerMetrics(r)
 	m := &metrics{
+		consumers: consumers,
 		recorded: r.Counter("events_recorded_total",
 			"Events committed to the database (a redelivered event counts again; it changes nothing)."),
 		dbUp: r.Gauge("database_up",

@@ -99,6 +99,7 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 		return nil, err
 	}
 	r := &Recorder{cfg: cfg, js: d.JS, log: d.Log, db: db, changes: api.NewChanges(), streams: make(chan struct{})}
+	r.runners.Observer = m.consumers
 	// Released last, in this order, after what Start registers: the live
 	// streams end once the consumers have drained, then the database closes.
 	r.OnStopFunc(db.close)

@@ -11,6 +11,10 @@ import (
 // metrics are the sandbox's collectors, named toolwire_sandbox_<name> by
 // service.Metrics' one scheme.
 type metrics struct {
+	// consumers counts what the service\'s consumers go through (failures,
+	// redeliveries, dead letters).
+	consumers *service.ConsumerMetrics
+
 	jobs      *prometheus.CounterVec   // runtime, outcome
 	duration  *prometheus.HistogramVec // runtime
 	inFlight  prometheus.Gauge
@@ -21,7 +25,9 @@ type metrics struct {
 // registry share the collectors.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	r := service.NewMetrics(reg, "sandbox")
+	consumers := service.NewConsumerMetrics(r)
 	m := &metrics{
+		consumers: consumers,
 		jobs: r.CounterVec("jobs_total",
 			"Sandbox jobs run, by runtime and outcome (ok, or the error code and the limit hit).", "runtime", "outcome"),
 		duration: r.HistogramVec("job_duration_seconds",

@@ -111,6 +111,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", events.StreamSandbox, err)
 	}
+	s.runners.Observer = s.metrics.consumers
 	s.OnStop(s.runners.Stop)
 	if _, err := s.runners.Start(ctx, s.js, events.RunnerConfig{
 		Spec: events.ConsumerSpec{
