@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -170,36 +171,16 @@ func defaultID() string {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.Source == "" {
-		c.Source = DefaultSource
-	}
-	if c.ID == "" {
-		c.ID = defaultID()
-	}
-	if c.MaxOutputBytes == 0 {
-		c.MaxOutputBytes = DefaultMaxOutputBytes
-	}
-	if c.PreviewBytes == 0 {
-		c.PreviewBytes = min(DefaultPreviewBytes, c.MaxOutputBytes)
-	}
-	if c.CircuitFailures == 0 {
-		c.CircuitFailures = DefaultCircuitFailures
-	}
-	if c.CircuitOpen == 0 {
-		c.CircuitOpen = DefaultCircuitOpen
-	}
-	if c.ClaimLease == 0 {
-		c.ClaimLease = DefaultClaimLease
-	}
-	if c.AckWait == 0 {
-		c.AckWait = DefaultAckWait
-	}
-	if c.StartedAfter == 0 {
-		c.StartedAfter = DefaultStartedAfter
-	}
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.Source = cmp.Or(c.Source, DefaultSource)
+	c.ID = cmp.Or(c.ID, defaultID())
+	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, DefaultMaxOutputBytes)
+	c.PreviewBytes = cmp.Or(c.PreviewBytes, min(DefaultPreviewBytes, c.MaxOutputBytes))
+	c.CircuitFailures = cmp.Or(c.CircuitFailures, DefaultCircuitFailures)
+	c.CircuitOpen = cmp.Or(c.CircuitOpen, DefaultCircuitOpen)
+	c.ClaimLease = cmp.Or(c.ClaimLease, DefaultClaimLease)
+	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.StartedAfter = cmp.Or(c.StartedAfter, DefaultStartedAfter)
 	return c
 }
 

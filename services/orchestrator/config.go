@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -91,18 +92,10 @@ func EnvVars() []service.Var {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Source == "" {
-		c.Source = DefaultSource
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.ModelTimeout == 0 {
-		c.ModelTimeout = DefaultModelTimeout
-	}
-	if c.AckWait == 0 {
-		c.AckWait = c.ModelTimeout + 30*time.Second
-	}
+	c.Source = cmp.Or(c.Source, DefaultSource)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.ModelTimeout = cmp.Or(c.ModelTimeout, DefaultModelTimeout)
+	c.AckWait = cmp.Or(c.AckWait, c.ModelTimeout+30*time.Second)
 	if c.Prices == nil {
 		c.Prices = DefaultPrices()
 	}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -50,18 +51,10 @@ type Config struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.Source == "" {
-		c.Source = DefaultSource
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.ApprovalSweep == 0 {
-		c.ApprovalSweep = DefaultApprovalSweep
-	}
-	if c.PreviewTimeout == 0 {
-		c.PreviewTimeout = DefaultPreviewTimeout
-	}
+	c.Source = cmp.Or(c.Source, DefaultSource)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.ApprovalSweep = cmp.Or(c.ApprovalSweep, DefaultApprovalSweep)
+	c.PreviewTimeout = cmp.Or(c.PreviewTimeout, DefaultPreviewTimeout)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package recorder
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -64,12 +65,8 @@ type Config struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.Batch == 0 {
-		c.Batch = DefaultBatch
-	}
-	if c.Poll == 0 {
-		c.Poll = DefaultPoll
-	}
+	c.Batch = cmp.Or(c.Batch, DefaultBatch)
+	c.Poll = cmp.Or(c.Poll, DefaultPoll)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -121,15 +122,9 @@ func DefaultConfig() Config {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Runtime == "" {
-		c.Runtime = RuntimeAuto
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.Source == "" {
-		c.Source = DefaultSource
-	}
+	c.Runtime = cmp.Or(c.Runtime, RuntimeAuto)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.Source = cmp.Or(c.Source, DefaultSource)
 	if c.ID == "" {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
@@ -137,21 +132,11 @@ func (c Config) withDefaults() Config {
 		}
 		c.ID = host + "-" + strconv.Itoa(os.Getpid())
 	}
-	if c.Python == "" {
-		c.Python = DefaultPython
-	}
-	if c.Platform == "" {
-		c.Platform = DefaultPlatform
-	}
-	if c.StateDir == "" {
-		c.StateDir = filepath.Join(os.TempDir(), "toolwire-sandbox")
-	}
-	if c.UIDBase == 0 {
-		c.UIDBase = DefaultUIDBase
-	}
-	if c.Cgroups == "" {
-		c.Cgroups = "auto"
-	}
+	c.Python = cmp.Or(c.Python, DefaultPython)
+	c.Platform = cmp.Or(c.Platform, DefaultPlatform)
+	c.StateDir = cmp.Or(c.StateDir, filepath.Join(os.TempDir(), "toolwire-sandbox"))
+	c.UIDBase = cmp.Or(c.UIDBase, DefaultUIDBase)
+	c.Cgroups = cmp.Or(c.Cgroups, "auto")
 	c.Limits = c.Limits.orDefaults(DefaultLimits())
 	return c
 }

@@ -5,9 +5,11 @@ package eventstest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,4 +66,44 @@ func (e *Env) JetStream(t testing.TB) jetstream.JetStream {
 		t.Fatalf("eventstest: jetstream: %v", err)
 	}
 	return js
+}
+
+// Publish publishes events and waits for their PubAcks.
+func (e *Env) Publish(t testing.TB, outs ...events.Outgoing) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := events.NewPublisher(e.JS).PublishAll(ctx, outs); err != nil {
+		t.Fatalf("eventstest: publish: %v", err)
+	}
+}
+
+// Next waits, at most within, for the first event stored in stream on one of
+// the subjects filters match, and returns it decoded with its subject.
+func (e *Env) Next(t testing.TB, stream string, within time.Duration, filters ...string) (*event.Event, string) {
+	t.Helper()
+	ev, subject, err := NextEvent(context.Background(), e.JS, stream, within, filters...)
+	if err != nil {
+		t.Fatalf("eventstest: %v", err)
+	}
+	return ev, subject
+}
+
+// NextEvent is Next for code that handles the error itself.
+func NextEvent(ctx context.Context, js jetstream.JetStream, stream string, within time.Duration, filters ...string) (*event.Event, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
+	if err != nil {
+		return nil, "", fmt.Errorf("consumer on %s %v: %w", stream, filters, err)
+	}
+	m, err := cons.Next(jetstream.FetchContext(ctx))
+	if err != nil {
+		return nil, "", fmt.Errorf("no event on %s %v within %s: %w", stream, filters, within, err)
+	}
+	ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	if err != nil {
+		return nil, "", fmt.Errorf("decode %s: %w", m.Subject(), err)
+	}
+	return ev, m.Subject(), nil
 }

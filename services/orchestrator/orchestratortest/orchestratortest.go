@@ -151,18 +151,21 @@ func (h *Harness) Submit(ctx context.Context, req envelope.RunRequest) {
 
 // Wait returns the final status of a run.
 func (h *Harness) Wait(ctx context.Context, runID string) (*events.RunStatus, error) {
-	cons, err := h.Env.JS.OrderedConsumer(ctx, events.StreamRuns, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"toolwire.run." + runID + ".completed", "toolwire.run." + runID + ".failed"}})
-	if err != nil {
-		return nil, err
+	var filters []string
+	for _, f := range []events.Filter{events.FilterRunCompleted, events.FilterRunFailed} {
+		s, err := f.ForRun(runID)
+		if err != nil {
+			return nil, err
+		}
+		filters = append(filters, s)
 	}
-	msg, err := cons.Next(jetstream.FetchContext(ctx))
+	within := time.Hour
+	if dl, ok := ctx.Deadline(); ok {
+		within = time.Until(dl)
+	}
+	ev, _, err := eventstest.NextEvent(ctx, h.Env.JS, events.StreamRuns, within, filters...)
 	if err != nil {
 		return nil, fmt.Errorf("wait for run %s: %w", runID, err)
-	}
-	ev, err := events.Decode(&nats.Msg{Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data()})
-	if err != nil {
-		return nil, err
 	}
 	var st events.RunStatus
 	return &st, events.DecodeData(ev, &st)
@@ -190,13 +193,13 @@ type Stored struct {
 // Next returns the first message of a stream on filter, waiting for it.
 func (h *Harness) Next(ctx context.Context, stream, filter string) Stored {
 	h.T.Helper()
-	cons, err := h.Env.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	require.NoError(h.T, err)
-	msg, err := cons.Next(jetstream.FetchContext(ctx))
+	within := time.Hour
+	if dl, ok := ctx.Deadline(); ok {
+		within = time.Until(dl)
+	}
+	ev, subject, err := eventstest.NextEvent(ctx, h.Env.JS, stream, within, filter)
 	require.NoError(h.T, err, "waiting for %s", filter)
-	ev, err := events.Decode(&nats.Msg{Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data()})
-	require.NoError(h.T, err)
-	return Stored{Subject: msg.Subject(), Type: ev.Type(), ID: ev.ID(), Data: ev.Data()}
+	return Stored{Subject: subject, Type: ev.Type(), ID: ev.ID(), Data: ev.Data()}
 }
 
 // StreamEvents reads every message of the runs and calls streams, grouped by

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -43,16 +41,11 @@ func TestRun(t *testing.T) {
 	}
 	out, err := events.NewCallRequest("/toolwire/test", "approved", req, events.RunTrace{})
 	require.NoError(t, err)
-	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+	env.Publish(t, out)
 
 	subj, err := events.CallSubject(req.RunID, req.CallID, "completed")
 	require.NoError(t, err)
-	cons, err := env.JS.OrderedConsumer(t.Context(), events.StreamCalls, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
-	require.NoError(t, err)
-	m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
-	require.NoError(t, err)
-	ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-	require.NoError(t, err)
+	ev, _ := env.Next(t, events.StreamCalls, 30*time.Second, subj)
 	var got envelope.ToolEnvelope
 	require.NoError(t, events.DecodeData(ev, &got))
 	require.Nil(t, got.Error)

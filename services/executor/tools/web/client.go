@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -64,15 +65,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.MaxResponseBytes == 0 {
-		c.MaxResponseBytes = DefaultMaxResponseBytes
-	}
-	if c.MaxRedirects == 0 {
-		c.MaxRedirects = DefaultMaxRedirects
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
+	c.MaxResponseBytes = cmp.Or(c.MaxResponseBytes, DefaultMaxResponseBytes)
+	c.MaxRedirects = cmp.Or(c.MaxRedirects, DefaultMaxRedirects)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
 	return c
 }
 

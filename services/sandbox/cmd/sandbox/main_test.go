@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -49,16 +47,11 @@ func TestRun(t *testing.T) {
 	}
 	out, err := events.NewSandboxJob("/toolwire/test", job, events.RunTrace{})
 	require.NoError(t, err)
-	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+	env.Publish(t, out)
 
 	subj, err := events.SandboxSubject(job.RunID, job.CallID, "completed")
 	require.NoError(t, err)
-	cons, err := env.JS.OrderedConsumer(t.Context(), events.StreamSandbox, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
-	require.NoError(t, err)
-	m, err := cons.Next(jetstream.FetchMaxWait(90 * time.Second))
-	require.NoError(t, err)
-	ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-	require.NoError(t, err)
+	ev, _ := env.Next(t, events.StreamSandbox, 90*time.Second, subj)
 	var got events.SandboxResult
 	require.NoError(t, events.DecodeData(ev, &got))
 	require.Nil(t, got.Error, "the sandbox tests need root, bubblewrap and runsc (.ci/run installs them)")
