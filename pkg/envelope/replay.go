@@ -17,11 +17,14 @@ type ModelResponse struct {
 	Usage      Usage      `json:"usage"`
 }
 
-// ModelTurn records one model call of a run: what was sent and what came back.
+// ModelTurn records one model call of a run: what came back, and, in
+// bundles of version 1, the whole conversation that was sent (version 2
+// bundles leave Messages out: the conversation is rebuilt from the request,
+// the turns and the envelopes, so a record never grows with its run).
 type ModelTurn struct {
 	Iteration int           `json:"iteration"`
 	Model     Model         `json:"model"`
-	Messages  []Message     `json:"messages"`
+	Messages  []Message     `json:"messages,omitempty"`
 	Tools     []string      `json:"tools"`
 	Response  ModelResponse `json:"response"`
 	TStart    time.Time     `json:"t_start"`
@@ -35,6 +38,10 @@ type ModelTurn struct {
 // too. The recorder serves it (GET /v1/runs/{run_id}/replay) and `toolwire
 // replay` reads it: both need nothing but this type.
 type ReplayBundle struct {
+	// Version is the bundle's format: ReplayBundleVersion for a bundle
+	// recorded by this contract; absent (0) for one recorded before it
+	// (version 1), which replays the same way.
+	Version   int              `json:"version,omitempty"`
 	RunID     string           `json:"run_id"`
 	Request   RunRequest       `json:"request"`
 	Tools     []ToolDefinition `json:"tools"`
@@ -51,8 +58,14 @@ type ReplayBundle struct {
 	Verdicts []IterationVerdict `json:"verdicts"`
 }
 
-// IterationVerdict is the Policy Guard's answer to one iteration check of a
-// run: may the loop call the model again.
+// ReplayBundleVersion is the version of the bundles recorded by this
+// build. Version 1 bundles (no version field) carry the messages of every
+// turn; `toolwire replay` reads both and refuses a newer version by name.
+const ReplayBundleVersion = 2
+
+// IterationVerdict is the verdict of the loop rules on one iteration of a
+// run: may the loop call the model again (in version 1 bundles, the Policy
+// Guard's answer to the iteration check).
 type IterationVerdict struct {
 	Iteration int       `json:"iteration"`
 	Allowed   bool      `json:"allowed"`

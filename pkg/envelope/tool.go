@@ -110,6 +110,46 @@ type ToolDefinition struct {
 	// SupportsPreview says the tool can do a dry run that changes nothing: an
 	// approval request for one of its calls then carries the preview.
 	SupportsPreview bool `json:"supports_preview,omitempty"`
+	// Queue names the task queue whose workers run the tool; empty means
+	// DefaultQueue, which the executor binary serves. The Policy Guard routes
+	// each approved call to its tool's queue (toolwire.call.<run>.<call>.
+	// approved.<queue>), so only the workers that have the tool receive it.
+	Queue string `json:"queue,omitempty"`
+}
+
+// ToolState is a tool version's lifecycle state in the registry (spec 7.2).
+type ToolState string
+
+// Lifecycle states.
+const (
+	ToolActive     ToolState = "active"     // discoverable and executable
+	ToolDeprecated ToolState = "deprecated" // hidden by default, warned about, still executable
+	ToolBlocked    ToolState = "blocked"    // refused at run time with POLICY_DENIED
+)
+
+// Valid reports whether s is a known state.
+func (s ToolState) Valid() bool {
+	return s == ToolActive || s == ToolDeprecated || s == ToolBlocked
+}
+
+// DefaultQueue is the queue of a tool that names none: the executor binary's.
+const DefaultQueue = "default"
+
+// QueueName is the tool's queue, DefaultQueue when it names none.
+func (d *ToolDefinition) QueueName() string {
+	if d.Queue == "" {
+		return DefaultQueue
+	}
+	return d.Queue
+}
+
+// ValidateQueue checks that q is a queue name: 1 to 64 lowercase letters,
+// digits, '-' or '_' (it is one token of a subject).
+func ValidateQueue(q string) error {
+	if !IsToken(q, 64, func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' }) {
+		return fmt.Errorf("queue %q must be 1-64 lowercase letters, digits, '-' or '_'", truncateForError(q))
+	}
+	return nil
 }
 
 // Ref returns the tool's "name@version".
@@ -168,6 +208,11 @@ func (d *ToolDefinition) Validate() error {
 		}
 	}
 	problems = append(problems, validateRequirements(d.RequiredSecrets, d.RequiredScopes)...)
+	if d.Queue != "" {
+		if err := ValidateQueue(d.Queue); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
 	switch d.Implementation.Kind {
 	case ImplBuiltin, ImplHTTP, ImplMCP, ImplSandbox:
 	default:

@@ -40,6 +40,29 @@ type ToolEnvelope struct {
 	Cached      bool            `json:"cached,omitempty"`
 	Truncated   bool            `json:"truncated,omitempty"`
 	Attachments []Attachment    `json:"attachments,omitempty"`
+	// Cost is what the call cost the run: its tool's declared cost when it
+	// ran (or may have: a timeout, a provider or network error), zero when it
+	// never ran (refused, invalid, rate limited, missing secrets) or came from
+	// the cache. Billing reads it here; the model's cost is on the turn.
+	Cost float64 `json:"cost,omitempty"`
+}
+
+// Billable reports whether the call's tool ran, or may have (a timeout, a
+// provider or network error), and its result did not come from the cache:
+// such a call costs its tool's declared cost. A call refused by policy,
+// rejected by validation, missing its secrets or rate limited never ran.
+func (e *ToolEnvelope) Billable() bool {
+	if e.Cached {
+		return false
+	}
+	if e.Error == nil {
+		return true
+	}
+	switch e.Error.Code {
+	case CodePolicyDenied, CodeValidation, CodeAuthRequired, CodeRateLimit:
+		return false
+	}
+	return true
 }
 
 // OK reports whether the call succeeded.

@@ -137,57 +137,30 @@ func NewRunStatus(source string, s RunStatus, discriminator string, trace RunTra
 	return Build(typ, id, subj, Attrs{Source: source, RunID: s.RunID, TenantID: s.Tenant.ID(), Trace: trace}, s)
 }
 
-// NewIterationRequested builds the policy check of iteration c.Iteration.
-func NewIterationRequested(source string, c IterationCheck, trace RunTrace) (Outgoing, error) {
-	subj, err := IterationSubject(c.RunID, c.Iteration, "requested")
+// NewTurnCompleted builds the record of model turn t.Iteration. Its id is
+// "<run_id>/turn/<n>": a turn is recorded once, whichever replica's model
+// call got there first (a retried publish of another answer is dropped as a
+// duplicate, and its publisher reads the stored one).
+func NewTurnCompleted(source string, t Turn, trace RunTrace) (Outgoing, error) {
+	subj, err := TurnSubject(t.RunID, t.Iteration)
 	if err != nil {
 		return Outgoing{}, err
 	}
-	return Build(TypeIterationRequested, c.RunID+"/iteration/"+strconv.Itoa(c.Iteration)+"/requested", subj,
-		Attrs{Source: source, RunID: c.RunID, TenantID: c.Tenant.ID(), Trace: trace}, c)
+	return Build(TypeTurnCompleted, TurnEventID(t.RunID, t.Iteration), subj,
+		Attrs{Source: source, RunID: t.RunID, TenantID: t.Tenant.ID(), Trace: trace}, t)
 }
 
-// NewVerdict builds the policy's answer to an iteration check.
-func NewVerdict(source string, v Verdict, tenant envelope.Tenant, trace RunTrace) (Outgoing, error) {
-	verb, typ := VerbApproved, TypeIterationApproved
-	if !v.Allowed {
-		verb, typ = VerbDenied, TypeIterationDenied
-	}
-	subj, err := IterationSubject(v.RunID, v.Iteration, verb)
-	if err != nil {
-		return Outgoing{}, err
-	}
-	// approved and denied share an id: one iteration gets one verdict.
-	return Build(typ, v.RunID+"/iteration/"+strconv.Itoa(v.Iteration)+"/verdict", subj,
-		Attrs{Source: source, RunID: v.RunID, TenantID: tenant.ID(), Trace: trace}, v)
-}
+// TurnEventID is the id of turn n's event.
+func TurnEventID(runID string, n int) string { return runID + "/turn/" + strconv.Itoa(n) }
 
-// NewLLMCompleted builds the record of one model call.
-func NewLLMCompleted(source string, l LLMCompleted, tenant envelope.Tenant, trace RunTrace) (Outgoing, error) {
-	subj, err := LLMSubject(l.RunID, l.Turn.Iteration)
+// NewCallApproved builds an approved call, routed to c.Queue. Its id is
+// "<run_id>/<call_id>/approved": one approval per call, whatever the queue.
+func NewCallApproved(source string, c CallRequest, trace RunTrace) (Outgoing, error) {
+	subj, err := ApprovedSubject(c.RunID, c.CallID, c.Queue)
 	if err != nil {
 		return Outgoing{}, err
 	}
-	return Build(TypeLLMCompleted, l.RunID+"/llm/"+strconv.Itoa(l.Turn.Iteration)+"/completed", subj,
-		Attrs{Source: source, RunID: l.RunID, TenantID: tenant.ID(), Trace: trace}, l)
-}
-
-// NewCallRequested builds a tool call request (verb "requested") or its
-// approval by policy (verb "approved").
-func NewCallRequest(source string, verb Verb, c CallRequest, trace RunTrace) (Outgoing, error) {
-	typ := TypeCallRequested
-	switch verb {
-	case VerbRequested:
-	case VerbApproved:
-		typ = TypeCallApproved
-	default:
-		return Outgoing{}, fmt.Errorf("%w: call request verb %q", ErrInvalidEvent, verb)
-	}
-	subj, err := CallSubject(c.RunID, c.CallID, verb)
-	if err != nil {
-		return Outgoing{}, err
-	}
-	return Build(typ, c.RunID+"/"+c.CallID+"/"+string(verb), subj,
+	return Build(TypeCallApproved, c.RunID+"/"+c.CallID+"/approved", subj,
 		Attrs{Source: source, RunID: c.RunID, CallID: c.CallID, TenantID: c.Tenant.ID(), Trace: trace}, c)
 }
 

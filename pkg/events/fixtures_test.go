@@ -48,8 +48,21 @@ func fixtureCallRequest() events.CallRequest {
 	return events.CallRequest{
 		RunID: runID, CallID: callID, Seq: 1, Iteration: 1,
 		Name: "web_search", Version: "1.2.0", Input: json.RawMessage(`{"query":"weather in Paris"}`),
-		ProviderCallID: "call_1", Tenant: tenant, Agent: "researcher",
-		EnabledTools: []string{"web_search@1.2.0"}, Policy: policy,
+		ProviderCallID: "call_1", Tenant: tenant, Agent: "researcher", Queue: envelope.DefaultQueue,
+	}
+}
+
+func fixtureTurnEvent() events.Turn {
+	resp := envelope.ModelResponse{StopReason: "tool_use", Usage: envelope.Usage{InputTokens: 10, OutputTokens: 2},
+		ToolCalls: []envelope.ToolCall{{ID: "call_1", Name: "web_search", Arguments: json.RawMessage(`{"query":"weather in Paris"}`)}}}
+	return events.Turn{
+		RunID: runID, Iteration: 2, Tenant: tenant, Agent: "researcher",
+		Verdict: events.LoopVerdict{Allowed: true}, Model: events.ModelRef{Provider: "scripted", Name: "script-1"},
+		Tools: []string{"web_search@1.2.0"}, Results: []events.TurnResult{{CallID: callID, ProviderCallID: "call_0"}},
+		Response: &resp, Cost: 0.0001, TStart: t0, TEnd: t0.Add(time.Second),
+		Policy: policy, EnabledTools: []string{"web_search@1.2.0"}, Spend: 0.25,
+		Calls: []events.TurnCall{{CallID: callID, Seq: 2, Name: "web_search", Version: "1.2.0",
+			Input: json.RawMessage(`{"query":"weather in Paris"}`), ProviderCallID: "call_1", Cost: 0.01, Queue: "default"}},
 	}
 }
 
@@ -123,20 +136,16 @@ func allConstructors(t testing.TB) []constructed {
 		cs = append(cs, constructed{"run " + st.status, must(events.NewRunStatus(src, s, st.disc, runTrace)),
 			st.typ, id, run + "." + st.status, "", new(events.RunStatus)})
 	}
-	check := events.IterationCheck{RunID: runID, Iteration: 2, Tenant: tenant, Agent: "researcher", Policy: policy, ToolCalls: 1, Spend: 0.25}
+	denied := events.Turn{RunID: runID, Iteration: 11, Tenant: tenant, Agent: "researcher", TStart: t0, TEnd: t0,
+		Verdict: events.LoopVerdict{Code: envelope.CodePolicyDenied, Reason: "max_iterations (10) reached", Rule: "max_iterations"},
+		Model: events.ModelRef{Provider: "scripted", Name: "script-1"}, Policy: policy, Spend: 0.5}
 	cs = append(cs,
-		constructed{"iteration requested", must(events.NewIterationRequested(src, check, runTrace)),
-			events.TypeIterationRequested, runID + "/iteration/2/requested", run + ".iteration.2.requested", "", new(events.IterationCheck)},
-		constructed{"iteration approved", must(events.NewVerdict(src, events.Verdict{RunID: runID, Iteration: 2, Allowed: true}, tenant, runTrace)),
-			events.TypeIterationApproved, runID + "/iteration/2/verdict", run + ".iteration.2.approved", "", new(events.Verdict)},
-		constructed{"iteration denied", must(events.NewVerdict(src, events.Verdict{RunID: runID, Iteration: 2, Code: envelope.CodePolicyDenied, Reason: "budget"}, tenant, runTrace)),
-			events.TypeIterationDenied, runID + "/iteration/2/verdict", run + ".iteration.2.denied", "", new(events.Verdict)},
-		constructed{"llm completed", must(events.NewLLMCompleted(src, events.LLMCompleted{RunID: runID, Turn: fixtureTurn()}, tenant, runTrace)),
-			events.TypeLLMCompleted, runID + "/llm/2/completed", run + ".llm.2.completed", "", new(events.LLMCompleted)},
-		constructed{"call requested", must(events.NewCallRequest(src, "requested", fixtureCallRequest(), runTrace)),
-			events.TypeCallRequested, runID + "/" + callID + "/requested", call + ".requested", callID, new(events.CallRequest)},
-		constructed{"call approved", must(events.NewCallRequest(src, "approved", fixtureCallRequest(), runTrace)),
-			events.TypeCallApproved, runID + "/" + callID + "/approved", call + ".approved", callID, new(events.CallRequest)},
+		constructed{"turn completed", must(events.NewTurnCompleted(src, fixtureTurnEvent(), runTrace)),
+			events.TypeTurnCompleted, runID + "/turn/2", run + ".turn.2.completed", "", new(events.Turn)},
+		constructed{"turn denied", must(events.NewTurnCompleted(src, denied, runTrace)),
+			events.TypeTurnCompleted, runID + "/turn/11", run + ".turn.11.completed", "", new(events.Turn)},
+		constructed{"call approved", must(events.NewCallApproved(src, fixtureCallRequest(), runTrace)),
+			events.TypeCallApproved, runID + "/" + callID + "/approved", call + ".approved.default", callID, new(events.CallRequest)},
 		constructed{"call started", must(events.NewCallStarted(src, events.CallStarted{RunID: runID, CallID: callID, Name: "web_search", Version: "1.2.0", TStart: t0, Executor: "executor-1"}, tenant, runTrace)),
 			events.TypeCallStarted, runID + "/" + callID + "/started", call + ".started", callID, new(events.CallStarted)},
 		constructed{"call completed", must(events.NewCallCompleted(src, runID, fixtureEnvelope(), tenant, runTrace)),

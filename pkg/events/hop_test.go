@@ -17,12 +17,12 @@ func BenchmarkCallRequestHop(b *testing.B) {
 	req := CallRequest{
 		RunID: "run-1", CallID: "1cddb19ff260abc62231ef762d936bc03f3df400d7d6986f5a9e12f302969302", Seq: 1, Iteration: 1,
 		Name: "echo", Version: "1.0.0", Input: json.RawMessage(`{"text":"hello"}`), Tenant: envelope.Tenant{OrgID: "acme"},
-		Agent: "bench", EnabledTools: []string{"echo@1.0.0"}, Policy: envelope.Policy{MaxToolCalls: 8},
+		Agent: "bench", Queue: envelope.DefaultQueue,
 	}
 	tr := RunTrace{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 	b.ReportAllocs()
 	for b.Loop() {
-		out, err := NewCallRequest("/toolwire/policy", "approved", req, tr)
+		out, err := NewCallApproved("/toolwire/policy", req, tr)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,12 +15,10 @@ var schemaFiles embed.FS
 // Names of the event data schemas shipped in schemas/ (their $id is
 // envelope.SchemaURL(name)).
 const (
-	SchemaRunStatus      = "event_run_status"
-	SchemaIterationCheck = "event_iteration_check"
-	SchemaVerdict        = "event_verdict"
-	SchemaLLMCompleted   = "event_llm_completed"
-	SchemaCallRequest    = "event_call_request"
-	SchemaCallStarted    = "event_call_started"
+	SchemaRunStatus   = "event_run_status"
+	SchemaTurn        = "event_turn"
+	SchemaCallRequest = "event_call_request"
+	SchemaCallStarted = "event_call_started"
 )
 
 // SchemaFS returns the event data schema files.

@@ -19,10 +19,8 @@ func TestSchemaFSHoldsEveryEventSchema(t *testing.T) {
 		got = append(got, strings.TrimSuffix(n, ".schema.json"))
 	}
 	require.ElementsMatch(t, []string{
-		events.SchemaRunStatus, events.SchemaIterationCheck, events.SchemaVerdict,
-		events.SchemaLLMCompleted, events.SchemaCallRequest, events.SchemaCallStarted,
+		events.SchemaRunStatus, events.SchemaTurn, events.SchemaCallRequest, events.SchemaCallStarted,
 		events.SchemaApprovalRequest, events.SchemaDecision,
-		events.SchemaUsage,
 		events.SchemaSandboxJob, events.SchemaSandboxResult,
 	}, got)
 }

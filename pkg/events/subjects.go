@@ -83,27 +83,43 @@ func callSubject(prefix, runID, callID string, verb Verb) (string, error) {
 // started, suspended, resumed, completed and failed.
 func RunSubject(runID string, verb Verb) (string, error) { return runSubject(runID, verb) }
 
-// IterationSubject is toolwire.run.<run_id>.iteration.<n>.<verb> (requested,
-// approved, denied).
-func IterationSubject(runID string, n int, verb Verb) (string, error) {
+// TurnSubject is toolwire.run.<run_id>.turn.<n>.completed.
+func TurnSubject(runID string, n int) (string, error) {
 	if n < 1 {
-		return "", fmt.Errorf("iteration %d must be at least 1", n)
+		return "", fmt.Errorf("turn %d must be at least 1", n)
 	}
-	return runSubject(runID, verb, "iteration", strconv.Itoa(n))
+	return runSubject(runID, VerbCompleted, "turn", strconv.Itoa(n))
 }
 
-// LLMSubject is toolwire.run.<run_id>.llm.<n>.completed.
-func LLMSubject(runID string, n int) (string, error) {
-	if n < 1 {
-		return "", fmt.Errorf("iteration %d must be at least 1", n)
-	}
-	return runSubject(runID, VerbCompleted, "llm", strconv.Itoa(n))
-}
-
-// CallSubject is toolwire.call.<run_id>.<call_id>.<verb> (requested,
-// approval_required, decided, approved, started, completed).
+// CallSubject is toolwire.call.<run_id>.<call_id>.<verb> (approval_required,
+// decided, started, completed); approved calls are on ApprovedSubject.
 func CallSubject(runID, callID string, verb Verb) (string, error) {
+	if verb == VerbApproved {
+		return "", fmt.Errorf("an approved call's subject names its queue: use ApprovedSubject")
+	}
 	return callSubject("call", runID, callID, verb)
+}
+
+// ApprovedSubject is toolwire.call.<run_id>.<call_id>.approved.<queue>: an
+// approved call, routed to the workers of queue.
+func ApprovedSubject(runID, callID, queue string) (string, error) {
+	if err := envelope.ValidateQueue(queue); err != nil {
+		return "", err
+	}
+	s, err := callSubject("call", runID, callID, VerbApproved)
+	if err != nil {
+		return "", err
+	}
+	return s + "." + queue, nil
+}
+
+// ApprovedFilter is the subject filter of the approved calls of one queue,
+// every run: what a worker of the queue consumes.
+func ApprovedFilter(queue string) (string, error) {
+	if err := envelope.ValidateQueue(queue); err != nil {
+		return "", err
+	}
+	return string(FilterCallApproved)[:len(FilterCallApproved)-1] + queue, nil
 }
 
 // SandboxSubject is toolwire.sandbox.<run_id>.<call_id>.<verb> (requested,
@@ -134,8 +150,9 @@ type ParsedSubject struct {
 	Kind      string // "run", "call" or "sandbox"
 	RunID     string
 	CallID    string // call and sandbox subjects
-	Iteration int    // iteration and llm subjects
-	Verb      Verb   // the last token
+	Iteration int    // turn subjects: n
+	Verb      Verb   // what happened
+	Queue     string // approved call subjects: the queue
 }
 
 // ParseSubject splits a toolwire subject into its parts and checks its ids.
@@ -156,19 +173,27 @@ func ParseSubject(subject string) (ParsedSubject, error) {
 		switch len(t) {
 		case 4:
 		case 6:
-			if t[3] != "iteration" && t[3] != "llm" {
+			if t[3] != "turn" {
 				return bad("unknown run sub-subject " + t[3])
 			}
 			n, err := strconv.Atoi(t[4])
 			if err != nil || n < 1 || strconv.Itoa(n) != t[4] {
-				return bad("iteration must be a positive number")
+				return bad("turn must be a positive number")
 			}
 			p.Iteration = n
 		default:
 			return bad("wrong number of tokens")
 		}
 	case "call", "sandbox":
-		if len(t) != 5 {
+		switch {
+		case len(t) == 5:
+		case len(t) == 6 && p.Kind == "call" && t[4] == string(VerbApproved):
+			// toolwire.call.<run>.<call>.approved.<queue>
+			p.Verb, p.Queue = VerbApproved, t[5]
+			if err := envelope.ValidateQueue(p.Queue); err != nil {
+				return bad(err.Error())
+			}
+		default:
 			return bad("wrong number of tokens")
 		}
 		p.CallID = t[3]

@@ -28,13 +28,11 @@ func designSubjects() []subjectCase {
 		cs = append(cs, subjectCase{"run " + string(verb), func() (string, error) { return events.RunSubject(runID, verb) },
 			"toolwire.run." + runID + "." + string(verb)})
 	}
-	for _, verb := range []events.Verb{"requested", "approved", "denied"} {
-		cs = append(cs, subjectCase{"iteration " + string(verb), func() (string, error) { return events.IterationSubject(runID, 3, verb) },
-			"toolwire.run." + runID + ".iteration.3." + string(verb)})
-	}
-	cs = append(cs, subjectCase{"llm completed", func() (string, error) { return events.LLMSubject(runID, 12) },
-		"toolwire.run." + runID + ".llm.12.completed"})
-	for _, verb := range []events.Verb{"requested", "approval_required", "decided", "approved", "started", "completed"} {
+	cs = append(cs, subjectCase{"turn completed", func() (string, error) { return events.TurnSubject(runID, 12) },
+		"toolwire.run." + runID + ".turn.12.completed"})
+	cs = append(cs, subjectCase{"call approved", func() (string, error) { return events.ApprovedSubject(runID, callID, "text") },
+		"toolwire.call." + runID + "." + callID + ".approved.text"})
+	for _, verb := range []events.Verb{"approval_required", "decided", "started", "completed"} {
 		cs = append(cs, subjectCase{"call " + string(verb), func() (string, error) { return events.CallSubject(runID, callID, verb) },
 			"toolwire.call." + runID + "." + callID + "." + string(verb)})
 	}
@@ -88,9 +86,9 @@ func TestSubjectsRejectUnsafeRunIDs(t *testing.T) {
 	}
 	builders := map[string]func(id string) (string, error){
 		"RunSubject":       func(id string) (string, error) { return events.RunSubject(id, "requested") },
-		"IterationSubject": func(id string) (string, error) { return events.IterationSubject(id, 1, "requested") },
-		"LLMSubject":       func(id string) (string, error) { return events.LLMSubject(id, 1) },
-		"CallSubject":      func(id string) (string, error) { return events.CallSubject(id, callID, "requested") },
+		"TurnSubject":      func(id string) (string, error) { return events.TurnSubject(id, 1) },
+		"ApprovedSubject":  func(id string) (string, error) { return events.ApprovedSubject(id, callID, "default") },
+		"CallSubject":      func(id string) (string, error) { return events.CallSubject(id, callID, "completed") },
 		"SandboxSubject":   func(id string) (string, error) { return events.SandboxSubject(id, callID, "requested") },
 		"RunEvents":        events.RunEvents,
 		"CallEvents":       events.CallEvents,
@@ -144,12 +142,37 @@ func TestSubjectsRejectBadCallIDs(t *testing.T) {
 	require.NoError(t, events.ValidateCallID("0"))
 }
 
-func TestIterationSubjectsRejectNonPositive(t *testing.T) {
+func TestTurnSubjectRejectsNonPositive(t *testing.T) {
 	for _, n := range []int{0, -1} {
-		_, err := events.IterationSubject(runID, n, "requested")
+		_, err := events.TurnSubject(runID, n)
 		require.ErrorContains(t, err, "must be at least 1")
-		_, err = events.LLMSubject(runID, n)
-		require.ErrorContains(t, err, "must be at least 1")
+	}
+}
+
+// An approved call's subject names its queue: a queue is one safe token,
+// CallSubject refuses the verb, and a worker's filter takes only its queue.
+func TestApprovedSubjects(t *testing.T) {
+	for _, q := range []string{"", "a.b", "*", ">", "Text", "with space", strings.Repeat("q", 65)} {
+		_, err := events.ApprovedSubject(runID, callID, q)
+		require.ErrorContains(t, err, "queue", "queue %q", q)
+		_, err = events.ApprovedFilter(q)
+		require.ErrorContains(t, err, "queue", "queue %q", q)
+	}
+	_, err := events.CallSubject(runID, callID, events.VerbApproved)
+	require.ErrorContains(t, err, "ApprovedSubject")
+	f, err := events.ApprovedFilter("text")
+	require.NoError(t, err)
+	require.Equal(t, "toolwire.call.*.*.approved.text", f)
+	p, err := events.ParseSubject("toolwire.call." + runID + "." + callID + ".approved.text")
+	require.NoError(t, err)
+	require.Equal(t, events.VerbApproved, p.Verb)
+	require.Equal(t, "text", p.Queue)
+	for _, bad := range []string{"toolwire.call." + runID + "." + callID + ".approved.Te.xt",
+		"toolwire.call." + runID + "." + callID + ".completed.text",
+		"toolwire.sandbox." + runID + "." + callID + ".approved.text",
+		"toolwire.call." + runID + "." + callID + ".approved.T"} {
+		_, err := events.ParseSubject(bad)
+		require.Error(t, err, bad)
 	}
 }
 
@@ -158,7 +181,6 @@ func TestSubjectBuildersRejectBadVerbs(t *testing.T) {
 		t.Run(string(verb), func(t *testing.T) {
 			builds := []func() (string, error){
 				func() (string, error) { return events.RunSubject(runID, verb) },
-				func() (string, error) { return events.IterationSubject(runID, 1, verb) },
 				func() (string, error) { return events.CallSubject(runID, callID, verb) },
 				func() (string, error) { return events.SandboxSubject(runID, callID, verb) },
 			}
@@ -179,23 +201,25 @@ func TestParseSubjectRoundTrip(t *testing.T) {
 			p, err := events.ParseSubject(subj)
 			require.NoError(t, err)
 			require.Equal(t, runID, p.RunID)
-			require.Equal(t, events.Verb(subj[strings.LastIndex(subj, ".")+1:]), p.Verb)
+			if p.Queue == "" {
+				require.Equal(t, events.Verb(subj[strings.LastIndex(subj, ".")+1:]), p.Verb)
+			}
 
 			// Rebuild the subject from what was parsed.
 			var again string
 			switch {
+			case p.Kind == "call" && p.Verb == events.VerbApproved:
+				require.Equal(t, "text", p.Queue)
+				again, err = events.ApprovedSubject(p.RunID, p.CallID, p.Queue)
 			case p.Kind == "call":
 				require.Equal(t, callID, p.CallID)
 				again, err = events.CallSubject(p.RunID, p.CallID, p.Verb)
 			case p.Kind == "sandbox":
 				require.Equal(t, callID, p.CallID)
 				again, err = events.SandboxSubject(p.RunID, p.CallID, p.Verb)
-			case p.Kind == "run" && strings.Contains(subj, ".llm."):
+			case p.Kind == "run" && strings.Contains(subj, ".turn."):
 				require.Equal(t, 12, p.Iteration)
-				again, err = events.LLMSubject(p.RunID, p.Iteration)
-			case p.Kind == "run" && strings.Contains(subj, ".iteration."):
-				require.Equal(t, 3, p.Iteration)
-				again, err = events.IterationSubject(p.RunID, p.Iteration, p.Verb)
+				again, err = events.TurnSubject(p.RunID, p.Iteration)
 			case p.Kind == "run":
 				require.Zero(t, p.Iteration)
 				require.Empty(t, p.CallID)
@@ -217,21 +241,22 @@ func TestParseSubjectRejectsJunk(t *testing.T) {
 		{"unknown kind", "toolwire.job.r1.requested", "unknown kind"},
 		{"dlq", "toolwire.dlq.TOOLWIRE_CALLS.executor", "unknown kind"},
 		{"unsafe run id", "toolwire.run.a*.requested", "unsafe subject token"},
-		{"run five tokens", "toolwire.run.r1.iteration.requested", "wrong number of tokens"},
-		{"run seven tokens", "toolwire.run.r1.iteration.1.requested.x", "wrong number of tokens"},
-		{"unknown run sub-subject", "toolwire.run.r1.turn.1.completed", "unknown run sub-subject"},
-		{"iteration not a number", "toolwire.run.r1.iteration.x.requested", "positive number"},
-		{"iteration zero", "toolwire.run.r1.iteration.0.requested", "positive number"},
-		{"iteration negative", "toolwire.run.r1.llm.-1.completed", "positive number"},
-		{"iteration leading zero", "toolwire.run.r1.iteration.01.requested", "positive number"},
-		{"iteration plus sign", "toolwire.run.r1.llm.+1.completed", "positive number"},
+		{"run five tokens", "toolwire.run.r1.turn.completed", "wrong number of tokens"},
+		{"run seven tokens", "toolwire.run.r1.turn.1.completed.x", "wrong number of tokens"},
+		{"unknown run sub-subject", "toolwire.run.r1.iteration.1.requested", "unknown run sub-subject"},
+		{"contract v1's llm subject", "toolwire.run.r1.llm.1.completed", "unknown run sub-subject"},
+		{"turn not a number", "toolwire.run.r1.turn.x.completed", "positive number"},
+		{"turn zero", "toolwire.run.r1.turn.0.completed", "positive number"},
+		{"turn negative", "toolwire.run.r1.turn.-1.completed", "positive number"},
+		{"turn leading zero", "toolwire.run.r1.turn.01.completed", "positive number"},
+		{"turn plus sign", "toolwire.run.r1.turn.+1.completed", "positive number"},
 		{"call four tokens", "toolwire.call.r1." + callID, "wrong number of tokens"},
 		{"call six tokens", "toolwire.call.r1." + callID + ".x.completed", "wrong number of tokens"},
 		{"bad call id", "toolwire.call.r1.XYZ.completed", "call_id"},
 		{"bad sandbox call id", "toolwire.sandbox.r1.zz.requested", "call_id"},
 		{"empty verb", "toolwire.run.r1.", "verb"},
 		{"wildcard verb", "toolwire.call.r1." + callID + ".>", "verb"},
-		{"star verb", "toolwire.run.r1.iteration.2.*", "verb"},
+		{"star verb", "toolwire.run.r1.turn.2.*", "verb"},
 	}
 	for _, tc := range junk {
 		t.Run(tc.name, func(t *testing.T) {

@@ -57,7 +57,9 @@ var table = []EventType{
 	{TypeRunRequested, FilterRunRequested, StreamRuns, envelope.SchemaRunRequest, newOf[envelope.RunRequest](),
 		StatusRequested, "", "an upstream system asks for a run"},
 	{TypeRunStarted, FilterRunStarted, StreamRuns, SchemaRunStatus, newOf[RunStatus](),
-		StatusStarted, "", "the orchestrator accepted the request and started the loop"},
+		StatusStarted, "", "the run's first model call is taking long (it is only published then)"},
+	{TypeTurnCompleted, FilterTurnCompleted, StreamRuns, SchemaTurn, newOf[Turn](),
+		StatusStarted, "", "one model turn: the loop rules' verdict, the response and its cost, the calls it made"},
 	{TypeRunSuspended, FilterRunSuspended, StreamRuns, SchemaRunStatus, newOf[RunStatus](),
 		StatusSuspended, "", "the run waits for an operator's approval of a call"},
 	{TypeRunResumed, FilterRunResumed, StreamRuns, SchemaRunStatus, newOf[RunStatus](),
@@ -66,28 +68,16 @@ var table = []EventType{
 		StatusCompleted, "", "the run ended with its AgentOutputs"},
 	{TypeRunFailed, FilterRunFailed, StreamRuns, SchemaRunStatus, newOf[RunStatus](),
 		StatusFailed, "", "the run ended without outputs, with a reason"},
-	{TypeIterationRequested, FilterIterationRequested, StreamRuns, SchemaIterationCheck, newOf[IterationCheck](),
-		"", "", "the orchestrator asks the Policy Guard whether iteration n may call the model"},
-	{TypeIterationApproved, FilterIterationApproved, StreamRuns, SchemaVerdict, newOf[Verdict](),
-		"", "", "the guard lets iteration n call the model"},
-	{TypeIterationDenied, FilterIterationDenied, StreamRuns, SchemaVerdict, newOf[Verdict](),
-		"", "", "the guard stops the run before iteration n"},
-	{TypeLLMCompleted, FilterLLMCompleted, StreamRuns, SchemaLLMCompleted, newOf[LLMCompleted](),
-		"", "", "one model call: what was sent and what came back"},
-	{TypeUsageRecorded, FilterUsageRecorded, StreamRuns, SchemaUsage, newOf[Usage](),
-		"", "", "what one model turn or tool call cost"},
-	{TypeCallRequested, FilterCallRequested, StreamCalls, SchemaCallRequest, newOf[CallRequest](),
-		"", StatusRequested, "the model asked for a tool call"},
 	{TypeCallApprovalRequired, FilterCallApprovalRequired, StreamCalls, SchemaApprovalRequest, newOf[ApprovalRequest](),
 		"", StatusRequested, "the call waits for an operator's decision"},
 	{TypeCallDecided, FilterCallDecided, StreamCalls, SchemaDecision, newOf[Decision](),
 		"", StatusRequested, "an operator approved, denied or revised the call"},
 	{TypeCallApproved, FilterCallApproved, StreamCalls, SchemaCallRequest, newOf[CallRequest](),
-		"", CallStatusApproved, "the guard approved the call; an executor runs it"},
+		"", CallStatusApproved, "the guard approved the call; a worker of its queue runs it"},
 	{TypeCallStarted, FilterCallStarted, StreamCalls, SchemaCallStarted, newOf[CallStarted](),
-		"", CallStatusStarted, "an executor began the call"},
+		"", CallStatusStarted, "a call is still running after a threshold (a quick call has none)"},
 	{TypeCallCompleted, FilterCallCompleted, StreamCalls, envelope.SchemaToolEnvelope, newOf[envelope.ToolEnvelope](),
-		"", CallStatusCompleted, "the call's ToolEnvelope: its output or its error"},
+		"", CallStatusCompleted, "the call's ToolEnvelope: its output or its error, and its cost"},
 	{TypeSandboxRequested, FilterSandboxRequested, StreamSandbox, SchemaSandboxJob, newOf[SandboxJob](),
 		"", "", "the executor asks the sandbox to run a job"},
 	{TypeSandboxCompleted, FilterSandboxCompleted, StreamSandbox, SchemaSandboxResult, newOf[SandboxResult](),
@@ -145,7 +135,6 @@ const (
 	VerbCompleted        Verb = "completed"
 	VerbFailed           Verb = "failed"
 	VerbApproved         Verb = "approved"
-	VerbDenied           Verb = "denied"
 	VerbApprovalRequired Verb = "approval_required"
 	VerbDecided          Verb = "decided"
 )
@@ -161,15 +150,10 @@ const (
 	FilterRunResumed           Filter = Prefix + ".run.*.resumed"
 	FilterRunCompleted         Filter = Prefix + ".run.*.completed"
 	FilterRunFailed            Filter = Prefix + ".run.*.failed"
-	FilterIterationRequested   Filter = Prefix + ".run.*.iteration.*.requested"
-	FilterIterationApproved    Filter = Prefix + ".run.*.iteration.*.approved"
-	FilterIterationDenied      Filter = Prefix + ".run.*.iteration.*.denied"
-	FilterLLMCompleted         Filter = Prefix + ".run.*.llm.*.completed"
-	FilterUsageRecorded        Filter = Prefix + ".run.*.usage.*"
-	FilterCallRequested        Filter = Prefix + ".call.*.*.requested"
+	FilterTurnCompleted        Filter = Prefix + ".run.*.turn.*.completed"
 	FilterCallApprovalRequired Filter = Prefix + ".call.*.*.approval_required"
 	FilterCallDecided          Filter = Prefix + ".call.*.*.decided"
-	FilterCallApproved         Filter = Prefix + ".call.*.*.approved"
+	FilterCallApproved         Filter = Prefix + ".call.*.*.approved.*" // every queue; see ApprovedFilter
 	FilterCallStarted          Filter = Prefix + ".call.*.*.started"
 	FilterCallCompleted        Filter = Prefix + ".call.*.*.completed"
 	FilterSandboxRequested     Filter = Prefix + ".sandbox.*.*.requested"

@@ -32,7 +32,7 @@ func TestTableAgreesWithConstructors(t *testing.T) {
 	streams := map[string]string{events.StreamRuns: events.SubjectsRuns, events.StreamCalls: events.SubjectsCalls,
 		events.StreamSandbox: events.SubjectsSandbox}
 	covered := map[string]bool{}
-	for _, c := range append(allConstructors(t), sandboxAndUsageConstructors(t)...) {
+	for _, c := range append(allConstructors(t), sandboxConstructors(t)...) {
 		t.Run(c.name, func(t *testing.T) {
 			row, ok := events.LookupType(c.typ)
 			require.True(t, ok, "type %s has a row", c.typ)
@@ -66,9 +66,9 @@ func TestFilterForRun(t *testing.T) {
 	require.Equal(t, []string{"toolwire.run.*.requested"}, events.Filters(events.FilterRunRequested))
 }
 
-// sandboxAndUsageConstructors builds one event of each type the constructor
+// sandboxConstructors builds one event of each type the constructor
 // fixtures leave to their own tests.
-func sandboxAndUsageConstructors(t testing.TB) []constructed {
+func sandboxConstructors(t testing.TB) []constructed {
 	t.Helper()
 	must := func(o events.Outgoing, err error) events.Outgoing {
 		t.Helper()
@@ -77,11 +77,8 @@ func sandboxAndUsageConstructors(t testing.TB) []constructed {
 	}
 	res := events.SandboxResult{RunID: runID, CallID: callID, Output: []byte(`{"words":2}`),
 		Runtime: events.SandboxRuntimeGVisor, DurationMS: 210}
-	u := events.Usage{RunID: runID, N: 1, Kind: events.UsageKindModel, Tenant: tenant, Agent: "researcher",
-		Iteration: 1, Provider: "openai", Model: "gpt-4o-mini", InputTokens: 12, OutputTokens: 3}
 	return []constructed{
 		{name: "sandbox job", out: must(events.NewSandboxJob("/t", fixtureSandboxJob(), runTrace)), typ: events.TypeSandboxRequested},
 		{name: "sandbox result", out: must(events.NewSandboxResult("/t", res, tenant.ID(), runTrace)), typ: events.TypeSandboxCompleted},
-		{name: "usage", out: must(events.NewUsage("/t", u, runTrace)), typ: events.TypeUsageRecorded},
 	}
 }

@@ -7,33 +7,25 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
 
-// Event types. Each names its data's Go type and JSON Schema (see DataSchema).
+// Event types. Each names its data's Go type and JSON Schema; events.Table
+// has every fact about each.
 const (
-	TypeRunRequested       = "dev.toolwire.run.requested.v1"           // data: envelope.RunRequest
-	TypeRunStarted         = "dev.toolwire.run.started.v1"             // data: RunStatus
-	TypeRunSuspended       = "dev.toolwire.run.suspended.v1"           // data: RunStatus
-	TypeRunResumed         = "dev.toolwire.run.resumed.v1"             // data: RunStatus
-	TypeRunCompleted       = "dev.toolwire.run.completed.v1"           // data: RunStatus (with outputs)
-	TypeRunFailed          = "dev.toolwire.run.failed.v1"              // data: RunStatus (with reason)
-	TypeIterationRequested = "dev.toolwire.run.iteration.requested.v1" // data: IterationCheck
-	TypeIterationApproved  = "dev.toolwire.run.iteration.approved.v1"  // data: Verdict
-	TypeIterationDenied    = "dev.toolwire.run.iteration.denied.v1"    // data: Verdict
-	TypeLLMCompleted       = "dev.toolwire.run.llm.completed.v1"       // data: LLMCompleted
-	TypeCallRequested      = "dev.toolwire.call.requested.v1"          // data: CallRequest
-	TypeCallApproved       = "dev.toolwire.call.approved.v1"           // data: CallRequest
-	TypeCallStarted        = "dev.toolwire.call.started.v1"            // data: CallStarted
-	TypeCallCompleted      = "dev.toolwire.call.completed.v1"          // data: envelope.ToolEnvelope
+	TypeRunRequested  = "dev.toolwire.run.requested.v1"      // data: envelope.RunRequest
+	TypeRunStarted    = "dev.toolwire.run.started.v1"        // data: RunStatus
+	TypeRunSuspended  = "dev.toolwire.run.suspended.v1"      // data: RunStatus
+	TypeRunResumed    = "dev.toolwire.run.resumed.v1"        // data: RunStatus
+	TypeRunCompleted  = "dev.toolwire.run.completed.v1"      // data: RunStatus (with outputs)
+	TypeRunFailed     = "dev.toolwire.run.failed.v1"         // data: RunStatus (with reason)
+	TypeTurnCompleted = "dev.toolwire.run.turn.completed.v1" // data: Turn
+	TypeCallApproved  = "dev.toolwire.call.approved.v1"      // data: CallRequest
+	TypeCallStarted   = "dev.toolwire.call.started.v1"       // data: CallStarted
+	TypeCallCompleted = "dev.toolwire.call.completed.v1"     // data: envelope.ToolEnvelope
 )
 
 // Approval event types (data in approval.go).
 const (
 	TypeCallApprovalRequired = "dev.toolwire.call.approval_required.v1" // data: ApprovalRequest
 	TypeCallDecided          = "dev.toolwire.call.decided.v1"           // data: Decision
-)
-
-// Usage event type (data in usage.go).
-const (
-	TypeUsageRecorded = "dev.toolwire.run.usage.recorded.v1" // data: Usage
 )
 
 // Sandbox event types (data in sandbox.go).
@@ -59,8 +51,13 @@ type RunStatus struct {
 	Tenant    envelope.Tenant                   `json:"tenant"`
 	Reason    string                            `json:"reason,omitempty"`
 	Warnings  []string                          `json:"warnings,omitempty"`
-	Outputs   *envelope.AgentOutputs            `json:"outputs,omitempty"`
-	Pinned    map[string]*envelope.ToolEnvelope `json:"pinned,omitempty"`
+	// Outputs and Pinned are the outputs of a completed run, carried in the
+	// event when they are small; OutputsBlob instead names the blob holding
+	// both (an OutputsDocument) when they are not, so that no event grows
+	// with the number of calls a run made (client.Outputs reads either).
+	Outputs     *envelope.AgentOutputs            `json:"outputs,omitempty"`
+	Pinned      map[string]*envelope.ToolEnvelope `json:"pinned,omitempty"`
+	OutputsBlob *envelope.Attachment              `json:"outputs_blob,omitempty"`
 	TraceID   string                            `json:"trace_id,omitempty"`
 	Iteration int                               `json:"iteration,omitempty"`
 	ToolCalls int                               `json:"tool_calls,omitempty"`
@@ -72,39 +69,103 @@ type RunStatus struct {
 	Code envelope.ErrorCode `json:"code,omitempty"`
 }
 
-// IterationCheck asks the Policy Guard whether iteration N of a run may call
-// the model. It carries the run's policy so that the guard stays stateless.
-type IterationCheck struct {
+// OutputsDocument is the blob of a completed run's outputs when they are
+// too large for its completed event (RunStatus.OutputsBlob).
+type OutputsDocument struct {
+	Outputs *envelope.AgentOutputs            `json:"outputs"`
+	Pinned  map[string]*envelope.ToolEnvelope `json:"pinned,omitempty"`
+}
+
+// Turn is one model turn of a run, the data of
+// toolwire.run.<run_id>.turn.<n>.completed: the verdict of the loop rules
+// before the model call, what was new in the model's request, its response
+// and cost, and the tool calls it made, with what the Policy Guard needs to
+// judge them (the agent's policy and enabled tools, the run's spend), so that
+// the guard keeps no state. It never holds the conversation: a turn's size
+// depends on the model's answer, not on the run's length.
+type Turn struct {
 	RunID     string          `json:"run_id"`
 	Iteration int             `json:"iteration"`
 	Tenant    envelope.Tenant `json:"tenant"`
 	Agent     string          `json:"agent"`
-	Policy    envelope.Policy `json:"policy"`
-	ToolCalls int             `json:"tool_calls"`
-	Spend     float64         `json:"spend"`
-	// MinCost is the least the model call asked for will cost: the tokens of
-	// the previous call, which the next prompt repeats, at the model's input
-	// price (0 for the first call or an unpriced model).
-	MinCost float64 `json:"min_cost,omitempty"`
+	// Verdict is the loop rules' verdict on this model call; a denied turn
+	// has no response and ends the run (its failed event follows).
+	Verdict LoopVerdict `json:"verdict"`
+	Model   ModelRef    `json:"model"`
+	// Tools are the tools offered to the model, as name@version.
+	Tools []string `json:"tools,omitempty"`
+	// Results are what this turn's request added to the conversation: the
+	// results of the previous turn's calls, in order (their envelopes are in
+	// their completed events). The first turn's request is the run request.
+	Results []TurnResult `json:"results,omitempty"`
+	// Response is the model's answer; nil on a denied turn.
+	Response *envelope.ModelResponse `json:"response,omitempty"`
+	// Cost is what the model call cost at the orchestrator's prices;
+	// Unpriced marks a model without a price (its cost is 0 for want of
+	// one). Billing reads model cost here and tool cost on the envelopes.
+	Cost     float64   `json:"cost"`
+	Unpriced bool      `json:"unpriced,omitempty"`
+	TStart   time.Time `json:"t_start"`
+	TEnd     time.Time `json:"t_end"`
+	// Policy and EnabledTools are the agent's; Spend is what the run had
+	// cost when the turn's calls were made (this model call included).
+	Policy       envelope.Policy `json:"policy"`
+	EnabledTools []string        `json:"enabled_tools"`
+	Spend        float64         `json:"spend"`
+	// Calls are the tool calls of the response, in order.
+	Calls []TurnCall `json:"calls,omitempty"`
+	// Warnings are findings that do not stop the run (a deprecated tool),
+	// given on its first turn.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
-// Verdict is the Policy Guard's answer to an IterationCheck.
-type Verdict struct {
-	RunID     string             `json:"run_id"`
-	Iteration int                `json:"iteration"`
-	Allowed   bool               `json:"allowed"`
-	Code      envelope.ErrorCode `json:"code,omitempty"`
-	Reason    string             `json:"reason,omitempty"`
+// LoopVerdict is the loop rules' verdict on one model call.
+type LoopVerdict struct {
+	Allowed bool               `json:"allowed"`
+	Code    envelope.ErrorCode `json:"code,omitempty"`
+	Reason  string             `json:"reason,omitempty"`
+	Rule    string             `json:"rule,omitempty"`
 }
 
-// LLMCompleted records one model call of a run.
-type LLMCompleted struct {
-	RunID string             `json:"run_id"`
-	Turn  envelope.ModelTurn `json:"turn"`
+// ModelRef names a model without its options (a scripted model's options
+// hold its whole script).
+type ModelRef struct {
+	Provider string `json:"provider"`
+	Name     string `json:"name"`
 }
 
-// CallRequest asks for one tool call. The orchestrator publishes it (requested);
-// the Policy Guard re-publishes it unchanged when it approves it (approved).
+// TurnResult is one tool result a turn's request carried.
+type TurnResult struct {
+	CallID         string `json:"call_id"`
+	ProviderCallID string `json:"provider_call_id,omitempty"`
+	IsError        bool   `json:"is_error,omitempty"`
+}
+
+// TurnCall is one tool call of a turn.
+type TurnCall struct {
+	CallID         string          `json:"call_id"`
+	Seq            int             `json:"seq"`
+	Name           string          `json:"name"`
+	Version        string          `json:"version"`
+	Input          json.RawMessage `json:"input"`
+	ProviderCallID string          `json:"provider_call_id,omitempty"`
+	// Cost is the tool's declared cost when the turn was made.
+	Cost float64 `json:"cost,omitempty"`
+	// Queue is the queue of the tool's workers (envelope.DefaultQueue when
+	// the tool names none).
+	Queue string `json:"queue,omitempty"`
+	// Answered marks a call the orchestrator answered itself (the model named
+	// no valid tool, or arguments that no tool can take): its completed event
+	// comes from the orchestrator, and the guard leaves it alone.
+	Answered bool `json:"answered,omitempty"`
+}
+
+// Ref is the called tool's name@version.
+func (c *TurnCall) Ref() envelope.ToolRef { return envelope.ToolRef{Name: c.Name, Version: c.Version} }
+
+// CallRequest is one approved tool call, the data of
+// toolwire.call.<run_id>.<call_id>.approved.<queue>: what the workers of the
+// queue need to run it.
 type CallRequest struct {
 	RunID          string          `json:"run_id"`
 	CallID         string          `json:"call_id"`
@@ -116,19 +177,10 @@ type CallRequest struct {
 	ProviderCallID string          `json:"provider_call_id,omitempty"`
 	Tenant         envelope.Tenant `json:"tenant"`
 	Agent          string          `json:"agent"`
-	EnabledTools   []string        `json:"enabled_tools"`
-	Policy         envelope.Policy `json:"policy"`
-	// Budget of the batch (the calls of one model turn), for max_budget:
-	// Spend is the run's spend when the batch was requested, Cost the called
-	// tool's declared cost, BatchCost the declared cost of the whole batch and
-	// BatchCostBefore that of the batch's calls ahead of this one (lower seq).
-	Spend           float64 `json:"spend,omitempty"`
-	Cost            float64 `json:"cost,omitempty"`
-	BatchCost       float64 `json:"batch_cost,omitempty"`
-	BatchCostBefore float64 `json:"batch_cost_before,omitempty"`
+	// Queue is the queue the call is routed to.
+	Queue string `json:"queue"`
 	// OperatorApproved marks the approved request of a call that waited for
-	// an operator's decision (the guard's own approvals leave it false): it
-	// is what resumes a suspended run.
+	// an operator's decision (the guard's own approvals leave it false).
 	OperatorApproved bool `json:"operator_approved,omitempty"`
 }
 

@@ -18,20 +18,16 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 )
 
-// State is a tool version's lifecycle state (spec 7.2).
-type State string
+// State is a tool version's lifecycle state (spec 7.2): envelope.ToolState,
+// which the Policy Guard's rules judge.
+type State = envelope.ToolState
 
 // Lifecycle states.
 const (
-	StateActive     State = "active"     // discoverable and executable
-	StateDeprecated State = "deprecated" // hidden by default, warned about, still executable
-	StateBlocked    State = "blocked"    // refused at run time with POLICY_DENIED
+	StateActive     = envelope.ToolActive     // discoverable and executable
+	StateDeprecated = envelope.ToolDeprecated // hidden by default, warned about, still executable
+	StateBlocked    = envelope.ToolBlocked    // refused at run time with POLICY_DENIED
 )
-
-// Valid reports whether s is a known state.
-func (s State) Valid() bool {
-	return s == StateActive || s == StateDeprecated || s == StateBlocked
-}
 
 // Entry is one registry entry.
 type Entry struct {
