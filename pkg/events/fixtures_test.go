@@ -138,7 +138,7 @@ func allConstructors(t testing.TB) []constructed {
 	}
 	denied := events.Turn{RunID: runID, Iteration: 11, Tenant: tenant, Agent: "researcher", TStart: t0, TEnd: t0,
 		Verdict: events.LoopVerdict{Code: envelope.CodePolicyDenied, Reason: "max_iterations (10) reached", Rule: "max_iterations"},
-		Model: events.ModelRef{Provider: "scripted", Name: "script-1"}, Policy: policy, Spend: 0.5}
+		Model:   events.ModelRef{Provider: "scripted", Name: "script-1"}, Policy: policy, Spend: 0.5}
 	cs = append(cs,
 		constructed{"turn completed", must(events.NewTurnCompleted(src, fixtureTurnEvent(), runTrace)),
 			events.TypeTurnCompleted, runID + "/turn/2", run + ".turn.2.completed", "", new(events.Turn)},

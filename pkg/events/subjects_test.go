@@ -85,13 +85,13 @@ func TestSubjectsRejectUnsafeRunIDs(t *testing.T) {
 		{"tab", "a\tb"},
 	}
 	builders := map[string]func(id string) (string, error){
-		"RunSubject":       func(id string) (string, error) { return events.RunSubject(id, "requested") },
-		"TurnSubject":      func(id string) (string, error) { return events.TurnSubject(id, 1) },
-		"ApprovedSubject":  func(id string) (string, error) { return events.ApprovedSubject(id, callID, "default") },
-		"CallSubject":      func(id string) (string, error) { return events.CallSubject(id, callID, "completed") },
-		"SandboxSubject":   func(id string) (string, error) { return events.SandboxSubject(id, callID, "requested") },
-		"RunEvents":        events.RunEvents,
-		"CallEvents":       events.CallEvents,
+		"RunSubject":      func(id string) (string, error) { return events.RunSubject(id, "requested") },
+		"TurnSubject":     func(id string) (string, error) { return events.TurnSubject(id, 1) },
+		"ApprovedSubject": func(id string) (string, error) { return events.ApprovedSubject(id, callID, "default") },
+		"CallSubject":     func(id string) (string, error) { return events.CallSubject(id, callID, "completed") },
+		"SandboxSubject":  func(id string) (string, error) { return events.SandboxSubject(id, callID, "requested") },
+		"RunEvents":       events.RunEvents,
+		"CallEvents":      events.CallEvents,
 	}
 	for _, tc := range unsafe {
 		t.Run(tc.name, func(t *testing.T) {

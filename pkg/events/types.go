@@ -45,12 +45,12 @@ const (
 
 // RunStatus is the data of the run lifecycle events.
 type RunStatus struct {
-	RunID     string                            `json:"run_id"`
-	Status    string                            `json:"status"`
-	Agent     string                            `json:"agent,omitempty"`
-	Tenant    envelope.Tenant                   `json:"tenant"`
-	Reason    string                            `json:"reason,omitempty"`
-	Warnings  []string                          `json:"warnings,omitempty"`
+	RunID    string          `json:"run_id"`
+	Status   string          `json:"status"`
+	Agent    string          `json:"agent,omitempty"`
+	Tenant   envelope.Tenant `json:"tenant"`
+	Reason   string          `json:"reason,omitempty"`
+	Warnings []string        `json:"warnings,omitempty"`
 	// Outputs and Pinned are the outputs of a completed run, carried in the
 	// event when they are small; OutputsBlob instead names the blob holding
 	// both (an OutputsDocument) when they are not, so that no event grows
@@ -58,9 +58,9 @@ type RunStatus struct {
 	Outputs     *envelope.AgentOutputs            `json:"outputs,omitempty"`
 	Pinned      map[string]*envelope.ToolEnvelope `json:"pinned,omitempty"`
 	OutputsBlob *envelope.Attachment              `json:"outputs_blob,omitempty"`
-	TraceID   string                            `json:"trace_id,omitempty"`
-	Iteration int                               `json:"iteration,omitempty"`
-	ToolCalls int                               `json:"tool_calls,omitempty"`
+	TraceID     string                            `json:"trace_id,omitempty"`
+	Iteration   int                               `json:"iteration,omitempty"`
+	ToolCalls   int                               `json:"tool_calls,omitempty"`
 	// Spend is what the run has cost so far: its model tokens priced by the
 	// orchestrator's price table plus the declared cost of its executed tools.
 	Spend float64 `json:"spend,omitempty"`
