@@ -33,7 +33,6 @@ func TestProviderThatKeepsFailingFailsTheRun(t *testing.T) {
 		Agent:    envelope.Agent{Name: "agent", Model: envelope.Model{Provider: "openai", Name: "gpt-4o-mini"}},
 		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}}
 	h.Submit(ctx, req)
-	orchestratortest.Guard{H: h, Ctx: ctx}.AllowIteration(req.RunID, 1)
 	final, err := h.Wait(ctx, req.RunID)
 	require.NoError(t, err)
 	require.Equal(t, events.StatusFailed, final.Status)
