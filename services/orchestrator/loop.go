@@ -99,12 +99,12 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 		return err
 	}
 	if st != nil {
-		return s.goOn(ctx, st, 0)
+		return s.goOn(ctx, st, triggerRequest)
 	}
 	if st, err = s.stateFromStream(ctx, req.RunID); err != nil {
 		return err
 	} else if st != nil {
-		return s.goOn(ctx, st, 0)
+		return s.goOn(ctx, st, triggerRequest)
 	}
 
 	// The run's trace starts here: invoke_agent is the parent of every span of
@@ -117,7 +117,7 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 	))
 	defer span.End()
 	st = newRunState(&req, events.RunTraceFrom(ctx))
-	st.Iteration = 1
+	st.Iteration, st.Trigger = 1, triggerRequest
 	if v := s.loopVerdict(st, 1); !v.Allowed {
 		st.Denied = &v
 		st.fail(v.Code, "policy denied iteration 1: "+v.Reason)
@@ -128,8 +128,13 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 	}
 	st.Phase = PhaseCalling
 	s.convs.get(req.RunID).start(&req)
-	return s.takeTurn(ctx, st, warnings, false)
+	return s.takeTurn(ctx, st, warnings, false, triggerRequest)
 }
+
+// Triggers: the events whose handlers drive a model call (RunState.Trigger).
+const triggerRequest = "request"
+
+func triggerCall(callID string) string { return "call/" + callID }
 
 // newRunState is the state of a run that has just been requested.
 func newRunState(req *envelope.RunRequest, tr events.RunTrace) *RunState {
@@ -176,41 +181,47 @@ func (s *Service) stateFromStream(ctx context.Context, runID string) (*RunState,
 		return nil, err
 	}
 	st := newRunState(req, tr)
-	st.Iteration, st.Phase = 1, PhaseCalling
+	st.Iteration, st.Phase, st.Trigger = 1, PhaseCalling, triggerRequest
 	st.recordTurn(t)
-	s.settle(st, t)
 	if err := s.createOrGet(ctx, st); err != nil {
 		return nil, err
 	}
 	return st, nil
 }
 
-// settle is what recording turn t leads to at once: a turn without calls
-// ends the run; one whose calls the orchestrator answered itself goes on to
-// its next model call (or its denial).
-func (s *Service) settle(st *RunState, t *events.Turn) {
-	if st.Phase != PhaseAwaitingTools || st.Iteration != t.Iteration {
-		return
+// goOn takes a run on from its state, for the handler of trigger: it
+// publishes what the run's end implies, or, when trigger drives the run's
+// next model call, makes it (and goes on from a turn whose calls the
+// orchestrator answered all itself). Another event's handler leaves the
+// model call to the trigger's, which is redelivered if it died.
+func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error {
+	for {
+		switch {
+		case st.Done():
+			return s.publishEnd(ctx, st)
+		case st.Trigger != trigger:
+			return nil
+		case st.Phase == PhaseCalling:
+			return s.takeTurn(ctx, st, nil, true, trigger)
+		case st.Phase == PhaseAwaitingTools && st.allDone():
+			next, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
+				if cur.Iteration != st.Iteration || cur.Trigger != trigger || cur.Phase != PhaseAwaitingTools || !cur.allDone() {
+					return false, nil
+				}
+				s.advance(cur, trigger)
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+			if next.Iteration == st.Iteration && !next.Done() {
+				return nil // another handler moved it on
+			}
+			st = next
+		default:
+			return nil
+		}
 	}
-	if t.Response != nil && len(t.Calls) == 0 {
-		st.Phase = PhaseComplete
-		return
-	}
-	s.advance(st)
-}
-
-// goOn takes a run from its state: publishes what its end implies, or the
-// model call that is due. after, when not zero, is the turn whose last result
-// the caller just recorded: only then (or on a redelivery) is the due model
-// call made here.
-func (s *Service) goOn(ctx context.Context, st *RunState, after int) error {
-	switch {
-	case st.Done():
-		return s.publishEnd(ctx, st)
-	case st.Phase == PhaseCalling && (after == 0 || after == st.Iteration-1):
-		return s.takeTurn(ctx, st, nil, true)
-	}
-	return nil
 }
 
 // takeTurn makes model call st.Iteration: it reads the turn from the stream
@@ -218,7 +229,7 @@ func (s *Service) goOn(ctx context.Context, st *RunState, after int) error {
 // the conversation so far and publishes the turn; then it records the turn
 // and publishes what follows. exists says whether the run has a state in KV
 // (the first turn of a new run is recorded with it).
-func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string, exists bool) error {
+func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string, exists bool, trigger string) error {
 	n := st.Iteration
 	t, _, err := s.history.turn(ctx, st.RunID, n)
 	switch {
@@ -274,15 +285,10 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 	var recorded *RunState
 	if exists {
 		recorded, _, err = s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
-			if !cur.recordTurn(t) {
-				return false, nil
-			}
-			s.settle(cur, t)
-			return true, nil
+			return cur.recordTurn(t), nil
 		})
 	} else {
 		st.recordTurn(t)
-		s.settle(st, t)
 		err = s.createOrGet(ctx, st)
 		recorded = st
 	}
@@ -292,7 +298,7 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 	if err := s.publishAnswers(ctx, st.Trace, t); err != nil {
 		return err
 	}
-	return s.goOn(ctx, recorded, n)
+	return s.goOn(ctx, recorded, trigger)
 }
 
 // publishTurn publishes turn t with the answers of the calls the orchestrator
@@ -538,12 +544,13 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 	if env.Cost < 0 {
 		return events.Permanent(fmt.Errorf("envelope of call %s has a negative cost", env.CallID))
 	}
-	var advanced, resumed bool
+	var resumed bool
 	var iteration int
+	trigger := triggerCall(env.CallID)
 	st, known, err := s.withCall(ctx, subj.RunID, env.CallID, func(st *RunState, c *PendingCall) bool {
 		// The call's turn: the pending calls are the current turn's, or the
 		// previous one's while the run calls the model.
-		advanced, resumed, iteration = false, false, st.Iteration
+		resumed, iteration = false, st.Iteration
 		if st.Phase == PhaseCalling {
 			iteration--
 		}
@@ -556,9 +563,8 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 			c.Approval, c.ResumedBy = ApprovalResumed, resumedByCompletion(c, &env)
 			resumed = true
 		}
-		before := st.Phase
-		s.advance(st)
-		advanced = before != st.Phase || st.Done()
+		// The last result: this completion drives the next model call.
+		s.advance(st, trigger)
 		return true
 	})
 	if err != nil || !known {
@@ -578,10 +584,7 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 			return err
 		}
 	}
-	if !advanced && d.Attempt == 1 {
-		return nil
-	}
-	return s.goOn(ctx, st, iteration)
+	return s.goOn(ctx, st, trigger)
 }
 
 // withCall applies change to the pending call callID of the run, under
@@ -637,11 +640,7 @@ func (s *Service) withCall(ctx context.Context, runID, callID string, change fun
 			return nil, false, err
 		}
 		if _, _, err := s.states.update(ctx, runID, func(cur *RunState) (bool, error) {
-			if !cur.recordTurn(t) {
-				return false, nil
-			}
-			s.settle(cur, t)
-			return true, nil
+			return cur.recordTurn(t), nil
 		}); err != nil {
 			return nil, false, err
 		}

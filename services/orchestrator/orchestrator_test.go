@@ -112,7 +112,6 @@ func TestRecordTurnAndSettle(t *testing.T) {
 		Response: &envelope.ModelResponse{Usage: envelope.Usage{InputTokens: 100, OutputTokens: 20}},
 		Calls:    []events.TurnCall{{CallID: "a", Seq: 1, Name: "echo"}, {CallID: "b", Seq: 2, Name: "x_y", Answered: true}}}
 	require.True(t, st.recordTurn(t1))
-	s.settle(st, t1)
 	require.Equal(t, PhaseAwaitingTools, st.Phase)
 	require.Equal(t, 2, st.Calls)
 	require.InDelta(t, 0.5, st.Spend, 1e-12)
@@ -121,25 +120,29 @@ func TestRecordTurnAndSettle(t *testing.T) {
 	require.True(t, st.Pending[1].Done, "the orchestrator's own answer")
 	require.False(t, st.recordTurn(t1), "a turn is recorded once")
 
-	// Its last result moves the run on to the next model call.
+	// Its last result moves the run on to the next model call, driven by
+	// that result's handler.
+	s.advance(st, "call/x")
+	require.Equal(t, PhaseAwaitingTools, st.Phase, "not before every call is answered")
 	st.Pending[0].Done = true
-	s.advance(st)
+	s.advance(st, "call/a")
 	require.Equal(t, PhaseCalling, st.Phase)
 	require.Equal(t, 2, st.Iteration)
+	require.Equal(t, "call/a", st.Trigger)
 
 	// A turn without calls ends the loop.
 	t2 := &events.Turn{RunID: "r1", Iteration: 2, Verdict: events.LoopVerdict{Allowed: true}, Response: &envelope.ModelResponse{Content: "bye"}}
 	require.True(t, st.recordTurn(t2))
-	s.settle(st, t2)
 	require.Equal(t, PhaseComplete, st.Phase)
 	require.True(t, st.Done())
 
-	// A turn whose calls the orchestrator answered all goes straight on.
+	// A turn whose calls the orchestrator answered all is ready to go on.
 	st = &RunState{RunID: "r2", Iteration: 1, Phase: PhaseCalling}
 	t3 := &events.Turn{RunID: "r2", Iteration: 1, Verdict: events.LoopVerdict{Allowed: true}, Response: &envelope.ModelResponse{},
 		Calls: []events.TurnCall{{CallID: "c", Seq: 1, Name: "bad", Answered: true}}}
 	st.recordTurn(t3)
-	s.settle(st, t3)
+	require.True(t, st.allDone())
+	s.advance(st, triggerRequest)
 	require.Equal(t, PhaseCalling, st.Phase)
 	require.Equal(t, 2, st.Iteration)
 }
@@ -151,7 +154,7 @@ func TestAdvanceRunsTheLoopRules(t *testing.T) {
 	s := newTestService(Config{Prices: Prices{"m": {InputPerMTok: 1e6}}})
 	st := &RunState{RunID: "r1", Iteration: 2, Phase: PhaseAwaitingTools, Policy: envelope.Policy{MaxIterations: 2},
 		Pending: []PendingCall{{CallID: "a", Done: true}}, UpdatedAt: time.Unix(5, 0).UTC()}
-	s.advance(st)
+	s.advance(st, "call/a")
 	require.Equal(t, PhaseFailed, st.Phase)
 	require.Equal(t, 3, st.Iteration)
 	require.Equal(t, envelope.CodePolicyDenied, st.Code)
@@ -164,7 +167,7 @@ func TestAdvanceRunsTheLoopRules(t *testing.T) {
 
 	st = &RunState{RunID: "r2", Iteration: 1, Phase: PhaseAwaitingTools, Model: events.ModelRef{Provider: "openai", Name: "m"},
 		Policy: envelope.Policy{MaxBudget: 1}, Spend: 0.5, LastTokens: 1, Pending: []PendingCall{{CallID: "a", Done: true}}}
-	s.advance(st)
+	s.advance(st, "call/a")
 	require.Equal(t, PhaseFailed, st.Phase, "0.5 spent and the next call costs at least 1")
 	require.Equal(t, rules.RuleMaxBudget, st.Denied.Rule)
 }

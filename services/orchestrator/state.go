@@ -54,6 +54,12 @@ type RunState struct {
 	// Pending are the calls of turn Iteration (of Iteration-1 while the run
 	// is calling the model).
 	Pending []PendingCall `json:"pending,omitempty"`
+	// Trigger names the event whose handler drives the run's next model
+	// call: the run request ("request"), or the completion that answered
+	// the last pending call ("call/<call_id>"). Only that handler, or that
+	// event redelivered when its handler died, makes the call: a model
+	// call is not made twice because another event of the run came again.
+	Trigger string `json:"trigger,omitempty"`
 
 	// Denied is the loop verdict that ended the run, when one did.
 	Denied *events.LoopVerdict `json:"denied,omitempty"`
@@ -138,9 +144,11 @@ func (s *RunState) clone() *RunState {
 }
 
 // recordTurn makes turn t the run's current turn: its calls pending (those
-// the orchestrator answered itself are done at once), its cost spent. A turn
-// without calls ends the run's loop: the caller finishes it. It reports
-// whether it changed the state (a turn already recorded changes nothing).
+// the orchestrator answered itself are done at once), its cost spent; a turn
+// that answers without calls completes the run, and a denied one fails it.
+// It reports whether it changed the state (a turn already recorded changes
+// nothing). Going on from a turn whose calls are all answered is the
+// trigger's (Service.goOn).
 func (s *RunState) recordTurn(t *events.Turn) bool {
 	if s.Done() || t.Iteration < s.Iteration || (t.Iteration == s.Iteration && s.Phase == PhaseAwaitingTools) {
 		return false
@@ -166,9 +174,12 @@ func (s *RunState) recordTurn(t *events.Turn) bool {
 		s.Pending = append(s.Pending, p)
 		s.Calls = max(s.Calls, c.Seq)
 	}
+	s.Phase = PhaseAwaitingTools
 	if len(s.Pending) == 0 {
 		s.Pending = nil
+		if t.Response != nil {
+			s.Phase = PhaseComplete
+		}
 	}
-	s.Phase = PhaseAwaitingTools
 	return true
 }

@@ -35,15 +35,15 @@ func (s *Service) loopVerdict(st *RunState, n int) events.LoopVerdict {
 }
 
 // advance moves a run whose current turn's calls are all answered on to its
-// next model call when the loop rules allow it, and ends it with the denial
-// otherwise.
-func (s *Service) advance(st *RunState) {
+// next model call, driven by trigger's handler, when the loop rules allow
+// it, and ends it with the denial otherwise.
+func (s *Service) advance(st *RunState, trigger string) {
 	if st.Phase != PhaseAwaitingTools || !st.allDone() {
 		return
 	}
 	n := st.Iteration + 1
 	v := s.loopVerdict(st, n)
-	st.Iteration = n
+	st.Iteration, st.Trigger = n, trigger
 	if !v.Allowed {
 		st.Denied = &v
 		st.fail(v.Code, fmt.Sprintf("policy denied iteration %d: %s", n, v.Reason))
