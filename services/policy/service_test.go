@@ -231,6 +231,29 @@ func (h *harness) drained(stream, durable string) {
 	})
 }
 
+// denials waits for n denials on c and returns their messages by call id.
+func (h *harness) denials(c jetstream.Consumer, n int) map[string]string {
+	h.t.Helper()
+	got := map[string]string{}
+	for range n {
+		env := decode[envelope.ToolEnvelope](h.t, h.nextEvent(c))
+		require.Equal(h.t, envelope.CodePolicyDenied, env.Error.Code)
+		got[env.CallID] = env.Error.Message
+	}
+	return got
+}
+
+// setState sets a version's registry state and waits until the service's
+// catalog has it.
+func (h *harness) setState(ref envelope.ToolRef, state registry.State) {
+	h.t.Helper()
+	require.NoError(h.t, h.reg.SetState(h.t.Context(), ref, state))
+	require.Eventually(h.t, func() bool {
+		e, ok := h.svc.catalog.Lookup(ref)
+		return ok && e.State == state
+	}, waitFor, 5*time.Millisecond)
+}
+
 func decode[T any](t *testing.T, ev *event.Event) T {
 	t.Helper()
 	var v T
@@ -371,15 +394,10 @@ func TestServiceJudgesEveryCallOfATurn(t *testing.T) {
 		"toolwire.call." + runID + "." + search.CallID + ".approved.default": wantApproved(t, turn, search, "default"),
 		"toolwire.call." + runID + "." + gpu.CallID + ".approved.gpu":        wantApproved(t, turn, gpu, "gpu"),
 	}, got, "each approved call goes to its tool's queue")
-	denied := map[string]string{}
-	for range 2 {
-		env := decode[envelope.ToolEnvelope](t, h.nextEvent(completed))
-		denied[env.CallID] = env.Error.Message
-	}
 	require.Equal(t, map[string]string{
 		blocked.CallID:  "tool rm_rf@1.0.0 is blocked",
 		stranger.CallID: "tool send_email is not enabled for this agent (enabled: web_search@1.0.0, calc@2.1.0, rm_rf@1.0.0)",
-	}, denied)
+	}, h.denials(completed, 2))
 
 	h.drained(events.StreamRuns, DurableTurns)
 	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+"."+answered.CallID+".>"),
@@ -506,12 +524,7 @@ func TestServiceSeesRegistryChanges(t *testing.T) {
 	h.publishTurn(newTurn(runID, 1, envelope.Policy{}, enabled, turnCall(t, "calc", "2.1.0", 1)))
 	require.Equal(t, 1, decode[events.CallRequest](t, h.nextEvent(approved)).Seq)
 
-	ref := envelope.ToolRef{Name: "calc", Version: "2.1.0"}
-	require.NoError(t, h.reg.SetState(t.Context(), ref, registry.StateBlocked))
-	require.Eventually(t, func() bool {
-		e, ok := h.svc.catalog.Lookup(ref)
-		return ok && e.State == registry.StateBlocked
-	}, waitFor, 5*time.Millisecond)
+	h.setState(envelope.ToolRef{Name: "calc", Version: "2.1.0"}, registry.StateBlocked)
 
 	h.publishTurn(newTurn(runID, 2, envelope.Policy{}, enabled, turnCall(t, "calc", "2.1.0", 2)))
 	env := decode[envelope.ToolEnvelope](t, h.nextEvent(completed))
@@ -648,27 +661,17 @@ func TestServiceRedeliveredTurnPublishesWhatIsMissing(t *testing.T) {
 	// The first delivery stored the first call's approval and no more.
 	h.publish(events.NewCallApproved(DefaultSource, wantApproved(t, turn, first, "default"), runTrace))
 	// Since then, calc was blocked.
-	ref := envelope.ToolRef{Name: "calc", Version: "2.1.0"}
-	require.NoError(t, h.reg.SetState(t.Context(), ref, registry.StateBlocked))
-	require.Eventually(t, func() bool {
-		e, ok := h.svc.catalog.Lookup(ref)
-		return ok && e.State == registry.StateBlocked
-	}, waitFor, 5*time.Millisecond)
+	h.setState(envelope.ToolRef{Name: "calc", Version: "2.1.0"}, registry.StateBlocked)
 
 	completed := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.completed")
 	redeliver := func(attempt uint64) {
 		require.NoError(t, h.svc.handleTurn(t.Context(), &events.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: attempt}))
 	}
 	redeliver(2)
-	denied := map[string]string{}
-	for range 2 {
-		env := decode[envelope.ToolEnvelope](t, h.nextEvent(completed))
-		denied[env.CallID] = env.Error.Message
-	}
 	require.Equal(t, map[string]string{
 		second.CallID: "tool calc@2.1.0 is blocked",
 		third.CallID:  "tool rm_rf@1.0.0 is blocked",
-	}, denied, "the calls without an outcome are judged now")
+	}, h.denials(completed, 2), "the calls without an outcome are judged now")
 	all := "toolwire.call." + runID + ".>"
 	require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+"."+first.CallID+".>"),
 		"the first call keeps its approval: no denial follows it")
