@@ -280,6 +280,8 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 	}
 	res.label = service.ToolLabel(req.Name, req.Version)
 	def := &entry.Definition
+	// Whatever the outcome, the envelope carries what the call cost.
+	defer func() { priceEnvelope(&res.env, def) }()
 	writes := def.Metadata.SideEffects == envelope.SideEffectsWrites
 	outKey := outcomeKey(req.RunID, req.CallID)
 	if writes {
@@ -417,6 +419,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishGrace)
 		defer cancel()
+		priceEnvelope(&res.env, def) // the record is the envelope published
 		final, err := s.outcomes.finish(fctx, outKey, rev, res.env)
 		if err != nil {
 			log.Error("outcome of a writes call could not be recorded; a redelivery will report it unknown", "err", err)
@@ -431,6 +434,16 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 		}
 	}
 	return res, nil
+}
+
+// priceEnvelope sets the envelope's cost: the tool's declared cost when the
+// call is billable (the tool ran, or may have, and the result is not the
+// cache's; envelope.Billable), else 0. Billing reads tool costs here only.
+func priceEnvelope(env *envelope.ToolEnvelope, def *envelope.ToolDefinition) {
+	env.Cost = 0
+	if env.Billable() {
+		env.Cost = def.Cost
+	}
 }
 
 // checkOutput checks a tool's output: JSON, and valid against the tool's
