@@ -123,6 +123,33 @@ func publishApproved(t testing.TB, pub *events.Publisher, req events.CallRequest
 	require.NoError(t, pub.Publish(t.Context(), approved(t, req, events.RunTrace{})))
 }
 
+// publishAllApproved publishes the approved events of reqs together.
+func publishAllApproved(t testing.TB, js jetstream.JetStream, reqs []events.CallRequest) {
+	t.Helper()
+	outs := make([]events.Outgoing, len(reqs))
+	for i, req := range reqs {
+		outs[i] = approved(t, req, events.RunTrace{})
+	}
+	require.NoError(t, events.NewPublisher(js).PublishAll(t.Context(), outs))
+}
+
+// durableFilters maps each durable consumer of the calls stream to its
+// filter subject.
+func durableFilters(t testing.TB, js jetstream.JetStream) map[string]string {
+	t.Helper()
+	st, err := js.Stream(t.Context(), events.StreamCalls)
+	require.NoError(t, err)
+	filters := map[string]string{}
+	infos := st.ListConsumers(t.Context())
+	for ci := range infos.Info() {
+		if ci.Config.Durable != "" {
+			filters[ci.Config.Durable] = ci.Config.FilterSubject
+		}
+	}
+	require.NoError(t, infos.Err())
+	return filters
+}
+
 func completedSubject(t testing.TB, req events.CallRequest) string {
 	t.Helper()
 	s, err := events.CallSubject(req.RunID, req.CallID, "completed")

@@ -38,7 +38,7 @@ func TestQueuesRouteCalls(t *testing.T) {
 		executor string
 	}
 	var calls []call
-	var outs []events.Outgoing
+	var reqs []events.CallRequest
 	for i := range 10 {
 		req := callRequest(t, runID, i+1, "echo", "1.0.0", fmt.Sprintf(`{"text":"default %d"}`, i))
 		want := "ex-default"
@@ -47,13 +47,12 @@ func TestQueuesRouteCalls(t *testing.T) {
 			req.Queue, want = "gpu", "ex-gpu"
 		}
 		calls = append(calls, call{req, want})
-		outs = append(outs, approved(t, req, events.RunTrace{}))
+		reqs = append(reqs, req)
 	}
 	lost := callRequest(t, runID, 11, "only_here", "1.0.0", `{}`)
 	lost.Queue = "gpu"
 	calls = append(calls, call{lost, "ex-gpu"})
-	outs = append(outs, approved(t, lost, events.RunTrace{}))
-	require.NoError(t, events.NewPublisher(env.JS).PublishAll(t.Context(), outs))
+	publishAllApproved(t, env.JS, append(reqs, lost))
 
 	for _, c := range calls {
 		got := w.envelopeOf(t, schemas, c.req)
@@ -68,20 +67,10 @@ func TestQueuesRouteCalls(t *testing.T) {
 		require.JSONEq(t, string(c.req.Input), string(got.Output))
 	}
 
-	st, err := env.JS.Stream(t.Context(), events.StreamCalls)
-	require.NoError(t, err)
-	filters := map[string]string{}
-	infos := st.ListConsumers(t.Context())
-	for ci := range infos.Info() {
-		if ci.Config.Durable != "" {
-			filters[ci.Config.Durable] = ci.Config.FilterSubject
-		}
-	}
-	require.NoError(t, infos.Err())
 	require.Equal(t, map[string]string{
 		"executor":     "toolwire.call.*.*.approved.default",
 		"executor-gpu": "toolwire.call.*.*.approved.gpu",
-	}, filters, "one durable consumer per queue, filtered to it")
+	}, durableFilters(t, env.JS), "one durable consumer per queue, filtered to it")
 	require.Equal(t, Durable, DurableFor(envelope.DefaultQueue))
 	require.Equal(t, "executor-gpu", DurableFor("gpu"))
 }
@@ -97,16 +86,14 @@ func TestReplicasOfSeveralQueues(t *testing.T) {
 	const runID = "run-multi"
 	w := watchRun(t, env.JS, runID)
 	var reqs []events.CallRequest
-	var outs []events.Outgoing
 	for i := range 12 {
 		req := callRequest(t, runID, i+1, "calculator", "1.0.0", fmt.Sprintf(`{"expression":"%d+1"}`, i))
 		if i%3 == 0 {
 			req.Queue = "batch"
 		}
 		reqs = append(reqs, req)
-		outs = append(outs, approved(t, req, events.RunTrace{}))
 	}
-	require.NoError(t, events.NewPublisher(env.JS).PublishAll(t.Context(), outs))
+	publishAllApproved(t, env.JS, reqs)
 	for i, req := range reqs {
 		got := w.envelopeOf(t, schemas, req)
 		require.Nil(t, got.Error)
@@ -115,15 +102,8 @@ func TestReplicasOfSeveralQueues(t *testing.T) {
 	for _, req := range reqs {
 		require.EqualValues(t, 1, count(t, env.JS, completedSubject(t, req)))
 	}
-	st, err := env.JS.Stream(t.Context(), events.StreamCalls)
-	require.NoError(t, err)
-	var durables []string
-	infos := st.ListConsumers(t.Context())
-	for ci := range infos.Info() {
-		if ci.Config.Durable != "" {
-			durables = append(durables, ci.Config.Durable)
-		}
-	}
-	require.NoError(t, infos.Err())
-	require.ElementsMatch(t, []string{"executor", "executor-batch"}, durables, "the replicas share one consumer per queue")
+	require.Equal(t, map[string]string{
+		"executor":       "toolwire.call.*.*.approved.default",
+		"executor-batch": "toolwire.call.*.*.approved.batch",
+	}, durableFilters(t, env.JS), "the replicas share one consumer per queue")
 }

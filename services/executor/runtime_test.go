@@ -307,6 +307,19 @@ func TestCachePolicies(t *testing.T) {
 	require.Equal(t, int32(2), counts["reads_ttl"].Load())
 }
 
+// sizedTool is a test tool that returns outputs[input.size].
+func sizedTool(name string, outputs map[string]json.RawMessage) testTool {
+	return newTestTool(name, func(_ context.Context, in json.RawMessage) (json.RawMessage, error) {
+		var p struct {
+			Size string `json:"size"`
+		}
+		if err := json.Unmarshal(in, &p); err != nil {
+			return nil, err
+		}
+		return outputs[p.Size], nil
+	})
+}
+
 // TestTruncation: an output above max_output_bytes is stored whole as a blob;
 // the envelope is truncated, carries the blob attachment and a preview that is
 // valid JSON and cut on a character boundary. An output below the limit whose
@@ -323,16 +336,7 @@ func TestTruncation(t *testing.T) {
 	escaped := json.RawMessage(`{"ok":true,"text":"` + strings.Repeat("<", 40<<10) + `"}`)
 	huge := json.RawMessage(`{"ok":true,"text":"` + strings.Repeat("0123456789", 5<<20/10) + `"}`)
 	outputs := map[string]json.RawMessage{"big": big, "escaped": escaped, "huge": huge, "small": json.RawMessage(`{"ok":true}`)}
-	sizer := newTestTool("sizer", func(_ context.Context, in json.RawMessage) (json.RawMessage, error) {
-		var p struct {
-			Size string `json:"size"`
-		}
-		if err := json.Unmarshal(in, &p); err != nil {
-			return nil, err
-		}
-		return outputs[p.Size], nil
-	})
-	s := startExecutor(t, env, Config{MaxOutputBytes: MaxMaxOutputBytes, PreviewBytes: 101}, WithTools(sizer))
+	s := startExecutor(t, env, Config{MaxOutputBytes: MaxMaxOutputBytes, PreviewBytes: 101}, WithTools(sizedTool("sizer", outputs)))
 	const runID = "run-truncate"
 	w := watchRun(t, env.JS, runID)
 
@@ -392,15 +396,7 @@ func TestEnvelopesStayBounded(t *testing.T) {
 		"2m":        page(2<<20, "0123456789"),
 		"300k-tags": page(300<<10, "<"),
 	}
-	sizer := newTestTool("pager", func(_ context.Context, in json.RawMessage) (json.RawMessage, error) {
-		var p struct {
-			Size string `json:"size"`
-		}
-		if err := json.Unmarshal(in, &p); err != nil {
-			return nil, err
-		}
-		return outputs[p.Size], nil
-	})
+	sizer := sizedTool("pager", outputs)
 	st, err := env.JS.Stream(t.Context(), events.StreamCalls)
 	require.NoError(t, err)
 

@@ -75,13 +75,10 @@ func TestStartedOnlyForSlowCalls(t *testing.T) {
 		w := watchRun(t, env.JS, runID)
 		schemas := newEventSchemas(t)
 		var reqs []events.CallRequest
-		var outs []events.Outgoing
 		for i := range 8 {
-			req := callRequest(t, runID, i+1, "calculator", "1.0.0", `{"expression":"1+1"}`)
-			reqs = append(reqs, req)
-			outs = append(outs, approved(t, req, events.RunTrace{}))
+			reqs = append(reqs, callRequest(t, runID, i+1, "calculator", "1.0.0", `{"expression":"1+1"}`))
 		}
-		require.NoError(t, events.NewPublisher(env.JS).PublishAll(t.Context(), outs))
+		publishAllApproved(t, env.JS, reqs)
 		for _, req := range reqs {
 			got := w.envelopeOf(t, schemas, req)
 			require.Nil(t, got.Error)
