@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 )
 
@@ -42,15 +43,18 @@ func newCallCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "call NAME@VERSION --input JSON",
 		Short: "Run one tool call outside any agent loop and print its ToolEnvelope",
-		Long: `call sends a single tool call (a "tool node") through the Policy Guard and the
-executor of a running toolwire (NATS_URL, default the dev server's
-nats://127.0.0.1:4223) and prints the call's ToolEnvelope as JSON: the same
-validation, rate limits, cache, timeouts, truncation and exactly-once writes as
-a call of an agent run.
+		Long: `call sends a single tool call (a "tool node") to the workers of its tool's
+queue (the registry's entry names it; "default", the executor's, when it names
+none or the registry does not hold the tool) on a running toolwire (NATS_URL,
+default the dev server's nats://127.0.0.1:4223) and prints the call's
+ToolEnvelope as JSON: the same validation, lifecycle check (a blocked tool is
+refused), rate limits, cache, timeouts, truncation and exactly-once writes as a
+call of an agent run. The Policy Guard judges the calls of model turns; a call
+made here has no agent policy to judge.
 
 The call belongs to a run of its own, "call-<random hex>" (or --run-id), with
-sequence number 1 and the tool as its only enabled tool, for the tenant given
-by --org (default "default"), --workspace and --user.
+sequence number 1, for the tenant given by --org (default "default"),
+--workspace and --user.
 
 A call that fails is still an answer: its envelope (with error.code) is printed
 and the exit status is 0, unless --fail-on-error is given (then 1). Bad
@@ -150,7 +154,7 @@ func buildCallRequest(tool, input, inputFile string, stdin io.Reader, tenant env
 	req := events.CallRequest{
 		RunID: runID, CallID: callID, Seq: 1, Iteration: 1,
 		Name: ref.Name, Version: ref.Version, Input: in,
-		Tenant: tenant, Agent: callAgent, EnabledTools: []string{ref.String()},
+		Tenant: tenant, Agent: callAgent, Queue: envelope.DefaultQueue, // callTool routes it
 	}
 	schemas, err := events.NewSchemas()
 	if err != nil {
@@ -162,9 +166,21 @@ func buildCallRequest(tool, input, inputFile string, stdin io.Reader, tenant env
 	return req, nil
 }
 
-// callTool publishes the call request and waits for its completed event,
-// telling w about the steps in between.
+// callTool publishes the call, approved to its tool's queue, and waits for its
+// completed event, telling w about the steps in between.
 func callTool(ctx context.Context, js jetstream.JetStream, req events.CallRequest, w io.Writer) (*envelope.ToolEnvelope, error) {
+	reg, err := registry.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	switch e, err := reg.Get(ctx, req.Ref()); {
+	case err == nil:
+		req.Queue = e.Definition.QueueName()
+	case errors.Is(err, registry.ErrNotFound):
+		// The default queue's executor answers: unknown tool.
+	default:
+		return nil, err
+	}
 	filter, err := events.CallEvents(req.RunID)
 	if err != nil {
 		return nil, err
@@ -185,14 +201,14 @@ func callTool(ctx context.Context, js jetstream.JetStream, req events.CallReques
 	}
 	defer cc.Stop()
 
-	out, err := events.NewCallRequest("/toolwire/cli", "requested", req, events.RunTraceFrom(ctx))
+	out, err := events.NewCallApproved("/toolwire/cli", req, events.RunTraceFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
 	if err := events.NewPublisher(js).Publish(ctx, out); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(w, "call %s %s (run %s) requested\n", req.Ref(), req.CallID[:12], req.RunID)
+	fmt.Fprintf(w, "call %s %s (run %s) requested on queue %s\n", req.Ref(), req.CallID[:12], req.RunID, req.Queue)
 	for {
 		select {
 		case <-ctx.Done():
@@ -209,7 +225,7 @@ func callTool(ctx context.Context, js jetstream.JetStream, req events.CallReques
 					return nil, err
 				}
 				return &env, nil
-			case events.TypeCallRequested:
+			case events.TypeCallApproved: // ours
 			default:
 				p, err := events.ParseSubject(m.Subject())
 				if err == nil {

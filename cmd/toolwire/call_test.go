@@ -32,8 +32,8 @@ func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, 
 	return out.String(), errOut.String(), err
 }
 
-// TestCallCommand: `toolwire call` sends one call through policy and
-// executor and prints its envelope; a failing call is still an envelope
+// TestCallCommand: `toolwire call` sends one call, approved to its tool's
+// queue, to the executor and prints its envelope; a failing call is still an envelope
 // (exit 0) unless --fail-on-error; bad arguments are refused before anything
 // is sent.
 func TestCallCommand(t *testing.T) {
