@@ -45,12 +45,13 @@ func last(ctx context.Context, st jetstream.Stream, subject string) (*storedEven
 	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", subject, err)
 	}
-	return &storedEvent{trace: events.TraceOf(ev), data: ev}, nil
+	return &storedEvent{subject: m.Subject, trace: events.TraceOf(ev), data: ev}, nil
 }
 
 type storedEvent struct {
-	trace events.RunTrace
-	data  interface{ Data() []byte }
+	subject string
+	trace   events.RunTrace
+	data    interface{ Data() []byte }
 }
 
 // request reads the run's request.
@@ -73,19 +74,75 @@ func (h *history) request(ctx context.Context, runID string) (*envelope.RunReque
 // turn reads turn n of the run, with the run's trace it carries;
 // errNotRecorded when the turn is not stored.
 func (h *history) turn(ctx context.Context, runID string, n int) (*events.Turn, events.RunTrace, error) {
+	// One read answers the common cases: the run's last event is its
+	// request (no turn yet), turn n, or the end that carries turn n.
+	all, err := events.FilterRunEvents.ForRun(runID)
+	if err != nil {
+		return nil, events.RunTrace{}, err
+	}
 	subj, err := events.TurnSubject(runID, n)
 	if err != nil {
 		return nil, events.RunTrace{}, err
 	}
-	e, err := last(ctx, h.runs, subj)
+	e, err := last(ctx, h.runs, all)
 	if err != nil {
 		return nil, events.RunTrace{}, err
 	}
-	var t events.Turn
-	if err := json.Unmarshal(e.data.Data(), &t); err != nil {
-		return nil, events.RunTrace{}, fmt.Errorf("run %s: turn %d: %w", runID, n, err)
+	if t, ok, err := turnIn(e, runID, n); ok || err != nil {
+		return t, e.trace, err
 	}
-	return &t, e.trace, nil
+	if p, perr := events.ParseSubject(e.subject); perr == nil && p.Verb == events.VerbRequested {
+		return nil, events.RunTrace{}, fmt.Errorf("%s: %w", subj, errNotRecorded)
+	}
+	// Another event came last (a started event racing the turn, an
+	// approval's): read the turn's subject, then the ends'.
+	for _, subj := range []string{subj, runSubject(runID, events.VerbCompleted), runSubject(runID, events.VerbFailed)} {
+		e, err := last(ctx, h.runs, subj)
+		if errors.Is(err, errNotRecorded) {
+			continue
+		}
+		if err != nil {
+			return nil, events.RunTrace{}, err
+		}
+		if t, ok, err := turnIn(e, runID, n); ok || err != nil {
+			return t, e.trace, err
+		}
+	}
+	return nil, events.RunTrace{}, fmt.Errorf("%s: %w", subj, errNotRecorded)
+}
+
+// turnIn returns turn n of the run when e is it: its turn event, or the end
+// event that carries it (events.RunStatus.Turn).
+func turnIn(e *storedEvent, runID string, n int) (*events.Turn, bool, error) {
+	p, err := events.ParseSubject(e.subject)
+	if err != nil {
+		return nil, false, nil
+	}
+	switch {
+	case p.Kind != "run":
+	case p.Iteration == n && p.Verb == events.VerbCompleted:
+		var t events.Turn
+		if err := json.Unmarshal(e.data.Data(), &t); err != nil {
+			return nil, false, fmt.Errorf("run %s: turn %d: %w", runID, n, err)
+		}
+		return &t, true, nil
+	case p.Iteration == 0 && (p.Verb == events.VerbCompleted || p.Verb == events.VerbFailed):
+		var st events.RunStatus
+		if err := json.Unmarshal(e.data.Data(), &st); err != nil {
+			return nil, false, fmt.Errorf("run %s: its %s event: %w", runID, p.Verb, err)
+		}
+		if st.Turn != nil && st.Turn.Iteration == n {
+			return st.Turn, true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// runSubject is a run's subject for verb; the run id was validated by the
+// caller.
+func runSubject(runID string, verb events.Verb) string {
+	s, _ := events.RunSubject(runID, verb)
+	return s
 }
 
 // envelope reads the envelope of a call of the run.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,7 +125,8 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 		if err := s.createOrGet(ctx, st); err != nil {
 			return err
 		}
-		return s.publishEnd(ctx, st)
+		_, err := s.publishEnd(ctx, st, nil)
+		return err
 	}
 	st.Phase = PhaseCalling
 	s.convs.get(req.RunID).start(&req)
@@ -198,7 +200,8 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 	for {
 		switch {
 		case st.Done():
-			return s.publishEnd(ctx, st)
+			_, err := s.publishEnd(ctx, st, nil)
+			return err
 		case st.Trigger != trigger:
 			return nil
 		case st.Phase == PhaseCalling:
@@ -231,7 +234,12 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 // (the first turn of a new run is recorded with it).
 func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string, exists bool, trigger string) error {
 	n := st.Iteration
-	t, _, err := s.history.turn(ctx, st.RunID, n)
+	var t *events.Turn
+	err := fmt.Errorf("run %s: turn %d: %w", st.RunID, n, errNotRecorded)
+	if exists { // a new run's caller has just looked
+		t, _, err = s.history.turn(ctx, st.RunID, n)
+	}
+	ended := false
 	switch {
 	case err == nil:
 	case !errors.Is(err, errNotRecorded):
@@ -273,7 +281,13 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 		if err := s.fault(ctx, FaultAfterModel, st.RunID, n); err != nil {
 			return err
 		}
-		if t, err = s.publishTurn(ctx, st, t); err != nil {
+		if len(t.Calls) == 0 {
+			// The model's final answer rides on the run's end event.
+			if t, err = s.publishFinal(ctx, st, t); err != nil {
+				return err
+			}
+			ended = true
+		} else if t, err = s.publishTurn(ctx, st, t); err != nil {
 			return err
 		}
 		s.metrics.spend.Add(t.Cost)
@@ -295,10 +309,31 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 	if err != nil {
 		return err
 	}
+	if ended && recorded.Done() {
+		return nil
+	}
 	if err := s.publishAnswers(ctx, st.Trace, t); err != nil {
 		return err
 	}
 	return s.goOn(ctx, recorded, trigger)
+}
+
+// publishFinal ends the run with t, the model's answer without calls: the
+// completed event carries the turn (events.RunStatus.Turn). When another
+// delivery ended the run first, it returns the turn that one stored.
+func (s *Service) publishFinal(ctx context.Context, st *RunState, t *events.Turn) (*events.Turn, error) {
+	done := *st
+	done.Pending = slices.Clone(st.Pending)
+	done.recordTurn(t)
+	published, err := s.publishEnd(ctx, &done, t)
+	if err != nil || published {
+		return t, err
+	}
+	stored, _, err := s.history.turn(ctx, st.RunID, t.Iteration)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: ended by another delivery, whose last turn cannot be read: %w", st.RunID, err)
+	}
+	return stored, nil
 }
 
 // publishTurn publishes turn t with the answers of the calls the orchestrator
@@ -377,7 +412,8 @@ func (s *Service) failRun(ctx context.Context, st *RunState, exists bool, code e
 		if err := s.createOrGet(ctx, st); err != nil {
 			return err
 		}
-		return s.publishEnd(ctx, st)
+		_, err := s.publishEnd(ctx, st, nil)
+		return err
 	}
 	failed, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
 		if cur.Done() || cur.Phase != PhaseCalling || cur.Iteration != st.Iteration {
@@ -389,7 +425,8 @@ func (s *Service) failRun(ctx context.Context, st *RunState, exists bool, code e
 	if err != nil {
 		return err
 	}
-	return s.publishEnd(ctx, failed)
+	_, err = s.publishEnd(ctx, failed, nil)
+	return err
 }
 
 // status is a lifecycle event's data from the state.
@@ -400,10 +437,12 @@ func (s *Service) status(st *RunState, name, reason string) events.RunStatus {
 
 // publishEnd publishes the end of a run that has ended in its state, unless
 // the stream has it already: its outputs (built from its events) or its
-// failure, after the record of a turn the loop rules denied.
-func (s *Service) publishEnd(ctx context.Context, st *RunState) error {
+// failure. final is the turn that ended it when the end carries it (the
+// model's answer, not yet published); a turn the loop rules denied rides on
+// the failed event too. It reports whether it published the end.
+func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Turn) (bool, error) {
 	if !st.Done() {
-		return nil
+		return false, nil
 	}
 	verb := events.VerbCompleted
 	if st.Phase == PhaseFailed {
@@ -411,41 +450,42 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState) error {
 	}
 	subj, err := events.RunSubject(st.RunID, verb)
 	if err != nil {
-		return events.Permanent(err)
+		return false, events.Permanent(err)
 	}
 	if _, err := last(ctx, s.history.runs, subj); err == nil {
 		s.convs.forget(st.RunID)
-		return nil // published by an earlier delivery
+		return false, nil // published by an earlier delivery
 	} else if !errors.Is(err, errNotRecorded) {
-		return err
+		return false, err
 	}
 	if err := s.fault(ctx, FaultBeforePublishOutputs, st.RunID, st.Iteration); err != nil {
-		return err
+		return false, err
 	}
-	var outs []events.Outgoing
 	end := s.status(st, events.StatusCompleted, st.Reason)
+	end.Turn = final
 	if st.Phase == PhaseFailed {
 		end.Status, end.Code = events.StatusFailed, st.Code
 		if st.Denied != nil {
-			o, err := events.NewTurnCompleted(s.cfg.Source, deniedTurn(st), st.Trace)
-			if err != nil {
-				return events.Permanent(err)
-			}
-			outs = append(outs, o)
+			d := deniedTurn(st)
+			end.Turn = &d
 		}
-	} else if err := s.outputs(ctx, st, &end); err != nil {
-		return err
+	} else if err := s.outputs(ctx, st, &end, final); err != nil {
+		return false, err
 	}
 	o, err := events.NewRunStatus(s.cfg.Source, end, "", st.Trace)
 	if err != nil {
-		return events.Permanent(err)
+		return false, events.Permanent(err)
 	}
-	if err := s.pub.PublishAll(events.ContextWithRunTrace(ctx, st.Trace), append(outs, o)); err != nil {
-		return err
+	ack, err := s.pub.PublishAck(events.ContextWithRunTrace(ctx, st.Trace), o)
+	if err != nil {
+		return false, err
+	}
+	s.convs.forget(st.RunID)
+	if ack != nil && ack.Duplicate {
+		return false, nil
 	}
 	s.metrics.runs.WithLabelValues(st.Phase).Inc()
-	s.convs.forget(st.RunID)
-	return nil
+	return true, nil
 }
 
 // maxInlineOutputs is the largest outputs document a completed event carries;
@@ -456,10 +496,13 @@ const maxInlineOutputs = 64 << 10
 // outputs fills the completed event's AgentOutputs and pinned handles: the
 // final turn's answer and every envelope of the run, in call order, inline
 // or as a blob.
-func (s *Service) outputs(ctx context.Context, st *RunState, end *events.RunStatus) error {
-	final, _, err := s.history.turn(ctx, st.RunID, st.Iteration)
-	if err != nil {
-		return err
+func (s *Service) outputs(ctx context.Context, st *RunState, end *events.RunStatus, final *events.Turn) error {
+	if final == nil {
+		t, _, err := s.history.turn(ctx, st.RunID, st.Iteration)
+		if err != nil {
+			return err
+		}
+		final = t
 	}
 	req, _, ids, err := s.conversationThrough(ctx, st.RunID, st.Iteration-1)
 	if err != nil {

@@ -75,7 +75,8 @@ func TestSuspendedRunResumesOnAnyReplica(t *testing.T) {
 	evs := h.StreamEvents(ctx)[req.RunID]
 	require.Len(t, orchestratortest.OfType(evs, events.TypeRunSuspended), 1)
 	require.Len(t, orchestratortest.OfType(evs, events.TypeRunResumed), 1)
-	require.Len(t, orchestratortest.OfType(evs, events.TypeTurnCompleted), 2)
+	require.Len(t, orchestratortest.OfType(evs, events.TypeTurnCompleted), 1, "the final answer rides on the completed event")
+	require.Len(t, orchestratortest.Turns(t, evs), 2)
 	require.Empty(t, orchestratortest.OfType(evs, events.TypeRunStarted), "the first model call answered at once: no started event")
 }
 
@@ -131,11 +132,11 @@ func TestSuspendedRunResumesOnDenial(t *testing.T) {
 	// The model's second turn saw the denial: its record lists the results
 	// it was sent, and the model was sent the conversation rebuilt from the
 	// run's events.
-	var turn2 events.Turn
-	for _, e := range orchestratortest.OfType(h.StreamEvents(ctx)[req.RunID], events.TypeTurnCompleted) {
-		require.NoError(t, json.Unmarshal(e.Data, &turn2))
-	}
+	turns := orchestratortest.Turns(t, h.StreamEvents(ctx)[req.RunID])
+	require.Len(t, turns, 2)
+	turn2 := turns[1]
 	require.Equal(t, 2, turn2.Iteration)
+	require.Equal(t, "one was denied", turn2.Response.Content)
 	require.Equal(t, []events.TurnResult{
 		{CallID: calls[0].CallID, ProviderCallID: calls[0].ProviderCallID, IsError: true},
 		{CallID: calls[1].CallID, ProviderCallID: calls[1].ProviderCallID},
