@@ -107,6 +107,7 @@ type Report struct {
 	Run struct {
 		Latency      Dist               `json:"latency"`
 		Hops         int                `json:"hops"`
+		RatioP50     float64            `json:"ratio_p50_to_chain_p50"`
 		PerHopP50    float64            `json:"per_hop_p50_us"`
 		RawPerHopP50 float64            `json:"raw_per_hop_p50_us"`
 		PerHopRatio  float64            `json:"per_hop_ratio"`
@@ -132,6 +133,19 @@ type Report struct {
 		CallsPerSec []float64 `json:"calls_per_s_by_replicas"`
 		Ratio3To1   float64   `json:"ratio_3_to_1"`
 	} `json:"scale_out"`
+
+	// Stored is what runs store, counted at the server: batches of one-call
+	// runs and of runs of one turn of TurnCalls calls.
+	Stored struct {
+		OneCall Stored `json:"one_call_runs"`
+		Turn    Stored `json:"parallel_turns"`
+	} `json:"stored"`
+
+	// Scenarios are the agent-shaped workloads (scenarios.go).
+	Scenarios []Scenario `json:"scenarios"`
+
+	// Targets are the figures the design sets a bound for, each checked.
+	Targets []Target `json:"targets"`
 
 	Memory struct {
 		PeakRSSMB float64            `json:"peak_rss_mb"`
@@ -264,9 +278,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.ToolCall.ContractRatioP50 = ratio(r.ToolCall.Latency.P50, r.Baseline.ContractChain.P50)
 	r.ToolCall.ContractRatioP99 = ratio(r.ToolCall.Latency.P99, r.Baseline.ContractChain.P99)
 	r.Run.Latency = distOf(runLat)
-	// run.requested, iteration 1 check and verdict, call request, approval and
-	// envelope, iteration 2 check and verdict: eight pulled hops.
-	r.Run.Hops = 8
+	// The run request (to the orchestrator), turn 1 (to the guard), the
+	// approved call (to the executor) and its envelope (to the orchestrator):
+	// four pulled hops; the end is the run's answer.
+	r.Run.Hops = 4
+	r.Run.RatioP50 = ratio(r.Run.Latency.P50, r.Baseline.Chain.P50)
 	r.Run.PerHopP50 = r.Run.Latency.P50 / float64(r.Run.Hops)
 	r.Run.RawPerHopP50 = r.Baseline.Chain.P50 / 3
 	r.Run.PerHopRatio = ratio(r.Run.PerHopP50, r.Run.RawPerHopP50)
@@ -357,6 +373,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Throughput.RatioToChain = ratio(r.Throughput.CallsPerSec, r.Baseline.ChainsPerSec)
 	r.TurnThroughput.RatioToChain = ratio(r.TurnThroughput.CallsPerSec, r.Baseline.ChainsPerSec)
 
+	storedRuns := min(max(o.Samples/10, 10), 100)
+	say("stored: %d one-call runs and %d runs of one turn of %d calls, counted at the server", storedRuns, storedRuns/2, o.TurnCalls)
+	if r.Stored.OneCall, err = countStored(ctx, st.JS, run, storedRuns, 1, 8); err != nil {
+		return nil, err
+	}
+	if r.Stored.Turn, err = countStored(ctx, st.JS, run, storedRuns/2, o.TurnCalls, 8); err != nil {
+		return nil, err
+	}
+
+	for _, sc := range scenarios(o) {
+		say("scenario %s: %s", sc.name, sc.shape)
+		got, err := measureScenario(ctx, run, sc)
+		if err != nil {
+			return nil, err
+		}
+		r.Scenarios = append(r.Scenarios, got)
+	}
+
 	say("fan-out: one 100 ms sleep versus eight in one turn")
 	var one, eight []time.Duration
 	for range 10 {
@@ -397,6 +431,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	r.Memory.PeakRSSMB = peakRSSMB()
+	r.Targets = r.targets()
 	say("done")
 	return r, nil
 }

@@ -49,6 +49,30 @@ func TestHarnessFillsEveryFigure(t *testing.T) {
 	require.GreaterOrEqual(t, r.FanOut.EightMS, 100.0, "eight 100 ms sleeps take at least 100 ms")
 	require.GreaterOrEqual(t, r.FanOut.SingleMS, 100.0)
 	require.Len(t, r.ScaleOut.CallsPerSec, 3)
+	// What runs store is counted, not estimated: a one-call run stores its
+	// request, turn 1, the call's approved and completed events and its end
+	// (a quick call publishes no started event; the final answer rides on
+	// the end).
+	require.Equal(t, 10, r.Stored.OneCall.Runs)
+	require.Equal(t, 5.0, r.Stored.OneCall.PerRun, "%+v", r.Stored.OneCall)
+	require.Equal(t, uint64(30), r.Stored.OneCall.ByStream[events.StreamRuns])
+	require.Equal(t, uint64(20), r.Stored.OneCall.ByStream[events.StreamCalls])
+	require.Equal(t, 3+2*16.0, r.Stored.Turn.PerRun, "%+v", r.Stored.Turn)
+	require.LessOrEqual(t, r.Stored.Turn.PerCall, 2.2)
+	require.Positive(t, r.Stored.Turn.KVPerCall)
+	require.Len(t, r.Scenarios, 5)
+	for _, sc := range r.Scenarios {
+		require.Positive(t, sc.Runs, sc.Name)
+		require.Positive(t, sc.P50MS, sc.Name)
+		require.GreaterOrEqual(t, sc.P99MS, sc.P50MS, sc.Name)
+		require.InDelta(t, sc.RunsPerSec*float64(sc.CallsPerRun), sc.CallsPerSec, 1e-6, sc.Name)
+	}
+	require.Equal(t, 12, r.Scenarios[2].CallsPerRun, "b: 3 turns x 4 calls")
+	require.GreaterOrEqual(t, r.Scenarios[4].P50MS, 100.0, "d: eight 100 ms sleeps take at least 100 ms")
+	require.NotEmpty(t, r.Targets)
+	for _, tg := range r.Targets {
+		require.Equal(t, tg.Op == "<=" && tg.Value <= tg.Bound || tg.Op == ">=" && tg.Value >= tg.Bound, tg.Met, tg.Name)
+	}
 	require.Positive(t, r.Memory.PeakRSSMB)
 	b, err := r.JSON()
 	require.NoError(t, err)

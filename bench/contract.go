@@ -28,7 +28,8 @@ const (
 	contractSubject = "benchcontract"
 )
 
-// contractMessage returns the headers and data of a real call.approved event.
+// contractMessage returns the headers and data of a real call approved
+// event, on the default queue.
 func contractMessage() (nats.Header, []byte, error) {
 	input := json.RawMessage(`{"text":"0"}`)
 	callID, err := envelope.CallID("echo", "1.0.0", input, 1)
@@ -36,10 +37,9 @@ func contractMessage() (nats.Header, []byte, error) {
 		return nil, nil, err
 	}
 	rt := events.RunTrace{TraceParent: "00-8a009bcf404c4fa11021c03f8886e1bc-6eb3ff6158514a47-01"}
-	out, err := events.NewCallRequest("/toolwire/policy", "approved", events.CallRequest{
+	out, err := events.NewCallApproved("/toolwire/policy", events.CallRequest{
 		RunID: "bench-000000000-1", CallID: callID, Seq: 1, Iteration: 1, Name: "echo", Version: "1.0.0",
-		Input: input, Tenant: envelope.Tenant{OrgID: "bench"}, Agent: "bench",
-		EnabledTools: []string{"echo@1.0.0"}, Policy: envelope.Policy{MaxIterations: 4, MaxToolCalls: 16},
+		Input: input, Tenant: envelope.Tenant{OrgID: "bench"}, Agent: "bench", Queue: envelope.DefaultQueue,
 	}, rt)
 	if err != nil {
 		return nil, nil, err

@@ -18,10 +18,11 @@ import (
 )
 
 // observer watches the pipeline's subjects with core subscriptions: it times
-// each call from its request to its envelope, and wakes whoever waits for a
-// run's end. Every subscription feeds one channel, read by one goroutine, so
-// that a call's request is always handled before its envelope (separate
-// handlers of separate subscriptions would run in either order).
+// each call from the turn event that asks for it to its envelope, and wakes
+// whoever waits for a run's end. Every subscription feeds one channel, read
+// by one goroutine, so that a turn is always handled before the envelopes of
+// its calls (separate handlers of separate subscriptions would run in either
+// order).
 type observer struct {
 	nc        *nats.Conn
 	handle    nats.MsgHandler
@@ -31,7 +32,7 @@ type observer struct {
 	closeOnce sync.Once
 	callSubs  []*nats.Subscription
 	mu        sync.Mutex
-	requested map[string]time.Time // run/call -> first seen
+	turnAt    map[string]time.Time // run -> when its last turn was seen
 	callLat   []time.Duration
 	record    bool
 	waiters   map[string]chan string // run id -> final status
@@ -39,7 +40,7 @@ type observer struct {
 }
 
 func newObserver(nc *nats.Conn) (*observer, error) {
-	o := &observer{nc: nc, requested: map[string]time.Time{}, waiters: map[string]chan string{},
+	o := &observer{nc: nc, turnAt: map[string]time.Time{}, waiters: map[string]chan string{},
 		in: make(chan *nats.Msg, 1<<16), quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
@@ -61,17 +62,14 @@ func newObserver(nc *nats.Conn) (*observer, error) {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		switch {
-		case t[1] == "call" && len(t) == 5 && t[4] == "requested":
-			o.requested[t[2]+"/"+t[3]] = now
+		case t[1] == "run" && len(t) == 6 && t[3] == "turn":
+			o.turnAt[t[2]] = now
 		case t[1] == "call" && len(t) == 5 && t[4] == "completed":
-			k := t[2] + "/" + t[3]
-			if start, ok := o.requested[k]; ok {
-				delete(o.requested, k)
-				if o.record {
-					o.callLat = append(o.callLat, now.Sub(start))
-				}
+			if start, ok := o.turnAt[t[2]]; ok && o.record {
+				o.callLat = append(o.callLat, now.Sub(start))
 			}
 		case t[1] == "run" && len(t) == 4 && (t[3] == "completed" || t[3] == "failed"):
+			delete(o.turnAt, t[2])
 			if ch, ok := o.waiters[t[2]]; ok {
 				delete(o.waiters, t[2])
 				ch <- t[3]
@@ -90,7 +88,7 @@ func newObserver(nc *nats.Conn) (*observer, error) {
 	return o, nc.Flush()
 }
 
-// timeCalls starts (or stops) timing each call from its request to its
+// timeCalls starts (or stops) timing each call from its turn to its
 // envelope. Its subscriptions cost the server a delivery per event, so they
 // are off during the throughput tests, as the baseline has no observer.
 func (o *observer) timeCalls(on bool) error {
@@ -101,7 +99,7 @@ func (o *observer) timeCalls(on bool) error {
 		o.callSubs = nil
 		return o.nc.Flush()
 	}
-	for _, s := range events.Filters(events.FilterCallRequested, events.FilterCallCompleted) {
+	for _, s := range events.Filters(events.FilterTurnCompleted, events.FilterCallCompleted) {
 		sub, err := o.nc.ChanSubscribe(s, o.in)
 		if err != nil {
 			return err
@@ -159,21 +157,32 @@ type runner struct {
 // request builds a run whose scripted model makes one turn of calls (none
 // when calls is empty) and then answers.
 func (r *runner) request(tool string, calls []json.RawMessage) envelope.RunRequest {
+	if len(calls) == 0 {
+		return r.requestTurns(tool)
+	}
+	return r.requestTurns(tool, calls)
+}
+
+// requestTurns builds a run whose scripted model makes a turn of calls of
+// tool for each element of turns, and then answers.
+func (r *runner) requestTurns(tool string, turns ...[]json.RawMessage) envelope.RunRequest {
 	id := fmt.Sprintf("%s-%d-%d", r.name, time.Now().UnixNano()%1e9, r.seq.Add(1))
 	type call struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
 	}
-	var turns []any
-	if len(calls) > 0 {
+	script := make([]any, 0, len(turns)+1)
+	maxCalls := 0
+	for _, calls := range turns {
 		cs := make([]call, len(calls))
 		for i, a := range calls {
 			cs[i] = call{Name: tool, Arguments: a}
 		}
-		turns = append(turns, map[string]any{"tool_calls": cs})
+		script = append(script, map[string]any{"tool_calls": cs})
+		maxCalls += len(calls)
 	}
-	turns = append(turns, map[string]any{"content": "done"})
-	opts, _ := json.Marshal(map[string]any{"script": turns})
+	script = append(script, map[string]any{"content": "done"})
+	opts, _ := json.Marshal(map[string]any{"script": script})
 	enabled := []string{}
 	if tool != "" {
 		enabled = append(enabled, tool+"@1.0.0")
@@ -182,7 +191,7 @@ func (r *runner) request(tool string, calls []json.RawMessage) envelope.RunReque
 		RunID:  id,
 		Tenant: envelope.Tenant{OrgID: "bench"},
 		Agent: envelope.Agent{Name: "bench", Model: envelope.Model{Provider: "scripted", Name: "zero-latency", Options: opts},
-			EnabledTools: enabled, Policy: envelope.Policy{MaxToolCalls: 64}},
+			EnabledTools: enabled, Policy: envelope.Policy{MaxToolCalls: max(64, maxCalls)}},
 		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "go"}},
 	}
 }

@@ -41,11 +41,12 @@ func (r *Report) Table(w io.Writer) error {
 	}
 	p("")
 	p("PIPELINE\t\t\t")
-	p("  tool call: request -> envelope\t%s", d(r.ToolCall.Latency))
+	p("  tool call: turn -> envelope\t%s", d(r.ToolCall.Latency))
 	p("    ratio to the chain\tp50 %.2fx (target <= 2x)\tp99 %.2fx (target <= 3x)\t", r.ToolCall.RatioP50, r.ToolCall.RatioP99)
 	p("    ratio to the contract-shaped chain\tp50 %.2fx\tp99 %.2fx\t", r.ToolCall.ContractRatioP50, r.ToolCall.ContractRatioP99)
 	p("    ratio to it beside one-call runs\tp50 %.2fx\tp99 %.2fx\t", r.ToolCall.LoadedContractRatioP50, r.ToolCall.LoadedContractRatioP99)
 	p("  one-call run: request -> outputs\t%s", d(r.Run.Latency))
+	p("    ratio to the chain\tp50 %.2fx (target <= 6x)\t\t", r.Run.RatioP50)
 	p("    %d hops: per hop p50\t%.0f µs (raw %.0f µs, %.2fx)\t\t", r.Run.Hops, r.Run.PerHopP50, r.Run.RawPerHopP50, r.Run.PerHopRatio)
 	p("  run without tools p50\t%.0f µs\t\t", r.Run.NoToolsP50)
 	keys := make([]string, 0, len(r.Run.OverheadPerK))
@@ -63,12 +64,25 @@ func (r *Report) Table(w io.Writer) error {
 		p("    recorder lag after the load\t%.0f ms (target < 1000)\t\t", t.RecorderLag)
 		p("    CPU per tool call (whole process)\t%.0f µs\t\t", t.CPUPerCallUS)
 	}
-	tp("one-call runs", r.Throughput, "")
-	tp(fmt.Sprintf("turns of %d calls", r.TurnCalls), r.TurnThroughput, " (target >= 0.40)")
+	tp("one-call runs", r.Throughput, " (target >= 0.20)")
+	tp(fmt.Sprintf("turns of %d calls", r.TurnCalls), r.TurnThroughput, " (target >= 0.50)")
+	st := func(name string, s Stored) {
+		p("  stored, %s (%d runs)\t%.2f events/run\t%.2f events/tool call\t%.2f KV writes/tool call", name, s.Runs, s.PerRun, s.PerCall, s.KVPerCall)
+	}
+	st("one-call runs", r.Stored.OneCall)
+	st(fmt.Sprintf("turns of %d calls", r.TurnCalls), r.Stored.Turn)
 	p("  fan-out 8 x 100 ms\t%.1f ms vs %.1f ms single\t%.2fx (target <= 1.2x)\t", r.FanOut.EightMS, r.FanOut.SingleMS, r.FanOut.Ratio)
 	if len(r.ScaleOut.CallsPerSec) == 3 {
 		p("  scale-out, 1/2/3 executors\t%.0f / %.0f / %.0f calls/s\t%.2fx (target >= 2.5x)\t", r.ScaleOut.CallsPerSec[0], r.ScaleOut.CallsPerSec[1], r.ScaleOut.CallsPerSec[2], r.ScaleOut.Ratio3To1)
 	}
+	if len(r.Scenarios) > 0 {
+		p("")
+		p("AGENT-SHAPED SCENARIOS (scripted zero-latency model)\t\t\t")
+		for _, sc := range r.Scenarios {
+			p("  (%s) %s\tp50 %.2f ms  p99 %.2f ms\t%.0f runs/s\t%.0f tool calls/s", sc.Name, sc.Shape, sc.P50MS, sc.P99MS, sc.RunsPerSec, sc.CallsPerSec)
+		}
+	}
+	p("")
 	p("  peak RSS of this process\t%.0f MB\t\t", r.Memory.PeakRSSMB)
 	for _, s := range serviceNames {
 		if mb, ok := r.Memory.IdleMB[s]; ok {
@@ -77,6 +91,17 @@ func (r *Report) Table(w io.Writer) error {
 	}
 	if r.Memory.IdleNote != "" {
 		p("  idle per-service RSS\t%s\t\t", r.Memory.IdleNote)
+	}
+	if len(r.Targets) > 0 {
+		p("")
+		p("TARGETS\t\t\t")
+		for _, t := range r.Targets {
+			mark := "met"
+			if !t.Met {
+				mark = "MISSED"
+			}
+			p("  %s\t%.2f %s %.2f\t%s\t", t.Name, t.Value, t.Op, t.Bound, mark)
+		}
 	}
 	return tw.Flush()
 }

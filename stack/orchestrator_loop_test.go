@@ -199,15 +199,11 @@ func TestRealProvidersThroughTheLoop(t *testing.T) {
 	}
 }
 
-// turnsOf decodes a run's turn events, in turn order.
+// turnsOf decodes a run's turns (its turn events and the last turn its end
+// carries), in turn order.
 func turnsOf(t *testing.T, evs []orchestratortest.Stored) []events.Turn {
 	t.Helper()
-	var out []events.Turn
-	for _, e := range orchestratortest.OfType(evs, events.TypeTurnCompleted) {
-		var tr events.Turn
-		require.NoError(t, json.Unmarshal(e.Data, &tr))
-		out = append(out, tr)
-	}
+	out := orchestratortest.Turns(t, evs)
 	sort.Slice(out, func(i, j int) bool { return out[i].Iteration < out[j].Iteration })
 	return out
 }

@@ -26,8 +26,12 @@ in a schema of its own that is dropped at the end, else on its embedded SQLite
 store) with a zero-latency scripted model, and measures, against a raw three-hop
 JetStream chain taken in the same run: tool-call and run latency, per-call
 overhead in parallel turns, throughput (one-call runs, and runs of one turn of
---turn-calls parallel calls) with the recorder's lag, fan-out,
-scale-out over 1-3 executors, memory and CPU per tool call.
+--turn-calls parallel calls) with the recorder's lag, the events and KV writes
+runs store (counted at the server), agent-shaped scenarios (a: 1 turn x 1
+call, a4: 1 turn x 4 calls, b: 3 turns x 4 calls, c: --in-flight runs of
+shape a4 for --duration, d: 8 x 100 ms sleeps in one turn), fan-out,
+scale-out over 1-3 executors, memory and CPU per tool call; then each target
+of the design, met or missed.
 
 Like dev, it runs with GOGC=400 and a 1 GiB soft memory limit unless GOGC or
 GOMEMLIMIT is set; the report says which.`,

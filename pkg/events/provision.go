@@ -85,7 +85,7 @@ func (c StoreConfig) StreamConfigs() []jetstream.StreamConfig {
 		}
 	}
 	return []jetstream.StreamConfig{
-		mk(StreamRuns, SubjectsRuns, "toolwire run events: requests, iterations, model turns, lifecycle"),
+		mk(StreamRuns, SubjectsRuns, "toolwire run events: requests, model turns, lifecycle"),
 		mk(StreamCalls, SubjectsCalls, "toolwire tool call events: requests, verdicts, starts, envelopes"),
 		mk(StreamSandbox, SubjectsSandbox, "toolwire sandbox jobs and results"),
 		mk(StreamDLQ, SubjectsDLQ, "toolwire dead letters: events that failed every delivery"),

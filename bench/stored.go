@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// Stored is what a batch of runs stored, counted at the server: the messages
+// its events added to toolwire's event streams and the writes it made to
+// the KV buckets, per run and per tool call.
+type Stored struct {
+	Runs        int     `json:"runs"`
+	CallsPerRun int     `json:"calls_per_run"`
+	Events      uint64  `json:"events"`
+	KVWrites    uint64  `json:"kv_writes"`
+	PerRun      float64 `json:"events_per_run"`
+	PerCall     float64 `json:"events_per_tool_call"`
+	KVPerCall   float64 `json:"kv_writes_per_tool_call"`
+	// ByStream is the events by stream.
+	ByStream map[string]uint64 `json:"events_by_stream"`
+}
+
+// eventStreams are the streams that hold toolwire's events.
+var eventStreams = []string{events.StreamRuns, events.StreamCalls, events.StreamSandbox, events.StreamDLQ}
+
+// serverCounts reads each stream's last sequence: every message ever stored
+// on it, deleted or not.
+func serverCounts(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for _, name := range eventStreams {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		out[name] = info.State.LastSeq
+	}
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		if !strings.HasPrefix(name, "KV_") {
+			continue
+		}
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		out[name] = info.State.LastSeq
+	}
+	if err := names.Err(); err != nil {
+		return nil, fmt.Errorf("stream names: %w", err)
+	}
+	return out, nil
+}
+
+// countStored runs n runs of k echo calls in one turn, inFlight at a time,
+// with nothing else going on, and counts what they stored at the server.
+func countStored(ctx context.Context, js jetstream.JetStream, run *runner, n, k, inFlight int) (Stored, error) {
+	s := Stored{Runs: n, CallsPerRun: k, ByStream: map[string]uint64{}}
+	// Let what came before settle: its last events are stored by now.
+	time.Sleep(200 * time.Millisecond)
+	before, err := serverCounts(ctx, js)
+	if err != nil {
+		return s, err
+	}
+	sem := make(chan struct{}, inFlight)
+	errs := make(chan error, n)
+	for range n {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			cctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			_, err := run.run(cctx, run.request("echo", echoArgs(k)))
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			return s, err
+		}
+	}
+	// A run's end is its last event; the writes that follow it (its
+	// state's last revision) are stored within a moment.
+	time.Sleep(200 * time.Millisecond)
+	after, err := serverCounts(ctx, js)
+	if err != nil {
+		return s, err
+	}
+	for name, seq := range after {
+		d := seq - before[name]
+		if strings.HasPrefix(name, "KV_") {
+			s.KVWrites += d
+			continue
+		}
+		s.Events += d
+		s.ByStream[name] = d
+	}
+	s.PerRun = float64(s.Events) / float64(n)
+	if k > 0 {
+		s.PerCall = float64(s.Events) / float64(n*k)
+		s.KVPerCall = float64(s.KVWrites) / float64(n*k)
+	}
+	return s, nil
+}
