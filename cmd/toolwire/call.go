@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 )
 
@@ -48,9 +49,11 @@ nats://127.0.0.1:4223) and prints the call's ToolEnvelope as JSON: the same
 validation, rate limits, cache, timeouts, truncation and exactly-once writes as
 a call of an agent run.
 
-The call belongs to a run of its own, "call-<random hex>" (or --run-id), with
+The call belongs to a run of its own, "call-<random hex>" (or --run-id): a
+model turn (turn 1 of that run, no model called) that asks for it, with
 sequence number 1 and the tool as its only enabled tool, for the tenant given
-by --org (default "default"), --workspace and --user.
+by --org (default "default"), --workspace and --user. The Policy Guard judges
+it from that turn and routes it to its tool's queue, as it does an agent's.
 
 A call that fails is still an answer: its envelope (with error.code) is printed
 and the exit status is 0, unless --fail-on-error is given (then 1). Bad
@@ -60,7 +63,7 @@ envelope.`,
   echo '{"text":"hi"}' | toolwire call echo@1.0.0 --input-file - --org acme --user u1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req, err := buildCallRequest(args[0], input, inputFile, cmd.InOrStdin(), tenant, runID)
+			turn, err := buildCallTurn(args[0], input, inputFile, cmd.InOrStdin(), tenant, runID, time.Now())
 			if err != nil {
 				return err
 			}
@@ -71,7 +74,7 @@ envelope.`,
 				return err
 			}
 			defer nc.Close()
-			env, err := callTool(ctx, js, req, cmd.ErrOrStderr())
+			env, err := callTool(ctx, js, turn, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -103,16 +106,22 @@ envelope.`,
 	return cmd
 }
 
-// buildCallRequest checks the arguments and builds the call request.
-func buildCallRequest(tool, input, inputFile string, stdin io.Reader, tenant envelope.Tenant, runID string) (events.CallRequest, error) {
+// callModel names the model of a turn `toolwire call` makes: none was
+// called.
+var callModel = events.ModelRef{Provider: "none", Name: callAgent}
+
+// buildCallTurn checks the arguments and builds the model turn that asks for
+// the call: turn 1 of the call's run, allowed, its response the one tool call
+// (no model was called: its cost is 0), the tool its only enabled tool.
+func buildCallTurn(tool, input, inputFile string, stdin io.Reader, tenant envelope.Tenant, runID string, now time.Time) (events.Turn, error) {
 	ref, err := envelope.ParseToolRef(tool)
 	if err != nil {
-		return events.CallRequest{}, err
+		return events.Turn{}, err
 	}
 	var raw []byte
 	switch {
 	case input != "" && inputFile != "":
-		return events.CallRequest{}, errors.New("give the input with --input or --input-file, not both")
+		return events.Turn{}, errors.New("give the input with --input or --input-file, not both")
 	case inputFile == "-":
 		raw, err = readAll(stdin)
 	case inputFile != "":
@@ -120,52 +129,82 @@ func buildCallRequest(tool, input, inputFile string, stdin io.Reader, tenant env
 	case input != "":
 		raw = []byte(input)
 	default:
-		return events.CallRequest{}, errors.New("give the tool's input as JSON with --input (for example --input '{}')")
+		return events.Turn{}, errors.New("give the tool's input as JSON with --input (for example --input '{}')")
 	}
 	if err != nil {
-		return events.CallRequest{}, fmt.Errorf("read input: %w", err)
+		return events.Turn{}, fmt.Errorf("read input: %w", err)
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, raw); err != nil {
-		return events.CallRequest{}, fmt.Errorf("input is not valid JSON: %w", err)
+		return events.Turn{}, fmt.Errorf("input is not valid JSON: %w", err)
 	}
 	if strings.TrimSpace(tenant.OrgID) == "" {
-		return events.CallRequest{}, errors.New("--org must not be empty")
+		return events.Turn{}, errors.New("--org must not be empty")
 	}
 	if runID == "" {
 		b := make([]byte, 8)
 		if _, err := rand.Read(b); err != nil {
-			return events.CallRequest{}, err
+			return events.Turn{}, err
 		}
 		runID = "call-" + hex.EncodeToString(b)
 	}
 	if err := events.ValidateRunID(runID); err != nil {
-		return events.CallRequest{}, err
+		return events.Turn{}, err
 	}
 	in := json.RawMessage(compact.Bytes())
 	callID, err := envelope.CallID(ref.Name, ref.Version, in, 1)
 	if err != nil {
-		return events.CallRequest{}, fmt.Errorf("input: %w", err)
+		return events.Turn{}, fmt.Errorf("input: %w", err)
 	}
-	req := events.CallRequest{
-		RunID: runID, CallID: callID, Seq: 1, Iteration: 1,
-		Name: ref.Name, Version: ref.Version, Input: in,
-		Tenant: tenant, Agent: callAgent, EnabledTools: []string{ref.String()},
+	const providerCallID = "call_1"
+	turn := events.Turn{
+		RunID: runID, Iteration: 1, Tenant: tenant, Agent: callAgent,
+		Verdict: events.LoopVerdict{Allowed: true}, Model: callModel, Tools: []string{ref.String()},
+		Response: &envelope.ModelResponse{StopReason: "tool_use",
+			ToolCalls: []envelope.ToolCall{{ID: providerCallID, Name: ref.Name, Arguments: in}}},
+		TStart: now.UTC(), TEnd: now.UTC(), EnabledTools: []string{ref.String()},
+		Calls: []events.TurnCall{{CallID: callID, Seq: 1, Name: ref.Name, Version: ref.Version, Input: in,
+			ProviderCallID: providerCallID, Queue: envelope.DefaultQueue}},
 	}
 	schemas, err := events.NewSchemas()
 	if err != nil {
-		return req, err
+		return turn, err
 	}
-	if err := schemas.ValidateValue(events.SchemaCallRequest, req); err != nil {
-		return req, err
+	if err := schemas.ValidateValue(events.SchemaTurn, turn); err != nil {
+		return turn, err
 	}
-	return req, nil
+	return turn, nil
 }
 
-// callTool publishes the call request and waits for its completed event,
-// telling w about the steps in between.
-func callTool(ctx context.Context, js jetstream.JetStream, req events.CallRequest, w io.Writer) (*envelope.ToolEnvelope, error) {
-	filter, err := events.CallEvents(req.RunID)
+// withDefinition gives the turn's call its tool's queue and declared cost
+// from the registry, as the orchestrator does an agent's calls. A tool the
+// registry does not have keeps the default queue: the Policy Guard denies it.
+func withDefinition(ctx context.Context, js jetstream.JetStream, turn events.Turn) (events.Turn, error) {
+	reg, err := registry.Open(ctx, js)
+	if err != nil {
+		return turn, err
+	}
+	c := &turn.Calls[0]
+	e, err := reg.Get(ctx, c.Ref())
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		return turn, nil
+	case err != nil:
+		return turn, err
+	}
+	c.Queue, c.Cost = e.Definition.QueueName(), e.Definition.Cost
+	return turn, nil
+}
+
+// callTool publishes the turn asking for the call and waits for its
+// completed event, telling w about the steps in between.
+func callTool(ctx context.Context, js jetstream.JetStream, turn events.Turn, w io.Writer) (*envelope.ToolEnvelope, error) {
+	turn, err := withDefinition(ctx, js, turn)
+	if err != nil {
+		return nil, err
+	}
+	call := turn.Calls[0]
+	filter, err := events.CallEvents(turn.RunID)
 	if err != nil {
 		return nil, err
 	}
@@ -185,37 +224,40 @@ func callTool(ctx context.Context, js jetstream.JetStream, req events.CallReques
 	}
 	defer cc.Stop()
 
-	out, err := events.NewCallRequest("/toolwire/cli", "requested", req, events.RunTraceFrom(ctx))
+	out, err := events.NewTurnCompleted("/toolwire/cli", turn, events.RunTraceFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
 	if err := events.NewPublisher(js).Publish(ctx, out); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(w, "call %s %s (run %s) requested\n", req.Ref(), req.CallID[:12], req.RunID)
+	fmt.Fprintf(w, "call %s %s (run %s) requested\n", call.Ref(), call.CallID[:12], turn.RunID)
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("no envelope for call %s of run %s: %w", req.CallID, req.RunID, context.Cause(ctx))
+			return nil, fmt.Errorf("no envelope for call %s of run %s: %w", call.CallID, turn.RunID, context.Cause(ctx))
 		case m := <-msgs:
 			ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 			if err != nil {
 				continue // not ours to judge
 			}
-			switch ev.Type() {
-			case events.TypeCallCompleted:
+			if ev.Type() == events.TypeCallCompleted {
 				var env envelope.ToolEnvelope
 				if err := events.DecodeData(ev, &env); err != nil {
 					return nil, err
 				}
 				return &env, nil
-			case events.TypeCallRequested:
-			default:
-				p, err := events.ParseSubject(m.Subject())
-				if err == nil {
-					fmt.Fprintf(w, "  %s\n", p.Verb)
-				}
 			}
+			// approved (to its queue), approval_required, decided, started
+			p, err := events.ParseSubject(m.Subject())
+			if err != nil {
+				continue
+			}
+			if p.Queue != "" {
+				fmt.Fprintf(w, "  %s (queue %s)\n", p.Verb, p.Queue)
+				continue
+			}
+			fmt.Fprintf(w, "  %s\n", p.Verb)
 		}
 	}
 }
