@@ -454,7 +454,7 @@ func newEngine(b Bundle, defs map[string]envelope.ToolDefinition, live bool, js 
 		recorded: map[string]envelope.ToolEnvelope{}, verdicts: map[int]envelope.IterationVerdict{},
 		turnStep: map[int]int{}, callStep: map[int]int{}, idStep: map[string]int{}, firstSeq: map[int]int{},
 		requested: map[string]requestedCall{}, answered: map[string]bool{}, kept: map[string]string{},
-		callsOf: map[int][]Step{},
+		callsOf:  map[int][]Step{},
 		progress: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	for _, env := range b.Envelopes {

@@ -32,7 +32,7 @@ func TestProgressPrinter(t *testing.T) {
 	}
 	turn := events.Turn{RunID: runID, Iteration: 1, Tenant: tenant, Agent: "a", Verdict: events.LoopVerdict{Allowed: true},
 		Response: &envelope.ModelResponse{ToolCalls: []envelope.ToolCall{{ID: "c1", Name: "echo", Arguments: input}}},
-		Cost: 0.0012, TStart: now, TEnd: now, Warnings: []string{"echo@1.0.0 is deprecated"},
+		Cost:     0.0012, TStart: now, TEnd: now, Warnings: []string{"echo@1.0.0 is deprecated"},
 		Calls: []events.TurnCall{{CallID: callID, Seq: 1, Name: "echo", Version: "1.0.0", Input: input}}}
 	add(events.NewTurnCompleted("/test", turn, events.RunTrace{}))
 	add(events.NewApprovalRequired("/test", events.ApprovalRequest{RunID: runID, CorrelationID: callID, ToolName: "echo",
