@@ -2,6 +2,7 @@ package stack_test
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -99,10 +101,12 @@ func followApprovals(t *testing.T, st *stack.Stack, req envelope.RunRequest, dec
 	)
 	final, err := st.Client.Follow(ctx, req.RunID, func(e client.Event) bool {
 		switch e.Event.Type() {
-		case events.TypeCallRequested:
-			var c events.CallRequest
-			require.NoError(t, events.DecodeData(e.Event, &c))
-			callNames[c.CallID] = c.Name
+		case events.TypeTurnCompleted:
+			var tr events.Turn
+			require.NoError(t, events.DecodeData(e.Event, &tr))
+			for _, c := range tr.Calls {
+				callNames[c.CallID] = c.Name
+			}
 		case events.TypeCallApprovalRequired:
 			var ar events.ApprovalRequest
 			require.NoError(t, events.DecodeData(e.Event, &ar))
@@ -133,6 +137,15 @@ func callOrder(t *testing.T, js jetstream.JetStream, runID string) []string {
 	info, err := cons.Info(t.Context())
 	require.NoError(t, err)
 	names := map[string]string{}
+	for n := 1; ; n++ {
+		tr, ok := turnRecord(t, js, runID, n)
+		if !ok {
+			break
+		}
+		for _, c := range tr.Calls {
+			names[c.CallID] = c.Name
+		}
+	}
 	var order []string
 	for range info.NumPending {
 		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
@@ -142,10 +155,6 @@ func callOrder(t *testing.T, js jetstream.JetStream, runID string) []string {
 		p, err := events.ParseSubject(m.Subject())
 		require.NoError(t, err)
 		switch ev.Type() {
-		case events.TypeCallRequested:
-			var c events.CallRequest
-			require.NoError(t, events.DecodeData(ev, &c))
-			names[c.CallID] = c.Name
 		case events.TypeCallApproved, events.TypeCallCompleted:
 			name := names[p.CallID]
 			switch {
@@ -240,17 +249,17 @@ func TestApprovals(t *testing.T) {
 		require.Nil(t, second.Error)
 		require.JSONEq(t, `{"sent":true,"to":"team@acme.example"}`, string(second.Output))
 
-		// The model was told the note as the call's result.
-		turn := llmTurn(t, st.JS, "appr-revise", 2)
-		var toolMsgs []string
-		for _, m := range turn.Messages {
-			if m.Role == envelope.RoleTool {
-				toolMsgs = append(toolMsgs, m.Content)
-			}
-		}
-		require.Len(t, toolMsgs, 2)
-		require.Contains(t, toolMsgs[0], `"code":"POLICY_DENIED"`)
-		require.Contains(t, toolMsgs[0], "revision requested by ops: send it to the team list only")
+		// The model was told the note as the call's result: its second turn
+		// carried the first call's result, an error, whose envelope is the
+		// revision with the note.
+		turn, ok := turnRecord(t, st.JS, "appr-revise", 2)
+		require.True(t, ok)
+		require.Len(t, turn.Results, 2, "send_email's and echo's results")
+		require.True(t, turn.Results[0].IsError)
+		denied := res.final.Outputs.ToolsByID[turn.Results[0].CallID]
+		told := orchestrator.ToolResultContent(&denied)
+		require.Contains(t, told, `"code":"POLICY_DENIED"`)
+		require.Contains(t, told, "revision requested by ops: send it to the team list only")
 		require.Equal(t, []string{"all@acme.example", "team@acme.example"}, mail.sentTo())
 	})
 
@@ -283,20 +292,23 @@ func TestApprovals(t *testing.T) {
 	})
 }
 
-// llmTurn reads the recorded model turn n of a run.
-func llmTurn(t *testing.T, js jetstream.JetStream, runID string, n int) envelope.ModelTurn {
+// turnRecord reads turn n of a run; false when the run has no turn n.
+func turnRecord(t *testing.T, js jetstream.JetStream, runID string, n int) (events.Turn, bool) {
 	t.Helper()
-	subj, err := events.LLMSubject(runID, n)
+	subj, err := events.TurnSubject(runID, n)
 	require.NoError(t, err)
 	s, err := js.Stream(t.Context(), events.StreamRuns)
 	require.NoError(t, err)
 	m, err := s.GetLastMsgForSubject(t.Context(), subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return events.Turn{}, false
+	}
 	require.NoError(t, err)
 	ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
 	require.NoError(t, err)
-	var l events.LLMCompleted
-	require.NoError(t, events.DecodeData(ev, &l))
-	return l.Turn
+	var tr events.Turn
+	require.NoError(t, events.DecodeData(ev, &tr))
+	return tr, true
 }
 
 // metricValue sums a counter's series whose label has the value.

@@ -135,7 +135,9 @@ func TestScaleOut(t *testing.T) {
 	})
 	st := startStack(t, stack.Options{
 		ExecutorReplicas: 3, ExecutorConcurrency: 2,
-		ExecutorOptions: []executor.Option{executor.WithTools(work)},
+		// Started at once: each call's started event names its replica (a
+		// 20ms call publishes none by default).
+		ExecutorOptions: []executor.Option{executor.WithTools(work), func(c *executor.Config) { c.StartedAfter = -1 }},
 	})
 	const runs, callsPerRun = 12, 4
 	var reqs []envelope.RunRequest

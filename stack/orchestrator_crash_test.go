@@ -209,6 +209,9 @@ func TestCrashAtEveryPoint(t *testing.T) {
 		f.r = h.Start(f.name, orchestrator.Config{
 			Providers:    orchestrator.Providers{scriptedmodel.Name: model.forReplica(f.name)},
 			ModelTimeout: 500 * time.Millisecond, AckWait: 2 * time.Second, Faults: f,
+			// Every run publishes its started event (at once), so that the
+			// shape of a run that crashes and one that does not are the same.
+			StartedAfter: -1,
 		})
 		return f
 	}
@@ -283,11 +286,11 @@ func TestCrashAtEveryPoint(t *testing.T) {
 		require.Equal(t, refOut, orchestratortest.Normalize(t, st.Outputs), "%s: outputs and call ids as undisturbed", id)
 		require.Equal(t, refShape, shape(all[id]), "%s: every event once, the same as undisturbed", id)
 		// The model is called again only when its answer was lost.
-		for _, e := range orchestratortest.OfType(all[id], events.TypeLLMCompleted) {
-			var l events.LLMCompleted
-			require.NoError(t, json.Unmarshal(e.Data, &l))
-			it := l.Turn.Iteration
-			byDeath += explainModelCalls(t, fmt.Sprintf("%s iteration %d", id, it), model.of(id, it), l.Turn.TStart,
+		for _, e := range orchestratortest.OfType(all[id], events.TypeTurnCompleted) {
+			var tr events.Turn
+			require.NoError(t, json.Unmarshal(e.Data, &tr))
+			it := tr.Iteration
+			byDeath += explainModelCalls(t, fmt.Sprintf("%s iteration %d", id, it), model.of(id, it), tr.TStart,
 				plan.lostAnswers(id, it), killedAt)
 		}
 	}
@@ -310,12 +313,12 @@ func TestCrashAtEveryPoint(t *testing.T) {
 	t.Logf("injected %d failures (%v) at %v; %d replicas started, %d killed; fault points reached per replica: %v; "+
 		"%d model calls were lost with a dying replica", len(plan.failed), hows, kinds, started, len(killed), plan.replicas, byDeath)
 	// Every point of every turn fails once in every run: before_model,
-	// after_model (3 iterations), before_publish_calls, after_record_envelope
+	// after_model and after_publish_turn (3 turns), after_record_envelope
 	// (2 turns with calls), before_publish_outputs (1). A point is passed by
 	// only when a replica died just after the state change before it (its
 	// write stored, its acknowledgement lost with the connection).
 	for p, want := range map[orchestrator.FaultPoint]int{
-		orchestrator.FaultBeforeModel: 3 * runs, orchestrator.FaultAfterModel: 3 * runs, orchestrator.FaultBeforePublishCalls: 2 * runs,
+		orchestrator.FaultBeforeModel: 3 * runs, orchestrator.FaultAfterModel: 3 * runs, orchestrator.FaultAfterPublishTurn: 3 * runs,
 		orchestrator.FaultAfterRecordEnvelope: 2 * runs, orchestrator.FaultBeforePublishOutputs: runs,
 	} {
 		require.GreaterOrEqual(t, plan.byPoint[p], want-hows["kill"], "failures at %s", p)

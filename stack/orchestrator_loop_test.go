@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -176,37 +177,49 @@ func TestRealProvidersThroughTheLoop(t *testing.T) {
 			wantSpend := s.price.Cost(s.usage[0].InputTokens, s.usage[0].OutputTokens) + s.price.Cost(s.usage[1].InputTokens, s.usage[1].OutputTokens)
 			require.InDelta(t, wantSpend, final.Spend, 1e-12)
 
+			// Billing reads model cost on the turn events and tool cost on
+			// the envelopes: two priced turns, three free calls.
 			evs := h.StreamEvents(t.Context())[req.RunID]
-			usage := orchestratortest.OfType(evs, events.TypeUsageRecorded)
-			require.Len(t, usage, 5, "one per model turn and one per tool call")
-			kinds := map[string]int{}
-			for _, e := range usage {
-				var u events.Usage
-				require.NoError(t, json.Unmarshal(e.Data, &u))
-				kinds[u.Kind]++
-				require.Equal(t, req.Tenant, u.Tenant)
-				require.Equal(t, "agent", u.Agent)
-				if u.Kind == events.UsageKindModel {
-					require.Equal(t, s.model, u.Model)
-					require.Equal(t, s.provider, u.Provider)
-					require.False(t, u.Unpriced)
-					it := s.usage[u.Iteration-1]
-					require.Equal(t, [2]int{it.InputTokens, it.OutputTokens}, [2]int{u.InputTokens, u.OutputTokens})
-					require.InDelta(t, s.price.Cost(it.InputTokens, it.OutputTokens), u.Cost, 1e-12)
-				}
+			turns := turnsOf(t, evs)
+			require.Len(t, turns, 2, "one record per model turn")
+			for i, tr := range turns {
+				require.Equal(t, req.Tenant, tr.Tenant)
+				require.Equal(t, "agent", tr.Agent)
+				require.Equal(t, events.ModelRef{Provider: s.provider, Name: s.model}, tr.Model)
+				require.False(t, tr.Unpriced)
+				it := s.usage[i]
+				require.Equal(t, it, tr.Response.Usage)
+				require.InDelta(t, s.price.Cost(it.InputTokens, it.OutputTokens), tr.Cost, 1e-12)
 			}
-			require.Equal(t, map[string]int{"model": 2, "tool": 3}, kinds)
+			require.Len(t, turns[0].Calls, 3)
+			for _, env := range envelopesOf(t, evs) {
+				require.Zero(t, env.Cost, "the tools are free")
+			}
 		})
 	}
 }
 
-func usageOf(t *testing.T, evs []orchestratortest.Stored) []events.Usage {
+// turnsOf decodes a run's turn events, in turn order.
+func turnsOf(t *testing.T, evs []orchestratortest.Stored) []events.Turn {
 	t.Helper()
-	var out []events.Usage
-	for _, e := range orchestratortest.OfType(evs, events.TypeUsageRecorded) {
-		var u events.Usage
-		require.NoError(t, json.Unmarshal(e.Data, &u))
-		out = append(out, u)
+	var out []events.Turn
+	for _, e := range orchestratortest.OfType(evs, events.TypeTurnCompleted) {
+		var tr events.Turn
+		require.NoError(t, json.Unmarshal(e.Data, &tr))
+		out = append(out, tr)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Iteration < out[j].Iteration })
+	return out
+}
+
+// envelopesOf decodes a run's call envelopes.
+func envelopesOf(t *testing.T, evs []orchestratortest.Stored) []envelope.ToolEnvelope {
+	t.Helper()
+	var out []envelope.ToolEnvelope
+	for _, e := range orchestratortest.OfType(evs, events.TypeCallCompleted) {
+		var env envelope.ToolEnvelope
+		require.NoError(t, json.Unmarshal(e.Data, &env))
+		out = append(out, env)
 	}
 	return out
 }
@@ -254,14 +267,16 @@ func TestBudgetStopsBeforeTheCallThatWouldExceedIt(t *testing.T) {
 
 		evs := h.StreamEvents(t.Context())[req.RunID]
 		shape := orchestratortest.CountBySubject(evs)
-		require.Zero(t, shape["toolwire.call."+req.RunID+"."+third.CallID+".approved"], "never approved")
+		require.Zero(t, shape["toolwire.call."+req.RunID+"."+third.CallID+".approved.default"], "never approved")
 		require.Zero(t, shape["toolwire.call."+req.RunID+"."+third.CallID+".started"], "never started")
 		billed := 0.0
-		for _, u := range usageOf(t, evs) {
-			if u.Kind == events.UsageKindTool {
-				require.Equal(t, u.CallID != third.CallID, u.Billed, u.CallID)
-				billed += u.Cost
+		for _, env := range envelopesOf(t, evs) {
+			if env.CallID == third.CallID {
+				require.Zero(t, env.Cost, "a refused call costs nothing")
+			} else {
+				require.InDelta(t, 0.01, env.Cost, 1e-12, "a call that ran costs its tool's price")
 			}
+			billed += env.Cost
 		}
 		require.InDelta(t, 0.02, billed, 1e-12)
 	})
@@ -278,20 +293,18 @@ func TestBudgetStopsBeforeTheCallThatWouldExceedIt(t *testing.T) {
 		require.Equal(t, envelope.CodePolicyDenied, final.Code)
 
 		evs := h.StreamEvents(t.Context())[req.RunID]
-		require.Len(t, orchestratortest.OfType(evs, events.TypeLLMCompleted), 1, "the second model call was never made")
-		var turn1 events.Usage
-		for _, u := range usageOf(t, evs) {
-			if u.Kind == events.UsageKindModel {
-				turn1 = u
-			}
-		}
+		turns := turnsOf(t, evs)
+		require.Len(t, turns, 2)
+		require.Nil(t, turns[1].Response, "the second model call was never made")
+		require.False(t, turns[1].Verdict.Allowed, "its turn records the loop rules' denial")
+		require.Equal(t, "max_budget", turns[1].Verdict.Rule)
+		turn1 := turns[0].Response.Usage
 		require.Equal(t, 105, turn1.InputTokens)
-		spent := turn1.Cost + 0.01
+		spent := turns[0].Cost + 0.01
 		least := float64(turn1.InputTokens+turn1.OutputTokens) * 1000 / 1e6
 		require.InDelta(t, spent, final.Spend, 1e-12)
 		require.Equal(t, "policy denied iteration 2: max_budget (0.15) would be exceeded by model call 2: the run has spent "+
 			money(spent)+" and the call costs at least "+money(least), final.Reason)
-		require.Len(t, orchestratortest.OfType(evs, events.TypeIterationDenied), 1)
 	})
 }
 

@@ -109,10 +109,13 @@ func TestRegistryChangesReachRunningServices(t *testing.T) {
 		defer cancel()
 		require.NoError(t, st.Client.Submit(cctx, req))
 		final, err := st.Client.Follow(cctx, req.RunID, func(e client.Event) bool {
-			if e.Event.Type() == events.TypeRunStarted {
-				var s events.RunStatus
-				require.NoError(t, events.DecodeData(e.Event, &s))
-				warnings = s.Warnings
+			// A run's warnings are on its first turn.
+			if e.Event.Type() == events.TypeTurnCompleted {
+				var tr events.Turn
+				require.NoError(t, events.DecodeData(e.Event, &tr))
+				if tr.Iteration == 1 {
+					warnings = tr.Warnings
+				}
 			}
 			return true
 		})

@@ -43,17 +43,18 @@ func newCallCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "call NAME@VERSION --input JSON",
 		Short: "Run one tool call outside any agent loop and print its ToolEnvelope",
-		Long: `call sends a single tool call (a "tool node") through the Policy Guard and the
-executor of a running toolwire (NATS_URL, default the dev server's
-nats://127.0.0.1:4223) and prints the call's ToolEnvelope as JSON: the same
-validation, rate limits, cache, timeouts, truncation and exactly-once writes as
-a call of an agent run.
+		Long: `call sends a single tool call (a "tool node") to the workers of its tool's
+queue (the registry's entry names it; "default", the executor's, when it names
+none or the registry does not hold the tool) on a running toolwire (NATS_URL,
+default the dev server's nats://127.0.0.1:4223) and prints the call's
+ToolEnvelope as JSON: the same validation, lifecycle check (a blocked tool is
+refused), rate limits, cache, timeouts, truncation and exactly-once writes as a
+call of an agent run. The Policy Guard judges the calls of model turns; a call
+made here has no agent policy to judge.
 
-The call belongs to a run of its own, "call-<random hex>" (or --run-id): a
-model turn (turn 1 of that run, no model called) that asks for it, with
-sequence number 1 and the tool as its only enabled tool, for the tenant given
-by --org (default "default"), --workspace and --user. The Policy Guard judges
-it from that turn and routes it to its tool's queue, as it does an agent's.
+The call belongs to a run of its own, "call-<random hex>" (or --run-id), with
+sequence number 1, for the tenant given by --org (default "default"),
+--workspace and --user.
 
 A call that fails is still an answer: its envelope (with error.code) is printed
 and the exit status is 0, unless --fail-on-error is given (then 1). Bad
@@ -63,7 +64,7 @@ envelope.`,
   echo '{"text":"hi"}' | toolwire call echo@1.0.0 --input-file - --org acme --user u1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			turn, err := buildCallTurn(args[0], input, inputFile, cmd.InOrStdin(), tenant, runID, time.Now())
+			req, err := buildCallRequest(args[0], input, inputFile, cmd.InOrStdin(), tenant, runID)
 			if err != nil {
 				return err
 			}
@@ -74,7 +75,7 @@ envelope.`,
 				return err
 			}
 			defer nc.Close()
-			env, err := callTool(ctx, js, turn, cmd.ErrOrStderr())
+			env, err := callTool(ctx, js, req, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -106,22 +107,16 @@ envelope.`,
 	return cmd
 }
 
-// callModel names the model of a turn `toolwire call` makes: none was
-// called.
-var callModel = events.ModelRef{Provider: "none", Name: callAgent}
-
-// buildCallTurn checks the arguments and builds the model turn that asks for
-// the call: turn 1 of the call's run, allowed, its response the one tool call
-// (no model was called: its cost is 0), the tool its only enabled tool.
-func buildCallTurn(tool, input, inputFile string, stdin io.Reader, tenant envelope.Tenant, runID string, now time.Time) (events.Turn, error) {
+// buildCallRequest checks the arguments and builds the call request.
+func buildCallRequest(tool, input, inputFile string, stdin io.Reader, tenant envelope.Tenant, runID string) (events.CallRequest, error) {
 	ref, err := envelope.ParseToolRef(tool)
 	if err != nil {
-		return events.Turn{}, err
+		return events.CallRequest{}, err
 	}
 	var raw []byte
 	switch {
 	case input != "" && inputFile != "":
-		return events.Turn{}, errors.New("give the input with --input or --input-file, not both")
+		return events.CallRequest{}, errors.New("give the input with --input or --input-file, not both")
 	case inputFile == "-":
 		raw, err = readAll(stdin)
 	case inputFile != "":
@@ -129,82 +124,64 @@ func buildCallTurn(tool, input, inputFile string, stdin io.Reader, tenant envelo
 	case input != "":
 		raw = []byte(input)
 	default:
-		return events.Turn{}, errors.New("give the tool's input as JSON with --input (for example --input '{}')")
+		return events.CallRequest{}, errors.New("give the tool's input as JSON with --input (for example --input '{}')")
 	}
 	if err != nil {
-		return events.Turn{}, fmt.Errorf("read input: %w", err)
+		return events.CallRequest{}, fmt.Errorf("read input: %w", err)
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, raw); err != nil {
-		return events.Turn{}, fmt.Errorf("input is not valid JSON: %w", err)
+		return events.CallRequest{}, fmt.Errorf("input is not valid JSON: %w", err)
 	}
 	if strings.TrimSpace(tenant.OrgID) == "" {
-		return events.Turn{}, errors.New("--org must not be empty")
+		return events.CallRequest{}, errors.New("--org must not be empty")
 	}
 	if runID == "" {
 		b := make([]byte, 8)
 		if _, err := rand.Read(b); err != nil {
-			return events.Turn{}, err
+			return events.CallRequest{}, err
 		}
 		runID = "call-" + hex.EncodeToString(b)
 	}
 	if err := events.ValidateRunID(runID); err != nil {
-		return events.Turn{}, err
+		return events.CallRequest{}, err
 	}
 	in := json.RawMessage(compact.Bytes())
 	callID, err := envelope.CallID(ref.Name, ref.Version, in, 1)
 	if err != nil {
-		return events.Turn{}, fmt.Errorf("input: %w", err)
+		return events.CallRequest{}, fmt.Errorf("input: %w", err)
 	}
-	const providerCallID = "call_1"
-	turn := events.Turn{
-		RunID: runID, Iteration: 1, Tenant: tenant, Agent: callAgent,
-		Verdict: events.LoopVerdict{Allowed: true}, Model: callModel, Tools: []string{ref.String()},
-		Response: &envelope.ModelResponse{StopReason: "tool_use",
-			ToolCalls: []envelope.ToolCall{{ID: providerCallID, Name: ref.Name, Arguments: in}}},
-		TStart: now.UTC(), TEnd: now.UTC(), EnabledTools: []string{ref.String()},
-		Calls: []events.TurnCall{{CallID: callID, Seq: 1, Name: ref.Name, Version: ref.Version, Input: in,
-			ProviderCallID: providerCallID, Queue: envelope.DefaultQueue}},
+	req := events.CallRequest{
+		RunID: runID, CallID: callID, Seq: 1, Iteration: 1,
+		Name: ref.Name, Version: ref.Version, Input: in,
+		Tenant: tenant, Agent: callAgent, Queue: envelope.DefaultQueue, // callTool routes it
 	}
 	schemas, err := events.NewSchemas()
 	if err != nil {
-		return turn, err
+		return req, err
 	}
-	if err := schemas.ValidateValue(events.SchemaTurn, turn); err != nil {
-		return turn, err
+	if err := schemas.ValidateValue(events.SchemaCallRequest, req); err != nil {
+		return req, err
 	}
-	return turn, nil
+	return req, nil
 }
 
-// withDefinition gives the turn's call its tool's queue and declared cost
-// from the registry, as the orchestrator does an agent's calls. A tool the
-// registry does not have keeps the default queue: the Policy Guard denies it.
-func withDefinition(ctx context.Context, js jetstream.JetStream, turn events.Turn) (events.Turn, error) {
-	reg, err := registry.Open(ctx, js)
-	if err != nil {
-		return turn, err
-	}
-	c := &turn.Calls[0]
-	e, err := reg.Get(ctx, c.Ref())
-	switch {
-	case errors.Is(err, registry.ErrNotFound):
-		return turn, nil
-	case err != nil:
-		return turn, err
-	}
-	c.Queue, c.Cost = e.Definition.QueueName(), e.Definition.Cost
-	return turn, nil
-}
-
-// callTool publishes the turn asking for the call and waits for its
+// callTool publishes the call, approved to its tool's queue, and waits for its
 // completed event, telling w about the steps in between.
-func callTool(ctx context.Context, js jetstream.JetStream, turn events.Turn, w io.Writer) (*envelope.ToolEnvelope, error) {
-	turn, err := withDefinition(ctx, js, turn)
+func callTool(ctx context.Context, js jetstream.JetStream, req events.CallRequest, w io.Writer) (*envelope.ToolEnvelope, error) {
+	reg, err := registry.Open(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	call := turn.Calls[0]
-	filter, err := events.CallEvents(turn.RunID)
+	switch e, err := reg.Get(ctx, req.Ref()); {
+	case err == nil:
+		req.Queue = e.Definition.QueueName()
+	case errors.Is(err, registry.ErrNotFound):
+		// The default queue's executor answers: unknown tool.
+	default:
+		return nil, err
+	}
+	filter, err := events.CallEvents(req.RunID)
 	if err != nil {
 		return nil, err
 	}
@@ -224,40 +201,37 @@ func callTool(ctx context.Context, js jetstream.JetStream, turn events.Turn, w i
 	}
 	defer cc.Stop()
 
-	out, err := events.NewTurnCompleted("/toolwire/cli", turn, events.RunTraceFrom(ctx))
+	out, err := events.NewCallApproved("/toolwire/cli", req, events.RunTraceFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
 	if err := events.NewPublisher(js).Publish(ctx, out); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(w, "call %s %s (run %s) requested\n", call.Ref(), call.CallID[:12], turn.RunID)
+	fmt.Fprintf(w, "call %s %s (run %s) requested on queue %s\n", req.Ref(), req.CallID[:12], req.RunID, req.Queue)
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("no envelope for call %s of run %s: %w", call.CallID, turn.RunID, context.Cause(ctx))
+			return nil, fmt.Errorf("no envelope for call %s of run %s: %w", req.CallID, req.RunID, context.Cause(ctx))
 		case m := <-msgs:
 			ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 			if err != nil {
 				continue // not ours to judge
 			}
-			if ev.Type() == events.TypeCallCompleted {
+			switch ev.Type() {
+			case events.TypeCallCompleted:
 				var env envelope.ToolEnvelope
 				if err := events.DecodeData(ev, &env); err != nil {
 					return nil, err
 				}
 				return &env, nil
+			case events.TypeCallApproved: // ours
+			default:
+				p, err := events.ParseSubject(m.Subject())
+				if err == nil {
+					fmt.Fprintf(w, "  %s\n", p.Verb)
+				}
 			}
-			// approved (to its queue), approval_required, decided, started
-			p, err := events.ParseSubject(m.Subject())
-			if err != nil {
-				continue
-			}
-			if p.Queue != "" {
-				fmt.Fprintf(w, "  %s (queue %s)\n", p.Verb, p.Queue)
-				continue
-			}
-			fmt.Fprintf(w, "  %s\n", p.Verb)
 		}
 	}
 }

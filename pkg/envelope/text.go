@@ -108,3 +108,13 @@ func (r *RunRequest) textProblems() []string {
 	}
 	return out
 }
+
+// ValidateName checks an identifier-like text field (a tenant id, an agent's
+// name) as RunRequest.Validate does: no control characters, no invalid
+// UTF-8, no invisible reordering marks, at most MaxNameBytes.
+func ValidateName(field, s string) error {
+	if p := nameProblem(field, s, MaxNameBytes); p != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidRequest, p)
+	}
+	return nil
+}

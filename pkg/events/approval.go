@@ -180,10 +180,14 @@ const (
 // creates it pending and moves it, by compare-and-set, to exactly one final
 // state; Settled records that the outcome event is stored.
 type ApprovalRecord struct {
-	State    ApprovalState   `json:"state"`
-	Call     CallRequest     `json:"call"`
-	Request  ApprovalRequest `json:"request"`
-	Deadline time.Time       `json:"deadline"`
+	State   ApprovalState   `json:"state"`
+	Call    CallRequest     `json:"call"`
+	Request ApprovalRequest `json:"request"`
+	// RequestedAt is when the guard held the call; Deadline is RequestedAt
+	// plus the policy's approval timeout, which a timed-out call's denial
+	// names (the approved call no longer carries the policy).
+	RequestedAt time.Time `json:"requested_at,omitzero"`
+	Deadline    time.Time `json:"deadline"`
 	// Decision is the decision that settled the call (none when it expired).
 	Decision  *Decision  `json:"decision,omitempty"`
 	DecidedAt *time.Time `json:"decided_at,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -66,7 +67,7 @@ func TestApprovalKeyAndRecord(t *testing.T) {
 	require.ErrorIs(t, err, events.ErrUnsafeID)
 
 	rec := events.ApprovalRecord{State: events.ApprovalPending, Call: fixtureCallRequest(), Request: fixtureApprovalRequest(),
-		Deadline: t0, Trace: runTrace}
+		RequestedAt: t0.Add(-time.Minute), Deadline: t0, Trace: runTrace}
 	b, err := json.Marshal(rec)
 	require.NoError(t, err)
 	got, err := events.DecodeApprovalRecord(b)
@@ -74,6 +75,7 @@ func TestApprovalKeyAndRecord(t *testing.T) {
 	require.True(t, got.Pending())
 	require.Equal(t, rec.Call.CallID, got.Call.CallID)
 	require.Equal(t, runTrace, got.Trace)
+	require.True(t, rec.RequestedAt.Equal(got.RequestedAt))
 
 	_, err = events.DecodeApprovalRecord([]byte(`{"state":"lost"}`))
 	require.ErrorContains(t, err, `approval record: unknown state "lost"`)

@@ -34,17 +34,26 @@ func (p *Publisher) ctx(ctx context.Context) (context.Context, context.CancelFun
 
 // Publish publishes one event and waits until JetStream has stored it.
 func (p *Publisher) Publish(ctx context.Context, out Outgoing) error {
+	_, err := p.PublishAck(ctx, out)
+	return err
+}
+
+// PublishAck is Publish that returns the stream's acknowledgement: its
+// Duplicate says that an event of that id was stored already (the stored
+// one stands, not this one).
+func (p *Publisher) PublishAck(ctx context.Context, out Outgoing) (*jetstream.PubAck, error) {
 	m, err := Encode(out.Subject, &out.Event)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	InjectHop(ctx, m.Header)
 	ctx, cancel := p.ctx(ctx)
 	defer cancel()
-	if _, err := p.js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("publish %s %s: %w", out.Event.Type(), out.Event.ID(), err)
+	ack, err := p.js.PublishMsg(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s %s: %w", out.Event.Type(), out.Event.ID(), err)
 	}
-	return nil
+	return ack, nil
 }
 
 // PublishAll publishes the events concurrently and waits for every PubAck; the

@@ -151,6 +151,7 @@ const (
 	FilterRunCompleted         Filter = Prefix + ".run.*.completed"
 	FilterRunFailed            Filter = Prefix + ".run.*.failed"
 	FilterTurnCompleted        Filter = Prefix + ".run.*.turn.*.completed"
+	FilterRunEvents            Filter = Prefix + ".run.*.>" // every event of a run on the runs stream
 	FilterCallApprovalRequired Filter = Prefix + ".call.*.*.approval_required"
 	FilterCallDecided          Filter = Prefix + ".call.*.*.decided"
 	FilterCallApproved         Filter = Prefix + ".call.*.*.approved.*" // every queue; see ApprovedFilter

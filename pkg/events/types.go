@@ -67,6 +67,13 @@ type RunStatus struct {
 	// Code is the error code of a failed run when one applies (POLICY_DENIED
 	// for a run the Policy Guard stopped).
 	Code envelope.ErrorCode `json:"code,omitempty"`
+	// Turn is the run's last model turn when that turn ended the run: the
+	// model's final answer (a turn without calls) on a completed run, or the
+	// model call the loop rules denied on a failed one. Such a turn is not
+	// published as a turn event of its own: the end event carries it, so
+	// that a run stores one event fewer. A consumer that reads a run's turns
+	// reads the turn events and this one.
+	Turn *Turn `json:"turn,omitempty"`
 }
 
 // OutputsDocument is the blob of a completed run's outputs when they are

@@ -4,10 +4,15 @@ go 1.26.8
 
 replace github.com/toolwire/toolwire/pkg/envelope => ../envelope
 
-require github.com/toolwire/toolwire/pkg/envelope v0.0.0-00010101000000-000000000000
+require (
+	github.com/stretchr/testify v1.12.1
+	github.com/toolwire/toolwire/pkg/envelope v0.0.0-00010101000000-000000000000
+	go.uber.org/goleak v1.3.0
+)
 
 require (
 	github.com/gowebpki/jcs v1.0.2 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/text v0.14.0 // indirect
 )

@@ -43,9 +43,10 @@ const publishGrace = 10 * time.Second
 // attrCached marks the span of a call served from the cache.
 const attrCached = attribute.Key("toolwire.cached")
 
-// handle runs one approved call: call.started, the tool, call.completed. It
-// returns an error (redelivery) only when an event cannot be published or a
-// shutdown interrupts the call; a malformed event is dead-lettered at once.
+// handle runs one approved call: the tool, call.completed, and call.started
+// when the call runs past Config.StartedAfter. It returns an error
+// (redelivery) only when an event cannot be published or a shutdown
+// interrupts the call; a malformed event is dead-lettered at once.
 func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	if typ := d.Event.Type(); typ != events.TypeCallApproved {
 		return events.Permanent(fmt.Errorf("executor: event %s on %s has type %q, want %s", d.Event.ID(), d.Subject, typ, events.TypeCallApproved))
@@ -61,14 +62,14 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	log := s.log.With("run_id", req.RunID, "call_id", req.CallID, "tool", req.Ref().String())
 
 	if d.Attempt > 1 {
+		// A redelivery of a call whose completed event is stored (its ack
+		// was lost) is acknowledged as it is: the envelope says all, t_start
+		// included, so no call.started is owed either.
 		done, err := s.completed(ctx, &req)
 		if err != nil {
 			return err
 		}
 		if done {
-			if err := s.ensureStarted(ctx, &req, rt); err != nil {
-				return err
-			}
 			log.Info("call already completed; redelivery acknowledged without running it again", "attempt", d.Attempt)
 			return nil
 		}
@@ -105,11 +106,11 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	if err != nil {
 		return events.Permanent(err)
 	}
-	// call.started goes out once the tool has run for StartedAfter, or with
-	// call.completed if it ends sooner (see Config.StartedAfter); either way
-	// without waiting for its PubAck, which is awaited with completed's
-	// below. The delivery is acknowledged only once both are stored.
-	early := s.startStarted(ctx, started)
+	// call.started goes out once the tool has run for StartedAfter, without
+	// waiting for its PubAck, which is awaited with completed's below; a
+	// quicker call publishes none, unless it has secret scopes to record
+	// (see Config.StartedAfter).
+	early := s.startStarted(ctx, started, len(sec.scopes) > 0 || len(sec.warnings) > 0)
 	res, err := s.execute(ctx, &req, tStart, log)
 	if err != nil {
 		early.cancel()
@@ -157,27 +158,29 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	if err != nil {
 		return err
 	}
-	serr, cerr := startedPub.Wait(pubCtx), completedPub.Wait(pubCtx)
-	if serr != nil {
-		// Not confirmed: publish it again (its id makes a stored copy a
-		// duplicate). Failing that, the redelivery publishes it (ensureStarted).
-		if err := startedPub.Retry(pubCtx); err != nil {
-			span.SetStatus(codes.Error, "publish call.started")
-			return errors.Join(serr, err)
+	if startedPub != nil {
+		if serr := startedPub.Wait(pubCtx); serr != nil {
+			// Not confirmed: publish it again (its id makes a stored copy a
+			// duplicate).
+			if err := startedPub.Retry(pubCtx); err != nil {
+				span.SetStatus(codes.Error, "publish call.started")
+				return errors.Join(serr, err)
+			}
 		}
 	}
-	if cerr != nil {
-		return cerr
+	if err := completedPub.Wait(pubCtx); err != nil {
+		return err
 	}
 	log.Debug("call completed", "code", code, "latency", env.Latency(), "cached", env.Cached, "truncated", env.Truncated)
 	return nil
 }
 
 // pendingStarted is a call.started on its way: published by a timer once the
-// tool has run for StartedAfter, or by take.
+// tool has run for StartedAfter, or by take when it must go out anyway.
 type pendingStarted struct {
 	s     *Service
 	out   events.Outgoing
+	must  bool // published even for a quick call (secret scopes to record)
 	timer *time.Timer
 	done  chan struct{} // closed once the timer's publish returned
 	pub   *events.Pending
@@ -185,9 +188,9 @@ type pendingStarted struct {
 }
 
 // startStarted arms the publish of started: at once when StartedAfter is
-// negative, else after it.
-func (s *Service) startStarted(ctx context.Context, started events.Outgoing) *pendingStarted {
-	p := &pendingStarted{s: s, out: started, done: make(chan struct{})}
+// negative, else after it. must: a quick call publishes it too.
+func (s *Service) startStarted(ctx context.Context, started events.Outgoing, must bool) *pendingStarted {
+	p := &pendingStarted{s: s, out: started, must: must, done: make(chan struct{})}
 	if s.cfg.StartedAfter < 0 {
 		p.pub, p.err = s.pub.PublishAsync(ctx, started)
 		close(p.done)
@@ -200,10 +203,15 @@ func (s *Service) startStarted(ctx context.Context, started events.Outgoing) *pe
 	return p
 }
 
-// take returns the publish of started, publishing it now if its timer has
-// not fired.
+// take returns the publish of started once the call has ended: the timer's,
+// or, when the call ended before the timer fired, none (nil), or a publish
+// made now when started must go out anyway. A publish made by take precedes
+// completed's on the same connection, so the stream stores started first.
 func (p *pendingStarted) take(ctx context.Context) (*events.Pending, error) {
 	if p.timer != nil && p.timer.Stop() {
+		if !p.must {
+			return nil, nil
+		}
 		return p.s.pub.PublishAsync(ctx, p.out)
 	}
 	<-p.done
@@ -216,41 +224,6 @@ func (p *pendingStarted) cancel() {
 	if p.timer != nil {
 		p.timer.Stop()
 	}
-}
-
-// ensureStarted publishes the call.started of a completed call when it is not
-// stored: call.started is published without waiting for its PubAck, so a
-// delivery can fail after completed was stored but before started was.
-// It is rebuilt from the completed envelope (its start time); its id is the
-// same, so a copy stored meanwhile makes it a duplicate.
-func (s *Service) ensureStarted(ctx context.Context, req *events.CallRequest, rt events.RunTrace) error {
-	subj, err := events.CallSubject(req.RunID, req.CallID, "started")
-	if err != nil {
-		return events.Permanent(err)
-	}
-	if ok, err := events.Stored(ctx, s.calls, subj); err != nil || ok {
-		return err
-	}
-	csubj, err := events.CallSubject(req.RunID, req.CallID, "completed")
-	if err != nil {
-		return events.Permanent(err)
-	}
-	m, err := s.calls.GetLastMsgForSubject(ctx, csubj)
-	if err != nil {
-		return fmt.Errorf("look up %s: %w", csubj, err)
-	}
-	var env envelope.ToolEnvelope
-	if err := json.Unmarshal(m.Data, &env); err != nil {
-		return events.Permanent(fmt.Errorf("completed envelope of %s: %w", req.CallID, err))
-	}
-	started, err := events.NewCallStarted(s.cfg.Source, events.CallStarted{
-		RunID: req.RunID, CallID: req.CallID, Name: req.Name, Version: req.Version,
-		TStart: env.TStart, Executor: s.cfg.ID,
-	}, req.Tenant, rt)
-	if err != nil {
-		return events.Permanent(err)
-	}
-	return s.pub.Publish(ctx, started)
 }
 
 // completed reports whether the call's completed event is already stored.
@@ -307,6 +280,8 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 	}
 	res.label = service.ToolLabel(req.Name, req.Version)
 	def := &entry.Definition
+	// Whatever the outcome, the envelope carries what the call cost.
+	defer func() { priceEnvelope(&res.env, def) }()
 	writes := def.Metadata.SideEffects == envelope.SideEffectsWrites
 	outKey := outcomeKey(req.RunID, req.CallID)
 	if writes {
@@ -444,6 +419,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishGrace)
 		defer cancel()
+		priceEnvelope(&res.env, def) // the record is the envelope published
 		final, err := s.outcomes.finish(fctx, outKey, rev, res.env)
 		if err != nil {
 			log.Error("outcome of a writes call could not be recorded; a redelivery will report it unknown", "err", err)
@@ -458,6 +434,16 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 		}
 	}
 	return res, nil
+}
+
+// priceEnvelope sets the envelope's cost: the tool's declared cost when the
+// call is billable (the tool ran, or may have, and the result is not the
+// cache's; envelope.Billable), else 0. Billing reads tool costs here only.
+func priceEnvelope(env *envelope.ToolEnvelope, def *envelope.ToolDefinition) {
+	env.Cost = 0
+	if env.Billable() {
+		env.Cost = def.Cost
+	}
 }
 
 // checkOutput checks a tool's output: JSON, and valid against the tool's

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor/tool"
@@ -40,6 +41,9 @@ const (
 	// EnvStartedAfter sets Config.StartedAfter (a duration; 0 publishes
 	// call.started before the tool runs).
 	EnvStartedAfter = "TOOLWIRE_EXECUTOR_STARTED_AFTER"
+	// EnvQueues lists the queues the executor serves, comma-separated
+	// (Config.Queues).
+	EnvQueues = "TOOLWIRE_EXECUTOR_QUEUES"
 )
 
 // Defaults and limits of Config.
@@ -51,10 +55,19 @@ const (
 	DefaultSource  = "/toolwire/executor"
 	maxIDLen       = 128
 
-	// DefaultMaxOutputBytes is the spec's max_output_bytes (5.4): 2 MiB.
-	DefaultMaxOutputBytes = 2 << 20
-	// MaxMaxOutputBytes bounds MaxOutputBytes (1 GiB).
-	MaxMaxOutputBytes = 1 << 30
+	// DefaultMaxOutputBytes is the largest output an envelope carries
+	// inline: 64 KiB, an ordinary API answer, while a web page or a file goes
+	// to the blob store. Every completed event carries its envelope to the
+	// orchestrator, the recorder and every watcher, so the output inline
+	// weighs on every one of them; the model still gets the whole output (up
+	// to its own limit) from the blob.
+	DefaultMaxOutputBytes = 64 << 10
+	// MaxMaxOutputBytes bounds MaxOutputBytes: 192 KiB, so that a completed
+	// event stays well under 256 KiB (the bound of contract v2 on every
+	// event: no event grows with tool output) with 64 KiB left for the rest
+	// of the envelope (the input the model sent, an error's details, the
+	// attachments) and the CloudEvents headers.
+	MaxMaxOutputBytes = 192 << 10
 	// DefaultPreviewBytes is how much of a truncated output the envelope keeps.
 	DefaultPreviewBytes = 16 << 10
 	// DefaultCircuitFailures is how many consecutive failures open a circuit.
@@ -65,26 +78,43 @@ const (
 	DefaultClaimLease = 15 * time.Second
 	// DefaultAckWait is the shared consumer's ack wait.
 	DefaultAckWait = 30 * time.Second
-	// DefaultStartedAfter is how long a call runs before its call.started
-	// goes out on its own.
-	DefaultStartedAfter = 5 * time.Millisecond
+	// DefaultStartedAfter is how long a call runs before its call.started is
+	// published: a quarter second. A quicker call needs no event to say it
+	// began, since its envelope carries t_start; a call that runs longer is
+	// one a person watching the timeline would notice, and it shows as
+	// running there until it completes.
+	DefaultStartedAfter = 250 * time.Millisecond
+	// maxQueues bounds Queues: each is a consumer of its own.
+	maxQueues = 64
 )
 
 // Config configures the executor. Zero fields take their defaults.
 type Config struct {
-	// Concurrency is the number of tool calls one replica runs at once.
+	// Queues are the queues whose approved calls the executor runs
+	// (toolwire.call.<run>.<call>.approved.<queue>), each through a durable
+	// consumer that every replica serving it shares (DurableFor). Default
+	// [envelope.DefaultQueue], the queue of every tool that names none. A
+	// call on a served queue whose tool this executor cannot run (another
+	// kind, a builtin it lacks) is answered with an error envelope.
+	Queues []string
+	// Concurrency is the number of tool calls one replica runs at once on
+	// each of its queues.
 	Concurrency int
 	// Source is the CloudEvents source of the events the executor publishes.
 	Source string
 	// ID names this replica in call.started events; default hostname-pid.
 	ID string
 	// MaxOutputBytes is the spec's max_output_bytes: a larger output is
-	// stored whole as a blob and the envelope keeps a preview. An output is
-	// also truncated when its envelope would not fit in one NATS message (the
-	// server's max_payload, 1 MiB by default). Default 2 MiB.
+	// stored whole as a blob and the envelope keeps a preview, so that the
+	// envelope's output never weighs more than this. An output is also
+	// truncated when its envelope would not fit in one NATS message (the
+	// server's max_payload, 1 MiB by default; a large input can do that).
+	// Default 64 KiB (DefaultMaxOutputBytes), at most 192 KiB
+	// (MaxMaxOutputBytes).
 	MaxOutputBytes int
 	// PreviewBytes is how many bytes of a truncated output its preview keeps
-	// (cut back to fit the message when needed). Default 16 KiB.
+	// (cut back so that the preview, escaped as a JSON string, stays within
+	// MaxOutputBytes and the message). Default 16 KiB.
 	PreviewBytes int
 	// CircuitFailures is how many consecutive PROVIDER_ERROR, NETWORK_ERROR or
 	// TIMEOUT outcomes of one tool open its circuit. Default 5.
@@ -101,12 +131,20 @@ type Config struct {
 	// replica must use the same value. Default 30s.
 	AckWait time.Duration
 	// StartedAfter is how long a call runs before its call.started is
-	// published on its own. A call that ends sooner publishes call.started
-	// together with call.completed, started first, in one flush: the
-	// timeline learns of a quick call once, and the call's path to its
-	// envelope carries no second publish (t_start in the event is the
-	// tool's start either way). Default 5ms; negative: call.started goes out
-	// before the tool runs.
+	// published. A call that ends sooner publishes no call.started at all:
+	// its envelope carries t_start, so the event would tell a watcher
+	// nothing the completed event does not, and it would be one more stored
+	// event per call on the hot path. A call still running after it is
+	// announced while it runs, so the timeline shows a slow call running
+	// live. Default 250ms (DefaultStartedAfter): below what a person notices
+	// on a timeline. Negative: call.started goes out before the tool runs,
+	// for every call.
+	//
+	// A call that resolved secrets publishes its call.started whatever its
+	// duration (with its completed event, started first, when quick): the
+	// started event is where the scope each secret came from, and any
+	// warning about it, are recorded, and the envelope has no place for
+	// them.
 	StartedAfter time.Duration
 
 	// Web configures the web tools (http_request, http_get, web_fetch).
@@ -144,6 +182,12 @@ func (c Config) With(opts ...Option) Config {
 	return c
 }
 
+// WithQueues sets the queues the executor serves (Config.Queues), replacing
+// those read from the environment.
+func WithQueues(queues ...string) Option {
+	return func(c *Config) { c.Queues = append([]string(nil), queues...) }
+}
+
 // WithTools adds in-process tools beside the built-ins (Config.Tools).
 func WithTools(tools ...tool.Tool) Option {
 	return func(c *Config) { c.Tools = append(c.Tools, tools...) }
@@ -171,6 +215,9 @@ func defaultID() string {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
+	if len(c.Queues) == 0 {
+		c.Queues = []string{envelope.DefaultQueue}
+	}
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.Source = cmp.Or(c.Source, DefaultSource)
 	c.ID = cmp.Or(c.ID, defaultID())
@@ -197,7 +244,7 @@ const (
 // Validate checks the configuration; zero fields mean their defaults.
 func (c Config) Validate() error {
 	c = c.WithDefaults()
-	var errs []error
+	errs := []error{c.validateQueues()}
 	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
 		errs = append(errs, fmt.Errorf("concurrency %d: want 1 to %d", c.Concurrency, MaxConcurrency))
 	}
@@ -229,6 +276,24 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validateQueues checks Queues: valid queue names, each once.
+func (c Config) validateQueues() error {
+	var errs []error
+	if len(c.Queues) > maxQueues {
+		errs = append(errs, fmt.Errorf("%d queues: want at most %d", len(c.Queues), maxQueues))
+	}
+	seen := map[string]bool{}
+	for _, q := range c.Queues {
+		if err := envelope.ValidateQueue(q); err != nil {
+			errs = append(errs, err)
+		} else if seen[q] {
+			errs = append(errs, fmt.Errorf("queue %q is listed twice", q))
+		}
+		seen[q] = true
+	}
+	return errors.Join(errs...)
+}
+
 func checkDuration(what string, d, limit time.Duration) error {
 	if d < minDuration || d > limit {
 		return fmt.Errorf("%s %s: want %s to %s", what, d, minDuration, limit)
@@ -241,6 +306,10 @@ func checkDuration(what string, d, limit time.Duration) error {
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	var c Config
 	e := service.NewEnv(getenv)
+	if v, ok := e.Lookup(EnvQueues); ok {
+		e.List(EnvQueues, &c.Queues)
+		e.Check(EnvQueues, v, Config{Queues: c.Queues}.validateQueues())
+	}
 	e.Int(EnvConcurrency, 1, MaxConcurrency, &c.Concurrency)
 	e.Text(EnvID, maxIDLen, &c.ID)
 	e.Int(EnvMaxOutputBytes, 1, MaxMaxOutputBytes, &c.MaxOutputBytes)
@@ -288,15 +357,16 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 // ones of every service (service.CommonEnvVars).
 func EnvVars() []service.Var {
 	vars := []service.Var{
-		{Name: EnvConcurrency, Help: "tool calls one replica runs at once (default 64)", Example: "16"},
+		{Name: EnvQueues, Help: "the queues whose approved calls this executor runs, comma-separated (default \"default\", the queue of every tool that names none)", Example: "default,gpu"},
+		{Name: EnvConcurrency, Help: "tool calls one replica runs at once on each of its queues (default 64)", Example: "16"},
 		{Name: EnvID, Help: "this replica's name in call.started events (default hostname-pid)", Example: "executor-7"},
-		{Name: EnvMaxOutputBytes, Help: "outputs larger than this are stored as blobs and the envelope keeps a preview (default 2097152)", Example: "1048576"},
+		{Name: EnvMaxOutputBytes, Help: "outputs larger than this are stored as blobs and the envelope keeps a preview (default 65536, at most 196608)", Example: "131072"},
 		{Name: EnvPreviewBytes, Help: "bytes of a truncated output its preview keeps (default 16384)", Example: "4096"},
 		{Name: EnvCircuitFailures, Help: "consecutive PROVIDER_ERROR, NETWORK_ERROR or TIMEOUT outcomes that open a tool's circuit (default 5)", Example: "3"},
 		{Name: EnvCircuitOpen, Help: "how long an open circuit refuses calls (default 30s)", Example: "1m"},
 		{Name: EnvClaimLease, Help: "how long a writes call's claim lives without a heartbeat (default 15s)", Example: "5s"},
 		{Name: EnvAckWait, Help: "the shared consumer's ack wait, the same on every replica (default 30s)", Example: "10s"},
-		{Name: EnvStartedAfter, Help: "how long a call runs before its call.started goes out on its own; 0: before the tool runs (default 5ms)", Example: "0"},
+		{Name: EnvStartedAfter, Help: "how long a call runs before its call.started is published; a quicker call publishes none (its envelope has t_start); 0: before the tool runs, for every call (default 250ms)", Example: "0"},
 		{Name: web.EnvAllowHosts, Help: "host[:port] entries, comma-separated, the web tools may reach although the SSRF guard refuses their addresses", Example: "api.internal:8443,127.0.0.1:9000"},
 		{Name: web.EnvMaxResponseBytes, Help: "bytes of a response body the web tools read; the rest is dropped (default 2097152)", Example: "65536"},
 		{Name: secrets.EnvMasterKeys, Help: "the master keys that open the tools' secrets, id:base64key,... (unset: tools that need secrets fail with AUTH_REQUIRED)", Example: "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="},

@@ -44,19 +44,20 @@ func TestConfigFromEnv(t *testing.T) {
 		{
 			name: "runtime defaults",
 			want: func(t *testing.T, c Config) {
-				require.Equal(t, 2<<20, c.MaxOutputBytes)
+				require.Equal(t, 64<<10, c.MaxOutputBytes)
 				require.Equal(t, 16<<10, c.PreviewBytes)
 				require.Equal(t, 5, c.CircuitFailures)
 				require.Equal(t, 30*time.Second, c.CircuitOpen)
 				require.Equal(t, 15*time.Second, c.ClaimLease)
 				require.Equal(t, 30*time.Second, c.AckWait)
-				require.Equal(t, 5*time.Millisecond, c.StartedAfter)
+				require.Equal(t, 250*time.Millisecond, c.StartedAfter)
+				require.Equal(t, []string{"default"}, c.Queues)
 			},
 		},
 		{
 			name: "started after set",
-			env:  map[string]string{EnvStartedAfter: "250ms"},
-			want: func(t *testing.T, c Config) { require.Equal(t, 250*time.Millisecond, c.StartedAfter) },
+			env:  map[string]string{EnvStartedAfter: "1s"},
+			want: func(t *testing.T, c Config) { require.Equal(t, time.Second, c.StartedAfter) },
 		},
 		{
 			name: "started at once",
@@ -69,11 +70,11 @@ func TestConfigFromEnv(t *testing.T) {
 		{
 			name: "runtime set",
 			env: map[string]string{
-				EnvMaxOutputBytes: "1048576", EnvPreviewBytes: "4096", EnvCircuitFailures: "3",
+				EnvMaxOutputBytes: "131072", EnvPreviewBytes: "4096", EnvCircuitFailures: "3",
 				EnvCircuitOpen: "1m", EnvClaimLease: "5s", EnvAckWait: "10s",
 			},
 			want: func(t *testing.T, c Config) {
-				require.Equal(t, 1<<20, c.MaxOutputBytes)
+				require.Equal(t, 128<<10, c.MaxOutputBytes)
 				require.Equal(t, 4096, c.PreviewBytes)
 				require.Equal(t, 3, c.CircuitFailures)
 				require.Equal(t, time.Minute, c.CircuitOpen)
@@ -89,7 +90,15 @@ func TestConfigFromEnv(t *testing.T) {
 				require.Equal(t, 1000, c.PreviewBytes)
 			},
 		},
-		{name: "max output not a number", env: map[string]string{EnvMaxOutputBytes: "2MB"}, wantErr: []string{EnvMaxOutputBytes, `"2MB"`, "whole number from 1 to 1073741824"}},
+		{name: "max output not a number", env: map[string]string{EnvMaxOutputBytes: "2MB"}, wantErr: []string{EnvMaxOutputBytes, `"2MB"`, "whole number from 1 to 196608"}},
+		{name: "max output above 192 KiB", env: map[string]string{EnvMaxOutputBytes: "196609"}, wantErr: []string{EnvMaxOutputBytes, "196608"}},
+		{
+			name: "queues",
+			env:  map[string]string{EnvQueues: " default , gpu,batch_2"},
+			want: func(t *testing.T, c Config) { require.Equal(t, []string{"default", "gpu", "batch_2"}, c.Queues) },
+		},
+		{name: "queue not a subject token", env: map[string]string{EnvQueues: "default,GPU.big"}, wantErr: []string{EnvQueues, `queue "GPU.big"`}},
+		{name: "queue twice", env: map[string]string{EnvQueues: "gpu,gpu"}, wantErr: []string{EnvQueues, `queue "gpu" is listed twice`}},
 		{name: "preview larger than max", env: map[string]string{EnvMaxOutputBytes: "100", EnvPreviewBytes: "200"}, wantErr: []string{"preview bytes 200"}},
 		{name: "zero failures", env: map[string]string{EnvCircuitFailures: "0"}, wantErr: []string{EnvCircuitFailures}},
 		{name: "open not a duration", env: map[string]string{EnvCircuitOpen: "30"}, wantErr: []string{EnvCircuitOpen, "for example 30s"}},
@@ -150,6 +159,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "source with control character", cfg: Config{Source: "/x\x00"}, wantErr: "source"},
 		{name: "source with spaces", cfg: Config{Source: " /x"}, wantErr: "source"},
 		{name: "negative max output", cfg: Config{MaxOutputBytes: -1}, wantErr: "max output bytes -1"},
+		{name: "max output above 192 KiB", cfg: Config{MaxOutputBytes: MaxMaxOutputBytes + 1}, wantErr: "max output bytes 196609: want 1 to 196608"},
+		{name: "queues", cfg: Config{Queues: []string{"default", "gpu"}}},
+		{name: "bad queue", cfg: Config{Queues: []string{"default", ""}}, wantErr: `queue ""`},
+		{name: "queue twice", cfg: Config{Queues: []string{"a", "a"}}, wantErr: `queue "a" is listed twice`},
 		{name: "negative lease", cfg: Config{ClaimLease: -time.Second}, wantErr: "claim lease -1s"},
 		{name: "circuit open too long", cfg: Config{CircuitOpen: 2 * time.Hour}, wantErr: "circuit open 2h0m0s"},
 	}

@@ -3,19 +3,34 @@
 //
 // # Wiring
 //
-// Every replica pulls from one shared durable JetStream consumer, "executor",
-// on the TOOLWIRE_CALLS stream, filtered to toolwire.call.*.*.approved. For each
-// approved call (data: events.CallRequest) it publishes
-// toolwire.call.<run>.<call>.started, runs the tool, and publishes
-// toolwire.call.<run>.<call>.completed whose data is the envelope. The message
-// is acknowledged only after the completed event is stored (PubAck). Event ids
-// are deterministic ("<run>/<call>/completed") and are the Nats-Msg-Id, so a
-// redelivered call whose completion was already published yields no second
-// completed event; on a redelivery the executor also looks for that completion
-// first and, finding it, acknowledges without running the tool again.
+// The Policy Guard routes each approved call to its tool's queue
+// (toolwire.call.<run>.<call>.approved.<queue>; a tool definition names its
+// queue, "default" when it names none). The executor serves Config.Queues
+// (default ["default"]): for each, every replica serving it pulls from one
+// shared durable JetStream consumer on the TOOLWIRE_CALLS stream, filtered to
+// events.ApprovedFilter(queue) and named DurableFor(queue) ("executor" for
+// the default queue, "executor-<queue>" for the others). For each approved
+// call (data: events.CallRequest) it runs the tool and publishes
+// toolwire.call.<run>.<call>.completed whose data is the envelope, and
+// toolwire.call.<run>.<call>.started only when the call is still running
+// after Config.StartedAfter (250ms by default; a quick call's t_start is in
+// its envelope), or when it resolved secrets, whose scopes the started event
+// records. A quick call thus stores two events: approved and completed. The
+// message is acknowledged only after the events are stored (PubAck). Event
+// ids are deterministic ("<run>/<call>/completed") and are the Nats-Msg-Id,
+// so a redelivered call whose completion was already published yields no
+// second completed event; on a redelivery the executor also looks for that
+// completion first and, finding it, acknowledges without running the tool
+// again.
 //
-// Calls run in parallel (spec 6.3): up to Config.Concurrency per replica, and
-// as many replicas as are deployed.
+// The completed envelope carries the call's cost (envelope.ToolEnvelope.Cost):
+// the registry definition's cost when the envelope is billable (the tool ran,
+// or may have: success, a provider or network error, a timeout; not served
+// from the cache), else 0 (refused, invalid, rate limited, missing secrets,
+// cached). Billing reads tool costs there; contract v2 has no usage event.
+//
+// Calls run in parallel (spec 6.3): up to Config.Concurrency per replica and
+// queue, and as many replicas as are deployed.
 //
 // # Catalog
 //
@@ -99,10 +114,12 @@
 // compare-and-set: every later delivery publishes that record instead of
 // running the tool, waits while a live claim's heartbeat goes on, and declares
 // the outcome unknown once the heartbeat has stopped for a lease. After the
-// tool, an output larger than Config.MaxOutputBytes, or whose envelope would
+// tool, an output larger than Config.MaxOutputBytes (64 KiB by default, at
+// most 192 KiB, measured as the event encodes it), or whose envelope would
 // not fit in one NATS message, is stored whole in the object store
 // toolwire_blobs (package blobs) and replaced by a TruncatedOutput preview,
-// with truncated true and a blob attachment.
+// itself cut to MaxOutputBytes, with truncated true and a blob attachment: no
+// completed event grows with a tool's output.
 //
 // Only infrastructure failures return an error to the consumer runner, which
 // redelivers the call with back-off (and dead-letters it after the last

@@ -25,17 +25,35 @@ import (
 	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
-// Consumer settings: one durable consumer shared by every replica.
+// Consumer settings: one durable consumer per queue, shared by every replica
+// that serves the queue.
 const (
-	// Durable is the name of the executors' shared consumer.
+	// Durable is the name of the consumer of the default queue, and the
+	// prefix of the others' (DurableFor).
 	Durable = "executor"
-	// maxAckPending bounds calls in flight across all replicas: room for 64
-	// replicas at the default concurrency.
+	// maxAckPending bounds the calls of one queue in flight across all
+	// replicas: room for 64 replicas at the default concurrency.
 	maxAckPending = 4096
 	// defaultAbandonAfter is how long a tool may go on after its context ended
 	// before the executor stops waiting for it and answers TIMEOUT.
 	defaultAbandonAfter = 2 * time.Second
 )
+
+// DurableFor names the durable consumer of a queue's approved calls, which
+// every replica serving the queue shares: "executor-<queue>", and for the
+// default queue "executor" itself. The default queue keeps the name the
+// executor's one consumer had before queues existed, so that a deployment
+// that upgrades finds its consumer (its position, its dead letters on
+// toolwire.dlq.TOOLWIRE_CALLS.executor, the dashboards watching it) where it
+// was, its filter narrowed to the default queue, rather than an abandoned
+// consumer beside a new one. Queue names are subject tokens without dots, so
+// no two queues share a name.
+func DurableFor(queue string) string {
+	if queue == envelope.DefaultQueue {
+		return Durable
+	}
+	return Durable + "-" + queue
+}
 
 // Service is the executor: Start it once, Stop it to drain.
 type Service struct {
@@ -202,21 +220,27 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	}
 	s.runners.Observer = s.metrics.consumers
 	s.OnStop(s.runners.Stop) // first at Stop: drains the calls in flight
-	if _, err := s.runners.Start(ctx, s.js, events.RunnerConfig{
-		Spec: events.ConsumerSpec{
-			Stream:        events.StreamCalls,
-			Durable:       Durable,
-			Filters:       events.Filters(events.FilterCallApproved),
-			MaxAckPending: maxAckPending,
-			AckWait:       s.cfg.AckWait,
-		},
-		Handler:     s.handle,
-		Concurrency: s.cfg.Concurrency,
-		Logger:      s.log,
-	}); err != nil {
-		return err
+	for _, q := range s.cfg.Queues {
+		filter, err := events.ApprovedFilter(q)
+		if err != nil {
+			return err
+		}
+		if _, err := s.runners.Start(ctx, s.js, events.RunnerConfig{
+			Spec: events.ConsumerSpec{
+				Stream:        events.StreamCalls,
+				Durable:       DurableFor(q),
+				Filters:       []string{filter},
+				MaxAckPending: maxAckPending,
+				AckWait:       s.cfg.AckWait,
+			},
+			Handler:     s.handle,
+			Concurrency: s.cfg.Concurrency,
+			Logger:      s.log.With("queue", q),
+		}); err != nil {
+			return fmt.Errorf("queue %s: %w", q, err)
+		}
 	}
-	s.log.Info("executor started", "id", s.cfg.ID, "concurrency", s.cfg.Concurrency, "tools", len(s.defs))
+	s.log.Info("executor started", "id", s.cfg.ID, "queues", s.cfg.Queues, "concurrency", s.cfg.Concurrency, "tools", len(s.defs))
 	return nil
 }
 

@@ -35,7 +35,9 @@ func TestExecutorEndToEnd(t *testing.T) {
 	reg, err := registry.Open(t.Context(), env.JS)
 	require.NoError(t, err)
 
-	s := startExecutor(t, env, Config{Concurrency: 8, ID: "executor-e2e"}, WithTools(
+	// StartedAfter negative: every call, however quick, announces itself
+	// before its tool runs, so that every call.started can be checked.
+	s := startExecutor(t, env, Config{Concurrency: 8, ID: "executor-e2e", StartedAfter: -1}, WithTools(
 		newTestTool("panicky", func(context.Context, json.RawMessage) (json.RawMessage, error) {
 			panic("secret-token-123 exploded")
 		}),
@@ -198,11 +200,12 @@ func TestExecutorEndToEnd(t *testing.T) {
 
 // TestRedeliveryIsIdempotent: the same approved event published twice is one
 // message; a redelivery after the completion is acknowledged without running
-// the tool; a run that does repeat publishes no second completed event.
+// the tool; a run that does repeat publishes no second completed event, nor
+// a second started one (started at once here, so that each run has one).
 func TestRedeliveryIsIdempotent(t *testing.T) {
 	env := eventstest.Start(t)
 	var runs atomic.Int32
-	s := startExecutor(t, env, Config{}, WithTools(newTestTool("counting", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
+	s := startExecutor(t, env, Config{StartedAfter: -1}, WithTools(newTestTool("counting", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
 		runs.Add(1)
 		return okOutput(ctx, in)
 	})))
@@ -272,11 +275,12 @@ func TestCallsRunInParallel(t *testing.T) {
 }
 
 // TestReplicasShareTheConsumer: two executors on one durable consumer complete
-// every call exactly once.
+// every call exactly once (each call's started event, published at once
+// here, names the replica that ran it).
 func TestReplicasShareTheConsumer(t *testing.T) {
 	env := eventstest.Start(t)
-	startExecutor(t, env, Config{ID: "replica-a", Concurrency: 2})
-	startExecutor(t, env, Config{ID: "replica-b", Concurrency: 2})
+	startExecutor(t, env, Config{ID: "replica-a", Concurrency: 2, StartedAfter: -1})
+	startExecutor(t, env, Config{ID: "replica-b", Concurrency: 2, StartedAfter: -1})
 	schemas, err := events.NewSchemas()
 	require.NoError(t, err)
 
@@ -303,17 +307,8 @@ func TestReplicasShareTheConsumer(t *testing.T) {
 	for _, req := range reqs {
 		require.Equal(t, uint64(1), count(t, env.JS, completedSubject(t, req)))
 	}
-	st, err := env.JS.Stream(t.Context(), events.StreamCalls)
-	require.NoError(t, err)
-	infos := st.ListConsumers(t.Context())
-	var durables []string
-	for ci := range infos.Info() {
-		if ci.Config.Durable != "" {
-			durables = append(durables, ci.Config.Durable)
-		}
-	}
-	require.NoError(t, infos.Err())
-	require.Equal(t, []string{Durable}, durables, "the replicas share one durable consumer")
+	require.Equal(t, map[string]string{Durable: "toolwire.call.*.*.approved.default"}, durableFilters(t, env.JS),
+		"the replicas share one durable consumer, of the default queue")
 }
 
 // TestStopDrainsCallsInFlight: Stop returns only after the call in flight has
@@ -394,7 +389,7 @@ func TestToolIgnoringItsContext(t *testing.T) {
 func TestMalformedCallIsDeadLettered(t *testing.T) {
 	env := eventstest.Start(t)
 	startExecutor(t, env, Config{})
-	subj, err := events.CallSubject("run-poison", "abc123", "approved")
+	subj, err := events.ApprovedSubject("run-poison", "abc123", envelope.DefaultQueue)
 	require.NoError(t, err)
 	out, err := events.Build(events.TypeCallApproved, "run-poison/abc123/approved", subj,
 		events.Attrs{Source: testSource, RunID: "run-poison", CallID: "abc123"}, map[string]any{"surprise": true})

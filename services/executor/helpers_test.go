@@ -95,7 +95,8 @@ func builtinDef(t testing.TB, name string) envelope.ToolDefinition {
 	return envelope.ToolDefinition{}
 }
 
-// callRequest builds an approved call with its deterministic call id.
+// callRequest builds an approved call of the default queue with its
+// deterministic call id.
 func callRequest(t testing.TB, runID string, seq int, name, version, input string) events.CallRequest {
 	t.Helper()
 	id, err := envelope.CallID(name, version, []byte(input), seq)
@@ -104,13 +105,15 @@ func callRequest(t testing.TB, runID string, seq int, name, version, input strin
 		RunID: runID, CallID: id, Seq: seq, Iteration: 1,
 		Name: name, Version: version, Input: json.RawMessage(input),
 		Tenant: envelope.Tenant{OrgID: "acme", WorkspaceID: "ws"}, Agent: "tester",
-		EnabledTools: []string{name + "@" + version},
+		Queue: envelope.DefaultQueue,
 	}
 }
 
+// approved is the approved event of req, routed to req.Queue as the Policy
+// Guard routes it.
 func approved(t testing.TB, req events.CallRequest, rt events.RunTrace) events.Outgoing {
 	t.Helper()
-	out, err := events.NewCallRequest(testSource, "approved", req, rt)
+	out, err := events.NewCallApproved(testSource, req, rt)
 	require.NoError(t, err)
 	return out
 }
@@ -118,6 +121,33 @@ func approved(t testing.TB, req events.CallRequest, rt events.RunTrace) events.O
 func publishApproved(t testing.TB, pub *events.Publisher, req events.CallRequest) {
 	t.Helper()
 	require.NoError(t, pub.Publish(t.Context(), approved(t, req, events.RunTrace{})))
+}
+
+// publishAllApproved publishes the approved events of reqs together.
+func publishAllApproved(t testing.TB, js jetstream.JetStream, reqs []events.CallRequest) {
+	t.Helper()
+	outs := make([]events.Outgoing, len(reqs))
+	for i, req := range reqs {
+		outs[i] = approved(t, req, events.RunTrace{})
+	}
+	require.NoError(t, events.NewPublisher(js).PublishAll(t.Context(), outs))
+}
+
+// durableFilters maps each durable consumer of the calls stream to its
+// filter subject.
+func durableFilters(t testing.TB, js jetstream.JetStream) map[string]string {
+	t.Helper()
+	st, err := js.Stream(t.Context(), events.StreamCalls)
+	require.NoError(t, err)
+	filters := map[string]string{}
+	infos := st.ListConsumers(t.Context())
+	for ci := range infos.Info() {
+		if ci.Config.Durable != "" {
+			filters[ci.Config.Durable] = ci.Config.FilterSubject
+		}
+	}
+	require.NoError(t, infos.Err())
+	return filters
 }
 
 func completedSubject(t testing.TB, req events.CallRequest) string {
@@ -205,6 +235,16 @@ func count(t testing.TB, js jetstream.JetStream, subject string) uint64 {
 	info, err := st.Info(t.Context(), jetstream.WithSubjectFilter(subject))
 	require.NoError(t, err)
 	return info.State.Subjects[subject]
+}
+
+// streamSeq is the stream sequence of the last message on subject.
+func streamSeq(t testing.TB, js jetstream.JetStream, subject string) uint64 {
+	t.Helper()
+	st, err := js.Stream(t.Context(), events.StreamCalls)
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(t.Context(), subject)
+	require.NoError(t, err)
+	return m.Sequence
 }
 
 // testTool is an in-process tool for the tests, with a permissive input

@@ -64,7 +64,8 @@ func TestRateLimitSharedByReplicas(t *testing.T) {
 	limited.def.RateLimit = &envelope.RateLimit{PerS: envelope.MinRateLimitPerS, Burst: 5}
 	replicas := map[string]*Service{}
 	for _, id := range []string{"rl-a", "rl-b", "rl-c"} {
-		replicas[id] = startExecutor(t, env, Config{ID: id, Concurrency: 2}, WithTools(limited))
+		// Started at once: each call's started event names its replica.
+		replicas[id] = startExecutor(t, env, Config{ID: id, Concurrency: 2, StartedAfter: -1}, WithTools(limited))
 	}
 
 	const runID = "run-ratelimit"
@@ -306,19 +307,9 @@ func TestCachePolicies(t *testing.T) {
 	require.Equal(t, int32(2), counts["reads_ttl"].Load())
 }
 
-// TestTruncation: an output above max_output_bytes is stored whole as a blob;
-// the envelope is truncated, carries the blob attachment and a preview that is
-// valid JSON and cut on a character boundary. An output below the limit whose
-// envelope would not fit in one NATS message is truncated too.
-func TestTruncation(t *testing.T) {
-	env := eventstest.Start(t)
-	schemas := newEventSchemas(t)
-	// big is under max_output_bytes (2 MiB) but its envelope cannot fit in a
-	// 1 MiB message; huge is over 5 MiB.
-	big := json.RawMessage(`{"ok":true,"text":"` + strings.Repeat("x", 1<<20) + `"}`)
-	huge := json.RawMessage(`{"ok":true,"text":"` + strings.Repeat("0123456789", 5<<20/10) + `"}`)
-	outputs := map[string]json.RawMessage{"big": big, "huge": huge, "small": json.RawMessage(`{"ok":true}`)}
-	sizer := newTestTool("sizer", func(_ context.Context, in json.RawMessage) (json.RawMessage, error) {
+// sizedTool is a test tool that returns outputs[input.size].
+func sizedTool(name string, outputs map[string]json.RawMessage) testTool {
+	return newTestTool(name, func(_ context.Context, in json.RawMessage) (json.RawMessage, error) {
 		var p struct {
 			Size string `json:"size"`
 		}
@@ -327,22 +318,43 @@ func TestTruncation(t *testing.T) {
 		}
 		return outputs[p.Size], nil
 	})
-	s := startExecutor(t, env, Config{MaxOutputBytes: 2 << 20, PreviewBytes: 101}, WithTools(sizer))
+}
+
+// TestTruncation: an output above max_output_bytes is stored whole as a blob;
+// the envelope is truncated, carries the blob attachment and a preview that is
+// valid JSON and cut on a character boundary. An output below the limit whose
+// envelope would not fit in one NATS message (its input is large) is
+// truncated too, and so is one under the limit in bytes that escaping in the
+// event would take over it.
+func TestTruncation(t *testing.T) {
+	env := eventstest.Start(t)
+	schemas := newEventSchemas(t)
+	// big is under max_output_bytes (192 KiB) but its envelope, with an
+	// input of 950 KiB, cannot fit in a 1 MiB message; escaped is 40 KiB of
+	// '<', which the event encodes as 240 KiB; huge is over 5 MiB.
+	big := json.RawMessage(`{"ok":true,"text":"` + strings.Repeat("x", 100<<10) + `"}`)
+	escaped := json.RawMessage(`{"ok":true,"text":"` + strings.Repeat("<", 40<<10) + `"}`)
+	huge := json.RawMessage(`{"ok":true,"text":"` + strings.Repeat("0123456789", 5<<20/10) + `"}`)
+	outputs := map[string]json.RawMessage{"big": big, "escaped": escaped, "huge": huge, "small": json.RawMessage(`{"ok":true}`)}
+	s := startExecutor(t, env, Config{MaxOutputBytes: MaxMaxOutputBytes, PreviewBytes: 101}, WithTools(sizedTool("sizer", outputs)))
 	const runID = "run-truncate"
 	w := watchRun(t, env.JS, runID)
 
 	tests := []struct {
 		size      string
+		pad       int // bytes of padding in the input
 		truncated bool
 	}{
 		{size: "small"},
-		{size: "big", truncated: true},  // under 2 MiB, over a message
-		{size: "huge", truncated: true}, // 5 MiB
+		{size: "big", pad: 950 << 10, truncated: true}, // under 192 KiB, over a message with its input
+		{size: "escaped", truncated: true},             // 40 KiB, 240 KiB escaped
+		{size: "huge", truncated: true},                // 5 MiB
 	}
 	for i, tc := range tests {
-		req := callRequest(t, runID, i+1, "sizer", "1.0.0", fmt.Sprintf(`{"size":%q}`, tc.size))
+		req := callRequest(t, runID, i+1, "sizer", "1.0.0", fmt.Sprintf(`{"size":%q,"pad":%q}`, tc.size, strings.Repeat("p", tc.pad)))
 		got := w.call(t, env.JS, schemas, req)
 		require.Nil(t, got.Error, "%s: %+v", tc.size, got.Error)
+		require.Equal(t, string(req.Input), string(got.Input), "the input stays byte for byte")
 		full := outputs[tc.size]
 		if !tc.truncated {
 			require.False(t, got.Truncated)
@@ -364,7 +376,76 @@ func TestTruncation(t *testing.T) {
 		require.Equal(t, "application/json", ct)
 		require.Equal(t, string(full), string(data), "the blob holds the whole output")
 	}
-	require.Equal(t, 2.0, testutil.ToFloat64(s.metrics.truncated.WithLabelValues("sizer@1.0.0")))
+	require.Equal(t, 3.0, testutil.ToFloat64(s.metrics.truncated.WithLabelValues("sizer@1.0.0")))
+}
+
+// TestEnvelopesStayBounded: outputs of 300 KiB and 2 MiB (a web page, a file)
+// give envelopes, and completed events as stored with their headers, well
+// under 256 KiB, at the default limits and at the largest settings (192 KiB
+// inline, a preview as long), even when escaping in the event would blow a
+// preview up six times; the whole output is in the blob.
+func TestEnvelopesStayBounded(t *testing.T) {
+	env := eventstest.Start(t)
+	schemas := newEventSchemas(t)
+	const bound = 256 << 10
+	page := func(n int, fill string) json.RawMessage {
+		return json.RawMessage(`{"ok":true,"html":"` + strings.Repeat(fill, (n-30)/len(fill)) + `"}`)
+	}
+	outputs := map[string]json.RawMessage{
+		"300k":      page(300<<10, "<p>lorem ipsum</p>"),
+		"2m":        page(2<<20, "0123456789"),
+		"300k-tags": page(300<<10, "<"),
+	}
+	sizer := sizedTool("pager", outputs)
+	st, err := env.JS.Stream(t.Context(), events.StreamCalls)
+	require.NoError(t, err)
+
+	for _, cfg := range []struct {
+		name string
+		cfg  Config
+	}{
+		{name: "defaults"},
+		{name: "largest settings", cfg: Config{MaxOutputBytes: MaxMaxOutputBytes, PreviewBytes: MaxMaxOutputBytes}},
+	} {
+		t.Run(cfg.name, func(t *testing.T) {
+			c := cfg.cfg
+			c.Queues = []string{"bounded-" + strings.ReplaceAll(cfg.name, " ", "-")}
+			s := startExecutor(t, env, c, WithTools(sizer))
+			runID := "run-bounded-" + strings.ReplaceAll(cfg.name, " ", "-")
+			w := watchRun(t, env.JS, runID)
+			for i, size := range []string{"300k", "2m", "300k-tags"} {
+				req := callRequest(t, runID, i+1, "pager", "1.0.0", fmt.Sprintf(`{"size":%q}`, size))
+				req.Queue = c.Queues[0]
+				got := w.call(t, env.JS, schemas, req)
+				require.Nil(t, got.Error, "%s: %+v", size, got.Error)
+				require.True(t, got.Truncated, size)
+
+				b, err := json.Marshal(got)
+				require.NoError(t, err)
+				require.Less(t, len(b), bound, "%s: the envelope", size)
+				require.LessOrEqual(t, len(got.Output), s.Config().MaxOutputBytes, "%s: the output weighs at most max_output_bytes", size)
+				m, err := st.GetLastMsgForSubject(t.Context(), completedSubject(t, req))
+				require.NoError(t, err)
+				stored := len(m.Subject) + len(m.Data)
+				for k, vs := range m.Header {
+					for _, v := range vs {
+						stored += len(k) + len(v) + 4
+					}
+				}
+				require.Less(t, stored, bound, "%s: the completed event with its headers", size)
+				t.Logf("%s: output %d bytes, envelope %d bytes, event %d bytes", size, len(outputs[size]), len(b), stored)
+
+				require.Len(t, got.Attachments, 1)
+				data, _, err := blobs.Get(t.Context(), env.JS, strings.TrimPrefix(got.Attachments[0].URL, blobs.URLPrefix))
+				require.NoError(t, err)
+				require.Equal(t, string(outputs[size]), string(data), "%s: the blob holds the whole output", size)
+				var preview TruncatedOutput
+				require.NoError(t, json.Unmarshal(got.Output, &preview))
+				require.True(t, strings.HasPrefix(string(outputs[size]), preview.Preview))
+				require.NotEmpty(t, preview.Preview)
+			}
+		})
+	}
 }
 
 // TestTruncationPreviewCutsOnCharacters: a tiny max_output_bytes truncates a

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -12,11 +14,13 @@ import (
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
-// call.started is published without waiting for its PubAck before the tool
-// runs; a delivery that failed after completed was stored but before started
-// was is redelivered, and the redelivery publishes the missing started
-// (rebuilt from the envelope) without running the tool again.
-func TestRedeliveryPublishesAMissingStarted(t *testing.T) {
+// A redelivery of a call whose completed event is stored (its ack was lost)
+// is acknowledged without running the tool again and publishes nothing: no
+// second completed event, and no call.started either, since the envelope
+// carries the call's t_start. (Before contract v2 the redelivery published a
+// call.started missing from the stream; a call now owes none once it has
+// completed.)
+func TestRedeliveryOfACompletedCallPublishesNothing(t *testing.T) {
 	env := eventstest.Start(t)
 	s := startExecutor(t, env, Config{ID: "executor-started"})
 	pub := events.NewPublisher(env.JS)
@@ -30,36 +34,22 @@ func TestRedeliveryPublishesAMissingStarted(t *testing.T) {
 	require.NoError(t, pub.Publish(t.Context(), completed))
 	startedSubj, err := events.CallSubject(req.RunID, req.CallID, "started")
 	require.NoError(t, err)
-	require.Zero(t, count(t, env.JS, startedSubj))
 
 	in := approved(t, req, events.RunTrace{})
-	for range 2 { // a second redelivery finds it stored and publishes nothing
+	for range 2 {
 		require.NoError(t, s.handle(t.Context(), &events.Delivery{Event: &in.Event, Subject: in.Subject, Attempt: 2}))
 	}
-	require.EqualValues(t, 1, count(t, env.JS, startedSubj), "the missing call.started is published once")
+	require.Zero(t, count(t, env.JS, startedSubj), "no call.started for a completed call")
 	require.EqualValues(t, 1, count(t, env.JS, completedSubject(t, req)), "the tool did not run again")
-
-	w := watchRun(t, env.JS, req.RunID)
-	e := w.wait(t, startedSubj)
-	var got events.CallStarted
-	require.NoError(t, events.DecodeData(e, &got))
-	require.Equal(t, req.CallID, got.CallID)
-	require.True(t, got.TStart.Equal(tStart), "started carries the envelope's start time")
+	require.Zero(t, testutil.ToFloat64(s.metrics.calls.WithLabelValues("echo@1.0.0", outcomeOK)), "nothing ran")
 }
 
-// A call quicker than StartedAfter publishes call.started together with
-// call.completed, started first; a slower one publishes call.started while
-// the tool still runs. With StartedAfter negative, started goes out before
-// the tool runs, however quick it is.
-func TestStartedGoesOutWithCompletedOrWhileTheToolRuns(t *testing.T) {
+// A call quicker than StartedAfter publishes no call.started at all (its
+// envelope carries t_start); a slower one publishes call.started while the
+// tool still runs, once. With StartedAfter negative, started goes out before
+// the tool runs, however quick it is, and is stored before completed.
+func TestStartedOnlyForSlowCalls(t *testing.T) {
 	env := eventstest.Start(t)
-	seqOf := func(t *testing.T, subj string) uint64 {
-		st, err := env.JS.Stream(t.Context(), events.StreamCalls)
-		require.NoError(t, err)
-		m, err := st.GetLastMsgForSubject(t.Context(), subj)
-		require.NoError(t, err)
-		return m.Sequence
-	}
 	run := func(t *testing.T, s *Service, req events.CallRequest) (startedSubj string, done chan error) {
 		subj, err := events.CallSubject(req.RunID, req.CallID, "started")
 		require.NoError(t, err)
@@ -76,8 +66,37 @@ func TestStartedGoesOutWithCompletedOrWhileTheToolRuns(t *testing.T) {
 		req := callRequest(t, "run-quick", 1, "echo", "1.0.0", `{"text":"hi"}`)
 		subj, done := run(t, s, req)
 		require.NoError(t, <-done)
-		require.EqualValues(t, 1, count(t, env.JS, subj))
-		require.Less(t, seqOf(t, subj), seqOf(t, completedSubject(t, req)), "started is stored before completed")
+		require.EqualValues(t, 1, count(t, env.JS, completedSubject(t, req)))
+		require.Zero(t, count(t, env.JS, subj), "a quick call publishes no call.started")
+	})
+	t.Run("quick calls store two events each", func(t *testing.T) {
+		startExecutor(t, env, Config{ID: "executor-quick-many", StartedAfter: maxStartedAfter})
+		const runID = "run-quick-many"
+		w := watchRun(t, env.JS, runID)
+		schemas := newEventSchemas(t)
+		var reqs []events.CallRequest
+		for i := range 8 {
+			reqs = append(reqs, callRequest(t, runID, i+1, "calculator", "1.0.0", `{"expression":"1+1"}`))
+		}
+		publishAllApproved(t, env.JS, reqs)
+		for _, req := range reqs {
+			got := w.envelopeOf(t, schemas, req)
+			require.Nil(t, got.Error)
+			require.False(t, got.TStart.IsZero(), "the envelope carries t_start")
+		}
+		filter, err := events.CallEvents(runID)
+		require.NoError(t, err)
+		st, err := env.JS.Stream(t.Context(), events.StreamCalls)
+		require.NoError(t, err)
+		info, err := st.Info(t.Context(), jetstream.WithSubjectFilter(filter))
+		require.NoError(t, err)
+		stored := map[string]uint64{}
+		for subj, n := range info.State.Subjects {
+			p, err := events.ParseSubject(subj)
+			require.NoError(t, err)
+			stored[string(p.Verb)] += n
+		}
+		require.Equal(t, map[string]uint64{"approved": 8, "completed": 8}, stored, "two stored events per quick call: approved and completed")
 	})
 	t.Run("slow call", func(t *testing.T) {
 		s := startExecutor(t, env, Config{ID: "executor-slow", StartedAfter: 10 * time.Millisecond})
@@ -89,6 +108,7 @@ func TestStartedGoesOutWithCompletedOrWhileTheToolRuns(t *testing.T) {
 		require.NoError(t, <-done)
 		require.EqualValues(t, 1, count(t, env.JS, completedSubject(t, req)))
 		require.EqualValues(t, 1, count(t, env.JS, subj), "started is published once")
+		require.Less(t, streamSeq(t, env.JS, subj), streamSeq(t, env.JS, completedSubject(t, req)))
 	})
 	t.Run("at once", func(t *testing.T) {
 		s := startExecutor(t, env, Config{ID: "executor-at-once", StartedAfter: -1})
@@ -97,5 +117,13 @@ func TestStartedGoesOutWithCompletedOrWhileTheToolRuns(t *testing.T) {
 		require.Eventually(t, func() bool { return count(t, env.JS, subj) == 1 }, waitLimit, 5*time.Millisecond)
 		require.Zero(t, count(t, env.JS, completedSubject(t, req)))
 		require.NoError(t, <-done)
+	})
+	t.Run("at once, quick call", func(t *testing.T) {
+		s := startExecutor(t, env, Config{ID: "executor-at-once-quick", StartedAfter: -1})
+		req := callRequest(t, "run-at-once-quick", 1, "echo", "1.0.0", `{"text":"hi"}`)
+		subj, done := run(t, s, req)
+		require.NoError(t, <-done)
+		require.EqualValues(t, 1, count(t, env.JS, subj))
+		require.Less(t, streamSeq(t, env.JS, subj), streamSeq(t, env.JS, completedSubject(t, req)), "started is stored before completed")
 	})
 }

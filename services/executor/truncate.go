@@ -50,12 +50,24 @@ func (s *Service) fits(env *envelope.ToolEnvelope) (bool, error) {
 	return len(b)+messageHeadroom <= s.maxMessageBytes(), nil
 }
 
-// setOutput puts out in the envelope, or, when it is larger than
-// MaxOutputBytes or would not fit in one message, stores it whole as a blob
-// and puts a TruncatedOutput preview and the blob's attachment in its place.
+// maxEscape is the most encoding/json grows a byte of a JSON document: a
+// control character, '<', '>', '&' or a byte of invalid UTF-8 inside a string
+// becomes a six-byte escape (\u003c), and events are encoded that way.
+const maxEscape = 6
+
+// setOutput puts out in the envelope, or, when it weighs more than
+// MaxOutputBytes as the event encodes it, or its envelope would not fit in
+// one message, stores it whole as a blob and puts a TruncatedOutput preview
+// and the blob's attachment in its place. Either way the envelope's output
+// weighs at most MaxOutputBytes in the event (a preview is cut until it
+// does), so that no event grows with the size of a tool's output.
 func (s *Service) setOutput(ctx context.Context, runID, callID string, env *envelope.ToolEnvelope, out json.RawMessage) error {
 	env.Output = out
-	if len(out) <= s.cfg.MaxOutputBytes {
+	inline, err := s.withinMax(out)
+	if err != nil {
+		return err
+	}
+	if inline {
 		ok, err := s.fits(env)
 		if err != nil {
 			return err
@@ -78,6 +90,14 @@ func (s *Service) setOutput(ctx context.Context, runID, callID string, env *enve
 			return err
 		}
 		env.Output = preview
+		// Escaped as a JSON string, a preview can weigh up to six times its
+		// bytes: it is cut in proportion until it is within MaxOutputBytes
+		// (an empty one stands whatever the limit), then halved until the
+		// envelope fits in a message.
+		if over := len(preview) - s.cfg.MaxOutputBytes; over > 0 && n > 0 {
+			n = min(n-1, n*s.cfg.MaxOutputBytes/len(preview))
+			continue
+		}
 		ok, err := s.fits(env)
 		if err != nil {
 			return err
@@ -90,6 +110,23 @@ func (s *Service) setOutput(ctx context.Context, runID, callID string, env *enve
 		}
 		n /= 2
 	}
+}
+
+// withinMax reports whether out, encoded as the event encodes it, weighs at
+// most MaxOutputBytes. Only an output that escaping could take over the limit
+// is encoded to find out.
+func (s *Service) withinMax(out json.RawMessage) (bool, error) {
+	switch {
+	case len(out) > s.cfg.MaxOutputBytes:
+		return false, nil
+	case len(out) <= s.cfg.MaxOutputBytes/maxEscape:
+		return true, nil
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return false, err
+	}
+	return len(b) <= s.cfg.MaxOutputBytes, nil
 }
 
 // utf8Cut returns the largest n' <= n such that b[:n'] does not end inside

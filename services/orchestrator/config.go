@@ -16,9 +16,11 @@ import (
 // Environment variables of the orchestrator (besides the common ones of
 // service.CommonEnvVars; the model providers' are in providers.go).
 const (
-	EnvConcurrency  = "TOOLWIRE_ORCHESTRATOR_CONCURRENCY"
-	EnvModelTimeout = "TOOLWIRE_MODEL_TIMEOUT"
-	EnvModelRetries = "TOOLWIRE_MODEL_RETRIES"
+	EnvConcurrency      = "TOOLWIRE_ORCHESTRATOR_CONCURRENCY"
+	EnvModelTimeout     = "TOOLWIRE_MODEL_TIMEOUT"
+	EnvModelRetries     = "TOOLWIRE_MODEL_RETRIES"
+	EnvStartedAfter     = "TOOLWIRE_RUN_STARTED_AFTER"
+	EnvModelOutputBytes = "TOOLWIRE_MODEL_OUTPUT_BYTES"
 )
 
 // Defaults and bounds of Config.
@@ -26,10 +28,18 @@ const (
 	DefaultSource       = "/toolwire/orchestrator"
 	DefaultConcurrency  = 64
 	DefaultModelTimeout = 2 * time.Minute
-	// MaxModelAttempts bounds how often the model call of one iteration may
-	// be started: a call that keeps getting interrupted (its replica dies
-	// every time) ends the run instead of looping.
-	MaxModelAttempts = 5
+	// DefaultStartedAfter is how long a run's first model call runs before
+	// the run's started event goes out: a run whose first answer comes
+	// sooner needs none (its first turn says it started), one that waits
+	// longer shows as running where a human would notice the wait.
+	DefaultStartedAfter = 250 * time.Millisecond
+	// DefaultModelOutputBytes is the most of one tool output the model is
+	// given: an output stored as a blob (larger than the executor's inline
+	// limit) is read back whole up to this size, else its preview is given.
+	DefaultModelOutputBytes = 256 << 10
+
+	maxStartedAfter     = time.Minute
+	maxModelOutputBytes = 8 << 20
 
 	maxConcurrency  = 4096
 	maxModelTimeout = time.Hour
@@ -54,10 +64,17 @@ type Config struct {
 	Providers Providers
 	// Prices is the model price table; default DefaultPrices.
 	Prices Prices
+	// StartedAfter is how long a run's first model call runs before the
+	// run's started event is published (default DefaultStartedAfter;
+	// negative: at once).
+	StartedAfter time.Duration
+	// ModelOutputBytes is the most of one tool output the model is given
+	// (default DefaultModelOutputBytes).
+	ModelOutputBytes int
 	// AckWait is how long a delivery may stay unacknowledged before another
 	// replica gets it (a live handler keeps extending it). Default
-	// ModelTimeout + 30s for verdicts (they wait for the model), at most 30s
-	// for tool completions and approvals.
+	// ModelTimeout + 30s for run requests and completions (their handlers may
+	// call the model), at most 30s for approvals.
 	AckWait time.Duration
 	// InstanceID names this replica in the run state's model claims; default
 	// host name, process id and a random suffix.
@@ -75,6 +92,12 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	e := service.NewEnv(getenv)
 	e.Int(EnvConcurrency, 1, maxConcurrency, &c.Concurrency)
 	e.Duration(EnvModelTimeout, time.Millisecond, maxModelTimeout, &c.ModelTimeout)
+	if v, ok := e.Lookup(EnvStartedAfter); ok && v == "0" {
+		c.StartedAfter = -1 // at once
+	} else {
+		e.Duration(EnvStartedAfter, time.Millisecond, maxStartedAfter, &c.StartedAfter)
+	}
+	e.Int(EnvModelOutputBytes, 1, maxModelOutputBytes, &c.ModelOutputBytes)
 	readPrices(e, c.Prices)
 	readProviders(e, &c)
 	return c, e.Err()
@@ -86,6 +109,8 @@ func EnvVars() []service.Var {
 	return append([]service.Var{
 		{Name: EnvConcurrency, Help: "handlers each of the orchestrator's consumers runs at once per replica (default 64)", Example: "16"},
 		{Name: EnvModelTimeout, Help: "bound on one model call, the adapter's retries included (default 2m)", Example: "30s"},
+		{Name: EnvStartedAfter, Help: "how long a run's first model call runs before the run's started event goes out; 0: at once (default 250ms)", Example: "1s"},
+		{Name: EnvModelOutputBytes, Help: "the most of one tool output the model is given; a larger output reaches it as its preview (default 262144)", Example: "65536"},
 		{Name: EnvPrices, Help: "model price table, JSON or the path of a JSON file: {\"model\" or \"provider/model\": {\"input_per_mtok\": n, \"output_per_mtok\": n}}, over the built-in prices",
 			Example: `{"my-model": {"input_per_mtok": 1, "output_per_mtok": 2}}`},
 	}, providerEnvVars()...)
@@ -95,6 +120,8 @@ func (c Config) withDefaults() Config {
 	c.Source = cmp.Or(c.Source, DefaultSource)
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.ModelTimeout = cmp.Or(c.ModelTimeout, DefaultModelTimeout)
+	c.StartedAfter = cmp.Or(c.StartedAfter, DefaultStartedAfter)
+	c.ModelOutputBytes = cmp.Or(c.ModelOutputBytes, DefaultModelOutputBytes)
 	c.AckWait = cmp.Or(c.AckWait, c.ModelTimeout+30*time.Second)
 	if c.Prices == nil {
 		c.Prices = DefaultPrices()
@@ -118,6 +145,12 @@ func (c Config) Validate() error {
 	if c.ModelTimeout < 0 || c.ModelTimeout > maxModelTimeout {
 		errs = append(errs, fmt.Errorf("orchestrator: model timeout %s: want up to %s", c.ModelTimeout, maxModelTimeout))
 	}
+	if c.StartedAfter > maxStartedAfter {
+		errs = append(errs, fmt.Errorf("orchestrator: started after %s: want up to %s", c.StartedAfter, maxStartedAfter))
+	}
+	if c.ModelOutputBytes < 0 || c.ModelOutputBytes > maxModelOutputBytes {
+		errs = append(errs, fmt.Errorf("orchestrator: model output bytes %d: want up to %d", c.ModelOutputBytes, maxModelOutputBytes))
+	}
 	if c.AckWait < 0 {
 		errs = append(errs, fmt.Errorf("orchestrator: ack wait %s: want a positive duration", c.AckWait))
 	}
@@ -135,12 +168,6 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// claimLease is how long a model claim holds: the model call is bounded by
-// ModelTimeout, and recording its turn takes a moment more.
-func (c Config) claimLease() time.Duration {
-	return c.ModelTimeout + min(2*time.Second, c.ModelTimeout)
 }
 
 // shortAckWait is the ack wait of the consumers whose handlers never call the

@@ -8,25 +8,25 @@ type FaultPoint string
 
 // Fault points, in the order a turn passes them.
 const (
-	// FaultBeforeModel: the model call of an iteration is claimed in the run
-	// state, the model is not called yet.
+	// FaultBeforeModel: the model call of a turn is due; the model is not
+	// called yet.
 	FaultBeforeModel FaultPoint = "before_model"
-	// FaultAfterModel: the model answered; its turn is not recorded.
+	// FaultAfterModel: the model answered; its turn is not published.
 	FaultAfterModel FaultPoint = "after_model"
-	// FaultBeforePublishCalls: the turn and its tool calls are recorded in
-	// the run state; the calls are not published.
-	FaultBeforePublishCalls FaultPoint = "before_publish_calls"
+	// FaultAfterPublishTurn: the turn is published (the guard judges its
+	// calls); the run state does not record it yet.
+	FaultAfterPublishTurn FaultPoint = "after_publish_turn"
 	// FaultAfterRecordEnvelope: a call's envelope is recorded in the run
-	// state; what follows (the next iteration's check) is not published.
+	// state; what follows (the next model call) is not done.
 	FaultAfterRecordEnvelope FaultPoint = "after_record_envelope"
-	// FaultBeforePublishOutputs: the run is complete in its state; the
-	// completed event with its AgentOutputs is not published.
+	// FaultBeforePublishOutputs: the run has ended in its state; its
+	// completed (or failed) event is not published.
 	FaultBeforePublishOutputs FaultPoint = "before_publish_outputs"
 )
 
 // FaultPoints lists every fault point.
 func FaultPoints() []FaultPoint {
-	return []FaultPoint{FaultBeforeModel, FaultAfterModel, FaultBeforePublishCalls,
+	return []FaultPoint{FaultBeforeModel, FaultAfterModel, FaultAfterPublishTurn,
 		FaultAfterRecordEnvelope, FaultBeforePublishOutputs}
 }
 

@@ -30,7 +30,7 @@ func TestFailedStartReleasesWhatItSetUp(t *testing.T) {
 			breakIt: func(ctx context.Context, js jetstream.JetStream) error {
 				return js.DeleteKeyValue(ctx, events.BucketApprovals)
 			}},
-		{name: "calls stream missing", err: "start " + orchestrator.DurableCalls,
+		{name: "calls stream missing", err: "stream " + events.StreamCalls,
 			breakIt: func(ctx context.Context, js jetstream.JetStream) error {
 				return js.DeleteStream(ctx, events.StreamCalls)
 			}},

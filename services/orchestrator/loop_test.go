@@ -2,8 +2,11 @@ package orchestrator_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/toolwire/toolwire/services/orchestrator/provider"
 	"github.com/toolwire/toolwire/services/orchestrator/provider/openai"
 	"github.com/toolwire/toolwire/services/orchestrator/provider/providertest"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
 // A provider that keeps failing ends the run with a clear reason, after the
@@ -33,7 +37,6 @@ func TestProviderThatKeepsFailingFailsTheRun(t *testing.T) {
 		Agent:    envelope.Agent{Name: "agent", Model: envelope.Model{Provider: "openai", Name: "gpt-4o-mini"}},
 		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}}
 	h.Submit(ctx, req)
-	orchestratortest.Guard{H: h, Ctx: ctx}.AllowIteration(req.RunID, 1)
 	final, err := h.Wait(ctx, req.RunID)
 	require.NoError(t, err)
 	require.Equal(t, events.StatusFailed, final.Status)
@@ -63,4 +66,73 @@ func TestRunRequestProviderRejections(t *testing.T) {
 		require.Equal(t, events.StatusFailed, final.Status)
 		require.True(t, strings.Contains(final.Reason, tc.reason), final.Reason)
 	}
+}
+
+// A run stores few events: the turn that answers without calls is not an
+// event of its own but rides on the run's completed event, and a quick run
+// publishes no started event. When the orchestrator dies after that end is
+// stored and before its state says so, the redelivered completion finds the
+// answer in the end event and the model is not called again.
+func TestFinalTurnRidesOnTheEnd(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	var mu sync.Mutex
+	modelCalls := map[int]int{}
+	failed := false
+	h.Start("o1", orchestrator.Config{
+		Providers: orchestrator.Providers{scripted.Name: provider.Func(func(ctx context.Context, r provider.Request) (envelope.ModelResponse, error) {
+			mu.Lock()
+			modelCalls[r.Iteration]++
+			mu.Unlock()
+			return scripted.Provider{}.Complete(ctx, r)
+		})},
+		Faults: orchestrator.FaultsFunc(func(_ context.Context, p orchestrator.FaultPoint, _ string, it int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if p == orchestrator.FaultAfterPublishTurn && it == 2 && !failed {
+				failed = true
+				return errors.New("injected: died after the end was stored")
+			}
+			return nil
+		}),
+	})
+	req := orchestratortest.Scripted(t, "lean-1", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": "hi"})}},
+		map[string]any{"content": "said hi"},
+	)
+	h.Submit(ctx, req)
+	c := g.Request(req.RunID, "echo", map[string]any{"text": "hi"}, 1)
+	g.Approve(c)
+	g.Complete(c, json.RawMessage(`{"text":"hi"}`))
+	final, err := h.Wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	require.Equal(t, "said hi", final.Outputs.Response)
+	require.NotNil(t, final.Turn)
+	require.Equal(t, 2, final.Turn.Iteration)
+	require.Equal(t, "said hi", final.Turn.Response.Content)
+	require.Empty(t, final.Turn.Calls)
+
+	runs := orchestratortest.CountBySubject(h.StreamEvents(ctx)[req.RunID])
+	require.Equal(t, map[string]int{
+		"toolwire.run.lean-1.requested": 1, "toolwire.run.lean-1.turn.1.completed": 1, "toolwire.run.lean-1.completed": 1,
+		"toolwire.call.lean-1." + c.CallID + ".approved.default": 1, "toolwire.call.lean-1." + c.CallID + ".completed": 1,
+	}, runs, "five events for a one-call run")
+	// The redelivered completion brings the run's state to its end.
+	kv, err := h.Env.JS.KeyValue(ctx, events.BucketRunState)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e, err := kv.Get(ctx, req.RunID)
+		if err != nil {
+			return false
+		}
+		var st orchestrator.RunState
+		return json.Unmarshal(e.Value(), &st) == nil && st.Phase == orchestrator.PhaseComplete
+	}, 30*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.True(t, failed, "the fault was reached")
+	require.Equal(t, map[int]int{1: 1, 2: 1}, modelCalls, "each model call made once")
 }

@@ -3,10 +3,13 @@ package orchestrator
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/rules"
 )
 
 func TestToolResultContent(t *testing.T) {
@@ -32,60 +35,139 @@ func TestToolResultContent(t *testing.T) {
 	require.NotContains(t, ToolResultContent(unk), "stack trace")
 }
 
-func TestApplyTurnAssignsSeqAndCallIDs(t *testing.T) {
-	s := &Service{cfg: Config{}.withDefaults()}
-	st := &RunState{RunID: "r1", Iteration: 1, Request: envelope.RunRequest{Agent: envelope.Agent{
-		EnabledTools: []string{"echo@1.0.0", "calculator@2.1.0"}}}}
-	turn := envelope.ModelTurn{Iteration: 1, Response: envelope.ModelResponse{ToolCalls: []envelope.ToolCall{
-		{ID: "a", Name: "echo", Arguments: json.RawMessage(`{"text": "x", "n": 1.0}`)},
-		{ID: "b", Name: "calculator", Arguments: json.RawMessage(`{not json`)},
-		{ID: "c", Name: "unknown_tool", Arguments: nil},
-	}}}
-	require.NoError(t, s.applyTurn(st, turn))
-	require.Equal(t, PhaseAwaitingTools, st.Phase)
-	require.Len(t, st.Calls, 3)
-
-	want, err := envelope.CallID("echo", "1.0.0", []byte(`{"n":1,"text":"x"}`), 1)
-	require.NoError(t, err)
-	require.Equal(t, want, st.Calls[0].CallID)
-	require.Equal(t, "2.1.0", st.Calls[1].Version)
-	require.JSONEq(t, `"{not json"`, string(st.Calls[1].Input), "broken JSON reaches the tool as a string")
-	require.Equal(t, "", st.Calls[2].Version)
-	require.JSONEq(t, `{}`, string(st.Calls[2].Input))
-	for i, c := range st.Calls {
-		require.Equal(t, i+1, c.Seq)
-	}
-
-	// A later turn continues the sequence.
-	st.Iteration = 2
-	require.NoError(t, s.applyTurn(st, envelope.ModelTurn{Iteration: 2, Response: envelope.ModelResponse{
-		ToolCalls: []envelope.ToolCall{{ID: "d", Name: "echo", Arguments: json.RawMessage(`{"text":"x","n":1}`)}}}}))
-	require.Equal(t, 4, st.Calls[3].Seq)
-	require.NotEqual(t, st.Calls[0].CallID, st.Calls[3].CallID, "same input, other seq: other id")
-
-	// A turn without calls ends the run with its outputs.
-	st.Iteration = 3
-	st.Calls[0].Envelope = &envelope.ToolEnvelope{CallID: st.Calls[0].CallID, Name: "echo"}
-	require.NoError(t, s.applyTurn(st, envelope.ModelTurn{Iteration: 3, Response: envelope.ModelResponse{Content: "bye"}}))
-	require.Equal(t, PhaseCompleted, st.Phase)
-	require.Equal(t, "bye", st.Outputs.Response)
-	require.Equal(t, []string{st.Calls[0].CallID}, st.Outputs.ToolOrder)
+// newTestService is a service enough for the turn-building code: its
+// configuration and rules, no NATS.
+func newTestService(cfg Config) *Service {
+	s := &Service{cfg: cfg.withDefaults(), rules: rules.NewGuard(), convs: newConversations()}
+	return s
 }
 
-func TestApplyTurnAnswersInvalidToolNamesItself(t *testing.T) {
-	s := &Service{cfg: Config{}.withDefaults()}
-	st := &RunState{RunID: "r1", Iteration: 1, Request: envelope.RunRequest{Agent: envelope.Agent{EnabledTools: []string{"web_search@1.0.0"}}}}
-	require.NoError(t, s.applyTurn(st, envelope.ModelTurn{Iteration: 1, Response: envelope.ModelResponse{ToolCalls: []envelope.ToolCall{
-		{ID: "a", Name: "web.search", Arguments: json.RawMessage(`{}`)},
-	}}}))
-	c := st.Calls[0]
-	require.True(t, c.Local)
-	require.Equal(t, "web_search", c.Name, "made safe for the receipt")
-	require.Equal(t, "", c.Version, "but never matched to the enabled tool")
-	require.Equal(t, envelope.CodePolicyDenied, c.Envelope.Error.Code)
-	require.Contains(t, c.Envelope.Error.Message, `"web.search"`)
-	// The only call is answered: the run moves on to its next iteration.
-	require.Equal(t, PhaseAwaitingVerdict, st.Phase)
+func TestTurnCallsNumberIdAndQueue(t *testing.T) {
+	s := newTestService(Config{})
+	versions := map[string]string{"echo": "1.0.0", "calculator": "2.1.0"}
+	defs := map[string]*envelope.ToolDefinition{
+		"echo":       {Name: "echo", Version: "1.0.0", Cost: 0.25, Queue: "text"},
+		"calculator": {Name: "calculator", Version: "2.1.0"},
+	}
+	calls := []envelope.ToolCall{
+		{ID: "a", Name: "echo", Arguments: validArguments(json.RawMessage(`{"text": "x", "n": 1.0}`))},
+		{ID: "b", Name: "calculator", Arguments: validArguments(json.RawMessage(`{not json`))},
+		{ID: "c", Name: "unknown_tool", Arguments: validArguments(nil)},
+		{ID: "d", Name: "web.search", Arguments: validArguments(json.RawMessage(`{}`))},
+	}
+	var got []events.TurnCall
+	for i, tc := range calls {
+		got = append(got, s.turnCall(tc, 4+i, versions, defs))
+	}
+	want, err := envelope.CallID("echo", "1.0.0", []byte(`{"n":1,"text":"x"}`), 4)
+	require.NoError(t, err)
+	require.Equal(t, want, got[0].CallID, "the id is over the canonical input and the seq")
+	require.Equal(t, 0.25, got[0].Cost)
+	require.Equal(t, "text", got[0].Queue, "the tool's queue")
+	require.Equal(t, "2.1.0", got[1].Version)
+	require.Equal(t, envelope.DefaultQueue, got[1].Queue)
+	require.JSONEq(t, `"{not json"`, string(got[1].Input), "broken JSON reaches the tool as a string")
+	require.Equal(t, "", got[2].Version, "a tool the agent has not enabled gets no version: the guard refuses it")
+	require.False(t, got[2].Answered)
+	require.JSONEq(t, `{}`, string(got[2].Input))
+	require.True(t, got[3].Answered, "no tool can be called web.search")
+	require.Equal(t, "web_search", got[3].Name, "made safe for the receipt")
+	require.Equal(t, "", got[3].Version, "but never matched to the enabled tool")
+	for i, c := range got {
+		require.Equal(t, 4+i, c.Seq)
+	}
+	same := s.turnCall(calls[0], 9, versions, defs)
+	require.NotEqual(t, got[0].CallID, same.CallID, "same input, other seq: other id")
+
+	turn := &events.Turn{TEnd: time.Unix(1, 0).UTC(), Response: &envelope.ModelResponse{ToolCalls: calls}}
+	env := answer(turn, &got[3])
+	require.Equal(t, envelope.CodePolicyDenied, env.Error.Code)
+	require.Contains(t, env.Error.Message, `"web.search"`, "the name the model wrote")
+	require.Equal(t, got[3].CallID, env.CallID)
+}
+
+// Valid JSON that cannot be canonicalized (a number out of range, a lone
+// surrogate) is answered at once with VALIDATION_ERROR: no tool can take it,
+// and no retry can change that.
+func TestTurnCallsAnswerArgumentsNoToolCanTake(t *testing.T) {
+	s := newTestService(Config{})
+	versions := map[string]string{"echo": "1.0.0"}
+	for _, args := range []string{`{"n": 1e400}`, `{"text": "\ud800"}`, `{"text": "\udc00x"}`, "{\"t\": \"\xff\"}", `[-1e999]`} {
+		c := s.turnCall(envelope.ToolCall{ID: "a", Name: "echo", Arguments: validArguments(json.RawMessage(args))}, 1, versions, nil)
+		require.True(t, c.Answered, args)
+		require.Len(t, c.CallID, 64, args)
+		env := answer(&events.Turn{}, &c)
+		require.Equal(t, envelope.CodeValidation, env.Error.Code, args)
+		require.Contains(t, env.Error.Message, "no tool can take", args)
+		require.Equal(t, args, string(env.Input), "the input as the model sent it")
+		again := s.turnCall(envelope.ToolCall{ID: "a", Name: "echo", Arguments: validArguments(json.RawMessage(args))}, 1, versions, nil)
+		require.Equal(t, c.CallID, again.CallID, "the same call, the same id")
+	}
+}
+
+func TestRecordTurnAndSettle(t *testing.T) {
+	s := newTestService(Config{})
+	st := &RunState{RunID: "r1", Iteration: 1, Phase: PhaseCalling, Calls: 0}
+	t1 := &events.Turn{RunID: "r1", Iteration: 1, Verdict: events.LoopVerdict{Allowed: true}, Cost: 0.5,
+		Response: &envelope.ModelResponse{Usage: envelope.Usage{InputTokens: 100, OutputTokens: 20}},
+		Calls:    []events.TurnCall{{CallID: "a", Seq: 1, Name: "echo"}, {CallID: "b", Seq: 2, Name: "x_y", Answered: true}}}
+	require.True(t, st.recordTurn(t1))
+	require.Equal(t, PhaseAwaitingTools, st.Phase)
+	require.Equal(t, 2, st.Calls)
+	require.InDelta(t, 0.5, st.Spend, 1e-12)
+	require.Equal(t, 120, st.LastTokens)
+	require.False(t, st.Pending[0].Done)
+	require.True(t, st.Pending[1].Done, "the orchestrator's own answer")
+	require.False(t, st.recordTurn(t1), "a turn is recorded once")
+
+	// Its last result moves the run on to the next model call, driven by
+	// that result's handler.
+	s.advance(st, "call/x")
+	require.Equal(t, PhaseAwaitingTools, st.Phase, "not before every call is answered")
+	st.Pending[0].Done = true
+	s.advance(st, "call/a")
+	require.Equal(t, PhaseCalling, st.Phase)
 	require.Equal(t, 2, st.Iteration)
-	require.Equal(t, envelope.RoleTool, st.Messages[len(st.Messages)-1].Role)
+	require.Equal(t, "call/a", st.Trigger)
+
+	// A turn without calls ends the loop.
+	t2 := &events.Turn{RunID: "r1", Iteration: 2, Verdict: events.LoopVerdict{Allowed: true}, Response: &envelope.ModelResponse{Content: "bye"}}
+	require.True(t, st.recordTurn(t2))
+	require.Equal(t, PhaseComplete, st.Phase)
+	require.True(t, st.Done())
+
+	// A turn whose calls the orchestrator answered all is ready to go on.
+	st = &RunState{RunID: "r2", Iteration: 1, Phase: PhaseCalling}
+	t3 := &events.Turn{RunID: "r2", Iteration: 1, Verdict: events.LoopVerdict{Allowed: true}, Response: &envelope.ModelResponse{},
+		Calls: []events.TurnCall{{CallID: "c", Seq: 1, Name: "bad", Answered: true}}}
+	st.recordTurn(t3)
+	require.True(t, st.allDone())
+	s.advance(st, triggerRequest)
+	require.Equal(t, PhaseCalling, st.Phase)
+	require.Equal(t, 2, st.Iteration)
+}
+
+// The loop rules run where the loop runs: past max_iterations, or with the
+// budget spent, the next model call is denied and the run ends with the
+// denial, which a denied turn records.
+func TestAdvanceRunsTheLoopRules(t *testing.T) {
+	s := newTestService(Config{Prices: Prices{"m": {InputPerMTok: 1e6}}})
+	st := &RunState{RunID: "r1", Iteration: 2, Phase: PhaseAwaitingTools, Policy: envelope.Policy{MaxIterations: 2},
+		Pending: []PendingCall{{CallID: "a", Done: true}}, UpdatedAt: time.Unix(5, 0).UTC()}
+	s.advance(st, "call/a")
+	require.Equal(t, PhaseFailed, st.Phase)
+	require.Equal(t, 3, st.Iteration)
+	require.Equal(t, envelope.CodePolicyDenied, st.Code)
+	require.Equal(t, "policy denied iteration 3: max_iterations (2) reached: iteration 3 not allowed", st.Reason)
+	require.Equal(t, rules.RuleMaxIterations, st.Denied.Rule)
+	d := deniedTurn(st)
+	require.False(t, d.Verdict.Allowed)
+	require.Nil(t, d.Response)
+	require.Equal(t, 3, d.Iteration)
+
+	st = &RunState{RunID: "r2", Iteration: 1, Phase: PhaseAwaitingTools, Model: events.ModelRef{Provider: "openai", Name: "m"},
+		Policy: envelope.Policy{MaxBudget: 1}, Spend: 0.5, LastTokens: 1, Pending: []PendingCall{{CallID: "a", Done: true}}}
+	s.advance(st, "call/a")
+	require.Equal(t, PhaseFailed, st.Phase, "0.5 spent and the next call costs at least 1")
+	require.Equal(t, rules.RuleMaxBudget, st.Denied.Rule)
 }

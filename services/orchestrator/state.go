@@ -1,8 +1,8 @@
 package orchestrator
 
 import (
-	"encoding/json"
-	"math"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -11,32 +11,77 @@ import (
 
 // Run phases.
 const (
-	PhaseAwaitingVerdict = "awaiting_verdict" // iteration check published, no verdict yet
-	PhaseAwaitingTools   = "awaiting_tools"   // tool calls published, envelopes pending
-	PhaseCompleted       = "completed"
-	PhaseFailed          = "failed"
+	// PhaseAwaitingTools: turn Iteration is recorded; its calls are pending.
+	PhaseAwaitingTools = "awaiting_tools"
+	// PhaseCalling: every call of turn Iteration-1 is answered; the model
+	// call of turn Iteration is due (or running).
+	PhaseCalling  = "calling"
+	PhaseComplete = "completed"
+	PhaseFailed   = "failed"
 )
 
-// CallState is one tool call of a run.
-type CallState struct {
-	Seq            int                    `json:"seq"`
-	Iteration      int                    `json:"iteration"`
-	CallID         string                 `json:"call_id"`
-	Name           string                 `json:"name"`
-	Version        string                 `json:"version"`
-	ProviderCallID string                 `json:"provider_call_id"`
-	Input          json.RawMessage        `json:"input"`
-	Envelope       *envelope.ToolEnvelope `json:"envelope,omitempty"`
-	// Local marks a call the orchestrator answered itself (the model named no
-	// valid tool): its envelope is published by the orchestrator.
-	Local bool `json:"local,omitempty"`
-	// Cost is the tool's declared cost when the call was requested; Billed
-	// says whether it accrued to the spend (the tool ran and was not served
-	// from the cache). UsageN numbers the call's usage event once its
-	// envelope is recorded.
-	Cost   float64 `json:"cost,omitempty"`
-	Billed bool    `json:"billed,omitempty"`
-	UsageN int     `json:"usage_n,omitempty"`
+// stateVersion is the version of RunState this build writes.
+const stateVersion = 2
+
+// RunState is what the loop needs to decide what comes next in a run, kept
+// in KV and changed by compare-and-set. It is bounded: it holds the calls of
+// the current turn and the run's counters, never the conversation (rebuilt
+// from the run's events when the model is called) nor an envelope (each is in
+// its completed event).
+type RunState struct {
+	V         int    `json:"v"`
+	RunID     string `json:"run_id"`
+	Phase     string `json:"phase"`
+	Iteration int    `json:"iteration"`
+
+	// What the loop needs of the request, so that it need not read it back
+	// for every event.
+	Tenant       envelope.Tenant `json:"tenant"`
+	Agent        string          `json:"agent"`
+	Model        events.ModelRef `json:"model"`
+	Policy       envelope.Policy `json:"policy"`
+	EnabledTools []string        `json:"enabled_tools"`
+	Trace        events.RunTrace `json:"trace"`
+
+	// Calls is how many tool calls the run has made: the last seq given out.
+	Calls int `json:"calls"`
+	// Spend is what the run has cost so far: its model turns at the price
+	// table and the cost of its billed calls (each envelope's Cost).
+	Spend float64 `json:"spend"`
+	// LastTokens are the input and output tokens of the last model call,
+	// which the next prompt repeats: the least the next call costs.
+	LastTokens int `json:"last_tokens"`
+	// Pending are the calls of turn Iteration (of Iteration-1 while the run
+	// is calling the model).
+	Pending []PendingCall `json:"pending,omitempty"`
+	// Trigger names the event whose handler drives the run's next model
+	// call: the run request ("request"), or the completion that answered
+	// the last pending call ("call/<call_id>"). Only that handler, or that
+	// event redelivered when its handler died, makes the call: a model
+	// call is not made twice because another event of the run came again.
+	Trigger string `json:"trigger,omitempty"`
+
+	// Denied is the loop verdict that ended the run, when one did.
+	Denied *events.LoopVerdict `json:"denied,omitempty"`
+	Reason string              `json:"reason,omitempty"`
+	// Code is the error code of a failed run, when one applies.
+	Code envelope.ErrorCode `json:"code,omitempty"`
+
+	StartedAt time.Time `json:"started_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// PendingCall is one call of the current turn.
+type PendingCall struct {
+	CallID         string `json:"call_id"`
+	Seq            int    `json:"seq"`
+	Name           string `json:"name"`
+	Version        string `json:"version,omitempty"`
+	ProviderCallID string `json:"provider_call_id,omitempty"`
+	// Done is set when its envelope came; Error when that envelope is a
+	// failure.
+	Done  bool `json:"done,omitempty"`
+	Error bool `json:"error,omitempty"`
 	// Approval is "" for a call that needs no decision, ApprovalWaiting while
 	// it waits for one (the run is suspended) and ApprovalResumed once its
 	// approval or completion arrived; ResumedBy says which.
@@ -50,131 +95,91 @@ const (
 	ApprovalResumed = "resumed"
 )
 
-// TurnUsage is what one model turn cost.
-type TurnUsage struct {
-	Iteration    int     `json:"iteration"`
-	InputTokens  int     `json:"input_tokens"`
-	OutputTokens int     `json:"output_tokens"`
-	Cost         float64 `json:"cost"`
-	Unpriced     bool    `json:"unpriced,omitempty"`
-	UsageN       int     `json:"usage_n"`
-}
-
-// ModelClaim records that a replica is calling the model for an iteration:
-// another delivery of the same verdict waits for the claim to end (its turn is
-// recorded) or to expire (its replica died) instead of calling the model a
-// second time. Attempts counts the claims of the iteration; a model call that
-// keeps getting interrupted ends the run.
-type ModelClaim struct {
-	Iteration int       `json:"iteration"`
-	Attempts  int       `json:"attempts"`
-	Owner     string    `json:"owner"`
-	Until     time.Time `json:"until"`
-}
-
-// RunState is everything the orchestrator knows of a run, kept in KV.
-type RunState struct {
-	RunID     string                            `json:"run_id"`
-	Request   envelope.RunRequest               `json:"request"`
-	Phase     string                            `json:"phase"`
-	Iteration int                               `json:"iteration"`
-	Messages  []envelope.Message                `json:"messages"`
-	Calls     []CallState                       `json:"calls"`
-	Turns     []envelope.ModelTurn              `json:"turns"`
-	Trace     events.RunTrace                   `json:"trace"`
-	Warnings  []string                          `json:"warnings,omitempty"`
-	Response  string                            `json:"response,omitempty"`
-	Reason    string                            `json:"reason,omitempty"`
-	Outputs   *envelope.AgentOutputs            `json:"outputs,omitempty"`
-	Pinned    map[string]*envelope.ToolEnvelope `json:"pinned,omitempty"`
-	// Code is the error code of a failed run, when one applies.
-	Code envelope.ErrorCode `json:"code,omitempty"`
-	// Spend is the run's cost so far (model turns and billed tool calls),
-	// recomputed in a fixed order after every change so that it never depends
-	// on the order in which envelopes arrived.
-	Spend     float64     `json:"spend"`
-	TurnUsage []TurnUsage `json:"turn_usage,omitempty"`
-	// NextUsage is the number of the last usage event given out.
-	NextUsage int         `json:"next_usage"`
-	Claim     *ModelClaim `json:"claim,omitempty"`
-	StartedAt time.Time   `json:"started_at"`
-	UpdatedAt time.Time   `json:"updated_at"`
-}
-
-// turnUsage returns the usage of turn n, or nil.
-func (s *RunState) turnUsage(n int) *TurnUsage {
-	for i := range s.TurnUsage {
-		if s.TurnUsage[i].Iteration == n {
-			return &s.TurnUsage[i]
-		}
+// ref is the call's name@version, or its bare name when no version matched.
+func (c *PendingCall) ref() string {
+	if c.Version == "" {
+		return c.Name
 	}
-	return nil
-}
-
-// recomputeSpend sets Spend: model turns in iteration order, then billed
-// calls in seq order.
-func (s *RunState) recomputeSpend() {
-	s.Spend = s.spendAt(math.MaxInt)
-}
-
-// spendAt is what the run had spent when the calls of iteration n were
-// requested: every model turn up to n and every billed call of earlier turns.
-// It depends on nothing but the recorded state, so a request re-published
-// after a crash carries the same numbers.
-func (s *RunState) spendAt(n int) float64 {
-	total := 0.0
-	for _, u := range s.TurnUsage {
-		if u.Iteration <= n {
-			total += u.Cost
-		}
-	}
-	for _, c := range s.Calls {
-		if c.Iteration < n && c.Billed {
-			total += c.Cost
-		}
-	}
-	return total
+	return c.Name + "@" + c.Version
 }
 
 // Done reports whether the run has ended.
-func (s *RunState) Done() bool { return s.Phase == PhaseCompleted || s.Phase == PhaseFailed }
+func (s *RunState) Done() bool { return s.Phase == PhaseComplete || s.Phase == PhaseFailed }
 
-// callsOf returns the calls of iteration n, in seq order.
-func (s *RunState) callsOf(n int) []*CallState {
-	var out []*CallState
-	for i := range s.Calls {
-		if s.Calls[i].Iteration == n {
-			out = append(out, &s.Calls[i])
-		}
-	}
-	return out
-}
-
-func (s *RunState) call(id string) *CallState {
-	for i := range s.Calls {
-		if s.Calls[i].CallID == id {
-			return &s.Calls[i]
+// call returns the pending call id, or nil.
+func (s *RunState) call(id string) *PendingCall {
+	for i := range s.Pending {
+		if s.Pending[i].CallID == id {
+			return &s.Pending[i]
 		}
 	}
 	return nil
 }
 
-func (s *RunState) turn(n int) *envelope.ModelTurn {
-	for i := range s.Turns {
-		if s.Turns[i].Iteration == n {
-			return &s.Turns[i]
+// allDone reports whether every pending call has its envelope.
+func (s *RunState) allDone() bool {
+	for _, c := range s.Pending {
+		if !c.Done {
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
-// envelopes returns the envelopes of every completed call in seq order.
-func (s *RunState) envelopes() []envelope.ToolEnvelope {
-	out := make([]envelope.ToolEnvelope, 0, len(s.Calls))
-	for _, c := range s.Calls {
-		if c.Envelope != nil {
-			out = append(out, *c.Envelope)
+// fail ends the run with a reason (and an error code, when one applies).
+func (s *RunState) fail(code envelope.ErrorCode, reason string) {
+	s.Phase, s.Code, s.Reason = PhaseFailed, code, reason
+}
+
+// clone copies the state deeply enough for a change.
+func (s *RunState) clone() *RunState {
+	c := *s
+	c.Pending = slices.Clone(s.Pending)
+	c.EnabledTools = slices.Clip(s.EnabledTools)
+	if s.Denied != nil {
+		d := *s.Denied
+		c.Denied = &d
+	}
+	return &c
+}
+
+// recordTurn makes turn t the run's current turn: its calls pending (those
+// the orchestrator answered itself are done at once), its cost spent; a turn
+// that answers without calls completes the run, and a denied one fails it.
+// It reports whether it changed the state (a turn already recorded changes
+// nothing). Going on from a turn whose calls are all answered is the
+// trigger's (Service.goOn).
+func (s *RunState) recordTurn(t *events.Turn) bool {
+	if s.Done() || t.Iteration < s.Iteration || (t.Iteration == s.Iteration && s.Phase == PhaseAwaitingTools) {
+		return false
+	}
+	s.Iteration = t.Iteration
+	if !t.Verdict.Allowed {
+		v := t.Verdict
+		s.Denied = &v
+		s.fail(v.Code, "policy denied iteration "+strconv.Itoa(t.Iteration)+": "+v.Reason)
+		s.Pending = nil
+		return true
+	}
+	s.Spend += t.Cost
+	if t.Response != nil {
+		s.LastTokens = t.Response.Usage.InputTokens + t.Response.Usage.OutputTokens
+	}
+	s.Pending = s.Pending[:0]
+	for _, c := range t.Calls {
+		p := PendingCall{CallID: c.CallID, Seq: c.Seq, Name: c.Name, Version: c.Version, ProviderCallID: c.ProviderCallID}
+		if c.Answered {
+			p.Done, p.Error = true, true // its envelope is the orchestrator's refusal
+		}
+		s.Pending = append(s.Pending, p)
+		s.Calls = max(s.Calls, c.Seq)
+	}
+	s.Phase = PhaseAwaitingTools
+	if len(s.Pending) == 0 {
+		s.Pending = nil
+		if t.Response != nil {
+			s.Phase = PhaseComplete
 		}
 	}
-	return out
+	return true
 }

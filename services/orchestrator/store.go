@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -287,21 +286,4 @@ func (st *stateStore) write(ctx context.Context, runID string, sl *runSlot, grou
 		// Another replica changed the run meanwhile: re-read and re-apply.
 		base = nil
 	}
-}
-
-// clone copies the state deeply enough for a change: the slices whose
-// elements change in place are copied, the append-only ones are clipped so
-// that an append never writes into an array another snapshot shares.
-func (s *RunState) clone() *RunState {
-	c := *s
-	c.Messages = slices.Clip(s.Messages)
-	c.Calls = slices.Clone(s.Calls)
-	c.Turns = slices.Clip(s.Turns)
-	c.TurnUsage = slices.Clone(s.TurnUsage)
-	c.Warnings = slices.Clip(s.Warnings)
-	if s.Claim != nil {
-		cl := *s.Claim
-		c.Claim = &cl
-	}
-	return &c
 }

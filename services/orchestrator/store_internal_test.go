@@ -38,7 +38,7 @@ func setIteration(n int) func(*RunState) (bool, error) {
 func TestStoreStaleSnapshots(t *testing.T) {
 	ctx := t.Context()
 	a, b := twoReplicas(t)
-	_, err := a.create(ctx, &RunState{RunID: "r1", Iteration: 1, Phase: PhaseAwaitingVerdict})
+	_, err := a.create(ctx, &RunState{RunID: "r1", Iteration: 1, Phase: PhaseAwaitingTools})
 	require.NoError(t, err)
 
 	// b moves the run on; a still remembers iteration 1.
@@ -49,28 +49,28 @@ func TestStoreStaleSnapshots(t *testing.T) {
 	var seen []int
 	st, rev, err := a.update(ctx, "r1", func(s *RunState) (bool, error) {
 		seen = append(seen, s.Iteration)
-		s.Warnings = append(s.Warnings, "from a")
+		s.EnabledTools = append(s.EnabledTools, "from_a@1.0.0")
 		return true, nil
 	})
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 3}, seen, "applied to the stale copy, refused, then applied to a fresh read")
 	require.Equal(t, 3, st.Iteration)
-	require.Equal(t, []string{"from a"}, st.Warnings)
+	require.Equal(t, []string{"from_a@1.0.0"}, st.EnabledTools)
 
 	// b now remembers a stale state; "nothing to do" on it is checked afresh.
 	seen = nil
 	st, _, err = b.update(ctx, "r1", func(s *RunState) (bool, error) {
-		seen = append(seen, len(s.Warnings))
+		seen = append(seen, len(s.EnabledTools))
 		return false, nil
 	})
 	require.NoError(t, err)
 	require.Equal(t, []int{0, 1}, seen, "a no-op on a remembered state is confirmed on a fresh read")
-	require.Equal(t, []string{"from a"}, st.Warnings)
+	require.Equal(t, []string{"from_a@1.0.0"}, st.EnabledTools)
 
 	fresh, freshRev, err := b.get(ctx, "r1")
 	require.NoError(t, err)
 	require.Equal(t, rev, freshRev)
-	require.Equal(t, st.Warnings, fresh.Warnings)
+	require.Equal(t, st.EnabledTools, fresh.EnabledTools)
 }
 
 // Concurrent changes of one run in one replica are all applied, each once in
@@ -91,7 +91,7 @@ func TestStoreGroupsConcurrentChanges(t *testing.T) {
 				if i == 7 {
 					return false, errors.New("change 7 fails")
 				}
-				s.NextUsage++
+				s.Calls++
 				return true, nil
 			})
 		})
@@ -106,14 +106,14 @@ func TestStoreGroupsConcurrentChanges(t *testing.T) {
 	}
 	st, _, err := a.get(ctx, "r2")
 	require.NoError(t, err)
-	require.Equal(t, n-1, st.NextUsage, "every other change applied exactly once")
+	require.Equal(t, n-1, st.Calls, "every other change applied exactly once")
 
 	_, _, err = a.update(ctx, "nope", setIteration(2))
 	require.ErrorIs(t, err, errNoRunState)
 
 	// The ended run's snapshot is dropped once nobody holds it.
 	_, _, err = a.update(ctx, "r2", func(s *RunState) (bool, error) {
-		s.Phase = PhaseCompleted
+		s.Phase = PhaseComplete
 		return true, nil
 	})
 	require.NoError(t, err)

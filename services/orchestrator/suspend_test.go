@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
 // newHarness is a JetStream whose registry holds echo@1.0.0, as the executor
@@ -43,7 +46,6 @@ func TestSuspendedRunResumesOnAnyReplica(t *testing.T) {
 		map[string]any{"content": "both done"},
 	)
 	h.Submit(ctx, req)
-	g.AllowIteration(req.RunID, 1)
 	waiting := g.Request(req.RunID, "echo", map[string]any{"text": "needs approval"}, 1)
 	other := g.Request(req.RunID, "echo", map[string]any{"text": "runs meanwhile"}, 2)
 
@@ -64,7 +66,6 @@ func TestSuspendedRunResumesOnAnyReplica(t *testing.T) {
 	// The approval and the completion it leads to race; either resumes.
 	require.Contains(t, []string{"call " + waiting.CallID + " (echo@1.0.0) approved", "call " + waiting.CallID + " (echo@1.0.0) completed"},
 		res.Reason)
-	g.AllowIteration(req.RunID, 2)
 	final, err := h.Wait(ctx, req.RunID)
 	require.NoError(t, err)
 	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
@@ -74,7 +75,9 @@ func TestSuspendedRunResumesOnAnyReplica(t *testing.T) {
 	evs := h.StreamEvents(ctx)[req.RunID]
 	require.Len(t, orchestratortest.OfType(evs, events.TypeRunSuspended), 1)
 	require.Len(t, orchestratortest.OfType(evs, events.TypeRunResumed), 1)
-	require.Len(t, orchestratortest.OfType(evs, events.TypeRunStarted), 1)
+	require.Len(t, orchestratortest.OfType(evs, events.TypeTurnCompleted), 1, "the final answer rides on the completed event")
+	require.Len(t, orchestratortest.Turns(t, evs), 2)
+	require.Empty(t, orchestratortest.OfType(evs, events.TypeRunStarted), "the first model call answered at once: no started event")
 }
 
 // A denial arrives as the call's POLICY_DENIED completion: the run resumes and
@@ -84,7 +87,15 @@ func TestSuspendedRunResumesOnDenial(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	g := orchestratortest.Guard{H: h, Ctx: ctx}
-	h.Start("o1", orchestrator.Config{})
+	var mu sync.Mutex
+	var sent [][]envelope.Message // what the model was sent, call by call
+	h.Start("o1", orchestrator.Config{Providers: orchestrator.Providers{scripted.Name: provider.Func(
+		func(ctx context.Context, r provider.Request) (envelope.ModelResponse, error) {
+			mu.Lock()
+			sent = append(sent, r.Messages)
+			mu.Unlock()
+			return scripted.Provider{}.Complete(ctx, r)
+		})}})
 
 	req := orchestratortest.Scripted(t, "suspend-2", []string{"echo@1.0.0"}, envelope.Policy{},
 		map[string]any{"tool_calls": []any{
@@ -94,7 +105,6 @@ func TestSuspendedRunResumesOnDenial(t *testing.T) {
 		map[string]any{"content": "one was denied"},
 	)
 	h.Submit(ctx, req)
-	g.AllowIteration(req.RunID, 1)
 	calls := []events.CallRequest{
 		g.Request(req.RunID, "echo", map[string]any{"text": "denied"}, 1),
 		g.Request(req.RunID, "echo", map[string]any{"text": "fine"}, 2),
@@ -113,21 +123,30 @@ func TestSuspendedRunResumesOnDenial(t *testing.T) {
 	res := orchestratortest.StatusOf(t, h.Next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".resumed"))
 	require.Equal(t, "call "+calls[0].CallID+" (echo@1.0.0) completed without approval: POLICY_DENIED: approval denied", res.Reason)
 
-	g.AllowIteration(req.RunID, 2)
 	final, err := h.Wait(ctx, req.RunID)
 	require.NoError(t, err)
 	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
 	denied := final.Outputs.ToolsByID[calls[0].CallID]
 	require.Equal(t, envelope.CodePolicyDenied, denied.Error.Code)
 
-	// The model's second turn saw the denial.
-	var turn2 events.LLMCompleted
-	for _, e := range orchestratortest.OfType(h.StreamEvents(ctx)[req.RunID], events.TypeLLMCompleted) {
-		require.NoError(t, json.Unmarshal(e.Data, &turn2))
-	}
-	require.Equal(t, 2, turn2.Turn.Iteration)
+	// The model's second turn saw the denial: its record lists the results
+	// it was sent, and the model was sent the conversation rebuilt from the
+	// run's events.
+	turns := orchestratortest.Turns(t, h.StreamEvents(ctx)[req.RunID])
+	require.Len(t, turns, 2)
+	turn2 := turns[1]
+	require.Equal(t, 2, turn2.Iteration)
+	require.Equal(t, "one was denied", turn2.Response.Content)
+	require.Equal(t, []events.TurnResult{
+		{CallID: calls[0].CallID, ProviderCallID: calls[0].ProviderCallID, IsError: true},
+		{CallID: calls[1].CallID, ProviderCallID: calls[1].ProviderCallID},
+	}, turn2.Results)
+	mu.Lock()
+	require.Len(t, sent, 2)
+	second := sent[1]
+	mu.Unlock()
 	var toolMsgs []envelope.Message
-	for _, m := range turn2.Turn.Messages {
+	for _, m := range second {
 		if m.Role == envelope.RoleTool {
 			toolMsgs = append(toolMsgs, m)
 		}
@@ -156,7 +175,6 @@ func TestSuspendedRunResumesOnTheApprovalRecord(t *testing.T) {
 		map[string]any{"content": "done"},
 	)
 	h.Submit(ctx, req)
-	g.AllowIteration(req.RunID, 1)
 	held := g.Request(req.RunID, "echo", map[string]any{"text": "held"}, 1)
 	g.ApprovalRequired(held)
 	h.Next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".suspended")

@@ -1,109 +1,217 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/rules"
+	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
 
-// awaiting reports whether the run waits for the verdict of iteration n.
-func (s *RunState) awaiting(n int) bool {
-	return s.Phase == PhaseAwaitingVerdict && s.Iteration == n
+// loopVerdict runs the loop rules (pkg/rules, the Policy Guard's own code)
+// before model call n of a run: the iteration cap, and the budget with the
+// least the call will cost (the previous call's tokens, which the prompt
+// repeats, at the model's input price).
+func (s *Service) loopVerdict(st *RunState, n int) events.LoopVerdict {
+	minCost := 0.0
+	if st.LastTokens > 0 {
+		price, _ := s.cfg.Prices.For(st.Model.Provider, st.Model.Name)
+		minCost = price.Cost(st.LastTokens, 0)
+	}
+	d := s.rules.CheckLoop(rules.Loop{Iteration: n, Policy: st.Policy, ToolCalls: st.Calls, Spend: st.Spend, MinCost: minCost})
+	return events.LoopVerdict{Allowed: d.Allowed, Code: d.Code, Reason: d.Reason, Rule: d.Rule}
 }
 
-// fail ends the run with a reason (and an error code, when one applies).
-func (s *RunState) fail(code envelope.ErrorCode, reason string) {
-	s.Phase, s.Code, s.Reason, s.Claim = PhaseFailed, code, reason, nil
+// advance moves a run whose current turn's calls are all answered on to its
+// next model call, driven by trigger's handler, when the loop rules allow
+// it, and ends it with the denial otherwise.
+func (s *Service) advance(st *RunState, trigger string) {
+	if st.Phase != PhaseAwaitingTools || !st.allDone() {
+		return
+	}
+	n := st.Iteration + 1
+	v := s.loopVerdict(st, n)
+	st.Iteration, st.Trigger = n, trigger
+	if !v.Allowed {
+		st.Denied = &v
+		st.fail(v.Code, fmt.Sprintf("policy denied iteration %d: %s", n, v.Reason))
+		return
+	}
+	st.Phase = PhaseCalling
 }
 
-// applyTurn records the model's turn in the state: what it cost, and its tool
-// calls with their sequence numbers, deterministic call ids and declared
-// costs; a turn without tool calls ends the run.
-func (s *Service) applyTurn(st *RunState, turn envelope.ModelTurn) error {
-	resp := turn.Response
+// deniedTurn is the record of a model call the loop rules refused: a turn
+// without a response.
+func deniedTurn(st *RunState) events.Turn {
+	now := st.UpdatedAt
+	if now.IsZero() {
+		now = time.Now().UTC()
+	}
+	return events.Turn{
+		RunID: st.RunID, Iteration: st.Iteration, Tenant: st.Tenant, Agent: st.Agent, Verdict: *st.Denied,
+		Model: st.Model, TStart: now, TEnd: now, Policy: st.Policy, EnabledTools: st.EnabledTools, Spend: st.Spend,
+	}
+}
+
+// callModel calls the model for turn n of the run with the conversation so
+// far, and builds the turn it answers: its cost, and its tool calls numbered
+// on from the run's last, with their deterministic ids, declared costs and
+// queues. Calls no tool can take are answered here (Answered).
+func (s *Service) callModel(ctx context.Context, st *RunState, req *envelope.RunRequest, msgs []envelope.Message,
+	results []events.TurnResult) (*events.Turn, error) {
+	n := st.Iteration
+	prov, err := s.cfg.Providers.Get(req.Agent.Model.Provider)
+	if err != nil {
+		return nil, err
+	}
+	defs := map[string]*envelope.ToolDefinition{}
+	tools := make([]envelope.ToolDefinition, 0, len(req.Agent.EnabledTools))
+	names := make([]string, 0, len(req.Agent.EnabledTools))
+	for _, ref := range mustRefs(req.Agent) {
+		e, ok, err := s.catalog.Resolve(ctx, s.reg, ref)
+		if err != nil {
+			return nil, err
+		}
+		if ok && e.State != registry.StateBlocked {
+			tools = append(tools, e.Definition)
+			names = append(names, ref.String())
+			defs[ref.Name] = &tools[len(tools)-1]
+		}
+	}
+	ctx, span := s.tracer.Start(ctx, "chat "+req.Agent.Model.Name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("gen_ai.operation.name", "chat"),
+			attribute.String("gen_ai.provider.name", req.Agent.Model.Provider),
+			attribute.String("gen_ai.request.model", req.Agent.Model.Name),
+			attribute.String("toolwire.run_id", st.RunID),
+			attribute.Int("toolwire.iteration", n),
+		))
+	defer span.End()
+	mctx, cancel := context.WithTimeout(ctx, s.cfg.ModelTimeout)
+	defer cancel()
+	start := time.Now()
+	resp, err := prov.Complete(mctx, provider.Request{
+		RunID: st.RunID, Iteration: n, Model: req.Agent.Model, System: req.Agent.SystemPrompt,
+		Messages: msgs, Tools: tools,
+	})
+	end := time.Now()
+	s.metrics.modelDur.Observe(end.Sub(start).Seconds())
+	if err == nil && (resp.Usage.InputTokens < 0 || resp.Usage.OutputTokens < 0) {
+		err = fmt.Errorf("%s model %s reported negative token counts", req.Agent.Model.Provider, req.Agent.Model.Name)
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within %s (%s): %w", s.cfg.ModelTimeout, EnvModelTimeout, err)
+		}
+		s.metrics.modelCalls.WithLabelValues(req.Agent.Model.Provider, "error").Inc()
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		span.SetAttributes(attribute.String("error.type", fmt.Sprintf("%T", err)))
+		return nil, err
+	}
+	s.metrics.modelCalls.WithLabelValues(req.Agent.Model.Provider, "ok").Inc()
+	span.SetAttributes(
+		attribute.Int("gen_ai.usage.input_tokens", resp.Usage.InputTokens),
+		attribute.Int("gen_ai.usage.output_tokens", resp.Usage.OutputTokens),
+		attribute.StringSlice("gen_ai.response.finish_reasons", []string{resp.StopReason}),
+	)
+
+	m := req.Agent.Model
+	price, priced := s.cfg.Prices.For(m.Provider, m.Name)
+	cost := price.Cost(resp.Usage.InputTokens, resp.Usage.OutputTokens)
+	t := &events.Turn{
+		RunID: st.RunID, Iteration: n, Tenant: st.Tenant, Agent: st.Agent, Verdict: events.LoopVerdict{Allowed: true},
+		Model: st.Model, Tools: names, Results: results, Cost: cost, Unpriced: !priced,
+		TStart: start.UTC(), TEnd: end.UTC(), Policy: st.Policy, EnabledTools: st.EnabledTools, Spend: st.Spend + cost,
+	}
+	versions := map[string]string{}
+	for _, ref := range mustRefs(req.Agent) {
+		versions[ref.Name] = ref.Version
+	}
 	// The arguments as the model wrote them are kept, made JSON when they
-	// were not, so that the state always encodes.
+	// were not, so that every record encodes.
 	calls := make([]envelope.ToolCall, len(resp.ToolCalls))
+	seq := st.Calls
 	for i, tc := range resp.ToolCalls {
 		tc.Arguments = validArguments(tc.Arguments)
 		calls[i] = tc
+		seq++
+		t.Calls = append(t.Calls, s.turnCall(tc, seq, versions, defs))
 	}
 	if len(calls) == 0 {
 		calls = nil
 	}
 	resp.ToolCalls = calls
-	turn.Response = resp
-	st.Turns = append(st.Turns, turn)
-	st.Claim = nil
+	t.Response = &resp
+	return t, nil
+}
 
-	m := turn.Model
-	price, priced := s.cfg.Prices.For(m.Provider, m.Name)
-	st.NextUsage++
-	st.TurnUsage = append(st.TurnUsage, TurnUsage{
-		Iteration: turn.Iteration, InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
-		Cost: price.Cost(resp.Usage.InputTokens, resp.Usage.OutputTokens), Unpriced: !priced, UsageN: st.NextUsage,
-	})
-	defer st.recomputeSpend()
+// turnCall numbers one tool call of the model and gives it its id, cost and
+// queue; a call no tool can take is marked Answered (answer gives its
+// envelope).
+func (s *Service) turnCall(tc envelope.ToolCall, seq int, versions map[string]string, defs map[string]*envelope.ToolDefinition) events.TurnCall {
+	name, valid := toolName(tc.Name)
+	version := versions[name]
+	if !valid {
+		version = ""
+	}
+	c := events.TurnCall{Seq: seq, Name: name, Version: version, Input: tc.Arguments, ProviderCallID: tc.ID,
+		Queue: envelope.DefaultQueue}
+	if def := defs[name]; def != nil && valid {
+		c.Cost, c.Queue = def.Cost, def.QueueName()
+	}
+	id, err := envelope.CallID(name, version, tc.Arguments, seq)
+	if err != nil {
+		// Valid JSON that cannot be canonicalized (a number out of range, a
+		// lone surrogate): no tool can be called with it, and no retry can
+		// change that. Its id is taken over the arguments as a JSON string,
+		// and the call is answered at once with VALIDATION_ERROR.
+		asText, _ := json.Marshal(string(tc.Arguments))
+		id, _ = envelope.CallID(name, version, asText, seq)
+		c.Answered = true
+	}
+	c.CallID = id
+	if !valid {
+		c.Answered = true
+	}
+	return c
+}
 
-	st.Messages = append(st.Messages, envelope.Message{Role: envelope.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls})
-	if len(resp.ToolCalls) == 0 {
-		st.Response = resp.Content
-		s.finish(st)
-		return nil
+// answer is the envelope of a call the orchestrator answers itself: arguments
+// no tool can take (VALIDATION_ERROR), or a name that is no tool's
+// (POLICY_DENIED, as the guard would answer). It is built from the turn
+// alone, so that publishing it again gives the same event.
+func answer(t *events.Turn, c *events.TurnCall) envelope.ToolEnvelope {
+	env := envelope.ToolEnvelope{CallID: c.CallID, Name: c.Name, Version: c.Version, Input: c.Input, TStart: t.TEnd, TEnd: t.TEnd}
+	if _, err := envelope.Canonicalize(c.Input); err != nil {
+		env.Error = envelope.NewToolError(envelope.CodeValidation,
+			"the arguments of this call are JSON that no tool can take (%v): send numbers within the range of a double and strings of valid Unicode", err).
+			WithDetails([]string{err.Error()})
+		return env
 	}
-	versions := map[string]string{}
-	for _, ref := range mustRefs(st.Request.Agent) {
-		versions[ref.Name] = ref.Version
-	}
-	seq := len(st.Calls)
-	for _, tc := range resp.ToolCalls {
-		seq++
-		// Broken JSON from the model is a JSON string here: the tool's schema
-		// rejects it and the model sees why.
-		input := tc.Arguments
-		name, valid := toolName(tc.Name)
-		version := versions[name]
-		if !valid {
-			version = ""
-		}
-		id, err := envelope.CallID(name, version, input, seq)
-		if err != nil {
-			return fmt.Errorf("call id: %w", err)
-		}
-		c := CallState{
-			Seq: seq, Iteration: st.Iteration, CallID: id, Name: name, Version: version,
-			ProviderCallID: tc.ID, Input: input,
-		}
-		if valid && version != "" && s.catalog != nil {
-			if e, ok := s.catalog.Lookup(envelope.ToolRef{Name: name, Version: version}); ok {
-				c.Cost = e.Definition.Cost
+	called := c.Name
+	if t.Response != nil {
+		for _, tc := range t.Response.ToolCalls {
+			if tc.ID == c.ProviderCallID && tc.ID != "" {
+				called = truncateName(tc.Name)
 			}
 		}
-		if !valid {
-			// No tool can have this name: answer the call here, as the guard
-			// would, so that the model sees why and the receipt stays valid.
-			now := time.Now().UTC()
-			c.Local = true
-			c.Envelope = &envelope.ToolEnvelope{
-				CallID: id, Name: name, Input: input, TStart: now, TEnd: now,
-				Error: envelope.NewToolError(envelope.CodePolicyDenied,
-					"the model called %q, which is not a valid tool name (letters, digits, '_' or '-', at most 64)", truncateName(tc.Name)),
-			}
-			st.NextUsage++
-			c.UsageN = st.NextUsage
-		}
-		st.Calls = append(st.Calls, c)
 	}
-	st.Phase = PhaseAwaitingTools
-	advanceIfTurnDone(st)
-	return nil
+	env.Error = envelope.NewToolError(envelope.CodePolicyDenied,
+		"the model called %q, which is not a valid tool name (letters, digits, '_' or '-', at most 64)", called)
+	return env
 }
 
 // validArguments is the model's arguments as JSON: {} for none, the text as a
@@ -146,47 +254,6 @@ func truncateName(s string) string {
 	return s
 }
 
-// billable reports whether a call's declared cost accrues to the spend: the
-// tool ran (or may have: a timeout, a provider or network error) and its
-// result did not come from the cache. A call refused by policy, rejected by
-// validation, missing its secrets or rate limited never ran.
-func billable(c *CallState, env *envelope.ToolEnvelope) bool {
-	if c.Local || env.Cached {
-		return false
-	}
-	if env.Error == nil {
-		return true
-	}
-	switch env.Error.Code {
-	case envelope.CodePolicyDenied, envelope.CodeValidation, envelope.CodeAuthRequired, envelope.CodeRateLimit:
-		return false
-	}
-	return true
-}
-
-// advanceIfTurnDone moves the run to its next iteration once every call of
-// the current turn has its envelope: the results join the conversation in the
-// order the model made the calls.
-func advanceIfTurnDone(st *RunState) {
-	if st.Phase != PhaseAwaitingTools {
-		return
-	}
-	calls := st.callsOf(st.Iteration)
-	for _, c := range calls {
-		if c.Envelope == nil {
-			return
-		}
-	}
-	for _, c := range calls {
-		st.Messages = append(st.Messages, envelope.Message{
-			Role: envelope.RoleTool, ToolCallID: c.ProviderCallID, Name: c.Name,
-			Content: ToolResultContent(c.Envelope), IsError: c.Envelope.Error != nil,
-		})
-	}
-	st.Iteration++
-	st.Phase = PhaseAwaitingVerdict
-}
-
 // traceIDOf is the trace id of the run's traceparent, "" when it has none.
 func traceIDOf(rt events.RunTrace) string {
 	parts := strings.Split(rt.TraceParent, "-")
@@ -198,19 +265,6 @@ func traceIDOf(rt events.RunTrace) string {
 		return ""
 	}
 	return id.String()
-}
-
-// finish computes the run's outputs and pinned handles.
-func (s *Service) finish(st *RunState) {
-	out := envelope.NewAgentOutputs(st.Response, st.envelopes(), events.TracesURL(s.cfg.TracesURLTemplate, traceIDOf(st.Trace)))
-	st.Outputs = &out
-	pinned, err := envelope.ResolvePins(out, st.Request.Agent.PinnedHandles)
-	st.Pinned = pinned
-	if err != nil {
-		st.fail("", err.Error())
-		return
-	}
-	st.Phase = PhaseCompleted
 }
 
 // ToolResultContent is what the model sees of an envelope: the output JSON, or
@@ -232,4 +286,9 @@ func ToolResultContent(env *envelope.ToolEnvelope) string {
 	}
 	b, _ := json.Marshal(map[string]any{"error": e})
 	return string(b)
+}
+
+func mustRefs(a envelope.Agent) []envelope.ToolRef {
+	refs, _ := a.EnabledRefs() // validated before
+	return refs
 }

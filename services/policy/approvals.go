@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,7 +17,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/rules"
 )
 
 // Approvals (see doc.go). A call that needs approval is held in the KV bucket
@@ -58,34 +59,21 @@ const maxPreviewBytes = 64 << 10
 // sweeper publishes its outcome (the deciding handler normally does at once).
 const settleGrace = 5 * time.Second
 
-// requestApproval holds an allowed call for an operator's decision: it stores
-// the pending record and publishes approval_required. A redelivered request
-// publishes what the existing record implies.
-func (s *Service) requestApproval(ctx context.Context, span trace.Span, req *events.CallRequest, entry registry.Entry, reason string, rt events.RunTrace) error {
+// requestApproval holds an allowed call for an operator's decision, for at
+// most timeout: it stores the pending record and publishes
+// approval_required. A call held already (its turn handled again) publishes
+// what the existing record implies, and keeps its deadline.
+func (s *Service) requestApproval(ctx context.Context, req *events.CallRequest, def envelope.ToolDefinition, reason string, timeout time.Duration, rt events.RunTrace) error {
 	key, err := events.ApprovalKey(req.RunID, req.CallID)
 	if err != nil {
 		return events.Permanent(err)
 	}
-	span.SetAttributes(attribute.String(AttrApprovalRequired, reason))
 	for range 3 {
-		cur, err := s.approvals.Get(ctx, key)
-		switch {
-		case err == nil:
-			rec, err := events.DecodeApprovalRecord(cur.Value())
-			if err != nil {
-				return events.Permanent(fmt.Errorf("approval %s: %w", key, err))
-			}
-			if rec.Pending() {
-				return s.publishApprovalRequired(ctx, &rec)
-			}
-			return s.settle(ctx, key, rec, cur.Revision())
-		case !errors.Is(err, jetstream.ErrKeyNotFound):
-			return fmt.Errorf("read approval %s: %w", key, err)
+		if held, err := s.followApproval(ctx, req); err != nil || held {
+			return err
 		}
-
 		now := time.Now().UTC()
-		deadline := now.Add(req.Policy.ApprovalTimeout())
-		def := entry.Definition
+		deadline := now.Add(timeout)
 		ar := events.ApprovalRequest{
 			RunID: req.RunID, CorrelationID: req.CallID, ToolName: req.Name, ToolVersion: req.Version,
 			AgentName: req.Agent, Tenant: req.Tenant, ArgsSummary: SummarizeArgs(req.Input),
@@ -94,7 +82,8 @@ func (s *Service) requestApproval(ctx context.Context, span trace.Span, req *eve
 		if def.SupportsPreview {
 			ar.Preview = s.preview(ctx, req)
 		}
-		rec := events.ApprovalRecord{State: events.ApprovalPending, Call: *req, Request: ar, Deadline: deadline, Trace: rt}
+		rec := events.ApprovalRecord{State: events.ApprovalPending, Call: *req, Request: ar,
+			RequestedAt: now, Deadline: deadline, Trace: rt}
 		b, err := json.Marshal(rec)
 		if err != nil {
 			return events.Permanent(fmt.Errorf("approval %s: %w", key, err))
@@ -116,12 +105,58 @@ func (s *Service) requestApproval(ctx context.Context, span trace.Span, req *eve
 	return fmt.Errorf("approval %s: the record kept changing", key)
 }
 
+// followApproval reports whether the call has an approval record, and then
+// publishes what the record implies: the approval request again while it is
+// pending, the outcome of a decided record not yet settled, nothing once it
+// is settled.
+func (s *Service) followApproval(ctx context.Context, req *events.CallRequest) (bool, error) {
+	key, err := events.ApprovalKey(req.RunID, req.CallID)
+	if err != nil {
+		return false, events.Permanent(err)
+	}
+	cur, err := s.approvals.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read approval %s: %w", key, err)
+	}
+	rec, err := events.DecodeApprovalRecord(cur.Value())
+	if err != nil {
+		return true, events.Permanent(fmt.Errorf("approval %s: %w", key, err))
+	}
+	if rec.Pending() {
+		return true, s.publishApprovalRequired(ctx, &rec)
+	}
+	return true, s.settle(ctx, key, rec, cur.Revision())
+}
+
 func (s *Service) publishApprovalRequired(ctx context.Context, rec *events.ApprovalRecord) error {
 	out, err := events.NewApprovalRequired(s.cfg.Source, rec.Request, rec.Trace)
 	if err != nil {
 		return events.Permanent(fmt.Errorf("approval request: %w", err))
 	}
 	return s.pub.Publish(ctx, out)
+}
+
+// describeEffect is what an approval request says the call will change.
+func describeEffect(def *envelope.ToolDefinition) string {
+	what := strings.TrimSpace(def.Description)
+	if what != "" && !strings.HasSuffix(what, ".") {
+		what += "."
+	}
+	var effect string
+	switch def.Metadata.SideEffects {
+	case envelope.SideEffectsWrites:
+		effect = "It writes: it changes external state, and runs at most once for this call."
+	case envelope.SideEffectsReads:
+		effect = "It reads external data and changes nothing."
+	case envelope.SideEffectsNone:
+		effect = "It has no side effects."
+	default:
+		effect = fmt.Sprintf("Its side effects (%q) are unknown.", def.Metadata.SideEffects)
+	}
+	return strings.TrimSpace(fmt.Sprintf("Calls %s. %s %s", def.Ref(), what, effect))
 }
 
 // preview asks an executor for the call's dry run. It never fails the
@@ -302,13 +337,14 @@ const (
 	MsgApprovalTimedOut = "approval timed out"
 )
 
-// outcome is the event that settles a record: the call approved for the
-// executor, or its POLICY_DENIED completion.
+// outcome is the event that settles a record: the call approved to its
+// queue, or its POLICY_DENIED completion.
 func (s *Service) outcome(rec *events.ApprovalRecord) (events.Outgoing, error) {
 	if rec.State == events.ApprovalApproved {
 		call := rec.Call
 		call.OperatorApproved = true
-		return events.NewCallRequest(s.cfg.Source, "approved", call, rec.Trace)
+		call.Queue = cmp.Or(call.Queue, envelope.DefaultQueue)
+		return events.NewCallApproved(s.cfg.Source, call, rec.Trace)
 	}
 	at := time.Now().UTC()
 	if rec.DecidedAt != nil {
@@ -325,6 +361,10 @@ func (s *Service) outcome(rec *events.ApprovalRecord) (events.Outgoing, error) {
 //	deny:    "approval denied[ by BY][: NOTE]"          {"approval": "deny", "by": BY, "note": NOTE}
 //	revise:  "revision requested[ by BY]: NOTE"          {"approval": "revise", "by": BY, "note": NOTE}
 //	timeout: "approval timed out: no decision within D"  {"approval": "timeout", "deadline": RFC 3339}
+//
+// D is the time the operator had (the record's Deadline less its
+// RequestedAt); a record that does not say when the call was held names its
+// deadline instead: "approval timed out: no decision by DEADLINE".
 func ApprovalDeniedEnvelope(rec *events.ApprovalRecord, at time.Time) envelope.ToolEnvelope {
 	var msg string
 	details := map[string]any{}
@@ -336,7 +376,11 @@ func ApprovalDeniedEnvelope(rec *events.ApprovalRecord, at time.Time) envelope.T
 	case events.ApprovalRevised:
 		msg, details["approval"] = MsgRevisionAsked, "revise"
 	case events.ApprovalExpired:
-		msg = fmt.Sprintf("%s: no decision within %s", MsgApprovalTimedOut, rec.Call.Policy.ApprovalTimeout())
+		if rec.RequestedAt.IsZero() {
+			msg = fmt.Sprintf("%s: no decision by %s", MsgApprovalTimedOut, rec.Deadline.UTC().Format(time.RFC3339))
+		} else {
+			msg = fmt.Sprintf("%s: no decision within %s", MsgApprovalTimedOut, rec.Deadline.Sub(rec.RequestedAt))
+		}
 		details["approval"], details["deadline"] = "timeout", rec.Deadline.UTC().Format(time.RFC3339Nano)
 		by, note = "", ""
 	default:
@@ -350,7 +394,7 @@ func ApprovalDeniedEnvelope(rec *events.ApprovalRecord, at time.Time) envelope.T
 		msg += ": " + note
 		details["note"] = note
 	}
-	env := DeniedEnvelope(&rec.Call, Deny("%s", msg), at)
+	env := DeniedEnvelope(&rec.Call, rules.Deny("%s", msg), at)
 	env.Error.Details = details
 	return env
 }

@@ -88,13 +88,14 @@ func TestApprovalDecisions(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			runID := "run-appr-" + string(rune('a'+i))
-			req := callRequest(t, runID, "send_email", "1.0.0", 1, []string{"send_email@1.0.0"}, approvalPolicy)
+			req := turnCall(t, "send_email", "1.0.0", 1)
 			req.Input = json.RawMessage(`{"to":"bob@example.com","password":"hunter2","body":"hello"}`)
 			req.CallID = callIDOf(t, req)
+			turn := newTurn(runID, 1, approvalPolicy, []string{"send_email@1.0.0"}, req)
 			required := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approval_required")
-			outcomes := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approved", "toolwire.call."+runID+".*.completed")
+			outcomes := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approved.*", "toolwire.call."+runID+".*.completed")
 			before := time.Now()
-			h.requestCall(req)
+			h.publishTurn(turn)
 
 			ev := h.nextEvent(required)
 			require.Equal(t, events.TypeCallApprovalRequired, ev.Type())
@@ -117,7 +118,9 @@ func TestApprovalDecisions(t *testing.T) {
 			// The call waits: nothing else is published for it.
 			pending := h.record(runID, req.CallID)
 			require.True(t, pending.Pending())
-			require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved"))
+			require.Equal(t, ar.ExpiresAt, pending.Deadline)
+			require.Equal(t, time.Minute, pending.Deadline.Sub(pending.RequestedAt), "the record says how long the operator has")
+			require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved.*"))
 
 			d := tt.decision
 			d.RunID, d.CallID = runID, req.CallID
@@ -125,10 +128,10 @@ func TestApprovalDecisions(t *testing.T) {
 			ev = h.nextEvent(outcomes)
 			if tt.message == "" {
 				require.Equal(t, events.TypeCallApproved, ev.Type())
-				var sent events.CallRequest
-				require.NoError(t, json.Unmarshal(mustJSON(t, req), &sent))
+				require.Equal(t, runID+"/"+req.CallID+"/approved", ev.ID())
+				sent := wantApproved(t, turn, req, "default")
 				sent.OperatorApproved = true
-				require.Equal(t, sent, decode[events.CallRequest](t, ev), "the approved call is the call as requested, marked as an operator's approval")
+				require.Equal(t, sent, decode[events.CallRequest](t, ev), "the approved call is the turn's call, marked as an operator's approval")
 			} else {
 				require.Equal(t, events.TypeCallCompleted, ev.Type())
 				env := decode[envelope.ToolEnvelope](t, ev)
@@ -154,7 +157,7 @@ func TestApprovalDecisions(t *testing.T) {
 			require.Eventually(t, func() bool {
 				return testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues(approvalIgnored)) >= float64(i+1)
 			}, waitFor, 5*time.Millisecond)
-			require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved")+
+			require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved.*")+
 				h.count(events.StreamCalls, "toolwire.call."+runID+".*.completed"))
 			require.Equal(t, tt.state, h.record(runID, req.CallID).State)
 		})
@@ -171,9 +174,9 @@ func TestApprovalTimeout(t *testing.T) {
 	const runID = "run-appr-timeout"
 	p := approvalPolicy
 	p.ApprovalTimeoutS = 1
-	req := callRequest(t, runID, "send_email", "1.0.0", 1, []string{"send_email@1.0.0"}, p)
+	req := turnCall(t, "send_email", "1.0.0", 1)
 	completed := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.completed")
-	h.requestCall(req)
+	h.publishTurn(newTurn(runID, 1, p, []string{"send_email@1.0.0"}, req))
 
 	env := decode[envelope.ToolEnvelope](t, h.nextEvent(completed))
 	require.Equal(t, envelope.CodePolicyDenied, env.Error.Code)
@@ -187,7 +190,7 @@ func TestApprovalTimeout(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues(approvalIgnored)) == 1
 	}, waitFor, 5*time.Millisecond)
-	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved"))
+	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved.*"))
 	require.Equal(t, 1.0, testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues("expired")))
 }
 
@@ -200,7 +203,7 @@ func TestApprovalDecisionForUnknownCall(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues(approvalIgnored)) == 1
 	}, waitFor, 5*time.Millisecond)
-	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved"))
+	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved.*"))
 	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.completed"))
 
 	dlq := h.watch(events.StreamDLQ, events.DLQSubject(events.StreamCalls, DurableDecisions))
@@ -214,32 +217,67 @@ func TestApprovalDecisionForUnknownCall(t *testing.T) {
 	require.Contains(t, m.Headers().Get(events.HeaderDLQError), `decision "maybe" is not one of approve, deny, revise`)
 }
 
-// A redelivered call request publishes its approval request once, and does
-// not restart its deadline.
+// A turn handled again publishes its approval request once, and does not
+// restart its deadline: published again by the orchestrator, or redelivered
+// by the stream.
 func TestApprovalRequestIsIdempotent(t *testing.T) {
 	h := approvalHarness(t)
 	const runID = "run-appr-again"
-	req := callRequest(t, runID, "send_email", "1.0.0", 1, []string{"send_email@1.0.0"}, approvalPolicy)
+	req := turnCall(t, "send_email", "1.0.0", 1)
+	turn := newTurn(runID, 1, approvalPolicy, []string{"send_email@1.0.0"}, req)
 	required := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approval_required")
-	h.requestCall(req)
+	h.publishTurn(turn)
 	h.nextEvent(required)
 	first := h.record(runID, req.CallID)
 
-	// The same request again, under another event id (a republished batch).
-	out, err := events.NewCallRequest("/toolwire/orchestrator", "requested", req, runTrace)
+	// The same turn again, under another event id (published again after
+	// the duplicate window).
+	out, err := events.NewTurnCompleted("/toolwire/orchestrator", turn, runTrace)
 	require.NoError(t, err)
-	out.Event.SetID(out.Event.ID() + "/again")
-	require.NoError(t, h.pub.Publish(t.Context(), out))
-	pollUntil(t, "the request is handled", func() bool {
-		c, err := h.env.JS.Consumer(t.Context(), events.StreamCalls, DurableCalls)
-		require.NoError(t, err)
-		info, err := c.Info(t.Context())
-		require.NoError(t, err)
-		return info.NumPending == 0 && info.NumAckPending == 0
-	})
+	again := out
+	again.Event = out.Event.Clone()
+	again.Event.SetID(out.Event.ID() + "/again")
+	require.NoError(t, h.pub.Publish(t.Context(), again))
+	h.drained(events.StreamRuns, DurableTurns)
+	// And redelivered.
+	require.NoError(t, h.svc.handleTurn(t.Context(), &events.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: 2}))
+
 	require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+".*.approval_required"))
+	require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+".>"), "nothing else is published for the call")
 	require.Equal(t, first.Deadline, h.record(runID, req.CallID).Deadline)
 	require.Equal(t, 1.0, testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues(approvalRequested)))
+}
+
+// A call that needs approval waits alone: the other calls of its turn run
+// meanwhile, and the approved call goes to its tool's queue.
+func TestApprovalHoldsOnlyItsCall(t *testing.T) {
+	h := approvalHarness(t)
+	const runID = "run-appr-turn"
+	send := turnCall(t, "send_email", "1.0.0", 1)
+	send.Queue = "mail"
+	search := turnCall(t, "web_search", "1.0.0", 2)
+	turn := newTurn(runID, 2, approvalPolicy, []string{"send_email@1.0.0", "web_search@1.0.0"}, send, search)
+	required := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approval_required")
+	approved := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approved.*")
+	h.publishTurn(turn)
+
+	ev, subj := h.nextEventOn(approved)
+	require.Equal(t, "toolwire.call."+runID+"."+search.CallID+".approved.default", subj)
+	require.Equal(t, wantApproved(t, turn, search, "default"), decode[events.CallRequest](t, ev), "the turn's other call runs at once")
+	require.Equal(t, send.CallID, decode[events.ApprovalRequest](t, h.nextEvent(required)).CorrelationID)
+	held := h.record(runID, send.CallID)
+	require.True(t, held.Pending())
+	require.Equal(t, "mail", held.Call.Queue)
+
+	h.decide(events.Decision{RunID: runID, CallID: send.CallID, Decision: events.DecisionApprove, By: "alice"})
+	ev, subj = h.nextEventOn(approved)
+	require.Equal(t, "toolwire.call."+runID+"."+send.CallID+".approved.mail", subj, "the operator's approval goes to the tool's queue")
+	want := wantApproved(t, turn, send, "mail")
+	want.OperatorApproved = true
+	require.Equal(t, want, decode[events.CallRequest](t, ev))
+	require.NoError(t, h.schemas.Validate(events.SchemaCallRequest, ev.Data()))
+	require.Equal(t, 1.0, testutil.ToFloat64(h.svc.metrics.verdicts.WithLabelValues(kindCall, "approved")),
+		"a held call is counted by the approvals metric, not as a verdict")
 }
 
 // A record left decided but unsettled (a crash between the decision and its
@@ -247,7 +285,8 @@ func TestApprovalRequestIsIdempotent(t *testing.T) {
 func TestApprovalSweeperSettlesLeftovers(t *testing.T) {
 	h := approvalHarness(t)
 	const runID = "run-appr-crash"
-	req := callRequest(t, runID, "send_email", "1.0.0", 1, []string{"send_email@1.0.0"}, approvalPolicy)
+	call := turnCall(t, "send_email", "1.0.0", 1)
+	req := wantApproved(t, newTurn(runID, 1, approvalPolicy, []string{"send_email@1.0.0"}, call), call, "default")
 	key, err := events.ApprovalKey(runID, req.CallID)
 	require.NoError(t, err)
 	decided := time.Now().Add(-time.Minute).UTC()
@@ -257,18 +296,19 @@ func TestApprovalSweeperSettlesLeftovers(t *testing.T) {
 		DecidedAt: &decided, Trace: runTrace,
 		Request: events.ApprovalRequest{RunID: runID, CorrelationID: req.CallID, ToolName: "send_email", ToolVersion: "1.0.0"},
 	}
-	approved := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approved")
+	approved := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approved.*")
 	_, err = h.svc.approvals.Create(t.Context(), key, mustJSON(t, rec))
 	require.NoError(t, err)
 	ev := h.nextEvent(approved)
-	require.Equal(t, req.CallID, decode[events.CallRequest](t, ev).CallID)
+	req.OperatorApproved = true
+	require.Equal(t, req, decode[events.CallRequest](t, ev))
 	pollUntil(t, "the record is settled", func() bool { return h.record(runID, req.CallID).Settled })
 }
 
 func TestApprovalDeniedEnvelope(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	req := events.CallRequest{RunID: "r", CallID: "1cddb19ff260abc62231ef762d936bc03f3df400d7d6986f5a9e12f302969302", Name: "send_email", Version: "1.0.0", Input: json.RawMessage(`{}`),
-		Policy: envelope.Policy{ApprovalTimeoutS: 90}}
+		Queue: envelope.DefaultQueue}
 	tests := []struct {
 		name string
 		rec  events.ApprovalRecord
@@ -277,7 +317,10 @@ func TestApprovalDeniedEnvelope(t *testing.T) {
 		{"deny by, no note", events.ApprovalRecord{State: events.ApprovalDenied, Decision: &events.Decision{Decision: events.DecisionDeny, By: "ops"}}, "approval denied by ops"},
 		{"deny note, no by", events.ApprovalRecord{State: events.ApprovalDenied, Decision: &events.Decision{Decision: events.DecisionDeny, Note: " too broad "}}, "approval denied: too broad"},
 		{"revise", events.ApprovalRecord{State: events.ApprovalRevised, Decision: &events.Decision{Decision: events.DecisionRevise, Note: "smaller"}}, "revision requested: smaller"},
-		{"timeout", events.ApprovalRecord{State: events.ApprovalExpired, Deadline: at}, "approval timed out: no decision within 1m30s"},
+		{"timeout", events.ApprovalRecord{State: events.ApprovalExpired, RequestedAt: at.Add(-90 * time.Second), Deadline: at},
+			"approval timed out: no decision within 1m30s"},
+		{"timeout of a record that does not say when the call was held", events.ApprovalRecord{State: events.ApprovalExpired, Deadline: at},
+			"approval timed out: no decision by 2026-01-02T03:04:05Z"},
 	}
 	schemas := testSchemas(t)
 	for _, tt := range tests {
@@ -287,12 +330,13 @@ func TestApprovalDeniedEnvelope(t *testing.T) {
 			require.Equal(t, envelope.CodePolicyDenied, env.Error.Code)
 			require.Equal(t, tt.msg, env.Error.Message)
 			require.Equal(t, at, env.TStart)
+			require.Zero(t, env.Cost, "a refused call costs nothing")
 			require.NoError(t, schemas.ValidateValue(envelope.SchemaToolEnvelope, env))
 		})
 	}
 }
 
-func callIDOf(t *testing.T, req events.CallRequest) string {
+func callIDOf(t *testing.T, req events.TurnCall) string {
 	t.Helper()
 	id, err := envelope.CallID(req.Name, req.Version, req.Input, req.Seq)
 	require.NoError(t, err)

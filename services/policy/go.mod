@@ -5,6 +5,7 @@ go 1.26.8
 replace (
 	github.com/toolwire/toolwire/pkg/envelope => ../../pkg/envelope
 	github.com/toolwire/toolwire/pkg/events => ../../pkg/events
+	github.com/toolwire/toolwire/pkg/rules => ../../pkg/rules
 	github.com/toolwire/toolwire/pkg/service => ../../pkg/service
 )
 
@@ -49,6 +50,7 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
+	github.com/toolwire/toolwire/pkg/rules v0.0.0-00010101000000-000000000000
 	github.com/toolwire/toolwire/pkg/service v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect

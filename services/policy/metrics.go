@@ -5,13 +5,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolwire/toolwire/pkg/rules"
 	"github.com/toolwire/toolwire/pkg/service"
 )
 
-// Kinds of check, the "kind" label of the metrics.
+// Kinds of check, the "kind" label of the metrics. The guard judges tool
+// calls only: the loop rules (max_iterations, max_budget before a model
+// call) run in the orchestrator, whose turn events carry their verdicts, so
+// the "iteration" kind is gone. The label stays, so that dashboards keep
+// their queries and a further kind of check has its place.
 const (
-	kindIteration = "iteration"
-	kindCall      = "call"
+	kindCall = "call"
 )
 
 // metrics counts the guard's verdicts.
@@ -31,17 +35,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		consumers: consumers,
 		verdicts: r.CounterVec("verdicts_total",
-			"Verdicts published by the Policy Guard, by kind of check (iteration, call) and outcome (approved, denied).", "kind", "outcome"),
+			"Verdicts published by the Policy Guard, by kind of check (call: the loop rules' verdicts are on the orchestrator's turn events) and outcome (approved, denied).", "kind", "outcome"),
 		denials: r.CounterVec("denials_total",
 			"Denials published by the Policy Guard, by kind of check and the rule that denied.", "kind", "rule"),
 		approvals: r.CounterVec("approvals_total",
 			"Tool call approvals by outcome: requested, approved, denied, revised, expired (no decision in time), ignored (a decision for a call that awaited none).", "outcome"),
 	}
 	// Export every verdict series from the start, so that rates work at once.
-	for _, k := range []string{kindIteration, kindCall} {
-		for _, o := range []string{"approved", "denied"} {
-			m.verdicts.WithLabelValues(k, o)
-		}
+	for _, o := range []string{"approved", "denied"} {
+		m.verdicts.WithLabelValues(kindCall, o)
 	}
 	if err := r.Err(); err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
@@ -50,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 // observe counts one published verdict.
-func (m *metrics) observe(kind string, dec Decision) {
+func (m *metrics) observe(kind string, dec rules.Decision) {
 	m.verdicts.WithLabelValues(kind, dec.Outcome()).Inc()
 	if !dec.Allowed {
 		m.denials.WithLabelValues(kind, dec.Rule).Inc()

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,27 +17,28 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/rules"
 	"github.com/toolwire/toolwire/pkg/service"
 )
 
-// The guard's two durable consumers.
-const (
-	DurableIterations = "policy-iterations"
-	DurableCalls      = "policy-calls"
-)
+// DurableTurns is the guard's durable consumer of model turns.
+const DurableTurns = "policy-turns"
 
 // Span names and attributes. GenAI semantic conventions name no policy
-// operation, so the spans are named after the service and the check.
+// operation, so the spans are named after the service and the check: one
+// span per turn, with a child span per call it judged.
 const (
-	SpanCheckIteration = "policy check_iteration"
-	SpanCheckToolCall  = "policy check_tool_call"
+	SpanCheckTurn     = "policy check_turn"
+	SpanCheckToolCall = "policy check_tool_call"
 
 	AttrRunID         = "toolwire.run_id"
 	AttrIteration     = "toolwire.iteration"
+	AttrTurnCalls     = "toolwire.turn.calls"
 	AttrToolName      = "gen_ai.tool.name"
 	AttrToolCallID    = "gen_ai.tool.call.id"
 	AttrToolVersion   = "toolwire.tool.version"
 	AttrCallSeq       = "toolwire.call.seq"
+	AttrQueue         = "toolwire.call.queue"
 	AttrAllowed       = "toolwire.policy.allowed"
 	AttrReason        = "toolwire.policy.reason"
 	AttrRule          = "toolwire.policy.rule"
@@ -44,9 +46,9 @@ const (
 )
 
 // Service is the Policy Guard service. It is stateless between events: each
-// iteration check and call request carries the run's policy, and the tool
+// model turn carries the run's policy, enabled tools and spend, and the tool
 // registry is read from a watched in-memory catalog. Any number of replicas
-// share its two durable consumers.
+// share its durable consumers.
 type Service struct {
 	service.Lifecycle
 
@@ -54,7 +56,7 @@ type Service struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	tracer  trace.Tracer
-	guard   *Guard
+	guard   *rules.Guard
 	pub     *events.Publisher
 	metrics *metrics
 
@@ -85,7 +87,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		js:      d.JS,
 		log:     d.Log,
 		tracer:  d.Tracer.Tracer(instrumentationID),
-		guard:   NewGuard(),
+		guard:   rules.NewGuard(),
 		pub:     events.NewPublisher(d.JS),
 		metrics: m,
 	}, nil
@@ -104,8 +106,8 @@ func Build(d service.Deps, opts ...Option) (*Service, error) {
 func (s *Service) Config() Config { return s.cfg }
 
 // Start loads the tool registry and the approval deadlines and starts
-// consuming iteration checks, call requests and decisions. ctx bounds the
-// start; the watches, the consumers and the sweep run until Stop.
+// consuming model turns and decisions. ctx bounds the start; the watches,
+// the consumers and the sweep run until Stop.
 func (s *Service) Start(ctx context.Context) (err error) {
 	life, err := s.Starting(ctx)
 	if err != nil {
@@ -134,12 +136,8 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	s.OnStop(s.runners.Stop)
 	specs := []events.RunnerConfig{
 		{
-			Spec:    events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableIterations, Filters: events.Filters(events.FilterIterationRequested)},
-			Handler: s.handleIteration,
-		},
-		{
-			Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableCalls, Filters: events.Filters(events.FilterCallRequested)},
-			Handler: s.handleCall,
+			Spec:    events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableTurns, Filters: events.Filters(events.FilterTurnCompleted)},
+			Handler: s.handleTurn,
 		},
 		{
 			Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableDecisions, Filters: events.Filters(events.FilterCallDecided)},
@@ -155,91 +153,227 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	return nil
 }
 
-// handleIteration answers one iteration check with a verdict.
-func (s *Service) handleIteration(ctx context.Context, d *events.Delivery) error {
-	var c events.IterationCheck
-	if err := events.DecodeData(d.Event, &c); err != nil {
-		return events.Permanent(fmt.Errorf("iteration check: %w", err))
+// verdict is the guard's answer on one call of a turn.
+type verdict struct {
+	req events.CallRequest
+	dec rules.Decision
+	// def is the registry's definition of the called version, for an
+	// approval request.
+	def envelope.ToolDefinition
+}
+
+// handleTurn judges the calls of a model turn, in seq order, and publishes
+// their outcomes together: each call approved to its queue, or completed
+// with a POLICY_DENIED envelope. The calls that need an operator's approval
+// are held after that, so that a slow preview never holds back the others.
+//
+// Every outcome has a deterministic event id, so a turn handled twice
+// stores each outcome once. A redelivered turn (a crash or a failed publish
+// after part of its outcomes were stored) is not judged again where it was
+// judged already: a call whose outcome is in the stream, or that is held
+// for approval, keeps it, even if the registry changed meanwhile, and only
+// the missing outcomes are published.
+func (s *Service) handleTurn(ctx context.Context, d *events.Delivery) error {
+	var t events.Turn
+	if err := events.DecodeData(d.Event, &t); err != nil {
+		return events.Permanent(fmt.Errorf("turn: %w", err))
 	}
-	if err := matchSubject(d.Subject, c.RunID, "", c.Iteration); err != nil {
-		return events.Permanent(fmt.Errorf("iteration check: %w", err))
+	calls, err := callsToJudge(d.Subject, &t)
+	if err != nil {
+		return events.Permanent(fmt.Errorf("turn: %w", err))
+	}
+	if len(calls) == 0 {
+		return nil // a denied turn, or one without calls the guard must judge
 	}
 	rt := events.TraceOf(d.Event)
-	ctx, span := s.startSpan(ctx, SpanCheckIteration, rt,
-		attribute.String(AttrRunID, c.RunID), attribute.Int(AttrIteration, c.Iteration))
+	ctx, span := s.startSpan(ctx, SpanCheckTurn, rt,
+		attribute.String(AttrRunID, t.RunID), attribute.Int(AttrIteration, t.Iteration),
+		attribute.Int(AttrTurnCalls, len(calls)))
 	defer span.End()
 
-	dec := s.guard.CheckIteration(c)
-	annotate(span, dec)
-	v := events.Verdict{RunID: c.RunID, Iteration: c.Iteration, Allowed: dec.Allowed, Code: dec.Code, Reason: dec.Reason}
-	out, err := events.NewVerdict(s.cfg.Source, v, c.Tenant, rt)
-	if err != nil {
-		return fail(span, events.Permanent(fmt.Errorf("iteration verdict: %w", err)))
+	var stored jetstream.Stream // the calls stream, read on a redelivery only
+	if d.Attempt > 1 {
+		if stored, err = s.js.Stream(ctx, events.StreamCalls); err != nil {
+			return fail(span, fmt.Errorf("turn: open %s: %w", events.StreamCalls, err))
+		}
 	}
-	if err := s.pub.Publish(ctx, out); err != nil {
+	var (
+		outs      []events.Outgoing
+		published []verdict
+		held      []verdict
+		costs     float64 // the declared cost of the calls judged so far
+	)
+	for i := range calls {
+		c := &calls[i]
+		costBefore := costs
+		costs += c.Cost
+		req := approvedCall(&t, c)
+		if stored != nil {
+			done, err := s.judgedBefore(ctx, stored, &req)
+			if err != nil {
+				return fail(span, err)
+			}
+			if done {
+				continue
+			}
+		}
+		v := s.checkCall(ctx, &t, c, costBefore, req)
+		switch {
+		case v.dec.Allowed && v.dec.ApprovalRequired != "":
+			held = append(held, v)
+			continue
+		case v.dec.Allowed:
+			out, err := events.NewCallApproved(s.cfg.Source, req, rt)
+			if err != nil {
+				return fail(span, events.Permanent(fmt.Errorf("turn: call %s approved: %w", req.CallID, err)))
+			}
+			outs = append(outs, out)
+		default:
+			out, err := events.NewCallCompleted(s.cfg.Source, req.RunID, DeniedEnvelope(&req, v.dec, time.Now()), req.Tenant, rt)
+			if err != nil {
+				return fail(span, events.Permanent(fmt.Errorf("turn: call %s denied: %w", req.CallID, err)))
+			}
+			outs = append(outs, out)
+		}
+		published = append(published, v)
+	}
+	if err := s.pub.PublishAll(ctx, outs); err != nil {
 		return fail(span, err)
 	}
-	s.metrics.observe(kindIteration, dec)
-	s.logDecision(ctx, dec, "iteration checked", "run_id", c.RunID, "iteration", c.Iteration)
+	for _, v := range published {
+		s.metrics.observe(kindCall, v.dec)
+		s.logDecision(ctx, v.dec, "tool call checked", callArgs(&v.req)...)
+	}
+	for _, v := range held {
+		if err := s.requestApproval(ctx, &v.req, v.def, v.dec.ApprovalRequired, t.Policy.ApprovalTimeout(), rt); err != nil {
+			return fail(span, err)
+		}
+		s.logDecision(ctx, v.dec, "tool call checked: awaits approval", callArgs(&v.req)...)
+	}
 	return nil
 }
 
-// handleCall approves a tool call (re-publishing the request as approved) or
-// denies it with a POLICY_DENIED envelope as the call's completion.
-func (s *Service) handleCall(ctx context.Context, d *events.Delivery) error {
-	var req events.CallRequest
-	if err := events.DecodeData(d.Event, &req); err != nil {
-		return events.Permanent(fmt.Errorf("call request: %w", err))
-	}
-	if err := matchSubject(d.Subject, req.RunID, req.CallID, 0); err != nil {
-		return events.Permanent(fmt.Errorf("call request: %w", err))
-	}
-	rt := events.TraceOf(d.Event)
-	ctx, span := s.startSpan(ctx, SpanCheckToolCall, rt,
+// checkCall runs the call rules on one call of t, under its own span.
+func (s *Service) checkCall(ctx context.Context, t *events.Turn, c *events.TurnCall, costBefore float64, req events.CallRequest) verdict {
+	_, span := s.tracer.Start(ctx, SpanCheckToolCall, trace.WithAttributes(
 		attribute.String(AttrRunID, req.RunID),
 		attribute.String(AttrToolName, req.Name),
 		attribute.String(AttrToolVersion, req.Version),
 		attribute.String(AttrToolCallID, req.CallID),
 		attribute.Int(AttrCallSeq, req.Seq),
-		attribute.Int(AttrIteration, req.Iteration))
+		attribute.Int(AttrIteration, req.Iteration),
+		attribute.String(AttrQueue, req.Queue)))
 	defer span.End()
-
-	dec := s.guard.CheckCall(req, s.catalog.Lookup)
-	annotate(span, dec)
-	if dec.Allowed && dec.ApprovalRequired != "" {
-		entry, _ := s.catalog.Lookup(req.Ref())
-		if err := s.requestApproval(ctx, span, &req, entry, dec.ApprovalRequired, rt); err != nil {
-			return fail(span, err)
+	call := rules.Call{
+		Seq: c.Seq, Name: c.Name, Version: c.Version,
+		Policy: t.Policy, EnabledTools: t.EnabledTools,
+		Spend: t.Spend, Cost: c.Cost, CostBefore: costBefore,
+	}
+	v := verdict{req: req}
+	if c.Version != "" { // a tool that is not enabled has no version to look up
+		if e, ok := s.catalog.Lookup(c.Ref()); ok {
+			v.def = e.Definition
+			call.Tool, call.State = &v.def, e.State
 		}
-		s.logDecision(ctx, dec, "tool call checked: awaits approval", "run_id", req.RunID, "call_id", req.CallID,
-			"tool", calledTool(&req), "seq", req.Seq)
-		return nil
 	}
-	var (
-		out events.Outgoing
-		err error
-	)
-	if dec.Allowed {
-		out, err = events.NewCallRequest(s.cfg.Source, "approved", req, rt)
-	} else {
-		out, err = events.NewCallCompleted(s.cfg.Source, req.RunID, DeniedEnvelope(&req, dec, time.Now()), req.Tenant, rt)
+	v.dec = s.guard.CheckCall(call)
+	annotate(span, v.dec)
+	if v.dec.Allowed && v.dec.ApprovalRequired != "" {
+		span.SetAttributes(attribute.String(AttrApprovalRequired, v.dec.ApprovalRequired))
 	}
-	if err != nil {
-		return fail(span, events.Permanent(fmt.Errorf("call verdict: %w", err)))
-	}
-	if err := s.pub.Publish(ctx, out); err != nil {
-		return fail(span, err)
-	}
-	s.metrics.observe(kindCall, dec)
-	s.logDecision(ctx, dec, "tool call checked", "run_id", req.RunID, "call_id", req.CallID,
-		"tool", calledTool(&req), "seq", req.Seq)
-	return nil
+	return v
 }
 
-// DeniedEnvelope is the receipt of a call the guard refused: the call as
-// requested (the version is empty when none was resolved), no output, a
-// POLICY_DENIED error with the decision's reason, and t_start = t_end = now.
-func DeniedEnvelope(req *events.CallRequest, dec Decision, now time.Time) envelope.ToolEnvelope {
+// judgedBefore reports whether an earlier delivery of the call's turn judged
+// it: its outcome (approved, or completed: denied, or already run) is in the
+// calls stream, or it is held for approval, in which case the record says
+// what follows and this publishes it again.
+func (s *Service) judgedBefore(ctx context.Context, stored jetstream.Stream, req *events.CallRequest) (bool, error) {
+	approved, err := events.ApprovedSubject(req.RunID, req.CallID, req.Queue)
+	if err != nil {
+		return false, events.Permanent(err)
+	}
+	completed, err := events.CallSubject(req.RunID, req.CallID, "completed")
+	if err != nil {
+		return false, events.Permanent(err)
+	}
+	for _, subj := range []string{approved, completed} {
+		_, err := stored.GetLastMsgForSubject(ctx, subj)
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return false, fmt.Errorf("turn: look up %s: %w", subj, err)
+		}
+	}
+	return s.followApproval(ctx, req)
+}
+
+// callsToJudge checks a turn against its subject and returns the calls the
+// guard must judge, in seq order: none for a denied turn, and none of the
+// calls the orchestrator answered itself. A turn the guard cannot judge
+// safely (ids that do not match, a call id or queue that is not a subject
+// token, two calls with one id or one number, a negative cost) is refused
+// whole, before anything of it is published.
+func callsToJudge(subject string, t *events.Turn) ([]events.TurnCall, error) {
+	if t.Iteration < 1 {
+		return nil, fmt.Errorf("iteration %d: want at least 1", t.Iteration)
+	}
+	if err := matchSubject(subject, t.RunID, "", t.Iteration); err != nil {
+		return nil, err
+	}
+	if t.Spend < 0 {
+		return nil, fmt.Errorf("spend %g: want at least 0", t.Spend)
+	}
+	if !t.Verdict.Allowed {
+		return nil, nil
+	}
+	calls := make([]events.TurnCall, 0, len(t.Calls))
+	ids := make(map[string]bool, len(t.Calls))
+	seqs := make(map[int]bool, len(t.Calls))
+	for i := range t.Calls {
+		c := &t.Calls[i]
+		if err := events.ValidateCallID(c.CallID); err != nil {
+			return nil, fmt.Errorf("call %d: %w", i+1, err)
+		}
+		switch {
+		case ids[c.CallID]:
+			return nil, fmt.Errorf("call %d: call_id %s is also an earlier call's", i+1, c.CallID)
+		case c.Seq < 1:
+			return nil, fmt.Errorf("call %d: seq %d: want at least 1", i+1, c.Seq)
+		case seqs[c.Seq]:
+			return nil, fmt.Errorf("call %d: seq %d is also an earlier call's", i+1, c.Seq)
+		case c.Cost < 0:
+			return nil, fmt.Errorf("call %d: cost %g: want at least 0", i+1, c.Cost)
+		}
+		if c.Queue != "" {
+			if err := envelope.ValidateQueue(c.Queue); err != nil {
+				return nil, fmt.Errorf("call %d: %w", i+1, err)
+			}
+		}
+		ids[c.CallID], seqs[c.Seq] = true, true
+		if !c.Answered {
+			calls = append(calls, *c)
+		}
+	}
+	slices.SortStableFunc(calls, func(a, b events.TurnCall) int { return a.Seq - b.Seq })
+	return calls, nil
+}
+
+// approvedCall is call c of turn t as the workers of its queue receive it.
+func approvedCall(t *events.Turn, c *events.TurnCall) events.CallRequest {
+	return events.CallRequest{
+		RunID: t.RunID, CallID: c.CallID, Seq: c.Seq, Iteration: t.Iteration,
+		Name: c.Name, Version: c.Version, Input: c.Input, ProviderCallID: c.ProviderCallID,
+		Tenant: t.Tenant, Agent: t.Agent, Queue: cmp.Or(c.Queue, envelope.DefaultQueue),
+	}
+}
+
+// DeniedEnvelope is the receipt of a call the guard refused: the call as the
+// model made it (the input byte for byte; the version is empty when none was
+// resolved), no output, a POLICY_DENIED error with the decision's reason,
+// t_start = t_end = now, and no cost: the call never ran.
+func DeniedEnvelope(req *events.CallRequest, dec rules.Decision, now time.Time) envelope.ToolEnvelope {
 	now = now.UTC()
 	code := dec.Code
 	if code == "" {
@@ -257,7 +391,7 @@ func DeniedEnvelope(req *events.CallRequest, dec Decision, now time.Time) envelo
 }
 
 // matchSubject checks that the event's data names the run (and call or
-// iteration) of its subject: a verdict must go back to the run that asked.
+// turn) of its subject: a verdict must go back to the run that asked.
 func matchSubject(subject, runID, callID string, iteration int) error {
 	p, err := events.ParseSubject(subject)
 	if err != nil {
@@ -270,8 +404,8 @@ func matchSubject(subject, runID, callID string, iteration int) error {
 	return nil
 }
 
-// startSpan starts the check's span under the hop's span, or under the run's
-// trace when the hop carried none.
+// startSpan starts a span under the hop's span, or under the run's trace
+// when the hop carried none.
 func (s *Service) startSpan(ctx context.Context, name string, rt events.RunTrace, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		ctx = events.ContextWithRunTrace(ctx, rt)
@@ -279,7 +413,7 @@ func (s *Service) startSpan(ctx context.Context, name string, rt events.RunTrace
 	return s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 }
 
-func annotate(span trace.Span, dec Decision) {
+func annotate(span trace.Span, dec rules.Decision) {
 	span.SetAttributes(attribute.Bool(AttrAllowed, dec.Allowed))
 	if !dec.Allowed {
 		span.SetAttributes(attribute.String(AttrReason, dec.Reason), attribute.String(AttrRule, dec.Rule))
@@ -295,7 +429,20 @@ func fail(span trace.Span, err error) error {
 	return err
 }
 
-func (s *Service) logDecision(ctx context.Context, dec Decision, msg string, args ...any) {
+// callArgs are the log attributes of a call.
+func callArgs(req *events.CallRequest) []any {
+	return []any{"run_id", req.RunID, "call_id", req.CallID, "tool", calledTool(req), "seq", req.Seq, "queue", req.Queue}
+}
+
+// calledTool is name@version, or the bare name when no version was resolved.
+func calledTool(req *events.CallRequest) string {
+	if req.Version == "" {
+		return req.Name
+	}
+	return req.Ref().String()
+}
+
+func (s *Service) logDecision(ctx context.Context, dec rules.Decision, msg string, args ...any) {
 	for _, w := range dec.Warnings {
 		s.log.WarnContext(ctx, "policy warning", slices.Concat(args, []any{"warning", w})...)
 	}

@@ -3,7 +3,6 @@ package orchestratortest
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -13,33 +12,44 @@ import (
 )
 
 // Guard plays the parts of the Policy Guard (as its approvals feature
-// behaves: it allows iterations and decides each call itself) and of the
-// executor (Complete), by publishing the events they would.
+// behaves: it decides each call of a turn itself) and of the executor
+// (Complete), by publishing the events they would.
 type Guard struct {
 	H   *Harness
 	Ctx context.Context
 }
 
-// AllowIteration waits for the check of iteration n of a run and allows it.
-func (g Guard) AllowIteration(runID string, n int) {
+// Turn waits for turn n of a run and returns it.
+func (g Guard) Turn(runID string, n int) events.Turn {
 	g.H.T.Helper()
-	g.H.Next(g.Ctx, events.StreamRuns, "toolwire.run."+runID+".iteration."+strconv.Itoa(n)+".requested")
-	out, err := events.NewVerdict("/toolwire/policy", events.Verdict{RunID: runID, Iteration: n, Allowed: true}, envelope.Tenant{OrgID: "org1"}, events.RunTrace{})
-	g.Publish(out, err)
+	subj, err := events.TurnSubject(runID, n)
+	require.NoError(g.H.T, err)
+	e := g.H.Next(g.Ctx, events.StreamRuns, subj)
+	var t events.Turn
+	require.NoError(g.H.T, json.Unmarshal(e.Data, &t))
+	return t
 }
 
-// Request waits for the request of the call #seq of a run to tool@1.0.0, its
-// id computed as the orchestrator computes it.
+// Request waits for the turn that makes call #seq of a run to tool@1.0.0
+// with input, and returns the call as the guard would approve it.
 func (g Guard) Request(runID, tool string, input any, seq int) events.CallRequest {
 	g.H.T.Helper()
 	b, err := json.Marshal(input)
 	require.NoError(g.H.T, err)
 	id, err := envelope.CallID(tool, "1.0.0", b, seq)
 	require.NoError(g.H.T, err)
-	e := g.H.Next(g.Ctx, events.StreamCalls, "toolwire.call."+runID+"."+id+".requested")
-	var r events.CallRequest
-	require.NoError(g.H.T, json.Unmarshal(e.Data, &r))
-	return r
+	for n := 1; n <= 16; n++ {
+		t := g.Turn(runID, n)
+		for _, c := range t.Calls {
+			if c.CallID == id {
+				return events.CallRequest{RunID: runID, CallID: c.CallID, Seq: c.Seq, Iteration: t.Iteration, Name: c.Name,
+					Version: c.Version, Input: c.Input, ProviderCallID: c.ProviderCallID, Tenant: t.Tenant, Agent: t.Agent,
+					Queue: envelope.DefaultQueue}
+			}
+		}
+	}
+	g.H.T.Fatalf("no turn of run %s made call #%d of %s", runID, seq, tool)
+	return events.CallRequest{}
 }
 
 // Publish publishes an event built by one of the events.New* functions.
@@ -60,7 +70,7 @@ func (g Guard) ApprovalRequired(c events.CallRequest) {
 
 // Approve publishes the guard's own approval of a call.
 func (g Guard) Approve(c events.CallRequest) {
-	g.Publish(events.NewCallRequest("/toolwire/policy", "approved", c, events.RunTrace{}))
+	g.Publish(events.NewCallApproved("/toolwire/policy", c, events.RunTrace{}))
 }
 
 // OperatorApprove does what the guard does once an operator approves a call

@@ -247,6 +247,26 @@ func OfType(evs []Stored, typ string) []Stored {
 	return out
 }
 
+// Turns returns a run's turns in order: its turn events, and the turn its
+// end event carries (the model's final answer or a denied model call).
+func Turns(t testing.TB, evs []Stored) []events.Turn {
+	t.Helper()
+	var out []events.Turn
+	for _, e := range evs {
+		switch e.Type {
+		case events.TypeTurnCompleted:
+			var tr events.Turn
+			require.NoError(t, json.Unmarshal(e.Data, &tr))
+			out = append(out, tr)
+		case events.TypeRunCompleted, events.TypeRunFailed:
+			if st := StatusOf(t, e); st.Turn != nil {
+				out = append(out, *st.Turn)
+			}
+		}
+	}
+	return out
+}
+
 // StatusOf decodes a run status event (started, suspended, resumed,
 // completed, failed).
 func StatusOf(t testing.TB, e Stored) events.RunStatus {

@@ -37,9 +37,9 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err)
 	req := events.CallRequest{
 		RunID: "run-main", CallID: callID, Seq: 1, Iteration: 1, Name: "calculator", Version: "1.0.0",
-		Input: input, Tenant: envelope.Tenant{OrgID: "acme"}, Agent: "a", EnabledTools: []string{"calculator@1.0.0"},
+		Input: input, Tenant: envelope.Tenant{OrgID: "acme"}, Agent: "a", Queue: envelope.DefaultQueue,
 	}
-	out, err := events.NewCallRequest("/toolwire/test", "approved", req, events.RunTrace{})
+	out, err := events.NewCallApproved("/toolwire/test", req, events.RunTrace{})
 	require.NoError(t, err)
 	env.Publish(t, out)
 

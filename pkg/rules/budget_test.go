@@ -1,4 +1,4 @@
-package policy_test
+package rules_test
 
 import (
 	"testing"
@@ -6,12 +6,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/services/policy"
+	"github.com/toolwire/toolwire/pkg/rules"
 )
 
-func TestMaxBudgetIteration(t *testing.T) {
+func TestMaxBudgetLoop(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		budget, spend float64
@@ -32,13 +30,13 @@ func TestMaxBudgetIteration(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			it := max(tc.iteration, 1)
-			d := policy.NewGuard().CheckIteration(events.IterationCheck{RunID: "r", Iteration: it,
+			d := rules.NewGuard().CheckLoop(rules.Loop{Iteration: it,
 				Policy: envelope.Policy{MaxBudget: tc.budget}, Spend: tc.spend, MinCost: tc.minCost})
 			if tc.reason == "" {
 				require.True(t, d.Allowed, d.Reason)
 				return
 			}
-			require.Equal(t, policy.Decision{Code: envelope.CodePolicyDenied, Reason: tc.reason, Rule: policy.RuleMaxBudget}, d)
+			require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied, Reason: tc.reason, Rule: rules.RuleMaxBudget}, d)
 		})
 	}
 }
@@ -46,24 +44,22 @@ func TestMaxBudgetIteration(t *testing.T) {
 // A turn that would cross the budget runs its first calls and is refused the
 // rest, each refusal saying why, before any call of the turn has run.
 func TestMaxBudgetCallFanOut(t *testing.T) {
-	search := registry.Entry{State: registry.StateActive, Definition: envelope.ToolDefinition{
-		Name: "web_search", Version: "1.0.0", Cost: 0.02}}
-	lookup := func(envelope.ToolRef) (registry.Entry, bool) { return search, true }
-	g := policy.NewGuard()
+	search := envelope.ToolDefinition{Name: "web_search", Version: "1.0.0", Cost: 0.02}
+	g := rules.NewGuard()
 	const spend = 0.05
 	var allowed, denied []int
 	var reasons []string
 	for seq := 1; seq <= 5; seq++ {
-		req := events.CallRequest{RunID: "r", CallID: "ab", Seq: seq, Iteration: 2, Name: "web_search", Version: "1.0.0",
+		d := g.CheckCall(rules.Call{Seq: seq, Name: "web_search", Version: "1.0.0",
 			EnabledTools: []string{"web_search@1.0.0"}, Policy: envelope.Policy{MaxBudget: 0.1},
-			Spend: spend, Cost: 0.02, BatchCost: 5 * 0.02, BatchCostBefore: float64(seq-1) * 0.02}
-		d := g.CheckCall(req, lookup)
+			Spend: spend, Cost: 0.02, CostBefore: float64(seq-1) * 0.02,
+			Tool: &search, State: envelope.ToolActive})
 		if d.Allowed {
 			allowed = append(allowed, seq)
 			continue
 		}
 		denied = append(denied, seq)
-		require.Equal(t, policy.RuleMaxBudget, d.Rule)
+		require.Equal(t, rules.RuleMaxBudget, d.Rule)
 		require.Equal(t, envelope.CodePolicyDenied, d.Code)
 		reasons = append(reasons, d.Reason)
 	}
@@ -76,21 +72,20 @@ func TestMaxBudgetCallFanOut(t *testing.T) {
 func TestMaxBudgetCallUsesTheHigherCost(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
-		reqCost, entryCost  float64
+		turnCost, defCost   float64
 		allowed             bool
 		reasonHasCostOfCall string
 	}{
-		{name: "registry agrees", reqCost: 0.5, entryCost: 0.5, allowed: true},
-		{name: "registry raised the price since the request", reqCost: 0.5, entryCost: 2, reasonHasCostOfCall: "cost 2)"},
-		{name: "request carries the higher cost", reqCost: 2, entryCost: 0.5, reasonHasCostOfCall: "cost 2)"},
+		{name: "registry agrees", turnCost: 0.5, defCost: 0.5, allowed: true},
+		{name: "registry raised the price since the turn", turnCost: 0.5, defCost: 2, reasonHasCostOfCall: "cost 2)"},
+		{name: "turn carries the higher cost", turnCost: 2, defCost: 0.5, reasonHasCostOfCall: "cost 2)"},
 		{name: "free tool", allowed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := registry.Entry{State: registry.StateActive, Definition: envelope.ToolDefinition{Name: "send", Version: "1.0.0", Cost: tc.entryCost}}
-			d := policy.NewGuard().CheckCall(events.CallRequest{RunID: "r", CallID: "ab", Seq: 1, Iteration: 1,
-				Name: "send", Version: "1.0.0", EnabledTools: []string{"send@1.0.0"},
-				Policy: envelope.Policy{MaxBudget: 1}, Spend: 0.25, Cost: tc.reqCost, BatchCost: tc.reqCost},
-				func(envelope.ToolRef) (registry.Entry, bool) { return e, true })
+			def := envelope.ToolDefinition{Name: "send", Version: "1.0.0", Cost: tc.defCost}
+			d := rules.NewGuard().CheckCall(rules.Call{Seq: 1, Name: "send", Version: "1.0.0",
+				EnabledTools: []string{"send@1.0.0"}, Policy: envelope.Policy{MaxBudget: 1},
+				Spend: 0.25, Cost: tc.turnCost, Tool: &def, State: envelope.ToolActive})
 			require.Equal(t, tc.allowed, d.Allowed, d.Reason)
 			if !tc.allowed {
 				require.Contains(t, d.Reason, tc.reasonHasCostOfCall)

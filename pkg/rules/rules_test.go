@@ -1,4 +1,4 @@
-package policy_test
+package rules_test
 
 import (
 	"testing"
@@ -6,25 +6,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/services/policy"
+	"github.com/toolwire/toolwire/pkg/rules"
 )
 
-func toolEntry(name string, se envelope.SideEffects, scopes ...string) registry.Entry {
-	return registry.Entry{State: registry.StateActive, Definition: envelope.ToolDefinition{
+func toolDef(name string, se envelope.SideEffects, scopes ...string) envelope.ToolDefinition {
+	return envelope.ToolDefinition{
 		Name: name, Version: "1.0.0", Description: "Does " + name + ".",
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: se, Cache: envelope.CacheNone},
 		RequiredScopes: scopes,
-	}}
+	}
 }
 
-func check(g *policy.Guard, e registry.Entry, p envelope.Policy) policy.Decision {
-	ref := e.Definition.Ref()
-	return g.CheckCall(events.CallRequest{
-		RunID: "run-1", CallID: "ab", Seq: 1, Iteration: 1, Name: ref.Name, Version: ref.Version,
-		EnabledTools: []string{ref.String()}, Policy: p,
-	}, func(envelope.ToolRef) (registry.Entry, bool) { return e, true })
+// check judges call #1 of def, enabled and in state.
+func check(g *rules.Guard, def envelope.ToolDefinition, state envelope.ToolState, p envelope.Policy) rules.Decision {
+	ref := def.Ref()
+	return g.CheckCall(rules.Call{
+		Seq: 1, Name: ref.Name, Version: ref.Version, EnabledTools: []string{ref.String()}, Policy: p,
+		Tool: &def, State: state,
+	})
 }
 
 // The side-effect ceiling: a read-only node never runs a tool that writes.
@@ -53,15 +52,15 @@ func TestSideEffectsRule(t *testing.T) {
 		{name: "unknown ceiling fails closed", tool: envelope.SideEffectsNone, ceiling: "some",
 			reason: `the agent's side_effects ceiling "some" is not one of none, reads, writes`},
 	}
-	g := policy.NewGuard()
+	g := rules.NewGuard()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := check(g, toolEntry("t", tt.tool), envelope.Policy{SideEffects: tt.ceiling})
+			d := check(g, toolDef("t", tt.tool), envelope.ToolActive, envelope.Policy{SideEffects: tt.ceiling})
 			if tt.reason == "" {
-				require.Equal(t, policy.Decision{Allowed: true}, d)
+				require.Equal(t, rules.Decision{Allowed: true}, d)
 				return
 			}
-			require.Equal(t, policy.Decision{Code: envelope.CodePolicyDenied, Reason: tt.reason, Rule: policy.RuleSideEffects}, d)
+			require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied, Reason: tt.reason, Rule: rules.RuleSideEffects}, d)
 		})
 	}
 }
@@ -83,15 +82,15 @@ func TestScopesRule(t *testing.T) {
 		{name: "scopes match exactly", required: []string{"crm:write"}, granted: []string{"crm:*", "CRM:WRITE"},
 			reason: "tool t@1.0.0 needs scope crm:write, not granted to this run (granted: crm:*, CRM:WRITE)"},
 	}
-	g := policy.NewGuard()
+	g := rules.NewGuard()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := check(g, toolEntry("t", envelope.SideEffectsNone, tt.required...), envelope.Policy{Scopes: tt.granted})
+			d := check(g, toolDef("t", envelope.SideEffectsNone, tt.required...), envelope.ToolActive, envelope.Policy{Scopes: tt.granted})
 			if tt.reason == "" {
-				require.Equal(t, policy.Decision{Allowed: true}, d)
+				require.Equal(t, rules.Decision{Allowed: true}, d)
 				return
 			}
-			require.Equal(t, policy.Decision{Code: envelope.CodePolicyDenied, Reason: tt.reason, Rule: policy.RuleScopes}, d)
+			require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied, Reason: tt.reason, Rule: rules.RuleScopes}, d)
 		})
 	}
 }
@@ -99,48 +98,69 @@ func TestScopesRule(t *testing.T) {
 // Rules run in order: the ceiling is checked before the scopes, both after
 // the registry's lifecycle.
 func TestRuleOrder(t *testing.T) {
-	g := policy.NewGuard()
-	e := toolEntry("t", envelope.SideEffectsWrites, "crm:write")
-	d := check(g, e, envelope.Policy{SideEffects: envelope.SideEffectsReads})
-	require.Equal(t, policy.RuleSideEffects, d.Rule)
-	e.State = registry.StateBlocked
-	d = check(g, e, envelope.Policy{SideEffects: envelope.SideEffectsReads})
-	require.Equal(t, policy.RuleLifecycle, d.Rule)
+	g := rules.NewGuard()
+	def := toolDef("t", envelope.SideEffectsWrites, "crm:write")
+	d := check(g, def, envelope.ToolActive, envelope.Policy{SideEffects: envelope.SideEffectsReads})
+	require.Equal(t, rules.RuleSideEffects, d.Rule)
+	d = check(g, def, envelope.ToolBlocked, envelope.Policy{SideEffects: envelope.SideEffectsReads})
+	require.Equal(t, rules.RuleLifecycle, d.Rule)
 	require.Equal(t, "tool t@1.0.0 is blocked", d.Reason)
+}
+
+// The call rules read the registry's definition only when there is one: run
+// out of their default order (a custom guard), they still judge a call of a
+// version the registry does not hold, and fail closed.
+func TestCallRulesWithoutADefinition(t *testing.T) {
+	c := rules.Call{Seq: 4, Name: "ghost", Version: "1.0.0", Cost: 0.5, Spend: 0.75,
+		Policy: envelope.Policy{SideEffects: envelope.SideEffectsReads, MaxBudget: 1}}
+	require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied,
+		Reason: `tool ghost@1.0.0 has side effects "writes", above this agent's ceiling "reads"`}, rules.SideEffects(&c),
+		"a tool of unknown side effects is taken as one that writes")
+	require.Equal(t, rules.Allow(), rules.Scopes(&c))
+	require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied, Reason: `tool ghost@1.0.0 has unknown registry state ""`},
+		rules.Lifecycle(&c))
+	require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied,
+		Reason: "max_budget (1) would be exceeded by call #4 (ghost@1.0.0, cost 0.5): the run has spent 0.75 and this turn's calls up to it cost 0.5"},
+		rules.MaxBudgetCall(&c), "the turn's cost stands when the registry has none")
+	require.Equal(t, envelope.SideEffectsWrites, rules.EffectiveSideEffects(nil))
 }
 
 // Approval is not a denial: an allowed call carries why it must wait.
 func TestApprovalRequired(t *testing.T) {
 	tests := []struct {
 		name   string
-		tool   registry.Entry
+		tool   envelope.ToolDefinition
 		policy envelope.Policy
 		want   string
 	}{
-		{name: "no approval policy", tool: toolEntry("send", envelope.SideEffectsWrites)},
-		{name: "writes", tool: toolEntry("send", envelope.SideEffectsWrites),
+		{name: "no approval policy", tool: toolDef("send", envelope.SideEffectsWrites)},
+		{name: "writes", tool: toolDef("send", envelope.SideEffectsWrites),
 			policy: envelope.Policy{RequireApproval: &envelope.ApprovalPolicy{Writes: true}},
 			want:   "the policy requires approval for tools that write, and send@1.0.0 writes"},
-		{name: "undeclared counts as writes", tool: toolEntry("send", ""),
+		{name: "undeclared counts as writes", tool: toolDef("send", ""),
 			policy: envelope.Policy{RequireApproval: &envelope.ApprovalPolicy{Writes: true}},
 			want:   "the policy requires approval for tools that write, and send@1.0.0 writes"},
-		{name: "reads need none under writes", tool: toolEntry("look", envelope.SideEffectsReads),
+		{name: "reads need none under writes", tool: toolDef("look", envelope.SideEffectsReads),
 			policy: envelope.Policy{RequireApproval: &envelope.ApprovalPolicy{Writes: true}}},
-		{name: "named", tool: toolEntry("look", envelope.SideEffectsReads),
+		{name: "named", tool: toolDef("look", envelope.SideEffectsReads),
 			policy: envelope.Policy{RequireApproval: &envelope.ApprovalPolicy{Tools: []string{"look"}}},
 			want:   "the policy requires approval for tool look"},
 	}
-	g := policy.NewGuard()
+	g := rules.NewGuard()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := check(g, tt.tool, tt.policy)
+			d := check(g, tt.tool, envelope.ToolActive, tt.policy)
 			require.True(t, d.Allowed)
 			require.Equal(t, tt.want, d.ApprovalRequired)
 		})
 	}
 	// A denied call never asks for approval.
-	d := check(g, toolEntry("send", envelope.SideEffectsWrites), envelope.Policy{
+	d := check(g, toolDef("send", envelope.SideEffectsWrites), envelope.ToolActive, envelope.Policy{
 		SideEffects: envelope.SideEffectsReads, RequireApproval: &envelope.ApprovalPolicy{Writes: true}})
 	require.False(t, d.Allowed)
 	require.Empty(t, d.ApprovalRequired)
+	// The check does not change the definition it was given.
+	def := toolDef("send", "")
+	check(g, def, envelope.ToolActive, envelope.Policy{RequireApproval: &envelope.ApprovalPolicy{Writes: true}})
+	require.Empty(t, def.Metadata.SideEffects)
 }

@@ -1,46 +1,59 @@
-package policy_test
+package rules_test
 
 import (
-	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/services/policy"
+	"github.com/toolwire/toolwire/pkg/rules"
 )
 
-// catalog is an in-memory Lookup over registry entries.
-type catalog map[envelope.ToolRef]registry.Entry
+// registered is what a registry holds of one version.
+type registered struct {
+	def   envelope.ToolDefinition
+	state envelope.ToolState
+}
 
-func (c catalog) lookup(ref envelope.ToolRef) (registry.Entry, bool) {
-	e, ok := c[ref]
+// lookup finds a version as the policy service's registry catalog would.
+type lookup func(envelope.ToolRef) (registered, bool)
+
+func entry(name, version string, state envelope.ToolState) registered {
+	return registered{def: envelope.ToolDefinition{Name: name, Version: version}, state: state}
+}
+
+var testCatalog = map[envelope.ToolRef]registered{
+	{Name: "web_search", Version: "1.0.0"}: entry("web_search", "1.0.0", envelope.ToolActive),
+	{Name: "calc", Version: "2.1.0"}:       entry("calc", "2.1.0", envelope.ToolActive),
+	{Name: "old_search", Version: "0.9.0"}: entry("old_search", "0.9.0", envelope.ToolDeprecated),
+	{Name: "rm_rf", Version: "1.0.0"}:      entry("rm_rf", "1.0.0", envelope.ToolBlocked),
+	{Name: "weird", Version: "1.0.0"}:      entry("weird", "1.0.0", "retired"),
+}
+
+func catalogLookup(ref envelope.ToolRef) (registered, bool) {
+	e, ok := testCatalog[ref]
 	return e, ok
 }
 
-func entry(name, version string, state registry.State) registry.Entry {
-	return registry.Entry{
-		Definition: envelope.ToolDefinition{Name: name, Version: version},
-		State:      state,
+// withTool fills in c.Tool and c.State from l, as the policy service does
+// from its registry catalog: only a resolved version is looked up, and a
+// version the registry does not hold leaves Tool nil.
+func withTool(c rules.Call, l lookup) rules.Call {
+	if c.Version == "" {
+		return c
 	}
-}
-
-var testCatalog = catalog{
-	{Name: "web_search", Version: "1.0.0"}: entry("web_search", "1.0.0", registry.StateActive),
-	{Name: "calc", Version: "2.1.0"}:       entry("calc", "2.1.0", registry.StateActive),
-	{Name: "old_search", Version: "0.9.0"}: entry("old_search", "0.9.0", registry.StateDeprecated),
-	{Name: "rm_rf", Version: "1.0.0"}:      entry("rm_rf", "1.0.0", registry.StateBlocked),
-	{Name: "weird", Version: "1.0.0"}:      entry("weird", "1.0.0", "retired"),
+	if e, ok := l(c.Ref()); ok {
+		c.Tool, c.State = &e.def, e.state
+	}
+	return c
 }
 
 var enabledAll = []string{"web_search@1.0.0", "calc@2.1.0", "old_search@0.9.0", "rm_rf@1.0.0", "ghost@1.0.0", "weird@1.0.0"}
 
-func TestCheckIteration(t *testing.T) {
+func TestCheckLoop(t *testing.T) {
 	tests := []struct {
 		name      string
 		iteration int
@@ -59,17 +72,19 @@ func TestCheckIteration(t *testing.T) {
 			reason: "max_iterations (3) reached: iteration 4 not allowed"},
 		{name: "custom cap above the default", iteration: 11, policy: envelope.Policy{MaxIterations: 50}, allowed: true},
 	}
-	g := policy.NewGuard()
+	g := rules.NewGuard()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := g.CheckIteration(events.IterationCheck{RunID: "run-1", Iteration: tt.iteration, Policy: tt.policy})
+			d := g.CheckLoop(rules.Loop{Iteration: tt.iteration, Policy: tt.policy})
 			if tt.allowed {
-				require.Equal(t, policy.Decision{Allowed: true}, d)
+				require.Equal(t, rules.Decision{Allowed: true}, d)
+				require.Equal(t, "approved", d.Outcome())
 				return
 			}
-			require.Equal(t, policy.Decision{
-				Code: envelope.CodePolicyDenied, Reason: tt.reason, Rule: policy.RuleMaxIterations,
+			require.Equal(t, rules.Decision{
+				Code: envelope.CodePolicyDenied, Reason: tt.reason, Rule: rules.RuleMaxIterations,
 			}, d)
+			require.Equal(t, "denied", d.Outcome())
 		})
 	}
 }
@@ -82,7 +97,7 @@ func TestCheckCall(t *testing.T) {
 		seq      int
 		enabled  []string
 		policy   envelope.Policy
-		lookup   policy.Lookup
+		lookup   lookup
 		allowed  bool
 		rule     string
 		reason   string
@@ -92,69 +107,64 @@ func TestCheckCall(t *testing.T) {
 		{name: "last call under the default cap", tool: "calc", version: "2.1.0", seq: 25, allowed: true},
 		{name: "not enabled at all", tool: "send_email", seq: 1,
 			enabled: []string{"web_search@1.0.0", "calc@2.1.0"},
-			rule:    policy.RuleEnabledTools,
+			rule:    rules.RuleEnabledTools,
 			reason:  "tool send_email is not enabled for this agent (enabled: web_search@1.0.0, calc@2.1.0)"},
 		{name: "nothing enabled", tool: "web_search", seq: 1, enabled: []string{},
-			rule:   policy.RuleEnabledTools,
+			rule:   rules.RuleEnabledTools,
 			reason: "tool web_search is not enabled for this agent (enabled: none)"},
 		{name: "another version enabled", tool: "web_search", version: "2.0.0", seq: 1,
 			enabled: []string{"web_search@1.0.0"},
-			rule:    policy.RuleEnabledTools,
+			rule:    rules.RuleEnabledTools,
 			reason:  "tool web_search@2.0.0 is not enabled for this agent (enabled: web_search@1.0.0)"},
 		{name: "bare name on the list does not enable a version", tool: "web_search", version: "1.0.0", seq: 1,
 			enabled: []string{"web_search"},
-			rule:    policy.RuleEnabledTools,
+			rule:    rules.RuleEnabledTools,
 			reason:  "tool web_search@1.0.0 is not enabled for this agent (enabled: web_search)"},
 		{name: "past the default cap", tool: "web_search", version: "1.0.0", seq: 26,
-			rule:   policy.RuleMaxToolCalls,
+			rule:   rules.RuleMaxToolCalls,
 			reason: "max_tool_calls (25) reached: call #26 not allowed"},
 		{name: "past a custom cap", tool: "web_search", version: "1.0.0", seq: 3,
 			policy: envelope.Policy{MaxToolCalls: 2},
-			rule:   policy.RuleMaxToolCalls,
+			rule:   rules.RuleMaxToolCalls,
 			reason: "max_tool_calls (2) reached: call #3 not allowed"},
 		{name: "allow-list is checked before the cap", tool: "send_email", seq: 99,
 			enabled: []string{"calc@2.1.0"},
-			rule:    policy.RuleEnabledTools,
+			rule:    rules.RuleEnabledTools,
 			reason:  "tool send_email is not enabled for this agent (enabled: calc@2.1.0)"},
 		{name: "version unknown to the registry", tool: "ghost", version: "1.0.0", seq: 1,
-			rule:   policy.RuleRegistered,
+			rule:   rules.RuleRegistered,
 			reason: "unknown tool ghost@1.0.0: it is not in the tool registry"},
-		{name: "no registry at all", tool: "web_search", version: "1.0.0", seq: 1, lookup: func(envelope.ToolRef) (registry.Entry, bool) {
-			return registry.Entry{}, false
-		},
-			rule:   policy.RuleRegistered,
+		{name: "no registry at all", tool: "web_search", version: "1.0.0", seq: 1,
+			lookup: func(envelope.ToolRef) (registered, bool) { return registered{}, false },
+			rule:   rules.RuleRegistered,
 			reason: "unknown tool web_search@1.0.0: it is not in the tool registry"},
 		{name: "blocked", tool: "rm_rf", version: "1.0.0", seq: 1,
-			rule:   policy.RuleLifecycle,
+			rule:   rules.RuleLifecycle,
 			reason: "tool rm_rf@1.0.0 is blocked"},
 		{name: "deprecated runs with a warning", tool: "old_search", version: "0.9.0", seq: 1,
 			allowed: true, warnings: []string{"tool old_search@0.9.0 is deprecated"}},
 		{name: "unknown registry state fails closed", tool: "weird", version: "1.0.0", seq: 1,
-			rule:   policy.RuleLifecycle,
+			rule:   rules.RuleLifecycle,
 			reason: `tool weird@1.0.0 has unknown registry state "retired"`},
 	}
-	g := policy.NewGuard()
+	g := rules.NewGuard()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			enabled := tt.enabled
 			if enabled == nil {
 				enabled = enabledAll
 			}
-			lookup := tt.lookup
-			if lookup == nil {
-				lookup = testCatalog.lookup
+			l := tt.lookup
+			if l == nil {
+				l = catalogLookup
 			}
-			req := events.CallRequest{
-				RunID: "run-1", CallID: "ab", Seq: tt.seq, Iteration: 1,
-				Name: tt.tool, Version: tt.version, Input: json.RawMessage(`{}`),
-				EnabledTools: enabled, Policy: tt.policy,
-			}
-			d := g.CheckCall(req, lookup)
+			c := withTool(rules.Call{Seq: tt.seq, Name: tt.tool, Version: tt.version, EnabledTools: enabled, Policy: tt.policy}, l)
+			d := g.CheckCall(c)
 			if tt.allowed {
-				require.Equal(t, policy.Decision{Allowed: true, Warnings: tt.warnings}, d)
+				require.Equal(t, rules.Decision{Allowed: true, Warnings: tt.warnings}, d)
 				return
 			}
-			require.Equal(t, policy.Decision{Code: envelope.CodePolicyDenied, Reason: tt.reason, Rule: tt.rule}, d)
+			require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied, Reason: tt.reason, Rule: tt.rule}, d)
 		})
 	}
 }
@@ -163,14 +173,13 @@ func TestCheckCall(t *testing.T) {
 // numbers them 23..32 in order, so the first three run and the rest are
 // refused, each with its own number.
 func TestCheckCallFanOutCrossingTheCap(t *testing.T) {
-	g := policy.NewGuard()
+	g := rules.NewGuard()
 	var allowed, denied []int
 	for seq := 23; seq <= 32; seq++ {
-		d := g.CheckCall(events.CallRequest{
-			RunID: "run-1", CallID: fmt.Sprintf("%x", seq), Seq: seq, Iteration: 4,
-			Name: "web_search", Version: "1.0.0", EnabledTools: []string{"web_search@1.0.0"},
+		d := g.CheckCall(withTool(rules.Call{
+			Seq: seq, Name: "web_search", Version: "1.0.0", EnabledTools: []string{"web_search@1.0.0"},
 			Policy: envelope.Policy{MaxToolCalls: 25},
-		}, testCatalog.lookup)
+		}, catalogLookup))
 		if d.Allowed {
 			allowed = append(allowed, seq)
 			continue
@@ -178,7 +187,7 @@ func TestCheckCallFanOutCrossingTheCap(t *testing.T) {
 		denied = append(denied, seq)
 		require.Equal(t, envelope.CodePolicyDenied, d.Code)
 		require.Equal(t, fmt.Sprintf("max_tool_calls (25) reached: call #%d not allowed", seq), d.Reason)
-		require.Equal(t, policy.RuleMaxToolCalls, d.Rule)
+		require.Equal(t, rules.RuleMaxToolCalls, d.Rule)
 	}
 	require.Equal(t, []int{23, 24, 25}, allowed)
 	require.Equal(t, []int{26, 27, 28, 29, 30, 31, 32}, denied)
@@ -188,96 +197,77 @@ func TestCheckCallFanOutCrossingTheCap(t *testing.T) {
 // and warnings of the rules that ran are kept.
 func TestGuardWithRules(t *testing.T) {
 	// (side_effects is a default rule now; a custom rule of the same kind.)
-	noDB := policy.CallRule{Name: "no_db", Check: func(c *policy.CallCheck) policy.Decision {
-		if strings.HasPrefix(c.Request.Name, "db_") && c.Request.Tenant.OrgID == "acme" {
-			return policy.Deny("tool %s: acme's agents do not touch databases", c.Request.Ref())
+	noDB := rules.CallRule{Name: "no_db", Check: func(c *rules.Call) rules.Decision {
+		if strings.HasPrefix(c.Name, "db_") && !slices.Contains(c.Policy.Scopes, "databases") {
+			return rules.Deny("tool %s: acme's agents do not touch databases", c.Ref())
 		}
-		return policy.Allow()
+		return rules.Allow()
 	}}
-	budget := policy.IterationRule{Name: "max_budget", Check: func(c *events.IterationCheck) policy.Decision {
+	budget := rules.LoopRule{Name: "max_budget", Check: func(c *rules.Loop) rules.Decision {
 		if c.Policy.MaxBudget > 0 && c.Spend >= c.Policy.MaxBudget {
-			return policy.Deny("max_budget (%g) reached", c.Policy.MaxBudget)
+			return rules.Deny("max_budget (%g) reached", c.Policy.MaxBudget)
 		}
-		return policy.Allow()
+		return rules.Allow()
 	}}
-	g := policy.NewGuardWith(
-		append(policy.DefaultIterationRules(), budget),
-		append(policy.DefaultCallRules(), noDB))
+	g := rules.NewGuardWith(
+		append(rules.DefaultLoopRules(), budget),
+		append(rules.DefaultCallRules(), noDB))
 
-	writer := registry.Entry{State: registry.StateDeprecated, Definition: envelope.ToolDefinition{
+	writer := envelope.ToolDefinition{
 		Name: "db_write", Version: "1.0.0", Metadata: envelope.ToolMetadata{SideEffects: envelope.SideEffectsWrites},
-	}}
-	lookup := func(envelope.ToolRef) (registry.Entry, bool) { return writer, true }
-	req := events.CallRequest{
-		RunID: "run-1", CallID: "ab", Seq: 1, Iteration: 1, Name: "db_write", Version: "1.0.0",
+	}
+	c := rules.Call{
+		Seq: 1, Name: "db_write", Version: "1.0.0",
 		EnabledTools: []string{"db_write@1.0.0"}, Policy: envelope.Policy{SideEffects: envelope.SideEffectsReads},
-		Tenant: envelope.Tenant{OrgID: "acme"},
+		Tool: &writer, State: envelope.ToolDeprecated,
 	}
 	// A default rule denies first.
-	require.Equal(t, policy.Decision{
+	require.Equal(t, rules.Decision{
 		Code:     envelope.CodePolicyDenied,
 		Reason:   `tool db_write@1.0.0 has side effects "writes", above this agent's ceiling "reads"`,
 		Rule:     "side_effects",
 		Warnings: []string{"tool db_write@1.0.0 is deprecated"},
-	}, g.CheckCall(req, lookup))
+	}, g.CheckCall(c))
 	// Past the defaults, the added rule denies, and the warnings of the rules
 	// that ran are kept.
-	req.Policy.SideEffects = ""
-	require.Equal(t, policy.Decision{
+	c.Policy.SideEffects = ""
+	require.Equal(t, rules.Decision{
 		Code:     envelope.CodePolicyDenied,
 		Reason:   "tool db_write@1.0.0: acme's agents do not touch databases",
 		Rule:     "no_db",
 		Warnings: []string{"tool db_write@1.0.0 is deprecated"},
-	}, g.CheckCall(req, lookup))
+	}, g.CheckCall(c))
 
-	req.Tenant.OrgID = "globex"
-	require.True(t, g.CheckCall(req, lookup).Allowed)
+	c.Policy.Scopes = []string{"databases"}
+	require.True(t, g.CheckCall(c).Allowed)
 
 	// An added rule runs after the defaults: here the default max_budget rule
-	// (budget.go) answers first.
-	d := g.CheckIteration(events.IterationCheck{RunID: "run-1", Iteration: 2, Spend: 1.5, Policy: envelope.Policy{MaxBudget: 1}})
-	require.Equal(t, policy.Decision{Code: envelope.CodePolicyDenied,
+	// answers first.
+	d := g.CheckLoop(rules.Loop{Iteration: 2, Spend: 1.5, Policy: envelope.Policy{MaxBudget: 1}})
+	require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied,
 		Reason: "max_budget (1) reached: the run has spent 1.5, nothing is left for model call 2", Rule: "max_budget"}, d)
 	// The default rules come first.
-	d = g.CheckIteration(events.IterationCheck{RunID: "run-1", Iteration: 11, Spend: 1.5, Policy: envelope.Policy{MaxBudget: 1}})
-	require.Equal(t, policy.RuleMaxIterations, d.Rule)
+	d = g.CheckLoop(rules.Loop{Iteration: 11, Spend: 1.5, Policy: envelope.Policy{MaxBudget: 1}})
+	require.Equal(t, rules.RuleMaxIterations, d.Rule)
+
+	// A guard keeps its own copy of the rules it was given.
+	callRules := rules.DefaultCallRules()
+	g = rules.NewGuardWith(nil, callRules)
+	callRules[0] = noDB
+	require.Equal(t, rules.RuleEnabledTools, g.CheckCall(rules.Call{Seq: 1, Name: "db_write"}).Rule)
 }
 
-// testSchemas compiles the contract and event data schemas.
-func testSchemas(t *testing.T) *envelope.Schemas {
-	t.Helper()
-	s, err := events.NewSchemas()
-	require.NoError(t, err)
-	return s
-}
-
-func TestDeniedEnvelopeMatchesSchema(t *testing.T) {
-	schemas := testSchemas(t)
-	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.FixedZone("CEST", 2*3600))
-	tests := []struct {
-		name, tool, version string
-	}{
-		{name: "tool not enabled: no version", tool: "send_email"},
-		{name: "blocked version", tool: "rm_rf", version: "1.0.0"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			input := json.RawMessage(`{"to": "a@example.com", "n": 1.0}`)
-			callID, err := envelope.CallID(tt.tool, tt.version, input, 7)
-			require.NoError(t, err)
-			req := events.CallRequest{RunID: "run-1", CallID: callID, Seq: 7, Iteration: 2, Name: tt.tool, Version: tt.version, Input: input}
-			env := policy.DeniedEnvelope(&req, policy.Deny("no"), now)
-
-			require.Equal(t, callID, env.CallID)
-			require.Equal(t, tt.tool, env.Name)
-			require.Equal(t, tt.version, env.Version)
-			require.Equal(t, string(input), string(env.Input), "input is kept byte for byte")
-			require.Nil(t, env.Output)
-			require.Equal(t, &envelope.ToolError{Code: envelope.CodePolicyDenied, Message: "no"}, env.Error)
-			require.Equal(t, now.UTC(), env.TStart)
-			require.Equal(t, time.UTC, env.TStart.Location())
-			require.Equal(t, env.TStart, env.TEnd)
-			require.NoError(t, schemas.ValidateValue(envelope.SchemaToolEnvelope, env))
-		})
-	}
+// A rule's own code, when set, is kept; a rule that names no code or rule
+// gets POLICY_DENIED and its name.
+func TestDeniedKeepsTheRulesCodeAndName(t *testing.T) {
+	custom := rules.CallRule{Name: "custom", Check: func(*rules.Call) rules.Decision {
+		return rules.Decision{Code: envelope.CodeValidation, Reason: "bad", Rule: "inner"}
+	}}
+	bare := rules.CallRule{Name: "bare", Check: func(*rules.Call) rules.Decision {
+		return rules.Decision{Reason: "no"}
+	}}
+	require.Equal(t, rules.Decision{Code: envelope.CodeValidation, Reason: "bad", Rule: "inner"},
+		rules.NewGuardWith(nil, []rules.CallRule{custom}).CheckCall(rules.Call{}))
+	require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied, Reason: "no", Rule: "bare"},
+		rules.NewGuardWith(nil, []rules.CallRule{bare}).CheckCall(rules.Call{}))
 }

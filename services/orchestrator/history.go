@@ -1,0 +1,362 @@
+package orchestrator
+
+import (
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/blobs"
+)
+
+// history reads a run's own events back from the streams: its request, its
+// turns and its calls' envelopes. The stream is the record of a run; the run
+// state in KV only says what comes next. The conversation the model sees is
+// rebuilt from it (conversations keeps the runs a replica serves in memory,
+// so that the common case reads nothing).
+type history struct {
+	js    jetstream.JetStream
+	runs  jetstream.Stream
+	calls jetstream.Stream
+}
+
+// errNotRecorded is wrapped when an event of a run is not in its stream.
+var errNotRecorded = errors.New("not recorded")
+
+// last returns the last event stored on subject; errNotRecorded when none is.
+func last(ctx context.Context, st jetstream.Stream, subject string) (*storedEvent, error) {
+	m, err := st.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("%s: %w", subject, errNotRecorded)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", subject, err)
+	}
+	ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w", subject, err)
+	}
+	return &storedEvent{subject: m.Subject, trace: events.TraceOf(ev), data: ev}, nil
+}
+
+type storedEvent struct {
+	subject string
+	trace   events.RunTrace
+	data    interface{ Data() []byte }
+}
+
+// request reads the run's request.
+func (h *history) request(ctx context.Context, runID string) (*envelope.RunRequest, error) {
+	subj, err := events.RunSubject(runID, events.VerbRequested)
+	if err != nil {
+		return nil, err
+	}
+	e, err := last(ctx, h.runs, subj)
+	if err != nil {
+		return nil, err
+	}
+	var req envelope.RunRequest
+	if err := json.Unmarshal(e.data.Data(), &req); err != nil {
+		return nil, fmt.Errorf("run %s: its request: %w", runID, err)
+	}
+	return &req, nil
+}
+
+// turn reads turn n of the run, with the run's trace it carries;
+// errNotRecorded when the turn is not stored.
+func (h *history) turn(ctx context.Context, runID string, n int) (*events.Turn, events.RunTrace, error) {
+	// One read answers the common cases: the run's last event is its
+	// request (no turn yet), turn n, or the end that carries turn n.
+	all, err := events.FilterRunEvents.ForRun(runID)
+	if err != nil {
+		return nil, events.RunTrace{}, err
+	}
+	subj, err := events.TurnSubject(runID, n)
+	if err != nil {
+		return nil, events.RunTrace{}, err
+	}
+	e, err := last(ctx, h.runs, all)
+	if err != nil {
+		return nil, events.RunTrace{}, err
+	}
+	if t, ok, err := turnIn(e, runID, n); ok || err != nil {
+		return t, e.trace, err
+	}
+	if p, perr := events.ParseSubject(e.subject); perr == nil && p.Verb == events.VerbRequested {
+		return nil, events.RunTrace{}, fmt.Errorf("%s: %w", subj, errNotRecorded)
+	}
+	// Another event came last (a started event racing the turn, an
+	// approval's): read the turn's subject, then the ends'.
+	for _, subj := range []string{subj, runSubject(runID, events.VerbCompleted), runSubject(runID, events.VerbFailed)} {
+		e, err := last(ctx, h.runs, subj)
+		if errors.Is(err, errNotRecorded) {
+			continue
+		}
+		if err != nil {
+			return nil, events.RunTrace{}, err
+		}
+		if t, ok, err := turnIn(e, runID, n); ok || err != nil {
+			return t, e.trace, err
+		}
+	}
+	return nil, events.RunTrace{}, fmt.Errorf("%s: %w", subj, errNotRecorded)
+}
+
+// turnIn returns turn n of the run when e is it: its turn event, or the end
+// event that carries it (events.RunStatus.Turn).
+func turnIn(e *storedEvent, runID string, n int) (*events.Turn, bool, error) {
+	p, err := events.ParseSubject(e.subject)
+	if err != nil {
+		return nil, false, nil
+	}
+	switch {
+	case p.Kind != "run":
+	case p.Iteration == n && p.Verb == events.VerbCompleted:
+		var t events.Turn
+		if err := json.Unmarshal(e.data.Data(), &t); err != nil {
+			return nil, false, fmt.Errorf("run %s: turn %d: %w", runID, n, err)
+		}
+		return &t, true, nil
+	case p.Iteration == 0 && (p.Verb == events.VerbCompleted || p.Verb == events.VerbFailed):
+		var st events.RunStatus
+		if err := json.Unmarshal(e.data.Data(), &st); err != nil {
+			return nil, false, fmt.Errorf("run %s: its %s event: %w", runID, p.Verb, err)
+		}
+		if st.Turn != nil && st.Turn.Iteration == n {
+			return st.Turn, true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// runSubject is a run's subject for verb; the run id was validated by the
+// caller.
+func runSubject(runID string, verb events.Verb) string {
+	s, _ := events.RunSubject(runID, verb)
+	return s
+}
+
+// envelope reads the envelope of a call of the run.
+func (h *history) envelope(ctx context.Context, runID, callID string) (*envelope.ToolEnvelope, error) {
+	subj, err := events.CallSubject(runID, callID, events.VerbCompleted)
+	if err != nil {
+		return nil, err
+	}
+	e, err := last(ctx, h.calls, subj)
+	if err != nil {
+		return nil, err
+	}
+	var env envelope.ToolEnvelope
+	if err := json.Unmarshal(e.data.Data(), &env); err != nil {
+		return nil, fmt.Errorf("run %s: call %s: %w", runID, callID, err)
+	}
+	return &env, nil
+}
+
+// conversation is what a replica remembers of a run it serves: its request,
+// the messages of its turns so far with their results, and every envelope it
+// has seen, by call id.
+type conversation struct {
+	mu       sync.Mutex
+	req      *envelope.RunRequest
+	messages []envelope.Message // the system prompt, the request's messages, turns 1..through with results
+	through  int
+	calls    []string // the call ids of turns 1..through, in seq order
+	envs     map[string]*envelope.ToolEnvelope
+	elem     *list.Element
+}
+
+// conversations is the replica's memory of the conversations of the runs it
+// serves, least recently used first out.
+type conversations struct {
+	mu  sync.Mutex
+	max int
+	m   map[string]*conversation
+	lru *list.List
+}
+
+// maxConversations bounds the runs a replica remembers.
+const maxConversations = 1024
+
+func newConversations() *conversations {
+	return &conversations{max: maxConversations, m: map[string]*conversation{}, lru: list.New()}
+}
+
+// get returns the run's conversation, new when the replica has none.
+func (cs *conversations) get(runID string) *conversation {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if c, ok := cs.m[runID]; ok {
+		cs.lru.MoveToFront(c.elem)
+		return c
+	}
+	c := &conversation{envs: map[string]*envelope.ToolEnvelope{}}
+	c.elem = cs.lru.PushFront(runID)
+	cs.m[runID] = c
+	for cs.lru.Len() > cs.max {
+		old := cs.lru.Back()
+		delete(cs.m, old.Value.(string))
+		cs.lru.Remove(old)
+	}
+	return c
+}
+
+// forget drops a run's conversation (the run ended).
+func (cs *conversations) forget(runID string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if c, ok := cs.m[runID]; ok {
+		cs.lru.Remove(c.elem)
+		delete(cs.m, runID)
+	}
+}
+
+// remember keeps an envelope the replica has in hand.
+func (cs *conversations) remember(runID string, env *envelope.ToolEnvelope) {
+	c := cs.get(runID)
+	c.mu.Lock()
+	c.envs[env.CallID] = env
+	c.mu.Unlock()
+}
+
+// conversationThrough returns the run's request and the conversation through
+// turn n, results included: what model call n+1 is sent. It reads from the
+// stream only what the replica does not remember.
+func (s *Service) conversationThrough(ctx context.Context, runID string, n int) (*envelope.RunRequest, []envelope.Message, []string, error) {
+	c := s.convs.get(runID)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.req == nil {
+		req, err := s.history.request(ctx, runID)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		c.mu.Unlock()
+		c.start(req)
+		c.mu.Lock()
+	}
+	if c.through > n {
+		// Asked for an older turn than remembered (a late redelivery):
+		// rebuild that one apart, leaving the memory as it is.
+		fresh := &conversation{envs: c.envs}
+		fresh.start(c.req)
+		if err := s.extend(ctx, runID, fresh, n); err != nil {
+			return nil, nil, nil, err
+		}
+		return fresh.req, fresh.messages, fresh.calls, nil
+	}
+	if err := s.extend(ctx, runID, c, n); err != nil {
+		return nil, nil, nil, err
+	}
+	return c.req, slices.Clip(c.messages), slices.Clip(c.calls), nil
+}
+
+// extend adds turns c.through+1..n to c, each whole or not at all.
+func (s *Service) extend(ctx context.Context, runID string, c *conversation, n int) error {
+	for k := c.through + 1; k <= n; k++ {
+		t, _, err := s.history.turn(ctx, runID, k)
+		if err != nil {
+			return err
+		}
+		if t.Response == nil {
+			return fmt.Errorf("run %s: turn %d has no response (it was denied)", runID, k)
+		}
+		msgs := []envelope.Message{{Role: envelope.RoleAssistant, Content: t.Response.Content, ToolCalls: t.Response.ToolCalls}}
+		ids := make([]string, 0, len(t.Calls))
+		for _, call := range t.Calls {
+			env := c.envs[call.CallID]
+			if env == nil {
+				if env, err = s.history.envelope(ctx, runID, call.CallID); err != nil {
+					return err
+				}
+				c.envs[call.CallID] = env
+			}
+			content, err := s.resultContent(ctx, env)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, envelope.Message{Role: envelope.RoleTool, ToolCallID: call.ProviderCallID, Name: call.Name,
+				Content: content, IsError: env.Error != nil})
+			ids = append(ids, call.CallID)
+		}
+		c.messages = append(c.messages, msgs...)
+		c.calls = append(c.calls, ids...)
+		c.through = k
+	}
+	return nil
+}
+
+// resultContent is what the model sees of an envelope: ToolResultContent,
+// with the whole output of a truncated one read back from its blob when it
+// is within the model's limit (Config.ModelOutputBytes): events stay small,
+// the model still sees what a tool returned.
+func (s *Service) resultContent(ctx context.Context, env *envelope.ToolEnvelope) (string, error) {
+	if env.Error != nil || !env.Truncated {
+		return ToolResultContent(env), nil
+	}
+	for _, a := range env.Attachments {
+		if a.Kind != envelope.AttachmentBlob || a.Bytes <= 0 || a.Bytes > int64(s.cfg.ModelOutputBytes) {
+			continue
+		}
+		name, ok := strings.CutPrefix(a.URL, blobs.URLPrefix)
+		if !ok {
+			continue
+		}
+		b, _, err := blobs.Get(ctx, s.js, name)
+		if errors.Is(err, blobs.ErrNotFound) {
+			break // expired: the preview is what is left
+		}
+		if err != nil {
+			return "", fmt.Errorf("output of call %s: %w", env.CallID, err)
+		}
+		full := *env
+		full.Output = b
+		return ToolResultContent(&full), nil
+	}
+	return ToolResultContent(env), nil
+}
+
+// envelopes returns the envelopes of the calls, in order, from memory or the
+// stream.
+func (s *Service) envelopes(ctx context.Context, runID string, ids []string) ([]envelope.ToolEnvelope, error) {
+	c := s.convs.get(runID)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]envelope.ToolEnvelope, 0, len(ids))
+	for _, id := range ids {
+		env := c.envs[id]
+		if env == nil {
+			var err error
+			if env, err = s.history.envelope(ctx, runID, id); err != nil {
+				return nil, err
+			}
+			c.envs[id] = env
+		}
+		out = append(out, *env)
+	}
+	return out, nil
+}
+
+// start gives a new run's conversation its request, so that its first
+// model call reads nothing back.
+func (c *conversation) start(req *envelope.RunRequest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.req != nil {
+		return
+	}
+	c.req = req
+	if req.Agent.SystemPrompt != "" {
+		c.messages = append(c.messages, envelope.Message{Role: envelope.RoleSystem, Content: req.Agent.SystemPrompt})
+	}
+	c.messages = append(c.messages, req.Messages...)
+}

@@ -1,0 +1,813 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/blobs"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
+)
+
+// The agent loop on contract v2. The run's stream is its record (its
+// request, each turn, each call's envelope); the run state in KV only says
+// what comes next. Every publish has a deterministic id, so that a handler
+// redelivered after a crash publishes exactly what is missing; a turn is
+// recorded once, whichever replica's model call reaches the stream first (a
+// later one reads the stored turn and goes on from it).
+
+// handleRun handles the run requests.
+func (s *Service) handleRun(ctx context.Context, d *events.Delivery) error {
+	if d.Event.Type() != events.TypeRunRequested {
+		return events.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
+	}
+	return s.onRunRequested(ctx, d)
+}
+
+// onRunRequested validates a run request, calls the model for its first turn
+// and publishes it.
+func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error {
+	subj, err := events.ParseSubject(d.Subject)
+	if err != nil {
+		return events.Permanent(err)
+	}
+	var req envelope.RunRequest
+	reject := func(reason string) error {
+		s.log.Warn("run request rejected", "run_id", subj.RunID, "reason", reason)
+		return s.failUnstarted(ctx, subj.RunID, req, reason)
+	}
+	if err := s.schemas.Validate(envelope.SchemaRunRequest, d.Event.Data()); err != nil {
+		return reject("invalid run request: " + err.Error())
+	}
+	if err := events.DecodeData(d.Event, &req); err != nil {
+		return reject("invalid run request: " + err.Error())
+	}
+	if req.RunID != subj.RunID {
+		return reject(fmt.Sprintf("invalid run request: run_id %q does not match the subject's %q", req.RunID, subj.RunID))
+	}
+	if err := req.Validate(); err != nil {
+		return reject(err.Error())
+	}
+	if _, err := s.cfg.Providers.Get(req.Agent.Model.Provider); err != nil {
+		return reject("invalid run request: agent.model.provider: " + err.Error() + providerHint(req.Agent.Model.Provider))
+	}
+	if req.Agent.Model.Provider == scripted.Name {
+		if _, err := scripted.Parse(req.Agent.Model.Options); err != nil {
+			return reject("invalid run request: " + err.Error())
+		}
+	} else if strings.TrimSpace(req.Agent.Model.Name) == "" {
+		return reject("invalid run request: agent.model.name is required for provider " + req.Agent.Model.Provider)
+	}
+	var warnings, problems []string
+	for _, ref := range mustRefs(req.Agent) {
+		e, ok, err := s.catalog.Resolve(ctx, s.reg, ref)
+		if err != nil {
+			return err
+		}
+		switch {
+		case !ok:
+			problems = append(problems, "unknown tool "+ref.String())
+		case e.State == registry.StateBlocked:
+			problems = append(problems, "tool "+ref.String()+" is blocked")
+		case e.State == registry.StateDeprecated:
+			warnings = append(warnings, "tool "+ref.String()+" is deprecated")
+		}
+	}
+	if len(problems) > 0 {
+		return reject("invalid run request: agent.enabled_tools: " + strings.Join(problems, "; "))
+	}
+	m := req.Agent.Model
+	if _, priced := s.cfg.Prices.For(m.Provider, m.Name); !priced && req.Agent.Policy.MaxBudget > 0 {
+		warnings = append(warnings, fmt.Sprintf("model %s/%s has no price in the price table (%s): its tokens add nothing to the spend that max_budget limits",
+			m.Provider, m.Name, EnvPrices))
+	}
+
+	// A redelivered request: the run exists, or got as far as its first turn
+	// before its replica died.
+	st, _, err := s.states.get(ctx, req.RunID)
+	if err != nil {
+		return err
+	}
+	if st != nil {
+		return s.goOn(ctx, st, triggerRequest)
+	}
+	if st, err = s.stateFromStream(ctx, req.RunID); err != nil {
+		return err
+	} else if st != nil {
+		return s.goOn(ctx, st, triggerRequest)
+	}
+
+	// The run's trace starts here: invoke_agent is the parent of every span of
+	// the run, carried by its events in the distributed-tracing extension.
+	ctx, span := s.tracer.Start(ctx, "invoke_agent "+req.Agent.Name, trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "invoke_agent"),
+		attribute.String("gen_ai.agent.name", req.Agent.Name),
+		attribute.String("gen_ai.request.model", req.Agent.Model.Name),
+		attribute.String("toolwire.run_id", req.RunID),
+	))
+	defer span.End()
+	st = newRunState(&req, events.RunTraceFrom(ctx))
+	st.Iteration, st.Trigger = 1, triggerRequest
+	if v := s.loopVerdict(st, 1); !v.Allowed {
+		st.Denied = &v
+		st.fail(v.Code, "policy denied iteration 1: "+v.Reason)
+		if err := s.createOrGet(ctx, st); err != nil {
+			return err
+		}
+		_, err := s.publishEnd(ctx, st, nil)
+		return err
+	}
+	st.Phase = PhaseCalling
+	s.convs.get(req.RunID).start(&req)
+	return s.takeTurn(ctx, st, warnings, false, triggerRequest)
+}
+
+// Triggers: the events whose handlers drive a model call (RunState.Trigger).
+const triggerRequest = "request"
+
+func triggerCall(callID string) string { return "call/" + callID }
+
+// newRunState is the state of a run that has just been requested.
+func newRunState(req *envelope.RunRequest, tr events.RunTrace) *RunState {
+	return &RunState{
+		V: stateVersion, RunID: req.RunID, Tenant: req.Tenant, Agent: req.Agent.Name,
+		Model:  events.ModelRef{Provider: req.Agent.Model.Provider, Name: req.Agent.Model.Name},
+		Policy: req.Agent.Policy, EnabledTools: req.Agent.EnabledTools, Trace: tr, StartedAt: time.Now().UTC(),
+	}
+}
+
+// createOrGet creates the run's state; when another delivery created it
+// first, st becomes that one.
+func (s *Service) createOrGet(ctx context.Context, st *RunState) error {
+	if _, err := s.states.create(ctx, st); err == nil {
+		return nil
+	} else if !errors.Is(err, errStateExists) {
+		return err
+	}
+	existing, _, err := s.states.get(ctx, st.RunID)
+	if err != nil {
+		return err
+	}
+	if existing == nil {
+		return fmt.Errorf("run %s: its state vanished", st.RunID)
+	}
+	*st = *existing
+	return nil
+}
+
+// stateFromStream makes the state of a run whose first turn is in the stream
+// but whose state is not in KV (its replica died between the two): from its
+// request and that turn. It returns nil when the stream holds no turn of the
+// run.
+func (s *Service) stateFromStream(ctx context.Context, runID string) (*RunState, error) {
+	t, tr, err := s.history.turn(ctx, runID, 1)
+	if errors.Is(err, errNotRecorded) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	req, err := s.history.request(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	st := newRunState(req, tr)
+	st.Iteration, st.Phase, st.Trigger = 1, PhaseCalling, triggerRequest
+	st.recordTurn(t)
+	if err := s.createOrGet(ctx, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// goOn takes a run on from its state, for the handler of trigger: it
+// publishes what the run's end implies, or, when trigger drives the run's
+// next model call, makes it (and goes on from a turn whose calls the
+// orchestrator answered all itself). Another event's handler leaves the
+// model call to the trigger's, which is redelivered if it died.
+func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error {
+	for {
+		switch {
+		case st.Done():
+			_, err := s.publishEnd(ctx, st, nil)
+			return err
+		case st.Trigger != trigger:
+			return nil
+		case st.Phase == PhaseCalling:
+			return s.takeTurn(ctx, st, nil, true, trigger)
+		case st.Phase == PhaseAwaitingTools && st.allDone():
+			next, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
+				if cur.Iteration != st.Iteration || cur.Trigger != trigger || cur.Phase != PhaseAwaitingTools || !cur.allDone() {
+					return false, nil
+				}
+				s.advance(cur, trigger)
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+			if next.Iteration == st.Iteration && !next.Done() {
+				return nil // another handler moved it on
+			}
+			st = next
+		default:
+			return nil
+		}
+	}
+}
+
+// takeTurn makes model call st.Iteration: it reads the turn from the stream
+// when a crashed delivery published it already, else calls the model with
+// the conversation so far and publishes the turn; then it records the turn
+// and publishes what follows. exists says whether the run has a state in KV
+// (the first turn of a new run is recorded with it).
+func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string, exists bool, trigger string) error {
+	n := st.Iteration
+	var t *events.Turn
+	err := fmt.Errorf("run %s: turn %d: %w", st.RunID, n, errNotRecorded)
+	if exists { // a new run's caller has just looked
+		t, _, err = s.history.turn(ctx, st.RunID, n)
+	}
+	ended := false
+	switch {
+	case err == nil:
+	case !errors.Is(err, errNotRecorded):
+		return err
+	default:
+		if err := s.fault(ctx, FaultBeforeModel, st.RunID, n); err != nil {
+			return err
+		}
+		req, msgs, prev, err := s.conversationThrough(ctx, st.RunID, n-1)
+		if err != nil {
+			return err
+		}
+		results := make([]events.TurnResult, 0, len(st.Pending))
+		for _, c := range st.Pending {
+			if n > 1 && c.Done {
+				results = append(results, events.TurnResult{CallID: c.CallID, ProviderCallID: c.ProviderCallID, IsError: c.Error})
+			}
+		}
+		_ = prev
+		stopStarted := func() {}
+		if n == 1 {
+			stopStarted = s.startedAfter(ctx, st, warnings)
+		}
+		t, err = s.callModel(ctx, st, req, msgs, results)
+		stopStarted()
+		if err != nil {
+			if ctx.Err() != nil {
+				// Shutting down, not a model failure: the event is
+				// redelivered to whichever replica gets it.
+				return fmt.Errorf("model call of run %s iteration %d interrupted: %w", st.RunID, n, ctx.Err())
+			}
+			// A model failure ends the run with a clear reason; the
+			// adapter's retries already happened.
+			return s.failRun(ctx, st, exists, envelope.CodeProviderError, "model call failed: "+err.Error())
+		}
+		if n == 1 {
+			t.Warnings = warnings
+		}
+		if err := s.fault(ctx, FaultAfterModel, st.RunID, n); err != nil {
+			return err
+		}
+		if len(t.Calls) == 0 {
+			// The model's final answer rides on the run's end event.
+			if t, err = s.publishFinal(ctx, st, t); err != nil {
+				return err
+			}
+			ended = true
+		} else if t, err = s.publishTurn(ctx, st, t); err != nil {
+			return err
+		}
+		s.metrics.spend.Add(t.Cost)
+	}
+	if err := s.fault(ctx, FaultAfterPublishTurn, st.RunID, n); err != nil {
+		return err
+	}
+	// The turn is recorded: the run's state follows it.
+	var recorded *RunState
+	if exists {
+		recorded, _, err = s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
+			return cur.recordTurn(t), nil
+		})
+	} else {
+		st.recordTurn(t)
+		err = s.createOrGet(ctx, st)
+		recorded = st
+	}
+	if err != nil {
+		return err
+	}
+	if ended && recorded.Done() {
+		return nil
+	}
+	if err := s.publishAnswers(ctx, st.Trace, t); err != nil {
+		return err
+	}
+	return s.goOn(ctx, recorded, trigger)
+}
+
+// publishFinal ends the run with t, the model's answer without calls: the
+// completed event carries the turn (events.RunStatus.Turn). When another
+// delivery ended the run first, it returns the turn that one stored.
+func (s *Service) publishFinal(ctx context.Context, st *RunState, t *events.Turn) (*events.Turn, error) {
+	done := *st
+	done.Pending = slices.Clone(st.Pending)
+	done.recordTurn(t)
+	published, err := s.publishEnd(ctx, &done, t)
+	if err != nil || published {
+		return t, err
+	}
+	stored, _, err := s.history.turn(ctx, st.RunID, t.Iteration)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: ended by another delivery, whose last turn cannot be read: %w", st.RunID, err)
+	}
+	return stored, nil
+}
+
+// publishTurn publishes turn t with the answers of the calls the orchestrator
+// answered itself. When another delivery's turn got there first, it returns
+// the stored one, which is the run's.
+func (s *Service) publishTurn(ctx context.Context, st *RunState, t *events.Turn) (*events.Turn, error) {
+	ctx = events.ContextWithRunTrace(ctx, st.Trace)
+	out, err := events.NewTurnCompleted(s.cfg.Source, *t, st.Trace)
+	if err != nil {
+		return nil, events.Permanent(err)
+	}
+	ack, err := s.pub.PublishAck(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	if ack != nil && ack.Duplicate {
+		stored, _, err := s.history.turn(ctx, st.RunID, t.Iteration)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: turn %d was published by another delivery, and cannot be read: %w", st.RunID, t.Iteration, err)
+		}
+		return stored, nil
+	}
+	return t, nil
+}
+
+// publishAnswers publishes the envelopes of the calls of t the orchestrator
+// answered itself (nothing when there is none).
+func (s *Service) publishAnswers(ctx context.Context, tr events.RunTrace, t *events.Turn) error {
+	var outs []events.Outgoing
+	for i := range t.Calls {
+		c := &t.Calls[i]
+		if !c.Answered {
+			continue
+		}
+		env := answer(t, c)
+		s.convs.remember(t.RunID, &env)
+		o, err := events.NewCallCompleted(s.cfg.Source, t.RunID, env, t.Tenant, tr)
+		if err != nil {
+			return events.Permanent(err)
+		}
+		outs = append(outs, o)
+	}
+	if len(outs) == 0 {
+		return nil
+	}
+	return s.pub.PublishAll(events.ContextWithRunTrace(ctx, tr), outs)
+}
+
+// startedAfter publishes the run's started event if its first model call is
+// still running after Config.StartedAfter; the returned func stops it.
+func (s *Service) startedAfter(ctx context.Context, st *RunState, warnings []string) func() {
+	if s.cfg.StartedAfter < 0 {
+		s.publishStarted(ctx, st, warnings)
+		return func() {}
+	}
+	tm := time.AfterFunc(s.cfg.StartedAfter, func() { s.publishStarted(context.WithoutCancel(ctx), st, warnings) })
+	return func() { tm.Stop() }
+}
+
+func (s *Service) publishStarted(ctx context.Context, st *RunState, warnings []string) {
+	started := s.status(st, events.StatusStarted, "")
+	started.Warnings = warnings
+	out, err := events.NewRunStatus(s.cfg.Source, started, "", st.Trace)
+	if err == nil {
+		err = s.pub.Publish(events.ContextWithRunTrace(ctx, st.Trace), out)
+	}
+	if err != nil {
+		s.log.Warn("run started event not published", "run_id", st.RunID, "err", err)
+	}
+}
+
+// failRun ends a run that cannot go on (its model failed).
+func (s *Service) failRun(ctx context.Context, st *RunState, exists bool, code envelope.ErrorCode, reason string) error {
+	if !exists {
+		st.fail(code, reason)
+		if err := s.createOrGet(ctx, st); err != nil {
+			return err
+		}
+		_, err := s.publishEnd(ctx, st, nil)
+		return err
+	}
+	failed, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
+		if cur.Done() || cur.Phase != PhaseCalling || cur.Iteration != st.Iteration {
+			return false, nil
+		}
+		cur.fail(code, reason)
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	_, err = s.publishEnd(ctx, failed, nil)
+	return err
+}
+
+// status is a lifecycle event's data from the state.
+func (s *Service) status(st *RunState, name, reason string) events.RunStatus {
+	return events.RunStatus{RunID: st.RunID, Status: name, Agent: st.Agent, Tenant: st.Tenant, TraceID: traceIDOf(st.Trace),
+		Iteration: st.Iteration, ToolCalls: st.Calls, Spend: st.Spend, Reason: reason}
+}
+
+// publishEnd publishes the end of a run that has ended in its state, unless
+// the stream has it already: its outputs (built from its events) or its
+// failure. final is the turn that ended it when the end carries it (the
+// model's answer, not yet published); a turn the loop rules denied rides on
+// the failed event too. It reports whether it published the end.
+func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Turn) (bool, error) {
+	if !st.Done() {
+		return false, nil
+	}
+	verb := events.VerbCompleted
+	if st.Phase == PhaseFailed {
+		verb = events.VerbFailed
+	}
+	subj, err := events.RunSubject(st.RunID, verb)
+	if err != nil {
+		return false, events.Permanent(err)
+	}
+	if _, err := last(ctx, s.history.runs, subj); err == nil {
+		s.convs.forget(st.RunID)
+		return false, nil // published by an earlier delivery
+	} else if !errors.Is(err, errNotRecorded) {
+		return false, err
+	}
+	if err := s.fault(ctx, FaultBeforePublishOutputs, st.RunID, st.Iteration); err != nil {
+		return false, err
+	}
+	end := s.status(st, events.StatusCompleted, st.Reason)
+	end.Turn = final
+	if st.Phase == PhaseFailed {
+		end.Status, end.Code = events.StatusFailed, st.Code
+		if st.Denied != nil {
+			d := deniedTurn(st)
+			end.Turn = &d
+		}
+	} else if err := s.outputs(ctx, st, &end, final); err != nil {
+		return false, err
+	}
+	o, err := events.NewRunStatus(s.cfg.Source, end, "", st.Trace)
+	if err != nil {
+		return false, events.Permanent(err)
+	}
+	ack, err := s.pub.PublishAck(events.ContextWithRunTrace(ctx, st.Trace), o)
+	if err != nil {
+		return false, err
+	}
+	s.convs.forget(st.RunID)
+	if ack != nil && ack.Duplicate {
+		return false, nil
+	}
+	s.metrics.runs.WithLabelValues(st.Phase).Inc()
+	return true, nil
+}
+
+// maxInlineOutputs is the largest outputs document a completed event carries;
+// a larger one is a blob the event names, so that no event grows with the
+// number of calls a run made.
+const maxInlineOutputs = 64 << 10
+
+// outputs fills the completed event's AgentOutputs and pinned handles: the
+// final turn's answer and every envelope of the run, in call order, inline
+// or as a blob.
+func (s *Service) outputs(ctx context.Context, st *RunState, end *events.RunStatus, final *events.Turn) error {
+	if final == nil {
+		t, _, err := s.history.turn(ctx, st.RunID, st.Iteration)
+		if err != nil {
+			return err
+		}
+		final = t
+	}
+	req, _, ids, err := s.conversationThrough(ctx, st.RunID, st.Iteration-1)
+	if err != nil {
+		return err
+	}
+	envs, err := s.envelopes(ctx, st.RunID, ids)
+	if err != nil {
+		return err
+	}
+	response := ""
+	if final.Response != nil {
+		response = final.Response.Content
+	}
+	out := envelope.NewAgentOutputs(response, envs, events.TracesURL(s.cfg.TracesURLTemplate, traceIDOf(st.Trace)))
+	pinned, perr := envelope.ResolvePins(out, req.Agent.PinnedHandles)
+	if perr != nil {
+		// A pin with on_missing error fails the run, with its reason.
+		end.Status, end.Reason = events.StatusFailed, perr.Error()
+		return nil
+	}
+	doc, err := json.Marshal(events.OutputsDocument{Outputs: &out, Pinned: pinned})
+	if err != nil {
+		return events.Permanent(err)
+	}
+	if len(doc) <= maxInlineOutputs {
+		end.Outputs, end.Pinned = &out, pinned
+		return nil
+	}
+	att, err := blobs.Put(ctx, s.js, st.RunID+".outputs", doc, "application/json")
+	if err != nil {
+		return err
+	}
+	end.OutputsBlob = &att
+	return nil
+}
+
+// failUnstarted reports a rejected run request as a failed run when its run id
+// is safe; an unsafe id cannot name a subject and goes to the dead letters.
+// What the request says of its agent and tenant is kept only when it is fit
+// for every store.
+func (s *Service) failUnstarted(ctx context.Context, runID string, req envelope.RunRequest, reason string) error {
+	if events.ValidateRunID(runID) != nil {
+		return events.Permanent(errors.New(reason))
+	}
+	if existing, _, err := s.states.get(ctx, runID); err != nil {
+		return err
+	} else if existing != nil {
+		// Never let a bad request fail a run that already exists under its id.
+		return events.Permanent(fmt.Errorf("run %s exists; ignoring a second, invalid request: %s", runID, reason))
+	}
+	st := events.RunStatus{RunID: runID, Status: events.StatusFailed, Agent: req.Agent.Name, Tenant: req.Tenant, Reason: reason}
+	if envelope.ValidateName("agent.name", st.Agent) != nil {
+		st.Agent = ""
+	}
+	for _, id := range []string{st.Tenant.OrgID, st.Tenant.WorkspaceID, st.Tenant.UserID} {
+		if envelope.ValidateName("tenant", id) != nil {
+			st.Tenant = envelope.Tenant{} // no store would take it
+		}
+	}
+	out, err := events.NewRunStatus(s.cfg.Source, st, "", events.RunTrace{})
+	if err != nil {
+		return events.Permanent(err)
+	}
+	s.metrics.runs.WithLabelValues("rejected").Inc()
+	return s.pub.Publish(ctx, out)
+}
+
+// handleCallCompleted records a call's envelope in its run; when it is the
+// turn's last, the run goes on to its next model call (or its end).
+func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) error {
+	subj, err := events.ParseSubject(d.Subject)
+	if err != nil {
+		return events.Permanent(err)
+	}
+	var env envelope.ToolEnvelope
+	if err := events.DecodeData(d.Event, &env); err != nil {
+		return events.Permanent(err)
+	}
+	if env.CallID != subj.CallID {
+		return events.Permanent(fmt.Errorf("envelope call_id %s does not match subject %s", env.CallID, d.Subject))
+	}
+	if env.Cost < 0 {
+		return events.Permanent(fmt.Errorf("envelope of call %s has a negative cost", env.CallID))
+	}
+	var resumed bool
+	var iteration int
+	trigger := triggerCall(env.CallID)
+	st, known, err := s.withCall(ctx, subj.RunID, env.CallID, func(st *RunState, c *PendingCall) bool {
+		// The call's turn: the pending calls are the current turn's, or the
+		// previous one's while the run calls the model.
+		resumed, iteration = false, st.Iteration
+		if st.Phase == PhaseCalling {
+			iteration--
+		}
+		if c.Done || st.Done() {
+			return false // a duplicate
+		}
+		c.Done, c.Error = true, env.Error != nil
+		st.Spend += env.Cost
+		if c.Approval == ApprovalWaiting {
+			c.Approval, c.ResumedBy = ApprovalResumed, resumedByCompletion(c, &env)
+			resumed = true
+		}
+		// The last result: this completion drives the next model call.
+		s.advance(st, trigger)
+		return true
+	})
+	if err != nil || !known {
+		return err
+	}
+	if env.Error != nil && env.Error.Code == envelope.CodeUnknown {
+		// The model sees the code and message only; the internals are here.
+		s.log.WarnContext(ctx, "tool call failed with an internal error", "run_id", subj.RunID, "call_id", env.CallID,
+			"tool", env.Name+"@"+env.Version, "message", env.Error.Message, "details", env.Error.Details)
+	}
+	s.convs.remember(subj.RunID, &env)
+	if err := s.fault(ctx, FaultAfterRecordEnvelope, subj.RunID, iteration); err != nil {
+		return err
+	}
+	if c := st.call(env.CallID); c != nil && c.Approval == ApprovalResumed && (resumed || d.Attempt > 1) {
+		if err := s.publishStatus(ctx, st, events.StatusResumed, c.ResumedBy, c.CallID); err != nil {
+			return err
+		}
+	}
+	return s.goOn(ctx, st, trigger)
+}
+
+// withCall applies change to the pending call callID of the run, under
+// compare-and-set. It handles a run whose state lags its stream: no state
+// yet (its first turn is published, its state not yet created, or its
+// replica died between the two) or a turn published but not yet recorded.
+// known is false for a call of no run of ours (a tool call made by `toolwire
+// call`) or of an older turn.
+func (s *Service) withCall(ctx context.Context, runID, callID string, change func(st *RunState, c *PendingCall) bool) (*RunState, bool, error) {
+	for attempt := 0; ; attempt++ {
+		lagging := 0
+		st, _, err := s.states.update(ctx, runID, func(st *RunState) (bool, error) {
+			lagging = 0
+			c := st.call(callID)
+			if c == nil {
+				if st.Phase == PhaseCalling && !st.Done() {
+					lagging = st.Iteration // this call may be of a turn not recorded yet
+				}
+				return false, nil
+			}
+			return change(st, c), nil
+		})
+		switch {
+		case errors.Is(err, errNoRunState):
+			if attempt > 0 {
+				return nil, false, nil
+			}
+			created, err := s.stateFromStream(ctx, runID)
+			if err != nil {
+				return nil, false, err
+			}
+			if created == nil {
+				// A call outside any run of ours (a tool node run by
+				// `toolwire call`): its envelope is for whoever asked.
+				s.log.Debug("envelope of a call outside any run", "run_id", runID, "call_id", callID)
+				return nil, false, nil
+			}
+			continue
+		case err != nil:
+			return nil, false, err
+		}
+		if st.call(callID) != nil {
+			return st, true, nil
+		}
+		if lagging == 0 || attempt > 0 {
+			return st, false, nil // a call of an earlier turn, or none of this run's
+		}
+		t, _, err := s.history.turn(ctx, runID, lagging)
+		if errors.Is(err, errNotRecorded) {
+			return st, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if _, _, err := s.states.update(ctx, runID, func(cur *RunState) (bool, error) {
+			return cur.recordTurn(t), nil
+		}); err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+func resumedByCompletion(c *PendingCall, env *envelope.ToolEnvelope) string {
+	if env.Error != nil {
+		return fmt.Sprintf("call %s (%s) completed without approval: %s: %s", c.CallID, c.ref(), env.Error.Code, env.Error.Message)
+	}
+	return fmt.Sprintf("call %s (%s) completed", c.CallID, c.ref())
+}
+
+// publishStatus publishes a suspension or resumption of the run about one
+// of its calls.
+func (s *Service) publishStatus(ctx context.Context, st *RunState, status, reason, callID string) error {
+	o, err := events.NewRunStatus(s.cfg.Source, s.status(st, status, reason), callID, st.Trace)
+	if err != nil {
+		return events.Permanent(err)
+	}
+	return s.pub.Publish(events.ContextWithRunTrace(ctx, st.Trace), o)
+}
+
+// handleApproval follows the approvals of a run's calls: a call that needs an
+// operator's decision (approval_required) suspends the run until its approval
+// (watchApprovals) or its completion (a denial is a POLICY_DENIED completion)
+// arrives, which resumes it. Nothing waits in memory meanwhile: the state is
+// in KV, and any replica handles whichever event comes next.
+func (s *Service) handleApproval(ctx context.Context, d *events.Delivery) error {
+	subj, err := events.ParseSubject(d.Subject)
+	if err != nil {
+		return events.Permanent(err)
+	}
+	if subj.Verb != events.VerbApprovalRequired || d.Event.Type() != events.TypeCallApprovalRequired {
+		return events.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
+	}
+	return s.applyApproval(ctx, subj.RunID, subj.CallID, events.VerbApprovalRequired, d.Attempt > 1)
+}
+
+// applyApproval records an approval event of a call (approval_required, or
+// its approval) and publishes the suspension or resumption it causes.
+func (s *Service) applyApproval(ctx context.Context, runID, callID string, verb events.Verb, again bool) error {
+	changed := false
+	st, known, err := s.withCall(ctx, runID, callID, func(st *RunState, c *PendingCall) bool {
+		changed = false
+		switch {
+		case st.Done():
+		case verb == events.VerbApprovalRequired && c.Approval == "" && !c.Done:
+			c.Approval, changed = ApprovalWaiting, true
+		case verb == events.VerbApproved && c.Approval == ApprovalWaiting:
+			c.Approval, c.ResumedBy, changed = ApprovalResumed, fmt.Sprintf("call %s (%s) approved", c.CallID, c.ref()), true
+		}
+		return changed
+	})
+	if err != nil {
+		return err
+	}
+	if !known {
+		if verb == events.VerbApprovalRequired && st != nil && !st.Done() && st.Iteration > 0 {
+			s.log.Debug("approval required for a call the run's state does not hold", "run_id", runID, "call_id", callID)
+		}
+		return nil
+	}
+	c := st.call(callID)
+	if c == nil || c.Approval == "" || (!changed && !again) {
+		return nil
+	}
+	reason := fmt.Sprintf("waiting for approval of call %s (%s)", c.CallID, c.ref())
+	if err := s.publishStatus(ctx, st, events.StatusSuspended, reason, c.CallID); err != nil {
+		return err
+	}
+	if c.Approval == ApprovalResumed {
+		return s.publishStatus(ctx, st, events.StatusResumed, c.ResumedBy, c.CallID)
+	}
+	return nil
+}
+
+// watchApprovals follows the guard's approval records and resumes a run when
+// an operator's approval of its waiting call has been sent on to the
+// executor (the record is approved and settled). Watching the records, rather
+// than consuming every approved call, costs nothing for the calls that need
+// no approval. On start the watch goes through the records there are, so an
+// approval given while no orchestrator ran is seen too; a run whose approval
+// is missed anyway resumes when the call completes.
+//
+// ctx bounds the start only: the watch follows the records until Stop, with
+// life (the service's lifetime) as the context of the run-state writes.
+func (s *Service) watchApprovals(ctx, life context.Context) error {
+	kv, err := s.js.KeyValue(ctx, events.BucketApprovals)
+	if err != nil {
+		return fmt.Errorf("orchestrator: open approvals: %w", err)
+	}
+	// The records there are now are applied in the background, as later
+	// changes are: a start need not wait for them. The writes' context ends
+	// before the watch stops, so that Stop does not wait for a write that
+	// cannot finish.
+	actx, cancel := context.WithCancel(life)
+	w, err := events.WatchKV(ctx, kv, false, func(e jetstream.KeyValueEntry) { s.onApprovalRecord(actx, e) })
+	if err != nil {
+		cancel()
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	s.OnStopFunc(func() {
+		cancel()
+		w.Stop()
+	})
+	return nil
+}
+
+// onApprovalRecord resumes the run of a call whose approval record is
+// approved and settled.
+func (s *Service) onApprovalRecord(ctx context.Context, e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		return // a deleted record
+	}
+	var rec events.ApprovalRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		s.log.Warn("unreadable approval record", "key", e.Key(), "err", err)
+		return
+	}
+	if rec.State != events.ApprovalApproved || !rec.Settled {
+		return
+	}
+	if err := s.applyApproval(ctx, rec.Call.RunID, rec.Call.CallID, events.VerbApproved, false); err != nil && ctx.Err() == nil {
+		s.log.Warn("approval not applied; the call's completion resumes the run", "key", e.Key(), "err", err)
+	}
+}
