@@ -209,6 +209,7 @@ func recordRunStatus(d *decoding) error {
 		Pinned      json.RawMessage `json:"pinned"`
 		OutputsBlob json.RawMessage `json:"outputs_blob"`
 		Spend       json.RawMessage `json:"spend"`
+		Turn        json.RawMessage `json:"turn"`
 	}](d)
 	if err != nil {
 		return err
@@ -221,6 +222,23 @@ func recordRunStatus(d *decoding) error {
 	}
 	if s.Status == events.StatusCompleted {
 		u.Outputs, u.Pinned, u.OutputsBlob = r.Outputs, r.Pinned, r.OutputsBlob
+	}
+	if s.Turn != nil {
+		// The turn that ended the run rides on its end event (it has no
+		// turn event of its own): the model's final answer, or the model
+		// call the loop rules denied.
+		switch {
+		case !IsTerminal(s.Status):
+			return fmt.Errorf("a %s event carries turn %d: only the end of a run carries the turn that ended it", s.Status, s.Turn.Iteration)
+		case s.Status == events.StatusCompleted && !s.Turn.Verdict.Allowed:
+			return fmt.Errorf("a completed run's end carries turn %d, which the loop rules denied", s.Turn.Iteration)
+		}
+		if err := d.turn(s.Turn, r.Turn, u); err != nil {
+			return fmt.Errorf("turn: %w", err)
+		}
+		if u.Spend == nil { // the end's spend is left out when it is 0
+			u.Spend = amountOf(s.Turn.Spend)
+		}
 	}
 	d.rec.Run = u
 	return nil
@@ -237,17 +255,32 @@ func recordTurn(d *decoding) error {
 	if err := d.setRun(t.RunID); err != nil {
 		return err
 	}
-	if t.Iteration < 1 {
-		return fmt.Errorf("iteration %d must be at least 1", t.Iteration)
-	}
 	if n := d.subject.Iteration; n != 0 && n != t.Iteration {
 		return fmt.Errorf("data is turn %d but the event was delivered as turn %d", t.Iteration, n)
+	}
+	u := &RunUpdate{RunID: t.RunID, At: d.at, Tenant: t.Tenant, Agent: t.Agent, Status: d.typ.RunStatus,
+		TraceID: d.traceID, Spend: amountOf(t.Spend)}
+	if err := d.turn(t, d.rec.Event.Data, u); err != nil {
+		return err
+	}
+	d.rec.Run = u
+	return nil
+}
+
+// turn records model turn t, whose data as sent is raw, from its turn event
+// or from the end event that carries the turn that ended the run: the turn,
+// its verdict, a request of each call, and the run's iteration and tool call
+// count in u.
+func (d *decoding) turn(t *events.Turn, raw json.RawMessage, u *RunUpdate) error {
+	if t.RunID != u.RunID {
+		return fmt.Errorf("the turn names run %q but the event belongs to run %q", t.RunID, u.RunID)
+	}
+	if t.Iteration < 1 {
+		return fmt.Errorf("iteration %d must be at least 1", t.Iteration)
 	}
 	if !t.Verdict.Allowed && (t.Response != nil || len(t.Calls) > 0) {
 		return fmt.Errorf("turn %d is denied by the loop rules yet has a response or calls", t.Iteration)
 	}
-	u := &RunUpdate{RunID: t.RunID, At: d.at, Tenant: t.Tenant, Agent: t.Agent, Status: d.typ.RunStatus,
-		TraceID: d.traceID, Iterations: t.Iteration, Spend: amountOf(t.Spend)}
 	calls := make([]CallUpdate, 0, len(t.Calls))
 	ids, seqs := make(map[string]bool, len(t.Calls)), make(map[int]bool, len(t.Calls))
 	for i := range t.Calls {
@@ -269,9 +302,9 @@ func recordTurn(d *decoding) error {
 		calls = append(calls, CallUpdate{RunID: t.RunID, CallID: c.CallID, Status: CallRequested, Seq: &seq,
 			Iteration: &iter, Name: c.Name, Version: c.Version, Input: c.Input})
 	}
-	d.rec.Run = u
+	u.Iterations = max(u.Iterations, t.Iteration)
 	d.rec.Calls = calls
-	d.rec.Turn = &TurnRow{RunID: t.RunID, Iteration: t.Iteration, Turn: d.rec.Event.Data}
+	d.rec.Turn = &TurnRow{RunID: t.RunID, Iteration: t.Iteration, Turn: raw}
 	d.rec.Verdict = &VerdictRow{RunID: t.RunID, Iteration: t.Iteration, Allowed: t.Verdict.Allowed,
 		Code: string(t.Verdict.Code), Reason: t.Verdict.Reason}
 	return nil

@@ -111,11 +111,19 @@ func TestRecordOfTurn(t *testing.T) {
 	if c := done.Calls[0]; c.Cost == nil || *c.Cost != fx.Envelopes[1].Cost || c.ErrorCode != string(envelope.CodeTimeout) {
 		t.Fatalf("completed = %+v; want the envelope's cost %v", c, fx.Envelopes[1].Cost)
 	}
+	// The turn that ended a run rides on its end event: the final answer on
+	// the completed one, a denied model call on the failed one.
+	end := storetest.Records(t, fx.Event(t, events.TypeRunCompleted, ""))[0]
+	_, final := fx.Turn(t, 2)
+	if end.Turn == nil || end.Turn.Iteration != 2 || string(end.Turn.Turn) != string(final) || end.Verdict == nil ||
+		!end.Verdict.Allowed || len(end.Calls) != 0 || end.Run.Iterations != 2 || end.Run.Status != events.StatusCompleted {
+		t.Fatalf("completed = turn %+v verdict %+v calls %+v run %+v", end.Turn, end.Verdict, end.Calls, end.Run)
+	}
 	denied := storetest.FailedRun(t, "turn-denied", "weather", storetest.TenantA, storetest.Base, "over budget")
-	rec = storetest.Records(t, denied.Event(t, events.TypeTurnCompleted, ""))[0]
+	rec = storetest.Records(t, denied.Event(t, events.TypeRunFailed, ""))[0]
 	if v := rec.Verdict; v == nil || v.Allowed || v.Code != string(envelope.CodePolicyDenied) || v.Reason != "over budget" ||
-		len(rec.Calls) != 0 || rec.Turn == nil {
-		t.Fatalf("denied turn = verdict %+v calls %+v turn %v", rec.Verdict, rec.Calls, rec.Turn)
+		len(rec.Calls) != 0 || rec.Turn == nil || rec.Run.Status != events.StatusFailed || rec.Run.Reason != "over budget" {
+		t.Fatalf("denied turn = verdict %+v calls %+v turn %v run %+v", rec.Verdict, rec.Calls, rec.Turn, rec.Run)
 	}
 }
 
@@ -214,6 +222,20 @@ func TestRecordOfRefusesWhatCannotBeRecorded(t *testing.T) {
 			approved(func(m map[string]any) { m["call_id"] = strings.Repeat("b", 64) })), approvedSubj, "belongs to call"},
 		{"approved call of v1 (a policy and enabled tools)", build(events.TypeCallApproved, approvedSubj, "r1",
 			approved(func(m map[string]any) { m["enabled_tools"] = []string{"echo@1.0.0"} })), approvedSubj, "enabled_tools"},
+		{"a turn on a started event", build(events.TypeRunStarted, subj("started"), "r1",
+			map[string]any{"run_id": "r1", "status": "started", "turn": turn(func(m map[string]any) { delete(m, "calls") })}), subj("started"), "only the end of a run"},
+		{"a completed run ended by a denied turn", build(events.TypeRunCompleted, subj("completed"), "r1",
+			completed(func(m map[string]any) {
+				m["turn"] = turn(func(m map[string]any) {
+					delete(m, "calls")
+					delete(m, "response")
+					m["verdict"] = map[string]any{"allowed": false, "code": "POLICY_DENIED"}
+				})
+			})), subj("completed"), "denied"},
+		{"an end carrying another run's turn", build(events.TypeRunFailed, subj("failed"), "r1",
+			map[string]any{"run_id": "r1", "status": "failed", "turn": turn(func(m map[string]any) { m["run_id"] = "r2" })}), subj("failed"), "r2"},
+		{"an end carrying a turn 0", build(events.TypeRunFailed, subj("failed"), "r1",
+			map[string]any{"run_id": "r1", "status": "failed", "turn": turn(func(m map[string]any) { m["iteration"] = 0 })}), subj("failed"), "iteration 0"},
 		{"outputs blob beside outputs", build(events.TypeRunCompleted, subj("completed"), "r1",
 			completed(func(m map[string]any) { m["outputs"] = map[string]any{"response": "hi"} })), subj("completed"), "outputs_blob"},
 		{"outputs blob that is no blob", build(events.TypeRunCompleted, subj("completed"), "r1",
@@ -239,6 +261,9 @@ func TestRecordOfRefusesWhatCannotBeRecorded(t *testing.T) {
 		{build(events.TypeTurnCompleted, turnSubj, "r1", turn(func(map[string]any) {})), turnSubj},
 		{build(events.TypeCallApproved, approvedSubj, "r1", approved(func(map[string]any) {})), approvedSubj},
 		{build(events.TypeRunCompleted, subj("completed"), "r1", completed(func(map[string]any) {})), subj("completed")},
+		{build(events.TypeRunCompleted, subj("completed"), "r1", completed(func(m map[string]any) {
+			m["turn"] = turn(func(m map[string]any) { delete(m, "calls") })
+		})), subj("completed")},
 	} {
 		if _, err := store.RecordOf(ok.ev, ok.subject); err != nil {
 			t.Errorf("RecordOf(%s) = %v; want it recorded", ok.ev.Type(), err)

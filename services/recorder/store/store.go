@@ -51,7 +51,8 @@ type Store interface {
 	//     times win over those of other events, and the envelope alone sets
 	//     the call's cost; its queue is the first named;
 	//   - the first model turn and the first verdict of an iteration win (the
-	//     verdict is the loop rules' verdict carried by the turn);
+	//     verdict is the loop rules' verdict carried by the turn; the turn that
+	//     ended a run rides on its completed or failed event);
 	//   - a run's spend only grows (the greatest reported wins);
 	//   - the first definition recorded for a tool version in a run wins.
 	//

@@ -414,8 +414,9 @@ func runContractExtras(t *testing.T, newStore func(t *testing.T) store.Store) {
 			t.Fatalf("Turns = %+v", turns)
 		}
 		for i, tr := range turns {
-			// A turn is kept as its event sent it.
-			if want := fx.Events[turnIndex(t, fx, i+1)].Event.Data(); !jsonEqual(tr.Turn, want) {
+			// A turn is kept as its event sent it (the last one rides on the
+			// run's completed event).
+			if _, want := fx.Turn(t, i+1); !jsonEqual(tr.Turn, want) {
 				t.Errorf("turn %d = %s\nwant %s", i+1, tr.Turn, want)
 			}
 		}
@@ -461,10 +462,7 @@ func runContractExtras(t *testing.T, newStore func(t *testing.T) store.Store) {
 			t.Fatalf("turns = %s", mustJSON(t, b.Turns))
 		}
 		for i, mt := range b.Turns {
-			var sent events.Turn
-			if err := json.Unmarshal(fx.Events[turnIndex(t, fx, i+1)].Event.Data(), &sent); err != nil {
-				t.Fatal(err)
-			}
+			sent, _ := fx.Turn(t, i+1)
 			want := envelope.ModelTurn{Iteration: i + 1, Model: fx.Request.Agent.Model, Tools: sent.Tools,
 				Response: *sent.Response, TStart: sent.TStart, TEnd: sent.TEnd}
 			if !jsonEqual(mustJSON(t, mt), mustJSON(t, want)) {
@@ -659,21 +657,6 @@ func runContractExtras(t *testing.T, newStore func(t *testing.T) store.Store) {
 			}
 		}
 	})
-}
-
-func turnIndex(t testing.TB, fx *Run, iteration int) int {
-	t.Helper()
-	n := 0
-	for i, o := range fx.Events {
-		if o.Event.Type() == events.TypeTurnCompleted {
-			n++
-			if n == iteration {
-				return i
-			}
-		}
-	}
-	t.Fatalf("run %s has no turn %d", fx.RunID, iteration)
-	return -1
 }
 
 // lenOrNil is n, or -1 for a nil list (which the API would show as null).

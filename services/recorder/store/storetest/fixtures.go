@@ -38,6 +38,40 @@ type Run struct {
 	Events []events.Outgoing
 }
 
+// Turn returns the run's turn n as its events sent it: the data of its turn
+// event, or the turn its end event carries (the turn that ended the run), or
+// fails t.
+func (r *Run) Turn(t testing.TB, n int) (events.Turn, json.RawMessage) {
+	t.Helper()
+	for _, o := range r.Events {
+		var raw json.RawMessage
+		switch o.Event.Type() {
+		case events.TypeTurnCompleted:
+			raw = o.Event.Data()
+		case events.TypeRunCompleted, events.TypeRunFailed:
+			var end struct {
+				Turn json.RawMessage `json:"turn"`
+			}
+			if err := json.Unmarshal(o.Event.Data(), &end); err != nil {
+				t.Fatal(err)
+			}
+			raw = end.Turn
+		}
+		if len(raw) == 0 {
+			continue
+		}
+		var turn events.Turn
+		if err := json.Unmarshal(raw, &turn); err != nil {
+			t.Fatal(err)
+		}
+		if turn.Iteration == n {
+			return turn, raw
+		}
+	}
+	t.Fatalf("storetest: run %s has no turn %d", r.RunID, n)
+	return events.Turn{}, nil
+}
+
 // Status is the run's final status.
 func (r *Run) Status() string {
 	if r.Outputs != nil {
@@ -89,7 +123,8 @@ func TraceFor(runID string) events.RunTrace {
 // its first model call is slow (so the run is announced started); the model
 // asks for two tool calls at once (web_search, on the default queue, succeeds
 // from the cache; fetch_page, on the "fetchers" queue, is slow, announced
-// started, and times out), then answers. Its events start at base.
+// started, and times out), then answers: that last turn rides on the
+// completed event. Its events start at base.
 func CompletedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base time.Time) *Run {
 	t.Helper()
 	b := newBuilder(t, runID, agent, tenant, base)
@@ -127,14 +162,14 @@ func CompletedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, bas
 	b.add(events.NewCallCompleted(Source, runID, envB, tenant, r.Trace))
 	r.Envelopes = []envelope.ToolEnvelope{envA, envB}
 	r.Queues = []string{reqA.Queue, reqB.Queue}
-	b.turn(2, &envelope.ModelResponse{Content: "It is sunny in Paris, 21°C.", StopReason: "end_turn",
-		Usage: envelope.Usage{InputTokens: 300, OutputTokens: 12}}, 0.0063,
+	final := b.turnOf(2, events.LoopVerdict{Allowed: true}, &envelope.ModelResponse{Content: "It is sunny in Paris, 21°C.",
+		StopReason: "end_turn", Usage: envelope.Usage{InputTokens: 300, OutputTokens: 12}}, 0.0063,
 		[]events.TurnResult{{CallID: envA.CallID, ProviderCallID: "tc_1"}, {CallID: envB.CallID, ProviderCallID: "tc_2", IsError: true}})
 	out := envelope.NewAgentOutputs("It is sunny in Paris, 21°C.", r.Envelopes, "http://jaeger:16686/trace/"+r.Trace.TraceID())
 	r.Outputs = &out
 	r.Iterations = 2
 	done := b.status(events.StatusCompleted)
-	done.Outputs = &out
+	done.Outputs, done.Turn = &out, &final
 	done.Iteration, done.ToolCalls = 2, 2
 	done.Spend, r.Spend = b.spend, b.spend
 	done.Pinned = map[string]*envelope.ToolEnvelope{"search": &envA, "page": nil}
@@ -151,21 +186,21 @@ func CompletedRunPinned(t testing.TB, runID, agent string, tenant envelope.Tenan
 }
 
 // AnsweredRun builds a run whose model answers at once, without calling a
-// tool, with pinned handles on its agent node (none of which can select
-// anything).
+// tool (its one turn rides on the completed event), with pinned handles on
+// its agent node (none of which can select anything).
 func AnsweredRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base time.Time, pins []envelope.PinnedHandle) *Run {
 	t.Helper()
 	b := newBuilder(t, runID, agent, tenant, base)
 	r := b.run
 	b.add(events.NewRunRequested(Source, r.Request, r.Trace))
 	b.add(events.NewRunStatus(Source, b.status(events.StatusStarted), "", r.Trace))
-	b.turn(1, &envelope.ModelResponse{Content: "No search needed.", StopReason: "end_turn",
-		Usage: envelope.Usage{InputTokens: 50, OutputTokens: 5}}, 0.001, nil)
+	final := b.turnOf(1, events.LoopVerdict{Allowed: true}, &envelope.ModelResponse{Content: "No search needed.",
+		StopReason: "end_turn", Usage: envelope.Usage{InputTokens: 50, OutputTokens: 5}}, 0.001, nil)
 	out := envelope.NewAgentOutputs("No search needed.", nil, "")
 	r.Outputs = &out
 	r.Iterations = 1
 	done := b.status(events.StatusCompleted)
-	done.Outputs = &out
+	done.Outputs, done.Turn = &out, &final
 	done.Iteration = 1
 	done.Spend, r.Spend = b.spend, b.spend
 	b.add(events.NewRunStatus(Source, done, "", r.Trace))
@@ -234,7 +269,8 @@ func (r *Run) WithOutputsBlob(t testing.TB, blob envelope.Attachment) *Run {
 
 // FailedRun builds a run that starts and fails with reason before its first
 // model call: the loop rules deny turn 1 (a turn with a verdict and no
-// response), and the run fails POLICY_DENIED.
+// response, which rides on the failed event), and the run fails
+// POLICY_DENIED.
 func FailedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base time.Time, reason string) *Run {
 	t.Helper()
 	b := newBuilder(t, runID, agent, tenant, base)
@@ -243,10 +279,9 @@ func FailedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base t
 	r.Iterations = 1
 	b.add(events.NewRunRequested(Source, r.Request, r.Trace))
 	b.add(events.NewRunStatus(Source, b.status(events.StatusStarted), "", r.Trace))
-	b.add(events.NewTurnCompleted(Source, b.turnOf(1, events.LoopVerdict{Code: envelope.CodePolicyDenied,
-		Reason: reason, Rule: "max_budget"}, nil, 0, nil), r.Trace))
+	denied := b.turnOf(1, events.LoopVerdict{Code: envelope.CodePolicyDenied, Reason: reason, Rule: "max_budget"}, nil, 0, nil)
 	failed := b.status(events.StatusFailed)
-	failed.Reason, failed.Code = reason, envelope.CodePolicyDenied
+	failed.Reason, failed.Code, failed.Turn = reason, envelope.CodePolicyDenied, &denied
 	failed.Iteration = 1
 	b.add(events.NewRunStatus(Source, failed, "", r.Trace))
 	return r
