@@ -25,7 +25,7 @@ func request(runID string) envelope.RunRequest {
 
 // runEvents are a one-call run's events after its request, as the pipeline
 // publishes them (contract v2): turn 1 with the call, its approval and
-// completion, turn 2 answering, and the end, done.
+// completion, and the end, done, carrying turn 2's answer.
 func runEvents(t *testing.T, req envelope.RunRequest, done events.RunStatus) []events.Outgoing {
 	t.Helper()
 	input := json.RawMessage(`{"text":"hi"}`)
@@ -49,15 +49,15 @@ func runEvents(t *testing.T, req envelope.RunRequest, done events.RunStatus) []e
 		Version: "1.0.0", Input: input, Tenant: req.Tenant, Agent: req.Agent.Name, Queue: envelope.DefaultQueue}, events.RunTrace{}))
 	env := envelope.ToolEnvelope{CallID: callID, Name: "echo", Version: "1.0.0", Input: input, Output: input, TStart: now, TEnd: now}
 	add(events.NewCallCompleted("/test", req.RunID, env, req.Tenant, events.RunTrace{}))
-	add(events.NewTurnCompleted("/test", turn(2, &envelope.ModelResponse{Content: "said hi"}), events.RunTrace{}))
-	done.RunID, done.Tenant, done.Status = req.RunID, req.Tenant, events.StatusCompleted
+	final := turn(2, &envelope.ModelResponse{Content: "said hi"})
+	done.RunID, done.Tenant, done.Status, done.Turn = req.RunID, req.Tenant, events.StatusCompleted, &final
 	add(events.NewRunStatus("/test", done, "", events.RunTrace{}))
 	return outs
 }
 
-func outputsOf(t *testing.T, resp string, runEnvs ...envelope.ToolEnvelope) *envelope.AgentOutputs {
+func outputsOf(t *testing.T, resp string) *envelope.AgentOutputs {
 	t.Helper()
-	out := envelope.NewAgentOutputs(resp, runEnvs, "")
+	out := envelope.NewAgentOutputs(resp, nil, "")
 	return &out
 }
 
@@ -109,7 +109,9 @@ func TestRunReturnsTheOutputsInlineOrFromTheirBlob(t *testing.T) {
 		runs := slices.DeleteFunc(slices.Clone(types), func(s string) bool {
 			return s == events.TypeCallApproved || s == events.TypeCallCompleted
 		})
-		require.Equal(t, []string{events.TypeRunRequested, events.TypeTurnCompleted, events.TypeTurnCompleted, events.TypeRunCompleted}, runs)
+		require.Equal(t, []string{events.TypeRunRequested, events.TypeTurnCompleted, events.TypeRunCompleted}, runs)
+		require.NotNil(t, final.Turn, "the final answer rides on the end")
+		require.Equal(t, "said hi", final.Turn.Response.Content)
 	})
 
 	t.Run("a blob that is gone", func(t *testing.T) {

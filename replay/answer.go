@@ -14,7 +14,8 @@ import (
 )
 
 // The answerer stands in for everything around the orchestrator: it reads
-// the run's model turns as the orchestrator publishes them (contract v2),
+// the run's model turns as the orchestrator publishes them (contract v2: turn
+// events, and the turn that ended the run on its completed or failed event),
 // checks each turn's loop verdict and calls against the recording, plays the
 // Policy Guard and the tools by answering each call with its recorded
 // envelope (or, live, hands it to the executor's queue), and watches the
@@ -87,6 +88,13 @@ func (e *engine) onRun(ctx context.Context, d *events.Delivery) error {
 		var s events.RunStatus
 		if err := events.DecodeData(d.Event, &s); err != nil {
 			return events.Permanent(err)
+		}
+		if s.Turn != nil {
+			// The turn that ended the run (the final answer, or a model call
+			// the loop rules denied) rides on its end: checked like any turn.
+			if err := e.pub.PublishAll(ctx, e.onTurn(*s.Turn, events.TraceOf(d.Event))); err != nil {
+				return err
+			}
 		}
 		var outputsErr error
 		if s.Outputs == nil && s.OutputsBlob != nil {

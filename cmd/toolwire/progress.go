@@ -34,20 +34,8 @@ func progressPrinter(w io.Writer) func(client.Event) bool {
 			}
 		case events.TypeTurnCompleted:
 			var t events.Turn
-			if events.DecodeData(ev, &t) != nil {
-				break
-			}
-			if !t.Verdict.Allowed {
-				fmt.Fprintf(w, "  model turn %d denied by the loop rules: %s %s\n", t.Iteration, t.Verdict.Code, t.Verdict.Reason)
-				break
-			}
-			fmt.Fprintf(w, "  model turn %d: %d tool call(s)", t.Iteration, len(t.Calls))
-			if t.Cost > 0 {
-				fmt.Fprintf(w, ", cost %s", formatSpend(t.Cost))
-			}
-			fmt.Fprintln(w)
-			for _, warn := range t.Warnings {
-				fmt.Fprintf(w, "  warning: %s\n", warn)
+			if events.DecodeData(ev, &t) == nil {
+				printTurn(w, &t)
 			}
 		case events.TypeCallApprovalRequired:
 			var a events.ApprovalRequest
@@ -71,10 +59,30 @@ func progressPrinter(w io.Writer) func(client.Event) bool {
 		case events.TypeRunCompleted, events.TypeRunFailed:
 			var s events.RunStatus
 			if events.DecodeData(ev, &s) == nil {
+				if s.Turn != nil { // the turn that ended the run rides on its end
+					printTurn(w, s.Turn)
+				}
 				fmt.Fprintf(w, "run %s %s %s\n", s.RunID, s.Status, s.Reason)
 			}
 		}
 		return true
+	}
+}
+
+// printTurn prints a model turn: how many calls it made and what it cost, or
+// the loop rules' denial.
+func printTurn(w io.Writer, t *events.Turn) {
+	if !t.Verdict.Allowed {
+		fmt.Fprintf(w, "  model turn %d denied by the loop rules: %s %s\n", t.Iteration, t.Verdict.Code, t.Verdict.Reason)
+		return
+	}
+	fmt.Fprintf(w, "  model turn %d: %d tool call(s)", t.Iteration, len(t.Calls))
+	if t.Cost > 0 {
+		fmt.Fprintf(w, ", cost %s", formatSpend(t.Cost))
+	}
+	fmt.Fprintln(w)
+	for _, warn := range t.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", warn)
 	}
 }
 

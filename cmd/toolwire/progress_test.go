@@ -15,8 +15,9 @@ import (
 )
 
 // TestProgressPrinter: `toolwire run` prints each step of a v2 run: its
-// turns (a denied one with the loop rules' reason), a slow call's start, a
-// call waiting for an operator, each call's result and the end.
+// turns (a denied one with the loop rules' reason, which rides on the failed
+// event), a slow call's start, a call waiting for an operator, each call's
+// result and the end.
 func TestProgressPrinter(t *testing.T) {
 	const runID = "progress"
 	input := json.RawMessage(`{"text":"hi"}`)
@@ -41,10 +42,10 @@ func TestProgressPrinter(t *testing.T) {
 		tenant, events.RunTrace{}))
 	add(events.NewCallCompleted("/test", runID, envelope.ToolEnvelope{CallID: callID, Name: "echo", Version: "1.0.0", Input: input,
 		Output: input, TStart: now, TEnd: now.Add(3 * time.Millisecond)}, tenant, events.RunTrace{}))
-	add(events.NewTurnCompleted("/test", events.Turn{RunID: runID, Iteration: 2, Tenant: tenant, Agent: "a",
-		Verdict: events.LoopVerdict{Code: envelope.CodePolicyDenied, Reason: "max_iterations (1) reached"}}, events.RunTrace{}))
+	denied := events.Turn{RunID: runID, Iteration: 2, Tenant: tenant, Agent: "a",
+		Verdict: events.LoopVerdict{Code: envelope.CodePolicyDenied, Reason: "max_iterations (1) reached"}}
 	add(events.NewRunStatus("/test", events.RunStatus{RunID: runID, Status: events.StatusFailed, Tenant: tenant,
-		Reason: "max_iterations (1) reached"}, "", events.RunTrace{}))
+		Reason: "max_iterations (1) reached", Code: envelope.CodePolicyDenied, Turn: &denied}, "", events.RunTrace{}))
 
 	var out bytes.Buffer
 	print := progressPrinter(&out)
