@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 )
 
@@ -46,6 +47,16 @@ func TestTimelinePages(t *testing.T) {
 	// its envelope).
 	if n := strings.Count(run, "</time> started"); n != 1 {
 		t.Errorf("run page shows %d started steps; want 1, the slow call's", n)
+	}
+
+	// A run whose outputs are in a blob: the page shows the final answer
+	// from its last turn (the pages read no blobs).
+	inBlob := storetest.CompletedRun(t, "page-blob", "weather", storetest.TenantA, time.Now()).WithOutputsBlob(t,
+		envelope.Attachment{Kind: envelope.AttachmentBlob, URL: "/v1/blobs/page-blob.outputs"})
+	h.publish(inBlob.Events...)
+	if page := h.page("/runs/page-blob", http.StatusOK); !strings.Contains(page, `<li class="iteration final">`) ||
+		!strings.Contains(page, "It is sunny in Paris, 21°C.") {
+		t.Errorf("run page of outputs in a blob lacks the final answer: %.2000s", page)
 	}
 
 	denied := storetest.FailedRun(t, "page-denied", "weather", storetest.TenantB, time.Now(), "max_budget: the run has spent $1.00 of $1.00")
