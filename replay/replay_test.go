@@ -234,6 +234,16 @@ func changedOrchestrator(wrap func(provider.Provider) provider.Provider) replay.
 	}
 }
 
+// divergence replays b against an orchestrator whose model is wrapped by
+// wrap and returns the divergence it must report.
+func divergence(t *testing.T, b replay.Bundle, wrap func(provider.Provider) provider.Provider) *replay.Divergence {
+	t.Helper()
+	rep, err := replay.Run(t.Context(), b, replay.Options{Orchestrator: changedOrchestrator(wrap)})
+	require.NoError(t, err)
+	require.NotNil(t, rep.Divergence, "the replay is clean")
+	return rep.Divergence
+}
+
 // TestReplayReportsDivergence: deliberately changed orchestrator behaviours
 // are reported at the first step that differs, and the replay stops there.
 func TestReplayReportsDivergence(t *testing.T) {
@@ -266,12 +276,7 @@ func TestReplayReportsDivergence(t *testing.T) {
 	})
 
 	t.Run("conversation changed", func(t *testing.T) {
-		rep, err := replay.Run(t.Context(), rec.bundle, replay.Options{
-			Orchestrator: changedOrchestrator(func(p provider.Provider) provider.Provider { return forgetfulProvider{p} }),
-		})
-		require.NoError(t, err)
-		d := rep.Divergence
-		require.NotNil(t, d)
+		d := divergence(t, rec.bundle, func(p provider.Provider) provider.Provider { return forgetfulProvider{p} })
 		require.Equal(t, 4, d.Step.N, d.Error())
 		require.Equal(t, replay.StepModelTurn, d.Step.Kind)
 		require.Equal(t, 2, d.Step.Iteration)
@@ -281,12 +286,7 @@ func TestReplayReportsDivergence(t *testing.T) {
 	})
 
 	t.Run("tools offered changed", func(t *testing.T) {
-		rep, err := replay.Run(t.Context(), rec.bundle, replay.Options{
-			Orchestrator: changedOrchestrator(func(p provider.Provider) provider.Provider { return narrowProvider{p} }),
-		})
-		require.NoError(t, err)
-		d := rep.Divergence
-		require.NotNil(t, d)
+		d := divergence(t, rec.bundle, func(p provider.Provider) provider.Provider { return narrowProvider{p} })
 		require.Equal(t, 4, d.Step.N, d.Error())
 		require.Equal(t, "the tools offered to the model differ", d.What)
 		require.Contains(t, d.Recorded, "append_note@1.0.0")

@@ -42,6 +42,16 @@ func (h *harness) register(defs ...registry.Entry) {
 	}
 }
 
+// fetch gets path from the API, which must answer 200, and decodes its body.
+func fetch[T any](h *harness, path string) T {
+	h.t.Helper()
+	status, body := h.get(path)
+	if status != http.StatusOK {
+		h.t.Fatalf("GET %s: %d %s", path, status, body)
+	}
+	return decode[T](h.t, body)
+}
+
 func decode[T any](t *testing.T, body []byte) T {
 	t.Helper()
 	var v T
@@ -519,13 +529,9 @@ func TestRecorderTurns(t *testing.T) {
 	h.waitRun(denied.RunID, events.StatusFailed, 0)
 	h.waitIdle()
 
-	status, body := h.get("/v1/runs/" + fx.RunID + "/turns")
-	if status != http.StatusOK {
-		t.Fatalf("turns: %d %s", status, body)
-	}
-	got := decode[apitypes.TurnsJSON](t, body)
+	got := fetch[apitypes.TurnsJSON](h, "/v1/runs/"+fx.RunID+"/turns")
 	if got.RunID != fx.RunID || len(got.Turns) != 2 {
-		t.Fatalf("turns = %s", body)
+		t.Fatalf("turns = %s", mustMarshal(t, got))
 	}
 	for i, tj := range got.Turns {
 		want, _ := fx.Turn(t, i+1) // the last one rode on the completed event
@@ -543,16 +549,15 @@ func TestRecorderTurns(t *testing.T) {
 		t.Errorf("turn 2 calls = %v; want none", calls)
 	}
 
-	status, body = h.get("/v1/runs/" + denied.RunID + "/turns")
-	got = decode[apitypes.TurnsJSON](t, body)
-	if status != http.StatusOK || len(got.Turns) != 1 {
-		t.Fatalf("turns of the denied run: %d %s", status, body)
+	got = fetch[apitypes.TurnsJSON](h, "/v1/runs/"+denied.RunID+"/turns")
+	if len(got.Turns) != 1 {
+		t.Fatalf("turns of the denied run: %s", mustMarshal(t, got))
 	}
 	if d := got.Turns[0]; d.Verdict == nil || d.Verdict.Allowed || d.Verdict.Code != string(envelope.CodePolicyDenied) ||
 		d.Verdict.Reason != "max_budget reached" || d.Response != nil {
 		t.Fatalf("denied turn = %s", mustMarshal(t, d))
 	}
-	if status, body = h.get("/v1/runs/nope/turns"); status != http.StatusNotFound {
+	if status, body := h.get("/v1/runs/nope/turns"); status != http.StatusNotFound {
 		t.Fatalf("turns of an unknown run: %d %s", status, body)
 	}
 }
@@ -589,15 +594,13 @@ func TestRecorderOutputsInABlob(t *testing.T) {
 	if status != http.StatusOK || !jsonEq(body, mustMarshal(t, fx.Outputs)) {
 		t.Fatalf("outputs: %d %s\nwant %s", status, body, mustMarshal(t, fx.Outputs))
 	}
-	status, body = h.get("/v1/runs/" + fx.RunID + "/pins")
-	if p := decode[apitypes.PinsJSON](t, body); status != http.StatusOK || len(p.Pins) != 1 || p.Pins[0].Source != apitypes.PinFromRun ||
+	if p := fetch[apitypes.PinsJSON](h, "/v1/runs/"+fx.RunID+"/pins"); len(p.Pins) != 1 || p.Pins[0].Source != apitypes.PinFromRun ||
 		p.Pins[0].Value == nil || p.Pins[0].Value.CallID != fx.Envelopes[0].CallID {
-		t.Fatalf("pins: %d %s", status, body)
+		t.Fatalf("pins: %s", mustMarshal(t, p))
 	}
-	status, body = h.get("/v1/runs/" + fx.RunID + "/replay")
-	if b := decode[envelope.ReplayBundle](t, body); status != http.StatusOK || b.Outputs == nil ||
+	if b := fetch[envelope.ReplayBundle](h, "/v1/runs/"+fx.RunID+"/replay"); b.Outputs == nil ||
 		!jsonEq(mustMarshal(t, b.Outputs), mustMarshal(t, fx.Outputs)) || b.Version != envelope.ReplayBundleVersion {
-		t.Fatalf("replay: %d %s", status, body)
+		t.Fatalf("replay: %s", mustMarshal(t, b))
 	}
 	for _, path := range []string{"/outputs", "/replay"} {
 		status, body = h.get("/v1/runs/" + gone.RunID + path)

@@ -222,14 +222,24 @@ func (a *api) run(w http.ResponseWriter, r *http.Request) (store.Run, bool) {
 	return run, true
 }
 
-func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
+// runCalls reads the run named by the path and its tool calls, or writes the
+// error and returns false.
+func (a *api) runCalls(w http.ResponseWriter, r *http.Request) (store.Run, []store.ToolCall, bool) {
 	run, ok := a.run(w, r)
 	if !ok {
-		return
+		return store.Run{}, nil, false
 	}
 	calls, err := a.store.ToolCalls(r.Context(), run.RunID)
 	if err != nil {
 		a.internal(w, r, err)
+		return store.Run{}, nil, false
+	}
+	return run, calls, true
+}
+
+func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
+	run, calls, ok := a.runCalls(w, r)
+	if !ok {
 		return
 	}
 	out := apitypes.RunDetailJSON{RunJSON: runJSON(run), Request: run.Request, Pinned: run.Pinned,

@@ -78,13 +78,8 @@ func Turns(ctx context.Context, st store.Store, runID string, calls []store.Tool
 }
 
 func (a *api) getTurns(w http.ResponseWriter, r *http.Request) {
-	run, ok := a.run(w, r)
+	run, calls, ok := a.runCalls(w, r)
 	if !ok {
-		return
-	}
-	calls, err := a.store.ToolCalls(r.Context(), run.RunID)
-	if err != nil {
-		a.internal(w, r, err)
 		return
 	}
 	turns, err := Turns(r.Context(), a.store, run.RunID, calls)
