@@ -1,12 +1,22 @@
 // Package client is how an upstream system talks to toolwire over NATS: submit
 // a run request, follow a run's events as they happen, and wait for its
 // outcome. It needs nothing but a JetStream handle.
+//
+// A run's events (contract v2) are its request, one event per model turn
+// (the loop rules' verdict, the response and its cost, the calls it made),
+// per call its approval (or a POLICY_DENIED completion) and its completion
+// (with its cost), a started event for a call or a first model call that is
+// slow, and its end. A completed run's outputs are in its completed event
+// when small, else in a blob it names: Follow, Wait and Run return them either
+// way.
 package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -15,6 +25,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/blobs"
 )
 
 // Client submits and follows runs.
@@ -54,7 +65,9 @@ type Event struct {
 
 // Follow delivers every event of the run (run and call subjects, from the
 // first) to fn until fn returns false, ctx ends, or the run ends; it returns
-// the run's final status when it ended.
+// the run's final status when it ended, a completed run's outputs and pinned
+// handles in it even when its event left them in a blob (an error wrapping
+// ErrOutputsUnreadable, with the status, when the blob cannot be read).
 func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) (*events.RunStatus, error) {
 	runSubj, err := events.RunEvents(runID)
 	if err != nil {
@@ -119,6 +132,13 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 				if err := events.DecodeData(it.ev.Event, &st); err != nil {
 					return nil, err
 				}
+				if st.OutputsBlob != nil && st.Outputs == nil {
+					doc, err := c.Outputs(ctx, &st)
+					if err != nil {
+						return &st, err
+					}
+					st.Outputs, st.Pinned = doc.Outputs, doc.Pinned
+				}
 				return &st, nil
 			}
 		}
@@ -128,12 +148,42 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 // ErrRunFailed is wrapped by Wait when the run ended in failure.
 var ErrRunFailed = errors.New("run failed")
 
-// Wait waits for the run to end and returns its final status; a failed run is
-// returned together with an error wrapping ErrRunFailed and its reason.
+// ErrOutputsUnreadable is wrapped when a completed run's outputs are in a
+// blob that cannot be read.
+var ErrOutputsUnreadable = errors.New("run outputs unreadable")
+
+// Outputs returns a completed run's outputs and pinned handles: those its
+// completed event carried, or the document in the blob it named instead
+// (OutputsBlob) when they were too large for an event.
+func (c *Client) Outputs(ctx context.Context, st *events.RunStatus) (events.OutputsDocument, error) {
+	if st.OutputsBlob == nil {
+		return events.OutputsDocument{Outputs: st.Outputs, Pinned: st.Pinned}, nil
+	}
+	bad := func(err error) (events.OutputsDocument, error) {
+		return events.OutputsDocument{}, fmt.Errorf("%w: run %s: outputs blob %s: %w", ErrOutputsUnreadable, st.RunID, st.OutputsBlob.URL, err)
+	}
+	name, ok := strings.CutPrefix(st.OutputsBlob.URL, blobs.URLPrefix)
+	if !ok || st.OutputsBlob.Kind != envelope.AttachmentBlob {
+		return bad(fmt.Errorf("not a blob of %s", blobs.URLPrefix))
+	}
+	b, _, err := blobs.Get(ctx, c.js, name)
+	if err != nil {
+		return bad(err)
+	}
+	var doc events.OutputsDocument
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return bad(err)
+	}
+	return doc, nil
+}
+
+// Wait waits for the run to end and returns its final status, with its
+// outputs (see Follow); a failed run is returned together with an error
+// wrapping ErrRunFailed and its reason.
 func (c *Client) Wait(ctx context.Context, runID string) (*events.RunStatus, error) {
 	st, err := c.Follow(ctx, runID, nil)
 	if err != nil {
-		return nil, err
+		return st, err
 	}
 	if st.Status == events.StatusFailed {
 		return st, fmt.Errorf("%w: %s", ErrRunFailed, st.Reason)
@@ -141,7 +191,9 @@ func (c *Client) Wait(ctx context.Context, runID string) (*events.RunStatus, err
 	return st, nil
 }
 
-// Run submits the request and waits for its outcome, bounded by timeout.
+// Run submits the request and waits for its outcome, bounded by timeout: the
+// final status with the outputs, whether the completed event carried them or
+// named their blob.
 func (c *Client) Run(ctx context.Context, req envelope.RunRequest, timeout time.Duration) (*events.RunStatus, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc

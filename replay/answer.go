@@ -8,14 +8,18 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 )
 
-// The answerer stands in for everything around the orchestrator: it plays the
-// Policy Guard's recorded iteration verdicts, answers each tool call with its
-// recorded envelope (or, live, hands it to the executor), and watches the
-// run's calls and outcome.
+// The answerer stands in for everything around the orchestrator: it reads
+// the run's model turns as the orchestrator publishes them (contract v2: turn
+// events, and the turn that ended the run on its completed or failed event),
+// checks each turn's loop verdict and calls against the recording, plays the
+// Policy Guard and the tools by answering each call with its recorded
+// envelope (or, live, hands it to the executor's queue), and watches the
+// run's outcome.
 
 // Durables of the answerer's consumers in the replay's own NATS.
 const (
@@ -36,11 +40,11 @@ func (e *engine) Start(ctx context.Context) error {
 		}
 		return out, nil
 	}
-	runFilters, err := forRun(events.FilterIterationRequested, events.FilterRunCompleted, events.FilterRunFailed)
+	runFilters, err := forRun(events.FilterTurnCompleted, events.FilterRunCompleted, events.FilterRunFailed)
 	if err != nil {
 		return err
 	}
-	callFilters, err := forRun(events.FilterCallRequested, events.FilterCallCompleted)
+	callFilters, err := forRun(events.FilterCallCompleted)
 	if err != nil {
 		return err
 	}
@@ -74,67 +78,44 @@ func (e *engine) Stop(ctx context.Context) error {
 
 func (e *engine) onRun(ctx context.Context, d *events.Delivery) error {
 	switch d.Event.Type() {
-	case events.TypeIterationRequested:
-		var c events.IterationCheck
-		if err := events.DecodeData(d.Event, &c); err != nil {
+	case events.TypeTurnCompleted:
+		var t events.Turn
+		if err := events.DecodeData(d.Event, &t); err != nil {
 			return events.Permanent(err)
 		}
-		v, ok := e.verdictFor(c.Iteration)
-		if !ok {
-			return nil
-		}
-		out, err := events.NewVerdict(Source, v, c.Tenant, events.TraceOf(d.Event))
-		if err != nil {
-			return events.Permanent(err)
-		}
-		return e.pub.Publish(ctx, out)
+		return e.pub.PublishAll(ctx, e.onTurn(t, events.TraceOf(d.Event)))
 	case events.TypeRunCompleted, events.TypeRunFailed:
 		var s events.RunStatus
 		if err := events.DecodeData(d.Event, &s); err != nil {
 			return events.Permanent(err)
 		}
-		e.onOutcome(s)
+		if s.Turn != nil {
+			// The turn that ended the run (the final answer, or a model call
+			// the loop rules denied) rides on its end: checked like any turn.
+			if err := e.pub.PublishAll(ctx, e.onTurn(*s.Turn, events.TraceOf(d.Event))); err != nil {
+				return err
+			}
+		}
+		var outputsErr error
+		if s.Outputs == nil && s.OutputsBlob != nil {
+			// Too large for the event: the replay's object store has them.
+			doc, err := client.New(e.js, Source).Outputs(ctx, &s)
+			s.Outputs, outputsErr = doc.Outputs, err
+		}
+		e.onOutcome(s, outputsErr)
 	}
 	return nil
 }
 
-// verdictFor returns the recorded verdict of iteration n: the recorded one, or
-// an approval for an iteration whose model turn was recorded.
-func (e *engine) verdictFor(n int) (events.Verdict, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.touch()
-	if v, ok := e.verdicts[n]; ok {
-		return events.Verdict{RunID: e.b.RunID, Iteration: n, Allowed: v.Allowed, Code: v.Code, Reason: v.Reason}, true
+func (e *engine) onCall(_ context.Context, d *events.Delivery) error {
+	if d.Event.Type() != events.TypeCallCompleted || d.Event.Source() == Source {
+		return nil // the answerer's own answer
 	}
-	if n <= len(e.b.Turns) {
-		return events.Verdict{RunID: e.b.RunID, Iteration: n, Allowed: true}, true
+	var env envelope.ToolEnvelope
+	if err := events.DecodeData(d.Event, &env); err != nil {
+		return events.Permanent(err)
 	}
-	extra := Step{N: len(e.steps), Kind: StepModelTurn, Iteration: n}
-	e.diverge(0, &extra, "the orchestrator goes on to another iteration",
-		fmt.Sprintf("the run checked %d iterations", max(len(e.verdicts), len(e.b.Turns))),
-		fmt.Sprintf("a check of iteration %d", n))
-	return events.Verdict{}, false
-}
-
-func (e *engine) onCall(ctx context.Context, d *events.Delivery) error {
-	switch d.Event.Type() {
-	case events.TypeCallRequested:
-		var c events.CallRequest
-		if err := events.DecodeData(d.Event, &c); err != nil {
-			return events.Permanent(err)
-		}
-		return e.onCallRequested(ctx, c, events.TraceOf(d.Event))
-	case events.TypeCallCompleted:
-		if d.Event.Source() == Source {
-			return nil // the answerer's own answer
-		}
-		var env envelope.ToolEnvelope
-		if err := events.DecodeData(d.Event, &env); err != nil {
-			return events.Permanent(err)
-		}
-		e.onEnvelope(env)
-	}
+	e.onEnvelope(env)
 	return nil
 }
 
@@ -159,25 +140,70 @@ func (e *engine) recordedCall(callID string) string {
 	return describe(env.Name, env.Version, env.Input, callID)
 }
 
-func (e *engine) onCallRequested(ctx context.Context, c events.CallRequest, trace events.RunTrace) error {
-	out, ok := e.answerFor(c, trace)
-	if !ok {
-		return nil
-	}
-	return e.pub.Publish(ctx, out)
+// requestedCall is a call of a replayed turn that the answerer answers.
+type requestedCall struct {
+	events.TurnCall
+	iteration int
 }
 
-// answerFor checks a call request and returns the event that answers it.
-func (e *engine) answerFor(c events.CallRequest, trace events.RunTrace) (events.Outgoing, bool) {
+// onTurn checks a replayed model turn against the recording - the loop
+// rules' verdict, then each call in order - and returns the events that
+// answer its calls.
+func (e *engine) onTurn(t events.Turn, trace events.RunTrace) []events.Outgoing {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.requested[c.CallID] = c
+	e.touch()
+	if !e.checkVerdict(t) {
+		return nil
+	}
+	var outs []events.Outgoing
+	for _, c := range t.Calls {
+		if out, ok := e.answerFor(t, c, trace); ok {
+			outs = append(outs, out)
+		}
+	}
+	return outs
+}
+
+// checkVerdict compares a replayed turn's verdict with the recorded verdict
+// of its iteration (by outcome and code: the reason's wording may change);
+// false when they differ. A turn of an iteration the recording has no
+// verdict for is allowed as long as it has the turn.
+func (e *engine) checkVerdict(t events.Turn) bool {
+	got := t.Verdict
+	rec, haveRec := e.verdicts[t.Iteration]
+	if !haveRec {
+		rec = envelope.IterationVerdict{Iteration: t.Iteration, Allowed: t.Iteration <= len(e.b.Turns)}
+	}
+	if rec.Allowed == got.Allowed && (got.Allowed || rec.Code == "" || rec.Code == got.Code) {
+		return true
+	}
+	i, ok := e.turnStep[t.Iteration]
+	if !ok {
+		i = len(e.steps) - 1 // the outcome: the recorded run ended by this verdict
+	}
+	e.diverge(i, nil, fmt.Sprintf("the loop rules' verdict on iteration %d differs", t.Iteration),
+		verdictText(rec.Allowed, rec.Code, rec.Reason), verdictText(got.Allowed, got.Code, got.Reason))
+	return false
+}
+
+func verdictText(allowed bool, code envelope.ErrorCode, reason string) string {
+	if allowed {
+		return "allowed"
+	}
+	return strings.TrimSpace("denied " + string(code) + reasonOf(reason))
+}
+
+// answerFor checks one call of a replayed turn and returns the event that
+// answers it: its recorded envelope, or (live) its approval to the queue of
+// the replay's executor. A call the orchestrator answered itself needs none.
+func (e *engine) answerFor(t events.Turn, c events.TurnCall, trace events.RunTrace) (events.Outgoing, bool) {
 	if e.answered[c.CallID] {
-		return events.Outgoing{}, false
+		return events.Outgoing{}, false // a turn delivered again
 	}
 	i, ok := e.callStep[c.Seq]
 	if !ok {
-		extra := Step{N: e.extraN(c.Iteration), Kind: StepToolCall, Iteration: c.Iteration, Seq: c.Seq, CallID: c.CallID,
+		extra := Step{N: e.extraN(t.Iteration), Kind: StepToolCall, Iteration: t.Iteration, Seq: c.Seq, CallID: c.CallID,
 			Tool: c.Ref().String()}
 		e.diverge(0, &extra, "the orchestrator requests a call the recorded run did not make",
 			"no call #"+fmt.Sprint(c.Seq), describe(c.Name, c.Version, c.Input, c.CallID))
@@ -186,18 +212,27 @@ func (e *engine) answerFor(c events.CallRequest, trace events.RunTrace) (events.
 	st := e.steps[i]
 	if st.CallID != c.CallID {
 		what := "the call differs"
-		if st.Iteration != c.Iteration {
-			what = fmt.Sprintf("the call belongs to iteration %d, not %d", c.Iteration, st.Iteration)
+		if st.Iteration != t.Iteration {
+			what = fmt.Sprintf("the call belongs to iteration %d, not %d", t.Iteration, st.Iteration)
 		}
 		e.diverge(i, nil, what, e.recordedCall(st.CallID), describe(c.Name, c.Version, c.Input, c.CallID))
 		return events.Outgoing{}, false
 	}
 	e.answered[c.CallID] = true
+	if c.Answered {
+		// The model named no valid tool, or arguments no tool takes: the
+		// orchestrator's own envelope answers it.
+		e.ok(i, "orchestrator")
+		return events.Outgoing{}, false
+	}
+	e.requested[c.CallID] = requestedCall{TurnCall: c, iteration: t.Iteration}
 	env, haveEnv := e.recorded[c.CallID]
 	if reason := e.liveReason(c, env, haveEnv); e.live && reason == "" {
 		e.reexecuted = append(e.reexecuted, c.CallID)
 		e.ok(i, "live")
-		out, err := events.NewCallRequest(Source, "approved", c, trace)
+		out, err := events.NewCallApproved(Source, events.CallRequest{RunID: t.RunID, CallID: c.CallID, Seq: c.Seq,
+			Iteration: t.Iteration, Name: c.Name, Version: c.Version, Input: c.Input, ProviderCallID: c.ProviderCallID,
+			Tenant: t.Tenant, Agent: t.Agent, Queue: envelope.DefaultQueue}, trace)
 		if err != nil {
 			e.diverge(i, nil, "the call cannot be re-executed", "", err.Error())
 			return events.Outgoing{}, false
@@ -214,7 +249,7 @@ func (e *engine) answerFor(c events.CallRequest, trace events.RunTrace) (events.
 		return events.Outgoing{}, false
 	}
 	e.ok(i, "recorded")
-	out, err := events.NewCallCompleted(Source, c.RunID, env, c.Tenant, trace)
+	out, err := events.NewCallCompleted(Source, t.RunID, env, t.Tenant, trace)
 	if err != nil {
 		e.diverge(i, nil, "the recorded envelope cannot be replayed", "", err.Error())
 		return events.Outgoing{}, false
@@ -224,7 +259,7 @@ func (e *engine) answerFor(c events.CallRequest, trace events.RunTrace) (events.
 
 // liveReason says why a call keeps its recorded envelope with Live ("" when
 // it is executed again).
-func (e *engine) liveReason(c events.CallRequest, env envelope.ToolEnvelope, haveEnv bool) string {
+func (e *engine) liveReason(c events.TurnCall, env envelope.ToolEnvelope, haveEnv bool) string {
 	def, ok := e.defs[c.Ref().String()]
 	switch {
 	case !ok || def.Implementation.Kind == "":
@@ -235,6 +270,9 @@ func (e *engine) liveReason(c events.CallRequest, env envelope.ToolEnvelope, hav
 		return strings.TrimPrefix(def.Description, standInPrefix)
 	case haveEnv && env.Error != nil && env.Error.Code == envelope.CodePolicyDenied:
 		return "the Policy Guard denied it: it never ran"
+	case def.QueueName() != envelope.DefaultQueue:
+		return fmt.Sprintf("its queue %q has no worker in a replay (the replay's executor serves %q)",
+			def.QueueName(), envelope.DefaultQueue)
 	}
 	return ""
 }
@@ -257,17 +295,19 @@ func (e *engine) onEnvelope(env envelope.ToolEnvelope) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.touch()
-	if _, requested := e.requested[env.CallID]; !requested {
-		// The orchestrator answered this call itself (the model named no valid
-		// tool): its id must be the recorded one.
-		i, ok := e.idStep[env.CallID]
-		if !ok {
+	c, requested := e.requested[env.CallID]
+	if !requested {
+		if e.answered[env.CallID] {
+			return // the orchestrator's answer to a call its turn marked answered
+		}
+		// The orchestrator answered a call whose turn the answerer has not
+		// read yet (the streams have no order between them): its id must
+		// be a recorded one.
+		if _, ok := e.idStep[env.CallID]; !ok {
 			extra := Step{N: len(e.steps), Kind: StepToolCall, CallID: env.CallID, Tool: env.Name}
 			e.diverge(0, &extra, "the orchestrator answers a call the recorded run did not make",
 				"no such call", describe(env.Name, env.Version, env.Input, env.CallID))
-			return
 		}
-		e.ok(i, "orchestrator")
 		return
 	}
 	rec, ok := e.recorded[env.CallID]
@@ -275,7 +315,6 @@ func (e *engine) onEnvelope(env envelope.ToolEnvelope) {
 		return
 	}
 	if same, recJSON, repJSON := sameResult(rec, env); !same {
-		c := e.requested[env.CallID]
 		e.changed = append(e.changed, ChangedOutput{Seq: c.Seq, CallID: env.CallID, Tool: c.Ref().String(),
 			Recorded: recJSON, Replayed: repJSON})
 	}
@@ -299,8 +338,8 @@ func resultJSON(env envelope.ToolEnvelope) json.RawMessage {
 	return b
 }
 
-// sameResult compares two envelopes' outputs and errors (not their times or
-// cache flags).
+// sameResult compares two envelopes' outputs and errors (not their times,
+// cache flags or costs).
 func sameResult(a, b envelope.ToolEnvelope) (bool, json.RawMessage, json.RawMessage) {
 	ra, rb := resultJSON(a), resultJSON(b)
 	return bytes.Equal(ra, rb), ra, rb
@@ -318,8 +357,9 @@ func (e *engine) endOfRecording(why string) {
 	e.diverge(out, nil, why, "run "+e.b.Status, "the recording ends here")
 }
 
-// onOutcome compares how the replayed run ended with the recording.
-func (e *engine) onOutcome(s events.RunStatus) {
+// onOutcome compares how the replayed run ended with the recording;
+// outputsErr is why a completed run's outputs could not be read.
+func (e *engine) onOutcome(s events.RunStatus, outputsErr error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	defer e.finish()
@@ -331,6 +371,10 @@ func (e *engine) onOutcome(s events.RunStatus) {
 	}
 	if s.Status != events.StatusCompleted || e.b.Outputs == nil {
 		e.ok(out, "")
+		return
+	}
+	if outputsErr != nil {
+		e.diverge(out, nil, "the replayed run's outputs cannot be read", "its outputs", outputsErr.Error())
 		return
 	}
 	got := s.Outputs

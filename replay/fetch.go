@@ -51,9 +51,32 @@ func FromRecorder(ctx context.Context, base, runID string) (Bundle, error) {
 		}
 		return Bundle{}, fmt.Errorf("recorder at %s answered %s", base, resp.Status)
 	}
+	return decodeBundle(body)
+}
+
+// ReadBundle reads a bundle as JSON (a file saved from GET
+// /v1/runs/{run_id}/replay), refusing one of a version this build cannot
+// read.
+func ReadBundle(r io.Reader) (Bundle, error) {
+	body, err := io.ReadAll(io.LimitReader(r, maxBundleBytes+1))
+	if err != nil {
+		return Bundle{}, fmt.Errorf("read the replay bundle: %w", err)
+	}
+	if len(body) > maxBundleBytes {
+		return Bundle{}, fmt.Errorf("%w: larger than %d MiB", ErrBundle, maxBundleBytes>>20)
+	}
+	return decodeBundle(body)
+}
+
+// decodeBundle decodes a bundle and checks its version: fields of a newer
+// version would be silently dropped, so its version is checked first.
+func decodeBundle(body []byte) (Bundle, error) {
 	var b Bundle
 	if err := json.Unmarshal(body, &b); err != nil {
 		return Bundle{}, fmt.Errorf("%w: %w", ErrBundle, err)
+	}
+	if err := CheckVersion(b); err != nil {
+		return Bundle{}, err
 	}
 	return b, nil
 }

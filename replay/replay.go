@@ -5,25 +5,35 @@
 // the orchestrator of this build (the component under test), with the model
 // replaced by the recorded responses (provider/replay.Provider, wrapped to
 // check every model request against the recorded one), and the rest of the
-// pipeline replaced by the recording: an answerer plays the Policy Guard's
-// recorded iteration verdicts and answers every tool call with its recorded
-// envelope. The tool registry is seeded with the definitions as they were
-// called. The replay submits the recorded run request, follows the run, and
-// compares each step with the recording, in the recording's order:
+// pipeline replaced by the recording: an answerer reads each model turn the
+// orchestrator publishes and answers every call it asks for with its recorded
+// envelope, as the Policy Guard and the tools did. The tool registry is
+// seeded with the definitions as they were called. The replay submits the
+// recorded run request, follows the run, and compares each step with the
+// recording, in the recording's order:
 //
-//   - model turn n: the orchestrator asks the model with the same messages
-//     and offers the same tools as the recorded turn n;
-//   - tool call #s: the orchestrator requests the call with the recorded
-//     call_id (the id hashes the tool, its version, its canonical input and its
-//     sequence number, so the same id means the same call at the same place);
+//   - model turn n: the loop rules (which run in the orchestrator) give
+//     iteration n the recorded verdict; the orchestrator offers the model the
+//     same tools as the recorded turn n, and the conversation it sends holds
+//     the result of every call of turn n-1 (by the model's call id, as an
+//     error when the recorded envelope is one);
+//   - tool call #s: the turn asks for the call with the recorded call_id (the
+//     id hashes the tool, its version, its canonical input and its sequence
+//     number, so the same id means the same call at the same place);
 //   - the outcome: same status; same response, tool_order and envelopes.
 //
 // The first step that differs is the divergence; the replay stops there.
 //
+// Bundles are of version 2 (envelope.ReplayBundleVersion: turns without
+// messages) or 1 (no version: recorded before contract v2, with the messages
+// of every turn, which a replay ignores); a newer version is refused with both
+// versions named.
+//
 // With Live, the calls of tools whose side_effects is none or reads are
-// executed again by a real executor of this build (the answerer forwards them
-// as the Policy Guard would) and the report lists the outputs that changed;
-// calls of writes tools, calls the Policy Guard denied, and calls of tools the
+// executed again by a real executor of this build (the answerer routes them
+// to its queue as the Policy Guard would) and the report lists the outputs
+// that changed; calls of writes tools, calls the Policy Guard denied, calls
+// of tools on another queue than the executor's, and calls of tools the
 // bundle has no definition for are never executed: they get their recorded
 // envelopes. A live tool runs without the tenant's secrets (the replay has
 // none), so a tool that needs one answers AUTH_REQUIRED: a changed output.
@@ -36,6 +46,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -280,8 +291,34 @@ func Run(ctx context.Context, b Bundle, o Options) (rep *Report, err error) {
 	return e.report(), nil
 }
 
+// ErrBundleVersion is wrapped (with ErrBundle) when a bundle is of a version
+// this build does not read.
+var ErrBundleVersion = errors.New("replay bundle version unknown")
+
+// CheckVersion refuses a bundle of a version this build cannot read: newer
+// than envelope.ReplayBundleVersion (recorded by a newer toolwire, whose
+// bundles may hold what this build does not know), or below 1.
+func CheckVersion(b Bundle) error {
+	v := b.Version
+	if v == 0 {
+		v = 1 // recorded before bundles had a version
+	}
+	switch {
+	case v > envelope.ReplayBundleVersion:
+		return fmt.Errorf("%w: %w: the bundle of run %s is of version %d, newer than this build reads (versions 1 to %d): replay it with a newer toolwire",
+			ErrBundle, ErrBundleVersion, b.RunID, v, envelope.ReplayBundleVersion)
+	case v < 1:
+		return fmt.Errorf("%w: %w: the bundle of run %s is of version %d; versions start at 1 (this build reads 1 to %d)",
+			ErrBundle, ErrBundleVersion, b.RunID, v, envelope.ReplayBundleVersion)
+	}
+	return nil
+}
+
 // check refuses a bundle that cannot be replayed.
 func check(b Bundle) error {
+	if err := CheckVersion(b); err != nil {
+		return err // a version this build does not know: nothing else can be judged
+	}
 	var problems []string
 	if b.RunID == "" || b.Request.RunID != b.RunID {
 		problems = append(problems, fmt.Sprintf("run_id %q and request.run_id %q must be the same run", b.RunID, b.Request.RunID))
@@ -388,6 +425,9 @@ type engine struct {
 
 	recorded map[string]envelope.ToolEnvelope // by call id
 	verdicts map[int]envelope.IterationVerdict
+	// callsOf are the recorded calls each turn's response asked for, in
+	// order: what the next turn's conversation must answer.
+	callsOf map[int][]Step
 
 	mu         sync.Mutex
 	steps      []Step
@@ -397,8 +437,8 @@ type engine struct {
 	firstSeq   map[int]int // iteration -> first seq of its calls
 	divs       []*Divergence
 	outcome    *events.RunStatus
-	requested  map[string]events.CallRequest
-	answered   map[string]bool
+	requested  map[string]requestedCall // the calls the answerer answered, by id
+	answered   map[string]bool          // the calls of the replayed turns, answered or not
 	reexecuted []string
 	kept       map[string]string
 	changed    []ChangedOutput
@@ -413,7 +453,8 @@ func newEngine(b Bundle, defs map[string]envelope.ToolDefinition, live bool, js 
 		b: b, defs: defs, live: live, js: js, pub: events.NewPublisher(js),
 		recorded: map[string]envelope.ToolEnvelope{}, verdicts: map[int]envelope.IterationVerdict{},
 		turnStep: map[int]int{}, callStep: map[int]int{}, idStep: map[string]int{}, firstSeq: map[int]int{},
-		requested: map[string]events.CallRequest{}, answered: map[string]bool{}, kept: map[string]string{},
+		requested: map[string]requestedCall{}, answered: map[string]bool{}, kept: map[string]string{},
+		callsOf:  map[int][]Step{},
 		progress: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	for _, env := range b.Envelopes {
@@ -429,6 +470,7 @@ func newEngine(b Bundle, defs map[string]envelope.ToolDefinition, live bool, js 
 			e.turnStep[s.Iteration] = i
 		case StepToolCall:
 			e.callStep[s.Seq] = i
+			e.callsOf[s.Iteration] = append(e.callsOf[s.Iteration], s)
 			if s.CallID != "" {
 				e.idStep[s.CallID] = i
 			}
@@ -523,7 +565,8 @@ func (e *engine) ok(i int, source string) {
 	e.touch()
 }
 
-// onModelRequest checks a model request against the recorded turn.
+// onModelRequest checks a model request against the recorded turn: the
+// tools offered, and the results of the previous turn's calls.
 func (e *engine) onModelRequest(req provider.Request) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -545,58 +588,51 @@ func (e *engine) onModelRequest(req provider.Request) {
 		e.diverge(i, nil, "the tools offered to the model differ", strings.Join(turn.Tools, ", "), strings.Join(offered, ", "))
 		return
 	}
-	if k, rec, rep := firstMessageDiff(turn.Messages, req.Messages, e.live); k >= 0 {
-		e.diverge(i, nil, fmt.Sprintf("message %d of the conversation sent to the model differs (of %d recorded, %d sent)",
-			k+1, len(turn.Messages), len(req.Messages)), rec, rep)
-		return
+	if req.Iteration > 1 {
+		if what, rec, rep := e.missingResult(req.Iteration-1, req.Messages); what != "" {
+			e.diverge(i, nil, what, rec, rep)
+			return
+		}
 	}
 	e.ok(i, "")
 }
 
-// firstMessageDiff returns the index of the first message that differs and
-// both sides, or -1. With live, tool results are compared by their call only:
-// their content is what the live tools answered.
-func firstMessageDiff(recorded, sent []envelope.Message, live bool) (int, string, string) {
-	for k := range max(len(recorded), len(sent)) {
-		if k >= len(recorded) || k >= len(sent) {
-			var r, s string
-			if k < len(recorded) {
-				r = messageText(recorded[k], false)
-			} else {
-				r = "(no message)"
-			}
-			if k < len(sent) {
-				s = messageText(sent[k], false)
-			} else {
-				s = "(no message)"
-			}
-			return k, r, s
-		}
-		mask := live && recorded[k].Role == envelope.RoleTool
-		if r, s := messageText(recorded[k], mask), messageText(sent[k], mask); r != s {
-			return k, messageText(recorded[k], false), messageText(sent[k], false)
+// missingResult checks that the conversation sent to the model answers every
+// call of recorded turn n: a tool message with the model's id of the call,
+// an error when the recorded envelope is one (with Live, whatever the tool
+// answered again). It returns what is wrong, or "".
+func (e *engine) missingResult(n int, sent []envelope.Message) (what, recorded, replayed string) {
+	results := map[string]envelope.Message{}
+	for _, m := range sent {
+		if m.Role == envelope.RoleTool && m.ToolCallID != "" {
+			results[m.ToolCallID] = m
 		}
 	}
-	return -1, "", ""
+	asked := e.b.Turns[n-1].Response.ToolCalls
+	for k, s := range e.callsOf[n] {
+		if k >= len(asked) || asked[k].ID == "" {
+			continue // the model gave the call no id to answer it by
+		}
+		m, ok := results[asked[k].ID]
+		env, haveEnv := e.recorded[s.CallID]
+		rec := fmt.Sprintf("a tool message for %s (the model's call id %s)", s.Title(), asked[k].ID)
+		switch {
+		case !ok:
+			return fmt.Sprintf("the conversation sent to the model lacks the result of %s", s.Title()), rec,
+				fmt.Sprintf("%d messages, results of the model's calls %s", len(sent), strings.Join(slices.Sorted(maps.Keys(results)), ", "))
+		case haveEnv && !e.live && m.IsError != (env.Error != nil):
+			return fmt.Sprintf("the result of %s is sent to the model as %s", s.Title(), errorOrNot(m.IsError)),
+				errorOrNot(env.Error != nil) + ": " + truncate(string(resultJSON(env)), 300), truncate(m.Content, 300)
+		}
+	}
+	return "", "", ""
 }
 
-// messageText is a message in canonical JSON (arguments canonicalized), its
-// content dropped when mask is set.
-func messageText(m envelope.Message, mask bool) string {
-	if mask {
-		m.Content = ""
+func errorOrNot(isError bool) string {
+	if isError {
+		return "an error"
 	}
-	m.ToolCalls = slices.Clone(m.ToolCalls)
-	for i, tc := range m.ToolCalls {
-		if c, err := envelope.Canonicalize(tc.Arguments); err == nil {
-			m.ToolCalls[i].Arguments = c
-		}
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return fmt.Sprint(m)
-	}
-	return truncate(string(b), 600)
+	return "a success"
 }
 
 func truncate(s string, n int) string {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -169,13 +170,18 @@ func TestReplayClean(t *testing.T) {
 	}
 	require.Equal(t, int64(1), rec.write.runs.Load(), "a replay executed a writes tool")
 	require.Equal(t, int64(1), rec.lookup.n.Load(), "a strict replay executed a tool")
+	// A bundle of contract v2: its turns carry no messages.
+	require.Equal(t, envelope.ReplayBundleVersion, rec.bundle.Version)
+	for _, turn := range rec.bundle.Turns {
+		require.Nil(t, turn.Messages)
+	}
 
 	// The bundle as `toolwire replay --database-url` reads it, from the
 	// recorder's database without a recorder.
 	db, closeDB, err := recorder.OpenStore(rec.dbURL)
 	require.NoError(t, err)
 	defer closeDB()
-	fromDB, err := store.ReplayBundle(t.Context(), db, rec.bundle.RunID)
+	fromDB, err := store.ReplayBundle(t.Context(), db, rec.bundle.RunID, nil)
 	require.NoError(t, err)
 	require.Equal(t, mustJSON(t, rec.bundle), mustJSON(t, fromDB))
 	rep, err = replay.Run(t.Context(), fromDB, replay.Options{})
@@ -196,17 +202,24 @@ func (p reorderingProvider) Complete(ctx context.Context, req provider.Request) 
 }
 
 // forgetfulProvider stands for an orchestrator that changed what it tells
-// the model: from iteration 2 on, the tool results lose their content.
+// the model: from iteration 2 on, the conversation loses the tool results.
 type forgetfulProvider struct{ inner provider.Provider }
 
 func (p forgetfulProvider) Complete(ctx context.Context, req provider.Request) (envelope.ModelResponse, error) {
-	msgs := slices.Clone(req.Messages)
-	for i := range msgs {
-		if msgs[i].Role == envelope.RoleTool {
-			msgs[i].Content = "(results elided)"
-		}
+	req.Messages = slices.DeleteFunc(slices.Clone(req.Messages), func(m envelope.Message) bool {
+		return m.Role == envelope.RoleTool
+	})
+	return p.inner.Complete(ctx, req)
+}
+
+// narrowProvider stands for an orchestrator that offers the model fewer
+// tools from iteration 2 on.
+type narrowProvider struct{ inner provider.Provider }
+
+func (p narrowProvider) Complete(ctx context.Context, req provider.Request) (envelope.ModelResponse, error) {
+	if req.Iteration >= 2 && len(req.Tools) > 0 {
+		req.Tools = req.Tools[:len(req.Tools)-1]
 	}
-	req.Messages = msgs
 	return p.inner.Complete(ctx, req)
 }
 
@@ -219,6 +232,16 @@ func changedOrchestrator(wrap func(provider.Provider) provider.Provider) replay.
 		cfg.Providers = ps
 		return orchestrator.New(d, cfg)
 	}
+}
+
+// divergence replays b against an orchestrator whose model is wrapped by
+// wrap and returns the divergence it must report.
+func divergence(t *testing.T, b replay.Bundle, wrap func(provider.Provider) provider.Provider) *replay.Divergence {
+	t.Helper()
+	rep, err := replay.Run(t.Context(), b, replay.Options{Orchestrator: changedOrchestrator(wrap)})
+	require.NoError(t, err)
+	require.NotNil(t, rep.Divergence, "the replay is clean")
+	return rep.Divergence
 }
 
 // TestReplayReportsDivergence: deliberately changed orchestrator behaviours
@@ -253,18 +276,39 @@ func TestReplayReportsDivergence(t *testing.T) {
 	})
 
 	t.Run("conversation changed", func(t *testing.T) {
-		rep, err := replay.Run(t.Context(), rec.bundle, replay.Options{
-			Orchestrator: changedOrchestrator(func(p provider.Provider) provider.Provider { return forgetfulProvider{p} }),
-		})
+		d := divergence(t, rec.bundle, func(p provider.Provider) provider.Provider { return forgetfulProvider{p} })
+		require.Equal(t, 4, d.Step.N, d.Error())
+		require.Equal(t, replay.StepModelTurn, d.Step.Kind)
+		require.Equal(t, 2, d.Step.Iteration)
+		// The results of turn 1's calls, the first of which is the calculator's.
+		require.Contains(t, d.What, "the conversation sent to the model lacks the result of tool call #1 (iteration 1, calculator@1.0.0)")
+		require.Contains(t, d.Recorded, "a tool message for tool call #1")
+	})
+
+	t.Run("tools offered changed", func(t *testing.T) {
+		d := divergence(t, rec.bundle, func(p provider.Provider) provider.Provider { return narrowProvider{p} })
+		require.Equal(t, 4, d.Step.N, d.Error())
+		require.Equal(t, "the tools offered to the model differ", d.What)
+		require.Contains(t, d.Recorded, "append_note@1.0.0")
+		require.NotContains(t, d.Replayed, "append_note@1.0.0")
+	})
+
+	t.Run("loop rules changed", func(t *testing.T) {
+		// The same recording under a policy that allows one model call: the
+		// orchestrator's loop rules deny iteration 2, which the recording
+		// allowed.
+		b := rec.bundle
+		b.Request.Agent.Policy.MaxIterations = 1
+		rep, err := replay.Run(t.Context(), b, replay.Options{})
 		require.NoError(t, err)
 		d := rep.Divergence
 		require.NotNil(t, d)
 		require.Equal(t, 4, d.Step.N, d.Error())
 		require.Equal(t, replay.StepModelTurn, d.Step.Kind)
-		require.Equal(t, 2, d.Step.Iteration)
-		require.Contains(t, d.What, "message 4 of the conversation") // system, user, assistant, then the first tool result
-		require.Contains(t, d.Recorded, `{\"result\":42}`)
-		require.Contains(t, d.Replayed, "(results elided)")
+		require.Equal(t, "the loop rules' verdict on iteration 2 differs", d.What)
+		require.Equal(t, "allowed", d.Recorded)
+		require.Contains(t, d.Replayed, "denied POLICY_DENIED")
+		require.Equal(t, int64(1), rec.write.runs.Load())
 	})
 }
 
@@ -334,6 +378,60 @@ func TestReplayRefusesBadBundles(t *testing.T) {
 	require.Error(t, err)
 	_, err = replay.FromRecorder(t.Context(), "http://127.0.0.1:1", "bad id!")
 	require.Error(t, err)
+}
+
+// TestReplayVersion1Bundle: a bundle recorded before contract v2 (no version,
+// the messages of every turn) replays clean: its messages are ignored, every
+// call is checked by its call id and answered with its recorded envelope.
+func TestReplayVersion1Bundle(t *testing.T) {
+	b := readBundle(t, "testdata/v1-demo-bundle.json")
+	require.Zero(t, b.Version)
+	require.NotEmpty(t, b.Turns[1].Messages, "a version 1 bundle has its messages")
+	rep, err := replay.Run(t.Context(), b, replay.Options{})
+	require.NoError(t, err)
+	require.True(t, rep.Clean, "divergence: %v", rep.Divergence)
+	require.Equal(t, events.StatusCompleted, rep.Status)
+	require.Len(t, rep.Steps, 1+3+1+1+1+1, stepTitles(rep.Steps)) // 3 turns, 4 calls, the outcome
+	for _, s := range rep.Steps {
+		require.True(t, s.Checked && s.OK, "step %s", s.Title())
+	}
+}
+
+// TestReplayRefusesANewerVersion: a bundle of a version newer than this
+// build reads is refused before anything runs, with both versions named;
+// one below 1 too.
+func TestReplayRefusesANewerVersion(t *testing.T) {
+	f, err := os.Open("testdata/v3-bundle.json")
+	require.NoError(t, err)
+	defer func() { _ = f.Close() }()
+	_, err = replay.ReadBundle(f)
+	require.ErrorIs(t, err, replay.ErrBundle)
+	require.ErrorIs(t, err, replay.ErrBundleVersion)
+	require.ErrorContains(t, err, "of version 3, newer than this build reads (versions 1 to 2)")
+
+	// The same refusal from Run, whatever else the bundle holds.
+	b := readBundle(t, "testdata/v1-demo-bundle.json")
+	for v, want := range map[int]string{3: "of version 3, newer than this build reads (versions 1 to 2)",
+		-1: "of version -1; versions start at 1"} {
+		b.Version = v
+		_, err = replay.Run(t.Context(), b, replay.Options{})
+		require.ErrorIs(t, err, replay.ErrBundleVersion)
+		require.ErrorContains(t, err, want)
+	}
+	for _, v := range []int{0, 1, envelope.ReplayBundleVersion} {
+		b.Version = v
+		require.NoError(t, replay.CheckVersion(b), "version %d", v)
+	}
+}
+
+func readBundle(t *testing.T, path string) replay.Bundle {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer func() { _ = f.Close() }()
+	b, err := replay.ReadBundle(f)
+	require.NoError(t, err)
+	return b
 }
 
 // TestFromRecorderErrors: the recorder's error is passed on.

@@ -12,7 +12,10 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 )
 
-// progressPrinter returns a Follow callback that prints each step of a run.
+// progressPrinter returns a Follow callback that prints each step of a run:
+// its model turns (with the loop rules' denial when there is one), the calls
+// still running after the executor's threshold (a quick call has no started
+// event), the calls waiting for an operator, each call's result and the end.
 func progressPrinter(w io.Writer) func(client.Event) bool {
 	return func(e client.Event) bool {
 		ev := e.Event
@@ -29,10 +32,15 @@ func progressPrinter(w io.Writer) func(client.Event) bool {
 					fmt.Fprintf(w, "  warning: %s\n", warn)
 				}
 			}
-		case events.TypeLLMCompleted:
-			var l events.LLMCompleted
-			if events.DecodeData(ev, &l) == nil {
-				fmt.Fprintf(w, "  model turn %d: %d tool call(s)\n", l.Turn.Iteration, len(l.Turn.Response.ToolCalls))
+		case events.TypeTurnCompleted:
+			var t events.Turn
+			if events.DecodeData(ev, &t) == nil {
+				printTurn(w, &t)
+			}
+		case events.TypeCallApprovalRequired:
+			var a events.ApprovalRequest
+			if events.DecodeData(ev, &a) == nil {
+				fmt.Fprintf(w, "    ?  %-24s %s waits for an operator: %s\n", a.ToolName+"@"+a.ToolVersion, short, a.Reason)
 			}
 		case events.TypeCallStarted:
 			var s events.CallStarted
@@ -51,10 +59,30 @@ func progressPrinter(w io.Writer) func(client.Event) bool {
 		case events.TypeRunCompleted, events.TypeRunFailed:
 			var s events.RunStatus
 			if events.DecodeData(ev, &s) == nil {
+				if s.Turn != nil { // the turn that ended the run rides on its end
+					printTurn(w, s.Turn)
+				}
 				fmt.Fprintf(w, "run %s %s %s\n", s.RunID, s.Status, s.Reason)
 			}
 		}
 		return true
+	}
+}
+
+// printTurn prints a model turn: how many calls it made and what it cost, or
+// the loop rules' denial.
+func printTurn(w io.Writer, t *events.Turn) {
+	if !t.Verdict.Allowed {
+		fmt.Fprintf(w, "  model turn %d denied by the loop rules: %s %s\n", t.Iteration, t.Verdict.Code, t.Verdict.Reason)
+		return
+	}
+	fmt.Fprintf(w, "  model turn %d: %d tool call(s)", t.Iteration, len(t.Calls))
+	if t.Cost > 0 {
+		fmt.Fprintf(w, ", cost %s", formatSpend(t.Cost))
+	}
+	fmt.Fprintln(w)
+	for _, warn := range t.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", warn)
 	}
 }
 

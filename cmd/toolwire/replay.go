@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +24,7 @@ func newReplayCmd() *cobra.Command {
 	var (
 		recorderURL string
 		databaseURL string
+		bundleFile  string
 		live        bool
 		jsonOut     bool
 		stall       time.Duration
@@ -32,14 +34,21 @@ func newReplayCmd() *cobra.Command {
 		Use:   "replay RUN_ID",
 		Short: "Re-run a recorded run against this build's orchestrator and report the first step that differs",
 		Long: `replay fetches a run's replay bundle (from a recorder with --recorder, default
-the dev server's http://127.0.0.1:8088, or straight from its database with
---database-url) and re-runs the agent loop in this process, on a NATS of its
-own: this build's orchestrator, the model answering with the recorded
-responses, the Policy Guard with the recorded verdicts, every tool call with
-its recorded envelope. It checks each step in the recorded order - each model
-request (messages and tools), each tool call (its call_id: tool, version,
+the dev server's http://127.0.0.1:8088, straight from its database with
+--database-url, or from a file saved from the recorder's /replay with
+--bundle) and re-runs the agent loop in this process, on a NATS of its own:
+this build's orchestrator (and its loop rules), the model answering with the
+recorded responses, every tool call the Policy Guard let through answered
+with its recorded envelope. It checks each step in the recorded order - each
+model turn (the loop rules' verdict, the tools offered, the previous turn's
+results in the conversation), each tool call (its call_id: tool, version,
 input and sequence number), the outcome (status, response, tool_order,
 envelopes) - and exits 1 naming the first step that differs.
+
+It reads bundles of version 2 and of version 1 (recorded before contract v2,
+whose messages it ignores), and refuses a newer version by name. A bundle read
+from the database lacks the outputs of a run whose completed event left them
+in a blob (the outcome is then compared by status alone).
 
 With --live, the calls of tools whose side_effects is none or reads are
 executed again by this build's executor, and the outputs that changed are
@@ -47,12 +56,19 @@ listed; writes tools are never executed again: they return their recorded
 envelopes. Live tools run without the tenant's secrets.`,
 		Example: `  toolwire replay demo-20260301-120000-000000
   toolwire replay run-42 --recorder http://recorder:8080 --live
-  toolwire replay run-42 --database-url sqlite:.toolwire/recorder.db --json`,
+  toolwire replay run-42 --database-url sqlite:.toolwire/recorder.db --json
+  toolwire replay run-42 --bundle run-42.replay.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			runID := args[0]
-			if recorderURL != "" && databaseURL != "" {
-				return errors.New("give --recorder or --database-url, not both")
+			sources := 0
+			for _, src := range []string{recorderURL, databaseURL, bundleFile} {
+				if src != "" {
+					sources++
+				}
+			}
+			if sources > 1 {
+				return errors.New("give one of --recorder, --database-url and --bundle")
 			}
 			ctx, cancel := contextWithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -60,9 +76,12 @@ envelopes. Live tools run without the tenant's secrets.`,
 				b   replay.Bundle
 				err error
 			)
-			if databaseURL != "" {
+			switch {
+			case databaseURL != "":
 				b, err = bundleFromDatabase(ctx, databaseURL, runID)
-			} else {
+			case bundleFile != "":
+				b, err = bundleFromFile(bundleFile, runID, cmd.InOrStdin())
+			default:
 				if recorderURL == "" {
 					recorderURL = "http://127.0.0.1:8088"
 				}
@@ -105,6 +124,7 @@ envelopes. Live tools run without the tenant's secrets.`,
 	fl := cmd.Flags()
 	fl.StringVar(&recorderURL, "recorder", "", `the recorder's URL (default "http://127.0.0.1:8088", the dev server's)`)
 	fl.StringVar(&databaseURL, "database-url", "", "read the bundle from the recorder's database instead (a Postgres URL or sqlite:<path>)")
+	fl.StringVar(&bundleFile, "bundle", "", `read the bundle from a file (JSON, as GET /v1/runs/{run_id}/replay serves it; "-" for standard input)`)
 	fl.BoolVar(&live, "live", false, "execute none and reads tools again and report changed outputs (writes never run again)")
 	fl.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	fl.DurationVar(&stall, "stall", replay.DefaultStall, "how long to wait for the orchestrator's next step")
@@ -124,11 +144,34 @@ func bundleFromDatabase(ctx context.Context, databaseURL, runID string) (replay.
 		return replay.Bundle{}, err
 	}
 	defer closeStore()
-	b, err := store.ReplayBundle(ctx, st, runID)
+	// No NATS here: outputs left in a blob stay out of the bundle.
+	b, err := store.ReplayBundle(ctx, st, runID, nil)
 	if errors.Is(err, store.ErrRunNotFound) {
 		return replay.Bundle{}, fmt.Errorf("run %q is not in the database: %w", runID, err)
 	}
 	return b, err
+}
+
+// bundleFromFile reads a saved bundle ("-": from stdin), which must be
+// runID's.
+func bundleFromFile(path, runID string, stdin io.Reader) (replay.Bundle, error) {
+	r := stdin
+	if path != "-" {
+		f, err := os.Open(path) //nolint:gosec // G304: the user names the file to read
+		if err != nil {
+			return replay.Bundle{}, err
+		}
+		defer func() { _ = f.Close() }()
+		r = f
+	}
+	b, err := replay.ReadBundle(r)
+	if err != nil {
+		return replay.Bundle{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if b.RunID != runID {
+		return replay.Bundle{}, fmt.Errorf("%s holds the bundle of run %q, not %q", path, b.RunID, runID)
+	}
+	return b, nil
 }
 
 func printReplay(w io.Writer, rep *replay.Report) {

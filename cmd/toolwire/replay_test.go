@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/demo"
-	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/replay"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
@@ -67,7 +67,7 @@ func TestReplayCommand(t *testing.T) {
 	defer func() { _ = s.Close() }()
 	var raw string
 	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT turn FROM model_turns WHERE run_id = ?1 AND iteration = 2`, runID).Scan(&raw))
-	var turn envelope.ModelTurn
+	var turn events.Turn // the data of the turn's event, as recorded
 	require.NoError(t, json.Unmarshal([]byte(raw), &turn))
 	turn.Response.ToolCalls[0].Arguments = json.RawMessage(`{"expression":43}`)
 	b, err := json.Marshal(turn)
@@ -87,6 +87,7 @@ func TestReplayCommand(t *testing.T) {
 		{"replay"},
 		{"replay", "bad id!", "--recorder", st.HTTPURL},
 		{"replay", runID, "--recorder", st.HTTPURL, "--database-url", dbURL},
+		{"replay", runID, "--bundle", "x.json", "--database-url", dbURL},
 		{"replay", "no-such-run", "--recorder", st.HTTPURL},
 		{"replay", "no-such-run", "--database-url", dbURL},
 		{"replay", runID, "--database-url", sqlite.URL(filepath.Join(t.TempDir(), "none.db"))},
@@ -95,4 +96,28 @@ func TestReplayCommand(t *testing.T) {
 		require.Error(t, err, "%v", args)
 		require.False(t, strings.Contains(err.Error(), "diverged"), "%v: %v", args, err)
 	}
+}
+
+// TestReplayBundleFiles: a saved bundle replays from its file, a version 1
+// bundle (recorded before contract v2) too; a newer version is refused with
+// both versions named, before anything runs.
+func TestReplayBundleFiles(t *testing.T) {
+	out, errOut, err := runCLI(t, "", "replay", "replay-v1-demo", "--bundle", "../../replay/testdata/v1-demo-bundle.json")
+	require.NoError(t, err, errOut+out)
+	require.Contains(t, errOut, "replaying run replay-v1-demo (3 model turns, 4 tool calls, completed)")
+	require.Contains(t, out, "clean: this build makes the same decisions (8 steps, run completed)")
+
+	b, err := os.ReadFile("../../replay/testdata/v1-demo-bundle.json")
+	require.NoError(t, err)
+	out, errOut, err = runCLI(t, string(b), "replay", "replay-v1-demo", "--bundle", "-", "--json")
+	require.NoError(t, err, errOut)
+	var rep replay.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.True(t, rep.Clean)
+
+	_, _, err = runCLI(t, "", "replay", "replay-v3-demo", "--bundle", "../../replay/testdata/v3-bundle.json")
+	require.ErrorIs(t, err, replay.ErrBundleVersion)
+	require.ErrorContains(t, err, "of version 3, newer than this build reads (versions 1 to 2)")
+	_, _, err = runCLI(t, "", "replay", "another-run", "--bundle", "../../replay/testdata/v1-demo-bundle.json")
+	require.ErrorContains(t, err, `holds the bundle of run "replay-v1-demo", not "another-run"`)
 }

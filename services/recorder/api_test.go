@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/blobs"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
@@ -39,6 +40,16 @@ func (h *harness) register(defs ...registry.Entry) {
 			h.t.Fatal(err)
 		}
 	}
+}
+
+// fetch gets path from the API, which must answer 200, and decodes its body.
+func fetch[T any](h *harness, path string) T {
+	h.t.Helper()
+	status, body := h.get(path)
+	if status != http.StatusOK {
+		h.t.Fatalf("GET %s: %d %s", path, status, body)
+	}
+	return decode[T](h.t, body)
 }
 
 func decode[T any](t *testing.T, body []byte) T {
@@ -203,19 +214,17 @@ func TestRecorderCallAndMaterialize(t *testing.T) {
 	h.restart()
 	fx := storetest.CompletedRun(t, "materialize", "weather", storetest.TenantA, time.Now())
 	env := fx.Envelopes[0]
-	for i, o := range fx.Events {
-		if o.Event.Type() == events.TypeCallStarted && events.Ext(&o.Event, events.ExtCallID) == env.CallID {
-			s, err := events.NewCallStarted(storetest.Source, events.CallStarted{RunID: fx.RunID, CallID: env.CallID,
-				Name: env.Name, Version: env.Version, TStart: env.TStart, Executor: "executor-0",
-				SecretScopes: map[string]string{"SEARCH_API_KEY": "workspace", "SEARCH_ORG_TOKEN": "org"},
-				Warnings:     []string{"secret SEARCH_ORG_TOKEN fell back to the org scope"}}, fx.Tenant, fx.Trace)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Event.SetTime(o.Event.Time())
-			fx.Events[i] = s
-		}
+	// The call ran long enough to be announced started, with the scopes its
+	// secrets came from (a quick call has no started event).
+	s, err := events.NewCallStarted(storetest.Source, events.CallStarted{RunID: fx.RunID, CallID: env.CallID,
+		Name: env.Name, Version: env.Version, TStart: env.TStart, Executor: "executor-0",
+		SecretScopes: map[string]string{"SEARCH_API_KEY": "workspace", "SEARCH_ORG_TOKEN": "org"},
+		Warnings:     []string{"secret SEARCH_ORG_TOKEN fell back to the org scope"}}, fx.Tenant, fx.Trace)
+	if err != nil {
+		t.Fatal(err)
 	}
+	s.Event.SetTime(env.TStart)
+	fx.Events = append(fx.Events, s)
 	h.publish(fx.Events...)
 	h.waitRun(fx.RunID, events.StatusCompleted, 2)
 	h.waitIdle()
@@ -230,7 +239,7 @@ func TestRecorderCallAndMaterialize(t *testing.T) {
 		types = append(types, e.Type)
 	}
 	if c.CallID != env.CallID || c.Name != env.Name || !jsonEq(c.Input, env.Input) || !jsonEq(c.Envelope, mustMarshal(t, env)) ||
-		len(types) != 4 || !slices.Contains(types, events.TypeCallStarted) {
+		len(types) != 3 || !slices.Contains(types, events.TypeCallApproved) || !slices.Contains(types, events.TypeCallStarted) {
 		t.Fatalf("call = %s", body)
 	}
 
@@ -504,5 +513,99 @@ func TestEventStreamEndsWhenTheRecorderStops(t *testing.T) {
 	h.stop()
 	if ev, err := s.next(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the recorder stopped: %+v %v, want the end of the stream", ev, err)
+	}
+}
+
+// TestRecorderTurns: each iteration of a run with the loop rules' verdict,
+// the model's response and cost, and the calls its turn made; a denied turn
+// has a verdict and no response.
+func TestRecorderTurns(t *testing.T) {
+	h := newHarness(t)
+	fx := storetest.CompletedRun(t, "turns", "weather", storetest.TenantA, time.Now())
+	denied := storetest.FailedRun(t, "turns-denied", "weather", storetest.TenantA, time.Now(), "max_budget reached")
+	h.publish(fx.Events...)
+	h.publish(denied.Events...)
+	h.waitRun(fx.RunID, events.StatusCompleted, 2)
+	h.waitRun(denied.RunID, events.StatusFailed, 0)
+	h.waitIdle()
+
+	got := fetch[apitypes.TurnsJSON](h, "/v1/runs/"+fx.RunID+"/turns")
+	if got.RunID != fx.RunID || len(got.Turns) != 2 {
+		t.Fatalf("turns = %s", mustMarshal(t, got))
+	}
+	for i, tj := range got.Turns {
+		want, _ := fx.Turn(t, i+1) // the last one rode on the completed event
+		if tj.Iteration != i+1 || tj.Verdict == nil || !tj.Verdict.Allowed || tj.Model == nil || tj.Model.Name != "script-1" ||
+			tj.Response == nil || !jsonEq(mustMarshal(t, tj.Response), mustMarshal(t, want.Response)) ||
+			tj.Cost == nil || *tj.Cost != want.Cost || tj.Spend == nil || *tj.Spend != want.Spend ||
+			!slices.Equal(tj.Tools, fx.Request.Agent.EnabledTools) || tj.TStart == nil || !tj.TStart.Equal(want.TStart) {
+			t.Errorf("turn %d = %s\nsent %s", i+1, mustMarshal(t, tj), mustMarshal(t, want))
+		}
+	}
+	if calls := got.Turns[0].Calls; !slices.Equal(calls, []string{fx.Envelopes[0].CallID, fx.Envelopes[1].CallID}) {
+		t.Errorf("turn 1 calls = %v", calls)
+	}
+	if calls := got.Turns[1].Calls; len(calls) != 0 {
+		t.Errorf("turn 2 calls = %v; want none", calls)
+	}
+
+	got = fetch[apitypes.TurnsJSON](h, "/v1/runs/"+denied.RunID+"/turns")
+	if len(got.Turns) != 1 {
+		t.Fatalf("turns of the denied run: %s", mustMarshal(t, got))
+	}
+	if d := got.Turns[0]; d.Verdict == nil || d.Verdict.Allowed || d.Verdict.Code != string(envelope.CodePolicyDenied) ||
+		d.Verdict.Reason != "max_budget reached" || d.Response != nil {
+		t.Fatalf("denied turn = %s", mustMarshal(t, d))
+	}
+	if status, body := h.get("/v1/runs/nope/turns"); status != http.StatusNotFound {
+		t.Fatalf("turns of an unknown run: %d %s", status, body)
+	}
+}
+
+// TestRecorderOutputsInABlob: a completed run whose outputs were too large
+// for its event names their blob; the API reads it wherever the outputs are
+// needed (outputs, pins, replay bundle), and says so when the blob is gone.
+func TestRecorderOutputsInABlob(t *testing.T) {
+	h := newHarness(t)
+	pins := []envelope.PinnedHandle{{Name: "search", Selector: envelope.PinSelector{Tool: "web_search"}}}
+	fx := storetest.CompletedRunPinned(t, "in-blob", "weather", storetest.TenantA, time.Now(), pins)
+	var done events.RunStatus
+	if err := json.Unmarshal(fx.Event(t, events.TypeRunCompleted, "").Event.Data(), &done); err != nil {
+		t.Fatal(err)
+	}
+	doc := mustMarshal(t, events.OutputsDocument{Outputs: done.Outputs, Pinned: done.Pinned})
+	att, err := blobs.Put(testCtx(t), h.env.JS, fx.RunID+".outputs", doc, "application/json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx = fx.WithOutputsBlob(t, att)
+	gone := storetest.CompletedRun(t, "blob-gone", "weather", storetest.TenantA, time.Now()).WithOutputsBlob(t,
+		envelope.Attachment{Kind: envelope.AttachmentBlob, URL: blobs.URL("blob-gone.outputs")})
+	h.publish(fx.Events...)
+	h.publish(gone.Events...)
+	run := h.waitRun(fx.RunID, events.StatusCompleted, 2)
+	h.waitRun(gone.RunID, events.StatusCompleted, 2)
+	h.waitIdle()
+
+	if run.OutputsBlob == nil || run.OutputsBlob.URL != att.URL || run.Pinned != nil {
+		t.Fatalf("run = outputs_blob %+v pinned %s; want the blob named, no pinned handles inline", run.OutputsBlob, run.Pinned)
+	}
+	status, body := h.get("/v1/runs/" + fx.RunID + "/outputs")
+	if status != http.StatusOK || !jsonEq(body, mustMarshal(t, fx.Outputs)) {
+		t.Fatalf("outputs: %d %s\nwant %s", status, body, mustMarshal(t, fx.Outputs))
+	}
+	if p := fetch[apitypes.PinsJSON](h, "/v1/runs/"+fx.RunID+"/pins"); len(p.Pins) != 1 || p.Pins[0].Source != apitypes.PinFromRun ||
+		p.Pins[0].Value == nil || p.Pins[0].Value.CallID != fx.Envelopes[0].CallID {
+		t.Fatalf("pins: %s", mustMarshal(t, p))
+	}
+	if b := fetch[envelope.ReplayBundle](h, "/v1/runs/"+fx.RunID+"/replay"); b.Outputs == nil ||
+		!jsonEq(mustMarshal(t, b.Outputs), mustMarshal(t, fx.Outputs)) || b.Version != envelope.ReplayBundleVersion {
+		t.Fatalf("replay: %s", mustMarshal(t, b))
+	}
+	for _, path := range []string{"/outputs", "/replay"} {
+		status, body = h.get("/v1/runs/" + gone.RunID + path)
+		if e := decodeError(t, body); status != http.StatusNotFound || e.Code != apitypes.CodeBlobNotFound {
+			t.Errorf("%s of a run whose blob is gone: %d %s; want 404 %s", path, status, body, apitypes.CodeBlobNotFound)
+		}
 	}
 }

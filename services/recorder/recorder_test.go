@@ -290,11 +290,11 @@ func checkRunJSON(t *testing.T, got apitypes.RunDetailJSON, fx *storetest.Run) {
 	}
 	for i, c := range got.ToolCalls {
 		env := fx.Envelopes[i]
-		seq, iter, lat := i+1, 1, env.Latency().Milliseconds()
+		seq, iter, lat, cost := i+1, 1, env.Latency().Milliseconds(), env.Cost
 		tStart, tEnd := env.TStart, env.TEnd
 		want := apitypes.ToolCallJSON{CallID: env.CallID, Seq: &seq, Iteration: &iter, Name: env.Name,
 			Version: env.Version, Status: store.CallCompleted, TStart: &tStart, TEnd: &tEnd, LatencyMS: &lat,
-			Cached: env.Cached, Truncated: env.Truncated}
+			Cached: env.Cached, Truncated: env.Truncated, Queue: &fx.Queues[i], Cost: &cost}
 		if env.Error != nil {
 			code := string(env.Error.Code)
 			want.ErrorCode = &code

@@ -17,7 +17,7 @@ import (
 )
 
 // The replay bundle holds the tool definitions as the model was offered them.
-// A model turn (llm.completed) names them (name@version) but does not carry
+// A model turn (its turn event) names them (name@version) but does not carry
 // them; the recorder reads them from the tool registry when it records the
 // turn, choosing the revision that was current when the model was called: the
 // watched catalog's entry when it is older than the turn, otherwise the

@@ -22,6 +22,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/blobs"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
@@ -54,7 +55,8 @@ type Options struct {
 //
 //	GET /v1/runs                                  runs, newest first (filters: see openapi.yaml)
 //	GET /v1/runs/{run_id}                         one run and the summary of its tool calls
-//	GET /v1/runs/{run_id}/outputs                 its AgentOutputs, as the completed event carried them
+//	GET /v1/runs/{run_id}/outputs                 its AgentOutputs, as the completed event carried them (or its blob)
+//	GET /v1/runs/{run_id}/turns                   its model turns: verdicts, responses, costs, calls
 //	GET /v1/runs/{run_id}/envelopes               its ToolEnvelopes in call order
 //	GET /v1/runs/{run_id}/events                  its recorded events (?after=seq&limit=)
 //	GET /v1/runs/{run_id}/events/stream           the same, live (Server-Sent Events; resumes after Last-Event-ID)
@@ -86,6 +88,7 @@ func New(st store.Store, o Options) http.Handler {
 	route("/v1/runs", a.listRuns)
 	route("/v1/runs/{run_id}", a.getRun)
 	route("/v1/runs/{run_id}/outputs", a.getOutputs)
+	route("/v1/runs/{run_id}/turns", a.getTurns)
 	route("/v1/runs/{run_id}/envelopes", a.getEnvelopes)
 	route("/v1/runs/{run_id}/events", a.getEvents)
 	route("/v1/runs/{run_id}/events/stream", a.streamEvents)
@@ -120,11 +123,15 @@ func toolCallJSON(c store.ToolCall) apitypes.ToolCallJSON {
 	j := apitypes.ToolCallJSON{
 		CallID: c.CallID, Seq: c.Seq, Iteration: c.Iteration, Name: c.Name, Version: c.Version,
 		Status: c.Status, TStart: c.TStart, TEnd: c.TEnd, LatencyMS: c.LatencyMS, Cached: c.Cached,
-		Truncated: c.Truncated,
+		Truncated: c.Truncated, Cost: c.Cost,
 	}
 	if c.ErrorCode != "" {
 		code := c.ErrorCode
 		j.ErrorCode = &code
+	}
+	if c.Queue != "" {
+		q := c.Queue
+		j.Queue = &q
 	}
 	return j
 }
@@ -215,20 +222,38 @@ func (a *api) run(w http.ResponseWriter, r *http.Request) (store.Run, bool) {
 	return run, true
 }
 
-func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
+// runCalls reads the run named by the path and its tool calls, or writes the
+// error and returns false.
+func (a *api) runCalls(w http.ResponseWriter, r *http.Request) (store.Run, []store.ToolCall, bool) {
 	run, ok := a.run(w, r)
 	if !ok {
-		return
+		return store.Run{}, nil, false
 	}
 	calls, err := a.store.ToolCalls(r.Context(), run.RunID)
 	if err != nil {
 		a.internal(w, r, err)
+		return store.Run{}, nil, false
+	}
+	return run, calls, true
+}
+
+func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
+	run, calls, ok := a.runCalls(w, r)
+	if !ok {
 		return
 	}
 	out := apitypes.RunDetailJSON{RunJSON: runJSON(run), Request: run.Request, Pinned: run.Pinned,
 		ToolCalls: make([]apitypes.ToolCallJSON, 0, len(calls))}
 	if len(out.Request) == 0 {
 		out.Request = json.RawMessage("null")
+	}
+	if len(run.OutputsBlob) > 0 {
+		var att envelope.Attachment
+		if err := json.Unmarshal(run.OutputsBlob, &att); err != nil {
+			a.internal(w, r, fmt.Errorf("run %q: outputs_blob: %w", run.RunID, err))
+			return
+		}
+		out.OutputsBlob = &att
 	}
 	for _, c := range calls {
 		out.ToolCalls = append(out.ToolCalls, toolCallJSON(c))
@@ -255,7 +280,11 @@ func (a *api) getOutputs(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("run %q is %s: its outputs exist once it has completed", run.RunID, run.Status))
 		return
 	}
-	outputs := run.Outputs
+	outputs, _, err := store.RunOutputs(r.Context(), run, a.blobReader())
+	if err != nil {
+		a.blobError(w, r, run, err)
+		return
+	}
 	if len(outputs) == 0 {
 		// A completed event without outputs: the contract still promises its
 		// shape, never null.
@@ -280,6 +309,33 @@ func (a *api) getEnvelopes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, apitypes.EnvelopesJSON{RunID: run.RunID, Envelopes: envs})
+}
+
+// blobReader reads blobs from JetStream's object store; nil without a
+// JetStream.
+func (a *api) blobReader() store.BlobReader {
+	js := a.opts.JS
+	if js == nil {
+		return nil
+	}
+	return func(ctx context.Context, name string) ([]byte, error) {
+		b, _, err := blobs.Get(ctx, js, name)
+		return b, err
+	}
+}
+
+// blobError answers a failure to read a run's outputs blob.
+func (a *api) blobError(w http.ResponseWriter, r *http.Request, run store.Run, err error) {
+	switch {
+	case errors.Is(err, store.ErrOutputsInBlob):
+		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable,
+			fmt.Sprintf("run %q's outputs are in a blob and this recorder has no JetStream to read it from", run.RunID))
+	case errors.Is(err, blobs.ErrNotFound):
+		writeError(w, http.StatusNotFound, apitypes.CodeBlobNotFound,
+			fmt.Sprintf("run %q's outputs are in a blob the object store no longer holds: %v", run.RunID, err))
+	default:
+		a.internal(w, r, err)
+	}
 }
 
 func (a *api) methodNotAllowed(w http.ResponseWriter, r *http.Request) {

@@ -24,8 +24,10 @@ const staleLookbackRuns = 50
 // node fails), and stale_last_success serves the value from the last
 // successful run of the same agent node (same tenant org and agent name)
 // whose calls the handle selects from, looking back over at most 50 earlier
-// completed runs.
-func ResolvePins(ctx context.Context, st store.Store, run store.Run) (apitypes.PinsJSON, error) {
+// completed runs. Outputs a completed event left in a blob are read with
+// read (nil: such a run's own outputs are an error; an earlier run's are
+// skipped).
+func ResolvePins(ctx context.Context, st store.Store, run store.Run, read store.BlobReader) (apitypes.PinsJSON, error) {
 	out := apitypes.PinsJSON{RunID: run.RunID, Status: run.Status, Pins: []apitypes.PinJSON{}}
 	if len(run.Request) == 0 {
 		return out, fmt.Errorf("%w: run %q", store.ErrNoRequest, run.RunID)
@@ -37,7 +39,7 @@ func ResolvePins(ctx context.Context, st store.Store, run store.Run) (apitypes.P
 	if len(req.Agent.PinnedHandles) == 0 {
 		return out, nil
 	}
-	outputs, err := outputsOf(ctx, st, run)
+	outputs, err := outputsOf(ctx, st, run, read)
 	if err != nil {
 		return out, err
 	}
@@ -60,7 +62,7 @@ func ResolvePins(ctx context.Context, st store.Store, run store.Run) (apitypes.P
 		case envelope.MissingStaleLastSuccess:
 			if !loaded {
 				loaded = true
-				if earlierIDs, earlier, err = completedOutputs(ctx, st, run); err != nil {
+				if earlierIDs, earlier, err = completedOutputs(ctx, st, run, read); err != nil {
 					return out, err
 				}
 			}
@@ -78,13 +80,19 @@ func ResolvePins(ctx context.Context, st store.Store, run store.Run) (apitypes.P
 
 // outputsOf is a completed run's outputs, or for any other run the outputs its
 // recorded envelopes would make.
-func outputsOf(ctx context.Context, st store.Store, run store.Run) (envelope.AgentOutputs, error) {
-	if run.Status == events.StatusCompleted && len(run.Outputs) > 0 {
-		var out envelope.AgentOutputs
-		if err := json.Unmarshal(run.Outputs, &out); err != nil {
-			return out, fmt.Errorf("run %q: outputs: %w", run.RunID, err)
+func outputsOf(ctx context.Context, st store.Store, run store.Run, read store.BlobReader) (envelope.AgentOutputs, error) {
+	if run.Status == events.StatusCompleted {
+		raw, _, err := store.RunOutputs(ctx, run, read)
+		if err != nil {
+			return envelope.AgentOutputs{}, err
 		}
-		return out, nil
+		if len(raw) > 0 {
+			var out envelope.AgentOutputs
+			if err := json.Unmarshal(raw, &out); err != nil {
+				return out, fmt.Errorf("run %q: outputs: %w", run.RunID, err)
+			}
+			return out, nil
+		}
 	}
 	raws, err := st.Envelopes(ctx, run.RunID)
 	if err != nil {
@@ -103,7 +111,7 @@ func outputsOf(ctx context.Context, st store.Store, run store.Run) (envelope.Age
 
 // completedOutputs returns the outputs of the node's earlier completed runs,
 // newest first.
-func completedOutputs(ctx context.Context, st store.Store, run store.Run) ([]string, []envelope.AgentOutputs, error) {
+func completedOutputs(ctx context.Context, st store.Store, run store.Run, read store.BlobReader) ([]string, []envelope.AgentOutputs, error) {
 	if run.Tenant.OrgID == "" || run.Agent == "" {
 		return nil, nil, nil
 	}
@@ -114,11 +122,12 @@ func completedOutputs(ctx context.Context, st store.Store, run store.Run) ([]str
 	ids := make([]string, 0, len(runs))
 	outs := make([]envelope.AgentOutputs, 0, len(runs))
 	for _, r := range runs {
-		if len(r.Outputs) == 0 {
-			continue
+		raw, _, err := store.RunOutputs(ctx, r, read)
+		if err != nil || len(raw) == 0 {
+			continue // an earlier run whose outputs cannot be read selects nothing
 		}
 		var o envelope.AgentOutputs
-		if json.Unmarshal(r.Outputs, &o) != nil {
+		if json.Unmarshal(raw, &o) != nil {
 			continue
 		}
 		ids = append(ids, r.RunID)
@@ -132,14 +141,14 @@ func (a *api) getPins(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	pins, err := ResolvePins(r.Context(), a.store, run)
+	pins, err := ResolvePins(r.Context(), a.store, run, a.blobReader())
 	if err != nil {
 		if errors.Is(err, store.ErrNoRequest) {
 			writeError(w, http.StatusConflict, apitypes.CodeNoRequest,
 				fmt.Sprintf("run %q has no recorded request (yet): its pinned handles are configured there", run.RunID))
 			return
 		}
-		a.internal(w, r, err)
+		a.blobError(w, r, run, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, pins)

@@ -28,6 +28,9 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeInternal         = "internal"
 	CodeUnavailable      = "unavailable"
+	// CodeBlobNotFound: a completed run's outputs are in a blob that the
+	// object store no longer holds.
+	CodeBlobNotFound = "blob_not_found"
 )
 
 // Error codes of the tool catalog and the admin routes.
@@ -78,12 +81,15 @@ type CountsJSON struct {
 
 // RunDetailJSON is GET /v1/runs/{run_id}: the run, its request as received
 // (null until it arrives), its resolved pinned handles once completed, and its
-// tool calls in order.
+// tool calls in order. A completed run whose outputs were too large for its
+// event names their blob (OutputsBlob) instead of carrying its pinned
+// handles; /outputs and /pins read it.
 type RunDetailJSON struct {
 	RunJSON
-	Request   json.RawMessage `json:"request"`
-	Pinned    json.RawMessage `json:"pinned,omitempty"`
-	ToolCalls []ToolCallJSON  `json:"tool_calls"`
+	Request     json.RawMessage      `json:"request"`
+	Pinned      json.RawMessage      `json:"pinned,omitempty"`
+	OutputsBlob *envelope.Attachment `json:"outputs_blob,omitempty"`
+	ToolCalls   []ToolCallJSON       `json:"tool_calls"`
 }
 
 // ToolCallJSON summarizes one tool call, for the timeline: the full receipt is
@@ -101,6 +107,60 @@ type ToolCallJSON struct {
 	LatencyMS *int64     `json:"latency_ms"`
 	Cached    bool       `json:"cached"`
 	Truncated bool       `json:"truncated"`
+	// Queue is the queue the call was routed to (null until it is approved).
+	Queue *string `json:"queue"`
+	// Cost is what the call cost the run, as its envelope says (null until
+	// it completes, or for a call recorded before envelopes carried it).
+	Cost *float64 `json:"cost"`
+}
+
+// TurnsJSON is GET /v1/runs/{run_id}/turns: the run's model turns by
+// iteration.
+type TurnsJSON struct {
+	RunID string     `json:"run_id"`
+	Turns []TurnJSON `json:"turns"`
+}
+
+// TurnJSON is one iteration of a run's loop: the loop rules' verdict on its
+// model call, what the model answered and what that cost, and the calls it
+// made. A denied turn has a verdict and no response.
+type TurnJSON struct {
+	Iteration int `json:"iteration"`
+	// Verdict is null when none was recorded.
+	Verdict *VerdictJSON `json:"verdict"`
+	// Model is the model called (null when no turn was recorded for a
+	// verdict, as for a run recorded before contract v2 that was denied).
+	Model *ModelJSON `json:"model"`
+	// Tools are the tools offered to the model, as name@version.
+	Tools []string `json:"tools"`
+	// Response is the model's answer (null: the model was not called).
+	Response *envelope.ModelResponse `json:"response"`
+	// Cost is what the model call cost at the orchestrator's prices (null
+	// for a turn recorded before contract v2); Unpriced marks a model
+	// without a price.
+	Cost     *float64 `json:"cost"`
+	Unpriced bool     `json:"unpriced,omitempty"`
+	// Spend is what the run had cost when the turn's calls were made.
+	Spend  *float64   `json:"spend"`
+	TStart *time.Time `json:"t_start"`
+	TEnd   *time.Time `json:"t_end"`
+	// Calls are the call ids of the tool calls the turn made, by seq (their
+	// summaries are in the run's tool_calls).
+	Calls    []string `json:"calls"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// VerdictJSON is the loop rules' verdict on one model call.
+type VerdictJSON struct {
+	Allowed bool   `json:"allowed"`
+	Code    string `json:"code,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// ModelJSON names a model.
+type ModelJSON struct {
+	Provider string `json:"provider"`
+	Name     string `json:"name"`
 }
 
 // EnvelopesJSON is GET /v1/runs/{run_id}/envelopes.

@@ -16,11 +16,21 @@ var ErrNoRequest = errors.New("run request not recorded")
 
 // ReplayBundle assembles a run's replay bundle (spec 6.4) from what s
 // recorded: the request, the tool definitions as the model was offered them,
-// the turns by iteration, the envelopes in call order, the outputs of a
-// completed run, how the run stands and its iteration verdicts. It wraps
-// ErrRunNotFound for a run s does not have, ErrNoRequest for one whose request
-// it has not recorded.
-func ReplayBundle(ctx context.Context, s Store, runID string) (envelope.ReplayBundle, error) {
+// the turns by iteration, the envelopes in call order (by seq), the outputs
+// of a completed run, how the run stands and the loop rules' verdicts.
+//
+// The bundle is of version envelope.ReplayBundleVersion: its turns carry no
+// messages (the conversation is the request, the turns and the envelopes),
+// their model is the request's, and a turn the loop rules denied, which
+// called no model, is among the verdicts only. A run recorded before
+// contract v2 gives a version 1 bundle (no version), its turns with their
+// messages.
+//
+// Outputs that the completed event left in a blob are read with read; without
+// one (nil) the bundle has no outputs, and a replay compares the outcome by
+// status alone. It wraps ErrRunNotFound for a run s does not have,
+// ErrNoRequest for one whose request it has not recorded.
+func ReplayBundle(ctx context.Context, s Store, runID string, read BlobReader) (envelope.ReplayBundle, error) {
 	run, err := s.Run(ctx, runID)
 	if err != nil {
 		return envelope.ReplayBundle{}, err
@@ -28,8 +38,8 @@ func ReplayBundle(ctx context.Context, s Store, runID string) (envelope.ReplayBu
 	if len(run.Request) == 0 {
 		return envelope.ReplayBundle{}, fmt.Errorf("%w: run %q", ErrNoRequest, runID)
 	}
-	b := envelope.ReplayBundle{RunID: runID, Status: run.Status, Reason: run.Reason,
-		Verdicts: []envelope.IterationVerdict{}}
+	b := envelope.ReplayBundle{Version: envelope.ReplayBundleVersion, RunID: runID, Status: run.Status,
+		Reason: run.Reason, Verdicts: []envelope.IterationVerdict{}}
 	if err := json.Unmarshal(run.Request, &b.Request); err != nil {
 		return envelope.ReplayBundle{}, fmt.Errorf("run %q: recorded request: %w", runID, err)
 	}
@@ -51,11 +61,16 @@ func ReplayBundle(ctx context.Context, s Store, runID string) (envelope.ReplayBu
 	}
 	b.Turns = make([]envelope.ModelTurn, 0, len(turns))
 	for _, t := range turns {
-		var turn envelope.ModelTurn
-		if err := json.Unmarshal(t.Turn, &turn); err != nil {
-			return envelope.ReplayBundle{}, fmt.Errorf("run %q: turn %d: %w", runID, t.Iteration, err)
+		doc, err := DecodeTurn(t)
+		if err != nil {
+			return envelope.ReplayBundle{}, err
 		}
-		b.Turns = append(b.Turns, turn)
+		if doc.Legacy != nil {
+			b.Version = 0 // recorded before contract v2: a version 1 bundle
+		}
+		if mt, ok := doc.ModelTurn(b.Request.Agent.Model); ok {
+			b.Turns = append(b.Turns, mt)
+		}
 	}
 	envs, err := s.Envelopes(ctx, runID)
 	if err != nil {
@@ -69,12 +84,19 @@ func ReplayBundle(ctx context.Context, s Store, runID string) (envelope.ReplayBu
 		}
 		b.Envelopes = append(b.Envelopes, env)
 	}
-	if run.Status == events.StatusCompleted && len(run.Outputs) > 0 {
-		var out envelope.AgentOutputs
-		if err := json.Unmarshal(run.Outputs, &out); err != nil {
-			return envelope.ReplayBundle{}, fmt.Errorf("run %q: outputs: %w", runID, err)
+	if run.Status == events.StatusCompleted {
+		outputs, _, err := RunOutputs(ctx, run, read)
+		switch {
+		case errors.Is(err, ErrOutputsInBlob):
+		case err != nil:
+			return envelope.ReplayBundle{}, err
+		case len(outputs) > 0:
+			var out envelope.AgentOutputs
+			if err := json.Unmarshal(outputs, &out); err != nil {
+				return envelope.ReplayBundle{}, fmt.Errorf("run %q: outputs: %w", runID, err)
+			}
+			b.Outputs = &out
 		}
-		b.Outputs = &out
 	}
 	verdicts, err := s.Verdicts(ctx, runID)
 	if err != nil {

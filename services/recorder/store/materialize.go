@@ -53,7 +53,8 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 		}
 		row.Data = data // the event's own bytes: nothing writes to them
 	}
-	if p, err := events.ParseSubject(subject); err == nil {
+	p, err := events.ParseSubject(subject)
+	if err == nil {
 		if row.RunID == "" {
 			row.RunID = p.RunID
 		}
@@ -67,7 +68,7 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 		return Record{Event: row}, nil
 	}
 	typ, _ := events.LookupType(row.Type)
-	d := &decoding{ev: ev, typ: typ, rec: Record{Event: row}, at: row.Time, traceID: events.TraceOf(ev).TraceID()}
+	d := &decoding{ev: ev, typ: typ, rec: Record{Event: row}, subject: p, at: row.Time, traceID: events.TraceOf(ev).TraceID()}
 	if err := dec(d); err != nil {
 		return Record{}, undecodable(&row, err)
 	}
@@ -84,6 +85,7 @@ type decoding struct {
 	ev      *event.Event
 	typ     events.EventType // the type's row: the statuses it implies
 	rec     Record
+	subject events.ParsedSubject // what the subject says (zero when it is not a toolwire subject)
 	at      time.Time
 	traceID string
 }
@@ -100,13 +102,8 @@ var decoders = map[string]decoder{
 	events.TypeRunResumed:           recordRunStatus,
 	events.TypeRunCompleted:         recordRunStatus,
 	events.TypeRunFailed:            recordRunStatus,
-	events.TypeIterationRequested:   recordIterationCheck,
-	events.TypeIterationApproved:    recordVerdict,
-	events.TypeIterationDenied:      recordVerdict,
-	events.TypeLLMCompleted:         recordModelTurn,
-	events.TypeUsageRecorded:        recordUsage,
-	events.TypeCallRequested:        recordCallRequest,
-	events.TypeCallApproved:         recordCallRequest,
+	events.TypeTurnCompleted:        recordTurn,
+	events.TypeCallApproved:         recordCallApproved,
 	events.TypeCallStarted:          recordCallStarted,
 	events.TypeCallCompleted:        recordCallCompleted,
 	events.TypeCallApprovalRequired: recordApprovalRequired,
@@ -197,10 +194,22 @@ func recordRunStatus(d *decoding) error {
 	if s.Status != d.typ.RunStatus {
 		return fmt.Errorf("status %q in an event of type %s (want %q)", s.Status, d.typ.Type, d.typ.RunStatus)
 	}
+	if s.OutputsBlob != nil {
+		// The blob holds both outputs and pinned handles (an
+		// events.OutputsDocument), and the API reads it by name.
+		if s.Outputs != nil || s.Pinned != nil {
+			return errors.New("outputs_blob and inline outputs or pinned handles: the blob holds both when they are too large for the event")
+		}
+		if _, err := BlobName(*s.OutputsBlob); err != nil {
+			return fmt.Errorf("outputs_blob: %w", err)
+		}
+	}
 	r, err := raw[struct {
-		Outputs json.RawMessage `json:"outputs"`
-		Pinned  json.RawMessage `json:"pinned"`
-		Spend   json.RawMessage `json:"spend"`
+		Outputs     json.RawMessage `json:"outputs"`
+		Pinned      json.RawMessage `json:"pinned"`
+		OutputsBlob json.RawMessage `json:"outputs_blob"`
+		Spend       json.RawMessage `json:"spend"`
+		Turn        json.RawMessage `json:"turn"`
 	}](d)
 	if err != nil {
 		return err
@@ -212,83 +221,98 @@ func recordRunStatus(d *decoding) error {
 		u.TraceID = d.traceID
 	}
 	if s.Status == events.StatusCompleted {
-		u.Outputs, u.Pinned = r.Outputs, r.Pinned
+		u.Outputs, u.Pinned, u.OutputsBlob = r.Outputs, r.Pinned, r.OutputsBlob
+	}
+	if s.Turn != nil {
+		// The turn that ended the run rides on its end event (it has no
+		// turn event of its own): the model's final answer, or the model
+		// call the loop rules denied.
+		switch {
+		case !IsTerminal(s.Status):
+			return fmt.Errorf("a %s event carries turn %d: only the end of a run carries the turn that ended it", s.Status, s.Turn.Iteration)
+		case s.Status == events.StatusCompleted && !s.Turn.Verdict.Allowed:
+			return fmt.Errorf("a completed run's end carries turn %d, which the loop rules denied", s.Turn.Iteration)
+		}
+		if err := d.turn(s.Turn, r.Turn, u); err != nil {
+			return fmt.Errorf("turn: %w", err)
+		}
+		if u.Spend == nil { // the end's spend is left out when it is 0
+			u.Spend = amountOf(s.Turn.Spend)
+		}
 	}
 	d.rec.Run = u
 	return nil
 }
 
-func recordIterationCheck(d *decoding) error {
-	c, err := data[events.IterationCheck](d)
+// recordTurn records a model turn: the run moves on to iteration n (started,
+// with its spend so far), the turn and the loop rules' verdict are kept, and
+// each call the model made is requested.
+func recordTurn(d *decoding) error {
+	t, err := data[events.Turn](d)
 	if err != nil {
 		return err
 	}
-	if err := d.setRun(c.RunID); err != nil {
+	if err := d.setRun(t.RunID); err != nil {
 		return err
 	}
-	spend := c.Spend
-	d.rec.Run = &RunUpdate{RunID: c.RunID, At: d.at, Tenant: c.Tenant, Agent: c.Agent, TraceID: d.traceID,
-		Iterations: c.Iteration, ToolCalls: c.ToolCalls, Spend: &spend}
+	if n := d.subject.Iteration; n != 0 && n != t.Iteration {
+		return fmt.Errorf("data is turn %d but the event was delivered as turn %d", t.Iteration, n)
+	}
+	u := &RunUpdate{RunID: t.RunID, At: d.at, Tenant: t.Tenant, Agent: t.Agent, Status: d.typ.RunStatus,
+		TraceID: d.traceID, Spend: amountOf(t.Spend)}
+	if err := d.turn(t, d.rec.Event.Data, u); err != nil {
+		return err
+	}
+	d.rec.Run = u
 	return nil
 }
 
-func recordVerdict(d *decoding) error {
-	v, err := data[events.Verdict](d)
-	if err != nil {
-		return err
+// turn records model turn t, whose data as sent is raw, from its turn event
+// or from the end event that carries the turn that ended the run: the turn,
+// its verdict, a request of each call, and the run's iteration and tool call
+// count in u.
+func (d *decoding) turn(t *events.Turn, raw json.RawMessage, u *RunUpdate) error {
+	if t.RunID != u.RunID {
+		return fmt.Errorf("the turn names run %q but the event belongs to run %q", t.RunID, u.RunID)
 	}
-	if err := d.setRun(v.RunID); err != nil {
-		return err
+	if t.Iteration < 1 {
+		return fmt.Errorf("iteration %d must be at least 1", t.Iteration)
 	}
-	if v.Allowed != (d.typ.Type == events.TypeIterationApproved) {
-		return fmt.Errorf("allowed is %t in an event of type %s", v.Allowed, d.typ.Type)
+	if !t.Verdict.Allowed && (t.Response != nil || len(t.Calls) > 0) {
+		return fmt.Errorf("turn %d is denied by the loop rules yet has a response or calls", t.Iteration)
 	}
-	if v.Iteration < 1 {
-		return fmt.Errorf("iteration %d must be at least 1", v.Iteration)
+	calls := make([]CallUpdate, 0, len(t.Calls))
+	ids, seqs := make(map[string]bool, len(t.Calls)), make(map[int]bool, len(t.Calls))
+	for i := range t.Calls {
+		c := &t.Calls[i]
+		if err := events.ValidateCallID(c.CallID); err != nil {
+			return fmt.Errorf("calls[%d]: %w", i, err)
+		}
+		if c.Seq < 1 {
+			return fmt.Errorf("calls[%d]: seq %d must be at least 1", i, c.Seq)
+		}
+		if ids[c.CallID] || seqs[c.Seq] {
+			return fmt.Errorf("calls[%d]: call %s (seq %d) is in the turn twice", i, c.CallID, c.Seq)
+		}
+		ids[c.CallID], seqs[c.Seq] = true, true
+		// Seq numbers the calls through the run: the turn's last is how many
+		// the run has made.
+		u.ToolCalls = max(u.ToolCalls, c.Seq)
+		seq, iter := c.Seq, t.Iteration
+		calls = append(calls, CallUpdate{RunID: t.RunID, CallID: c.CallID, Status: CallRequested, Seq: &seq,
+			Iteration: &iter, Name: c.Name, Version: c.Version, Input: c.Input})
 	}
-	d.rec.Run = &RunUpdate{RunID: v.RunID, At: d.at, TraceID: d.traceID, Iterations: v.Iteration}
-	d.rec.Verdict = &VerdictRow{RunID: v.RunID, Iteration: v.Iteration, Allowed: v.Allowed,
-		Code: string(v.Code), Reason: v.Reason}
+	u.Iterations = max(u.Iterations, t.Iteration)
+	d.rec.Calls = calls
+	d.rec.Turn = &TurnRow{RunID: t.RunID, Iteration: t.Iteration, Turn: raw}
+	d.rec.Verdict = &VerdictRow{RunID: t.RunID, Iteration: t.Iteration, Allowed: t.Verdict.Allowed,
+		Code: string(t.Verdict.Code), Reason: t.Verdict.Reason}
 	return nil
 }
 
-func recordModelTurn(d *decoding) error {
-	l, err := data[events.LLMCompleted](d)
-	if err != nil {
-		return err
-	}
-	if err := d.setRun(l.RunID); err != nil {
-		return err
-	}
-	if l.Turn.Iteration < 1 {
-		return fmt.Errorf("turn.iteration %d must be at least 1", l.Turn.Iteration)
-	}
-	r, err := raw[struct {
-		Turn json.RawMessage `json:"turn"`
-	}](d)
-	if err != nil {
-		return err
-	}
-	d.rec.Run = &RunUpdate{RunID: l.RunID, At: d.at, TraceID: d.traceID, Iterations: l.Turn.Iteration}
-	d.rec.Turn = &TurnRow{RunID: l.RunID, Iteration: l.Turn.Iteration, Turn: r.Turn}
-	return nil
-}
-
-// recordUsage keeps billing's record of one model turn or tool call; the
-// run's spend comes from its status events, which carry the total.
-func recordUsage(d *decoding) error {
-	u, err := data[events.Usage](d)
-	if err != nil {
-		return err
-	}
-	if err := d.setRun(u.RunID); err != nil {
-		return err
-	}
-	d.rec.Run = &RunUpdate{RunID: u.RunID, At: d.at, Tenant: u.Tenant, Agent: u.Agent, TraceID: d.traceID}
-	return nil
-}
-
-func recordCallRequest(d *decoding) error {
+// recordCallApproved records the guard's approval of a call, routed to its
+// queue: the subject's last token, which the data must agree with.
+func recordCallApproved(d *decoding) error {
 	c, err := data[events.CallRequest](d)
 	if err != nil {
 		return err
@@ -296,11 +320,17 @@ func recordCallRequest(d *decoding) error {
 	if err := d.setRunCall(c.RunID, c.CallID); err != nil {
 		return err
 	}
+	if err := envelope.ValidateQueue(c.Queue); err != nil {
+		return err
+	}
+	if q := d.subject.Queue; q != "" && q != c.Queue {
+		return fmt.Errorf("data routes the call to queue %q but the event was delivered to queue %q", c.Queue, q)
+	}
 	seq, iter := c.Seq, c.Iteration
 	d.rec.Run = &RunUpdate{RunID: c.RunID, At: d.at, Tenant: c.Tenant, Agent: c.Agent, TraceID: d.traceID,
 		Iterations: c.Iteration}
-	d.rec.Call = &CallUpdate{RunID: c.RunID, CallID: c.CallID, Status: d.typ.CallStatus, Seq: &seq, Iteration: &iter,
-		Name: c.Name, Version: c.Version, Input: c.Input}
+	d.rec.Calls = []CallUpdate{{RunID: c.RunID, CallID: c.CallID, Status: d.typ.CallStatus, Seq: &seq, Iteration: &iter,
+		Name: c.Name, Version: c.Version, Input: c.Input, Queue: c.Queue}}
 	return nil
 }
 
@@ -313,8 +343,8 @@ func recordCallStarted(d *decoding) error {
 		return err
 	}
 	d.rec.Run = d.touch()
-	d.rec.Call = &CallUpdate{RunID: s.RunID, CallID: s.CallID, Status: d.typ.CallStatus, Name: s.Name,
-		Version: s.Version, TStart: timePtr(s.TStart)}
+	d.rec.Calls = []CallUpdate{{RunID: s.RunID, CallID: s.CallID, Status: d.typ.CallStatus, Name: s.Name,
+		Version: s.Version, TStart: timePtr(s.TStart)}}
 	return nil
 }
 
@@ -327,9 +357,10 @@ func recordCallCompleted(d *decoding) error {
 	if err := d.setRunCall(d.rec.Event.RunID, env.CallID); err != nil {
 		return err
 	}
-	u := &CallUpdate{RunID: d.rec.Event.RunID, CallID: env.CallID, Status: d.typ.CallStatus,
+	u := CallUpdate{RunID: d.rec.Event.RunID, CallID: env.CallID, Status: d.typ.CallStatus,
 		Name: env.Name, Version: env.Version, Input: env.Input, Envelope: d.rec.Event.Data,
-		TStart: timePtr(env.TStart), TEnd: timePtr(env.TEnd), Cached: env.Cached, Truncated: env.Truncated}
+		TStart: timePtr(env.TStart), TEnd: timePtr(env.TEnd), Cached: env.Cached, Truncated: env.Truncated,
+		Cost: amountOf(env.Cost)}
 	if !env.TStart.IsZero() && !env.TEnd.IsZero() {
 		ms := env.Latency().Milliseconds()
 		u.LatencyMS = &ms
@@ -338,7 +369,7 @@ func recordCallCompleted(d *decoding) error {
 		u.ErrorCode = string(env.Error.Code)
 	}
 	d.rec.Run = d.touch()
-	d.rec.Call = u
+	d.rec.Calls = []CallUpdate{u}
 	return nil
 }
 
@@ -354,8 +385,8 @@ func recordApprovalRequired(d *decoding) error {
 		return err
 	}
 	d.rec.Run = &RunUpdate{RunID: a.RunID, At: d.at, Tenant: a.Tenant, Agent: a.AgentName, TraceID: d.traceID}
-	d.rec.Call = &CallUpdate{RunID: a.RunID, CallID: a.CorrelationID, Status: d.typ.CallStatus,
-		Name: a.ToolName, Version: a.ToolVersion}
+	d.rec.Calls = []CallUpdate{{RunID: a.RunID, CallID: a.CorrelationID, Status: d.typ.CallStatus,
+		Name: a.ToolName, Version: a.ToolVersion}}
 	return nil
 }
 
@@ -368,7 +399,7 @@ func recordDecided(d *decoding) error {
 		return err
 	}
 	d.rec.Run = d.touch()
-	d.rec.Call = &CallUpdate{RunID: dec.RunID, CallID: dec.CallID, Status: d.typ.CallStatus}
+	d.rec.Calls = []CallUpdate{{RunID: dec.RunID, CallID: dec.CallID, Status: d.typ.CallStatus}}
 	return nil
 }
 
@@ -413,6 +444,12 @@ func spendOf(raw json.RawMessage) *float64 {
 		}
 		v = *obj.Total
 	}
+	return amountOf(v)
+}
+
+// amountOf is a reported spend or cost: nil (says nothing) when it is
+// negative or not finite, which no price table gives.
+func amountOf(v float64) *float64 {
 	if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 		return nil
 	}

@@ -37,17 +37,27 @@ type Store interface {
 	//   - a run's status moves forward only, along requested < started <
 	//     suspended | resumed < completed | failed; between two statuses of the
 	//     same rank the later event (by event time) wins. reason and
-	//     completed_at follow the winning status;
+	//     completed_at follow the winning status (a model turn counts as
+	//     started: run.started is only published for a slow first model call);
 	//   - a run's request, tenant and agent come from its run request when it
 	//     has arrived, and otherwise from the first event that named them;
 	//   - iteration and tool call counts only grow; created_at is the earliest
 	//     event's time, updated_at the latest one's;
+	//   - a completed run's outputs, pinned handles and outputs blob: the first
+	//     reported wins;
 	//   - a tool call's status moves forward only, along requested < approved <
-	//     started < completed; once its envelope has arrived, the envelope's
-	//     name, version, input and times win over those of other events;
-	//   - the first model turn and the first verdict of an iteration win;
+	//     started < completed (the model turn that made it requests it); once
+	//     its envelope has arrived, the envelope's name, version, input and
+	//     times win over those of other events, and the envelope alone sets
+	//     the call's cost; its queue is the first named;
+	//   - the first model turn and the first verdict of an iteration win (the
+	//     verdict is the loop rules' verdict carried by the turn; the turn that
+	//     ended a run rides on its completed or failed event);
 	//   - a run's spend only grows (the greatest reported wins);
 	//   - the first definition recorded for a tool version in a run wins.
+	//
+	// Since contract v2 (issue 15) one record may update several tool calls:
+	// a model turn's event requests every call it made.
 	Write(ctx context.Context, recs ...Record) error
 
 	// Run returns one run, or an error wrapping ErrRunNotFound.
@@ -60,7 +70,7 @@ type Store interface {
 	// order of ToolCalls.
 	Envelopes(ctx context.Context, runID string) ([]json.RawMessage, error)
 	// ListRuns returns the runs that match f, newest first (by created_at,
-	// then run id), without their Request, Outputs and Pinned.
+	// then run id), without their Request, Outputs, Pinned and OutputsBlob.
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
 	// Events returns the events stored for a run in the order they were
 	// recorded.
@@ -76,15 +86,16 @@ type Store interface {
 	ToolCall(ctx context.Context, runID, callID string) (ToolCall, error)
 	// Turns returns a run's model turns by iteration.
 	Turns(ctx context.Context, runID string) ([]TurnRow, error)
-	// Verdicts returns the Policy Guard's iteration verdicts of a run by
-	// iteration.
+	// Verdicts returns the loop rules' verdicts of a run by iteration (for a
+	// run recorded before contract v2, the Policy Guard's iteration
+	// verdicts).
 	Verdicts(ctx context.Context, runID string) ([]VerdictRow, error)
 	// RunTools returns the tool definitions a run's model was offered, as they
 	// were when it was offered them, by name then version.
 	RunTools(ctx context.Context, runID string) ([]ToolDefRow, error)
 	// CompletedRuns returns the completed runs of one agent node (org and
 	// agent name) created before before, newest first, at most limit, with
-	// their Outputs and Pinned (not their Request).
+	// their Outputs, Pinned and OutputsBlob (not their Request).
 	CompletedRuns(ctx context.Context, orgID, agent string, before time.Time, limit int) ([]Run, error)
 }
 
@@ -116,14 +127,16 @@ var ErrUnstorable = errors.New("data cannot be stored")
 
 // Record is one consumed event and what it changes, ready to be written. The
 // materializer builds it from a CloudEvent with RecordOf; a Store applies it.
-// Run, Call, Turn and Verdict are nil when the event does not touch them: an
-// event of an unknown type has only its Event. Tools are the definitions of
-// the tools a model turn offered, added by the recorder from the registry
-// (RecordOf does no I/O and leaves them empty).
+// Run, Turn and Verdict are nil and Calls empty when the event does not touch
+// them: an event of an unknown type has only its Event. Calls holds one update
+// per call the event speaks of: one for a call event, one per call for a model
+// turn (which requests them all), in the order the event gives them. Tools are
+// the definitions of the tools a model turn offered, added by the recorder
+// from the registry (RecordOf does no I/O and leaves them empty).
 type Record struct {
 	Event   EventRow
 	Run     *RunUpdate
-	Call    *CallUpdate
+	Calls   []CallUpdate
 	Turn    *TurnRow
 	Verdict *VerdictRow
 	Tools   []ToolDefRow
@@ -181,7 +194,11 @@ type RunUpdate struct {
 	Reason  string
 	Outputs json.RawMessage // the AgentOutputs of a completed run, as received
 	Pinned  json.RawMessage // its resolved pinned handles, as received
-	TraceID string
+	// OutputsBlob is the envelope.Attachment naming the blob that holds a
+	// completed run's outputs and pinned handles (an events.OutputsDocument)
+	// when they were too large for its event, as received.
+	OutputsBlob json.RawMessage
+	TraceID     string
 	// Iterations and ToolCalls are counts the event reports; the stored ones
 	// are the greatest reported.
 	Iterations int
@@ -198,12 +215,14 @@ type CallUpdate struct {
 	CallID string
 	// Status is one of the Call* statuses.
 	Status    string
-	Seq       *int // from the call request
-	Iteration *int // from the call request
+	Seq       *int // from the model turn or the approved call
+	Iteration *int // from the model turn or the approved call
 	Name      string
 	Version   string
 	Input     json.RawMessage
-	TStart    *time.Time
+	// Queue is the queue the call was routed to (its approved event).
+	Queue  string
+	TStart *time.Time
 	// Envelope is set by the call's completion; the fields below come from it.
 	Envelope  json.RawMessage
 	TEnd      *time.Time
@@ -211,16 +230,24 @@ type CallUpdate struct {
 	ErrorCode string
 	Cached    bool
 	Truncated bool
+	// Cost is what the call cost the run, as its envelope says (nil: it says
+	// nothing).
+	Cost *float64
 }
 
-// TurnRow is one model call of a run.
+// TurnRow is one model turn of a run: the data of its turn event as it was
+// sent (an events.Turn). A run recorded before contract v2 has the
+// envelope.ModelTurn of its llm.completed event instead; DecodeTurn reads
+// both.
 type TurnRow struct {
 	RunID     string
 	Iteration int
-	Turn      json.RawMessage // envelope.ModelTurn as received
+	Turn      json.RawMessage
 }
 
-// VerdictRow is the Policy Guard's answer to one iteration check.
+// VerdictRow is the verdict of the loop rules on one iteration, as its model
+// turn carried it (before contract v2: the Policy Guard's answer to the
+// iteration check).
 type VerdictRow struct {
 	RunID     string
 	Iteration int
@@ -297,6 +324,7 @@ type Run struct {
 	Request     json.RawMessage
 	Outputs     json.RawMessage
 	Pinned      json.RawMessage
+	OutputsBlob json.RawMessage // an envelope.Attachment; see RunUpdate.OutputsBlob
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	CompletedAt *time.Time
@@ -314,6 +342,8 @@ type ToolCall struct {
 	ErrorCode string
 	Input     json.RawMessage
 	Envelope  json.RawMessage
+	Queue     string
+	Cost      *float64
 	TStart    *time.Time
 	TEnd      *time.Time
 	LatencyMS *int64

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,11 +53,11 @@ func TestTimelineLiveInBrowser(t *testing.T) {
 	fx := storetest.CompletedRun(t, "browser-run", "weather", storetest.TenantA, time.Now())
 	envA, envB := fx.Envelopes[0], fx.Envelopes[1]
 
-	// The run so far: requested, started, its first model turn.
+	// The run so far: requested, and started (its first model call is slow).
 	cut := 0
 	for i, o := range fx.Events {
-		if o.Event.Type() == events.TypeLLMCompleted {
-			cut = i + 1
+		if o.Event.Type() == events.TypeTurnCompleted {
+			cut = i
 			break
 		}
 	}
@@ -102,32 +103,38 @@ func TestTimelineLiveInBrowser(t *testing.T) {
 		return s
 	}
 	callSel := func(callID string) string { return `details.call[data-key="` + callID + `"]` }
+	// liveText reads a node's text in one evaluation in the page: while the
+	// run goes on, the timeline is replaced on each event, and a node found
+	// by one call may be gone by the next.
+	liveText := func(sel string) string {
+		t.Helper()
+		return eval(`(document.querySelector(` + strconv.Quote(sel) + `) || {innerText: ""}).innerText`)
+	}
 
 	do("open the timeline",
 		chromedp.Navigate(h.srv.URL+"/runs/"+fx.RunID),
-		chromedp.WaitVisible(chromedp.CSS(`.iteration[data-iteration="1"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.iteration.empty`)),
 	)
 	eval(`window.__notReloaded = "yes"`)
 	if n := eval(`String(document.querySelectorAll("details.call").length)`); n != "0" {
 		t.Fatalf("%s calls shown before any was requested", n)
 	}
 
-	// The calls are requested: they appear, still running.
-	var rest []events.Outgoing
-	for _, o := range fx.Events[cut:] {
-		if o.Event.Type() == events.TypeCallRequested {
-			h.publish(o)
-			continue
-		}
-		rest = append(rest, o)
-	}
-	do("see the calls appear",
+	// The first model turn comes: its calls appear, requested.
+	turn := fx.Events[cut]
+	h.publish(turn)
+	rest := fx.Events[cut+1:]
+	do("see the turn and its calls appear",
+		chromedp.WaitVisible(chromedp.CSS(`.iteration[data-iteration="1"] .turn`)),
 		chromedp.WaitVisible(chromedp.CSS(callSel(envA.CallID))),
 		chromedp.WaitVisible(chromedp.CSS(callSel(envB.CallID))),
 	)
-	pending := text(callSel(envA.CallID) + " summary")
+	pending := liveText(callSel(envA.CallID) + " summary")
 	if !strings.Contains(pending, "web_search") || !strings.Contains(pending, "@1.2.0") || !strings.Contains(pending, "requested") {
 		t.Fatalf("first call while running: %q", pending)
+	}
+	if head := liveText(`.iteration[data-iteration="1"] .iteration-head`); !strings.Contains(head, "policy: allowed") {
+		t.Fatalf("turn 1's verdict: %q", head)
 	}
 	// Open it: its input is there, and it stays open while the page updates.
 	do("expand the first call",
@@ -135,8 +142,25 @@ func TestTimelineLiveInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(callSel(envA.CallID)+" .io pre")),
 	)
 
+	// The calls are approved; the slow one is announced started: it shows
+	// running, live.
+	var later []events.Outgoing
+	for _, o := range rest {
+		switch o.Event.Type() {
+		case events.TypeCallApproved, events.TypeCallStarted:
+			h.publish(o)
+		default:
+			later = append(later, o)
+		}
+	}
+	startedB := `(document.querySelector(` + strconv.Quote(callSel(envB.CallID)+" summary .badge.running") +
+		`) || {innerText: ""}).innerText === "started"`
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](startedB)); err != nil {
+		t.Fatalf("browser: see the slow call running: %v", err)
+	}
+
 	// The rest of the run happens: envelopes, the second turn, the end.
-	h.publish(rest...)
+	h.publish(later...)
 	do("see the run complete",
 		chromedp.WaitVisible(chromedp.CSS(`.iteration.final`)),
 		chromedp.WaitVisible(chromedp.CSS(`.run-head .status-completed`)),
@@ -156,7 +180,7 @@ func TestTimelineLiveInBrowser(t *testing.T) {
 			t.Errorf("first call %q lacks %q", summaryA, want)
 		}
 	}
-	for _, want := range []string{"fetch_page", "@2.0.0", "TIMEOUT", "5.00 s"} {
+	for _, want := range []string{"fetch_page", "@2.0.0", "TIMEOUT", "5.00 s", "$0.0020"} {
 		if !strings.Contains(summaryB, want) {
 			t.Errorf("second call %q lacks %q", summaryB, want)
 		}

@@ -222,6 +222,7 @@ type verdictView struct {
 
 type turnView struct {
 	Model, Latency, Tokens, StopReason, Content string
+	Cost                                        string
 	Asked                                       int
 }
 
@@ -236,6 +237,7 @@ type callView struct {
 	Attachments                 []attachmentView
 	Steps                       []callStepView
 	Approval                    string // pending, approved, denied, revised, ""
+	Queue, Cost                 string
 	SecretScopes                string
 	Warnings                    []string
 	MaterializeURL, JSONURL     string
@@ -283,11 +285,7 @@ func (p *pages) buildRunView(ctx context.Context, id string) (runView, error) {
 	if err != nil {
 		return runView{}, err
 	}
-	turns, err := p.store.Turns(ctx, id)
-	if err != nil {
-		return runView{}, err
-	}
-	verdicts, err := p.store.Verdicts(ctx, id)
+	turns, err := api.Turns(ctx, p.store, id, calls)
 	if err != nil {
 		return runView{}, err
 	}
@@ -315,6 +313,13 @@ func (p *pages) buildRunView(ctx context.Context, id string) (runView, error) {
 		if json.Unmarshal(run.Outputs, &out) == nil {
 			v.Response, v.HasResponse, v.TracesURL = out.Response, true, out.TracesURL
 		}
+	} else if run.Status == events.StatusCompleted && len(run.OutputsBlob) > 0 {
+		// The outputs are in a blob: the final answer is the last turn's.
+		for _, t := range turns {
+			if t.Response != nil && len(t.Response.ToolCalls) == 0 {
+				v.Response, v.HasResponse = t.Response.Content, true
+			}
+		}
 	}
 	byCall := map[string][]store.EventRow{}
 	for _, e := range evs {
@@ -337,28 +342,52 @@ func (p *pages) buildRunView(ctx context.Context, id string) (runView, error) {
 		}
 		return iters[n]
 	}
+	// requestedAt is when each turn's model answered: the calls it made were
+	// requested then.
+	requestedAt := map[int]time.Time{}
 	var in, out int
-	for _, vd := range verdicts {
-		iter(vd.Iteration).Verdict = &verdictView{Allowed: vd.Allowed, Code: vd.Code, Reason: vd.Reason}
-	}
 	for _, t := range turns {
-		var mt envelope.ModelTurn
-		if json.Unmarshal(t.Turn, &mt) != nil {
-			continue
+		it := iter(t.Iteration)
+		v.Warnings = append(v.Warnings, t.Warnings...)
+		if vd := t.Verdict; vd != nil {
+			it.Verdict = &verdictView{Allowed: vd.Allowed, Code: vd.Code, Reason: vd.Reason}
 		}
-		in += mt.Response.Usage.InputTokens
-		out += mt.Response.Usage.OutputTokens
-		iter(t.Iteration).Turn = &turnView{
-			Model: mt.Model.Name, Latency: latencyLabel(mt.TEnd.Sub(mt.TStart)),
-			Tokens:     fmt.Sprintf("%d in · %d out", mt.Response.Usage.InputTokens, mt.Response.Usage.OutputTokens),
-			StopReason: mt.Response.StopReason, Content: mt.Response.Content, Asked: len(mt.Response.ToolCalls),
+		resp := t.Response
+		if resp == nil {
+			continue // denied: the model was not called
 		}
+		in += resp.Usage.InputTokens
+		out += resp.Usage.OutputTokens
+		tv := &turnView{
+			Tokens:     fmt.Sprintf("%d in · %d out", resp.Usage.InputTokens, resp.Usage.OutputTokens),
+			StopReason: resp.StopReason, Content: resp.Content, Asked: len(resp.ToolCalls),
+		}
+		if t.Model != nil {
+			tv.Model = t.Model.Name
+		}
+		if t.TStart != nil && t.TEnd != nil {
+			tv.Latency = latencyLabel(t.TEnd.Sub(*t.TStart))
+			requestedAt[t.Iteration] = *t.TEnd
+		}
+		switch {
+		case t.Unpriced:
+			tv.Cost = "unpriced"
+		case t.Cost != nil:
+			tv.Cost = spendLabel(t.Cost)
+		}
+		it.Turn = tv
 	}
 	if in+out > 0 {
 		v.Tokens = fmt.Sprintf("%d in · %d out", in, out)
 	}
 	for _, c := range calls {
-		cv := callViewOf(id, c, byCall[c.CallID])
+		var asked *time.Time
+		if c.Iteration != nil {
+			if at, ok := requestedAt[*c.Iteration]; ok {
+				asked = &at
+			}
+		}
+		cv := callViewOf(id, c, asked, byCall[c.CallID])
 		if c.Iteration == nil {
 			v.Loose = append(v.Loose, cv)
 			continue
@@ -377,12 +406,23 @@ func (p *pages) buildRunView(ctx context.Context, id string) (runView, error) {
 	return v, nil
 }
 
-func callViewOf(runID string, c store.ToolCall, evs []store.EventRow) callView {
+// callViewOf shows one call: its summary, its input and result, and its
+// steps. asked is when its model turn requested it (nil: not recorded); the
+// other steps are its events: approved, started (only for a call still
+// running after the executor's threshold), the approvals, completed.
+func callViewOf(runID string, c store.ToolCall, asked *time.Time, evs []store.EventRow) callView {
 	base := "/v1/runs/" + url.PathEscape(runID) + "/calls/" + url.PathEscape(c.CallID)
 	cv := callView{
 		Key: c.CallID, Short: truncate(c.CallID, 12), Name: c.Name, Version: c.Version, Status: c.Status,
 		ErrorCode: c.ErrorCode, Cached: c.Cached, Truncated: c.Truncated, Input: prettyJSON(c.Input),
 		MaterializeURL: base + "/materialize", JSONURL: base, Pending: c.Status != store.CallCompleted,
+		Queue: c.Queue,
+	}
+	if c.Cost != nil && *c.Cost > 0 {
+		cv.Cost = spendLabel(c.Cost)
+	}
+	if asked != nil {
+		cv.Steps = append(cv.Steps, callStepView{Time: asked.Format("15:04:05.000"), Label: "requested by the model", Class: "muted"})
 	}
 	if c.Seq != nil {
 		cv.Seq = "#" + strconv.Itoa(*c.Seq)
@@ -427,10 +467,14 @@ func callViewOf(runID string, c store.ToolCall, evs []store.EventRow) callView {
 			return ""
 		}
 		switch e.Type {
-		case events.TypeCallRequested:
-			step.Label, step.Class = "requested by the model", "muted"
 		case events.TypeCallApproved:
 			step.Label, step.Class = "allowed by policy", "ok"
+			if b, _ := d["operator_approved"].(bool); b {
+				step.Label = "approved by an operator"
+			}
+			if q := str("queue"); q != "" {
+				step.Detail = "to queue " + q
+			}
 		case events.TypeCallStarted:
 			step.Label, step.Class = "started", "muted"
 			if ex := str("executor"); ex != "" {
@@ -453,6 +497,9 @@ func callViewOf(runID string, c store.ToolCall, evs []store.EventRow) callView {
 				if c.ErrorCode == string(envelope.CodePolicyDenied) {
 					step.Label = "denied by policy"
 				}
+			}
+			if cv.Cost != "" {
+				step.Detail = "cost " + cv.Cost
 			}
 		case events.TypeCallApprovalRequired:
 			step.Label, step.Class = "approval required", "warn"

@@ -164,10 +164,10 @@ func interleavedBatches(b testing.TB, gen int) [][]store.Record {
 	return batches
 }
 
-// benchRunRecords returns the records of one run, in the order its events
-// happen: requested, started, one iteration (check, verdict, model turn asking
-// for benchCalls tools), every call requested, approved, started and completed
-// with its usage record, then completed.
+// benchRunRecords returns the records of one run as contract v2 records it,
+// in the order its events happen: requested, model turn 1 asking for
+// benchCalls tools at once, every call approved and completed (quick calls
+// are never announced started), model turn 2 answering, then completed.
 func benchRunRecords(b testing.TB, runID string, base time.Time) []store.Record {
 	b.Helper()
 	var (
@@ -193,13 +193,16 @@ func benchRunRecords(b testing.TB, runID string, base time.Time) []store.Record 
 	status := func(s string) events.RunStatus {
 		return events.RunStatus{RunID: runID, Status: s, Agent: req.Agent.Name, Tenant: tenant, TraceID: trace.TraceID()}
 	}
+	turn := func(n int, resp *envelope.ModelResponse, spend float64, results []events.TurnResult, calls []events.TurnCall) events.Turn {
+		return events.Turn{RunID: runID, Iteration: n, Tenant: tenant, Agent: req.Agent.Name,
+			Verdict: events.LoopVerdict{Allowed: true}, Model: events.ModelRef{Provider: "scripted", Name: "script-1"},
+			Tools: req.Agent.EnabledTools, Results: results, Response: resp, Cost: 0.002, TStart: at,
+			TEnd: at.Add(time.Millisecond), Policy: req.Agent.Policy, EnabledTools: req.Agent.EnabledTools,
+			Spend: spend, Calls: calls}
+	}
 	add(events.NewRunRequested(storetest.Source, req, trace))
-	add(events.NewRunStatus(storetest.Source, status(events.StatusStarted), "", trace))
-	add(events.NewIterationRequested(storetest.Source, events.IterationCheck{RunID: runID, Iteration: 1,
-		Tenant: tenant, Agent: req.Agent.Name, Policy: req.Agent.Policy}, trace))
-	add(events.NewVerdict(storetest.Source, events.Verdict{RunID: runID, Iteration: 1, Allowed: true}, tenant, trace))
 
-	calls := make([]events.CallRequest, benchCalls)
+	calls := make([]events.TurnCall, benchCalls)
 	var toolCalls []envelope.ToolCall
 	for i := range calls {
 		input := json.RawMessage(fmt.Sprintf(`{"query":"thing number %d","max_results":3}`, i))
@@ -207,40 +210,33 @@ func benchRunRecords(b testing.TB, runID string, base time.Time) []store.Record 
 		if err != nil {
 			b.Fatal(err)
 		}
-		calls[i] = events.CallRequest{RunID: runID, CallID: id, Seq: i + 1, Iteration: 1, Name: "web_search",
-			Version: "1.2.0", Input: input, Tenant: tenant, Agent: req.Agent.Name,
-			EnabledTools: req.Agent.EnabledTools, Policy: req.Agent.Policy}
-		toolCalls = append(toolCalls, envelope.ToolCall{ID: fmt.Sprintf("tc_%d", i), Name: "web_search", Arguments: input})
+		calls[i] = events.TurnCall{CallID: id, Seq: i + 1, Name: "web_search", Version: "1.2.0", Input: input,
+			ProviderCallID: fmt.Sprintf("tc_%d", i), Cost: 0.001, Queue: envelope.DefaultQueue}
+		toolCalls = append(toolCalls, envelope.ToolCall{ID: calls[i].ProviderCallID, Name: "web_search", Arguments: input})
 	}
-	add(events.NewLLMCompleted(storetest.Source, events.LLMCompleted{RunID: runID, Turn: envelope.ModelTurn{
-		Iteration: 1, Model: req.Agent.Model, Messages: req.Messages, Tools: req.Agent.EnabledTools,
-		Response: envelope.ModelResponse{ToolCalls: toolCalls, StopReason: "tool_use"},
-		TStart:   at, TEnd: at.Add(time.Millisecond)}}, tenant, trace))
-	for _, verb := range []events.Verb{events.VerbRequested, events.VerbApproved} {
-		for _, c := range calls {
-			add(events.NewCallRequest(storetest.Source, verb, c, trace))
-		}
-	}
-	starts := make([]time.Time, len(calls))
-	for i, c := range calls {
-		starts[i] = at.Add(time.Millisecond)
-		add(events.NewCallStarted(storetest.Source, events.CallStarted{RunID: runID, CallID: c.CallID, Name: c.Name,
-			Version: c.Version, TStart: starts[i], Executor: "executor-0"}, tenant, trace))
+	add(events.NewTurnCompleted(storetest.Source, turn(1, &envelope.ModelResponse{ToolCalls: toolCalls, StopReason: "tool_use"},
+		0.002, nil, calls), trace))
+	for _, c := range calls {
+		add(events.NewCallApproved(storetest.Source, events.CallRequest{RunID: runID, CallID: c.CallID, Seq: c.Seq,
+			Iteration: 1, Name: c.Name, Version: c.Version, Input: c.Input, ProviderCallID: c.ProviderCallID,
+			Tenant: tenant, Agent: req.Agent.Name, Queue: c.Queue}, trace))
 	}
 	var envs []envelope.ToolEnvelope
-	for i, c := range calls {
+	var results []events.TurnResult
+	for _, c := range calls {
+		start := at.Add(time.Millisecond)
 		env := envelope.ToolEnvelope{CallID: c.CallID, Name: c.Name, Version: c.Version, Input: c.Input,
 			Output: json.RawMessage(`{"results":[{"title":"a result","url":"https://example.com/a"}]}`),
-			TStart: starts[i], TEnd: starts[i].Add(40 * time.Millisecond)}
+			TStart: start, TEnd: start.Add(40 * time.Millisecond), Cost: c.Cost}
 		envs = append(envs, env)
+		results = append(results, events.TurnResult{CallID: c.CallID, ProviderCallID: c.ProviderCallID})
 		add(events.NewCallCompleted(storetest.Source, runID, env, tenant, trace))
-		add(events.NewUsage(storetest.Source, events.Usage{RunID: runID, N: i + 1, Kind: events.UsageKindTool,
-			Tenant: tenant, Agent: req.Agent.Name, Iteration: 1, Tool: c.Name + "@" + c.Version, CallID: c.CallID,
-			Cost: 0.001, Billed: true}, trace))
 	}
+	add(events.NewTurnCompleted(storetest.Source, turn(2, &envelope.ModelResponse{Content: "Found sixteen things.",
+		StopReason: "end_turn"}, 0.02, results, nil), trace))
 	out := envelope.NewAgentOutputs("Found sixteen things.", envs, "")
 	done := status(events.StatusCompleted)
-	done.Outputs, done.Iteration, done.ToolCalls, done.Spend = &out, 1, benchCalls, 0.016
+	done.Outputs, done.Iteration, done.ToolCalls, done.Spend = &out, 2, benchCalls, 0.02
 	add(events.NewRunStatus(storetest.Source, done, "", trace))
 	return storetest.Records(b, outs...)
 }

@@ -36,8 +36,8 @@ import (
 //     row holds the greatest of the row's and the updates' statuses, the
 //     earliest on ties. The merge keeps the first greatest of the updates',
 //     which beats the row's exactly when one of them did;
-//   - request, outputs, pinned, trace_id: the row's, else the first update's
-//     that has one: the merge keeps the first;
+//   - request, outputs, pinned, outputs_blob, trace_id: the row's, else the
+//     first update's that has one: the merge keeps the first;
 //   - org_id, workspace_id, user_id (together) and agent: an update that
 //     carries a request and names them sets them; one without a request
 //     sets them only on a row that has none. So the last update that
@@ -66,6 +66,7 @@ type runMerge struct {
 	agent                     string
 	tenantForced, agentForced bool
 	request, outputs, pinned  []byte
+	outputsBlob               []byte
 	traceID                   string
 	iterations, toolCalls     int
 	spend                     *float64
@@ -87,6 +88,7 @@ func (m *runMerge) add(u *store.RunUpdate) {
 	m.request = firstJSON(m.request, u.Request)
 	m.outputs = firstJSON(m.outputs, u.Outputs)
 	m.pinned = firstJSON(m.pinned, u.Pinned)
+	m.outputsBlob = firstJSON(m.outputsBlob, u.OutputsBlob)
 	if m.traceID == "" {
 		m.traceID = u.TraceID
 	}
@@ -192,20 +194,21 @@ func (q *effectQueue) runs(fresh []bool) error {
 // that update alone would: its status ('requested' when it has none) and time.
 const insertRunsSQL = `
 INSERT INTO runs (run_id, org_id, workspace_id, user_id, agent, status, status_at, request, reason,
-	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at, spend)
+	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at, spend, outputs_blob)
 SELECT run_id, org_id, workspace_id, user_id, agent, status, at, request::json, reason,
-	outputs::json, pinned::json, trace_id, iterations, tool_calls, at, at, completed_at, spend
+	outputs::json, pinned::json, trace_id, iterations, tool_calls, at, at, completed_at, spend, outputs_blob::json
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
 	$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::integer[], $14::integer[],
-	$15::timestamptz[], $16::double precision[]) WITH ORDINALITY
+	$15::timestamptz[], $16::double precision[], $17::text[]) WITH ORDINALITY
 	AS u(run_id, org_id, workspace_id, user_id, agent, status, at, request, reason,
-	outputs, pinned, trace_id, iterations, tool_calls, completed_at, spend, ord)
+	outputs, pinned, trace_id, iterations, tool_calls, completed_at, spend, outputs_blob, ord)
 ORDER BY ord
 ON CONFLICT (run_id) DO NOTHING`
 
 type runInsertCols struct {
 	runID, status                                                 []string
 	org, ws, user, agent, request, reason, outputs, pinned, trace []*string
+	outputsBlob                                                   []*string
 	at                                                            []time.Time
 	completedAt                                                   []*time.Time
 	iterations, toolCalls                                         []int
@@ -224,11 +227,12 @@ func (c *runInsertCols) add(u *store.RunUpdate) {
 	c.outputs, c.pinned = append(c.outputs, sqlstore.JSONText(u.Outputs)), append(c.pinned, sqlstore.JSONText(u.Pinned))
 	c.trace, c.iterations, c.toolCalls = append(c.trace, sqlstore.NullString(u.TraceID)), append(c.iterations, u.Iterations), append(c.toolCalls, u.ToolCalls)
 	c.completedAt, c.spend = append(c.completedAt, completedAt(status, u.At)), append(c.spend, u.Spend)
+	c.outputsBlob = append(c.outputsBlob, sqlstore.JSONText(u.OutputsBlob))
 }
 
 func (c *runInsertCols) args() []any {
 	return []any{c.runID, c.org, c.ws, c.user, c.agent, c.status, c.at, c.request, c.reason,
-		c.outputs, c.pinned, c.trace, c.iterations, c.toolCalls, c.completedAt, c.spend}
+		c.outputs, c.pinned, c.trace, c.iterations, c.toolCalls, c.completedAt, c.spend, c.outputsBlob}
 }
 
 // tenantArgs are a tenant's columns: all NULL unless it names an org.
@@ -270,6 +274,7 @@ UPDATE runs AS r SET
 	request      = COALESCE(r.request, u.request::json),
 	outputs      = COALESCE(r.outputs, u.outputs::json),
 	pinned       = COALESCE(r.pinned, u.pinned::json),
+	outputs_blob = COALESCE(r.outputs_blob, u.outputs_blob::json),
 	trace_id     = COALESCE(r.trace_id, u.trace_id),
 	iterations   = GREATEST(r.iterations, u.iterations),
 	tool_calls   = GREATEST(r.tool_calls, u.tool_calls),
@@ -279,17 +284,18 @@ UPDATE runs AS r SET
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::boolean[], $6::text[], $7::boolean[],
 	$8::boolean[], $9::text[], $10::timestamptz[], $11::text[], $12::timestamptz[], $13::text[], $14::text[],
 	$15::text[], $16::text[], $17::integer[], $18::integer[], $19::double precision[], $20::timestamptz[],
-	$21::timestamptz[])
+	$21::timestamptz[], $22::text[])
 	AS u(run_id, org_id, workspace_id, user_id, tenant_forced, agent, agent_forced,
 	has_status, status, status_at, reason, completed_at, request, outputs,
 	pinned, trace_id, iterations, tool_calls, spend, created_at,
-	updated_at)
+	updated_at, outputs_blob)
 WHERE r.run_id = u.run_id`
 }()
 
 type runUpdateCols struct {
 	runID, status                                                 []string
 	org, ws, user, agent, reason, request, outputs, pinned, trace []*string
+	outputsBlob                                                   []*string
 	tenantForced, agentForced, hasStatus                          []bool
 	statusAt, created, updated                                    []time.Time
 	completedAt                                                   []*time.Time
@@ -312,11 +318,12 @@ func (c *runUpdateCols) add(m *runMerge) {
 	c.request, c.outputs, c.pinned = append(c.request, sqlstore.JSONText(m.request)), append(c.outputs, sqlstore.JSONText(m.outputs)), append(c.pinned, sqlstore.JSONText(m.pinned))
 	c.trace, c.iterations, c.toolCalls = append(c.trace, sqlstore.NullString(m.traceID)), append(c.iterations, m.iterations), append(c.toolCalls, m.toolCalls)
 	c.spend, c.created, c.updated = append(c.spend, m.spend), append(c.created, m.earliest), append(c.updated, m.latest)
+	c.outputsBlob = append(c.outputsBlob, sqlstore.JSONText(m.outputsBlob))
 }
 
 func (c *runUpdateCols) args() []any {
 	return []any{c.runID, c.org, c.ws, c.user, c.tenantForced, c.agent, c.agentForced,
 		c.hasStatus, c.status, c.statusAt, c.reason, c.completedAt, c.request, c.outputs,
 		c.pinned, c.trace, c.iterations, c.toolCalls, c.spend, c.created,
-		c.updated}
+		c.updated, c.outputsBlob}
 }

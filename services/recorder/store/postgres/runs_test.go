@@ -33,8 +33,8 @@ var upsertRunSQL = func() string {
 	takeAgent := "(EXCLUDED.agent IS NOT NULL AND (EXCLUDED.request IS NOT NULL OR r.agent IS NULL))"
 	return `
 INSERT INTO runs AS r (run_id, org_id, workspace_id, user_id, agent, status, status_at, request, reason,
-	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at, spend)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $7, $7, $15, $17)
+	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at, spend, outputs_blob)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $7, $7, $15, $17, $18)
 ON CONFLICT (run_id) DO UPDATE SET
 	org_id       = CASE WHEN ` + takeTenant + ` THEN EXCLUDED.org_id ELSE r.org_id END,
 	workspace_id = CASE WHEN ` + takeTenant + ` THEN EXCLUDED.workspace_id ELSE r.workspace_id END,
@@ -47,6 +47,7 @@ ON CONFLICT (run_id) DO UPDATE SET
 	request      = COALESCE(r.request, EXCLUDED.request),
 	outputs      = COALESCE(r.outputs, EXCLUDED.outputs),
 	pinned       = COALESCE(r.pinned, EXCLUDED.pinned),
+	outputs_blob = COALESCE(r.outputs_blob, EXCLUDED.outputs_blob),
 	trace_id     = COALESCE(r.trace_id, EXCLUDED.trace_id),
 	iterations   = GREATEST(r.iterations, EXCLUDED.iterations),
 	tool_calls   = GREATEST(r.tool_calls, EXCLUDED.tool_calls),
@@ -72,7 +73,7 @@ func upsertRunArgs(u *store.RunUpdate) []any {
 	}
 	return []any{u.RunID, sqlstore.NullString(u.Tenant.OrgID), ws, user, sqlstore.NullString(u.Agent), status, u.At,
 		sqlstore.NullJSON(u.Request), sqlstore.NullString(u.Reason), sqlstore.NullJSON(u.Outputs), sqlstore.NullJSON(u.Pinned),
-		sqlstore.NullString(u.TraceID), u.Iterations, u.ToolCalls, done, hasStatus, u.Spend}
+		sqlstore.NullString(u.TraceID), u.Iterations, u.ToolCalls, done, hasStatus, u.Spend, sqlstore.NullJSON(u.OutputsBlob)}
 }
 
 // mergeCase is a run row (seed: nil for none) and the updates of one batch.
@@ -182,6 +183,11 @@ var mergeCases = []mergeCase{
 		{At: mergeAt(2), TraceID: "trace-1", Outputs: json.RawMessage(`{"o":1}`)},
 		{At: mergeAt(3), TraceID: "trace-2", Outputs: json.RawMessage(`{"o":2}`), Pinned: json.RawMessage(`{"p":2}`)},
 	}},
+	{name: "outputs blob: the first", updates: []store.RunUpdate{
+		{At: mergeAt(1), OutputsBlob: json.RawMessage(`null`)},
+		{At: mergeAt(2), Status: events.StatusCompleted, OutputsBlob: json.RawMessage(`{"kind":"blob","url":"/v1/blobs/r.outputs"}`)},
+		{At: mergeAt(3), OutputsBlob: json.RawMessage(`{"kind":"blob","url":"/v1/blobs/other"}`)},
+	}},
 	{name: "counts and spend: the greatest", updates: []store.RunUpdate{
 		{At: mergeAt(1), Iterations: 2, ToolCalls: 5, Spend: spendPtr(0.5)},
 		{At: mergeAt(2), Iterations: 3, ToolCalls: 1},
@@ -249,15 +255,16 @@ func randomUpdate(rng *rand.Rand) store.RunUpdate {
 	docs := []json.RawMessage{nil, nil, json.RawMessage(`null`), json.RawMessage(`{"d":1}`), json.RawMessage(`{"d":2}`)}
 	texts := []string{"", "", "x", "y"}
 	u := store.RunUpdate{
-		At:      mergeAt(pick(6)).Add(time.Duration(pick(3)*400) * time.Nanosecond),
-		Status:  statuses[pick(len(statuses))],
-		Tenant:  tenants[pick(len(tenants))],
-		Agent:   agents[pick(len(agents))],
-		Request: docs[pick(len(docs))],
-		Outputs: docs[pick(len(docs))],
-		Pinned:  docs[pick(len(docs))],
-		Reason:  texts[pick(len(texts))],
-		TraceID: texts[pick(len(texts))],
+		At:          mergeAt(pick(6)).Add(time.Duration(pick(3)*400) * time.Nanosecond),
+		Status:      statuses[pick(len(statuses))],
+		Tenant:      tenants[pick(len(tenants))],
+		Agent:       agents[pick(len(agents))],
+		Request:     docs[pick(len(docs))],
+		Outputs:     docs[pick(len(docs))],
+		Pinned:      docs[pick(len(docs))],
+		OutputsBlob: docs[pick(len(docs))],
+		Reason:      texts[pick(len(texts))],
+		TraceID:     texts[pick(len(texts))],
 	}
 	u.Iterations, u.ToolCalls = pick(4), pick(4)
 	if s := pick(4); s > 0 {

@@ -99,16 +99,16 @@ func scanRun(row pgx.Row, extra ...any) (store.Run, error) {
 func (s *Store) Run(ctx context.Context, runID string) (store.Run, error) {
 	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
 	defer cancel()
-	var req, outputs, pinned []byte
-	run, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+`, r.request, r.outputs, r.pinned
-		FROM runs r WHERE r.run_id = $1`, runID), &req, &outputs, &pinned)
+	var req, outputs, pinned, blob []byte
+	run, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+`, r.request, r.outputs, r.pinned, r.outputs_blob
+		FROM runs r WHERE r.run_id = $1`, runID), &req, &outputs, &pinned, &blob)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Run{}, fmt.Errorf("%w: %q", store.ErrRunNotFound, runID)
 	}
 	if err != nil {
 		return store.Run{}, fmt.Errorf("get run %q: %w", runID, err)
 	}
-	run.Request, run.Outputs, run.Pinned = req, outputs, pinned
+	run.Request, run.Outputs, run.Pinned, run.OutputsBlob = req, outputs, pinned, blob
 	return run, nil
 }
 
@@ -177,7 +177,7 @@ func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.To
 	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT run_id, call_id, seq, iteration, name, version, status, error_code,
-		input, envelope, t_start, t_end, latency_ms, cached, truncated
+		input, envelope, t_start, t_end, latency_ms, cached, truncated, queue, cost
 		FROM tool_calls WHERE run_id = $1 AND ($2 = '' OR call_id = $2) `+callOrder, runID, callID)
 	if err != nil {
 		return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
@@ -186,17 +186,17 @@ func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.To
 	out := []store.ToolCall{}
 	for rows.Next() {
 		var (
-			c                      store.ToolCall
-			seq, iter              *int32
-			name, version, errCode *string
-			input, env             []byte
+			c                             store.ToolCall
+			seq, iter                     *int32
+			name, version, errCode, queue *string
+			input, env                    []byte
 		)
 		if err := rows.Scan(&c.RunID, &c.CallID, &seq, &iter, &name, &version, &c.Status, &errCode,
-			&input, &env, &c.TStart, &c.TEnd, &c.LatencyMS, &c.Cached, &c.Truncated); err != nil {
+			&input, &env, &c.TStart, &c.TEnd, &c.LatencyMS, &c.Cached, &c.Truncated, &queue, &c.Cost); err != nil {
 			return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
 		}
 		c.Seq, c.Iteration = intPtr(seq), intPtr(iter)
-		c.Name, c.Version, c.ErrorCode = deref(name), deref(version), deref(errCode)
+		c.Name, c.Version, c.ErrorCode, c.Queue = deref(name), deref(version), deref(errCode), deref(queue)
 		c.Input, c.Envelope = input, env
 		c.TStart, c.TEnd = utcPtr(c.TStart), utcPtr(c.TEnd)
 		out = append(out, c)
@@ -379,7 +379,7 @@ func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before t
 	if limit < 1 {
 		limit = 1
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+`, r.outputs, r.pinned FROM runs r
+	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+`, r.outputs, r.pinned, r.outputs_blob FROM runs r
 		WHERE r.status = 'completed' AND r.org_id = $1 AND r.agent = $2 AND r.created_at < $3
 		ORDER BY r.created_at DESC, r.run_id DESC LIMIT $4`, orgID, agent, before, limit)
 	if err != nil {
@@ -388,12 +388,12 @@ func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before t
 	defer rows.Close()
 	out := []store.Run{}
 	for rows.Next() {
-		var outputs, pinned []byte
-		run, err := scanRun(rows, &outputs, &pinned)
+		var outputs, pinned, blob []byte
+		run, err := scanRun(rows, &outputs, &pinned, &blob)
 		if err != nil {
 			return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
 		}
-		run.Outputs, run.Pinned = outputs, pinned
+		run.Outputs, run.Pinned, run.OutputsBlob = outputs, pinned, blob
 		out = append(out, run)
 	}
 	if err := rows.Err(); err != nil {

@@ -137,9 +137,12 @@ func textHoldsNoNUL(r *store.Record) error {
 			return err
 		}
 	}
-	if u := r.Call; u != nil {
-		return check("call", []field{{"status", u.Status}, {"name", u.Name}, {"version", u.Version},
-			{"error code", u.ErrorCode}})
+	for i := range r.Calls {
+		u := &r.Calls[i]
+		if err := check("call", []field{{"status", u.Status}, {"name", u.Name}, {"version", u.Version},
+			{"queue", u.Queue}, {"error code", u.ErrorCode}}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -343,27 +346,35 @@ func (c *toolCols) args() []any { return []any{c.runID, c.name, c.version, c.def
 // calls queues the fresh records' tool call updates. A call's updates in
 // one batch are merged into one where mergeCall shows that the merged update
 // leaves any stored row as the updates one by one would: under load a call's
-// request, approval, start and completion often share a batch, and one row
-// update instead of four saves Postgres three heap and index updates. The
-// rest go in waves: ON CONFLICT DO UPDATE cannot touch a row twice in one
+// request (its model turn), approval and completion often share a batch, and
+// one row update instead of three saves Postgres two heap and index updates.
+// The rest go in waves: ON CONFLICT DO UPDATE cannot touch a row twice in one
 // statement, so wave k holds the k-th update of each call, in batch order,
 // and the waves run in order. Each call still sees its updates in order, and
 // updates of different calls touch different rows, so the rows are those of
-// the one-by-one upserts.
+// the one-by-one upserts. A model turn's record updates each of its calls
+// once (RecordOf refuses a turn that names a call twice), so a record is in
+// a wave at most once per call.
 func (q *effectQueue) calls(fresh []bool) {
 	type key struct{ run, call string }
-	groups := make(map[key][]int)
+	type update struct {
+		rec int
+		u   *store.CallUpdate
+	}
+	groups := make(map[key][]update)
 	var order []key
 	for i := range q.recs {
-		u := q.recs[i].Call
-		if !fresh[i] || u == nil {
+		if !fresh[i] {
 			continue
 		}
-		k := key{u.RunID, u.CallID}
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
+		for j := range q.recs[i].Calls {
+			u := &q.recs[i].Calls[j]
+			k := key{u.RunID, u.CallID}
+			if _, ok := groups[k]; !ok {
+				order = append(order, k)
+			}
+			groups[k] = append(groups[k], update{i, u})
 		}
-		groups[k] = append(groups[k], i)
 	}
 	var (
 		waves  [][]*store.CallUpdate
@@ -376,10 +387,10 @@ func (q *effectQueue) calls(fresh []bool) {
 		waves[n], wavesI[n] = append(waves[n], u), append(wavesI[n], idx...)
 	}
 	for _, k := range order {
-		idx := groups[k]
-		us := make([]*store.CallUpdate, len(idx))
-		for j, i := range idx {
-			us[j] = q.recs[i].Call
+		g := groups[k]
+		us, idx := make([]*store.CallUpdate, len(g)), make([]int, len(g))
+		for j, up := range g {
+			us[j], idx[j] = up.u, up.rec
 		}
 		if m, ok := mergeCall(us); ok {
 			put(0, m, idx...)
@@ -394,15 +405,24 @@ func (q *effectQueue) calls(fresh []bool) {
 		for _, u := range wave {
 			cols.add(u)
 		}
-		q.add("upsert tool calls", wavesI[n], upsertCallsSQL, cols.args()...)
+		q.add("upsert tool calls", owners(wavesI[n]), upsertCallsSQL, cols.args()...)
 	}
+}
+
+// owners is the records a statement carries, each once, in batch order
+// (a turn's record carries several calls of one statement).
+func owners(recs []int) []int {
+	out := slices.Clone(recs)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // mergeCall folds one call's updates, in order, into one update that the
 // rules of sqlstore.CallUpsertSet apply to any stored row with the same result as the
 // updates one by one; false when no such update is shown to exist. The
-// status is the most advanced; seq, iteration and the envelope are the first
-// given; the envelope's own fields come with the first envelope. Name,
+// status is the most advanced; seq, iteration, queue and the envelope are the
+// first given; the envelope's own fields (its cost among them) come with the
+// first envelope. Name,
 // version, input and t_start are the first given when no update carries an
 // envelope; with one, the envelope's values must be given and be the first
 // given too (a row without an envelope takes the envelope's, one with an
@@ -422,6 +442,9 @@ func mergeCall(us []*store.CallUpdate) (*store.CallUpdate, bool) {
 		}
 		if m.Iteration == nil {
 			m.Iteration = u.Iteration
+		}
+		if m.Queue == "" {
+			m.Queue = u.Queue
 		}
 		if env == nil && sqlstore.NullJSON(u.Envelope) != nil {
 			env = u
@@ -448,7 +471,7 @@ func mergeCall(us []*store.CallUpdate) (*store.CallUpdate, bool) {
 		return nil, false
 	}
 	m.Envelope, m.TEnd, m.LatencyMS, m.ErrorCode = env.Envelope, env.TEnd, env.LatencyMS, env.ErrorCode
-	m.Cached, m.Truncated = env.Cached, env.Truncated
+	m.Cached, m.Truncated, m.Cost = env.Cached, env.Truncated, env.Cost
 	m.TStart = env.TStart
 	return m, true
 }
@@ -457,14 +480,14 @@ func mergeCall(us []*store.CallUpdate) (*store.CallUpdate, bool) {
 // sqlstore.CallUpsertSet.
 var upsertCallsSQL = `
 INSERT INTO tool_calls AS c (run_id, call_id, seq, iteration, name, version, status, error_code, input,
-	envelope, t_start, t_end, latency_ms, cached, truncated)
+	envelope, t_start, t_end, latency_ms, cached, truncated, queue, cost)
 SELECT run_id, call_id, seq, iteration, name, version, status, error_code, input::json,
-	envelope::json, t_start, t_end, latency_ms, cached, truncated
+	envelope::json, t_start, t_end, latency_ms, cached, truncated, queue, cost
 FROM unnest($1::text[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6::text[], $7::text[],
 	$8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::bigint[],
-	$14::boolean[], $15::boolean[]) WITH ORDINALITY
+	$14::boolean[], $15::boolean[], $16::text[], $17::double precision[]) WITH ORDINALITY
 	AS u(run_id, call_id, seq, iteration, name, version, status, error_code, input,
-	envelope, t_start, t_end, latency_ms, cached, truncated, ord)
+	envelope, t_start, t_end, latency_ms, cached, truncated, queue, cost, ord)
 ORDER BY ord
 ON CONFLICT (run_id, call_id) DO UPDATE SET` + sqlstore.CallUpsertSet
 
@@ -472,9 +495,11 @@ type callCols struct {
 	runID, callID, status                     []string
 	seq, iteration                            []*int
 	name, version, errorCode, input, envelope []*string
+	queue                                     []*string
 	tStart, tEnd                              []*time.Time
 	latencyMS                                 []*int64
 	cached, truncated                         []bool
+	cost                                      []*float64
 }
 
 func (c *callCols) add(u *store.CallUpdate) {
@@ -483,9 +508,10 @@ func (c *callCols) add(u *store.CallUpdate) {
 	c.errorCode, c.input, c.envelope = append(c.errorCode, sqlstore.NullString(u.ErrorCode)), append(c.input, sqlstore.JSONText(u.Input)), append(c.envelope, sqlstore.JSONText(u.Envelope))
 	c.tStart, c.tEnd, c.latencyMS = append(c.tStart, u.TStart), append(c.tEnd, u.TEnd), append(c.latencyMS, u.LatencyMS)
 	c.cached, c.truncated = append(c.cached, u.Cached), append(c.truncated, u.Truncated)
+	c.queue, c.cost = append(c.queue, sqlstore.NullString(u.Queue)), append(c.cost, u.Cost)
 }
 
 func (c *callCols) args() []any {
 	return []any{c.runID, c.callID, c.seq, c.iteration, c.name, c.version, c.status, c.errorCode, c.input,
-		c.envelope, c.tStart, c.tEnd, c.latencyMS, c.cached, c.truncated}
+		c.envelope, c.tStart, c.tEnd, c.latencyMS, c.cached, c.truncated, c.queue, c.cost}
 }

@@ -10,8 +10,9 @@ import (
 
 // TestWriteStatementsDoNotGrowWithTheBatch: the effects of a batch cost a
 // fixed number of statements however many runs and events it holds: two for
-// the runs, one for the calls (each call's four updates merged into one), one
-// each for turns, verdicts and tool definitions.
+// the runs, one for the calls (each call's four updates, its turn's request
+// among them, merged into one), one each for turns, verdicts and tool
+// definitions.
 func TestWriteStatementsDoNotGrowWithTheBatch(t *testing.T) {
 	for _, runs := range []int{1, 3, 50} {
 		recs := busyRuns(runs)
@@ -36,9 +37,9 @@ func TestWriteStatementsDoNotGrowWithTheBatch(t *testing.T) {
 	}
 }
 
-// busyRuns are the records of n runs, each with a model turn, a verdict and
-// four calls going through their four statuses, every record updating its
-// run.
+// busyRuns are the records of n runs, each with a model turn (its verdict,
+// and the four calls it requests) and the four calls going through their
+// other statuses, every record updating its run.
 func busyRuns(n int) []store.Record {
 	var recs []store.Record
 	add := func(r store.Record) {
@@ -48,12 +49,16 @@ func busyRuns(n int) []store.Record {
 	for i := range n {
 		runID := fmt.Sprintf("run-%d", i)
 		run := func() *store.RunUpdate { return &store.RunUpdate{RunID: runID, At: mergeBase} }
-		add(store.Record{Run: run(), Turn: &store.TurnRow{RunID: runID, Iteration: 1},
-			Tools: []store.ToolDefRow{{RunID: runID, Name: "t", Version: "1"}}})
-		add(store.Record{Run: run(), Verdict: &store.VerdictRow{RunID: runID, Iteration: 1, Allowed: true}})
-		for _, status := range []string{store.CallRequested, store.CallApproved, store.CallStarted, store.CallCompleted} {
+		turn := store.Record{Run: run(), Turn: &store.TurnRow{RunID: runID, Iteration: 1},
+			Verdict: &store.VerdictRow{RunID: runID, Iteration: 1, Allowed: true},
+			Tools:   []store.ToolDefRow{{RunID: runID, Name: "t", Version: "1"}}}
+		for c := range 4 {
+			turn.Calls = append(turn.Calls, store.CallUpdate{RunID: runID, CallID: fmt.Sprint(c), Status: store.CallRequested})
+		}
+		add(turn)
+		for _, status := range []string{store.CallApproved, store.CallStarted, store.CallCompleted} {
 			for c := range 4 {
-				add(store.Record{Run: run(), Call: &store.CallUpdate{RunID: runID, CallID: fmt.Sprint(c), Status: status}})
+				add(store.Record{Run: run(), Calls: []store.CallUpdate{{RunID: runID, CallID: fmt.Sprint(c), Status: status}}})
 			}
 		}
 	}
@@ -62,26 +67,39 @@ func busyRuns(n int) []store.Record {
 
 // TestCallsThatCannotMergeGoInWaves: a call whose envelope names it otherwise
 // than its request did keeps one statement per update; the other calls of the
-// batch still merge into the first.
+// batch still merge into the first. A model turn that requests several calls
+// is carried once by each statement it has rows in.
 func TestCallsThatCannotMergeGoInWaves(t *testing.T) {
 	tStart := mergeBase
-	req := func(call, name string) store.Record {
-		return store.Record{Call: &store.CallUpdate{RunID: "r", CallID: call, Status: store.CallRequested, Name: name, Version: "1"}}
+	call := func(id, name string) store.CallUpdate {
+		return store.CallUpdate{RunID: "r", CallID: id, Status: store.CallRequested, Name: name, Version: "1"}
 	}
+	req := func(id, name string) store.Record {
+		return store.Record{Calls: []store.CallUpdate{call(id, name)}}
+	}
+	turn := func(calls ...store.CallUpdate) store.Record { return store.Record{Calls: calls} }
 	done := func(call, name string) store.Record {
-		return store.Record{Call: &store.CallUpdate{RunID: "r", CallID: call, Status: store.CallCompleted, Name: name, Version: "1",
-			Input: []byte(`{}`), TStart: &tStart, Envelope: []byte(`{"call_id":"` + call + `"}`)}}
+		return store.Record{Calls: []store.CallUpdate{{RunID: "r", CallID: call, Status: store.CallCompleted, Name: name, Version: "1",
+			Input: []byte(`{}`), TStart: &tStart, Envelope: []byte(`{"call_id":"` + call + `"}`)}}}
 	}
 	for _, c := range []struct {
-		name  string
-		recs  []store.Record
-		waves int
+		name   string
+		recs   []store.Record
+		waves  int
+		owners int // records the statements carry, all waves together
 	}{
-		{"agreeing", []store.Record{req("a", "echo"), done("a", "echo"), req("b", "echo"), done("b", "echo")}, 1},
-		{"renamed by its envelope", []store.Record{req("a", "echo"), done("a", "shout"), req("b", "echo"), done("b", "echo")}, 2},
+		{"agreeing", []store.Record{req("a", "echo"), done("a", "echo"), req("b", "echo"), done("b", "echo")}, 1, 4},
+		{"renamed by its envelope", []store.Record{req("a", "echo"), done("a", "shout"), req("b", "echo"), done("b", "echo")}, 2, 4},
+		{"one turn, agreeing", []store.Record{turn(call("a", "echo"), call("b", "echo")), done("a", "echo"), done("b", "echo")}, 1, 3},
+		// Wave 1: the turn (its a and b, b merged with b's envelope) and b's
+		// envelope; wave 2: a's envelope.
+		{"one turn, renamed", []store.Record{turn(call("a", "echo"), call("b", "echo")), done("a", "shout"), done("b", "echo")}, 2, 3},
 	} {
 		q := &effectQueue{recs: c.recs}
-		fresh := []bool{true, true, true, true}
+		fresh := make([]bool, len(c.recs))
+		for i := range fresh {
+			fresh[i] = true
+		}
 		q.calls(fresh)
 		if len(q.what) != c.waves {
 			t.Errorf("%s: statements %q; want %d upserts", c.name, q.what, c.waves)
@@ -89,9 +107,14 @@ func TestCallsThatCannotMergeGoInWaves(t *testing.T) {
 		owned := 0
 		for _, o := range q.owners {
 			owned += len(o)
+			for i := 1; i < len(o); i++ {
+				if o[i] <= o[i-1] {
+					t.Errorf("%s: a statement's records %v are not each once, in batch order", c.name, o)
+				}
+			}
 		}
-		if owned != len(c.recs) {
-			t.Errorf("%s: the statements carry %d records; want %d", c.name, owned, len(c.recs))
+		if owned != c.owners {
+			t.Errorf("%s: the statements carry %d records; want %d", c.name, owned, c.owners)
 		}
 	}
 }

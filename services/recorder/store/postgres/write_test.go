@@ -45,7 +45,7 @@ func TestPostgresBatchesEqualOneByOne(t *testing.T) {
 
 	_, want := writeAll(t, recs, func(int) int { return 1 })
 	for name, size := range map[string]func(left int) int{
-		"random batches": func(int) int { return 1 + rng.IntN(200) },
+		"random batches": func(int) int { return 1 + rng.IntN(len(recs)/2) },
 		"one batch":      func(left int) int { return left },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -93,28 +93,32 @@ func namingRecords() []store.Record {
 		return store.Record{
 			Event: store.EventRow{ID: id, Type: "test.naming", Source: storetest.Source, Subject: "test",
 				Time: storetest.Base, RunID: "run-naming", CallID: "call-1"},
-			Call: &store.CallUpdate{RunID: "run-naming", CallID: "call-1", Status: status, Name: name,
-				Version: version, Input: json.RawMessage(`{"from":"` + id + `"}`)},
+			Calls: []store.CallUpdate{{RunID: "run-naming", CallID: "call-1", Status: status, Name: name,
+				Version: version, Input: json.RawMessage(`{"from":"` + id + `"}`)}},
 		}
 	}
 	t0, t1 := storetest.Base, storetest.Base.Add(time.Second)
-	lat := int64(7)
+	lat, cost := int64(7), 0.25
 	// withEnv makes a record a completion: it carries an envelope (and the
 	// fields that come from it) and names the call as the envelope does.
 	withEnv := func(r store.Record, tStart time.Time, code string) store.Record {
-		c := *r.Call
+		c := r.Calls[0]
 		c.Envelope = json.RawMessage(`{"call_id":"` + c.CallID + `","from":"` + r.Event.ID + `"}`)
-		c.TStart, c.TEnd, c.LatencyMS, c.ErrorCode, c.Cached = &tStart, &t1, &lat, code, true
-		r.Call = &c
+		c.TStart, c.TEnd, c.LatencyMS, c.ErrorCode, c.Cached, c.Cost = &tStart, &t1, &lat, code, true, &cost
+		r.Calls = []store.CallUpdate{c}
+		return r
+	}
+	queued := func(r store.Record, queue string) store.Record {
+		r.Calls[0].Queue = queue
 		return r
 	}
 	on := func(r store.Record, call string, tStart *time.Time) store.Record {
-		c := *r.Call
+		c := r.Calls[0]
 		c.CallID, c.TStart = call, tStart
 		if call == "call-4" || call == "call-5" {
 			c.Input = json.RawMessage(`{"q":1}`)
 		}
-		r.Call, r.Event.CallID = &c, call
+		r.Calls, r.Event.CallID = []store.CallUpdate{c}, call
 		return r
 	}
 	return []store.Record{
@@ -122,6 +126,8 @@ func namingRecords() []store.Record {
 		rec("naming-2", store.CallApproved, "second", ""),
 		rec("naming-3", store.CallRequested, "third", "3.0.0"),
 		rec("naming-4", store.CallStarted, "fourth", "4.0.0"),
+		queued(rec("naming-5", store.CallApproved, "fifth", "5.0.0"), "first-queue"),
+		queued(rec("naming-6", store.CallApproved, "sixth", "6.0.0"), "second-queue"),
 		// call-2: its envelope names it otherwise than its request did.
 		on(rec("env-2a", store.CallRequested, "asked", "1.0.0"), "call-2", nil),
 		on(withEnv(rec("env-2b", store.CallCompleted, "answered", "2.0.0"), t0, "TIMEOUT"), "call-2", &t0),

@@ -184,8 +184,8 @@ func sqliteWriteRecord(ctx context.Context, tx *sql.Tx, r *store.Record) error {
 			return err
 		}
 	}
-	if r.Call != nil {
-		if err := sqliteUpsertCall(ctx, tx, r.Call); err != nil {
+	for i := range r.Calls {
+		if err := sqliteUpsertCall(ctx, tx, &r.Calls[i]); err != nil {
 			return err
 		}
 	}
@@ -223,8 +223,8 @@ var sqliteUpsertRunSQL = func() string {
 	takeAgent := "(excluded.agent IS NOT NULL AND (excluded.request IS NOT NULL OR r.agent IS NULL))"
 	return `
 INSERT INTO runs AS r (run_id, org_id, workspace_id, user_id, agent, status, status_at, request, reason,
-	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at, spend)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?7, ?7, ?15, ?17)
+	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at, spend, outputs_blob)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?7, ?7, ?15, ?17, ?18)
 ON CONFLICT (run_id) DO UPDATE SET
 	org_id       = CASE WHEN ` + takeTenant + ` THEN excluded.org_id ELSE r.org_id END,
 	workspace_id = CASE WHEN ` + takeTenant + ` THEN excluded.workspace_id ELSE r.workspace_id END,
@@ -237,6 +237,7 @@ ON CONFLICT (run_id) DO UPDATE SET
 	request      = COALESCE(r.request, excluded.request),
 	outputs      = COALESCE(r.outputs, excluded.outputs),
 	pinned       = COALESCE(r.pinned, excluded.pinned),
+	outputs_blob = COALESCE(r.outputs_blob, excluded.outputs_blob),
 	trace_id     = COALESCE(r.trace_id, excluded.trace_id),
 	iterations   = max(r.iterations, excluded.iterations),
 	tool_calls   = max(r.tool_calls, excluded.tool_calls),
@@ -264,7 +265,7 @@ func sqliteUpsertRun(ctx context.Context, tx *sql.Tx, u *store.RunUpdate) error 
 	_, err := tx.ExecContext(ctx, sqliteUpsertRunSQL,
 		u.RunID, sqlstore.NullString(u.Tenant.OrgID), ws, user, sqlstore.NullString(u.Agent), status, fmtTime(u.At),
 		sqlstore.JSONText(u.Request), sqlstore.NullString(u.Reason), sqlstore.JSONText(u.Outputs), sqlstore.JSONText(u.Pinned),
-		sqlstore.NullString(u.TraceID), u.Iterations, u.ToolCalls, completedAt, hasStatus, u.Spend)
+		sqlstore.NullString(u.TraceID), u.Iterations, u.ToolCalls, completedAt, hasStatus, u.Spend, sqlstore.JSONText(u.OutputsBlob))
 	if err != nil {
 		return fmt.Errorf("upsert run: %w", err)
 	}
@@ -274,15 +275,15 @@ func sqliteUpsertRun(ctx context.Context, tx *sql.Tx, u *store.RunUpdate) error 
 // sqliteUpsertCallSQL applies one CallUpdate by the rules of sqlstore.CallUpsertSet.
 var sqliteUpsertCallSQL = `
 INSERT INTO tool_calls AS c (run_id, call_id, seq, iteration, name, version, status, error_code, input,
-	envelope, t_start, t_end, latency_ms, cached, truncated)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+	envelope, t_start, t_end, latency_ms, cached, truncated, queue, cost)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
 ON CONFLICT (run_id, call_id) DO UPDATE SET` + sqlstore.CallUpsertSet
 
 func sqliteUpsertCall(ctx context.Context, tx *sql.Tx, u *store.CallUpdate) error {
 	_, err := tx.ExecContext(ctx, sqliteUpsertCallSQL,
 		u.RunID, u.CallID, u.Seq, u.Iteration, sqlstore.NullString(u.Name), sqlstore.NullString(u.Version), u.Status,
 		sqlstore.NullString(u.ErrorCode), sqlstore.JSONText(u.Input), sqlstore.JSONText(u.Envelope), fmtTimePtr(u.TStart),
-		fmtTimePtr(u.TEnd), u.LatencyMS, u.Cached, u.Truncated)
+		fmtTimePtr(u.TEnd), u.LatencyMS, u.Cached, u.Truncated, sqlstore.NullString(u.Queue), u.Cost)
 	if err != nil {
 		return fmt.Errorf("upsert tool call: %w", err)
 	}
@@ -332,16 +333,16 @@ func sqliteScanRun(row scanner, extra ...any) (store.Run, error) {
 func (s *Store) Run(ctx context.Context, runID string) (store.Run, error) {
 	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
 	defer cancel()
-	var req, outputs, pinned sql.NullString
-	run, err := sqliteScanRun(s.db.QueryRowContext(ctx, `SELECT `+sqliteRunColumns+`, r.request, r.outputs, r.pinned
-		FROM runs r WHERE r.run_id = ?1`, runID), &req, &outputs, &pinned)
+	var req, outputs, pinned, blob sql.NullString
+	run, err := sqliteScanRun(s.db.QueryRowContext(ctx, `SELECT `+sqliteRunColumns+`, r.request, r.outputs, r.pinned, r.outputs_blob
+		FROM runs r WHERE r.run_id = ?1`, runID), &req, &outputs, &pinned, &blob)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Run{}, fmt.Errorf("%w: %q", store.ErrRunNotFound, runID)
 	}
 	if err != nil {
 		return store.Run{}, fmt.Errorf("get run %q: %w", runID, err)
 	}
-	run.Request, run.Outputs, run.Pinned = rawJSON(req), rawJSON(outputs), rawJSON(pinned)
+	run.Request, run.Outputs, run.Pinned, run.OutputsBlob = rawJSON(req), rawJSON(outputs), rawJSON(pinned), rawJSON(blob)
 	return run, nil
 }
 
@@ -399,7 +400,7 @@ func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before t
 	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
 	defer cancel()
 	limit = max(limit, 1)
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sqliteRunColumns+`, r.outputs, r.pinned FROM runs r
+	rows, err := s.db.QueryContext(ctx, `SELECT `+sqliteRunColumns+`, r.outputs, r.pinned, r.outputs_blob FROM runs r
 		WHERE r.status = 'completed' AND r.org_id = ?1 AND r.agent = ?2 AND r.created_at < ?3
 		ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?4`, orgID, agent, fmtTime(before), limit)
 	if err != nil {
@@ -408,12 +409,12 @@ func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before t
 	defer func() { _ = rows.Close() }()
 	out := []store.Run{}
 	for rows.Next() {
-		var outputs, pinned sql.NullString
-		run, err := sqliteScanRun(rows, &outputs, &pinned)
+		var outputs, pinned, blob sql.NullString
+		run, err := sqliteScanRun(rows, &outputs, &pinned, &blob)
 		if err != nil {
 			return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
 		}
-		run.Outputs, run.Pinned = rawJSON(outputs), rawJSON(pinned)
+		run.Outputs, run.Pinned, run.OutputsBlob = rawJSON(outputs), rawJSON(pinned), rawJSON(blob)
 		out = append(out, run)
 	}
 	if err := rows.Err(); err != nil {
@@ -445,7 +446,7 @@ func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.To
 	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
 	defer cancel()
 	rows, err := s.db.QueryContext(ctx, `SELECT run_id, call_id, seq, iteration, name, version, status, error_code,
-		input, envelope, t_start, t_end, latency_ms, cached, truncated
+		input, envelope, t_start, t_end, latency_ms, cached, truncated, queue, cost
 		FROM tool_calls WHERE run_id = ?1 AND (?2 = '' OR call_id = ?2) `+sqliteCallOrder, runID, callID)
 	if err != nil {
 		return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
@@ -454,14 +455,15 @@ func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.To
 	out := []store.ToolCall{}
 	for rows.Next() {
 		var (
-			c                      store.ToolCall
-			seq, iter, latency     sql.NullInt64
-			name, version, errCode sql.NullString
-			input, env             sql.NullString
-			tStart, tEnd           sql.NullString
+			c                             store.ToolCall
+			seq, iter, latency            sql.NullInt64
+			name, version, errCode, queue sql.NullString
+			input, env                    sql.NullString
+			tStart, tEnd                  sql.NullString
+			cost                          sql.NullFloat64
 		)
 		if err := rows.Scan(&c.RunID, &c.CallID, &seq, &iter, &name, &version, &c.Status, &errCode,
-			&input, &env, &tStart, &tEnd, &latency, &c.Cached, &c.Truncated); err != nil {
+			&input, &env, &tStart, &tEnd, &latency, &c.Cached, &c.Truncated, &queue, &cost); err != nil {
 			return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
 		}
 		c.Seq, c.Iteration = nullInt(seq), nullInt(iter)
@@ -469,7 +471,11 @@ func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.To
 			v := latency.Int64
 			c.LatencyMS = &v
 		}
-		c.Name, c.Version, c.ErrorCode = name.String, version.String, errCode.String
+		if cost.Valid {
+			v := cost.Float64
+			c.Cost = &v
+		}
+		c.Name, c.Version, c.ErrorCode, c.Queue = name.String, version.String, errCode.String, queue.String
 		c.Input, c.Envelope = rawJSON(input), rawJSON(env)
 		if c.TStart, err = parseTimeNull(tStart); err != nil {
 			return nil, err

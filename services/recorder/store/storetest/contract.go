@@ -181,20 +181,21 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 		s := newStore(t)
 		fx := CompletedRun(t, "run-calls", "weather", TenantA, Base)
 		env := fx.Envelopes[0]
-		requested := fx.Event(t, events.TypeCallRequested, env.CallID)
-		// A request whose fields disagree with the envelope: the envelope wins
-		// whichever arrives first.
-		var req events.CallRequest
-		if err := json.Unmarshal(requested.Event.Data(), &req); err != nil {
+		turn := fx.Event(t, events.TypeTurnCompleted, "")
+		// A model turn whose call fields disagree with the envelope: the
+		// envelope wins whichever arrives first.
+		var tr events.Turn
+		if err := json.Unmarshal(turn.Event.Data(), &tr); err != nil {
 			t.Fatal(err)
 		}
-		req.Input = json.RawMessage(`{"query":"something else"}`)
-		req.Version = "9.9.9"
-		odd, err := events.NewCallRequest(Source, "requested", req, fx.Trace)
+		tr.Calls = slices.Clone(tr.Calls)
+		tr.Calls[0].Input = json.RawMessage(`{"query":"something else"}`)
+		tr.Calls[0].Version = "9.9.9"
+		odd, err := events.NewTurnCompleted(Source, tr, fx.Trace)
 		if err != nil {
 			t.Fatal(err)
 		}
-		odd.Event.SetTime(requested.Event.Time())
+		odd.Event.SetTime(turn.Event.Time())
 		// And a start time that disagrees with the envelope's.
 		early, err := events.NewCallStarted(Source, events.CallStarted{RunID: fx.RunID, CallID: env.CallID,
 			Name: env.Name, Version: env.Version, TStart: env.TStart.Add(-time.Second)}, fx.Tenant, fx.Trace)
@@ -207,13 +208,41 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(calls) != 1 {
-			t.Fatalf("tool calls = %d, want 1", len(calls))
+		// The turn requested both of its calls; only the first went further.
+		if len(calls) != 2 {
+			t.Fatalf("tool calls = %d, want 2", len(calls))
 		}
 		c := calls[0]
 		if c.Status != store.CallCompleted || c.Version != env.Version || !jsonEqual(c.Input, env.Input) ||
-			c.Seq == nil || *c.Seq != 1 || c.TStart == nil || !c.TStart.Equal(env.TStart) {
-			t.Fatalf("call = %+v; want completed with the envelope's version, input and t_start, seq 1", c)
+			c.Seq == nil || *c.Seq != 1 || c.TStart == nil || !c.TStart.Equal(env.TStart) ||
+			c.Queue != fx.Queues[0] || c.Cost == nil || *c.Cost != env.Cost {
+			t.Fatalf("call = %+v; want completed with the envelope's version, input, t_start and cost, seq 1, queue %s", c, fx.Queues[0])
+		}
+		if o := calls[1]; o.Status != store.CallRequested || o.CallID != fx.Envelopes[1].CallID || o.Seq == nil || *o.Seq != 2 ||
+			o.Iteration == nil || *o.Iteration != 1 || o.Name != "fetch_page" || o.Queue != "" || o.Cost != nil || o.Envelope != nil {
+			t.Fatalf("second call = %+v; want requested by the turn, seq 2, no queue, cost or envelope yet", o)
+		}
+	})
+
+	t.Run("OutputsBlobIsKept", func(t *testing.T) {
+		s := newStore(t)
+		fx := CompletedRun(t, "run-blob", "weather", TenantA, Base)
+		blob := envelope.Attachment{Kind: envelope.AttachmentBlob, URL: "/v1/blobs/run-blob.outputs",
+			ContentType: "application/json", Bytes: 300 << 10}
+		fx = fx.WithOutputsBlob(t, blob)
+		recs := fx.Records(t)
+		slices.Reverse(recs)
+		for _, rec := range recs {
+			mustWrite(t, s, rec)
+		}
+		run := mustRun(t, s, fx.RunID)
+		if run.Status != events.StatusCompleted || run.Outputs != nil || run.Pinned != nil || !jsonEqual(run.OutputsBlob, mustJSON(t, blob)) {
+			t.Fatalf("run = status %s outputs %s pinned %s blob %s; want completed, its outputs in the blob", run.Status,
+				run.Outputs, run.Pinned, run.OutputsBlob)
+		}
+		got, err := s.CompletedRuns(ctx(t), TenantA.OrgID, "weather", Base.Add(time.Hour), 1)
+		if err != nil || len(got) != 1 || !jsonEqual(got[0].OutputsBlob, mustJSON(t, blob)) {
+			t.Fatalf("CompletedRuns = %+v, %v; want the run with its outputs blob", got, err)
 		}
 	})
 
@@ -385,14 +414,10 @@ func runContractExtras(t *testing.T, newStore func(t *testing.T) store.Store) {
 			t.Fatalf("Turns = %+v", turns)
 		}
 		for i, tr := range turns {
-			var raw struct {
-				Turn json.RawMessage `json:"turn"`
-			}
-			if err := json.Unmarshal(fx.Events[turnIndex(t, fx, i+1)].Event.Data(), &raw); err != nil {
-				t.Fatal(err)
-			}
-			if !jsonEqual(tr.Turn, raw.Turn) {
-				t.Errorf("turn %d = %s\nwant %s", i+1, tr.Turn, raw.Turn)
+			// A turn is kept as its event sent it (the last one rides on the
+			// run's completed event).
+			if _, want := fx.Turn(t, i+1); !jsonEqual(tr.Turn, want) {
+				t.Errorf("turn %d = %s\nwant %s", i+1, tr.Turn, want)
 			}
 		}
 		verdicts, err := s.Verdicts(ctx(t), fx.RunID)
@@ -402,6 +427,12 @@ func runContractExtras(t *testing.T, newStore func(t *testing.T) store.Store) {
 		if len(verdicts) != 2 || !verdicts[0].Allowed || verdicts[1].Iteration != 2 {
 			t.Fatalf("Verdicts = %+v", verdicts)
 		}
+		denied := FailedRun(t, "run-denied", "weather", TenantB, Base, "budget exhausted")
+		mustWrite(t, s, denied.Records(t)...)
+		if v, err := s.Verdicts(ctx(t), denied.RunID); err != nil || len(v) != 1 || v[0].Allowed ||
+			v[0].Code != string(envelope.CodePolicyDenied) || v[0].Reason != "budget exhausted" {
+			t.Fatalf("Verdicts of a denied run = %+v, %v; want turn 1 denied with its code and reason", v, err)
+		}
 		for _, f := range []func() (int, error){
 			func() (int, error) { v, err := s.Turns(ctx(t), "nope"); return lenOrNil(v == nil, len(v)), err },
 			func() (int, error) { v, err := s.Verdicts(ctx(t), "nope"); return lenOrNil(v == nil, len(v)), err },
@@ -410,6 +441,99 @@ func runContractExtras(t *testing.T, newStore func(t *testing.T) store.Store) {
 			if n, err := f(); err != nil || n != 0 {
 				t.Fatalf("read of an unknown run: %d rows, err %v; want an empty list", n, err)
 			}
+		}
+	})
+
+	t.Run("ReplayBundle", func(t *testing.T) {
+		s := newStore(t)
+		fx := CompletedRun(t, "run-bundle", "weather", TenantA, Base)
+		recs := fx.Records(t)
+		slices.Reverse(recs) // the bundle does not depend on the order events came in
+		mustWrite(t, s, recs...)
+		b, err := store.ReplayBundle(ctx(t), s, fx.RunID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Version != envelope.ReplayBundleVersion || b.RunID != fx.RunID || b.Status != events.StatusCompleted ||
+			!jsonEqual(mustJSON(t, b.Request), mustJSON(t, fx.Request)) {
+			t.Fatalf("bundle version %d run %q status %q request %s", b.Version, b.RunID, b.Status, mustJSON(t, b.Request))
+		}
+		if len(b.Turns) != 2 {
+			t.Fatalf("turns = %s", mustJSON(t, b.Turns))
+		}
+		for i, mt := range b.Turns {
+			sent, _ := fx.Turn(t, i+1)
+			want := envelope.ModelTurn{Iteration: i + 1, Model: fx.Request.Agent.Model, Tools: sent.Tools,
+				Response: *sent.Response, TStart: sent.TStart, TEnd: sent.TEnd}
+			if !jsonEqual(mustJSON(t, mt), mustJSON(t, want)) {
+				t.Errorf("turn %d = %s\nwant %s", i+1, mustJSON(t, mt), mustJSON(t, want))
+			}
+			if mt.Messages != nil {
+				t.Errorf("turn %d carries messages", i+1)
+			}
+		}
+		if !jsonEqual(mustJSON(t, b.Envelopes), mustJSON(t, fx.Envelopes)) {
+			t.Errorf("envelopes = %s\nwant them in seq order", mustJSON(t, b.Envelopes))
+		}
+		if b.Outputs == nil || !jsonEqual(mustJSON(t, b.Outputs), mustJSON(t, fx.Outputs)) {
+			t.Errorf("outputs = %s", mustJSON(t, b.Outputs))
+		}
+		if len(b.Verdicts) != 2 || !b.Verdicts[0].Allowed || !b.Verdicts[1].Allowed || b.Verdicts[1].Iteration != 2 {
+			t.Errorf("verdicts = %+v", b.Verdicts)
+		}
+
+		// A turn the loop rules denied called no model: a verdict, no turn.
+		denied := FailedRun(t, "run-bundle-denied", "weather", TenantA, Base, "max_budget reached")
+		mustWrite(t, s, denied.Records(t)...)
+		b, err = store.ReplayBundle(ctx(t), s, denied.RunID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Turns) != 0 || len(b.Verdicts) != 1 || b.Verdicts[0].Allowed || b.Verdicts[0].Code != envelope.CodePolicyDenied ||
+			b.Status != events.StatusFailed || b.Reason != "max_budget reached" {
+			t.Fatalf("bundle of a denied run: turns %d verdicts %+v status %s reason %q", len(b.Turns), b.Verdicts, b.Status, b.Reason)
+		}
+
+		// Outputs in a blob are read with the reader given, or left out.
+		inBlob := CompletedRun(t, "run-bundle-blob", "weather", TenantA, Base).WithOutputsBlob(t,
+			envelope.Attachment{Kind: envelope.AttachmentBlob, URL: "/v1/blobs/run-bundle-blob.outputs"})
+		mustWrite(t, s, inBlob.Records(t)...)
+		doc := mustJSON(t, events.OutputsDocument{Outputs: inBlob.Outputs})
+		read := func(_ context.Context, name string) ([]byte, error) {
+			if name != "run-bundle-blob.outputs" {
+				return nil, fmt.Errorf("no blob %s", name)
+			}
+			return doc, nil
+		}
+		if b, err = store.ReplayBundle(ctx(t), s, inBlob.RunID, read); err != nil || b.Outputs == nil ||
+			!jsonEqual(mustJSON(t, b.Outputs), mustJSON(t, inBlob.Outputs)) {
+			t.Fatalf("bundle with its outputs in a blob: %v, outputs %s", err, mustJSON(t, b.Outputs))
+		}
+		if b, err = store.ReplayBundle(ctx(t), s, inBlob.RunID, nil); err != nil || b.Outputs != nil || len(b.Envelopes) != 2 {
+			t.Fatalf("bundle without a blob reader: %v, outputs %s", err, mustJSON(t, b.Outputs))
+		}
+
+		// A run recorded before contract v2 kept the ModelTurn of its
+		// llm.completed events, messages and all: a version 1 bundle.
+		legacy := StartedRun(t, "run-bundle-v1", "weather", TenantA, Base)
+		mustWrite(t, s, legacy.Records(t)...)
+		mt := envelope.ModelTurn{Iteration: 1, Model: legacy.Request.Agent.Model, Messages: legacy.Request.Messages,
+			Tools: legacy.Request.Agent.EnabledTools, Response: envelope.ModelResponse{Content: "Sunny.", StopReason: "end_turn"},
+			TStart: Base, TEnd: Base.Add(time.Second)}
+		mustWrite(t, s, store.Record{Event: store.EventRow{ID: "run-bundle-v1/llm/1", Type: "dev.toolwire.llm.completed.v1",
+			Source: Source, Subject: "toolwire.run.run-bundle-v1.llm.1.completed", Time: Base, RunID: legacy.RunID},
+			Turn:    &store.TurnRow{RunID: legacy.RunID, Iteration: 1, Turn: mustJSON(t, mt)},
+			Verdict: &store.VerdictRow{RunID: legacy.RunID, Iteration: 1, Allowed: true}})
+		b, err = store.ReplayBundle(ctx(t), s, legacy.RunID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Version != 0 || len(b.Turns) != 1 || !jsonEqual(mustJSON(t, b.Turns[0]), mustJSON(t, mt)) {
+			t.Fatalf("bundle of a run recorded before v2: version %d turns %s; want version 1 (none) and the ModelTurn as kept",
+				b.Version, mustJSON(t, b.Turns))
+		}
+		if _, err := store.ReplayBundle(ctx(t), s, "nope", nil); !errors.Is(err, store.ErrRunNotFound) {
+			t.Fatalf("bundle of an unknown run: %v", err)
 		}
 	})
 
@@ -456,8 +580,9 @@ func runContractExtras(t *testing.T, newStore func(t *testing.T) store.Store) {
 			t.Fatalf("spend %v before any report, want none", *run.Spend)
 		}
 		for i, spend := range []float64{0.25, 0.75, 0.5} {
-			o, err := events.NewIterationRequested(Source, events.IterationCheck{RunID: fx.RunID, Iteration: i + 1,
-				Tenant: fx.Tenant, Agent: fx.Agent, Spend: spend}, fx.Trace)
+			o, err := events.NewTurnCompleted(Source, events.Turn{RunID: fx.RunID, Iteration: i + 1,
+				Tenant: fx.Tenant, Agent: fx.Agent, Verdict: events.LoopVerdict{Allowed: true},
+				Response: &envelope.ModelResponse{Content: "thinking"}, Spend: spend}, fx.Trace)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -532,21 +657,6 @@ func runContractExtras(t *testing.T, newStore func(t *testing.T) store.Store) {
 			}
 		}
 	})
-}
-
-func turnIndex(t testing.TB, fx *Run, iteration int) int {
-	t.Helper()
-	n := 0
-	for i, o := range fx.Events {
-		if o.Event.Type() == events.TypeLLMCompleted {
-			n++
-			if n == iteration {
-				return i
-			}
-		}
-	}
-	t.Fatalf("run %s has no turn %d", fx.RunID, iteration)
-	return -1
 }
 
 // lenOrNil is n, or -1 for a nil list (which the API would show as null).
@@ -636,6 +746,12 @@ func CheckRun(t testing.TB, s store.Store, fx *Run) {
 		}
 		if !jsonEqual(c.Input, env.Input) || !jsonEqual(c.Envelope, mustJSON(t, env)) {
 			t.Errorf("call %d input %s envelope %s", i, c.Input, c.Envelope)
+		}
+		if c.Cost == nil || *c.Cost != env.Cost {
+			t.Errorf("call %d cost %v; want the envelope's, %v", i, c.Cost, env.Cost)
+		}
+		if i < len(fx.Queues) && c.Queue != fx.Queues[i] {
+			t.Errorf("call %d queue %q; want %q", i, c.Queue, fx.Queues[i])
 		}
 	}
 	envs, err := s.Envelopes(ctx(t), fx.RunID)

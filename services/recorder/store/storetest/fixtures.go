@@ -22,8 +22,10 @@ type Run struct {
 	Agent   string
 	Trace   events.RunTrace
 	Request envelope.RunRequest
-	// Envelopes are the run's tool call receipts in call order.
+	// Envelopes are the run's tool call receipts in call order, and Queues
+	// the queues their calls were routed to.
 	Envelopes []envelope.ToolEnvelope
+	Queues    []string
 	// Outputs is what the completed event carries (nil for a failed run).
 	Outputs *envelope.AgentOutputs
 	Reason  string // a failed run's reason
@@ -34,6 +36,40 @@ type Run struct {
 	// Events are the run's events in the order they happened; their times
 	// step by a millisecond from the fixture's base time.
 	Events []events.Outgoing
+}
+
+// Turn returns the run's turn n as its events sent it: the data of its turn
+// event, or the turn its end event carries (the turn that ended the run), or
+// fails t.
+func (r *Run) Turn(t testing.TB, n int) (events.Turn, json.RawMessage) {
+	t.Helper()
+	for _, o := range r.Events {
+		var raw json.RawMessage
+		switch o.Event.Type() {
+		case events.TypeTurnCompleted:
+			raw = o.Event.Data()
+		case events.TypeRunCompleted, events.TypeRunFailed:
+			var end struct {
+				Turn json.RawMessage `json:"turn"`
+			}
+			if err := json.Unmarshal(o.Event.Data(), &end); err != nil {
+				t.Fatal(err)
+			}
+			raw = end.Turn
+		}
+		if len(raw) == 0 {
+			continue
+		}
+		var turn events.Turn
+		if err := json.Unmarshal(raw, &turn); err != nil {
+			t.Fatal(err)
+		}
+		if turn.Iteration == n {
+			return turn, raw
+		}
+	}
+	t.Fatalf("storetest: run %s has no turn %d", r.RunID, n)
+	return events.Turn{}, nil
 }
 
 // Status is the run's final status.
@@ -83,9 +119,12 @@ func TraceFor(runID string) events.RunTrace {
 	return events.RunTrace{TraceParent: "00-" + h + "-00f067aa0ba902b7-01"}
 }
 
-// CompletedRun builds a run of two iterations: the model asks for two tool
-// calls at once (web_search succeeds, fetch_page times out), then answers.
-// Its events start at base.
+// CompletedRun builds a run of two iterations, as contract v2 records it:
+// its first model call is slow (so the run is announced started); the model
+// asks for two tool calls at once (web_search, on the default queue, succeeds
+// from the cache; fetch_page, on the "fetchers" queue, is slow, announced
+// started, and times out), then answers: that last turn rides on the
+// completed event. Its events start at base.
 func CompletedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base time.Time) *Run {
 	t.Helper()
 	b := newBuilder(t, runID, agent, tenant, base)
@@ -93,26 +132,24 @@ func CompletedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, bas
 
 	b.add(events.NewRunRequested(Source, r.Request, r.Trace))
 	b.add(events.NewRunStatus(Source, b.status(events.StatusStarted), "", r.Trace))
-	b.iteration(1, 0)
 	inputA := json.RawMessage(`{"query": "weather in Paris", "max_results": 3}`)
 	inputB := json.RawMessage(`{"url":"https://example.com/forecast"}`)
-	reqA := b.callRequest(1, 1, "web_search", "1.2.0", inputA)
-	reqB := b.callRequest(2, 1, "fetch_page", "2.0.0", inputB)
-	b.turn(1, envelope.ModelResponse{
+	callA := b.turnCall(1, "web_search", "1.2.0", inputA, 0.01, "")
+	callB := b.turnCall(2, "fetch_page", "2.0.0", inputB, 0.002, "fetchers")
+	b.turn(1, &envelope.ModelResponse{
 		ToolCalls: []envelope.ToolCall{
 			{ID: "tc_1", Name: "web_search", Arguments: inputA},
 			{ID: "tc_2", Name: "fetch_page", Arguments: inputB},
 		},
 		StopReason: "tool_use",
 		Usage:      envelope.Usage{InputTokens: 120, OutputTokens: 30},
-	})
-	b.add(events.NewCallRequest(Source, "requested", reqA, r.Trace))
-	b.add(events.NewCallRequest(Source, "requested", reqB, r.Trace))
-	b.add(events.NewCallRequest(Source, "approved", reqA, r.Trace))
-	b.add(events.NewCallRequest(Source, "approved", reqB, r.Trace))
+	}, 0.004, nil, callA, callB)
+	reqA, reqB := b.approved(1, callA), b.approved(1, callB)
+	b.add(events.NewCallApproved(Source, reqA, r.Trace))
+	b.add(events.NewCallApproved(Source, reqB, r.Trace))
 	tA, tB := b.next(), b.next()
-	b.add(events.NewCallStarted(Source, events.CallStarted{RunID: runID, CallID: reqA.CallID, Name: reqA.Name,
-		Version: reqA.Version, TStart: tA, Executor: "executor-0"}, tenant, r.Trace))
+	// Only the slow call is announced as started: the quick one's t_start is
+	// in its envelope.
 	b.add(events.NewCallStarted(Source, events.CallStarted{RunID: runID, CallID: reqB.CallID, Name: reqB.Name,
 		Version: reqB.Version, TStart: tB, Executor: "executor-1"}, tenant, r.Trace))
 	envA := envelope.ToolEnvelope{CallID: reqA.CallID, Name: reqA.Name, Version: reqA.Version, Input: inputA,
@@ -120,20 +157,21 @@ func CompletedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, bas
 		TStart: tA, TEnd: tA.Add(42 * time.Millisecond), Cached: true}
 	envB := envelope.ToolEnvelope{CallID: reqB.CallID, Name: reqB.Name, Version: reqB.Version, Input: inputB,
 		Error:  &envelope.ToolError{Code: envelope.CodeTimeout, Message: "fetch_page did not answer within 5s", RetryAfterS: 2},
-		TStart: tB, TEnd: tB.Add(5 * time.Second)}
+		TStart: tB, TEnd: tB.Add(5 * time.Second), Cost: callB.Cost}
 	b.add(events.NewCallCompleted(Source, runID, envA, tenant, r.Trace))
 	b.add(events.NewCallCompleted(Source, runID, envB, tenant, r.Trace))
 	r.Envelopes = []envelope.ToolEnvelope{envA, envB}
-	b.iteration(2, 2)
-	b.turn(2, envelope.ModelResponse{Content: "It is sunny in Paris, 21°C.", StopReason: "end_turn",
-		Usage: envelope.Usage{InputTokens: 300, OutputTokens: 12}})
+	r.Queues = []string{reqA.Queue, reqB.Queue}
+	final := b.turnOf(2, events.LoopVerdict{Allowed: true}, &envelope.ModelResponse{Content: "It is sunny in Paris, 21°C.",
+		StopReason: "end_turn", Usage: envelope.Usage{InputTokens: 300, OutputTokens: 12}}, 0.0063,
+		[]events.TurnResult{{CallID: envA.CallID, ProviderCallID: "tc_1"}, {CallID: envB.CallID, ProviderCallID: "tc_2", IsError: true}})
 	out := envelope.NewAgentOutputs("It is sunny in Paris, 21°C.", r.Envelopes, "http://jaeger:16686/trace/"+r.Trace.TraceID())
 	r.Outputs = &out
 	r.Iterations = 2
 	done := b.status(events.StatusCompleted)
-	done.Outputs = &out
+	done.Outputs, done.Turn = &out, &final
 	done.Iteration, done.ToolCalls = 2, 2
-	done.Spend, r.Spend = 0.0123, 0.0123
+	done.Spend, r.Spend = b.spend, b.spend
 	done.Pinned = map[string]*envelope.ToolEnvelope{"search": &envA, "page": nil}
 	b.add(events.NewRunStatus(Source, done, "", r.Trace))
 	return r
@@ -148,24 +186,23 @@ func CompletedRunPinned(t testing.TB, runID, agent string, tenant envelope.Tenan
 }
 
 // AnsweredRun builds a run whose model answers at once, without calling a
-// tool, with pinned handles on its agent node (none of which can select
-// anything).
+// tool (its one turn rides on the completed event), with pinned handles on
+// its agent node (none of which can select anything).
 func AnsweredRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base time.Time, pins []envelope.PinnedHandle) *Run {
 	t.Helper()
 	b := newBuilder(t, runID, agent, tenant, base)
 	r := b.run
 	b.add(events.NewRunRequested(Source, r.Request, r.Trace))
 	b.add(events.NewRunStatus(Source, b.status(events.StatusStarted), "", r.Trace))
-	b.iteration(1, 0)
-	b.turn(1, envelope.ModelResponse{Content: "No search needed.", StopReason: "end_turn",
-		Usage: envelope.Usage{InputTokens: 50, OutputTokens: 5}})
+	final := b.turnOf(1, events.LoopVerdict{Allowed: true}, &envelope.ModelResponse{Content: "No search needed.",
+		StopReason: "end_turn", Usage: envelope.Usage{InputTokens: 50, OutputTokens: 5}}, 0.001, nil)
 	out := envelope.NewAgentOutputs("No search needed.", nil, "")
 	r.Outputs = &out
 	r.Iterations = 1
 	done := b.status(events.StatusCompleted)
-	done.Outputs = &out
+	done.Outputs, done.Turn = &out, &final
 	done.Iteration = 1
-	done.Spend, r.Spend = 0.001, 0.001
+	done.Spend, r.Spend = b.spend, b.spend
 	b.add(events.NewRunStatus(Source, done, "", r.Trace))
 	return r.WithPins(t, pins)
 }
@@ -206,8 +243,34 @@ func (r *Run) WithPins(t testing.TB, pins []envelope.PinnedHandle) *Run {
 	return r
 }
 
-// FailedRun builds a run that starts, passes its first iteration check and
-// then fails with reason.
+// WithOutputsBlob makes the run's completed event name blob, the blob of its
+// outputs and pinned handles, instead of carrying them (same id and time), as
+// the orchestrator does when they are too large for an event.
+func (r *Run) WithOutputsBlob(t testing.TB, blob envelope.Attachment) *Run {
+	t.Helper()
+	for i, o := range r.Events {
+		if o.Event.Type() != events.TypeRunCompleted {
+			continue
+		}
+		var s events.RunStatus
+		if err := json.Unmarshal(o.Event.Data(), &s); err != nil {
+			t.Fatal(err)
+		}
+		s.Outputs, s.Pinned, s.OutputsBlob = nil, nil, &blob
+		rebuilt, err := events.NewRunStatus(Source, s, "", r.Trace)
+		if err != nil {
+			t.Fatalf("storetest: rebuild %s: %v", o.Event.Type(), err)
+		}
+		rebuilt.Event.SetTime(o.Event.Time())
+		r.Events[i] = rebuilt
+	}
+	return r
+}
+
+// FailedRun builds a run that starts and fails with reason before its first
+// model call: the loop rules deny turn 1 (a turn with a verdict and no
+// response, which rides on the failed event), and the run fails
+// POLICY_DENIED.
 func FailedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base time.Time, reason string) *Run {
 	t.Helper()
 	b := newBuilder(t, runID, agent, tenant, base)
@@ -216,9 +279,9 @@ func FailedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base t
 	r.Iterations = 1
 	b.add(events.NewRunRequested(Source, r.Request, r.Trace))
 	b.add(events.NewRunStatus(Source, b.status(events.StatusStarted), "", r.Trace))
-	b.iteration(1, 0)
+	denied := b.turnOf(1, events.LoopVerdict{Code: envelope.CodePolicyDenied, Reason: reason, Rule: "max_budget"}, nil, 0, nil)
 	failed := b.status(events.StatusFailed)
-	failed.Reason = reason
+	failed.Reason, failed.Code, failed.Turn = reason, envelope.CodePolicyDenied, &denied
 	failed.Iteration = 1
 	b.add(events.NewRunStatus(Source, failed, "", r.Trace))
 	return r
@@ -238,6 +301,9 @@ type builder struct {
 	t   testing.TB
 	run *Run
 	at  time.Time
+	// spend is what the run has cost so far: its turns' model calls and its
+	// billable tool calls.
+	spend float64
 }
 
 func newBuilder(t testing.TB, runID, agent string, tenant envelope.Tenant, base time.Time) *builder {
@@ -277,6 +343,13 @@ func (b *builder) add(o events.Outgoing, err error) {
 	}
 	o.Event.SetTime(b.next())
 	b.run.Events = append(b.run.Events, o)
+	if o.Event.Type() == events.TypeCallCompleted {
+		var env envelope.ToolEnvelope
+		if err := json.Unmarshal(o.Event.Data(), &env); err != nil {
+			b.t.Fatal(err)
+		}
+		b.spend += env.Cost
+	}
 }
 
 func (b *builder) status(s string) events.RunStatus {
@@ -284,38 +357,54 @@ func (b *builder) status(s string) events.RunStatus {
 		TraceID: b.run.Trace.TraceID()}
 }
 
-func (b *builder) iteration(n, toolCalls int) {
+// turnOf is model turn n: its model call took a millisecond from the last
+// event and cost cost, which adds to the run's spend.
+func (b *builder) turnOf(n int, v events.LoopVerdict, resp *envelope.ModelResponse, cost float64,
+	results []events.TurnResult, calls ...events.TurnCall) events.Turn {
 	r := b.run
-	spend := 0.005 * float64(n-1) // what the turns before cost
-	b.add(events.NewIterationRequested(Source, events.IterationCheck{RunID: r.RunID, Iteration: n, Tenant: r.Tenant,
-		Agent: r.Agent, Policy: r.Request.Agent.Policy, ToolCalls: toolCalls, Spend: spend}, r.Trace))
-	b.add(events.NewVerdict(Source, events.Verdict{RunID: r.RunID, Iteration: n, Allowed: true}, r.Tenant, r.Trace))
+	b.spend += cost
+	t := events.Turn{RunID: r.RunID, Iteration: n, Tenant: r.Tenant, Agent: r.Agent, Verdict: v,
+		Model:   events.ModelRef{Provider: r.Request.Agent.Model.Provider, Name: r.Request.Agent.Model.Name},
+		Results: results, Response: resp, Cost: cost, TStart: b.at, TEnd: b.at.Add(time.Millisecond),
+		Policy: r.Request.Agent.Policy, EnabledTools: r.Request.Agent.EnabledTools, Spend: b.spend, Calls: calls}
+	if resp != nil {
+		t.Tools = r.Request.Agent.EnabledTools
+	}
+	return t
 }
 
-func (b *builder) turn(n int, resp envelope.ModelResponse) {
-	r := b.run
-	start := b.at
-	b.add(events.NewLLMCompleted(Source, events.LLMCompleted{RunID: r.RunID, Turn: envelope.ModelTurn{
-		Iteration: n, Model: r.Request.Agent.Model, Messages: r.Request.Messages,
-		Tools: r.Request.Agent.EnabledTools, Response: resp, TStart: start, TEnd: start.Add(time.Millisecond),
-	}}, r.Tenant, r.Trace))
+// turn adds model turn n, allowed by the loop rules.
+func (b *builder) turn(n int, resp *envelope.ModelResponse, cost float64, results []events.TurnResult, calls ...events.TurnCall) {
+	b.t.Helper()
+	b.add(events.NewTurnCompleted(Source, b.turnOf(n, events.LoopVerdict{Allowed: true}, resp, cost, results, calls...), b.run.Trace))
 }
 
-func (b *builder) callRequest(seq, iteration int, name, version string, input json.RawMessage) events.CallRequest {
+// turnCall is the call #seq of a turn, of a tool whose declared cost is
+// cost, on queue ("": the default queue).
+func (b *builder) turnCall(seq int, name, version string, input json.RawMessage, cost float64, queue string) events.TurnCall {
 	b.t.Helper()
 	id, err := envelope.CallID(name, version, input, seq)
 	if err != nil {
 		b.t.Fatalf("storetest: call id: %v", err)
 	}
+	if queue == "" {
+		queue = envelope.DefaultQueue
+	}
+	return events.TurnCall{CallID: id, Seq: seq, Name: name, Version: version, Input: input,
+		ProviderCallID: fmt.Sprintf("tc_%d", seq), Cost: cost, Queue: queue}
+}
+
+// approved is the guard's approval of a call of turn iteration.
+func (b *builder) approved(iteration int, c events.TurnCall) events.CallRequest {
 	r := b.run
-	return events.CallRequest{RunID: r.RunID, CallID: id, Seq: seq, Iteration: iteration, Name: name,
-		Version: version, Input: input, ProviderCallID: fmt.Sprintf("tc_%d", seq), Tenant: r.Tenant,
-		Agent: r.Agent, EnabledTools: r.Request.Agent.EnabledTools, Policy: r.Request.Agent.Policy}
+	return events.CallRequest{RunID: r.RunID, CallID: c.CallID, Seq: c.Seq, Iteration: iteration, Name: c.Name,
+		Version: c.Version, Input: c.Input, ProviderCallID: c.ProviderCallID, Tenant: r.Tenant, Agent: r.Agent,
+		Queue: c.Queue}
 }
 
 // SideEvents returns events of fx's first call that other services add
-// around it: an approval request and its decision, the call's usage record,
-// and a sandbox job and its result. Their times follow the run's last event.
+// around it: an approval request and its decision, and a sandbox job and its
+// result. Their times follow the run's last event.
 func SideEvents(t testing.TB, fx *Run) []events.Outgoing {
 	t.Helper()
 	env := fx.Envelopes[0]
@@ -336,8 +425,6 @@ func SideEvents(t testing.TB, fx *Run) []events.Outgoing {
 		ExpiresAt: at.Add(time.Hour)}, fx.Trace))
 	add(events.NewDecided(Source, events.Decision{RunID: fx.RunID, CallID: env.CallID, Decision: events.DecisionApprove,
 		Note: "fine", By: "ops@example.com"}, fx.Tenant, fx.Trace))
-	add(events.NewUsage(Source, events.Usage{RunID: fx.RunID, N: 1, Kind: events.UsageKindTool, Tenant: fx.Tenant,
-		Agent: fx.Agent, Iteration: 1, Tool: env.Name + "@" + env.Version, CallID: env.CallID, Cost: 0.01, Billed: true}, fx.Trace))
 	add(events.NewSandboxJob(Source, events.SandboxJob{RunID: fx.RunID, CallID: env.CallID, Tool: env.Name + "@" + env.Version,
 		TenantID: fx.Tenant.ID(), Language: events.SandboxPython, Source: "print(1)", Input: json.RawMessage(`{}`),
 		Stdout: events.SandboxStdoutJSON, TimeoutMS: 5000, Deadline: at.Add(time.Minute)}, fx.Trace))

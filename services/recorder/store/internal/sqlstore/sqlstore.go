@@ -47,7 +47,8 @@ func RunRank(expr string) string { return Rank(expr, store.RunStatuses(), store.
 // both read excluded, the proposed row, as c the stored one): the status
 // moves forward only; until the envelope arrives, the first event that names
 // a field sets it; the envelope then overrides name, version, input and
-// t_start, and alone sets the rest.
+// t_start, and alone sets the rest (its cost among them). The queue is the
+// first named.
 var CallUpsertSet = func() string {
 	statuses := []string{store.CallRequested, store.CallApproved, store.CallStarted, store.CallCompleted}
 	fwd := Rank("excluded.status", statuses, store.CallStatusRank) + " > " + Rank("c.status", statuses, store.CallStatusRank)
@@ -62,6 +63,7 @@ var CallUpsertSet = func() string {
 	status    = CASE WHEN ` + fwd + ` THEN excluded.status ELSE c.status END,
 	seq       = COALESCE(c.seq, excluded.seq),
 	iteration = COALESCE(c.iteration, excluded.iteration),
+	queue     = COALESCE(c.queue, excluded.queue),
 	` + shared("name") + `,
 	` + shared("version") + `,
 	` + shared("input") + `,
@@ -71,6 +73,7 @@ var CallUpsertSet = func() string {
 	` + fromEnv("latency_ms") + `,
 	` + fromEnv("cached") + `,
 	` + fromEnv("truncated") + `,
+	` + fromEnv("cost") + `,
 	envelope  = COALESCE(c.envelope, excluded.envelope)`
 }()
 

@@ -1,0 +1,129 @@
+package client_test
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/client"
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/blobs"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
+)
+
+func request(runID string) envelope.RunRequest {
+	return envelope.RunRequest{RunID: runID, Tenant: envelope.Tenant{OrgID: "org-c"},
+		Agent: envelope.Agent{Name: "client-agent", Model: envelope.Model{Provider: "scripted", Name: "s"},
+			EnabledTools: []string{"echo@1.0.0"}, Policy: envelope.Policy{MaxIterations: 3}},
+		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}}
+}
+
+// runEvents are a one-call run's events after its request, as the pipeline
+// publishes them (contract v2): turn 1 with the call, its approval and
+// completion, and the end, done, carrying turn 2's answer.
+func runEvents(t *testing.T, req envelope.RunRequest, done events.RunStatus) []events.Outgoing {
+	t.Helper()
+	input := json.RawMessage(`{"text":"hi"}`)
+	callID, err := envelope.CallID("echo", "1.0.0", input, 1)
+	require.NoError(t, err)
+	now := time.Now()
+	turn := func(n int, resp *envelope.ModelResponse, calls ...events.TurnCall) events.Turn {
+		return events.Turn{RunID: req.RunID, Iteration: n, Tenant: req.Tenant, Agent: req.Agent.Name,
+			Verdict: events.LoopVerdict{Allowed: true}, Model: events.ModelRef{Provider: "scripted", Name: "s"},
+			Response: resp, TStart: now, TEnd: now, Policy: req.Agent.Policy, EnabledTools: req.Agent.EnabledTools, Calls: calls}
+	}
+	var outs []events.Outgoing
+	add := func(o events.Outgoing, err error) {
+		t.Helper()
+		require.NoError(t, err)
+		outs = append(outs, o)
+	}
+	add(events.NewTurnCompleted("/test", turn(1, &envelope.ModelResponse{ToolCalls: []envelope.ToolCall{{ID: "c1", Name: "echo", Arguments: input}}},
+		events.TurnCall{CallID: callID, Seq: 1, Name: "echo", Version: "1.0.0", Input: input, Queue: envelope.DefaultQueue}), events.RunTrace{}))
+	add(events.NewCallApproved("/test", events.CallRequest{RunID: req.RunID, CallID: callID, Seq: 1, Iteration: 1, Name: "echo",
+		Version: "1.0.0", Input: input, Tenant: req.Tenant, Agent: req.Agent.Name, Queue: envelope.DefaultQueue}, events.RunTrace{}))
+	env := envelope.ToolEnvelope{CallID: callID, Name: "echo", Version: "1.0.0", Input: input, Output: input, TStart: now, TEnd: now}
+	add(events.NewCallCompleted("/test", req.RunID, env, req.Tenant, events.RunTrace{}))
+	final := turn(2, &envelope.ModelResponse{Content: "said hi"})
+	done.RunID, done.Tenant, done.Status, done.Turn = req.RunID, req.Tenant, events.StatusCompleted, &final
+	add(events.NewRunStatus("/test", done, "", events.RunTrace{}))
+	return outs
+}
+
+func outputsOf(t *testing.T, resp string) *envelope.AgentOutputs {
+	t.Helper()
+	out := envelope.NewAgentOutputs(resp, nil, "")
+	return &out
+}
+
+// TestRunReturnsTheOutputsInlineOrFromTheirBlob: Run and Follow return a
+// completed run's outputs whether its event carried them or named their blob,
+// and Follow delivers every event of the run on the way, in order per stream.
+func TestRunReturnsTheOutputsInlineOrFromTheirBlob(t *testing.T) {
+	env := eventstest.Start(t)
+	c := client.New(env.JS, "/test/client")
+	ctx := t.Context()
+
+	t.Run("inline", func(t *testing.T) {
+		req := request("client-inline")
+		outputs := outputsOf(t, "said hi")
+		// The run's events may come before its request: Follow reads each
+		// stream from its first event of the run.
+		env.Publish(t, runEvents(t, req, events.RunStatus{Outputs: outputs})...)
+		final, err := c.Run(ctx, req, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, events.StatusCompleted, final.Status)
+		require.Equal(t, outputs, final.Outputs)
+		doc, err := c.Outputs(ctx, final)
+		require.NoError(t, err)
+		require.Equal(t, outputs, doc.Outputs)
+	})
+
+	t.Run("in a blob", func(t *testing.T) {
+		req := request("client-blob")
+		require.NoError(t, c.Submit(ctx, req))
+		outputs := outputsOf(t, "said hi at length")
+		pinned := map[string]*envelope.ToolEnvelope{"p": nil}
+		doc, err := json.Marshal(events.OutputsDocument{Outputs: outputs, Pinned: pinned})
+		require.NoError(t, err)
+		att, err := blobs.Put(ctx, env.JS, req.RunID+".outputs", doc, "application/json")
+		require.NoError(t, err)
+		env.Publish(t, runEvents(t, req, events.RunStatus{OutputsBlob: &att})...)
+		var types []string
+		final, err := c.Follow(ctx, req.RunID, func(e client.Event) bool {
+			types = append(types, e.Event.Type())
+			return true
+		})
+		require.NoError(t, err)
+		require.Equal(t, outputs, final.Outputs)
+		require.Equal(t, pinned, final.Pinned)
+		require.Equal(t, &att, final.OutputsBlob)
+		// Follow saw the run's events in order on the runs stream (the calls
+		// stream has no order with it: the run may end before its call
+		// events are delivered).
+		runs := slices.DeleteFunc(slices.Clone(types), func(s string) bool {
+			return s == events.TypeCallApproved || s == events.TypeCallCompleted
+		})
+		require.Equal(t, []string{events.TypeRunRequested, events.TypeTurnCompleted, events.TypeRunCompleted}, runs)
+		require.NotNil(t, final.Turn, "the final answer rides on the end")
+		require.Equal(t, "said hi", final.Turn.Response.Content)
+	})
+
+	t.Run("a blob that is gone", func(t *testing.T) {
+		req := request("client-blob-gone")
+		require.NoError(t, c.Submit(ctx, req))
+		att := envelope.Attachment{Kind: envelope.AttachmentBlob, URL: blobs.URL(req.RunID + ".outputs")}
+		env.Publish(t, runEvents(t, req, events.RunStatus{OutputsBlob: &att})...)
+		final, err := c.Wait(ctx, req.RunID)
+		require.ErrorIs(t, err, client.ErrOutputsUnreadable)
+		require.True(t, errors.Is(err, blobs.ErrNotFound), "%v", err)
+		require.NotNil(t, final, "the run's status comes with the error")
+		require.Equal(t, events.StatusCompleted, final.Status)
+		require.Nil(t, final.Outputs)
+	})
+}
