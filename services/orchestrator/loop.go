@@ -638,9 +638,9 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 // call`) or of an older turn.
 func (s *Service) withCall(ctx context.Context, runID, callID string, change func(st *RunState, c *PendingCall) bool) (*RunState, bool, error) {
 	for attempt := 0; ; attempt++ {
-		lagging := 0
+		lagging, found := 0, false
 		st, _, err := s.states.update(ctx, runID, func(st *RunState) (bool, error) {
-			lagging = 0
+			lagging, found = 0, false
 			c := st.call(callID)
 			if c == nil {
 				if st.Phase == PhaseCalling && !st.Done() {
@@ -648,6 +648,7 @@ func (s *Service) withCall(ctx context.Context, runID, callID string, change fun
 				}
 				return false, nil
 			}
+			found = true
 			return change(st, c), nil
 		})
 		switch {
@@ -669,7 +670,11 @@ func (s *Service) withCall(ctx context.Context, runID, callID string, change fun
 		case err != nil:
 			return nil, false, err
 		}
-		if st.call(callID) != nil {
+		// Whether change saw the call, not whether the state written has
+		// it: a change applied in the same group after this one (the
+		// recording of the call's turn) may have added the call after
+		// this change found none, and then it is still to be done.
+		if found {
 			return st, true, nil
 		}
 		if lagging == 0 || attempt > 0 {
