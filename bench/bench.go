@@ -214,7 +214,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer obs.close()
-	run := &runner{c: st.Client, obs: obs, name: "bench"}
+	run := &runner{c: st.Client, js: st.JS, obs: obs, name: "bench"}
 
 	say("latency: %d one-call runs, %d raw and %d contract-shaped three-hop chains, one at a time, in alternating blocks", o.Samples, o.Samples, o.Samples)
 	if _, err := ch.latency(ctx, 20, payload); err != nil { // warm up
@@ -487,7 +487,7 @@ func scaleOut(ctx context.Context, dir string, replicas int, o Options) (float64
 		return 0, err
 	}
 	defer obs.close()
-	run := &runner{c: st.Client, obs: obs, name: fmt.Sprintf("scale%d", replicas)}
+	run := &runner{c: st.Client, js: st.JS, obs: obs, name: fmt.Sprintf("scale%d", replicas)}
 	_, calls, _, _, err := throughput(ctx, run, o.InFlight, o.Duration, "sleep", 4)
 	return calls, err
 }

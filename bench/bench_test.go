@@ -184,7 +184,7 @@ func BenchmarkOneCallRun(b *testing.B) {
 	obs, err := newObserver(st.Conn)
 	require.NoError(b, err)
 	defer obs.close()
-	run := &runner{c: st.Client, obs: obs, name: "gobench"}
+	run := &runner{c: st.Client, js: st.JS, obs: obs, name: "gobench"}
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := run.run(b.Context(), run.request("echo", echoArgs(1))); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -149,6 +150,7 @@ func (o *observer) close() {
 // runner submits scripted runs and waits for them.
 type runner struct {
 	c    *client.Client
+	js   jetstream.JetStream // to say where a run that never ended stopped
 	obs  *observer
 	seq  atomic.Int64
 	name string
@@ -210,8 +212,33 @@ func (r *runner) run(ctx context.Context, req envelope.RunRequest) (time.Duratio
 		}
 		return time.Since(t), nil
 	case <-ctx.Done():
-		return 0, fmt.Errorf("run %s: %w", req.RunID, ctx.Err())
+		return 0, fmt.Errorf("run %s did not end (%s): %w", req.RunID, r.stored(req.RunID), ctx.Err())
 	}
+}
+
+// stored lists the events a run stored, by subject with the run id left
+// out, for the error of a run that never ended.
+func (r *runner) stored(runID string) string {
+	if r.js == nil {
+		return "its events unknown"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var subjects []string
+	for stream, filter := range map[string]string{events.StreamRuns: "toolwire.run." + runID + ".>", events.StreamCalls: "toolwire.call." + runID + ".>"} {
+		c, err := r.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+		if err != nil {
+			return "its events unreadable: " + err.Error()
+		}
+		for {
+			m, err := c.Next(jetstream.FetchMaxWait(200 * time.Millisecond))
+			if err != nil {
+				break
+			}
+			subjects = append(subjects, strings.Replace(m.Subject(), "."+runID+".", ".", 1))
+		}
+	}
+	return "stored: " + strings.Join(subjects, " ")
 }
 
 func echoArgs(k int) []json.RawMessage {

@@ -283,7 +283,7 @@ func TestApprovals(t *testing.T) {
 			func() bool { return metricValue(t, st, "toolwire_policy_approvals_total", "outcome", "ignored") >= 1 })
 		rec := approvalRecord(t, st.JS, "appr-timeout", d.CallID)
 		require.Equal(t, events.ApprovalExpired, rec.State)
-		subj, err := events.CallSubject("appr-timeout", d.CallID, "approved")
+		subj, err := events.ApprovedSubject("appr-timeout", d.CallID, envelope.DefaultQueue)
 		require.NoError(t, err)
 		s, err := st.JS.Stream(t.Context(), events.StreamCalls)
 		require.NoError(t, err)

@@ -25,7 +25,7 @@ import (
 // needs; envelopes live in their completed events; big outputs are blobs.
 func TestLongRunWithLargeOutputsStaysBounded(t *testing.T) {
 	const turns, limit = 50, 256 << 10
-	big := []int{300 << 10, 2 << 20, 1 << 20, 2 << 20, 1536 << 10, 2 << 20, 1 << 20}
+	big := []int{300 << 10, 2 << 20, 1 << 20, 2 << 20, 1536 << 10, 2 << 20, 1536 << 10}
 	sizes := make([]int, turns)
 	total := 0
 	for i := range sizes {
