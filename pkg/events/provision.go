@@ -82,11 +82,19 @@ func (c StoreConfig) StreamConfigs() []jetstream.StreamConfig {
 			MaxAge:      c.MaxAge,
 			Duplicates:  c.Duplicates,
 			Discard:     jetstream.DiscardOld,
+			// A run's own events are read back by subject (its request,
+			// turns and envelopes, to rebuild the conversation): a direct
+			// get costs the server a lookup, where the API's message get
+			// costs JSON and base64 both ways. On a cluster a follower may
+			// answer and lag its leader by a moment; every such read
+			// tolerates it (a missing event is retried, a duplicate
+			// publish is dropped by its id).
+			AllowDirect: true,
 		}
 	}
 	return []jetstream.StreamConfig{
 		mk(StreamRuns, SubjectsRuns, "toolwire run events: requests, model turns, lifecycle"),
-		mk(StreamCalls, SubjectsCalls, "toolwire tool call events: requests, verdicts, starts, envelopes"),
+		mk(StreamCalls, SubjectsCalls, "toolwire tool call events: approved calls, approvals, starts, envelopes"),
 		mk(StreamSandbox, SubjectsSandbox, "toolwire sandbox jobs and results"),
 		mk(StreamDLQ, SubjectsDLQ, "toolwire dead letters: events that failed every delivery"),
 	}

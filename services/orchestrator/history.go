@@ -75,7 +75,8 @@ func (h *history) request(ctx context.Context, runID string) (*envelope.RunReque
 // errNotRecorded when the turn is not stored.
 func (h *history) turn(ctx context.Context, runID string, n int) (*events.Turn, events.RunTrace, error) {
 	// One read answers the common cases: the run's last event is its
-	// request (no turn yet), turn n, or the end that carries turn n.
+	// request or an earlier turn (turn n not yet), turn n, or the end that
+	// carries turn n (or an earlier one: turn n never came).
 	all, err := events.FilterRunEvents.ForRun(runID)
 	if err != nil {
 		return nil, events.RunTrace{}, err
@@ -88,14 +89,18 @@ func (h *history) turn(ctx context.Context, runID string, n int) (*events.Turn, 
 	if err != nil {
 		return nil, events.RunTrace{}, err
 	}
-	if t, ok, err := turnIn(e, runID, n); ok || err != nil {
-		return t, e.trace, err
-	}
-	if p, perr := events.ParseSubject(e.subject); perr == nil && p.Verb == events.VerbRequested {
+	t, where, err := turnIn(e, runID, n)
+	switch {
+	case err != nil:
+		return nil, events.RunTrace{}, err
+	case where == turnHere:
+		return t, e.trace, nil
+	case where == turnNotYet:
 		return nil, events.RunTrace{}, fmt.Errorf("%s: %w", subj, errNotRecorded)
 	}
 	// Another event came last (a started event racing the turn, an
-	// approval's): read the turn's subject, then the ends'.
+	// approval's suspension or resumption, a later turn): read the turn's
+	// subject, then the ends'.
 	for _, subj := range []string{subj, runSubject(runID, events.VerbCompleted), runSubject(runID, events.VerbFailed)} {
 		e, err := last(ctx, h.runs, subj)
 		if errors.Is(err, errNotRecorded) {
@@ -104,38 +109,55 @@ func (h *history) turn(ctx context.Context, runID string, n int) (*events.Turn, 
 		if err != nil {
 			return nil, events.RunTrace{}, err
 		}
-		if t, ok, err := turnIn(e, runID, n); ok || err != nil {
+		if t, where, err := turnIn(e, runID, n); where == turnHere || err != nil {
 			return t, e.trace, err
 		}
 	}
 	return nil, events.RunTrace{}, fmt.Errorf("%s: %w", subj, errNotRecorded)
 }
 
-// turnIn returns turn n of the run when e is it: its turn event, or the end
-// event that carries it (events.RunStatus.Turn).
-func turnIn(e *storedEvent, runID string, n int) (*events.Turn, bool, error) {
+// Where turnIn finds a turn.
+const (
+	turnUnknown = iota // e says nothing of it
+	turnHere           // e is the turn, or the end that carries it
+	turnNotYet         // e came before it would: the request, an earlier turn, the end after an earlier turn
+)
+
+// turnIn looks for turn n of the run in e, the run's last event: its turn
+// event, or the end event that carries it (events.RunStatus.Turn).
+func turnIn(e *storedEvent, runID string, n int) (*events.Turn, int, error) {
 	p, err := events.ParseSubject(e.subject)
-	if err != nil {
-		return nil, false, nil
+	if err != nil || p.Kind != "run" {
+		return nil, turnUnknown, nil
 	}
 	switch {
-	case p.Kind != "run":
-	case p.Iteration == n && p.Verb == events.VerbCompleted:
+	case p.Verb == events.VerbRequested:
+		return nil, turnNotYet, nil
+	case p.Iteration > 0 && p.Verb == events.VerbCompleted:
+		switch {
+		case p.Iteration < n:
+			return nil, turnNotYet, nil
+		case p.Iteration > n:
+			return nil, turnUnknown, nil
+		}
 		var t events.Turn
 		if err := json.Unmarshal(e.data.Data(), &t); err != nil {
-			return nil, false, fmt.Errorf("run %s: turn %d: %w", runID, n, err)
+			return nil, turnUnknown, fmt.Errorf("run %s: turn %d: %w", runID, n, err)
 		}
-		return &t, true, nil
+		return &t, turnHere, nil
 	case p.Iteration == 0 && (p.Verb == events.VerbCompleted || p.Verb == events.VerbFailed):
 		var st events.RunStatus
 		if err := json.Unmarshal(e.data.Data(), &st); err != nil {
-			return nil, false, fmt.Errorf("run %s: its %s event: %w", runID, p.Verb, err)
+			return nil, turnUnknown, fmt.Errorf("run %s: its %s event: %w", runID, p.Verb, err)
 		}
-		if st.Turn != nil && st.Turn.Iteration == n {
-			return st.Turn, true, nil
+		switch {
+		case st.Turn != nil && st.Turn.Iteration == n:
+			return st.Turn, turnHere, nil
+		case st.Turn != nil && st.Turn.Iteration < n:
+			return nil, turnNotYet, nil
 		}
 	}
-	return nil, false, nil
+	return nil, turnUnknown, nil
 }
 
 // runSubject is a run's subject for verb; the run id was validated by the

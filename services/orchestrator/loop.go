@@ -32,7 +32,25 @@ func (s *Service) handleRun(ctx context.Context, d *events.Delivery) error {
 	if d.Event.Type() != events.TypeRunRequested {
 		return events.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
 	}
-	return s.onRunRequested(ctx, d)
+	return s.onRunRequested(withAttempt(ctx, d.Attempt), d)
+}
+
+type attemptKey struct{}
+
+// withAttempt marks ctx with the delivery attempt of the event its handler
+// handles.
+func withAttempt(ctx context.Context, n uint64) context.Context {
+	return context.WithValue(ctx, attemptKey{}, n)
+}
+
+// firstDelivery reports whether ctx's handler handles the first delivery of
+// its event. Only the handler of the event that drives a model call (the
+// run's trigger) makes it; when that is the event's first delivery, no
+// earlier one can have made the call and published its turn or the run's
+// end, and the stream need not be asked.
+func firstDelivery(ctx context.Context) bool {
+	n, ok := ctx.Value(attemptKey{}).(uint64)
+	return ok && n == 1
 }
 
 // onRunRequested validates a run request, calls the model for its first turn
@@ -102,10 +120,15 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 	if st != nil {
 		return s.goOn(ctx, st, triggerRequest)
 	}
-	if st, err = s.stateFromStream(ctx, req.RunID); err != nil {
-		return err
-	} else if st != nil {
-		return s.goOn(ctx, st, triggerRequest)
+	// Only a redelivery can find the run's first turn stored without its
+	// state (a replica died between the two).
+	if !firstDelivery(ctx) {
+		if st, err = s.stateFromStream(ctx, req.RunID); err != nil {
+			return err
+		}
+		if st != nil {
+			return s.goOn(ctx, st, triggerRequest)
+		}
 	}
 
 	// The run's trace starts here: invoke_agent is the parent of every span of
@@ -236,7 +259,8 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 	n := st.Iteration
 	var t *events.Turn
 	err := fmt.Errorf("run %s: turn %d: %w", st.RunID, n, errNotRecorded)
-	if exists { // a new run's caller has just looked
+	// A new run's caller has just looked; a first delivery need not.
+	if exists && !firstDelivery(ctx) {
 		t, _, err = s.history.turn(ctx, st.RunID, n)
 	}
 	ended := false
@@ -452,11 +476,15 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 	if err != nil {
 		return false, events.Permanent(err)
 	}
-	if _, err := last(ctx, s.history.runs, subj); err == nil {
-		s.convs.forget(st.RunID)
-		return false, nil // published by an earlier delivery
-	} else if !errors.Is(err, errNotRecorded) {
-		return false, err
+	// The model's answer, just made by the first delivery of its trigger,
+	// cannot have ended the run before; another handler may have.
+	if final == nil || !firstDelivery(ctx) {
+		if _, err := last(ctx, s.history.runs, subj); err == nil {
+			s.convs.forget(st.RunID)
+			return false, nil // published by an earlier delivery
+		} else if !errors.Is(err, errNotRecorded) {
+			return false, err
+		}
 	}
 	if err := s.fault(ctx, FaultBeforePublishOutputs, st.RunID, st.Iteration); err != nil {
 		return false, err
@@ -573,6 +601,7 @@ func (s *Service) failUnstarted(ctx context.Context, runID string, req envelope.
 // handleCallCompleted records a call's envelope in its run; when it is the
 // turn's last, the run goes on to its next model call (or its end).
 func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) error {
+	ctx = withAttempt(ctx, d.Attempt)
 	subj, err := events.ParseSubject(d.Subject)
 	if err != nil {
 		return events.Permanent(err)
@@ -682,7 +711,11 @@ func (s *Service) withCall(ctx context.Context, runID, callID string, change fun
 		}
 		t, _, err := s.history.turn(ctx, runID, lagging)
 		if errors.Is(err, errNotRecorded) {
-			return st, false, nil
+			// The run calls its model for turn lagging and no such turn is
+			// stored (or this read did not see it yet): the envelope is
+			// kept, and tried again, until the turn is in or the
+			// delivery budget runs out.
+			return nil, false, fmt.Errorf("run %s: call %s: turn %d is not recorded yet: %w", runID, callID, lagging, err)
 		}
 		if err != nil {
 			return nil, false, err

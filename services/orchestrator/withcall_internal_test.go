@@ -126,3 +126,31 @@ func TestEnvelopeOfALaggingTurnGroupedWithItsRecording(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.call(id('b')).Done, "and written")
 }
+
+// The envelope of a call while the run calls its model for a turn that is
+// not stored yet is kept for another try (an error), not dropped as a call
+// of no run: the turn is published before its calls are approved, so the
+// envelope can only be early for it, or a stale read's.
+func TestEnvelopeBeforeItsTurnIsStoredIsTriedAgain(t *testing.T) {
+	env := eventstest.Start(t)
+	ctx := t.Context()
+	kv, err := env.JS.KeyValue(ctx, events.BucketRunState)
+	require.NoError(t, err)
+	s := &Service{states: newStateStore(kv), history: &history{js: env.JS}, log: slog.New(slog.DiscardHandler)}
+	s.history.runs, err = env.JS.Stream(ctx, events.StreamRuns)
+	require.NoError(t, err)
+	const run = "early-1"
+	o, err := events.NewRunRequested("/test", envelope.RunRequest{RunID: run, Tenant: envelope.Tenant{OrgID: "acme"},
+		Agent:    envelope.Agent{Name: "a", Model: envelope.Model{Provider: "scripted", Name: "m"}},
+		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}}, events.RunTrace{})
+	require.NoError(t, err)
+	env.Publish(t, o)
+	_, err = s.states.create(ctx, &RunState{V: stateVersion, RunID: run, Iteration: 1, Phase: PhaseCalling, Trigger: triggerRequest})
+	require.NoError(t, err)
+	called := false
+	_, known, err := s.withCall(ctx, run, strings.Repeat("d", 64), func(*RunState, *PendingCall) bool { called = true; return true })
+	require.ErrorIs(t, err, errNotRecorded)
+	require.ErrorContains(t, err, "turn 1 is not recorded yet")
+	require.False(t, known)
+	require.False(t, called)
+}
