@@ -2,8 +2,8 @@ package stack_test
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
