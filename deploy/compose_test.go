@@ -129,4 +129,3 @@ func volumeAt(volumes []string, dir string) string {
 	}
 	return ""
 }
-
