@@ -102,23 +102,28 @@ func TestImage(t *testing.T) {
 	require.Equal(t, map[string]string{"CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false -trimpath"}, img.Env)
 }
 
+// imageOf parses text and returns the image of its stage named stage.
+func imageOf(t *testing.T, text, stage string) Image {
+	t.Helper()
+	f, err := Parse(strings.NewReader(text))
+	require.NoError(t, err)
+	st, ok := f.Stage(stage)
+	require.True(t, ok, stage)
+	img, err := f.Image(st)
+	require.NoError(t, err)
+	return img
+}
+
 func TestEntrypointResetsInheritedCmd(t *testing.T) {
-	f, err := Parse(strings.NewReader("FROM scratch AS a\nCMD [\"x\"]\nFROM a AS b\nENTRYPOINT [\"/bin/b\"]\n"))
-	require.NoError(t, err)
-	b, _ := f.Stage("b")
-	img, err := f.Image(b)
-	require.NoError(t, err)
+	img := imageOf(t, "FROM scratch AS a\nCMD [\"x\"]\nFROM a AS b\nENTRYPOINT [\"/bin/b\"]\n", "b")
 	require.Equal(t, []string{"/bin/b"}, img.Entrypoint)
 	require.Nil(t, img.Cmd, "Docker drops the base's CMD when a stage sets ENTRYPOINT")
 }
 
 func TestLegacyEnv(t *testing.T) {
-	f, err := Parse(strings.NewReader("FROM scratch AS a\nENV HOME /home/x y\nENV B=$HOME/b\n"))
-	require.NoError(t, err)
-	a, _ := f.Stage("a")
-	img, err := f.Image(a)
-	require.NoError(t, err)
-	require.Equal(t, map[string]string{"HOME": "/home/x y", "B": "/home/x y/b"}, img.Env)
+	img := imageOf(t, "FROM scratch AS a\nENV HOME /home/x y\nENV B=$HOME/b\n", "a")
+	require.Equal(t, map[string]string{"HOME": "/home/x y", "B": "/home/x y/b"}, img.Env,
+		"a variable's spaces do not split the value it lands in")
 }
 
 func TestParseRefuses(t *testing.T) {
