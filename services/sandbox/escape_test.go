@@ -126,6 +126,33 @@ for _ in pids:
 			code:    envelope.CodeTimeout, limits2: map[string][]string{"": {LimitWallTime}},
 		},
 		{
+			name:    "sleep",
+			source:  "import time\ntime.sleep(600)\n",
+			timeout: 2 * time.Second,
+			code:    envelope.CodeTimeout, limits2: map[string][]string{"": {LimitWallTime}},
+		},
+		{
+			// Children in sessions of their own that ignore SIGTERM (and
+			// SIGHUP, SIGINT), one spinning and one sleeping, and a parent
+			// that waits for them.
+			name: "children that ignore SIGTERM",
+			source: `import os, signal, time
+for spin in (True, False):
+    if os.fork() == 0:
+        os.setsid()
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
+        while True:
+            if not spin:
+                time.sleep(1)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+os.wait()
+os.wait()
+`,
+			timeout: 2 * time.Second,
+			code:    envelope.CodeTimeout, limits2: map[string][]string{"": {LimitWallTime}},
+		},
+		{
 			// gVisor does not enforce RLIMIT_CPU: its wall-clock timeout does.
 			name:    "cpu time",
 			source:  "while True:\n    pass\n",

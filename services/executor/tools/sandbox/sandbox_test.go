@@ -108,3 +108,60 @@ func TestNoTimeLeft(t *testing.T) {
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, envelope.CodeTimeout, te.Code)
 }
+
+// TestWaitOutlastsTheJob: a job that runs to its timeout is answered only
+// after the sandbox has stopped it, cleaned up and published its TIMEOUT.
+// The job carries when the call stops waiting (its deadline: the call's),
+// its timeout leaves the sandbox a margin before it, and the call waits that
+// long: the sandbox's TIMEOUT, which names the limit hit, is the call's
+// error, not an error of the wait.
+func TestWaitOutlastsTheJob(t *testing.T) {
+	env := eventstest.Start(t)
+	jobs := sandbox.NewJobs(env.JS, events.NewPublisher(env.JS), "/toolwire/executor")
+	def := sandboxDef(`{"language":"python","source":"while True: pass"}`)
+	def.TimeoutMS = 5_000
+	tl, err := jobs.Tool(def)
+	require.NoError(t, err)
+	cons, err := env.JS.OrderedConsumer(t.Context(), events.StreamSandbox, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.Prefix + ".sandbox.*.*.requested"}})
+	require.NoError(t, err)
+
+	// The executor bounds every call by its tool's timeout.
+	ctx, cancel := context.WithTimeout(t.Context(), def.Timeout())
+	defer cancel()
+	callDeadline, _ := ctx.Deadline()
+	type result struct {
+		out json.RawMessage
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := tl.Execute(ctx, json.RawMessage(`1`), tool.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee04"})
+		done <- result{out, err}
+	}()
+
+	m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+	require.NoError(t, err)
+	received := time.Now()
+	ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	require.NoError(t, err)
+	var job events.SandboxJob
+	require.NoError(t, events.DecodeData(ev, &job))
+	require.True(t, job.Deadline.Equal(callDeadline), "the job's deadline %s is when the call stops waiting, %s", job.Deadline, callDeadline)
+	require.LessOrEqual(t, job.TimeoutMS, 4_500, "the job's timeout leaves the sandbox a tenth of the call's time to answer")
+
+	// The sandbox: the program runs to its timeout; then the answer.
+	time.Sleep(time.Until(received.Add(job.Timeout())))
+	te := envelope.NewToolError(envelope.CodeTimeout, "the program ran longer than its timeout of %s and was killed", job.Timeout()).
+		WithDetails(map[string]any{"limit": "wall_time", "limit_value": job.TimeoutMS})
+	res := events.SandboxResult{RunID: job.RunID, CallID: job.CallID, Error: te, DurationMS: int64(job.TimeoutMS)}
+	out, err := events.NewSandboxResult("/toolwire/sandbox", res, job.TenantID, events.RunTrace{})
+	require.NoError(t, err)
+	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+
+	r := <-done
+	var got *envelope.ToolError
+	require.ErrorAs(t, r.err, &got, "the call must return the sandbox's answer, not %v", r.err)
+	require.Equal(t, envelope.CodeTimeout, got.Code)
+	require.Equal(t, te.Message, got.Message)
+}
