@@ -3,6 +3,8 @@ package sandbox_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,4 +166,41 @@ func TestWaitOutlastsTheJob(t *testing.T) {
 	require.ErrorAs(t, r.err, &got, "the call must return the sandbox's answer, not %v", r.err)
 	require.Equal(t, envelope.CodeTimeout, got.Code)
 	require.Equal(t, te.Message, got.Message)
+}
+
+// TestJobTooLargeForOneMessage: a call whose code and input make a job larger
+// than one message is refused before any job is sent, with VALIDATION_ERROR
+// naming what did not fit: the sizes of the code and the input, the job's,
+// and the limit.
+func TestJobTooLargeForOneMessage(t *testing.T) {
+	env := eventstest.Start(t)
+	jobs := sandbox.NewJobs(env.JS, events.NewPublisher(env.JS), "/toolwire/executor")
+	limit := int(env.Conn.MaxPayload()) - 1<<10
+	for _, c := range []struct {
+		name, config string
+		input        []byte
+		code, in     int // the sizes the message names
+	}{
+		{"code tool", `{"language":"python","source":"import sys\nprint(len(sys.stdin.read()))"}`,
+			[]byte(`"` + strings.Repeat("x", 1100<<10) + `"`), len("import sys\nprint(len(sys.stdin.read()))"), 1100<<10 + 2},
+		{"python_exec", `{"language":"python","code_from_input":true}`,
+			[]byte(`{"code":"print(1)","input":"` + strings.Repeat("y", 1100<<10) + `"}`), 8, 1100<<10 + 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tl, err := jobs.Tool(sandboxDef(c.config))
+			require.NoError(t, err)
+			_, err = tl.Execute(t.Context(), c.input, tool.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee05"})
+			var te *envelope.ToolError
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, envelope.CodeValidation, te.Code, te.Message)
+			require.Contains(t, te.Message, "the input of tool py@1.0.0 is too large for a sandbox job")
+			require.Contains(t, te.Message, fmt.Sprintf("its code (%d bytes) and input (%d bytes)", c.code, c.in))
+			require.Contains(t, te.Message, fmt.Sprintf("more than the %d bytes one message may carry", limit))
+		})
+	}
+	s, err := env.JS.Stream(t.Context(), events.StreamSandbox)
+	require.NoError(t, err)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "no job was sent")
 }
