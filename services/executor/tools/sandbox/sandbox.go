@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -106,13 +107,6 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc too
 	if err != nil {
 		return nil, envelope.NewToolError(envelope.CodeValidation, "tool %s: %v", ref, err)
 	}
-	if size, limit := t.jobs.messageSize(out); size > limit {
-		// Publishing it would fail with the server's bare "maximum payload
-		// exceeded"; the caller can send less.
-		return nil, envelope.NewToolError(envelope.CodeValidation,
-			"the input of tool %s is too large for a sandbox job: its code (%d bytes) and input (%d bytes) make a job of %d bytes, "+
-				"more than the %d bytes one message may carry", ref, len(job.Source), len(job.Input), size, limit)
-	}
 	subj, err := events.SandboxSubject(job.RunID, job.CallID, "completed")
 	if err != nil {
 		return nil, err
@@ -150,6 +144,13 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc too
 	}
 	defer cc.Stop()
 	if err := t.jobs.pub.Publish(ctx, out); err != nil {
+		if errors.Is(err, nats.ErrMaxPayload) {
+			// Not the server's bare "maximum payload exceeded": what did
+			// not fit, and that the caller can send less.
+			return nil, envelope.NewToolError(envelope.CodeValidation,
+				"the input of tool %s is too large for a sandbox job: its code (%d bytes) and input (%d bytes) make a job "+
+					"larger than the %d bytes one message may carry", ref, len(job.Source), len(job.Input), t.jobs.js.Conn().MaxPayload())
+		}
 		return nil, envelope.NewToolError(envelope.CodeSandboxError, "the job of tool %s could not be sent to the sandbox: %v", ref, err)
 	}
 	var m jetstream.Msg
@@ -173,30 +174,4 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc too
 		return nil, res.Error
 	}
 	return res.Output, nil
-}
-
-// hopHeadroom is room kept in a message for the headers the publisher adds
-// (the hop's trace context).
-const hopHeadroom = 1 << 10
-
-// messageSize returns the size of out as the server counts it against its
-// max_payload (its body and its headers; 0 when it cannot be encoded:
-// Publish reports that), and the most a job may weigh.
-func (j *Jobs) messageSize(out events.Outgoing) (size, limit int) {
-	limit = 1 << 20 // the NATS default
-	if nc := j.js.Conn(); nc != nil && nc.MaxPayload() > 0 {
-		limit = int(nc.MaxPayload())
-	}
-	limit -= hopHeadroom
-	m, err := events.Encode(out.Subject, &out.Event)
-	if err != nil {
-		return 0, limit
-	}
-	size = len("NATS/1.0\r\n\r\n") + len(m.Data)
-	for k, vs := range m.Header {
-		for _, v := range vs {
-			size += len(k) + len(v) + len(": \r\n")
-		}
-	}
-	return size, limit
 }

@@ -175,7 +175,7 @@ func TestWaitOutlastsTheJob(t *testing.T) {
 func TestJobTooLargeForOneMessage(t *testing.T) {
 	env := eventstest.Start(t)
 	jobs := sandbox.NewJobs(env.JS, events.NewPublisher(env.JS), "/toolwire/executor")
-	limit := int(env.Conn.MaxPayload()) - 1<<10
+	limit := env.Conn.MaxPayload()
 	for _, c := range []struct {
 		name, config string
 		input        []byte
@@ -194,8 +194,8 @@ func TestJobTooLargeForOneMessage(t *testing.T) {
 			require.ErrorAs(t, err, &te)
 			require.Equal(t, envelope.CodeValidation, te.Code, te.Message)
 			require.Contains(t, te.Message, "the input of tool py@1.0.0 is too large for a sandbox job")
-			require.Contains(t, te.Message, fmt.Sprintf("its code (%d bytes) and input (%d bytes)", c.code, c.in))
-			require.Contains(t, te.Message, fmt.Sprintf("more than the %d bytes one message may carry", limit))
+			require.Contains(t, te.Message, fmt.Sprintf("its code (%d bytes) and input (%d bytes) make a job larger than the %d bytes one message may carry",
+				c.code, c.in, limit))
 		})
 	}
 	s, err := env.JS.Stream(t.Context(), events.StreamSandbox)
