@@ -79,20 +79,28 @@ func sandboxResult(t *testing.T, st *stack.Stack, runID, callID string) events.S
 	return res
 }
 
+// startSandboxStack starts the stack with a sandbox of the given
+// concurrency, after registering the code tools defs: every catalog holds
+// them from the start.
+func startSandboxStack(t *testing.T, concurrency int, defs ...envelope.ToolDefinition) *stack.Stack {
+	t.Helper()
+	needSandboxRuntimes(t)
+	env := eventstest.Start(t)
+	reg, err := registry.Open(t.Context(), env.JS)
+	require.NoError(t, err)
+	for _, def := range defs {
+		require.NoError(t, reg.Put(t.Context(), registry.Entry{Definition: def}))
+	}
+	return startStack(t, stack.Options{NATSURL: env.URL, Sandbox: &sandbox.Config{StateDir: t.TempDir(), Concurrency: concurrency}})
+}
+
 // TestSandboxToolsEndToEnd runs a scripted agent through policy, executor and
 // the sandbox service: python_exec (on the deployment's runtime, gVisor) and
 // a registered code tool (pinned to bwrap) in parallel, then python_exec with
 // a memory bomb whose SANDBOX_ERROR goes back to the model, then the answer.
 // A second agent, without python_exec enabled, is refused by policy.
 func TestSandboxToolsEndToEnd(t *testing.T) {
-	needSandboxRuntimes(t)
-	// The code tool is registered before the services start, so that every
-	// catalog holds it from the start.
-	env := eventstest.Start(t)
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
-	require.NoError(t, reg.Put(t.Context(), registry.Entry{Definition: wordStats(t)}))
-	st := startStack(t, stack.Options{NATSURL: env.URL, Sandbox: &sandbox.Config{StateDir: t.TempDir(), Concurrency: 2}})
+	st := startSandboxStack(t, 2, wordStats(t))
 
 	sum := map[string]any{"code": "import json, sys\nprint(sum(json.load(sys.stdin)))", "input": []int{1, 2, 3, 36}}
 	bomb := map[string]any{"code": "x = []\nwhile True:\n    x.append(bytearray(64 << 20))\n"}
@@ -156,16 +164,12 @@ func codeRunner(t *testing.T, name, runtime string, timeoutMS int) envelope.Tool
 // limit: the executor waits for the sandbox's answer, which comes after the
 // sandbox has stopped the job and before the call's own timeout ends.
 func TestSandboxTimeoutsEndToEnd(t *testing.T) {
-	needSandboxRuntimes(t)
-	env := eventstest.Start(t)
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
 	runtimes := []string{sandbox.RuntimeGVisor, sandbox.RuntimeBwrap}
+	var defs []envelope.ToolDefinition
 	var tools []string
 	for _, rt := range runtimes {
-		def := codeRunner(t, "py_"+rt, rt, 8_000)
-		require.NoError(t, reg.Put(t.Context(), registry.Entry{Definition: def}))
-		tools = append(tools, def.Ref().String())
+		defs = append(defs, codeRunner(t, "py_"+rt, rt, 8_000))
+		tools = append(tools, defs[len(defs)-1].Ref().String())
 	}
 	programs := []struct{ name, code string }{
 		{"busy loop", "while True:\n    pass\n"},
@@ -183,7 +187,7 @@ os.wait()
 `},
 	}
 	// All six at once: one sandbox slot each.
-	st := startStack(t, stack.Options{NATSURL: env.URL, Sandbox: &sandbox.Config{StateDir: t.TempDir(), Concurrency: len(runtimes) * len(programs)}})
+	st := startSandboxStack(t, len(runtimes)*len(programs), defs...)
 	var calls []any
 	for _, rt := range runtimes {
 		for _, p := range programs {
