@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,6 +85,12 @@ func abiAttempts(entry string) []abiAttempt {
 // attempts after it would say nothing). After each, the host's kernel must
 // hold no key of a job uid.
 func foreignABICases(t *testing.T, e *Engine) []escapeCase {
+	if goruntime.GOARCH != "amd64" {
+		// The foreign ABI of an arm64 host is arm32: its attempts are still
+		// to be written. The filter's guard is checked for every arch by
+		// TestSeccompKillsForeignABIs.
+		t.Fatalf("the foreign-ABI attempts are x86_64 machine code; this host is %s", goruntime.GOARCH)
+	}
 	program := readTestdata(t, "abi_attempts.py")
 	noKeys := func(t *testing.T) {
 		for _, uid := range e.UIDs() {
