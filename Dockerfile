@@ -34,8 +34,12 @@ COPY services/policy/go.mod services/policy/go.sum* services/policy/
 COPY services/executor/go.mod services/executor/go.sum* services/executor/
 COPY services/sandbox/go.mod services/sandbox/go.sum* services/sandbox/
 COPY services/recorder/go.mod services/recorder/go.sum* services/recorder/
+# deploy/ holds the tests of these deploy files (Kubernetes and Docker
+# libraries); the workspace needs its go.mod, no binary needs its modules.
+COPY deploy/go.mod deploy/go.sum* deploy/
 RUN set -eu; \
     for dir in $(go list -m -f '{{.Dir}}'); do \
+        if [ "${dir}" = /src/deploy ]; then continue; fi; \
         echo "go mod download in ${dir}"; \
         (cd "${dir}" && go mod download); \
     done
@@ -81,19 +85,30 @@ EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/recorder"]
 
 FROM runtime AS toolwire
-# `docker run -p 8080:8080 <image>` starts the whole system with an embedded NATS;
-# its data lives in /home/nonroot/.toolwire (mount a volume there to keep it).
-EXPOSE 8080
+# `docker run -p 8080:8080 -p 127.0.0.1:4223:4223 <image>` starts the whole
+# system with an embedded NATS: the API and timeline on :8080, NATS on :4223, the
+# port the CLI looks for a dev server on, so `toolwire run` on the host needs no
+# --nats. Inside the container both listen on every interface (a container's
+# 127.0.0.1 is unreachable from outside it); `toolwire dev` on a host keeps to
+# 127.0.0.1. The data lives in /home/nonroot/.toolwire (mount a volume there).
+EXPOSE 8080 4223
 ENTRYPOINT ["/usr/local/bin/toolwire"]
-CMD ["dev", "--data-dir", "/home/nonroot/.toolwire"]
+CMD ["dev", "--data-dir", "/home/nonroot/.toolwire", "--http", "0.0.0.0:8080", "--nats-listen", "0.0.0.0:4223"]
 
 # ---------------------------------------------------------------------------
-# sandbox: needs bubblewrap (and later gVisor's runsc) and the interpreters that
-# untrusted code runs in, so it gets a slim Debian base instead of distroless.
+# sandbox: the job runtimes and the interpreter untrusted code runs in, all from
+# Debian's packages, so it gets a slim Debian base instead of distroless:
+#   bubblewrap  the bwrap runtime;
+#   runsc       gVisor, the gvisor runtime (TOOLWIRE_SANDBOX_RUNTIME=auto prefers it);
+#   python3     the interpreter (/usr/bin/python3, TOOLWIRE_SANDBOX_PYTHON);
+# plus what the supervisor uses: /bin/sh (the gate) and setpriv (util-linux,
+# for job uids when the service runs as root), both in the base image.
+# At start the service runs a trial job in each runtime and keeps those that
+# work here; /metrics shows which (toolwire_sandbox_runtime_available).
 FROM debian:bookworm-slim AS sandbox
 RUN set -eu; \
     apt-get update; \
-    apt-get install -y --no-install-recommends bubblewrap python3 ca-certificates; \
+    apt-get install -y --no-install-recommends bubblewrap runsc python3 ca-certificates; \
     rm -rf /var/lib/apt/lists/*; \
     groupadd --gid 65532 nonroot; \
     useradd --uid 65532 --gid 65532 --create-home --home-dir /home/nonroot --shell /usr/sbin/nologin nonroot

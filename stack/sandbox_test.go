@@ -79,20 +79,28 @@ func sandboxResult(t *testing.T, st *stack.Stack, runID, callID string) events.S
 	return res
 }
 
+// startSandboxStack starts the stack with a sandbox of the given
+// concurrency, after registering the code tools defs: every catalog holds
+// them from the start.
+func startSandboxStack(t *testing.T, concurrency int, defs ...envelope.ToolDefinition) *stack.Stack {
+	t.Helper()
+	needSandboxRuntimes(t)
+	env := eventstest.Start(t)
+	reg, err := registry.Open(t.Context(), env.JS)
+	require.NoError(t, err)
+	for _, def := range defs {
+		require.NoError(t, reg.Put(t.Context(), registry.Entry{Definition: def}))
+	}
+	return startStack(t, stack.Options{NATSURL: env.URL, Sandbox: &sandbox.Config{StateDir: t.TempDir(), Concurrency: concurrency}})
+}
+
 // TestSandboxToolsEndToEnd runs a scripted agent through policy, executor and
 // the sandbox service: python_exec (on the deployment's runtime, gVisor) and
 // a registered code tool (pinned to bwrap) in parallel, then python_exec with
 // a memory bomb whose SANDBOX_ERROR goes back to the model, then the answer.
 // A second agent, without python_exec enabled, is refused by policy.
 func TestSandboxToolsEndToEnd(t *testing.T) {
-	needSandboxRuntimes(t)
-	// The code tool is registered before the services start, so that every
-	// catalog holds it from the start.
-	env := eventstest.Start(t)
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
-	require.NoError(t, reg.Put(t.Context(), registry.Entry{Definition: wordStats(t)}))
-	st := startStack(t, stack.Options{NATSURL: env.URL, Sandbox: &sandbox.Config{StateDir: t.TempDir(), Concurrency: 2}})
+	st := startSandboxStack(t, 2, wordStats(t))
 
 	sum := map[string]any{"code": "import json, sys\nprint(sum(json.load(sys.stdin)))", "input": []int{1, 2, 3, 36}}
 	bomb := map[string]any{"code": "x = []\nwhile True:\n    x.append(bytearray(64 << 20))\n"}
@@ -137,4 +145,74 @@ func TestSandboxToolsEndToEnd(t *testing.T) {
 	refused := final.Outputs.ToolsByID[final.Outputs.ToolOrder[0]]
 	require.NotNil(t, refused.Error)
 	require.Equal(t, envelope.CodePolicyDenied, refused.Error.Code)
+}
+
+// codeRunner is a tool like python_exec (the code comes in its input) pinned
+// to one runtime, with a timeout of its own.
+func codeRunner(t *testing.T, name, runtime string, timeoutMS int) envelope.ToolDefinition {
+	t.Helper()
+	def := sandbox.PythonExecDefinition()
+	cfg, err := json.Marshal(events.SandboxToolConfig{Language: events.SandboxPython, CodeFromInput: true, Runtime: runtime})
+	require.NoError(t, err)
+	def.Name, def.TimeoutMS, def.Implementation.Config = name, timeoutMS, cfg
+	return def
+}
+
+// TestSandboxTimeoutsEndToEnd: code that runs past its tool's timeout (a
+// busy loop, a sleep, children that ignore SIGTERM) on either runtime comes
+// back, through the executor, as the sandbox's TIMEOUT naming the wall_time
+// limit: the executor waits for the sandbox's answer, which comes after the
+// sandbox has stopped the job and before the call's own timeout ends.
+func TestSandboxTimeoutsEndToEnd(t *testing.T) {
+	runtimes := []string{sandbox.RuntimeGVisor, sandbox.RuntimeBwrap}
+	var defs []envelope.ToolDefinition
+	var tools []string
+	for _, rt := range runtimes {
+		defs = append(defs, codeRunner(t, "py_"+rt, rt, 8_000))
+		tools = append(tools, defs[len(defs)-1].Ref().String())
+	}
+	programs := []struct{ name, code string }{
+		{"busy loop", "while True:\n    pass\n"},
+		{"sleep", "import time\ntime.sleep(600)\n"},
+		{"children that ignore SIGTERM", `import os, signal, time
+for spin in (True, False):
+    if os.fork() == 0:
+        os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            if not spin:
+                time.sleep(1)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+os.wait()
+`},
+	}
+	// All six at once: one sandbox slot each.
+	st := startSandboxStack(t, len(runtimes)*len(programs), defs...)
+	var calls []any
+	for _, rt := range runtimes {
+		for _, p := range programs {
+			calls = append(calls, call("py_"+rt, map[string]any{"code": p.code}))
+		}
+	}
+	req := scripted(t, "sandbox-timeouts-1", tools, map[string]any{"tool_calls": calls}, map[string]any{"content": "done"})
+	final := runToEnd(t, st, req)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	require.Len(t, final.Outputs.ToolOrder, len(calls))
+	for i, id := range final.Outputs.ToolOrder {
+		rt, p := runtimes[i/len(programs)], programs[i%len(programs)]
+		got := final.Outputs.ToolsByID[id]
+		require.Equal(t, "py_"+rt, got.Name)
+		require.NotNil(t, got.Error, "%s on %s: output %s", p.name, rt, got.Output)
+		require.Equal(t, envelope.CodeTimeout, got.Error.Code, "%s on %s: %s", p.name, rt, got.Error.Message)
+		require.Contains(t, got.Error.Message, "ran longer than its timeout", "%s on %s: the sandbox's TIMEOUT, not the executor's", p.name, rt)
+		b, err := json.Marshal(got.Error.Details)
+		require.NoError(t, err)
+		var d struct {
+			Limit   string `json:"limit"`
+			Runtime string `json:"runtime"`
+		}
+		require.NoError(t, json.Unmarshal(b, &d))
+		require.Equal(t, "wall_time", d.Limit, "%s on %s", p.name, rt)
+		require.Equal(t, rt, d.Runtime, "%s on %s", p.name, rt)
+	}
 }

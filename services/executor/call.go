@@ -306,6 +306,9 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 	if err := envelope.ValidateAgainst(ref.String()+" input", schemas.Input, req.Input); err != nil {
 		return fail(schemaFailure(envelope.CodeValidation, err, "input for tool %s does not match its input schema", ref))
 	}
+	if te := s.inputRoom(ref, &res.env); te != nil {
+		return fail(te)
+	}
 
 	if te := secretsOf(ctx).err; te != nil {
 		return fail(te) // a secret is missing: the tool does not run

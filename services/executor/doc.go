@@ -79,7 +79,10 @@
 //   - VALIDATION_ERROR: the tool is not in the registry ("unknown tool
 //     name@version"), or the input does not match the tool's input schema
 //     (details: the list of problems, one "at /pointer: message" line each), or
-//     a tool rejected its input itself (calculator syntax, unknown timezone).
+//     the input leaves no room in one message for the envelope that carries
+//     it (the tool does not run; the input's size and the limit are named),
+//     or a tool rejected its input itself (calculator syntax, unknown
+//     timezone).
 //   - POLICY_DENIED: the registry marks the version blocked.
 //   - TIMEOUT: the tool ran past its definition's timeout (timeout_ms, default
 //     30s). Its context is cancelled at the deadline; a tool that ignores its

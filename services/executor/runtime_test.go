@@ -448,6 +448,32 @@ func TestEnvelopesStayBounded(t *testing.T) {
 	}
 }
 
+// TestInputTooLargeForItsResult: a call whose input fits in its request but
+// leaves no room in one message for its result envelope (which carries the
+// input) is refused before the tool runs, with VALIDATION_ERROR naming the
+// input's size and the limit, not blamed on the output.
+func TestInputTooLargeForItsResult(t *testing.T) {
+	env := eventstest.Start(t)
+	var ran atomic.Int32
+	startExecutor(t, env, Config{}, WithTools(newTestTool("echo_len", func(_ context.Context, in json.RawMessage) (json.RawMessage, error) {
+		ran.Add(1)
+		return json.RawMessage(fmt.Sprintf(`{"ok":true,"len":%d}`, len(in))), nil
+	})))
+	w := watchRun(t, env.JS, "run-big-input")
+	maxPayload := int(env.Conn.MaxPayload())
+	input := `{"text":"` + strings.Repeat("x", maxPayload-messageHeadroom/2) + `"}`
+	req := callRequest(t, "run-big-input", 1, "echo_len", "1.0.0", input)
+	publishApproved(t, events.NewPublisher(env.JS), req)
+	ev := w.wait(t, completedSubject(t, req))
+	var got envelope.ToolEnvelope
+	require.NoError(t, events.DecodeData(ev, &got))
+	require.NotNil(t, got.Error)
+	require.Equal(t, envelope.CodeValidation, got.Error.Code, got.Error.Message)
+	require.Contains(t, got.Error.Message, fmt.Sprintf("the input of tool echo_len@1.0.0 (%d bytes) is too large", len(input)))
+	require.Contains(t, got.Error.Message, fmt.Sprintf("(%d bytes, %d of them kept for the headers)", maxPayload, messageHeadroom))
+	require.Zero(t, ran.Load(), "the tool did not run")
+}
+
 // TestTruncationPreviewCutsOnCharacters: a tiny max_output_bytes truncates a
 // small output, and the preview never splits a multi-byte character.
 func TestTruncationPreviewCutsOnCharacters(t *testing.T) {

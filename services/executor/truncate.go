@@ -50,6 +50,20 @@ func (s *Service) fits(env *envelope.ToolEnvelope) (bool, error) {
 	return len(b)+messageHeadroom <= s.maxMessageBytes(), nil
 }
 
+// inputRoom refuses, before it runs, a call whose input leaves no room for
+// its result: the envelope carries the input, and must fit in one message
+// even with an empty output. Run, such a call could not report, and its
+// output would be blamed for the room its input took.
+func (s *Service) inputRoom(ref envelope.ToolRef, env *envelope.ToolEnvelope) *envelope.ToolError {
+	ok, err := s.fits(env)
+	if err != nil || ok {
+		return nil
+	}
+	return envelope.NewToolError(envelope.CodeValidation,
+		"the input of tool %s (%d bytes) is too large: the call's result carries it, and no result with it fits in one message "+
+			"(%d bytes, %d of them kept for the headers)", ref, len(env.Input), s.maxMessageBytes(), messageHeadroom)
+}
+
 // maxEscape is the most encoding/json grows a byte of a JSON document: a
 // control character, '<', '>', '&' or a byte of invalid UTF-8 inside a string
 // becomes a six-byte escape (\u003c), and events are encoded that way.

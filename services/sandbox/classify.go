@@ -103,7 +103,14 @@ func classify(mode, rt string, l Limits, timeout time.Duration, pr *procResult) 
 				"open files limit hit: the program may hold at most %d files open", l.OpenFiles)
 		}
 	}
-	if pr.Signal != 0 {
+	switch pr.Signal {
+	case 0:
+	case syscall.SIGSYS:
+		// The bwrap filter's answer to a syscall through a foreign ABI.
+		return fail(envelope.CodeSandboxError, "", 0,
+			"the program was killed by SIGSYS: it made a system call through an ABI the sandbox refuses "+
+				"(only the machine's native one is served: no i386 or x32 syscalls)")
+	default:
 		return fail(envelope.CodeSandboxError, "", 0, "the program was killed by %s", signalName(pr.Signal))
 	}
 	return fail(envelope.CodeSandboxError, "", 0, "the program exited with status %d%s", pr.ExitCode, lastLineHint(pr.Stderr))

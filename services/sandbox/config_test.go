@@ -129,6 +129,8 @@ func TestClassify(t *testing.T) {
 			code: envelope.CodeSandboxError, limit: LimitProcesses, msg: "process limit hit"},
 		{name: "sigxcpu", pr: procResult{ExitCode: -1, Signal: syscall.SIGXCPU},
 			code: envelope.CodeTimeout, limit: LimitCPUTime, msg: "CPU time"},
+		{name: "sigsys", pr: procResult{ExitCode: -1, Signal: syscall.SIGSYS},
+			code: envelope.CodeSandboxError, msg: "through an ABI the sandbox refuses"},
 		{name: "interleaved tracebacks", pr: procResult{ExitCode: 1, Stderr: []byte(
 			"Traceback (most recent call last):\nTraceback (most recent call last):\n  File \"/job/main.py\", line 3, in <module>\n" +
 				"BlockingIOError: [Errno 11] Resource temporarily unavailable\n  File \"/job/main.py\", line 3, in <module>\n")},

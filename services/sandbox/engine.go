@@ -247,19 +247,15 @@ func (e *Engine) Run(ctx context.Context, job *events.SandboxJob) (events.Sandbo
 	if rt.Name() == RuntimeInsecureDev {
 		e.log.Warn("running a job WITHOUT ISOLATION (insecure development setting)", "run_id", job.RunID, "call_id", job.CallID)
 	}
-	timeout := job.Timeout()
-	if !job.Deadline.IsZero() {
-		timeout = min(timeout, time.Until(job.Deadline))
-	}
-	if timeout <= 0 {
-		return fail(envelope.NewToolError(envelope.CodeTimeout, "the job waited past its deadline before a sandbox could run it").
-			WithDetails(ErrorDetails{Limit: LimitWallTime, LimitValue: int64(job.TimeoutMS), Runtime: rt.Name()}))
-	}
-	o, pr, err := e.execute(ctx, rt, job, e.cfg.Limits.forJob(job.Limits), timeout)
+	o, pr, err := e.execute(ctx, rt, job, e.cfg.Limits.forJob(job.Limits), job.Timeout())
 	res.DurationMS = time.Since(start).Milliseconds()
 	if err != nil {
 		if errors.Is(err, errInterrupted) {
 			return res, err
+		}
+		if errors.Is(err, errNoTimeLeft) {
+			return fail(envelope.NewToolError(envelope.CodeTimeout, "the job waited past its deadline before a sandbox could run it").
+				WithDetails(ErrorDetails{Limit: LimitWallTime, LimitValue: int64(job.TimeoutMS), Runtime: rt.Name()}))
 		}
 		e.log.Error("sandbox runtime failed", "runtime", rt.Name(), "run_id", job.RunID, "call_id", job.CallID, "err", err)
 		return fail(envelope.NewToolError(envelope.CodeSandboxError, "the %s sandbox could not run the code: %v", rt.Name(), err))
@@ -293,8 +289,38 @@ func (e *Engine) pick(name string) (runtime, *envelope.ToolError) {
 	return nil, envelope.NewToolError(envelope.CodeSandboxError, "unknown sandbox runtime %q", name)
 }
 
-// execute runs the job's code in rt, in a job slot, and classifies what
-// happened.
+// answerMargin is the part of the time left before a job's deadline (when
+// its caller stops waiting) that the sandbox keeps to end the program and
+// answer: the runtime's graceful stop (stopGrace), the kill and the cleanup,
+// the result's publication. A tenth of the time left, at least 200 ms and at
+// most stopGrace and a second: a short job cannot spare the whole grace, and
+// its answer is late only when the stop takes longer than usual (its caller
+// then reports a TIMEOUT of its own). The executor keeps the same margin
+// between a job's timeout and its deadline (services/executor/tools/sandbox).
+func answerMargin(left time.Duration) time.Duration {
+	return min(max(left/10, 200*time.Millisecond), stopGrace+time.Second)
+}
+
+// runTimeout is how long a job that starts now may run: its timeout, and no
+// longer than its deadline less the answer margin, so that its answer (a
+// TIMEOUT included) reaches the caller before the caller stops waiting. It is
+// computed when the job has its slot: time spent waiting for one counts. Zero
+// or less: no time is left.
+func runTimeout(timeout time.Duration, deadline, now time.Time) time.Duration {
+	if deadline.IsZero() {
+		return timeout
+	}
+	left := deadline.Sub(now)
+	return min(timeout, left-answerMargin(left))
+}
+
+// errNoTimeLeft is returned by execute when the job's time ran out before it
+// had a slot.
+var errNoTimeLeft = errors.New("sandbox: no time left to run the job")
+
+// execute runs the job's code in rt, in a job slot, for timeout at most and
+// no longer than the job's deadline allows once it has its slot, and
+// classifies what happened.
 func (e *Engine) execute(ctx context.Context, rt runtime, job *events.SandboxJob, l Limits, timeout time.Duration) (outcome, procResult, error) {
 	var slot int
 	select {
@@ -303,6 +329,10 @@ func (e *Engine) execute(ctx context.Context, rt runtime, job *events.SandboxJob
 		return outcome{}, procResult{}, fmt.Errorf("%w: waiting for a job slot: %w", errInterrupted, context.Cause(ctx))
 	}
 	defer func() { e.slots <- slot }()
+	timeout = runTimeout(timeout, job.Deadline, time.Now())
+	if timeout <= 0 {
+		return outcome{}, procResult{}, errNoTimeLeft
+	}
 	x := &execution{
 		ID: newJobID(), Python: e.cfg.Python, Source: job.Source, Stdin: job.Input,
 		Limits: l, Timeout: timeout, Slot: slot, SlotUID: -1, Cgroups: e.cgroups,

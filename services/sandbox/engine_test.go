@@ -242,3 +242,45 @@ func TestCloseKeepsUIDsOfRunningJobs(t *testing.T) {
 	idle.Close()
 	require.Empty(t, idle.UIDs(), "an idle engine releases its uids")
 }
+
+// TestRunTimeoutLeavesTheAnswerMargin: a job runs for its timeout at most,
+// and no longer than its deadline less the margin the sandbox keeps to stop
+// it and answer, whatever the two are.
+func TestRunTimeoutLeavesTheAnswerMargin(t *testing.T) {
+	now := time.Now()
+	require.Equal(t, 5*time.Second, runTimeout(5*time.Second, time.Time{}, now), "no deadline: the timeout")
+	for _, timeout := range []time.Duration{time.Millisecond, 100 * time.Millisecond, time.Second, 3 * time.Second, 30 * time.Second, 10 * time.Minute} {
+		for _, left := range []time.Duration{-time.Second, 0, 150 * time.Millisecond, 250 * time.Millisecond, time.Second, 2900 * time.Millisecond,
+			3 * time.Second, 10 * time.Second, 30 * time.Second, 31 * time.Second, time.Hour} {
+			got := runTimeout(timeout, now.Add(left), now)
+			require.LessOrEqual(t, got, timeout, "timeout %s, %s left", timeout, left)
+			if got > 0 {
+				require.GreaterOrEqual(t, left-got, answerMargin(left), "timeout %s, %s left", timeout, left)
+				require.GreaterOrEqual(t, left-got, 200*time.Millisecond, "timeout %s, %s left", timeout, left)
+			}
+			if left >= 10*(stopGrace+time.Second) && timeout < left/2 {
+				require.Equal(t, timeout, got, "a deadline far off does not shorten the timeout")
+			}
+		}
+	}
+	require.Equal(t, stopGrace+time.Second, answerMargin(time.Hour), "the margin holds the whole stop grace")
+}
+
+// TestDeadlineBoundsTheRun: a job whose deadline is closer than its timeout
+// (a caller that waits only as long as the job may run, or a job that waited
+// for a slot) runs only until its deadline less the answer margin: its
+// TIMEOUT names that limit, and leaves its caller the margin to get it.
+func TestDeadlineBoundsTheRun(t *testing.T) {
+	e := newTestEngine(t, Config{})
+	for _, rt := range []string{RuntimeGVisor, RuntimeBwrap} {
+		job := testJob(rt, "while True:\n    pass\n", "", 2*time.Second)
+		job.Deadline = time.Now().Add(job.Timeout())
+		res := run(t, e, job)
+		require.NotNil(t, res.Error, rt)
+		require.Equal(t, envelope.CodeTimeout, res.Error.Code, "%s: %s", rt, res.Error.Message)
+		d := details(t, res)
+		require.Equal(t, LimitWallTime, d.Limit, rt)
+		require.Less(t, d.LimitValue, int64(job.TimeoutMS)-answerMargin(job.Timeout()).Milliseconds()+1, rt)
+		require.Positive(t, d.LimitValue, rt)
+	}
+}

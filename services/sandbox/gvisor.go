@@ -167,13 +167,35 @@ func (g *gvisorRuntime) spec(x *execution, bundle string) *specs.Spec {
 				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
 			},
+			Seccomp: gvisorSeccomp(),
 		},
 	}
 }
 
-// flags are runsc's global flags.
+// gvisorSeccomp is the filter gVisor's kernel applies to the job (runsc
+// --oci-seccomp): sockets of every family but AF_UNIX fail with
+// EAFNOSUPPORT, as under bwrap. gVisor itself refuses most families, but
+// with --network=none it still serves AF_INET and AF_INET6 on the sandbox's
+// loopback and AF_NETLINK's route and uevent protocols. Everything else
+// (keyrings, io_uring, foreign ABIs, ...) gVisor's kernel does not serve, or
+// serves inside the sandbox only.
+func gvisorSeccomp() *specs.LinuxSeccomp {
+	errno := uint(socketFamilyErrno)
+	return &specs.LinuxSeccomp{
+		DefaultAction: specs.ActAllow,
+		Syscalls: []specs.LinuxSyscall{{
+			Names:    []string{"socket", "socketpair"},
+			Action:   specs.ActErrno,
+			ErrnoRet: &errno,
+			Args:     []specs.LinuxSeccompArg{{Index: 0, Value: allowedSocketFamily, Op: specs.OpNotEqual}},
+		}},
+	}
+}
+
+// flags are runsc's global flags. --oci-seccomp makes gVisor's kernel apply
+// the spec's seccomp filter (runsc ignores it otherwise).
 func (g *gvisorRuntime) flags(ownCgroup bool) []string {
-	f := []string{"--root", g.root, "--network=none", "--platform=" + g.platform}
+	f := []string{"--root", g.root, "--network=none", "--platform=" + g.platform, "--oci-seccomp"}
 	if ownCgroup {
 		// The supervisor has put runsc into the job's cgroup already.
 		f = append(f, "--ignore-cgroups")

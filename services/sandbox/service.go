@@ -180,6 +180,10 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 			return fmt.Errorf("job %s/%s: %w", job.RunID, job.CallID, err)
 		}
 	}
+	out, err := s.fitResult(&res, tenantID, rt, log)
+	if err != nil {
+		return events.Permanent(err)
+	}
 	outcome := "ok"
 	if res.Error != nil {
 		outcome = string(res.Error.Code)
@@ -192,15 +196,82 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	s.metrics.jobs.WithLabelValues(runtimeLabel(res.Runtime), outcome).Inc()
 	s.metrics.duration.WithLabelValues(runtimeLabel(res.Runtime)).Observe(float64(res.DurationMS) / 1000)
 
-	out, err := events.NewSandboxResult(s.cfg.Source, res, tenantID, rt)
-	if err != nil {
-		return events.Permanent(err)
-	}
 	if err := s.pub.Publish(ctx, out); err != nil {
 		return err
 	}
 	log.Debug("job done", "runtime", res.Runtime, "outcome", outcome, "duration_ms", res.DurationMS)
 	return nil
+}
+
+// hopHeadroom is room kept in a message for the headers the publisher adds
+// (the hop's trace context).
+const hopHeadroom = 1 << 10
+
+// resultStderrBytes is how much of the program's stderr a result too large
+// for one message keeps.
+const resultStderrBytes = 2 << 10
+
+// fitResult builds the result event, made to fit in one message: a result
+// that cannot be published would be retried, its job run again and
+// dead-lettered, and its caller would wait for nothing until its timeout.
+// The program's stderr, a diagnostic, is cut first; if the output still does
+// not fit, the result is SANDBOX_ERROR, limit output, saying what did not
+// fit (the output's and stderr's sizes, the result's and the limit).
+func (s *Service) fitResult(res *events.SandboxResult, tenantID string, rt events.RunTrace, log *slog.Logger) (events.Outgoing, error) {
+	out, err := events.NewSandboxResult(s.cfg.Source, *res, tenantID, rt)
+	if err != nil {
+		return out, err
+	}
+	size, limit := s.messageSize(out)
+	if size <= limit {
+		return out, nil
+	}
+	outputBytes, stderrBytes := len(res.Output), len(res.Stderr)
+	if stderrBytes > resultStderrBytes {
+		res.Stderr, res.StderrTruncated = lastBytes([]byte(res.Stderr), resultStderrBytes), true
+		if out, err = events.NewSandboxResult(s.cfg.Source, *res, tenantID, rt); err != nil {
+			return out, err
+		}
+		if n, _ := s.messageSize(out); n <= limit {
+			log.Warn("the job's stderr was cut to fit its result in one message", "stderr_bytes", stderrBytes, "limit", limit)
+			return out, nil
+		}
+	}
+	res.Output = nil
+	res.Error = envelope.NewToolError(envelope.CodeSandboxError,
+		"output limit hit: the program's output (%d bytes as JSON) and stderr (%d bytes) make a result of %d bytes, "+
+			"more than the %d bytes one message may carry", outputBytes, stderrBytes, size, limit).
+		WithDetails(ErrorDetails{Limit: LimitOutput, LimitValue: int64(limit), Runtime: res.Runtime})
+	log.Warn("the job's result does not fit in one message; answered with an error", "err", res.Error.Message)
+	return events.NewSandboxResult(s.cfg.Source, *res, tenantID, rt)
+}
+
+// messageSize returns the size of out as the server counts it against
+// max_payload (its body and its headers; 0 when it cannot be encoded:
+// Publish reports that), and the most a result may weigh.
+func (s *Service) messageSize(out events.Outgoing) (size, limit int) {
+	limit = s.maxMessageBytes() - hopHeadroom
+	m, err := events.Encode(out.Subject, &out.Event)
+	if err != nil {
+		return 0, limit
+	}
+	size = len("NATS/1.0\r\n\r\n") + len(m.Data)
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			size += len(k) + len(v) + len(": \r\n")
+		}
+	}
+	return size, limit
+}
+
+// maxMessageBytes is the server's max_payload, as the connection learnt it.
+func (s *Service) maxMessageBytes() int {
+	if nc := s.js.Conn(); nc != nil {
+		if mp := nc.MaxPayload(); mp > 0 {
+			return int(mp)
+		}
+	}
+	return 1 << 20 // the NATS default
 }
 
 // completed reports whether the job's result is already stored.

@@ -28,12 +28,19 @@ import (
 // service's lifetime, never off the start-up context.
 func startService(t *testing.T, env *eventstest.Env, id string, reg prometheus.Registerer) *Service {
 	t.Helper()
+	return startServiceWith(t, env, Config{ID: id, Limits: testLimits()}, reg)
+}
+
+// startServiceWith starts a sandbox service of cfg as startService does.
+func startServiceWith(t *testing.T, env *eventstest.Env, cfg Config, reg prometheus.Registerer) *Service {
+	t.Helper()
 	newTestEngine(t, Config{}) // fails (or skips) the test when the runtimes do not work here
+	cfg.StateDir, cfg.Concurrency = t.TempDir(), 2
 	s, err := New(service.Deps{
 		JS:      env.JetStream(t),
 		Log:     slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Metrics: reg,
-	}, Config{ID: id, StateDir: t.TempDir(), Limits: testLimits(), Concurrency: 2})
+	}, cfg)
 	require.NoError(t, err)
 	startCtx, endStart := context.WithTimeout(context.Background(), 2*time.Minute)
 	require.NoError(t, s.Start(startCtx))
@@ -211,4 +218,44 @@ func TestStartAfterStop(t *testing.T) {
 	require.ErrorIs(t, s.Start(t.Context()), service.ErrStopped)
 	require.NoError(t, s.Stop(t.Context()))
 	require.Nil(t, s.Engine(), "nothing was started")
+}
+
+// TestServiceResultsFitInOneMessage: a result larger than one message (the
+// program's output, as JSON, and its stderr beyond the server's max_payload)
+// is still answered: stderr is cut first, and an output that does not fit
+// makes the result a SANDBOX_ERROR, limit output, that names the sizes and
+// the limit. Before, the result could not be published, the job ran again
+// at each redelivery, and its caller waited for nothing.
+func TestServiceResultsFitInOneMessage(t *testing.T) {
+	env := eventstest.Start(t)
+	limits := testLimits()
+	limits.OutputBytes, limits.StderrBytes = 4<<20, 2<<20
+	startServiceWith(t, env, Config{ID: "sandbox-big", Limits: limits}, prometheus.NewRegistry())
+	maxPayload := int(env.Conn.MaxPayload())
+
+	job := func(callID, mode, source string) {
+		j := serviceJob(callID, source)
+		j.Stdout, j.Runtime = mode, RuntimeBwrap
+		publishJob(t, env.JS, j)
+	}
+	job("b1", events.SandboxStdoutJSON, "import json\nprint(json.dumps('x' * (1200 << 10)))")
+	// Text mode: 600 KiB of quotes are 1.2 MiB as a JSON string.
+	job("b2", events.SandboxStdoutText, "print('\"' * (600 << 10))")
+	job("be", events.SandboxStdoutJSON, "import sys\nsys.stderr.write('e' * (1200 << 10))\nprint(7)")
+
+	for _, id := range []string{"b1", "b2"} {
+		res, _ := awaitResult(t, env.JS, "run-svc", id)
+		require.NotNil(t, res.Error, id)
+		require.Equal(t, envelope.CodeSandboxError, res.Error.Code, id)
+		require.Contains(t, res.Error.Message, "output limit hit: the program's output (", id)
+		require.Contains(t, res.Error.Message, fmt.Sprintf("more than the %d bytes one message may carry", maxPayload-hopHeadroom), id)
+		b, err := json.Marshal(res.Error.Details)
+		require.NoError(t, err)
+		require.Contains(t, string(b), `"limit":"output"`, id)
+	}
+	res, _ := awaitResult(t, env.JS, "run-svc", "be")
+	require.Nil(t, res.Error, "stderr is cut, the output kept")
+	require.JSONEq(t, `7`, string(res.Output))
+	require.True(t, res.StderrTruncated)
+	require.Len(t, res.Stderr, resultStderrBytes)
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -57,11 +58,16 @@ type sandboxTool struct {
 
 func (t *sandboxTool) Definition() envelope.ToolDefinition { return t.def }
 
-// sandboxMargin is the part of the tool's timeout kept back from the job's, so
-// that the sandbox's own TIMEOUT (which says what ran long) arrives before the
-// call's context ends.
-func sandboxMargin(remaining time.Duration) time.Duration {
-	return min(max(remaining/10, 100*time.Millisecond), time.Second)
+// answerMargin is the part of the call's time left that the job's timeout
+// leaves to the sandbox service to stop the program and answer (its graceful
+// stop, the kill and cleanup, the result's publication): a tenth, at least
+// 200 ms, at most 3 s (its stop grace of 2 s and a second). The sandbox keeps
+// the same margin before the job's deadline, the time the call stops waiting
+// for its answer (services/sandbox answerMargin), so that a job that runs
+// to its timeout is answered TIMEOUT with the limit it hit before the call's
+// own timeout ends.
+func answerMargin(left time.Duration) time.Duration {
+	return min(max(left/10, 200*time.Millisecond), 3*time.Second)
 }
 
 func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
@@ -89,12 +95,14 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc too
 		deadline = time.Now().Add(t.def.Timeout())
 	}
 	remaining := time.Until(deadline)
-	timeout := remaining - sandboxMargin(remaining)
+	timeout := remaining - answerMargin(remaining)
 	if timeout < time.Millisecond {
 		return nil, envelope.NewToolError(envelope.CodeTimeout, "tool %s had no time left to run", ref)
 	}
 	job.TimeoutMS = int(timeout.Milliseconds())
-	job.Deadline = time.Now().Add(timeout)
+	// The deadline is when the wait below ends: the sandbox runs the job no
+	// longer than that less its answer margin.
+	job.Deadline = deadline
 	out, err := events.NewSandboxJob(t.jobs.source, job, events.RunTrace{})
 	if err != nil {
 		return nil, envelope.NewToolError(envelope.CodeValidation, "tool %s: %v", ref, err)
@@ -121,15 +129,35 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc too
 			cancel()
 		}
 	}()
+	// The wait lasts until the answer comes or ctx ends, never less: a fetch
+	// bounded by ctx (jetstream.FetchContext) would expire at nine tenths of
+	// the time left, before the answer to a job that ran to its timeout.
+	answers := make(chan jetstream.Msg, 1)
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		select {
+		case answers <- m:
+		default: // one answer is all a job has
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox result consumer: %w", err)
+	}
+	defer cc.Stop()
 	if err := t.jobs.pub.Publish(ctx, out); err != nil {
+		if errors.Is(err, nats.ErrMaxPayload) {
+			// Not the server's bare "maximum payload exceeded": what did
+			// not fit, and that the caller can send less.
+			return nil, envelope.NewToolError(envelope.CodeValidation,
+				"the input of tool %s is too large for a sandbox job: its code (%d bytes) and input (%d bytes) make a job "+
+					"larger than the %d bytes one message may carry", ref, len(job.Source), len(job.Input), t.jobs.js.Conn().MaxPayload())
+		}
 		return nil, envelope.NewToolError(envelope.CodeSandboxError, "the job of tool %s could not be sent to the sandbox: %v", ref, err)
 	}
-	m, err := c.Next(jetstream.FetchContext(ctx))
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("waiting for the sandbox: %w", context.Cause(ctx))
-		}
-		return nil, fmt.Errorf("waiting for the sandbox: %w", err)
+	var m jetstream.Msg
+	select {
+	case m = <-answers:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the sandbox: %w", context.Cause(ctx))
 	}
 	e, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	if err != nil {

@@ -3,6 +3,8 @@ package sandbox_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,4 +109,98 @@ func TestNoTimeLeft(t *testing.T) {
 	var te *envelope.ToolError
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, envelope.CodeTimeout, te.Code)
+}
+
+// TestWaitOutlastsTheJob: a job that runs to its timeout is answered only
+// after the sandbox has stopped it, cleaned up and published its TIMEOUT.
+// The job carries when the call stops waiting (its deadline: the call's),
+// its timeout leaves the sandbox a margin before it, and the call waits that
+// long: the sandbox's TIMEOUT, which names the limit hit, is the call's
+// error, not an error of the wait.
+func TestWaitOutlastsTheJob(t *testing.T) {
+	env := eventstest.Start(t)
+	jobs := sandbox.NewJobs(env.JS, events.NewPublisher(env.JS), "/toolwire/executor")
+	def := sandboxDef(`{"language":"python","source":"while True: pass"}`)
+	def.TimeoutMS = 5_000
+	tl, err := jobs.Tool(def)
+	require.NoError(t, err)
+	cons, err := env.JS.OrderedConsumer(t.Context(), events.StreamSandbox, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.Prefix + ".sandbox.*.*.requested"}})
+	require.NoError(t, err)
+
+	// The executor bounds every call by its tool's timeout.
+	ctx, cancel := context.WithTimeout(t.Context(), def.Timeout())
+	defer cancel()
+	callDeadline, _ := ctx.Deadline()
+	type result struct {
+		out json.RawMessage
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := tl.Execute(ctx, json.RawMessage(`1`), tool.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee04"})
+		done <- result{out, err}
+	}()
+
+	m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+	require.NoError(t, err)
+	received := time.Now()
+	ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	require.NoError(t, err)
+	var job events.SandboxJob
+	require.NoError(t, events.DecodeData(ev, &job))
+	require.True(t, job.Deadline.Equal(callDeadline), "the job's deadline %s is when the call stops waiting, %s", job.Deadline, callDeadline)
+	require.LessOrEqual(t, job.TimeoutMS, 4_500, "the job's timeout leaves the sandbox a tenth of the call's time to answer")
+
+	// The sandbox: the program runs to its timeout; then the answer.
+	time.Sleep(time.Until(received.Add(job.Timeout())))
+	te := envelope.NewToolError(envelope.CodeTimeout, "the program ran longer than its timeout of %s and was killed", job.Timeout()).
+		WithDetails(map[string]any{"limit": "wall_time", "limit_value": job.TimeoutMS})
+	res := events.SandboxResult{RunID: job.RunID, CallID: job.CallID, Error: te, DurationMS: int64(job.TimeoutMS)}
+	out, err := events.NewSandboxResult("/toolwire/sandbox", res, job.TenantID, events.RunTrace{})
+	require.NoError(t, err)
+	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+
+	r := <-done
+	var got *envelope.ToolError
+	require.ErrorAs(t, r.err, &got, "the call must return the sandbox's answer, not %v", r.err)
+	require.Equal(t, envelope.CodeTimeout, got.Code)
+	require.Equal(t, te.Message, got.Message)
+}
+
+// TestJobTooLargeForOneMessage: a call whose code and input make a job larger
+// than one message is refused before any job is sent, with VALIDATION_ERROR
+// naming what did not fit: the sizes of the code and the input, the job's,
+// and the limit.
+func TestJobTooLargeForOneMessage(t *testing.T) {
+	env := eventstest.Start(t)
+	jobs := sandbox.NewJobs(env.JS, events.NewPublisher(env.JS), "/toolwire/executor")
+	limit := env.Conn.MaxPayload()
+	for _, c := range []struct {
+		name, config string
+		input        []byte
+		code, in     int // the sizes the message names
+	}{
+		{"code tool", `{"language":"python","source":"import sys\nprint(len(sys.stdin.read()))"}`,
+			[]byte(`"` + strings.Repeat("x", 1100<<10) + `"`), len("import sys\nprint(len(sys.stdin.read()))"), 1100<<10 + 2},
+		{"python_exec", `{"language":"python","code_from_input":true}`,
+			[]byte(`{"code":"print(1)","input":"` + strings.Repeat("y", 1100<<10) + `"}`), 8, 1100<<10 + 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tl, err := jobs.Tool(sandboxDef(c.config))
+			require.NoError(t, err)
+			_, err = tl.Execute(t.Context(), c.input, tool.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee05"})
+			var te *envelope.ToolError
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, envelope.CodeValidation, te.Code, te.Message)
+			require.Contains(t, te.Message, "the input of tool py@1.0.0 is too large for a sandbox job")
+			require.Contains(t, te.Message, fmt.Sprintf("its code (%d bytes) and input (%d bytes) make a job larger than the %d bytes one message may carry",
+				c.code, c.in, limit))
+		})
+	}
+	s, err := env.JS.Stream(t.Context(), events.StreamSandbox)
+	require.NoError(t, err)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "no job was sent")
 }

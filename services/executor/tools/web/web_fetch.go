@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -137,6 +138,14 @@ func (t webFetchTool) Execute(ctx context.Context, input json.RawMessage, _ tool
 	switch {
 	case mt == "text/html" || mt == "application/xhtml+xml":
 		out.Title, out.Content, err = htmlToMarkdown(ctx, text, resp.Request.URL.String())
+		if errors.Is(err, errNestedTooDeep) {
+			// The page is what the site served: not the caller's input to
+			// fix (VALIDATION_ERROR), not a fault of ours (UNKNOWN) nor of
+			// the network; like a body in an unreadable charset, an answer
+			// of the provider this tool cannot use.
+			return nil, envelope.NewToolError(envelope.CodeProviderError,
+				"%s: %s: the page's HTML is nested deeper than %d levels, more than it can be converted to text", name, u.Redacted(), htmlMaxDepth)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("web_fetch: convert %s: %w", u.Redacted(), err)
 		}
@@ -175,12 +184,30 @@ var dropped = map[atom.Atom]bool{
 	atom.Embed: true, atom.Dialog: true,
 }
 
+// htmlMaxDepth is the most elements the HTML parser (golang.org/x/net/html)
+// holds open at once, html and body included: beyond it, it gives up on the
+// page. Every way a page nests (elements left open or closed, tables, lists,
+// formatting, SVG and MathML) counts against the same stack, so this is the
+// one depth limit of the conversion; TestWebFetchNestingLimit pins it.
+const htmlMaxDepth = 512
+
+// errNestedTooDeep is htmlToMarkdown's error for a page nested deeper than
+// htmlMaxDepth.
+var errNestedTooDeep = errors.New("the page's HTML is nested too deep")
+
 // htmlToMarkdown returns a page's title and its readable content as
 // Markdown, with links made absolute against pageURL.
 func htmlToMarkdown(ctx context.Context, page, pageURL string) (string, string, error) {
 	doc, err := html.Parse(strings.NewReader(page))
 	if err != nil {
-		return "", "", err
+		// Reading a string, the parser fails only when it gives up: on its
+		// open element stack overflowing, or on a panic of its own. The
+		// former has no error value to test; its message is pinned by
+		// TestWebFetchNestingLimit.
+		if strings.Contains(err.Error(), "open stack of elements exceeds") {
+			return "", "", fmt.Errorf("%w: %w", errNestedTooDeep, err)
+		}
+		return "", "", fmt.Errorf("parse the page: %w", err)
 	}
 	var title string
 	var mains, articles []*html.Node

@@ -1,8 +1,10 @@
 package web
 
 import (
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,4 +114,65 @@ func TestWebFetch(t *testing.T) {
 	require.NotNil(t, te)
 	require.Equal(t, envelope.CodePolicyDenied, te.Code)
 	require.Contains(t, te.Message, "destination 0x7f000001 (127.0.0.1) is a loopback address")
+}
+
+// TestWebFetchNestingLimit: a page nested deeper than the HTML parser holds
+// is a PROVIDER_ERROR that says so and names the limit, whatever nests:
+// elements closed or left open, inline and formatting elements, tables,
+// lists, quotes, code, SVG and MathML. A page just within the limit converts.
+// Depth counts the elements open at once, html and body included.
+func TestWebFetchNestingLimit(t *testing.T) {
+	kinds := []struct {
+		name       string
+		open, shut string
+		per        int // elements each repetition opens
+	}{
+		{"div", "<div>", "</div>", 1},
+		{"div left open", "<div>x", "", 1},
+		{"span", "<span>", "</span>", 1},
+		{"bold", "<b>", "", 1},
+		{"bold and italic", "<b><i>", "", 2},
+		{"blockquote", "<blockquote>", "</blockquote>", 1},
+		{"table", "<table><tr><td>", "</td></tr></table>", 4}, // table, tbody, tr, td
+		{"table left open", "<table><tr><td>", "", 4},
+		{"unordered list", "<ul><li>", "</li></ul>", 2},
+		{"ordered list", "<ol><li>", "", 2},
+		{"definition list", "<dl><dd>", "", 2},
+		{"svg", "<svg><g>", "", 2},
+		{"mathml", "<math><mrow>", "", 2},
+		{"inline code", "<code>", "", 1},
+	}
+	page := func(open, shut string, n int) string {
+		return "<html><body>" + strings.Repeat(open, n) + "deep" + strings.Repeat(shut, n) + "</body></html>"
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			fits := (htmlMaxDepth - 2) / k.per // html and body
+			_, _, err := htmlToMarkdown(t.Context(), page(k.open, k.shut, fits), "http://example.test/")
+			require.NoError(t, err, "%d levels fit", fits)
+			_, _, err = htmlToMarkdown(t.Context(), page(k.open, k.shut, htmlMaxDepth), "http://example.test/")
+			require.ErrorIs(t, err, errNestedTooDeep)
+		})
+	}
+	// The limit is x/net/html's, exactly: html, body and 510 divs parse.
+	_, _, err := htmlToMarkdown(t.Context(), page("<div>", "", htmlMaxDepth-2), "http://example.test/")
+	require.NoError(t, err)
+	_, _, err = htmlToMarkdown(t.Context(), page("<div>", "", htmlMaxDepth-1), "http://example.test/")
+	require.ErrorIs(t, err, errNestedTooDeep)
+
+	srv := newCounted(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		k := kinds[0]
+		if r.URL.Path == "/tables" {
+			k = kinds[6]
+		}
+		_, _ = io.WriteString(w, page(k.open, k.shut, htmlMaxDepth))
+	})
+	tl := webFetchTool{web: newTestClient(t, Config{AllowHosts: []string{srv.hostPort()}}), now: time.Now}
+	for _, path := range []string{"/divs", "/tables"} {
+		_, te := runTool(t, tl, input(map[string]any{"url": srv.URL + path}), nil)
+		require.NotNil(t, te, path)
+		require.Equal(t, envelope.CodeProviderError, te.Code, te.Message)
+		require.Equal(t, fmt.Sprintf("web_fetch: %s%s: the page's HTML is nested deeper than 512 levels, more than it can be converted to text", srv.URL, path), te.Message)
+	}
 }
