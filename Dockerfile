@@ -29,6 +29,7 @@ COPY go.mod go.sum* ./
 COPY pkg/envelope/go.mod pkg/envelope/go.sum* pkg/envelope/
 COPY pkg/events/go.mod pkg/events/go.sum* pkg/events/
 COPY pkg/service/go.mod pkg/service/go.sum* pkg/service/
+COPY pkg/rules/go.mod pkg/rules/go.sum* pkg/rules/
 COPY services/orchestrator/go.mod services/orchestrator/go.sum* services/orchestrator/
 COPY services/policy/go.mod services/policy/go.sum* services/policy/
 COPY services/executor/go.mod services/executor/go.sum* services/executor/
