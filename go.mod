@@ -5,6 +5,7 @@ go 1.26.8
 replace (
 	github.com/toolwire/toolwire/pkg/envelope => ./pkg/envelope
 	github.com/toolwire/toolwire/pkg/events => ./pkg/events
+	github.com/toolwire/toolwire/pkg/rules => ./pkg/rules
 	github.com/toolwire/toolwire/pkg/service => ./pkg/service
 	github.com/toolwire/toolwire/services/executor => ./services/executor
 	github.com/toolwire/toolwire/services/orchestrator => ./services/orchestrator
@@ -63,6 +64,7 @@ require (
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
+	github.com/toolwire/toolwire/pkg/rules v0.0.0-00010101000000-000000000000 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.yaml.in/yaml/v4 v4.0.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect

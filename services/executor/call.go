@@ -99,12 +99,12 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	ctx, log = withCallSecrets(ctx, sec), sec.logger(log)
 
 	tStart := s.now().UTC()
-	started, err := events.NewCallStarted(s.cfg.Source, events.CallStarted{
-		RunID: req.RunID, CallID: req.CallID, Name: req.Name, Version: req.Version,
-		TStart: tStart, Executor: s.cfg.ID, SecretScopes: sec.scopes, Warnings: sec.warnings,
-	}, req.Tenant, rt)
-	if err != nil {
-		return events.Permanent(err)
+	// Built only when it goes out: most calls end before StartedAfter.
+	started := func() (events.Outgoing, error) {
+		return events.NewCallStarted(s.cfg.Source, events.CallStarted{
+			RunID: req.RunID, CallID: req.CallID, Name: req.Name, Version: req.Version,
+			TStart: tStart, Executor: s.cfg.ID, SecretScopes: sec.scopes, Warnings: sec.warnings,
+		}, req.Tenant, rt)
 	}
 	// call.started goes out once the tool has run for StartedAfter, without
 	// waiting for its PubAck, which is awaited with completed's below; a
@@ -179,7 +179,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 // tool has run for StartedAfter, or by take when it must go out anyway.
 type pendingStarted struct {
 	s     *Service
-	out   events.Outgoing
+	out   func() (events.Outgoing, error) // builds the started event
 	must  bool // published even for a quick call (secret scopes to record)
 	timer *time.Timer
 	done  chan struct{} // closed once the timer's publish returned
@@ -189,18 +189,28 @@ type pendingStarted struct {
 
 // startStarted arms the publish of started: at once when StartedAfter is
 // negative, else after it. must: a quick call publishes it too.
-func (s *Service) startStarted(ctx context.Context, started events.Outgoing, must bool) *pendingStarted {
+func (s *Service) startStarted(ctx context.Context, started func() (events.Outgoing, error), must bool) *pendingStarted {
 	p := &pendingStarted{s: s, out: started, must: must, done: make(chan struct{})}
 	if s.cfg.StartedAfter < 0 {
-		p.pub, p.err = s.pub.PublishAsync(ctx, started)
+		p.pub, p.err = p.publish(ctx)
 		close(p.done)
 		return p
 	}
 	p.timer = time.AfterFunc(s.cfg.StartedAfter, func() {
-		p.pub, p.err = s.pub.PublishAsync(ctx, started)
+		p.pub, p.err = p.publish(ctx)
 		close(p.done)
 	})
 	return p
+}
+
+// publish builds the started event and publishes it, without waiting for
+// its PubAck.
+func (p *pendingStarted) publish(ctx context.Context) (*events.Pending, error) {
+	o, err := p.out()
+	if err != nil {
+		return nil, events.Permanent(err)
+	}
+	return p.s.pub.PublishAsync(ctx, o)
 }
 
 // take returns the publish of started once the call has ended: the timer's,
@@ -212,7 +222,7 @@ func (p *pendingStarted) take(ctx context.Context) (*events.Pending, error) {
 		if !p.must {
 			return nil, nil
 		}
-		return p.s.pub.PublishAsync(ctx, p.out)
+		return p.publish(ctx)
 	}
 	<-p.done
 	return p.pub, p.err

@@ -43,6 +43,12 @@ func (s *Service) maxMessageBytes() int {
 // fits reports whether env, published as a call.completed event, fits in
 // one message.
 func (s *Service) fits(env *envelope.ToolEnvelope) (bool, error) {
+	// An envelope is its input, its output and its error's details, each
+	// at most maxEscape times its bytes as the event encodes it, and some
+	// small fields: well under the limit, it fits without encoding it.
+	if env.Error == nil && boundOf(env) <= s.maxMessageBytes()-messageHeadroom {
+		return true, nil
+	}
 	b, err := json.Marshal(env)
 	if err != nil {
 		return false, err
@@ -68,6 +74,20 @@ func (s *Service) inputRoom(ref envelope.ToolRef, env *envelope.ToolEnvelope) *e
 // control character, '<', '>', '&' or a byte of invalid UTF-8 inside a string
 // becomes a six-byte escape (\u003c), and events are encoded that way.
 const maxEscape = 6
+
+// envelopeFields bounds what an envelope without an error holds beside its
+// input, output and attachments, encoded: its ids, name, version, times,
+// flags and cost, the names and version each at most a few hundred bytes.
+const envelopeFields = 4 << 10
+
+// boundOf is the most an envelope without an error can weigh encoded.
+func boundOf(env *envelope.ToolEnvelope) int {
+	n := (len(env.Input)+len(env.Output)+len(env.Name)+len(env.Version))*maxEscape + envelopeFields
+	for _, a := range env.Attachments {
+		n += (len(a.Kind)+len(a.URL)+len(a.ContentType))*maxEscape + 64
+	}
+	return n
+}
 
 // setOutput puts out in the envelope, or, when it weighs more than
 // MaxOutputBytes as the event encodes it, or its envelope would not fit in

@@ -5,11 +5,13 @@ go 1.26.8
 replace (
 	github.com/toolwire/toolwire/pkg/envelope => ../../pkg/envelope
 	github.com/toolwire/toolwire/pkg/events => ../../pkg/events
+	github.com/toolwire/toolwire/pkg/rules => ../../pkg/rules
 	github.com/toolwire/toolwire/pkg/service => ../../pkg/service
 )
 
 require (
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
+	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/prometheus/client_golang v1.25.0
@@ -17,6 +19,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/toolwire/toolwire/pkg/envelope v0.0.0-00010101000000-000000000000
 	github.com/toolwire/toolwire/pkg/events v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/rules v0.0.0-00010101000000-000000000000
 	github.com/toolwire/toolwire/pkg/service v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -30,7 +33,6 @@ require (
 	github.com/buger/jsonparser v1.1.2 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/cloudevents/sdk-go/v2 v2.16.2 // indirect
 	github.com/coder/websocket v1.8.15 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect

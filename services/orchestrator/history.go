@@ -3,13 +3,13 @@ package orchestrator
 import (
 	"container/list"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 
+	ce "github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -51,7 +51,7 @@ func last(ctx context.Context, st jetstream.Stream, subject string) (*storedEven
 type storedEvent struct {
 	subject string
 	trace   events.RunTrace
-	data    interface{ Data() []byte }
+	data    *ce.Event
 }
 
 // request reads the run's request.
@@ -65,7 +65,7 @@ func (h *history) request(ctx context.Context, runID string) (*envelope.RunReque
 		return nil, err
 	}
 	var req envelope.RunRequest
-	if err := json.Unmarshal(e.data.Data(), &req); err != nil {
+	if err := events.DecodeData(e.data, &req); err != nil {
 		return nil, fmt.Errorf("run %s: its request: %w", runID, err)
 	}
 	return &req, nil
@@ -141,13 +141,13 @@ func turnIn(e *storedEvent, runID string, n int) (*events.Turn, int, error) {
 			return nil, turnUnknown, nil
 		}
 		var t events.Turn
-		if err := json.Unmarshal(e.data.Data(), &t); err != nil {
+		if err := events.DecodeData(e.data, &t); err != nil {
 			return nil, turnUnknown, fmt.Errorf("run %s: turn %d: %w", runID, n, err)
 		}
 		return &t, turnHere, nil
 	case p.Iteration == 0 && (p.Verb == events.VerbCompleted || p.Verb == events.VerbFailed):
 		var st events.RunStatus
-		if err := json.Unmarshal(e.data.Data(), &st); err != nil {
+		if err := events.DecodeData(e.data, &st); err != nil {
 			return nil, turnUnknown, fmt.Errorf("run %s: its %s event: %w", runID, p.Verb, err)
 		}
 		switch {
@@ -178,7 +178,7 @@ func (h *history) envelope(ctx context.Context, runID, callID string) (*envelope
 		return nil, err
 	}
 	var env envelope.ToolEnvelope
-	if err := json.Unmarshal(e.data.Data(), &env); err != nil {
+	if err := events.DecodeData(e.data, &env); err != nil {
 		return nil, fmt.Errorf("run %s: call %s: %w", runID, callID, err)
 	}
 	return &env, nil
@@ -194,7 +194,10 @@ type conversation struct {
 	through  int
 	calls    []string // the call ids of turns 1..through, in seq order
 	envs     map[string]*envelope.ToolEnvelope
-	elem     *list.Element
+	// turns are the turns after through this replica published or read,
+	// so that extending the conversation by them reads nothing.
+	turns map[int]*events.Turn
+	elem  *list.Element
 }
 
 // conversations is the replica's memory of the conversations of the runs it
@@ -243,6 +246,21 @@ func (cs *conversations) forget(runID string) {
 }
 
 // remember keeps an envelope the replica has in hand.
+// rememberTurn keeps turn t of the run, published or read by this replica,
+// for the conversation's next extension.
+func (cs *conversations) rememberTurn(runID string, t *events.Turn) {
+	c := cs.get(runID)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.Iteration <= c.through || t.Response == nil {
+		return
+	}
+	if c.turns == nil {
+		c.turns = map[int]*events.Turn{}
+	}
+	c.turns[t.Iteration] = t
+}
+
 func (cs *conversations) remember(runID string, env *envelope.ToolEnvelope) {
 	c := cs.get(runID)
 	c.mu.Lock()
@@ -285,9 +303,12 @@ func (s *Service) conversationThrough(ctx context.Context, runID string, n int) 
 // extend adds turns c.through+1..n to c, each whole or not at all.
 func (s *Service) extend(ctx context.Context, runID string, c *conversation, n int) error {
 	for k := c.through + 1; k <= n; k++ {
-		t, _, err := s.history.turn(ctx, runID, k)
-		if err != nil {
-			return err
+		t := c.turns[k]
+		if t == nil {
+			var err error
+			if t, _, err = s.history.turn(ctx, runID, k); err != nil {
+				return err
+			}
 		}
 		if t.Response == nil {
 			return fmt.Errorf("run %s: turn %d has no response (it was denied)", runID, k)
@@ -297,6 +318,7 @@ func (s *Service) extend(ctx context.Context, runID string, c *conversation, n i
 		for _, call := range t.Calls {
 			env := c.envs[call.CallID]
 			if env == nil {
+				var err error
 				if env, err = s.history.envelope(ctx, runID, call.CallID); err != nil {
 					return err
 				}
@@ -313,6 +335,7 @@ func (s *Service) extend(ctx context.Context, runID string, c *conversation, n i
 		c.messages = append(c.messages, msgs...)
 		c.calls = append(c.calls, ids...)
 		c.through = k
+		delete(c.turns, k)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	fastjson "github.com/segmentio/encoding/json"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -316,6 +317,9 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 		}
 		s.metrics.spend.Add(t.Cost)
 	}
+	if !ended {
+		s.convs.rememberTurn(st.RunID, t)
+	}
 	if err := s.fault(ctx, FaultAfterPublishTurn, st.RunID, n); err != nil {
 		return err
 	}
@@ -551,7 +555,7 @@ func (s *Service) outputs(ctx context.Context, st *RunState, end *events.RunStat
 		end.Status, end.Reason = events.StatusFailed, perr.Error()
 		return nil
 	}
-	doc, err := json.Marshal(events.OutputsDocument{Outputs: &out, Pinned: pinned})
+	doc, err := fastjson.Marshal(events.OutputsDocument{Outputs: &out, Pinned: pinned})
 	if err != nil {
 		return events.Permanent(err)
 	}
