@@ -180,7 +180,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 type pendingStarted struct {
 	s     *Service
 	out   func() (events.Outgoing, error) // builds the started event
-	must  bool // published even for a quick call (secret scopes to record)
+	must  bool                            // published even for a quick call (secret scopes to record)
 	timer *time.Timer
 	done  chan struct{} // closed once the timer's publish returned
 	pub   *events.Pending
