@@ -13,13 +13,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 )
 
@@ -42,29 +40,29 @@ func newCallCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "call NAME@VERSION --input JSON",
-		Short: "Run one tool call outside any agent loop and print its ToolEnvelope",
-		Long: `call sends a single tool call (a "tool node") to the workers of its tool's
-queue (the registry's entry names it; "default", the executor's, when it names
-none or the registry does not hold the tool) on a running toolwire (NATS_URL,
+		Short: "Run one tool call as a run of its own and print its ToolEnvelope",
+		Long: `call runs a single tool call (a "tool node") on a running toolwire (NATS_URL,
 default the dev server's nats://127.0.0.1:4223) and prints the call's
-ToolEnvelope as JSON: the same validation, lifecycle check (a blocked tool is
-refused), rate limits, cache, timeouts, truncation and exactly-once writes as a
-call of an agent run. The Policy Guard judges the calls of model turns; a call
-made here has no agent policy to judge.
+ToolEnvelope as JSON. The call is a run of its own, of agent "toolwire-call",
+whose scripted model makes that one call: the Policy Guard judges it as any
+call of an agent (a blocked tool, a side-effect ceiling, an approval the
+tool requires: "toolwire approve" decides it while call waits), the workers of
+the tool's queue run it with the same validation, rate limits, cache,
+timeouts, truncation and exactly-once writes, and the recorder keeps it as a
+completed run.
 
-The call belongs to a run of its own, "call-<random hex>" (or --run-id), with
-sequence number 1, for the tenant given by --org (default "default"),
---workspace and --user.
+The run is "call-<random hex>" (or --run-id); the call has sequence number 1;
+the tenant is --org (default "default"), --workspace and --user.
 
 A call that fails is still an answer: its envelope (with error.code) is printed
 and the exit status is 0, unless --fail-on-error is given (then 1). Bad
-arguments, an unreachable NATS and no answer within --timeout exit 1 without an
-envelope.`,
+arguments, an unknown or blocked tool (the run is refused, with its reason), an
+unreachable NATS and no answer within --timeout exit 1 without an envelope.`,
 		Example: `  toolwire call calculator@1.0.0 --input '{"expression":"6*7"}'
   echo '{"text":"hi"}' | toolwire call echo@1.0.0 --input-file - --org acme --user u1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req, err := buildCallRequest(args[0], input, inputFile, cmd.InOrStdin(), tenant, runID)
+			c, err := buildCall(args[0], input, inputFile, cmd.InOrStdin(), tenant, runID)
 			if err != nil {
 				return err
 			}
@@ -75,7 +73,7 @@ envelope.`,
 				return err
 			}
 			defer nc.Close()
-			env, err := callTool(ctx, js, req, cmd.ErrOrStderr())
+			env, err := c.run(ctx, client.New(js, "/toolwire/cli"), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -107,16 +105,23 @@ envelope.`,
 	return cmd
 }
 
-// buildCallRequest checks the arguments and builds the call request.
-func buildCallRequest(tool, input, inputFile string, stdin io.Reader, tenant envelope.Tenant, runID string) (events.CallRequest, error) {
+// oneCall is a tool call made by `toolwire call`: the run that makes it.
+type oneCall struct {
+	ref    envelope.ToolRef
+	callID string
+	req    envelope.RunRequest
+}
+
+// buildCall checks the arguments and builds the run that makes the call.
+func buildCall(tool, input, inputFile string, stdin io.Reader, tenant envelope.Tenant, runID string) (*oneCall, error) {
 	ref, err := envelope.ParseToolRef(tool)
 	if err != nil {
-		return events.CallRequest{}, err
+		return nil, err
 	}
 	var raw []byte
 	switch {
 	case input != "" && inputFile != "":
-		return events.CallRequest{}, errors.New("give the input with --input or --input-file, not both")
+		return nil, errors.New("give the input with --input or --input-file, not both")
 	case inputFile == "-":
 		raw, err = readAll(stdin)
 	case inputFile != "":
@@ -124,114 +129,82 @@ func buildCallRequest(tool, input, inputFile string, stdin io.Reader, tenant env
 	case input != "":
 		raw = []byte(input)
 	default:
-		return events.CallRequest{}, errors.New("give the tool's input as JSON with --input (for example --input '{}')")
+		return nil, errors.New("give the tool's input as JSON with --input (for example --input '{}')")
 	}
 	if err != nil {
-		return events.CallRequest{}, fmt.Errorf("read input: %w", err)
+		return nil, fmt.Errorf("read input: %w", err)
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, raw); err != nil {
-		return events.CallRequest{}, fmt.Errorf("input is not valid JSON: %w", err)
+		return nil, fmt.Errorf("input is not valid JSON: %w", err)
 	}
 	if strings.TrimSpace(tenant.OrgID) == "" {
-		return events.CallRequest{}, errors.New("--org must not be empty")
+		return nil, errors.New("--org must not be empty")
 	}
 	if runID == "" {
 		b := make([]byte, 8)
 		if _, err := rand.Read(b); err != nil {
-			return events.CallRequest{}, err
+			return nil, err
 		}
 		runID = "call-" + hex.EncodeToString(b)
 	}
 	if err := events.ValidateRunID(runID); err != nil {
-		return events.CallRequest{}, err
+		return nil, err
 	}
 	in := json.RawMessage(compact.Bytes())
 	callID, err := envelope.CallID(ref.Name, ref.Version, in, 1)
 	if err != nil {
-		return events.CallRequest{}, fmt.Errorf("input: %w", err)
+		return nil, fmt.Errorf("input: %w", err)
 	}
-	req := events.CallRequest{
-		RunID: runID, CallID: callID, Seq: 1, Iteration: 1,
-		Name: ref.Name, Version: ref.Version, Input: in,
-		Tenant: tenant, Agent: callAgent, Queue: envelope.DefaultQueue, // callTool routes it
-	}
-	schemas, err := events.NewSchemas()
+	script, err := json.Marshal(map[string]any{"script": []any{
+		map[string]any{"tool_calls": []any{map[string]any{"name": ref.Name, "arguments": in}}},
+		map[string]any{"content": "toolwire call " + ref.String() + ": done"},
+	}})
 	if err != nil {
-		return req, err
+		return nil, err
 	}
-	if err := schemas.ValidateValue(events.SchemaCallRequest, req); err != nil {
-		return req, err
+	req := envelope.RunRequest{
+		RunID: runID, Tenant: tenant,
+		Agent: envelope.Agent{Name: callAgent, Model: envelope.Model{Provider: "scripted", Name: callAgent, Options: script},
+			EnabledTools: []string{ref.String()}},
+		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "toolwire call " + ref.String()}},
 	}
-	return req, nil
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return &oneCall{ref: ref, callID: callID, req: req}, nil
 }
 
-// callTool publishes the call, approved to its tool's queue, and waits for its
-// completed event, telling w about the steps in between.
-func callTool(ctx context.Context, js jetstream.JetStream, req events.CallRequest, w io.Writer) (*envelope.ToolEnvelope, error) {
-	reg, err := registry.Open(ctx, js)
-	if err != nil {
+// run submits the call's run and waits for its end, telling w about the
+// steps in between; it returns the call's envelope.
+func (c *oneCall) run(ctx context.Context, cl *client.Client, w io.Writer) (*envelope.ToolEnvelope, error) {
+	if err := cl.Submit(ctx, c.req); err != nil {
 		return nil, err
 	}
-	switch e, err := reg.Get(ctx, req.Ref()); {
-	case err == nil:
-		req.Queue = e.Definition.QueueName()
-	case errors.Is(err, registry.ErrNotFound):
-		// The default queue's executor answers: unknown tool.
-	default:
-		return nil, err
-	}
-	filter, err := events.CallEvents(req.RunID)
-	if err != nil {
-		return nil, err
-	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamCalls, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		return nil, fmt.Errorf("follow %s: %w", filter, err)
-	}
-	msgs := make(chan jetstream.Msg, 16)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case msgs <- m:
-		case <-ctx.Done():
+	fmt.Fprintf(w, "call %s %s (run %s) requested\n", c.ref, c.callID[:12], c.req.RunID)
+	final, err := cl.Follow(ctx, c.req.RunID, func(e client.Event) bool {
+		p := e.Subject
+		if p.Kind != "call" {
+			return true
 		}
+		switch p.Verb {
+		case events.VerbApproved:
+			fmt.Fprintf(w, "  approved to queue %s\n", p.Queue)
+		case events.VerbApprovalRequired:
+			fmt.Fprintf(w, "  waiting for an operator's decision: toolwire approve %s %s (or deny, revise)\n", c.req.RunID, p.CallID)
+		case events.VerbCompleted:
+		default:
+			fmt.Fprintf(w, "  %s\n", p.Verb)
+		}
+		return true
 	})
 	if err != nil {
-		return nil, fmt.Errorf("follow %s: %w", filter, err)
+		return nil, fmt.Errorf("no envelope for call %s of run %s: %w", c.callID, c.req.RunID, err)
 	}
-	defer cc.Stop()
-
-	out, err := events.NewCallApproved("/toolwire/cli", req, events.RunTraceFrom(ctx))
-	if err != nil {
-		return nil, err
-	}
-	if err := events.NewPublisher(js).Publish(ctx, out); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(w, "call %s %s (run %s) requested on queue %s\n", req.Ref(), req.CallID[:12], req.RunID, req.Queue)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("no envelope for call %s of run %s: %w", req.CallID, req.RunID, context.Cause(ctx))
-		case m := <-msgs:
-			ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-			if err != nil {
-				continue // not ours to judge
-			}
-			switch ev.Type() {
-			case events.TypeCallCompleted:
-				var env envelope.ToolEnvelope
-				if err := events.DecodeData(ev, &env); err != nil {
-					return nil, err
-				}
-				return &env, nil
-			case events.TypeCallApproved: // ours
-			default:
-				p, err := events.ParseSubject(m.Subject())
-				if err == nil {
-					fmt.Fprintf(w, "  %s\n", p.Verb)
-				}
-			}
+	if final.Outputs != nil {
+		if env, ok := final.Outputs.ToolsByID[c.callID]; ok {
+			return &env, nil
 		}
 	}
+	return nil, fmt.Errorf("run %s %s without the call's envelope: %s", c.req.RunID, final.Status, final.Reason)
 }

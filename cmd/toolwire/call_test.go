@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +14,10 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -32,12 +36,14 @@ func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, 
 	return out.String(), errOut.String(), err
 }
 
-// TestCallCommand: `toolwire call` sends one call, approved to its tool's
-// queue, to the executor and prints its envelope; a failing call is still an envelope
+// TestCallCommand: `toolwire call` runs one call as a run of its own (the
+// Policy Guard judges it, the executor runs it, the recorder keeps it) and
+// prints its envelope; a failing call is still an envelope
 // (exit 0) unless --fail-on-error; bad arguments are refused before anything
 // is sent.
 func TestCallCommand(t *testing.T) {
-	st, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir(),
+	dir := t.TempDir()
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: dir, DatabaseURL: sqlite.URL(filepath.Join(dir, "recorder.db")),
 		ExecutorOptions: []executor.Option{executor.WithTools(testtools.Failing())}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
@@ -82,12 +88,38 @@ func TestCallCommand(t *testing.T) {
 		require.Equal(t, envelope.CodeProviderError, decode(t, out).Error.Code)
 	})
 
-	t.Run("policy denies a blocked or unknown tool", func(t *testing.T) {
-		out, errOut, err := runCLI(t, "", "call", "nope@1.0.0", "--input", `{}`, "--nats", st.URL)
+	t.Run("an unknown tool's run is refused with its reason", func(t *testing.T) {
+		out, _, err := runCLI(t, "", "call", "nope@1.0.0", "--input", `{}`, "--nats", st.URL)
+		require.ErrorContains(t, err, "unknown tool nope@1.0.0")
+		require.Empty(t, out)
+	})
+
+	t.Run("the Policy Guard judges the call", func(t *testing.T) {
+		// The call's agent has the default policy: a blocked tool is refused
+		// before its run starts, as any agent's.
+		reg, err := registry.Open(t.Context(), st.JS)
+		require.NoError(t, err)
+		require.NoError(t, reg.SetState(t.Context(), envelope.ToolRef{Name: "failing", Version: "1.0.0"}, registry.StateBlocked))
+		out, _, err := runCLI(t, "", "call", "failing@1.0.0", "--input", `{"message":"x"}`, "--nats", st.URL)
+		require.ErrorContains(t, err, "tool failing@1.0.0 is blocked")
+		require.Empty(t, out)
+	})
+
+	t.Run("the call is recorded as a completed run", func(t *testing.T) {
+		out, errOut, err := runCLI(t, "", "call", "echo@1.0.0", "--input", `{"text":"kept"}`, "--nats", st.URL, "--run-id", "call-recorded")
 		require.NoError(t, err, errOut)
-		env := decode(t, out)
-		require.NotNil(t, env.Error)
-		require.Contains(t, []envelope.ErrorCode{envelope.CodePolicyDenied, envelope.CodeValidation}, env.Error.Code)
+		require.JSONEq(t, `{"text":"kept"}`, string(decode(t, out).Output))
+		require.Eventually(t, func() bool {
+			resp, err := http.Get(st.HTTPURL + "/v1/runs/call-recorded")
+			if err != nil {
+				return false
+			}
+			defer func() { _ = resp.Body.Close() }()
+			var run struct {
+				Status string `json:"status"`
+			}
+			return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&run) == nil && run.Status == events.StatusCompleted
+		}, 10*time.Second, 20*time.Millisecond)
 	})
 
 	t.Run("the agent loop acknowledges envelopes of calls outside its runs", func(t *testing.T) {
