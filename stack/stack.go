@@ -138,7 +138,19 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return st, err
 	}
-	if err := events.Provision(ctx, st.JS, events.StoreConfig{}); err != nil {
+	// The streams' retention as the services' binaries read it; one
+	// replica on the embedded server, which is a single node.
+	common, err := service.CommonFromEnv("stack", "127.0.0.1:0", o.Getenv)
+	if err != nil {
+		return st, fmt.Errorf("stack: %w", err)
+	}
+	store := common.StoreConfig()
+	if st.Server != nil {
+		store.Replicas = 1
+	}
+	if err := events.ProvisionRetrying(ctx, st.JS, store, func(attempt int, err error) {
+		log.Warn("provisioning: JetStream not ready, retrying", "attempt", attempt, "err", err)
+	}); err != nil {
 		return st, err
 	}
 	st.Client = client.New(st.JS, "/toolwire/stack")

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -108,8 +110,22 @@ func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
 func TestProvisionWithCustomConfig(t *testing.T) {
 	env := natstest.Start(t)
 	ctx := testCtx(t)
-	// A short retention: the default duplicate window shrinks to fit it.
-	cfg := events.StoreConfig{MaxAge: time.Minute}
+	// A retention shorter than the one in place is refused, naming every
+	// store and setting, and changes nothing.
+	before := snapshot(ctx, t, env.JS)
+	err := events.Provision(ctx, env.JS, events.StoreConfig{MaxAge: time.Minute, MaxBytes: 1 << 30})
+	require.ErrorIs(t, err, events.ErrWouldLower)
+	var lowered *events.LoweringError
+	require.ErrorAs(t, err, &lowered)
+	require.Equal(t, []string{"max age 168h0m0s -> 1m0s", "max bytes none -> 1073741824"}, lowered.Stores[events.StreamRuns])
+	require.Equal(t, []string{"max age 168h0m0s -> 1m0s"}, lowered.Stores["KV_"+events.BucketRunState])
+	require.NotContains(t, lowered.Stores, "KV_"+events.BucketTools, "a bucket without a TTL keeps none")
+	require.ErrorContains(t, err, "toolwire provision --lower")
+	require.Equal(t, before, snapshot(ctx, t, env.JS), "nothing changed")
+
+	// On purpose, it goes through. A short retention: the default duplicate
+	// window shrinks to fit it.
+	cfg := events.StoreConfig{MaxAge: time.Minute, Lower: true}
 	require.NoError(t, events.Provision(ctx, env.JS, cfg))
 	s, err := env.JS.Stream(ctx, events.StreamRuns)
 	require.NoError(t, err)
@@ -125,7 +141,7 @@ func TestProvisionWithCustomConfig(t *testing.T) {
 	require.Equal(t, 2*time.Minute, info.Config.Duplicates)
 
 	err = events.Provision(ctx, env.JS, events.StoreConfig{Replicas: 9})
-	require.ErrorContains(t, err, "provision: replicas 9")
+	require.ErrorContains(t, err, "replicas 9: must be between 1 and 5")
 }
 
 func TestStoreConfigValidate(t *testing.T) {
@@ -169,4 +185,47 @@ func TestStoreConfigs(t *testing.T) {
 		require.Equal(t, jetstream.MemoryStorage, kc.Storage)
 		require.Equal(t, 3, kc.Replicas)
 	}
+}
+
+func TestCheckServerVersion(t *testing.T) {
+	for v, ok := range map[string]bool{
+		"2.11.0": true, "2.11.4": true, "2.12.0-RC.1": true, "v2.15.2": true, "3.0.0": true,
+		"2.10.22": false, "2.9.25": false, "1.4.1": false, "": false, "garbage": false, "2": false,
+	} {
+		err := events.CheckServerVersion(v)
+		if ok {
+			require.NoError(t, err, v)
+			continue
+		}
+		require.ErrorIs(t, err, events.ErrServerTooOld, v)
+		require.ErrorContains(t, err, "2.11.0 or newer", v)
+	}
+}
+
+// ProvisionRetrying gives up when its context ends, saying how often it
+// tried and why it failed; a failure for good (a lowering) is not retried.
+func TestProvisionRetryingGivesUp(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true}) // no JetStream
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	tries := 0
+	err = events.ProvisionRetrying(ctx, js, events.StoreConfig{}, func(int, error) { tries++ })
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "gave up after")
+	require.GreaterOrEqual(t, tries, 2)
+
+	env := natstest.Start(t)
+	tries = 0
+	err = events.ProvisionRetrying(t.Context(), env.JS, events.StoreConfig{MaxAge: time.Hour}, func(int, error) { tries++ })
+	require.ErrorIs(t, err, events.ErrWouldLower)
+	require.Zero(t, tries, "a lowering is not retried")
 }

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -43,6 +44,8 @@ const (
 	EnvNATSURL        = "NATS_URL"
 	EnvHTTPAddr       = "TOOLWIRE_HTTP_ADDR"
 	EnvReplicas       = "TOOLWIRE_STREAM_REPLICAS"
+	EnvStreamMaxAge   = "TOOLWIRE_STREAM_MAX_AGE"
+	EnvStreamMaxBytes = "TOOLWIRE_STREAM_MAX_BYTES"
 	EnvLogLevel       = "TOOLWIRE_LOG_LEVEL"
 	EnvTracesTemplate = "TOOLWIRE_TRACES_URL_TEMPLATE"
 	EnvOTLPEndpoint   = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -57,7 +60,9 @@ func CommonEnvVars() []Var {
 	return []Var{
 		{EnvNATSURL, "NATS server URL(s), comma-separated", "nats://nats:4222"},
 		{EnvHTTPAddr, "host:port of the service's HTTP server (probes, /metrics, the recorder's API)", "127.0.0.1:9999"},
-		{EnvReplicas, "replicas of the streams and buckets the service provisions (1 to 5)", "3"},
+		{EnvReplicas, "replicas of the streams and buckets the service provisions (1 to 5); never lowered on what exists (see toolwire provision)", "3"},
+		{EnvStreamMaxAge, "how long the event streams keep events (default 168h): long enough for the recorder to catch up after an outage; never shortened on what exists", "720h"},
+		{EnvStreamMaxBytes, "bound of each event stream's size in MiB, oldest events first out past it (default: none but the age)", "10240"},
 		{EnvLogLevel, "debug, info, warn or error", "debug"},
 		{EnvTracesTemplate, "URL of a trace in your tracing UI, with {trace_id}; fills AgentOutputs.traces_url", "http://jaeger:16686/trace/{trace_id}"},
 		{EnvOTLPEndpoint, "OTLP/HTTP endpoint that receives the spans (none: spans are not exported)", "http://otel-collector:4318"},
@@ -69,12 +74,21 @@ func CommonEnvVars() []Var {
 
 // Common is the configuration every service shares.
 type Common struct {
-	Name              string // service name: orchestrator, policy, ...
-	NATSURL           string
-	HTTPAddr          string
-	Replicas          int
+	Name     string // service name: orchestrator, policy, ...
+	NATSURL  string
+	HTTPAddr string
+	Replicas int
+	// Store is what the service provisions: Replicas, and the event
+	// streams' retention.
+	StreamMaxAge      time.Duration
+	StreamMaxBytes    int64
 	LogLevel          slog.Level
 	TracesURLTemplate string
+}
+
+// StoreConfig is what the service provisions.
+func (c Common) StoreConfig() events.StoreConfig {
+	return events.StoreConfig{Replicas: c.Replicas, MaxAge: c.StreamMaxAge, MaxBytes: c.StreamMaxBytes}
 }
 
 // CommonFromEnv reads Common from the environment, with defaults.
@@ -84,6 +98,8 @@ func CommonFromEnv(name, defaultHTTPAddr string, getenv func(string) string) (Co
 	e.String(EnvNATSURL, &c.NATSURL)
 	e.String(EnvHTTPAddr, &c.HTTPAddr)
 	e.Int(EnvReplicas, 1, 5, &c.Replicas)
+	e.Duration(EnvStreamMaxAge, time.Minute, 10*365*24*time.Hour, &c.StreamMaxAge)
+	e.Scaled(EnvStreamMaxBytes, 1, 1<<30, 1<<20, &c.StreamMaxBytes)
 	if v, ok := e.Lookup(EnvLogLevel); ok {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
 			e.Fail(EnvLogLevel, v, "want debug, info, warn or error")
@@ -243,7 +259,9 @@ func Run(ctx context.Context, name, defaultHTTPAddr string, getenv func(string) 
 		return err
 	}
 	defer func() { err = errors.Join(err, nc.Drain()) }()
-	if err := events.Provision(startCtx, js, events.StoreConfig{Replicas: cfg.Replicas}); err != nil {
+	if err := events.ProvisionRetrying(startCtx, js, cfg.StoreConfig(), func(attempt int, err error) {
+		log.Warn("provisioning: JetStream not ready, retrying", "attempt", attempt, "err", err)
+	}); err != nil {
 		return err
 	}
 
@@ -299,18 +317,52 @@ func (p *Probes) Handler(g prometheus.Gatherer, nc *nats.Conn, api http.Handler)
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !p.ready.Load() || (nc != nil && !nc.IsConnected()) {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
+	var jsc *jetStreamCheck
+	if nc != nil {
+		if js, err := jetstream.New(nc); err == nil {
+			jsc = &jetStreamCheck{js: js}
 		}
-		_, _ = w.Write([]byte("ready\n"))
+	}
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case !p.ready.Load():
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		case nc != nil && !nc.IsConnected():
+			http.Error(w, "not ready: not connected to NATS", http.StatusServiceUnavailable)
+		case jsc != nil && jsc.err(r.Context()) != nil:
+			http.Error(w, "not ready: JetStream does not answer: "+jsc.err(r.Context()).Error(), http.StatusServiceUnavailable)
+		default:
+			_, _ = w.Write([]byte("ready\n"))
+		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	if api != nil {
 		mux.Handle("/", api)
 	}
 	return mux
+}
+
+// jetStreamCheck asks JetStream for its account info, at most once a second:
+// a service whose connection is up but whose JetStream does not answer (no
+// quorum, JetStream off, the account's limits) cannot publish an event.
+type jetStreamCheck struct {
+	js   jetstream.JetStream
+	mu   sync.Mutex
+	at   time.Time
+	last error
+}
+
+func (c *jetStreamCheck) err(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) < time.Second {
+		return c.last
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, c.last = c.js.AccountInfo(ctx)
+	c.at = time.Now()
+	return c.last
 }
 
 // Builder adapts a service package's Build (configuration from Deps.Getenv,

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -94,7 +95,7 @@ func TestCommonEnvVars(t *testing.T) {
 			own = append(own, v)
 		}
 	}
-	require.Len(t, own, 5)
+	require.Len(t, own, 7)
 	servicetest.VarsTakeEffect(t, own, func(getenv func(string) string) (service.Common, error) {
 		return service.CommonFromEnv("policy", ":8082", getenv)
 	})
@@ -157,6 +158,24 @@ func TestProbesNotReadyWhenNATSIsDown(t *testing.T) {
 	nc.Close()
 	code, _ = get(t, h, "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
+}
+
+// A service whose connection is up but whose JetStream does not answer is
+// not ready: it could not publish an event.
+func TestProbesNotReadyWithoutJetStream(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true}) // no JetStream
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	var p service.Probes
+	p.SetReady(true)
+	code, body := get(t, p.Handler(prometheus.NewRegistry(), nc, nil), "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "JetStream does not answer")
 }
 
 // component records its lifecycle.
