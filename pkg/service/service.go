@@ -29,7 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
@@ -65,10 +65,10 @@ func CommonEnvVars() []Var {
 		{EnvStreamMaxBytes, "bound of each event stream's size in MiB, oldest events first out past it (default: none but the age)", "10240"},
 		{EnvLogLevel, "debug, info, warn or error", "debug"},
 		{EnvTracesTemplate, "URL of a trace in your tracing UI, with {trace_id}; fills AgentOutputs.traces_url", "http://jaeger:16686/trace/{trace_id}"},
-		{EnvOTLPEndpoint, "OTLP/HTTP endpoint that receives the spans (none: spans are not exported)", "http://otel-collector:4318"},
-		{EnvOTLPTraces, "OTLP/HTTP endpoint for traces only", "http://otel-collector:4318/v1/traces"},
-		{EnvOTelService, "service.name of the spans; default toolwire-<service>", "my-orchestrator"},
-		{EnvOTelExporter, "none turns span export off", "none"},
+		{EnvOTLPEndpoint, "OTLP endpoint that receives the spans (unset, with OTEL_TRACES_EXPORTER unset: spans are not exported); every standard OTEL_EXPORTER_OTLP_* variable (protocol, headers, timeout, certificates) applies", "http://otel-collector:4318"},
+		{EnvOTLPTraces, "OTLP endpoint for traces only", "http://otel-collector:4318/v1/traces"},
+		{EnvOTelService, "service.name of the spans (OTEL_RESOURCE_ATTRIBUTES adds attributes); default toolwire-<service>", "my-orchestrator"},
+		{EnvOTelExporter, "otlp, console or none (OpenTelemetry's autoexport)", "none"},
 	}
 }
 
@@ -164,24 +164,50 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Con
 }
 
 // TracerProvider builds the service's tracer provider from the standard OTEL_
-// variables: with an OTLP endpoint it exports over OTLP/HTTP; without one it
-// still gives spans trace ids (so traces_url works) and records nothing.
+// variables, read by OpenTelemetry itself (autoexport, the OTLP exporters,
+// the resource and sampler settings) from the process environment. getenv
+// only tells whether export is asked for (OTEL_TRACES_EXPORTER or an OTLP
+// endpoint set): without that, spans still get trace ids (so traces_url
+// works) and nothing is sampled or sent.
 func TracerProvider(ctx context.Context, name string, getenv func(string) string) (*sdktrace.TracerProvider, error) {
-	svc := orDefault(getenv(EnvOTelService), "toolwire-"+name)
-	res := resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(svc))
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if getenv(EnvOTelExporter) != "none" && (getenv(EnvOTLPEndpoint) != "" || getenv(EnvOTLPTraces) != "") {
-		exp, err := otlptracehttp.New(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("otlp exporter: %w", err)
-		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
-	} else {
-		// Nothing exports: spans keep their trace ids (traces_url) but are
-		// neither sampled nor recorded.
-		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
+	// OpenTelemetry's own environment handling: OTEL_SERVICE_NAME and
+	// OTEL_RESOURCE_ATTRIBUTES (resource.WithFromEnv), OTEL_TRACES_SAMPLER
+	// (the SDK), and for the exporter OTEL_TRACES_EXPORTER,
+	// OTEL_EXPORTER_OTLP_PROTOCOL, the endpoints, headers, timeouts and
+	// certificates (autoexport and the OTLP exporters). Our only default:
+	// toolwire-<service> as the service name.
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName("toolwire-"+name)),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		return nil, fmt.Errorf("otel resource: %w", err)
 	}
-	return sdktrace.NewTracerProvider(opts...), nil
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if !exportAsked(getenv) {
+		// Nothing asks for spans: they keep their trace ids (traces_url)
+		// but are neither sampled nor exported (autoexport would otherwise
+		// send them to localhost:4318).
+		return sdktrace.NewTracerProvider(append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))...), nil
+	}
+	exp, err := autoexport.NewSpanExporter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("span exporter (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_*): %w", err)
+	}
+	if autoexport.IsNoneSpanExporter(exp) {
+		return sdktrace.NewTracerProvider(append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))...), nil
+	}
+	return sdktrace.NewTracerProvider(append(opts, sdktrace.WithBatcher(exp))...), nil
+}
+
+// exportAsked reports whether the environment asks for spans to be
+// exported: an exporter named, or an OTLP endpoint given.
+func exportAsked(getenv func(string) string) bool {
+	for _, v := range []string{EnvOTelExporter, EnvOTLPEndpoint, EnvOTLPTraces} {
+		if strings.TrimSpace(getenv(v)) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Deps are what a service's constructor receives.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/events"
@@ -299,19 +302,58 @@ func TestRunFailures(t *testing.T) {
 	require.ErrorContains(t, err, "connect to NATS")
 }
 
+// TracerProvider follows OpenTelemetry's own environment: nothing asked,
+// nothing sampled or sent; OTEL_TRACES_EXPORTER=none, the same; an OTLP
+// endpoint, and the spans go there with the headers, protocol, service name
+// and resource attributes the standard variables give.
 func TestTracerProvider(t *testing.T) {
-	tp, err := service.TracerProvider(context.Background(), "svc", envOf(nil))
+	span := func(tp *sdktrace.TracerProvider) trace.SpanContext {
+		_, s := tp.Tracer("t").Start(context.Background(), "x")
+		s.End()
+		return s.SpanContext()
+	}
+	tp, err := service.TracerProvider(context.Background(), "svc", os.Getenv)
 	require.NoError(t, err)
-	_, span := tp.Tracer("t").Start(context.Background(), "x")
-	require.True(t, span.SpanContext().IsValid(), "trace ids are recorded without an exporter")
-	span.End()
+	sc := span(tp)
+	require.True(t, sc.IsValid(), "trace ids are recorded without an exporter")
+	require.False(t, sc.IsSampled())
 	require.NoError(t, tp.Shutdown(context.Background()))
 
-	tp, err = service.TracerProvider(context.Background(), "svc", envOf(map[string]string{
-		service.EnvOTLPEndpoint: "http://127.0.0.1:1", service.EnvOTelExporter: "none",
-	}))
+	t.Setenv(service.EnvOTelExporter, "none")
+	tp, err = service.TracerProvider(context.Background(), "svc", os.Getenv)
 	require.NoError(t, err)
+	require.False(t, span(tp).IsSampled())
 	require.NoError(t, tp.Shutdown(context.Background()))
+
+	type got struct {
+		path, team string
+		body       []byte
+	}
+	received := make(chan got, 4)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		received <- got{r.URL.Path, r.Header.Get("X-Team"), b}
+	}))
+	t.Cleanup(collector.Close)
+	t.Setenv(service.EnvOTelExporter, "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv(service.EnvOTLPEndpoint, collector.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=toolwire")
+	t.Setenv(service.EnvOTelService, "my-orchestrator")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=ci-check")
+	tp, err = service.TracerProvider(context.Background(), "svc", os.Getenv)
+	require.NoError(t, err)
+	require.True(t, span(tp).IsSampled())
+	require.NoError(t, tp.Shutdown(context.Background())) // flushes
+	select {
+	case g := <-received:
+		require.Equal(t, "/v1/traces", g.path)
+		require.Equal(t, "toolwire", g.team)
+		require.Contains(t, string(g.body), "my-orchestrator")
+		require.Contains(t, string(g.body), "ci-check")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no spans reached the collector")
+	}
 }
 
 func TestBuildFrom(t *testing.T) {
