@@ -18,7 +18,6 @@ import (
 	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // callAgent is the agent name of the calls `toolwire call` makes.
@@ -68,7 +67,7 @@ unreachable NATS and no answer within --timeout exit 1 without an envelope.`,
 			}
 			ctx, cancel := contextWithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			nc, js, err := service.Connect(ctx, natsURL, "cli", discardLogger())
+			nc, js, err := connectCLI(ctx, natsURL)
 			if err != nil {
 				return err
 			}

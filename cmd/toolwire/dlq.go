@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // dlqFlags are the flags every dlq subcommand shares.
@@ -69,7 +68,7 @@ func addDLQFilters(cmd *cobra.Command, f *dlqFlags) {
 func dlqWithJS(cmd *cobra.Command, f *dlqFlags, fn func(ctx context.Context, js jetstream.JetStream) error) error {
 	ctx, cancel := contextWithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
-	nc, js, err := service.Connect(ctx, f.natsURL, "cli", discardLogger())
+	nc, js, err := connectCLI(ctx, f.natsURL)
 	if err != nil {
 		return err
 	}

@@ -3,9 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolwire/toolwire/pkg/service"
 )
 
 func readAll(r io.Reader) ([]byte, error) { return io.ReadAll(io.LimitReader(r, 16<<20)) }
@@ -19,4 +26,33 @@ func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, 
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, d)
+}
+
+// connectWait bounds how long a command waits for NATS to answer: a server
+// that is there answers within milliseconds, one that is not never does.
+const connectWait = 10 * time.Second
+
+// connectCLI connects a command to NATS within ctx (its --timeout) and at
+// most connectWait; when nothing answers, it says where it looked and how to
+// start toolwire.
+func connectCLI(ctx context.Context, url string) (*nats.Conn, jetstream.JetStream, error) {
+	cctx, cancel := context.WithTimeout(ctx, connectWait)
+	defer cancel()
+	nc, js, err := service.Connect(cctx, url, "cli", discardLogger())
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && cctx.Err() != nil {
+		waited := connectWait
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 0 {
+			waited = 0
+		}
+		return nil, nil, fmt.Errorf("no toolwire at %s: nothing answered%s; start it with `toolwire dev`, "+
+			"or point --nats (or NATS_URL) at your NATS server", url, waitedText(waited))
+	}
+	return nc, js, err
+}
+
+func waitedText(d time.Duration) string {
+	if d <= 0 {
+		return " within the command's timeout"
+	}
+	return " within " + d.String()
 }

@@ -38,7 +38,7 @@ provision waits for it (up to --timeout).`,
 			store.MaxBytes = maxMiB << 20
 			ctx, cancel := contextWithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			nc, js, err := service.Connect(ctx, natsURL, "cli", discardLogger())
+			nc, js, err := connectCLI(ctx, natsURL)
 			if err != nil {
 				return err
 			}

@@ -15,7 +15,6 @@ import (
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // runFlags are what `toolwire run` builds its request from.
@@ -60,14 +59,14 @@ get_current_time) your own question.
 			if err != nil {
 				return err
 			}
-			nc, js, err := service.Connect(ctx, natsURL, "cli", discardLogger())
+			ctx, cancel := contextWithTimeout(ctx, timeout)
+			defer cancel()
+			nc, js, err := connectCLI(ctx, natsURL)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
 			c := client.New(js, "/toolwire/cli")
-			ctx, cancel := contextWithTimeout(ctx, timeout)
-			defer cancel()
 			if err := c.Submit(ctx, req); err != nil {
 				return err
 			}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/pkg/service"
 )
 
 // cliNATS holds the --nats and --timeout flags of the registry, secrets and
@@ -42,10 +41,10 @@ func (n *cliNATS) flags(cmd *cobra.Command) {
 // connect connects for one command; the returned context bounds it.
 func (n *cliNATS) connect(ctx context.Context) (context.Context, *nats.Conn, jetstream.JetStream, func(), error) {
 	ctx, cancel := contextWithTimeout(ctx, n.timeout)
-	nc, js, err := service.Connect(ctx, n.url, "cli", discardLogger())
+	nc, js, err := connectCLI(ctx, n.url)
 	if err != nil {
 		cancel()
-		return nil, nil, nil, nil, fmt.Errorf("connect to NATS at %s: %w", n.url, err)
+		return nil, nil, nil, nil, err // it names the URL
 	}
 	return ctx, nc, js, func() { nc.Close(); cancel() }, nil
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor/tools/mcp"
 )
 
@@ -95,7 +94,7 @@ entries and keeps their lifecycle state.`,
 			if dryRun {
 				r, err = mcp.ToolDefinitions(ctx, srv, opts)
 			} else {
-				nc, js, cerr := service.Connect(ctx, natsURL, "cli", discardLogger())
+				nc, js, cerr := connectCLI(ctx, natsURL)
 				if cerr != nil {
 					return cerr
 				}
