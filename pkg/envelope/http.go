@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/textproto"
 	"net/url"
 	"regexp"
@@ -51,9 +52,18 @@ const (
 	httpConfigProblemFmt = "implementation.config: %s"
 )
 
-// IdempotencyKeyHeader carries the call_id of a call to an http tool whose
-// side_effects is writes: the endpoint can recognise a retried request.
+// IdempotencyKeyHeader carries IdempotencyKey on each call to an http tool
+// whose side_effects is writes: the endpoint can recognise a request it has
+// seen.
 const IdempotencyKeyHeader = "Idempotency-Key"
+
+// IdempotencyKey identifies one call of one run: "<run_id>.<call_id>". The
+// call_id alone does not: it hashes the tool, the input and the call's place
+// in its run, so two runs that make the same first call share it, and an
+// endpoint keyed on it would take the second run's write for a replay of the
+// first's. run_id and call_id are subject tokens, so the key is a plain
+// header value.
+func IdempotencyKey(runID, callID string) string { return runID + "." + callID }
 
 // httpMethods are the methods an http tool may use: those with a body.
 var httpMethods = []string{"POST", "PUT", "PATCH"}
@@ -95,8 +105,10 @@ func (c HTTPConfig) problems(requiredSecrets []string) []string {
 	add := func(format string, args ...any) {
 		out = append(out, fmt.Sprintf(httpConfigProblemFmt, fmt.Sprintf(format, args...)))
 	}
-	if _, err := CheckHTTPURL(c.URL); err != nil {
+	if u, err := CheckHTTPURL(c.URL); err != nil {
 		add("%v", err)
+	} else if err := checkEndpointHost(u.Hostname()); err != nil {
+		add("url %q: %v", c.URL, err)
 	}
 	if c.Method != "" && !slices.Contains(httpMethods, c.Method) {
 		add("method %q is not one of %s", truncateForError(c.Method), strings.Join(httpMethods, ", "))
@@ -113,7 +125,7 @@ func (c HTTPConfig) problems(requiredSecrets []string) []string {
 		}
 		switch {
 		case ck == "Content-Type" || ck == IdempotencyKeyHeader:
-			add("%s: header %s is set by the executor (the body is the input as JSON; the idempotency key is the call_id)", field, ck)
+			add("%s: header %s is set by the executor (the body is the input as JSON; the idempotency key is <run_id>.<call_id>)", field, ck)
 			return false
 		case seen[ck]:
 			add("%s: header %s is given twice", field, ck)
@@ -181,6 +193,24 @@ func CheckHTTPURL(raw string) (*url.URL, error) {
 		}
 	}
 	return u, nil
+}
+
+// checkEndpointHost refuses an endpoint's host that is an IP address in
+// anything but its usual form: an operator writes 10.0.0.7 or [fd00::7], and
+// a host like 1.2.3.4.5 or 0x7f.1, which browsers read in their own ways (and
+// the executor's guard reads as they do), is a mistake to report at once.
+func checkEndpointHost(host string) error {
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	last := strings.ToLower(labels[len(labels)-1])
+	numeric := last != "" && strings.Trim(last, "0123456789") == "" ||
+		strings.HasPrefix(last, "0x") && strings.Trim(last[2:], "0123456789abcdef") == ""
+	if !numeric && !strings.Contains(host, ":") {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Zone() == "" && !ip.Is4In6() {
+		return nil
+	}
+	return fmt.Errorf("host %q is not a domain name, and not an IP address in its usual form (10.0.0.7, [fd00::7])", truncateForError(host))
 }
 
 // hopHeaders are set by the HTTP client itself; nobody else may give them.

@@ -49,6 +49,13 @@ func TestHTTPConfig(t *testing.T) {
 			want: []string{`url "https://bob:xxxxx@api.example.com/": credentials in the URL are not accepted: use secret_headers`}, schema: true},
 		{name: "bad port", config: `{"url":"http://api.example.com:99999/"}`, want: []string{`port "99999" is not a number from 1 to 65535`}},
 		{name: "space in the host", config: `{"url":"http://api example.com/"}`, want: []string{`url "http://api example.com/": invalid character " " in host name`}, schema: true},
+		{name: "an IPv6 address", config: `{"url":"http://[fd00::7]:8080/hook"}`},
+		{name: "a name with digits", config: `{"url":"https://api2.example.com/"}`},
+		{name: "five-part address", config: `{"url":"http://1.2.3.4.5/"}`,
+			want: []string{`url "http://1.2.3.4.5/": host "1.2.3.4.5" is not a domain name, and not an IP address in its usual form`}},
+		{name: "decimal address", config: `{"url":"http://2130706433/"}`, want: []string{`host "2130706433" is not a domain name`}},
+		{name: "hex address", config: `{"url":"http://127.0x1/"}`, want: []string{`host "127.0x1" is not a domain name`}},
+		{name: "mapped address", config: `{"url":"http://[::ffff:127.0.0.1]/"}`, want: []string{`host "::ffff:127.0.0.1" is not a domain name`}},
 		{name: "unknown field", config: `{"url":"https://api.example.com/","timeout":5}`, want: []string{`implementation.config: json: unknown field "timeout"`}, schema: true},
 		{name: "not an object", config: `"https://api.example.com/"`, want: []string{"implementation.config: json: cannot unmarshal string"}, schema: true},
 		{name: "GET has no body", config: `{"url":"https://api.example.com/","method":"GET"}`, want: []string{`method "GET" is not one of POST, PUT, PATCH`}, schema: true},
@@ -114,6 +121,16 @@ func TestHTTPConfigDecoded(t *testing.T) {
 	other.Implementation = envelope.Implementation{Kind: envelope.ImplBuiltin}
 	_, err = other.HTTPConfig()
 	require.ErrorContains(t, err, `implementation kind "builtin" is not http`)
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	a, err := envelope.CallID("send_email", "1.0.0", []byte(`{"to":"x@example.com"}`), 1)
+	require.NoError(t, err)
+	b, err := envelope.CallID("send_email", "1.0.0", []byte(`{ "to" : "x@example.com" }`), 1)
+	require.NoError(t, err)
+	require.Equal(t, a, b, "the same first call of two runs has one call_id")
+	require.NotEqual(t, envelope.IdempotencyKey("run-1", a), envelope.IdempotencyKey("run-2", b), "but two keys")
+	require.Equal(t, "run-1."+a, envelope.IdempotencyKey("run-1", a))
 }
 
 func TestCheckHTTPURL(t *testing.T) {

@@ -53,10 +53,11 @@
 //     (package tools/mcp).
 //   - http: an HTTP endpoint (envelope.HTTPConfig): the call's input is
 //     POSTed to it as JSON, with the config's headers, its secret headers
-//     and, for a writes tool, Idempotency-Key: <call_id>, through the web
-//     tools' SSRF-guarded client; the JSON body of a 2xx response is the
-//     output (package tools/httptool). An entry whose config cannot run (one
-//     stored before configs were checked) fails with UNKNOWN, saying why.
+//     and, for a writes tool, Idempotency-Key: <run_id>.<call_id>, through
+//     the web tools' SSRF-guarded client; the JSON body of a 2xx response is
+//     the output (package tools/httptool). An entry whose config cannot run
+//     (one stored before configs were checked) fails with UNKNOWN, saying
+//     why.
 //   - sandbox: code, sent to the sandbox service as a job; the executor holds
 //     the call until the job's result comes back (package tools/sandbox).
 //

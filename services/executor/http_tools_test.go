@@ -166,6 +166,6 @@ func TestHTTPToolsThroughTheExecutor(t *testing.T) {
 		byPath[c.path] = c
 	}
 	require.Equal(t, seen{"/weather", `{"city":"Lyon"}`, "Bearer " + canaryValue, ""}, byPath["/weather"], "the secret as a header; no key on a reads tool")
-	require.Equal(t, seen{"/send", `{"city":"Lyon","text":"hi"}`, "", reqs[1].CallID}, byPath["/send"], "the call_id as the idempotency key")
+	require.Equal(t, seen{"/send", `{"city":"Lyon","text":"hi"}`, "", runID + "." + reqs[1].CallID}, byPath["/send"], "the run's call as the idempotency key")
 	require.Len(t, calls, 7, "weather, send, slow, warm, text, refuse, down; nothing else: %v", calls)
 }

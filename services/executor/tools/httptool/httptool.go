@@ -18,9 +18,11 @@
 //     {{secret:NAME}} replaced by the secret resolved for the call's tenant
 //     (the definition's required_secrets, which the executor resolves into
 //     tool.Context.Auth);
-//   - Idempotency-Key: <call_id> when the tool's side_effects is writes
-//     (the executor runs such a call at most once; the key lets the endpoint
-//     recognise a request it has already seen).
+//   - Idempotency-Key: <run_id>.<call_id> when the tool's side_effects is
+//     writes (envelope.IdempotencyKey; the executor runs such a call at most
+//     once, and the key lets the endpoint recognise a request it has already
+//     seen, whatever happened between them). Not the call_id alone: two runs
+//     that make the same first call share it.
 //
 // Outcomes: a 2xx response's body is the output (an empty body is null); a
 // body that is not JSON, or longer than the cap, is PROVIDER_ERROR; any other
@@ -99,7 +101,7 @@ func (e *endpoint) Execute(ctx context.Context, input json.RawMessage, tc tool.C
 		req.Header.Set("User-Agent", web.UserAgent)
 	}
 	if e.def.Metadata.SideEffects == envelope.SideEffectsWrites {
-		req.Header.Set(envelope.IdempotencyKeyHeader, tc.CallID)
+		req.Header.Set(envelope.IdempotencyKeyHeader, envelope.IdempotencyKey(tc.RunID, tc.CallID))
 	}
 	// The pipeline scrubs every secret value from the output and the error
 	// (message and details) before anyone sees them: no redaction here.

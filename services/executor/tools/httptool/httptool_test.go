@@ -150,7 +150,7 @@ func TestRequestAsSent(t *testing.T) {
 	req = srv.requests()[1]
 	require.Equal(t, "PUT", req.Method)
 	require.Equal(t, `{"name":"x"}`, req.Body)
-	require.Equal(t, []string{callID}, req.Header.Values("Idempotency-Key"), "the call_id, once")
+	require.Equal(t, []string{"run-1." + callID}, req.Header.Values("Idempotency-Key"), "the run's call, once")
 	require.Equal(t, "application/vnd.api+json", req.Header.Get("Accept"))
 }
 
