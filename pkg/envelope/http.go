@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"net/textproto"
 	"net/url"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode"
@@ -134,14 +134,14 @@ func (c HTTPConfig) problems(requiredSecrets []string) []string {
 		seen[ck] = true
 		return true
 	}
-	for _, k := range sortedMapKeys(c.Headers) {
+	for _, k := range slices.Sorted(maps.Keys(c.Headers)) {
 		v := c.Headers[k]
 		if checkName("headers", k, v) && len(SecretRefs(v)) > 0 {
 			add("headers: header %s names a secret: put it in secret_headers", textproto.CanonicalMIMEHeaderKey(k))
 		}
 	}
 	used := map[string]bool{}
-	for _, k := range sortedMapKeys(c.SecretHeaders) {
+	for _, k := range slices.Sorted(maps.Keys(c.SecretHeaders)) {
 		v := c.SecretHeaders[k]
 		if !checkName("secret_headers", k, v) {
 			continue
@@ -269,13 +269,4 @@ func ExpandSecretRefs(s string, lookup func(name string) (string, bool)) (expand
 		return v
 	})
 	return expanded, missing
-}
-
-func sortedMapKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

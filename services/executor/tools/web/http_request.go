@@ -6,9 +6,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -210,7 +211,7 @@ func BuildHeaders(tool string, plain, secret map[string]string, auth map[string]
 	}
 	h := http.Header{}
 	// Sorted, so that a problem is reported the same way every time.
-	for _, k := range sortedKeys(plain) {
+	for _, k := range slices.Sorted(maps.Keys(plain)) {
 		v := plain[k]
 		if err := envelope.CheckHeader(k, v); err != nil {
 			return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", tool, err)
@@ -221,7 +222,7 @@ func BuildHeaders(tool string, plain, secret map[string]string, auth map[string]
 		h.Add(k, v)
 	}
 	var names, values []string
-	for _, k := range sortedKeys(secret) {
+	for _, k := range slices.Sorted(maps.Keys(secret)) {
 		tmpl := secret[k]
 		if err := envelope.CheckHeader(k, tmpl); err != nil {
 			return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", tool, err)
@@ -246,15 +247,6 @@ func BuildHeaders(tool string, plain, secret map[string]string, auth map[string]
 		names = append(names, k)
 	}
 	return h, names, values, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // redactor returns a function that replaces every secret value in a string.
