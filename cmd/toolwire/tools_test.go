@@ -53,7 +53,9 @@ required_secrets: [WEATHER_KEY]
 required_scopes: ["weather:read"]
 implementation:
   kind: http
-  config: {url: "https://weather.example/v1"}
+  config:
+    url: https://weather.example/v1
+    secret_headers: {X-Api-Key: "{{secret:WEATHER_KEY}}"}
 `
 
 func TestToolsCommands(t *testing.T) {
@@ -94,6 +96,19 @@ func TestToolsCommands(t *testing.T) {
 	_, err = cli(t, env.URL, "", "tools", "register", bad)
 	require.ErrorIs(t, err, envelope.ErrInvalidTool)
 	require.ErrorContains(t, err, "at /metadata/category")
+	// http tools whose endpoint cannot be called are refused.
+	for _, tc := range []struct{ from, to, err string }{
+		{`url: https://weather.example/v1`, `url: ftp://weather.example/v1`, "at /implementation/config/url"},
+		{`url: https://weather.example/v1`, `url: https://me:pw@weather.example/v1`, "at /implementation/config/url"},
+		{`url: https://weather.example/v1`, `url: http://weather.example:70000/v1`, `port "70000" is not a number from 1 to 65535`},
+		{"    url: https://weather.example/v1\n", "", "at /implementation/config: missing property 'url'"},
+		{`{{secret:WEATHER_KEY}}`, `{{secret:WEATHER_TOKEN}}`, "names the secret WEATHER_TOKEN, which required_secrets does not list"},
+	} {
+		require.NoError(t, os.WriteFile(bad, []byte(strings.Replace(weatherYAML, tc.from, tc.to, 1)), 0o600))
+		_, err = cli(t, env.URL, "", "tools", "register", bad)
+		require.ErrorIs(t, err, envelope.ErrInvalidTool, tc.to)
+		require.ErrorContains(t, err, tc.err)
+	}
 	require.NoError(t, os.WriteFile(bad, []byte("name: [unclosed"), 0o600))
 	_, err = cli(t, env.URL, "", "tools", "register", bad)
 	require.ErrorContains(t, err, "not valid YAML")

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
@@ -20,7 +21,8 @@ func TestValidateCommand(t *testing.T) {
 	def := func(name string, se envelope.SideEffects, scopes ...string) envelope.ToolDefinition {
 		return envelope.ToolDefinition{Name: name, Version: "1.0.0", InputSchema: json.RawMessage(`{"type":"object"}`),
 			Metadata:       envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: se, Cache: envelope.CacheNone},
-			Implementation: envelope.Implementation{Kind: envelope.ImplHTTP}, RequiredScopes: scopes}
+			Implementation: envelope.Implementation{Kind: envelope.ImplHTTP, Config: json.RawMessage(`{"url":"https://api.example/` + name + `"}`)},
+			RequiredScopes: scopes}
 	}
 	for _, e := range []registry.Entry{
 		{Definition: def("search", envelope.SideEffectsReads)},
@@ -76,6 +78,21 @@ messages: [{role: user, content: hi}]
 	out, err = cli(t, env.URL, "", "validate", "--json", write("req.yaml", yml))
 	require.NoError(t, err)
 	require.JSONEq(t, `{"warnings":["tool old_search@1.0.0 is deprecated"],"problems":[]}`, out)
+
+	// An http tool stored before endpoints were checked cannot run: an
+	// error, like a blocked tool.
+	kv, err := env.JS.KeyValue(t.Context(), events.BucketTools)
+	require.NoError(t, err)
+	legacy := def("legacy_fetch", envelope.SideEffectsReads)
+	legacy.Implementation.Config = json.RawMessage(`{"url":"https://bob:pw@api.example/x"}`)
+	b, err := json.Marshal(registry.Entry{Definition: legacy, State: registry.StateActive})
+	require.NoError(t, err)
+	_, err = kv.Put(t.Context(), registry.Key(legacy.Ref()), b)
+	require.NoError(t, err)
+	out, err = cli(t, env.URL, "", "validate", write("legacy.json", agent(`"search@1.0.0","legacy_fetch@1.0.0"`, "")))
+	require.ErrorIs(t, err, errFindings)
+	require.Equal(t, `error: tool legacy_fetch@1.0.0 cannot run: invalid tool definition legacy_fetch@1.0.0: implementation.config: `+
+		`url "https://bob:xxxxx@api.example/x": credentials in the URL are not accepted: use secret_headers`+"\n", out)
 
 	// Malformed configurations.
 	for _, tc := range []struct{ content, err string }{

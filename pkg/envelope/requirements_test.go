@@ -35,6 +35,9 @@ func TestToolDefinitionRequirements(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := fixtureToolDefinition()
+			// A builtin: an http tool must also send each secret in a
+			// header (TestHTTPConfig), which is not what this test is about.
+			d.Implementation = envelope.Implementation{Kind: envelope.ImplBuiltin}
 			d.RequiredSecrets, d.RequiredScopes, d.SupportsPreview = tt.secrets, tt.scopes, true
 			err := d.Validate()
 			schemaErr := schemas.Validate(envelope.SchemaToolDefinition, marshal(t, d))

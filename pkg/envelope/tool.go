@@ -61,7 +61,7 @@ type ImplementationKind string
 // Implementation kinds.
 const (
 	ImplBuiltin ImplementationKind = "builtin" // compiled into the executor
-	ImplHTTP    ImplementationKind = "http"    // an HTTP endpoint
+	ImplHTTP    ImplementationKind = "http"    // an HTTP endpoint (config: HTTPConfig)
 	ImplMCP     ImplementationKind = "mcp"     // a tool of an MCP server
 	ImplSandbox ImplementationKind = "sandbox" // code run by the sandbox service
 )
@@ -214,7 +214,13 @@ func (d *ToolDefinition) Validate() error {
 		}
 	}
 	switch d.Implementation.Kind {
-	case ImplBuiltin, ImplHTTP, ImplMCP, ImplSandbox:
+	case ImplHTTP:
+		// Nothing registrable may be unrunnable: an endpoint the executor
+		// cannot call is refused here, not at the first call.
+		if _, err := d.HTTPConfig(); err != nil {
+			problems = append(problems, err.Error())
+		}
+	case ImplBuiltin, ImplMCP, ImplSandbox:
 	default:
 		problems = append(problems, fmt.Sprintf("implementation.kind %q is not one of builtin, http, mcp, sandbox", d.Implementation.Kind))
 	}

@@ -51,9 +51,15 @@
 //     under that definition's schemas and timeout.
 //   - mcp: the tool of an MCP server, called through one session per server
 //     (package tools/mcp).
+//   - http: an HTTP endpoint (envelope.HTTPConfig): the call's input is
+//     POSTed to it as JSON, with the config's headers, its secret headers
+//     and, for a writes tool, Idempotency-Key: <run_id>.<call_id>, through
+//     the web tools' SSRF-guarded client; the JSON body of a 2xx response is
+//     the output (package tools/httptool). An entry whose config cannot run
+//     (one stored before configs were checked) fails with UNKNOWN, saying
+//     why.
 //   - sandbox: code, sent to the sandbox service as a job; the executor holds
 //     the call until the job's result comes back (package tools/sandbox).
-//   - any other kind (http) is not run by this executor: UNKNOWN.
 //
 // # Tools
 //
@@ -67,7 +73,8 @@
 //     other special-purpose addresses after DNS resolution, on every
 //     connection: a refusal is POLICY_DENIED and nothing is sent.
 //     TOOLWIRE_HTTP_ALLOW_HOSTS names the host[:port]s an operator trusts.
-//   - mcp and sandbox: the runners of those kinds of registry entries.
+//   - httptool, mcp and sandbox: the runners of those kinds of registry
+//     entries.
 //   - testtools: failing and sleep, which only tests and benchmarks register
 //     (Config.Tools, WithTools); a production executor never runs them.
 //

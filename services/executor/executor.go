@@ -20,6 +20,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/executor/tools/builtin"
+	"github.com/toolwire/toolwire/services/executor/tools/httptool"
 	"github.com/toolwire/toolwire/services/executor/tools/mcp"
 	"github.com/toolwire/toolwire/services/executor/tools/sandbox"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
@@ -74,10 +75,11 @@ type Service struct {
 	circuits     *circuits
 	// secrets opens the secrets of the tools that need some (secrets.go).
 	secrets *secretResolver
-	// web is the client of the web tools; jobs sends the sandbox entries'
-	// jobs (resolve.go).
-	web  *web.Client
-	jobs *sandbox.Jobs
+	// web is the client of the web tools; endpoints runs the http entries
+	// on it, and jobs sends the sandbox entries' jobs (resolve.go).
+	web       *web.Client
+	endpoints *httptool.Runner
+	jobs      *sandbox.Jobs
 
 	// Set by Start, before the consumer and the preview server run.
 	reg      *registry.Registry
@@ -123,6 +125,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		abandonAfter: defaultAbandonAfter,
 		secrets:      &secretResolver{js: d.JS, keys: cfg.Keyring},
 		web:          wc,
+		endpoints:    httptool.NewRunner(wc),
 	}
 	s.jobs = sandbox.NewJobs(d.JS, s.pub, cfg.Source)
 	s.circuits = newCircuits(cfg.CircuitFailures, cfg.CircuitOpen, func() time.Time { return s.now() }, m)

@@ -63,7 +63,7 @@ func TestExecutorEndToEnd(t *testing.T) {
 	putEntry(t, reg, builtinDef(t, "echo"), registry.StateBlocked, func(d *envelope.ToolDefinition) { d.Version = "0.9.0" })
 	putEntry(t, reg, builtinDef(t, "echo"), registry.StateDeprecated, func(d *envelope.ToolDefinition) { d.Version = "0.8.0" })
 	putEntry(t, reg, builtinDef(t, "echo"), registry.StateActive, func(d *envelope.ToolDefinition) {
-		d.Name, d.Implementation = "remote", envelope.Implementation{Kind: envelope.ImplHTTP, Config: json.RawMessage(`{"url":"http://example.invalid"}`)}
+		d.Name, d.Implementation = "remote", envelope.Implementation{Kind: envelope.ImplHTTP, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/hook"}`)}
 	})
 	putEntry(t, reg, builtinDef(t, "echo"), registry.StateActive, func(d *envelope.ToolDefinition) {
 		d.Name, d.Implementation = "ghost", tool.BuiltinImplementation("no_such_builtin")
@@ -117,7 +117,7 @@ func TestExecutorEndToEnd(t *testing.T) {
 			problems: []string{"at /ok"},
 		},
 		{name: "output not JSON", tool: "not_json@1.0.0", input: `{}`, wantCode: envelope.CodeProviderError, wantMsg: "not JSON"},
-		{name: "kind not run here", tool: "remote@1.0.0", input: `{"text":"x"}`, wantCode: envelope.CodeUnknown, wantMsg: `kind "http" is not builtin`},
+		{name: "http endpoint refused by the guard", tool: "remote@1.0.0", input: `{"text":"x"}`, wantCode: envelope.CodePolicyDenied, wantMsg: "remote@1.0.0: destination 127.0.0.1 is a loopback address: refused"},
 		{name: "builtin missing", tool: "ghost@1.0.0", input: `{"text":"x"}`, wantCode: envelope.CodeUnknown, wantMsg: `builtin "no_such_builtin" is not available`},
 	}
 

@@ -7,12 +7,18 @@ import (
 
 // toolFor returns the Tool that runs a registry entry, by its implementation
 // kind: the in-process tool of its builtin key (package builtin, web, or a
-// Config.Tools one), the MCP server's tool (package mcp) or a sandbox job
-// (package sandbox); or the error that explains why this executor cannot run
-// it. Entries of other kinds (http) fail with UNKNOWN.
+// Config.Tools one), the HTTP endpoint (package httptool), the MCP server's
+// tool (package mcp) or a sandbox job (package sandbox); or the error that
+// explains why this executor cannot run it.
 func (s *Service) toolFor(def *envelope.ToolDefinition) (tool.Tool, *envelope.ToolError) {
 	ref := def.Ref()
 	switch def.Implementation.Kind {
+	case envelope.ImplHTTP:
+		t, err := s.endpoints.Tool(def)
+		if err != nil {
+			return nil, envelope.NewToolError(envelope.CodeUnknown, "tool %s cannot run: %v", ref, err)
+		}
+		return t, nil
 	case envelope.ImplSandbox:
 		t, err := s.jobs.Tool(def)
 		if err != nil {

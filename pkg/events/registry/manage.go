@@ -156,7 +156,9 @@ type Findings struct {
 
 // CheckTools checks enabled tool references (name@version) against the
 // registry, as the orchestrator does when a run starts (spec 7.2: deprecated
-// warns, blocked is refused).
+// warns, blocked is refused). An entry whose definition breaks the rules that
+// registration checks now (one stored before, such as an http tool without
+// a valid endpoint) is a problem too: its calls cannot run.
 func CheckTools(lookup func(envelope.ToolRef) (Entry, bool), enabled []string) Findings {
 	f := Findings{Warnings: []string{}, Problems: []string{}}
 	for _, s := range enabled {
@@ -175,6 +177,11 @@ func CheckTools(lookup func(envelope.ToolRef) (Entry, bool), enabled []string) F
 			f.Warnings = append(f.Warnings, "tool "+ref.String()+" is deprecated")
 		case e.State != StateActive:
 			f.Problems = append(f.Problems, fmt.Sprintf("tool %s has unknown registry state %q", ref, e.State))
+		}
+		if ok && e.State != StateBlocked {
+			if err := e.Definition.Validate(); err != nil {
+				f.Problems = append(f.Problems, fmt.Sprintf("tool %s cannot run: %v", ref, err))
+			}
 		}
 	}
 	return f

@@ -64,7 +64,8 @@ func TestDecodeDefinition(t *testing.T) {
   "input_schema": {"type": "object", "required": ["to"], "properties": {"to": {"type": "string"}}},
   "metadata": {"category": "api", "side_effects": "writes", "cache": "none"},
   "required_secrets": ["SMTP_PASSWORD"], "required_scopes": ["email:send"], "supports_preview": true,
-  "implementation": {"kind": "http", "config": {"url": "https://mail.example/send"}}
+  "implementation": {"kind": "http", "config": {"url": "https://mail.example/send",
+    "secret_headers": {"Authorization": "Basic {{secret:SMTP_PASSWORD}}"}}}
 }`
 	d, err := registry.DecodeDefinition([]byte(good))
 	require.NoError(t, err)
@@ -81,6 +82,15 @@ func TestDecodeDefinition(t *testing.T) {
 		{"input schema does not compile", strings.Replace(good, `"type": "object", "required"`, `"type": 7, "required"`, 1),
 			"send_email@1.0.0: input_schema"},
 		{"writes and cached", strings.Replace(good, `"cache": "none"`, `"cache": "forever"`, 1), "at /metadata"},
+		{"http endpoint not http", strings.Replace(good, `https://mail.example/send`, `smtp://mail.example`, 1), "at /implementation/config/url"},
+		{"http endpoint with user info", strings.Replace(good, `https://mail.example/send`, `https://bob:pw@mail.example/send`, 1), "at /implementation/config/url"},
+		{"http endpoint missing", strings.Replace(good, `"config": {"url": "https://mail.example/send",`, `"config": {`, 1), "at /implementation/config"},
+		{"http tool without config", `{"name": "ping", "version": "1.0.0", "input_schema": {"type": "object"},
+		  "metadata": {"category": "api", "side_effects": "reads", "cache": "none"}, "implementation": {"kind": "http"}}`, "at /implementation: missing property 'config'"},
+		{"http endpoint with a bad port", strings.Replace(good, `https://mail.example/send`, `https://mail.example:0/send`, 1),
+			`send_email@1.0.0: implementation.config: url "https://mail.example:0/send": port "0" is not a number from 1 to 65535`},
+		{"http secret not declared", strings.Replace(good, `{{secret:SMTP_PASSWORD}}`, `{{secret:SMTP_PASS}}`, 1),
+			"header Authorization names the secret SMTP_PASS, which required_secrets does not list"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,7 +108,11 @@ func TestFilterAndCheckTools(t *testing.T) {
 		d.Description = "does " + name
 		return registry.Entry{Definition: d, State: st}
 	}
+	// An http tool stored before endpoints were checked.
+	unrunnable := mk("fetch", "1.0.0", envelope.CategoryAPI, registry.StateActive)
+	unrunnable.Definition.Implementation = envelope.Implementation{Kind: envelope.ImplHTTP, Config: json.RawMessage(`{"url":"file:///etc/passwd"}`)}
 	entries := []registry.Entry{
+		unrunnable,
 		mk("web_search", "1.0.0", envelope.CategorySearch, registry.StateDeprecated),
 		mk("web_search", "2.0.0", envelope.CategorySearch, registry.StateActive),
 		mk("send_email", "1.0.0", envelope.CategoryAPI, registry.StateBlocked),
@@ -116,11 +130,11 @@ func TestFilterAndCheckTools(t *testing.T) {
 		f    registry.Filter
 		want []string
 	}{
-		{"all", registry.Filter{}, []string{"web_search@1.0.0", "web_search@2.0.0", "send_email@1.0.0", "calculator@1.0.0"}},
+		{"all", registry.Filter{}, []string{"fetch@1.0.0", "web_search@1.0.0", "web_search@2.0.0", "send_email@1.0.0", "calculator@1.0.0"}},
 		{"search by name, any case", registry.Filter{Search: "SEARCH"}, []string{"web_search@1.0.0", "web_search@2.0.0"}},
 		{"search the description", registry.Filter{Search: "does calc"}, []string{"calculator@1.0.0"}},
-		{"category", registry.Filter{Category: envelope.CategoryAPI}, []string{"send_email@1.0.0"}},
-		{"states", registry.Filter{States: []registry.State{registry.StateActive}}, []string{"web_search@2.0.0", "calculator@1.0.0"}},
+		{"category", registry.Filter{Category: envelope.CategoryAPI}, []string{"fetch@1.0.0", "send_email@1.0.0"}},
+		{"states", registry.Filter{States: []registry.State{registry.StateActive}}, []string{"fetch@1.0.0", "web_search@2.0.0", "calculator@1.0.0"}},
 		{"all of them", registry.Filter{Search: "web", States: []registry.State{registry.StateActive}, Category: envelope.CategorySearch},
 			[]string{"web_search@2.0.0"}},
 		{"nothing", registry.Filter{Search: "zzz"}, nil},
@@ -132,12 +146,13 @@ func TestFilterAndCheckTools(t *testing.T) {
 	}
 
 	f := registry.CheckTools(registry.LookupIn(entries),
-		[]string{"web_search@1.0.0", "web_search@2.0.0", "send_email@1.0.0", "ghost@1.0.0", "broken"})
+		[]string{"web_search@1.0.0", "web_search@2.0.0", "send_email@1.0.0", "ghost@1.0.0", "broken", "fetch@1.0.0"})
 	require.Equal(t, []string{"tool web_search@1.0.0 is deprecated"}, f.Warnings)
 	require.Equal(t, []string{
 		"tool send_email@1.0.0 is blocked",
 		"unknown tool ghost@1.0.0",
 		`invalid tool reference "broken": want name@version`,
+		`tool fetch@1.0.0 cannot run: invalid tool definition fetch@1.0.0: implementation.config: url "file:///etc/passwd": scheme must be http or https`,
 	}, f.Problems)
 
 	clean := registry.CheckTools(registry.LookupIn(entries), []string{"calculator@1.0.0"})

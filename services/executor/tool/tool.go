@@ -1,7 +1,8 @@
 // Package tool is what every tool the executor runs in process implements,
-// and the helpers the tool families (package builtin, web, mcp, sandbox under
-// services/executor/tools) share. It imports nothing of the executor's
-// pipeline: the pipeline imports the tools, never the other way round.
+// and the helpers the tool families (package builtin, web, httptool, mcp,
+// sandbox under services/executor/tools) share. It imports nothing of the
+// executor's pipeline: the pipeline imports the tools, never the other way
+// round.
 package tool
 
 import (
@@ -14,8 +15,8 @@ import (
 )
 
 // Tool is a tool the executor runs in process: a built-in (implementation
-// kind builtin) or the runner of a registry entry of another kind (an MCP
-// server's tool, a sandbox job).
+// kind builtin) or the runner of a registry entry of another kind (an HTTP
+// endpoint, an MCP server's tool, a sandbox job).
 //
 // Execute receives the input exactly as the call carried it, already validated
 // against the input schema of the registry entry being run. It must return

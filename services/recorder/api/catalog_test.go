@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -72,11 +73,24 @@ func (h *catalogHarness) do(method, path, token string, body string) (int, []byt
 }
 
 func catalogDef(name, version string, cat envelope.Category, secretNames ...string) envelope.ToolDefinition {
+	// An http tool sends each of its secrets in a header.
+	cfg := map[string]any{"url": "https://" + name + ".example/"}
+	if len(secretNames) > 0 {
+		headers := map[string]string{}
+		for i, n := range secretNames {
+			headers[fmt.Sprintf("X-Key-%d", i)] = "{{secret:" + n + "}}"
+		}
+		cfg["secret_headers"] = headers
+	}
+	config, err := json.Marshal(cfg)
+	if err != nil {
+		panic(err)
+	}
 	return envelope.ToolDefinition{
 		Name: name, Version: version, Description: "The " + name + " tool",
 		InputSchema:     json.RawMessage(`{"type":"object"}`),
 		Metadata:        envelope.ToolMetadata{Category: cat, SideEffects: envelope.SideEffectsReads, Cache: envelope.CacheNone},
-		Implementation:  envelope.Implementation{Kind: envelope.ImplHTTP},
+		Implementation:  envelope.Implementation{Kind: envelope.ImplHTTP, Config: config},
 		RequiredSecrets: secretNames,
 		RequiredScopes:  []string{"web:read"},
 	}

@@ -41,7 +41,9 @@ const (
 	defaultDialTimeout      = 10 * time.Second
 	// errorBodyPreview bounds the body quoted in an error's details.
 	errorBodyPreview = 1024
-	webUserAgent     = "toolwire/1.0 (+https://toolwire.dev)"
+	// UserAgent is the User-Agent of every request of the HTTP tools that
+	// does not set its own.
+	UserAgent = "toolwire/1.0 (+https://toolwire.dev)"
 )
 
 // Config configures the web tools (http_request, http_get, web_fetch).
@@ -111,13 +113,16 @@ func NewClient(cfg Config) (*Client, error) {
 	tr := &http.Transport{
 		// Never a proxy from the environment: a proxy would dial for us,
 		// out of the guard's sight.
-		Proxy:                  nil,
-		DialContext:            d.DialContext,
-		ForceAttemptHTTP2:      true,
-		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:    10 * time.Second,
-		ResponseHeaderTimeout:  cfg.RequestTimeout,
-		ExpectContinueTimeout:  time.Second,
+		Proxy:                 nil,
+		DialContext:           d.DialContext,
+		ForceAttemptHTTP2:     true,
+		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		// No ResponseHeaderTimeout: every request is bounded by its context
+		// (a web tool's RequestTimeout, an http tool's own timeout), which
+		// runs from before the dial; a transport-wide wait for headers would
+		// cut an http tool whose timeout is longer than RequestTimeout.
 		MaxIdleConns:           64,
 		MaxIdleConnsPerHost:    8,
 		IdleConnTimeout:        90 * time.Second,
@@ -136,19 +141,35 @@ func (e *tooManyRedirectsError) Error() string {
 	return fmt.Sprintf("stopped after %d redirects", e.max)
 }
 
-// client returns an http.Client for one request. Headers named in
-// secretHeaders are dropped when a redirect leaves the first request's
-// scheme, host and port, so a secret never follows a redirect elsewhere.
-func (c *Client) client(secretHeaders []string) *http.Client {
+// Request is one request a tool sends through the Client.
+type Request struct {
+	// Tool names the tool in error messages.
+	Tool string
+	// HTTP is the request; its context bounds it, body included.
+	HTTP *http.Request
+	// SecretHeaders name the headers that carry secrets: they are dropped
+	// when a redirect leaves the first request's scheme, host and port.
+	SecretHeaders []string
+	// NoRedirects returns a redirect response as it is, unfollowed.
+	NoRedirects bool
+}
+
+// client returns an http.Client for r. Headers named in r.SecretHeaders are
+// dropped when a redirect leaves the first request's scheme, host and port,
+// so a secret never follows a redirect elsewhere.
+func (c *Client) client(r Request) *http.Client {
 	return &http.Client{
 		Transport: c.transport,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if r.NoRedirects {
+				return http.ErrUseLastResponse
+			}
 			if len(via) > c.cfg.MaxRedirects {
 				return &tooManyRedirectsError{max: c.cfg.MaxRedirects}
 			}
 			first := via[0].URL
 			if req.URL.Scheme != first.Scheme || !strings.EqualFold(req.URL.Host, first.Host) {
-				for _, h := range secretHeaders {
+				for _, h := range r.SecretHeaders {
 					req.Header.Del(h)
 				}
 			}
@@ -157,47 +178,39 @@ func (c *Client) client(secretHeaders []string) *http.Client {
 	}
 }
 
-// do sends req with the client of secretHeaders, reads its body (at most
+// Do sends r through the SSRF guard, reads the response's body (at most
 // MaxResponseBytes; truncated says more followed) and closes it. A failure
-// is tool's error, as classifyTransportError maps it.
-func (c *Client) do(tool string, req *http.Request, secretHeaders []string) (resp *http.Response, body []byte, truncated bool, err error) {
-	resp, err = c.client(secretHeaders).Do(req)
+// is the tool's error, as classifyTransportError maps it: POLICY_DENIED for
+// a destination the guard refuses, NETWORK_ERROR for DNS and connection
+// failures, and the context's cause when the request's context ended.
+func (c *Client) Do(r Request) (resp *http.Response, body []byte, truncated bool, err error) {
+	req := r.HTTP
+	resp, err = c.client(r).Do(req)
 	if err != nil {
-		return nil, nil, false, classifyTransportError(req.Context(), tool, req.URL, err)
+		return nil, nil, false, classifyTransportError(req.Context(), r.Tool, req.URL, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, truncated, err = readCapped(resp.Body, c.cfg.MaxResponseBytes)
 	if err != nil {
-		return nil, nil, false, classifyTransportError(req.Context(), tool, req.URL, err)
+		return nil, nil, false, classifyTransportError(req.Context(), r.Tool, req.URL, err)
 	}
 	return resp, body, truncated, nil
 }
 
-// checkURL parses a URL the web tools may fetch: http or https, a valid
-// host, no user info (credentials belong in secret_headers).
-func checkURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
+// MaxResponseBytes is the most of a response body Do reads.
+func (c *Client) MaxResponseBytes() int64 { return c.cfg.MaxResponseBytes }
+
+// CheckURL parses a URL a tool may send a request to: what
+// envelope.CheckHTTPURL checks (http or https, a host, a valid port, no user
+// info), and a host that is a name or an IP address in a spelling a browser
+// accepts.
+func CheckURL(raw string) (*url.URL, error) {
+	u, err := envelope.CheckHTTPURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("url %q: %w", raw, err)
-	}
-	switch strings.ToLower(u.Scheme) {
-	case "http", "https":
-	default:
-		return nil, fmt.Errorf("url %q: scheme must be http or https", raw)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("url %q: no host", raw)
-	}
-	if u.User != nil {
-		return nil, fmt.Errorf("url %q: credentials in the URL are not accepted: use secret_headers", raw)
+		return nil, err
 	}
 	if _, _, err := parseHost(u.Hostname()); err != nil {
 		return nil, fmt.Errorf("url %q: %w", raw, err)
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("url %q: port %q is not a number from 1 to 65535", raw, p)
-		}
 	}
 	return u, nil
 }
@@ -232,35 +245,84 @@ func classifyTransportError(ctx context.Context, tool string, u *url.URL, err er
 	return envelope.NewToolError(envelope.CodeNetworkError, "%s: %s %s: %v", tool, "request to", u.Redacted(), err)
 }
 
-// statusError maps a response status that is a failure of the call, or
-// returns nil: 429 is RATE_LIMIT, 5xx PROVIDER_ERROR (both with the
-// Retry-After the server sent), 401 AUTH_REQUIRED (the credentials are
-// missing or were refused). Other statuses are the output's data.
-func statusError(tool string, resp *http.Response, body []byte, redact func(string) string, now time.Time) *envelope.ToolError {
+// Statuses says which response statuses fail a call (StatusError).
+type Statuses int
+
+const (
+	// FailuresOnly fails a call on the statuses that say the request
+	// failed whatever it asked (429, 5xx, 401): the web tools, whose output
+	// carries the status, show any other status to the model as data.
+	FailuresOnly Statuses = iota
+	// SuccessOnly fails a call on every status outside 2xx: an http tool,
+	// whose output is the response's body and nothing else.
+	SuccessOnly
+)
+
+// StatusError maps a response status that fails the call to the taxonomy,
+// or returns nil. It is the one mapping of every HTTP tool:
+//
+//   - 429 RATE_LIMIT and 5xx PROVIDER_ERROR, both with the Retry-After the
+//     server sent;
+//   - 401 AUTH_REQUIRED (the credentials are missing or were refused);
+//   - with SuccessOnly also: 403 AUTH_REQUIRED, 408 TIMEOUT, any other 4xx
+//     VALIDATION_ERROR (the endpoint refused the request as sent, and the
+//     body its details quote tells the model what to change), and 1xx or
+//     3xx PROVIDER_ERROR (a redirect is not followed).
+//
+// The details hold the status and up to 1 KiB of a UTF-8 body, redacted
+// (redact nil: as it is).
+func StatusError(tool string, resp *http.Response, body []byte, redact func(string) string, now time.Time, fail Statuses) *envelope.ToolError {
+	if redact == nil {
+		redact = func(s string) string { return s }
+	}
 	var te *envelope.ToolError
 	host := resp.Request.URL.Host
+	code := resp.StatusCode
 	switch {
-	case resp.StatusCode == http.StatusTooManyRequests:
+	case code == http.StatusTooManyRequests:
 		te = envelope.NewToolError(envelope.CodeRateLimit, "%s: %s answered %s", tool, host, resp.Status)
-	case resp.StatusCode >= 500:
+	case code >= 500:
 		te = envelope.NewToolError(envelope.CodeProviderError, "%s: %s answered %s", tool, host, resp.Status)
-	case resp.StatusCode == http.StatusUnauthorized:
+	case code == http.StatusUnauthorized:
 		te = envelope.NewToolError(envelope.CodeAuthRequired, "%s: %s answered %s: the credentials are missing or were refused", tool, host, resp.Status)
-	default:
+	case fail == FailuresOnly || code >= 200 && code < 300:
 		return nil
+	case code == http.StatusForbidden:
+		te = envelope.NewToolError(envelope.CodeAuthRequired, "%s: %s answered %s: the credentials were refused for this request", tool, host, resp.Status)
+	case code == http.StatusRequestTimeout:
+		te = envelope.NewToolError(envelope.CodeTimeout, "%s: %s answered %s", tool, host, resp.Status)
+	case code >= 400:
+		te = envelope.NewToolError(envelope.CodeValidation, "%s: %s refused the request: %s", tool, host, resp.Status)
+	case code >= 300:
+		te = envelope.NewToolError(envelope.CodeProviderError, "%s: %s answered %s (to %q), and redirects are not followed: register the final URL",
+			tool, host, resp.Status, redact(resp.Header.Get("Location")))
+	default:
+		te = envelope.NewToolError(envelope.CodeProviderError, "%s: %s answered %s", tool, host, resp.Status)
 	}
 	if s, ok := retryAfter(resp.Header.Get("Retry-After"), now); ok {
 		te.RetryAfterS = s
 	}
-	preview := body
-	if len(preview) > errorBodyPreview {
-		preview = preview[:errorBodyPreview]
-	}
 	details := map[string]any{"status": resp.StatusCode}
-	if len(preview) > 0 && utf8.Valid(preview) {
-		details["body"] = redact(string(preview))
+	if p := Preview(body); p != "" {
+		details["body"] = redact(p)
 	}
 	return te.WithDetails(details)
+}
+
+// Preview is what an error's details quote of a response body: up to 1 KiB
+// of it, cut on a character boundary, or "" for an empty or binary body.
+func Preview(body []byte) string {
+	if len(body) > errorBodyPreview {
+		body = body[:errorBodyPreview]
+		// A cut may split a character: drop its first bytes.
+		for i := 0; i < utf8.UTFMax && len(body) > 0 && !utf8.Valid(body); i++ {
+			body = body[:len(body)-1]
+		}
+	}
+	if !utf8.Valid(body) {
+		return ""
+	}
+	return string(body)
 }
 
 // retryAfter reads a Retry-After header: delay-seconds or an HTTP date.

@@ -6,10 +6,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
-	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -36,26 +36,8 @@ import (
 // the first URL's scheme, host and port, and any secret value that comes back
 // in the response is replaced by [REDACTED].
 
-const (
-	// redacted replaces a secret's value wherever it would be shown.
-	redacted = "[REDACTED]"
-	// maxHeaders bounds the headers of a request.
-	maxHeaders = 64
-)
-
-// secretRef is a {{secret:NAME}} placeholder.
-// Secret names are the secrets service's: letters, digits and '_', not
-// starting with a digit, at most 64.
-var secretRef = regexp.MustCompile(`\{\{\s*secret:([A-Za-z_][A-Za-z0-9_]{0,63})\s*\}\}`)
-
-// headerName is an RFC 9110 field name (a token).
-var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
-
-// forbiddenHeaders are set by the client itself; a caller may not.
-var forbiddenHeaders = map[string]bool{
-	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
-	"Upgrade": true, "Te": true, "Trailer": true, "Keep-Alive": true, "Proxy-Connection": true,
-}
+// redacted replaces a secret's value wherever it would be shown.
+const redacted = "[REDACTED]"
 
 const httpHeadersSchema = `{"type": "object", "maxProperties": 64,
       "additionalProperties": {"type": "string", "maxLength": 8192},
@@ -164,11 +146,11 @@ func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc tool.Co
 	if t.getOnly || in.Method == "" {
 		in.Method = http.MethodGet
 	}
-	u, err := checkURL(in.URL)
+	u, err := CheckURL(in.URL)
 	if err != nil {
 		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
 	}
-	hdr, secretNames, secrets, te := buildHeaders(name, in.Headers, in.SecretHeaders, tc.Auth)
+	hdr, secretNames, secrets, te := BuildHeaders(name, in.Headers, in.SecretHeaders, tc.Auth)
 	if te != nil {
 		return nil, te
 	}
@@ -198,13 +180,13 @@ func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc tool.Co
 	}
 	req.Header = hdr
 	if req.Header.Get("User-Agent") == "" {
-		req.Header.Set("User-Agent", webUserAgent)
+		req.Header.Set("User-Agent", UserAgent)
 	}
-	resp, raw, truncated, err := t.web.do(name, req, secretNames)
+	resp, raw, truncated, err := t.web.Do(Request{Tool: name, HTTP: req, SecretHeaders: secretNames})
 	if err != nil {
 		return nil, err
 	}
-	if te := statusError(name, resp, raw, redact, t.now()); te != nil {
+	if te := StatusError(name, resp, raw, redact, t.now(), FailuresOnly); te != nil {
 		return nil, te
 	}
 	out := httpOut{
@@ -218,58 +200,42 @@ func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc tool.Co
 	return json.Marshal(out)
 }
 
-// buildHeaders checks the caller's headers and resolves the secret ones. It
-// returns the header, the names of the secret headers, and the secret values
-// used (for redaction).
-func buildHeaders(tool string, plain, secret map[string]string, auth map[string]string) (http.Header, []string, []string, *envelope.ToolError) {
-	if len(plain)+len(secret) > maxHeaders {
-		return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: at most %d headers", tool, maxHeaders)
+// BuildHeaders checks a tool's headers (envelope.CheckHeader) and resolves
+// the secret ones from auth. It returns the header, the names of the secret
+// headers (dropped on a redirect elsewhere), and the secret values used
+// (for redaction). A bad header is VALIDATION_ERROR; a secret missing from
+// auth, or whose value cannot be a header, AUTH_REQUIRED.
+func BuildHeaders(tool string, plain, secret map[string]string, auth map[string]string) (http.Header, []string, []string, *envelope.ToolError) {
+	if len(plain)+len(secret) > envelope.MaxHTTPHeaders {
+		return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: at most %d headers", tool, envelope.MaxHTTPHeaders)
 	}
 	h := http.Header{}
-	check := func(k, v string) *envelope.ToolError {
-		ck := http.CanonicalHeaderKey(k)
-		switch {
-		case !headerName.MatchString(k):
-			return envelope.NewToolError(envelope.CodeValidation, "%s: header name %q is not a valid field name", tool, k)
-		case forbiddenHeaders[ck] || strings.HasPrefix(ck, "Proxy-"):
-			return envelope.NewToolError(envelope.CodeValidation, "%s: header %s is set by the client and cannot be given", tool, ck)
-		case strings.ContainsAny(v, "\r\n\x00"):
-			return envelope.NewToolError(envelope.CodeValidation, "%s: header %s holds a line break or NUL", tool, ck)
-		}
-		return nil
-	}
 	// Sorted, so that a problem is reported the same way every time.
-	for _, k := range sortedKeys(plain) {
+	for _, k := range slices.Sorted(maps.Keys(plain)) {
 		v := plain[k]
-		if te := check(k, v); te != nil {
-			return nil, nil, nil, te
+		if err := envelope.CheckHeader(k, v); err != nil {
+			return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", tool, err)
 		}
-		if secretRef.MatchString(v) {
+		if len(envelope.SecretRefs(v)) > 0 {
 			return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: header %s names a secret: put it in secret_headers", tool, http.CanonicalHeaderKey(k))
 		}
 		h.Add(k, v)
 	}
 	var names, values []string
-	for _, k := range sortedKeys(secret) {
+	for _, k := range slices.Sorted(maps.Keys(secret)) {
 		tmpl := secret[k]
-		if te := check(k, tmpl); te != nil {
-			return nil, nil, nil, te
+		if err := envelope.CheckHeader(k, tmpl); err != nil {
+			return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", tool, err)
 		}
-		if !secretRef.MatchString(tmpl) {
+		if len(envelope.SecretRefs(tmpl)) == 0 {
 			return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: secret header %s names no {{secret:NAME}}; put plain values in headers", tool, http.CanonicalHeaderKey(k))
 		}
-		var missing string
-		v := secretRef.ReplaceAllStringFunc(tmpl, func(m string) string {
-			name := secretRef.FindStringSubmatch(m)[1]
+		v, missing := envelope.ExpandSecretRefs(tmpl, func(name string) (string, bool) {
 			s, ok := auth[name]
-			if !ok || s == "" {
-				if missing == "" {
-					missing = name
-				}
-				return ""
+			if ok && s != "" {
+				values = append(values, s)
 			}
-			values = append(values, s)
-			return s
+			return s, ok && s != ""
 		})
 		if missing != "" {
 			return nil, nil, nil, envelope.NewToolError(envelope.CodeAuthRequired, "%s: secret %q is not available to this tool: list it in the tool's required_secrets and store it (toolwire secrets set)", tool, missing)
@@ -281,15 +247,6 @@ func buildHeaders(tool string, plain, secret map[string]string, auth map[string]
 		names = append(names, k)
 	}
 	return h, names, values, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // redactor returns a function that replaces every secret value in a string.

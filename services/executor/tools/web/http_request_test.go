@@ -333,7 +333,7 @@ func TestHTTPRequestMethodsBodiesAndCaps(t *testing.T) {
 	out, te := runTool(t, tl, input(map[string]any{"method": "POST", "url": srv.URL + "/items", "body": map[string]any{"name": "x"}}), nil)
 	require.Nil(t, te)
 	s := <-got
-	require.Equal(t, seen{"POST", "application/json", `{"name":"x"}`, webUserAgent}, s)
+	require.Equal(t, seen{"POST", "application/json", `{"name":"x"}`, UserAgent}, s)
 	require.EqualValues(t, 201, out["status"])
 	require.Equal(t, map[string]any{"method": "POST"}, out["body"])
 	require.Equal(t, "a, b", out["headers"].(map[string]any)["X-Multi"])

@@ -4,7 +4,9 @@
 // link-local, metadata and other special-purpose addresses after DNS
 // resolution, on every connection (guard.go): a refusal is POLICY_DENIED and
 // nothing is sent. Config.AllowHosts (TOOLWIRE_HTTP_ALLOW_HOSTS) names the
-// host[:port]s an operator trusts.
+// host[:port]s an operator trusts. The tools of kind http (package httptool)
+// send their requests through the same client (Client.Do), with the same
+// header checks (BuildHeaders) and status mapping (StatusError).
 package web
 
 import (

@@ -102,7 +102,7 @@ func (t webFetchTool) Execute(ctx context.Context, input json.RawMessage, _ tool
 	if in.MaxChars < 0 || in.MaxChars > maxFetchMaxChars {
 		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: max_chars must be from 1 to %d", name, maxFetchMaxChars)
 	}
-	u, err := checkURL(in.URL)
+	u, err := CheckURL(in.URL)
 	if err != nil {
 		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
 	}
@@ -113,13 +113,12 @@ func (t webFetchTool) Execute(ctx context.Context, input json.RawMessage, _ tool
 		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
 	}
 	req.Header.Set("Accept", "text/html,application/xhtml+xml,text/plain;q=0.9,text/markdown;q=0.9,application/json;q=0.8,*/*;q=0.1")
-	req.Header.Set("User-Agent", webUserAgent)
-	resp, raw, truncated, err := t.web.do(name, req, nil)
+	req.Header.Set("User-Agent", UserAgent)
+	resp, raw, truncated, err := t.web.Do(Request{Tool: name, HTTP: req})
 	if err != nil {
 		return nil, err
 	}
-	identity := func(s string) string { return s }
-	if te := statusError(name, resp, raw, identity, t.now()); te != nil {
+	if te := StatusError(name, resp, raw, nil, t.now(), FailuresOnly); te != nil {
 		return nil, te
 	}
 	ct := resp.Header.Get("Content-Type")
