@@ -37,6 +37,8 @@ import (
 // NATSURL.
 type Options struct {
 	// DataDir holds the embedded server's JetStream store (DataDir/nats).
+	// The stack holds it locked (DataDir/lock, with its pid) until Stop: a
+	// second stack on it, in any process, fails with a *DataDirInUseError.
 	DataDir string
 	// NATSListen is the embedded server's host:port; "" picks a free port.
 	NATSListen string
@@ -96,6 +98,7 @@ type Stack struct {
 	conns      []*nats.Conn // one per service, as separate processes would have
 	httpSrv    *http.Server
 	ownTracer  *sdktrace.TracerProvider
+	unlock     func() error // releases DataDir
 }
 
 // Start starts the pipeline and returns once every service consumes.
@@ -123,6 +126,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 			st = nil
 		}
 	}()
+	if o.DataDir != "" {
+		if st.unlock, err = lockDataDir(o.DataDir); err != nil {
+			return st, fmt.Errorf("stack: %w", err)
+		}
+	}
 	st.URL = o.NATSURL
 	if st.URL == "" {
 		if o.DataDir == "" {
@@ -312,6 +320,10 @@ func (st *Stack) Stop(ctx context.Context) error {
 	if st.ownTracer != nil {
 		err = errors.Join(err, st.ownTracer.Shutdown(ctx))
 		st.ownTracer = nil
+	}
+	if st.unlock != nil {
+		err = errors.Join(err, st.unlock())
+		st.unlock = nil
 	}
 	return err
 }

@@ -41,6 +41,7 @@ func progressPrinter(w io.Writer) func(client.Event) bool {
 			var a events.ApprovalRequest
 			if events.DecodeData(ev, &a) == nil {
 				fmt.Fprintf(w, "    ?  %-24s %s waits for an operator: %s\n", a.ToolName+"@"+a.ToolVersion, short, a.Reason)
+				fmt.Fprintf(w, "       decide with: toolwire approve %s %s   (or deny, or revise --note ...)\n", a.RunID, a.CorrelationID)
 			}
 		case events.TypeCallStarted:
 			var s events.CallStarted

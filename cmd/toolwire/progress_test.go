@@ -59,6 +59,7 @@ func TestProgressPrinter(t *testing.T) {
 		"  model turn 1: 1 tool call(s), cost 0.0012\n",
 		"  warning: echo@1.0.0 is deprecated\n",
 		"    ?  echo@1.0.0               " + short + " waits for an operator: echo needs an operator\n",
+		"       decide with: toolwire approve progress " + callID + "   (or deny, or revise --note ...)\n",
 		"    -> echo@1.0.0               " + short + " started\n",
 		"    ok echo@1.0.0               " + short + " 3ms {\"text\":\"hi\"}\n",
 		"  model turn 2 denied by the loop rules: POLICY_DENIED max_iterations (1) reached\n",

@@ -23,6 +23,8 @@ const (
 	EnvPoll = "TOOLWIRE_RECORDER_POLL"
 	// EnvAdminToken sets Config.AdminToken.
 	EnvAdminToken = api.AdminTokenVar
+	// EnvDatabaseWait sets Config.DatabaseWait.
+	EnvDatabaseWait = "TOOLWIRE_RECORDER_DATABASE_WAIT"
 )
 
 // Defaults of Config.
@@ -32,6 +34,10 @@ const (
 	// DefaultPoll is how often the recorder fetches the events waiting.
 	DefaultPoll = 20 * time.Millisecond
 	maxPoll     = 5 * time.Second
+	// DefaultDatabaseWait is how long Start waits for the database.
+	DefaultDatabaseWait = 30 * time.Second
+	minDatabaseWait     = time.Second
+	maxDatabaseWait     = time.Hour
 )
 
 // ErrNoDatabase is returned when no database is configured.
@@ -61,12 +67,17 @@ type Config struct {
 	// (/v1/admin/tools): they then require it as a bearer token. "" leaves
 	// them off.
 	AdminToken string
+	// DatabaseWait bounds how long Start waits for the database to answer
+	// (a database starting beside the recorder takes a few seconds); then
+	// Start fails with what to check. Default 30s; 1s to 1h.
+	DatabaseWait time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	c.Batch = cmp.Or(c.Batch, DefaultBatch)
 	c.Poll = cmp.Or(c.Poll, DefaultPoll)
+	c.DatabaseWait = cmp.Or(c.DatabaseWait, DefaultDatabaseWait)
 	return c
 }
 
@@ -82,6 +93,9 @@ func (c Config) Validate() error {
 	}
 	if c.Poll > maxPoll {
 		errs = append(errs, fmt.Errorf("recorder: poll %s: want at most %s", c.Poll, maxPoll))
+	}
+	if c.DatabaseWait < minDatabaseWait || c.DatabaseWait > maxDatabaseWait {
+		errs = append(errs, fmt.Errorf("recorder: database wait %s: want %s to %s", c.DatabaseWait, minDatabaseWait, maxDatabaseWait))
 	}
 	return errors.Join(errs...)
 }
@@ -107,6 +121,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	e.String(EnvAdminToken, &c.AdminToken)
+	e.Duration(EnvDatabaseWait, minDatabaseWait, maxDatabaseWait, &c.DatabaseWait)
 	return c.WithDefaults(), e.Err()
 }
 
@@ -121,5 +136,7 @@ func EnvVars() []service.Var {
 			Example: "100ms"},
 		{Name: EnvAdminToken, Help: "turns the registry's admin routes (/v1/admin/tools) on; they require it as a bearer token (default: off)",
 			Example: "an-admin-token"},
+		{Name: EnvDatabaseWait, Help: "how long start-up waits for the database to answer before it fails saying what to check (1s to 1h; default 30s)",
+			Example: "2m"},
 	}
 }

@@ -67,7 +67,7 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || c.AdminToken != "s3cret" {
 		t.Errorf("admin token: %q %v", c.AdminToken, err)
 	}
-	if got := recorder.EnvVars(); len(got) != 4 {
+	if got := recorder.EnvVars(); len(got) != 5 {
 		t.Errorf("EnvVars = %v", got)
 	}
 }

@@ -223,27 +223,54 @@ func (r *Recorder) stopWriter(ctx context.Context) error {
 	return nil
 }
 
-// waitForDatabase pings the database until it answers, bounded by ctx (the
-// start's).
+// waitForDatabase pings the database until it answers, for at most
+// Config.DatabaseWait (and within ctx, the start's): a database that never
+// answers fails the start with what to check, rather than a recorder that
+// waits forever, saying only that it waits.
 func (r *Recorder) waitForDatabase(ctx context.Context) error {
+	wait := r.cfg.DatabaseWait
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	delay := 100 * time.Millisecond
 	for {
 		err := r.db.ping(ctx)
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("recorder: %s unreachable: %w", r.db.kind, err)
+		if ctx.Err() == nil {
+			r.log.Warn("waiting for the database", "store", r.db.kind, "at", r.db.where, "retry_in", delay,
+				"gives_up_in", wait, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(delay):
+			}
 		}
-		r.log.Warn("waiting for the database", "store", r.db.kind, "retry_in", delay, "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("recorder: %s unreachable: %w", r.db.kind, err)
-		case <-time.After(delay):
+		if ctx.Err() != nil {
+			return &DatabaseUnreachableError{Kind: r.db.kind, Where: r.db.where, Waited: wait, Err: err}
 		}
 		delay = min(delay*2, 5*time.Second)
 	}
 }
+
+// DatabaseUnreachableError is the error of a Start whose database did not
+// answer within Config.DatabaseWait.
+type DatabaseUnreachableError struct {
+	Kind   string // "postgres" or "sqlite"
+	Where  string // the database, without a password
+	Waited time.Duration
+	Err    error // the last attempt's
+}
+
+func (e *DatabaseUnreachableError) Error() string {
+	check := "that the file's folder exists and is writable"
+	if e.Kind == "postgres" {
+		check = "that Postgres runs and that " + EnvDatabaseURL + " names it (host, port, user, database, sslmode)"
+	}
+	return fmt.Sprintf("recorder: the %s database at %s did not answer within %s: %v; check %s, or wait longer with %s",
+		e.Kind, e.Where, e.Waited, e.Err, check, EnvDatabaseWait)
+}
+
+func (e *DatabaseUnreachableError) Unwrap() error { return e.Err }
 
 // handle records one event. An event that cannot be decoded, or whose data
 // the database refuses, is dead-lettered at once (Permanent); any other

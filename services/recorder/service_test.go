@@ -102,3 +102,46 @@ func freeAddr(t *testing.T) string {
 	_ = l.Close()
 	return addr
 }
+
+// TestServiceRunWithADatabaseThatNeverAnswers: a database nothing answers at
+// fails the start within TOOLWIRE_RECORDER_DATABASE_WAIT, with what to check,
+// instead of a recorder waiting forever. The proxy accepts connections and
+// then says nothing: the worst case, a host that drops packets.
+func TestServiceRunWithADatabaseThatNeverAnswers(t *testing.T) {
+	env := eventstest.Start(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	for _, dsn := range []string{
+		"postgres://toolwire:secret@" + ln.Addr().String() + "/toolwire?sslmode=disable&connect_timeout=1", // silent
+		"postgres://toolwire:secret@" + freeAddr(t) + "/toolwire?sslmode=disable",                          // refused
+	} {
+		vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: freeAddr(t),
+			service.EnvLogLevel: "error", service.EnvOTelExporter: "none",
+			recorder.EnvDatabaseURL: dsn, recorder.EnvDatabaseWait: "2s"}
+		err := service.Run(testCtx(t), "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))
+		var unreachable *recorder.DatabaseUnreachableError
+		if !errors.As(err, &unreachable) || unreachable.Waited != 2*time.Second {
+			t.Fatalf("service.Run with %s = %v; want a DatabaseUnreachableError after 2s", dsn, err)
+		}
+		for _, want := range []string{"did not answer within 2s", "DATABASE_URL", "TOOLWIRE_RECORDER_DATABASE_WAIT", "postgres"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q lacks %q", err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("error %q shows the password", err)
+		}
+	}
+}
