@@ -97,33 +97,13 @@ func (b *bwrapRuntime) Run(ctx context.Context, x *execution) (procResult, error
 	spec := procSpec{
 		Path: b.bin, Args: b.args(x), Env: runtimeEnv(), Dir: "/", Stdin: x.Stdin,
 		ExtraFiles: []*os.File{sec, src},
-		UID:        x.SlotUID, GID: x.SlotUID,
-		Rlimits:     hostRlimits(x.Limits, x.SlotUID >= 0),
-		Timeout:     x.Timeout,
-		OutputLimit: x.Limits.OutputBytes, StderrLimit: x.Limits.StderrBytes,
+		Timeout:    x.Timeout,
 		SignalExit: true,
 	}
-	if x.SlotUID >= 0 {
-		uid := x.SlotUID
-		spec.Kill = func(ctx context.Context) {
-			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			_ = killUID(ctx, uid)
-		}
-	}
-	if x.Cgroups != nil {
-		// pids.max below RLIMIT_NPROC, so that the cgroup records the refusal;
-		// memory.max over everything the job holds: its processes and its
-		// tmpfs pages.
-		cg, err := x.Cgroups.create(cgroupName(x.ID), cgroupLimits{
-			MemoryBytes: x.Limits.MemoryBytes + x.Limits.DiskBytes + 32<<20,
-			Pids:        x.Limits.Processes,
-			CPUs:        1,
-		})
-		if err != nil {
-			return procResult{}, err
-		}
-		spec.Cgroup = cg
+	// memory.max over everything the job holds: its processes and its tmpfs
+	// pages.
+	if err := x.confine(&spec, x.Limits.DiskBytes); err != nil {
+		return procResult{}, err
 	}
 	res, err := runProcess(ctx, spec)
 	if err == nil && x.SlotUID >= 0 {
@@ -133,6 +113,37 @@ func (b *bwrapRuntime) Run(ctx context.Context, x *execution) (procResult, error
 		}
 	}
 	return res, err
+}
+
+// confine gives a job's process what holds it on the host: its slot's uid
+// (whose processes a kill reaps, however they hide), the rlimits, the output
+// limits and, where the host has them, a cgroup whose memory.max is the job's
+// memory plus extraMemory (what else it holds: a tmpfs) and 32 MiB for the
+// runtime. pids.max is below RLIMIT_NPROC, so that the cgroup records the
+// refusal.
+func (x *execution) confine(spec *procSpec, extraMemory int64) error {
+	spec.UID, spec.GID = x.SlotUID, x.SlotUID
+	spec.Rlimits = hostRlimits(x.Limits, x.SlotUID >= 0)
+	spec.OutputLimit, spec.StderrLimit = x.Limits.OutputBytes, x.Limits.StderrBytes
+	if x.SlotUID >= 0 {
+		uid := x.SlotUID
+		spec.Kill = func(ctx context.Context) {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_ = killUID(ctx, uid)
+		}
+	}
+	if x.Cgroups == nil {
+		return nil
+	}
+	cg, err := x.Cgroups.create(cgroupName(x.ID), cgroupLimits{
+		MemoryBytes: x.Limits.MemoryBytes + extraMemory + 32<<20, Pids: x.Limits.Processes, CPUs: 1,
+	})
+	if err != nil {
+		return err
+	}
+	spec.Cgroup = cg
+	return nil
 }
 
 // hostRlimits are the rlimits set on the runtime's first process and

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 )
 
 // insecureRuntime runs python3 directly on the host, with no isolation at
@@ -55,26 +54,10 @@ func (r *insecureRuntime) Run(ctx context.Context, x *execution) (procResult, er
 	}
 	spec := procSpec{
 		Path: x.Python, Args: pythonArgv(x.Python, main)[1:], Env: sandboxEnv(work), Dir: work, Stdin: x.Stdin,
-		UID: x.SlotUID, GID: x.SlotUID,
-		Rlimits: hostRlimits(x.Limits, x.SlotUID >= 0),
-		Timeout: x.Timeout, OutputLimit: x.Limits.OutputBytes, StderrLimit: x.Limits.StderrBytes,
+		Timeout: x.Timeout,
 	}
-	if x.SlotUID >= 0 {
-		uid := x.SlotUID
-		spec.Kill = func(ctx context.Context) {
-			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			_ = killUID(ctx, uid)
-		}
-	}
-	if x.Cgroups != nil {
-		cg, err := x.Cgroups.create(cgroupName(x.ID), cgroupLimits{
-			MemoryBytes: x.Limits.MemoryBytes + 32<<20, Pids: x.Limits.Processes, CPUs: 1,
-		})
-		if err != nil {
-			return procResult{}, err
-		}
-		spec.Cgroup = cg
+	if err := x.confine(&spec, 0); err != nil {
+		return procResult{}, err
 	}
 	return runProcess(ctx, spec)
 }
