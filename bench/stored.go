@@ -33,34 +33,28 @@ var eventStreams = []string{events.StreamRuns, events.StreamCalls, events.Stream
 // on it, deleted or not.
 func serverCounts(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
 	out := map[string]uint64{}
-	for _, name := range eventStreams {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
-		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
-		}
-		out[name] = info.State.LastSeq
-	}
 	names := js.StreamNames(ctx)
 	for name := range names.Name() {
-		if !strings.HasPrefix(name, "KV_") {
-			continue
+		if strings.HasPrefix(name, "KV_") {
+			out[name] = 0
 		}
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
-		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", name, err)
-		}
-		out[name] = info.State.LastSeq
 	}
 	if err := names.Err(); err != nil {
 		return nil, fmt.Errorf("stream names: %w", err)
+	}
+	for _, name := range eventStreams {
+		out[name] = 0
+	}
+	for name := range out {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		out[name] = info.State.LastSeq
 	}
 	return out, nil
 }
