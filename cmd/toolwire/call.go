@@ -88,11 +88,7 @@ unreachable NATS and no answer within --timeout exit 1 without an envelope.`,
 		},
 	}
 	fl := cmd.Flags()
-	def := os.Getenv("NATS_URL")
-	if def == "" {
-		def = "nats://127.0.0.1:4223"
-	}
-	fl.StringVar(&natsURL, "nats", def, "NATS URL (default $NATS_URL, else the dev server)")
+	natsFlag(fl, &natsURL)
 	fl.StringVar(&input, "input", "", "the tool's input as JSON")
 	fl.StringVar(&inputFile, "input-file", "", `read the input from a file ("-" for standard input)`)
 	fl.StringVar(&tenant.OrgID, "org", "default", "tenant organisation id")

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,11 +47,7 @@ idempotent, so only the one that failed it has work left to do.`,
   toolwire dlq replay --all --consumer recorder-runs`,
 	}
 	pf := cmd.PersistentFlags()
-	def := os.Getenv("NATS_URL")
-	if def == "" {
-		def = "nats://127.0.0.1:4223"
-	}
-	pf.StringVar(&f.natsURL, "nats", def, "NATS URL (default $NATS_URL, else the dev server)")
+	natsFlag(pf, &f.natsURL)
 	pf.BoolVar(&f.jsonOut, "json", false, "print JSON")
 	pf.DurationVar(&f.timeout, "timeout", 30*time.Second, "bound on the whole command")
 	cmd.AddCommand(newDLQListCmd(&f), newDLQShowCmd(&f), newDLQReplayCmd(&f))

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/pflag"
 
 	"github.com/toolwire/toolwire/pkg/service"
 )
@@ -55,4 +57,17 @@ func waitedText(d time.Duration) string {
 		return " within the command's timeout"
 	}
 	return " within " + d.String()
+}
+
+// devNATSURL is where `toolwire dev` serves NATS by default.
+const devNATSURL = "nats://127.0.0.1:4223"
+
+// natsFlag adds a command's --nats flag: default $NATS_URL, else the dev
+// server's URL.
+func natsFlag(fl *pflag.FlagSet, dst *string) {
+	def := os.Getenv("NATS_URL")
+	if def == "" {
+		def = devNATSURL
+	}
+	fl.StringVar(dst, "nats", def, "NATS URL (default $NATS_URL, else the dev server)")
 }

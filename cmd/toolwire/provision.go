@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -66,11 +65,7 @@ provision waits for it (up to --timeout).`,
 		},
 	}
 	fl := cmd.Flags()
-	def := os.Getenv("NATS_URL")
-	if def == "" {
-		def = "nats://127.0.0.1:4223"
-	}
-	fl.StringVar(&natsURL, "nats", def, "NATS URL (default $NATS_URL, else the dev server)")
+	natsFlag(fl, &natsURL)
 	fl.IntVar(&store.Replicas, "replicas", storeDef.Replicas, "replicas of every stream, bucket and store (1 to 5)")
 	fl.DurationVar(&store.MaxAge, "max-age", 7*24*time.Hour, "how long the event streams keep events")
 	fl.Int64Var(&maxMiB, "max-bytes", 0, "bound of each event stream's size in MiB (0: none but the age)")

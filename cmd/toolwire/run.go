@@ -86,11 +86,7 @@ get_current_time) your own question.
 		},
 	}
 	fl := cmd.Flags()
-	def := os.Getenv("NATS_URL")
-	if def == "" {
-		def = "nats://127.0.0.1:4223"
-	}
-	fl.StringVar(&natsURL, "nats", def, "NATS URL (default $NATS_URL, else the dev server)")
+	natsFlag(fl, &natsURL)
 	fl.StringVarP(&f.file, "file", "f", "", `run request JSON file ("-" for standard input)`)
 	fl.StringVar(&f.runID, "run-id", "", "override the request's run_id")
 	fl.BoolVar(&f.demo, "demo", false, "submit the demo run request")

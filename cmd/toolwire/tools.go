@@ -30,11 +30,7 @@ type cliNATS struct {
 }
 
 func (n *cliNATS) flags(cmd *cobra.Command) {
-	def := os.Getenv("NATS_URL")
-	if def == "" {
-		def = "nats://127.0.0.1:4223"
-	}
-	cmd.Flags().StringVar(&n.url, "nats", def, "NATS URL (default $NATS_URL, else the dev server)")
+	natsFlag(cmd.Flags(), &n.url)
 	cmd.Flags().DurationVar(&n.timeout, "timeout", 30*time.Second, "how long the command may take")
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -130,11 +129,7 @@ entries and keeps their lifecycle state.`,
 		},
 	}
 	fl := cmd.Flags()
-	def := os.Getenv("NATS_URL")
-	if def == "" {
-		def = "nats://127.0.0.1:4223"
-	}
-	fl.StringVar(&natsURL, "nats", def, "NATS URL (default $NATS_URL, else the dev server)")
+	natsFlag(fl, &natsURL)
 	fl.StringVar(&command, "command", "", "a stdio server: program and arguments")
 	fl.StringVar(&url, "url", "", "a streamable HTTP server's endpoint")
 	fl.StringVar(&version, "version", mcp.DefaultToolVersion, "the version of every registered tool")
