@@ -140,6 +140,7 @@ type Runner struct {
 	// batches holds a token per fetch in hand (RunnerConfig.Batch).
 	batches chan struct{}
 	cc      jetstream.ConsumeContext
+	cons    jetstream.Consumer // set by Start (Lag)
 	ctx     context.Context
 	cancel  context.CancelFunc
 	once    sync.Once
@@ -204,6 +205,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.cons = c
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	r.aliveStop, r.aliveDone = make(chan struct{}), make(chan struct{})
 	if r.cfg.Poll > 0 {
@@ -730,6 +732,9 @@ func (g *Runners) Start(ctx context.Context, js jetstream.JetStream, cfg RunnerC
 	g.mu.Lock()
 	g.list = append(g.list, r)
 	g.mu.Unlock()
+	if t, ok := cfg.Observer.(LagTracker); ok {
+		t.Track(r)
+	}
 	return r, nil
 }
 
@@ -747,5 +752,10 @@ func (g *Runners) Stop(ctx context.Context) error {
 		wg.Go(func() { errs[i] = r.Stop(ctx) })
 	}
 	wg.Wait()
+	for _, r := range list {
+		if t, ok := r.cfg.Observer.(LagTracker); ok {
+			t.Untrack(r)
+		}
+	}
 	return errors.Join(errs...)
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolwire/toolwire/pkg/events"
 )
 
 // Metric naming, one scheme for every service (the README's metrics table):
@@ -136,6 +138,7 @@ type ConsumerMetrics struct {
 	failures     *prometheus.CounterVec
 	redeliveries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
+	lag          *lagCollector
 }
 
 // NewConsumerMetrics registers the consumer metrics of a service on m.
@@ -149,8 +152,16 @@ func NewConsumerMetrics(m *Metrics) *ConsumerMetrics {
 		deadLetters: m.CounterVec("dead_letters_total",
 			"Events moved to the dead-letter stream, by stream, consumer and how they were stored (inline; object: too large for a message; truncated: too large and the object store failed).",
 			"stream", "consumer", "stored"),
+		lag: register(m, newLagCollector(m)),
 	}
 }
+
+// Track follows a runner's lag (events.LagTracker): the runners of a group
+// whose Observer is c are tracked as they start.
+func (c *ConsumerMetrics) Track(r *events.Runner) { c.lag.track(r) }
+
+// Untrack stops following a stopped runner.
+func (c *ConsumerMetrics) Untrack(r *events.Runner) { c.lag.untrack(r) }
 
 // HandlerFailed counts a failure.
 func (c *ConsumerMetrics) HandlerFailed(stream, consumer string, final bool) {
