@@ -183,7 +183,7 @@ func TracerProvider(ctx context.Context, name string, getenv func(string) string
 		return nil, fmt.Errorf("otel resource: %w", err)
 	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if !exportAsked(getenv) {
+	if !exportAsked(getenv) || strings.TrimSpace(getenv(EnvOTelExporter)) == "none" {
 		// Nothing asks for spans: they keep their trace ids (traces_url)
 		// but are neither sampled nor exported (autoexport would otherwise
 		// send them to localhost:4318).

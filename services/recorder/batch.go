@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
 
@@ -45,6 +47,9 @@ type batchWriter struct {
 	// onState is called when the database goes down (false) and comes back.
 	onState func(up bool)
 	down    atomic.Bool
+	// tracer and kind make each transaction a span (startWrite); nil: none.
+	tracer trace.Tracer
+	kind   string
 
 	in      chan []*writeReq // unbuffered: records sent are records the loop owns
 	quit    chan struct{}
@@ -256,8 +261,10 @@ func (w *batchWriter) setDown(down bool, held int, err error) {
 // holding reports whether the writer is waiting for the database.
 func (w *batchWriter) holding() bool { return w.down.Load() }
 
-func (w *batchWriter) writeOnce(ctx context.Context, recs ...store.Record) error {
+func (w *batchWriter) writeOnce(ctx context.Context, recs ...store.Record) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, store.DefaultWriteTimeout)
 	defer cancel()
+	ctx, end := startWrite(ctx, w.tracer, w.kind, recs)
+	defer func() { end(err) }()
 	return w.store.Write(ctx, recs...)
 }

@@ -95,7 +95,8 @@ func TestBuildAppliesOptionsAfterTheEnvironment(t *testing.T) {
 			t.Errorf("stop: %v", err)
 		}
 	}()
-	want := recorder.Config{DatabaseURL: dbURL, Batch: 32, Poll: recorder.DefaultPoll, AdminToken: "tok"}
+	want := recorder.Config{DatabaseURL: dbURL, Batch: 32, Poll: recorder.DefaultPoll, AdminToken: "tok",
+		DatabaseWait: recorder.DefaultDatabaseWait}
 	if got := rec.Config(); got != want {
 		t.Fatalf("Config() = %+v, want %+v", got, want)
 	}

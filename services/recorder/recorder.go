@@ -107,6 +107,7 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 
 	r.writer = newBatchWriter(db.store, cfg.Batch, d.Log)
 	r.writer.ping = db.ping
+	r.writer.tracer, r.writer.kind = d.Tracer.Tracer(instrumentationID), db.kind
 	r.writer.onCommit = func(recs []store.Record) {
 		m.recorded.Add(float64(len(recs)))
 		r.changes.Notify(recs)
