@@ -14,9 +14,10 @@ type metrics struct {
 	// redeliveries, dead letters).
 	consumers *service.ConsumerMetrics
 
-	recorded prometheus.Counter
-	dbUp     prometheus.Gauge
-	outages  prometheus.Counter
+	recorded  prometheus.Counter
+	dbUp      prometheus.Gauge
+	outages   prometheus.Counter
+	retention *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -30,6 +31,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"1 while the database answers, 0 while the recorder holds events for it."),
 		outages: r.Counter("database_outages_total",
 			"Times the database became unreachable."),
+		retention: newRetentionGauge(r),
 	}
 	if err := r.Err(); err != nil {
 		return nil, fmt.Errorf("recorder: %w", err)

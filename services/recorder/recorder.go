@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	fastjson "github.com/segmentio/encoding/json"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -73,8 +74,10 @@ type Recorder struct {
 	handler http.Handler
 	changes *api.Changes
 	runners events.Runners
-	tools   toolResolver  // set by Start; nil without a tool registry
-	streams chan struct{} // closed at Stop: ends the live event streams
+	// retention is the gauge of the retention watch (retention.go).
+	retention *prometheus.GaugeVec
+	tools     toolResolver  // set by Start; nil without a tool registry
+	streams   chan struct{} // closed at Stop: ends the live event streams
 }
 
 // New returns a recorder on d's JetStream and the database of cfg. It reads
@@ -100,6 +103,7 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 	}
 	r := &Recorder{cfg: cfg, js: d.JS, log: d.Log, db: db, changes: api.NewChanges(), streams: make(chan struct{})}
 	r.runners.Observer = m.consumers
+	r.retention = m.retention
 	// Released last, in this order, after what Start registers: the live
 	// streams end once the consumers have drained, then the database closes.
 	r.OnStopFunc(db.close)
@@ -199,6 +203,7 @@ func (r *Recorder) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("recorder: consumer %s: %w", spec.Durable, err)
 		}
 	}
+	r.Go(life, func(life context.Context) { r.watchRetention(life, r.retention) })
 	return nil
 }
 
