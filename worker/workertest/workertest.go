@@ -30,6 +30,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/secrets"
+	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/stack"
 	"github.com/toolwire/toolwire/worker"
 )
@@ -66,7 +68,15 @@ type Env struct {
 	opts    Options
 	enabled []string
 	runs    atomic.Int64
+	secrets *secrets.Store
 }
+
+// The tenant of the runs of Run and Call.
+const (
+	OrgID       = "test-org"
+	WorkspaceID = "test-ws"
+	UserID      = "test-user"
+)
 
 // Start starts the pipeline and a worker serving tools with cfg, and stops
 // both when the test ends. A problem (a tool's declaration, a conflict in the
@@ -101,6 +111,18 @@ func StartWith(t testing.TB, o Options, cfg worker.Config, tools ...*worker.Tool
 	if cfg.Logger == nil {
 		cfg.Logger = log.With("service", worker.Name)
 	}
+	// A master key of the test's own, given to every executor and to the
+	// worker, so that SetSecret works as `toolwire secrets set` does.
+	keys, err := secrets.GenerateKey("test")
+	if err != nil {
+		t.Fatalf("workertest: %v", err)
+	}
+	keyring, err := secrets.ParseKeyring(keys, "")
+	if err != nil {
+		t.Fatalf("workertest: %v", err)
+	}
+	o.Stack.ExecutorOptions = append([]executor.Option{executor.WithKeyring(keyring)}, o.Stack.ExecutorOptions...)
+	cfg.Executor = append([]executor.Option{executor.WithKeyring(keyring)}, cfg.Executor...)
 	w := worker.New(cfg, tools...)
 	defs, err := w.Definitions()
 	if err != nil {
@@ -126,7 +148,11 @@ func StartWith(t testing.TB, o Options, cfg worker.Config, tools ...*worker.Tool
 			t.Errorf("workertest: stop the worker: %v", err)
 		}
 	})
-	env := &Env{Stack: st, Worker: w, t: t, opts: o}
+	store, err := secrets.Open(ctx, st.JS, keyring)
+	if err != nil {
+		t.Fatalf("workertest: secrets: %v", err)
+	}
+	env := &Env{Stack: st, Worker: w, t: t, opts: o, secrets: store}
 	for _, d := range defs {
 		env.enabled = append(env.enabled, d.Ref().String())
 	}
@@ -213,7 +239,7 @@ func (e *Env) Run(turns ...Turn) *Result {
 	}
 	req := envelope.RunRequest{
 		RunID:  fmt.Sprintf("%s-%d", safeToken(name), e.runs.Add(1)),
-		Tenant: envelope.Tenant{OrgID: "test-org", WorkspaceID: "test-ws", UserID: "test-user"},
+		Tenant: envelope.Tenant{OrgID: OrgID, WorkspaceID: WorkspaceID, UserID: UserID},
 		Agent: envelope.Agent{
 			Name:         "workertest",
 			Model:        envelope.Model{Provider: "scripted", Name: "workertest", Options: opts},
@@ -240,6 +266,18 @@ func (e *Env) RunRequest(req envelope.RunRequest) *Result {
 		e.t.Fatalf("workertest: run %s completed without outputs", req.RunID)
 	}
 	return res
+}
+
+// SetSecret stores a secret for the runs' workspace, as `toolwire secrets
+// set` would: a tool that declares it gets value in Call.Secrets, and the
+// value is scrubbed from everything the call leaves.
+func (e *Env) SetSecret(name, value string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Timeout)
+	defer cancel()
+	if err := e.secrets.Set(ctx, secrets.WorkspaceScope(OrgID, WorkspaceID), name, []byte(value)); err != nil {
+		e.t.Fatalf("workertest: set secret %s: %v", name, err)
+	}
 }
 
 // Call runs one call of the tool name with input, in a run of its own, and
