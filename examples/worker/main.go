@@ -11,11 +11,14 @@
 // tools (validation, cache, timeouts, truncation, spans, metrics). Start it
 // twice and the two share the calls. Stop it with Ctrl-C: it finishes the
 // calls in flight first.
+//
+// It is the program of the README's "Your own tool in 20 lines", with
+// comments (worker/readme_test.go checks that the two stay the same).
 package main
 
 import (
 	"context"
-	"fmt"
+	"log"
 	"os"
 	"os/signal"
 	"strings"
@@ -35,22 +38,20 @@ type Out struct {
 	Text string `json:"text"`
 }
 
+// upper declares the tool: what the model sees, and what the Policy Guard
+// and the pipeline enforce.
+var upper = worker.Func(worker.Def{
+	Name: "upper", Version: "1.0.0", Description: "Upper-cases a text.",
+	SideEffects: worker.SideEffectsNone, Queue: "text",
+}, func(_ context.Context, in In) (Out, error) {
+	return Out{Text: strings.ToUpper(in.Text)}, nil
+})
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(1)
-	}
-}
-
-func run(ctx context.Context) error {
-	upper := worker.Func(worker.Def{
-		Name: "upper", Version: "1.0.0", Description: "Upper-cases a text.",
-		SideEffects: worker.SideEffectsNone, Queue: "text",
-	}, func(_ context.Context, in In) (Out, error) {
-		return Out{Text: strings.ToUpper(in.Text)}, nil
-	})
 	// Run registers upper@1.0.0 and serves its calls until ctx ends.
-	return worker.New(worker.Config{}, upper).Run(ctx)
+	if err := worker.New(worker.Config{}, upper).Run(ctx); err != nil {
+		log.Fatal(err)
+	}
 }
