@@ -10,12 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/stack"
 	"github.com/toolwire/toolwire/worker"
 	"github.com/toolwire/toolwire/worker/workertest"
 )
@@ -286,4 +291,86 @@ func TestErrorsReachTheModelAsTheyShould(t *testing.T) {
 	require.Nil(t, ok.Error, "the worker serves after a panic")
 	require.JSONEq(t, `{"mode":"ok"}`, string(ok.Output))
 	require.EqualValues(t, 6, calls.Load(), "the invalid input never reached the function")
+}
+
+// TestTheBuiltInsPipeline: a worker tool's calls go through the pipeline of
+// the built-ins, with its spans, metrics and rate limits: the span of each
+// call follows the GenAI conventions, the calls are counted by tool and
+// outcome, and a call past the declared rate limit is RATE_LIMIT without
+// running the function.
+func TestTheBuiltInsPipeline(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	reg := prometheus.NewRegistry()
+	var runs atomic.Int64
+	limited := worker.Func(worker.Def{
+		Name: "limited", Version: "1.0.0", Description: "Upper-cases a text, once a day.",
+		SideEffects: worker.SideEffectsReads, RateLimit: &worker.RateLimit{PerS: envelope.MinRateLimitPerS, Burst: 1},
+	}, func(_ context.Context, in upperIn) (upperOut, error) {
+		runs.Add(1)
+		return upperOut{Text: strings.ToUpper(in.Text)}, nil
+	})
+	// The pipeline's spans are recorded too, so that the runs' traces are
+	// sampled.
+	env := workertest.StartWith(t, workertest.Options{Stack: stack.Options{Tracer: tp}},
+		worker.Config{Queue: "limits", Tracer: tp, Metrics: reg}, limited)
+
+	first := env.Call("limited", upperIn{Text: "a"})
+	require.Nil(t, first.Error)
+	second := env.Call("limited", upperIn{Text: "b"})
+	require.NotNil(t, second.Error)
+	require.Equal(t, envelope.CodeRateLimit, second.Error.Code)
+	require.Positive(t, second.Error.RetryAfterS)
+	require.EqualValues(t, 1, runs.Load())
+
+	// A call's span ends once its completed event is published, which may
+	// be after the run has read it.
+	toolSpans := func() []sdktrace.ReadOnlySpan {
+		var out []sdktrace.ReadOnlySpan
+		for _, s := range spans.Ended() {
+			if s.Name() == "execute_tool limited" {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return len(toolSpans()) == 2 }, 10*time.Second, 10*time.Millisecond, "one span per call")
+	for _, s := range toolSpans() {
+		attrs := map[string]string{}
+		for _, a := range s.Attributes() {
+			attrs[string(a.Key)] = a.Value.Emit()
+		}
+		require.Equal(t, "limited", attrs["gen_ai.tool.name"])
+		require.Equal(t, "1.0.0", attrs["toolwire.tool.version"])
+		require.NotEmpty(t, attrs["gen_ai.tool.call.id"])
+	}
+	require.InDelta(t, 1, testutil.ToFloat64(counterWith(t, reg, "toolwire_executor_tool_calls_total", "limited@1.0.0", "ok")), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(counterWith(t, reg, "toolwire_executor_tool_calls_total", "limited@1.0.0", "RATE_LIMIT")), 0)
+}
+
+// counterWith finds the counter of a metric family with the tool and code
+// labels given.
+func counterWith(t *testing.T, g prometheus.Gatherer, name, tool, code string) prometheus.Collector {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["tool"] == tool && labels["code"] == code {
+				c := prometheus.NewCounter(prometheus.CounterOpts{Name: "copy"})
+				c.Add(m.GetCounter().GetValue())
+				return c
+			}
+		}
+	}
+	t.Fatalf("no %s{tool=%q,code=%q}", name, tool, code)
+	return nil
 }
