@@ -192,7 +192,10 @@ func TestWorkerProcessServesItsQueue(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
 
-	a := startWorkerProc(t, bin, "worker", "worker-a", st.URL)
+	// A few calls at a time each, so that neither worker can take a whole
+	// burst of calls before the other asks for some.
+	const concurrency = "TOOLWIRE_EXECUTOR_CONCURRENCY=8"
+	a := startWorkerProc(t, bin, "worker", "worker-a", st.URL, concurrency)
 	upperRuns(t, st, "one-worker", 9, 10)
 	for i := range 10 {
 		text := fmt.Sprintf("cli call %d", i)
@@ -209,7 +212,7 @@ func TestWorkerProcessServesItsQueue(t *testing.T) {
 	require.Equal(t, 100, a.calls(t, "upper@1.0.0"), "every call ran in the worker\n%s", a.out.String())
 	require.Zero(t, defaultExecutorCalls(t, st, "upper@1.0.0"), "no call ran in the default executors")
 
-	b := startWorkerProc(t, bin, "worker", "worker-b", st.URL)
+	b := startWorkerProc(t, bin, "worker", "worker-b", st.URL, concurrency)
 	upperRuns(t, st, "two-workers", 10, 10)
 	fromA, fromB := a.calls(t, "upper@1.0.0")-100, b.calls(t, "upper@1.0.0")
 	require.Equal(t, 100, fromA+fromB, "each call ran once, in one of the workers")
