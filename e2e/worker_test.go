@@ -1,0 +1,284 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
+	"github.com/toolwire/toolwire/stack"
+)
+
+// callsMetric counts the calls a process's executor pipeline ran, by tool
+// and outcome: the executor binary's and every worker's.
+const callsMetric = "toolwire_executor_tool_calls_total"
+
+// buildWorkers builds the example worker, the effect worker of the tests and
+// the CLI into one folder.
+func buildWorkers(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin+string(os.PathSeparator),
+		"github.com/toolwire/toolwire/examples/worker",
+		"github.com/toolwire/toolwire/e2e/testdata/effectworker",
+		"github.com/toolwire/toolwire/cmd/toolwire")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+// workerProc is a worker running as its own process.
+type workerProc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	http string
+}
+
+// startWorkerProc starts bin/prog against NATS at url, with env added, and
+// waits until it is ready (its tools registered, its consumers pulling).
+func startWorkerProc(t *testing.T, bin, prog, name, url string, env ...string) *workerProc {
+	t.Helper()
+	p := &workerProc{name: name, out: &syncBuffer{}, http: freeAddr(t)}
+	p.cmd = exec.Command(filepath.Join(bin, prog))
+	p.cmd.Env = append(append(os.Environ(),
+		"NATS_URL="+url, "TOOLWIRE_HTTP_ADDR="+p.http, "TOOLWIRE_LOG_LEVEL=info",
+		"TOOLWIRE_EXECUTOR_ID="+name), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	require.NoError(t, p.cmd.Start())
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+	})
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + p.http + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "%s never became ready\n%s", name, p.out.String())
+	return p
+}
+
+// calls returns how many calls of tool the process ran, from its /metrics.
+func (p *workerProc) calls(t *testing.T, tool string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + p.http + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	n := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, callsMetric+"{") || !strings.Contains(line, `tool="`+tool+`"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		require.NoError(t, err, line)
+		n += int(v)
+	}
+	require.NoError(t, sc.Err())
+	return n
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *workerProc) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "%s did not exit cleanly\n%s", p.name, p.out.String())
+	case <-time.After(40 * time.Second):
+		t.Fatalf("%s did not stop after SIGTERM\n%s", p.name, p.out.String())
+	}
+}
+
+// defaultExecutorCalls counts the calls of tool the stack's own executors
+// (the default queue's) ran.
+func defaultExecutorCalls(t *testing.T, st *stack.Stack, tool string) int {
+	t.Helper()
+	mfs, err := st.Metrics.Gather()
+	require.NoError(t, err)
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() != callsMetric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "tool" && l.GetValue() == tool {
+					n += int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return n
+}
+
+// upperRuns runs runs runs of calls calls to upper@1.0.0 each, all at once,
+// and checks that every call returned its text upper-cased.
+func upperRuns(t *testing.T, st *stack.Stack, prefix string, runs, calls int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, runs)
+	for r := range runs {
+		wg.Go(func() {
+			runID := fmt.Sprintf("%s-%d", prefix, r)
+			var turn []any
+			want := map[string]string{}
+			for c := range calls {
+				text := fmt.Sprintf("run %d call %d", r, c)
+				turn = append(turn, orchestratortest.ToolCall("upper", map[string]any{"text": text}))
+				want[text] = strings.ToUpper(text)
+			}
+			req := orchestratortest.Scripted(t, runID, []string{"upper@1.0.0"},
+				envelope.Policy{MaxToolCalls: calls, MaxIterations: 3},
+				map[string]any{"tool_calls": turn}, map[string]any{"content": "done"})
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			final, err := st.Client.Run(ctx, req, 0)
+			if err != nil {
+				errs <- fmt.Errorf("run %s: %w", runID, err)
+				return
+			}
+			if len(final.Outputs.ToolOrder) != calls {
+				errs <- fmt.Errorf("run %s: %d calls, want %d", runID, len(final.Outputs.ToolOrder), calls)
+				return
+			}
+			for _, env := range final.Outputs.ToolsByID {
+				var in, out struct{ Text string }
+				if env.Error != nil || json.Unmarshal(env.Input, &in) != nil || json.Unmarshal(env.Output, &out) != nil || out.Text != want[in.Text] {
+					errs <- fmt.Errorf("run %s: call %s: error %+v, input %s, output %s", runID, env.CallID, env.Error, env.Input, env.Output)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// TestWorkerProcessServesItsQueue runs the example worker (examples/worker)
+// as its own process beside the pipeline: 90 calls of upper@1.0.0 from runs
+// and 10 from `toolwire call` all run in the worker, none in the default
+// queue's executors; a second worker process on the same queue then takes a
+// share of the next 100 calls; SIGTERM stops both cleanly.
+func TestWorkerProcessServesItsQueue(t *testing.T) {
+	bin := buildWorkers(t)
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir(), Getenv: func(string) string { return "" }})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
+
+	// A few calls at a time each, so that neither worker can take a whole
+	// burst of calls before the other asks for some.
+	const concurrency = "TOOLWIRE_EXECUTOR_CONCURRENCY=8"
+	a := startWorkerProc(t, bin, "worker", "worker-a", st.URL, concurrency)
+	upperRuns(t, st, "one-worker", 9, 10)
+	for i := range 10 {
+		text := fmt.Sprintf("cli call %d", i)
+		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "toolwire"), "call", "upper@1.0.0",
+			"--input", fmt.Sprintf(`{"text":%q}`, text), "--fail-on-error", "--timeout", "60s")
+		cmd.Env = append(os.Environ(), "NATS_URL="+st.URL)
+		out, err := cmd.Output()
+		require.NoError(t, err, "toolwire call: %s\n%s", out, a.out.String())
+		var env envelope.ToolEnvelope
+		require.NoError(t, json.Unmarshal(out, &env), "%s", out)
+		require.Nil(t, env.Error)
+		require.JSONEq(t, fmt.Sprintf(`{"text":%q}`, strings.ToUpper(text)), string(env.Output))
+	}
+	require.Equal(t, 100, a.calls(t, "upper@1.0.0"), "every call ran in the worker\n%s", a.out.String())
+	require.Zero(t, defaultExecutorCalls(t, st, "upper@1.0.0"), "no call ran in the default executors")
+
+	b := startWorkerProc(t, bin, "worker", "worker-b", st.URL, concurrency)
+	upperRuns(t, st, "two-workers", 10, 10)
+	fromA, fromB := a.calls(t, "upper@1.0.0")-100, b.calls(t, "upper@1.0.0")
+	require.Equal(t, 100, fromA+fromB, "each call ran once, in one of the workers")
+	require.Positive(t, fromA, "worker a took a share")
+	require.Positive(t, fromB, "worker b took a share")
+	require.Zero(t, defaultExecutorCalls(t, st, "upper@1.0.0"))
+	t.Logf("two workers: a ran %d calls, b ran %d", fromA, fromB)
+	a.stop(t)
+	b.stop(t)
+}
+
+// TestWorkerKilledMidCallWritesOnce kills a worker process (SIGKILL) while
+// its writes tool holds a call after its effect: the worker that takes the
+// redelivered call does not run it again, and answers UNKNOWN (the outcome
+// of a call whose worker died is not known), so the effect happens exactly
+// once; the run completes. A later call runs normally, once.
+func TestWorkerKilledMidCallWritesOnce(t *testing.T) {
+	bin := buildWorkers(t)
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir(), Getenv: func(string) string { return "" }})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
+	effects := filepath.Join(t.TempDir(), "effects.txt")
+	lines := func() []string {
+		b, err := os.ReadFile(effects)
+		if os.IsNotExist(err) {
+			return nil
+		}
+		require.NoError(t, err)
+		return strings.Fields(string(b))
+	}
+	// Every replica of a queue must agree on the ack wait; short ones, so
+	// that the redelivery and the lost claim come within seconds.
+	fast := []string{"EFFECT_FILE=" + effects, "TOOLWIRE_EXECUTOR_ACK_WAIT=1s", "TOOLWIRE_EXECUTOR_CLAIM_LEASE=1s"}
+
+	a := startWorkerProc(t, bin, "effectworker", "effects-a", st.URL, append(fast, "EFFECT_HOLD=1h")...)
+	req := orchestratortest.Scripted(t, "killed-mid-call", []string{"record@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{orchestratortest.ToolCall("record", map[string]any{"line": "first"})}},
+		map[string]any{"content": "done"})
+	require.NoError(t, st.Client.Submit(t.Context(), req))
+	require.Eventually(t, func() bool { return len(lines()) == 1 }, 60*time.Second, 20*time.Millisecond,
+		"the effect never happened\n%s", a.out.String())
+	require.NoError(t, a.cmd.Process.Kill(), "killed mid-call, after the effect")
+	_ = a.cmd.Wait()
+
+	b := startWorkerProc(t, bin, "effectworker", "effects-b", st.URL, fast...)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	final, err := st.Client.Wait(ctx, req.RunID)
+	require.NoError(t, err, b.out.String())
+	require.Equal(t, events.StatusCompleted, final.Status)
+	require.Len(t, final.Outputs.ToolOrder, 1)
+	env := final.Outputs.ToolsByID[final.Outputs.ToolOrder[0]]
+	require.NotNil(t, env.Error, "the redelivered call was answered, not run: %s", env.Output)
+	require.Equal(t, envelope.CodeUnknown, env.Error.Code)
+	details, _ := json.Marshal(env.Error.Details)
+	require.Contains(t, string(details), `"outcome":"unknown"`)
+	require.Contains(t, string(details), "effects-a", "the envelope names the worker that died holding the call")
+	require.Equal(t, []string{"first"}, lines(), "the effect happened exactly once")
+
+	next := orchestratortest.Scripted(t, "after-the-kill", []string{"record@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{orchestratortest.ToolCall("record", map[string]any{"line": "second"})}},
+		map[string]any{"content": "done"})
+	done, err := st.Client.Run(ctx, next, 0)
+	require.NoError(t, err)
+	got := done.Outputs.ToolsByID[done.Outputs.ToolOrder[0]]
+	require.Nil(t, got.Error, "%+v", got.Error)
+	require.Equal(t, []string{"first", "second"}, lines())
+	b.stop(t)
+}

@@ -1,0 +1,57 @@
+// Command worker serves one tool of your own, upper@1.0.0 on the queue
+// "text", beside a running toolwire (`toolwire dev`, or the service
+// binaries). It needs only NATS_URL:
+//
+//	go run ./cmd/toolwire dev                                   # one shell
+//	NATS_URL=nats://127.0.0.1:4223 go run ./examples/worker     # another
+//	go run ./cmd/toolwire call upper@1.0.0 --input '{"text":"hello"}'
+//
+// Every call of upper@1.0.0, from a run or from `toolwire call`, is routed to
+// the queue "text" and runs here, through the same pipeline as the built-in
+// tools (validation, cache, timeouts, truncation, spans, metrics). Start it
+// twice and the two share the calls. Stop it with Ctrl-C: it finishes the
+// calls in flight first.
+//
+// It is the program of the README's "Your own tool in 20 lines", with
+// comments (worker/readme_test.go checks that the two stay the same).
+package main
+
+import (
+	"context"
+	"log"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/toolwire/toolwire/worker"
+)
+
+// In is upper's input; its JSON Schema is derived from it (the jsonschema
+// tag is what the model reads about the field).
+type In struct {
+	Text string `json:"text" jsonschema:"the text to upper-case"`
+}
+
+// Out is upper's output.
+type Out struct {
+	Text string `json:"text"`
+}
+
+// upper declares the tool: what the model sees, and what the Policy Guard
+// and the pipeline enforce.
+var upper = worker.Func(worker.Def{
+	Name: "upper", Version: "1.0.0", Description: "Upper-cases a text.",
+	SideEffects: worker.SideEffectsNone, Queue: "text",
+}, func(_ context.Context, in In) (Out, error) {
+	return Out{Text: strings.ToUpper(in.Text)}, nil
+})
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// Run registers upper@1.0.0 and serves its calls until ctx ends.
+	if err := worker.New(worker.Config{}, upper).Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,226 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tool"
+)
+
+// Name is the service name of a worker: its logs' "service", its spans'
+// service.name (toolwire-worker unless OTEL_SERVICE_NAME says otherwise).
+const Name = "worker"
+
+// DefaultHTTPAddr is where Run serves /healthz, /readyz and /metrics when
+// TOOLWIRE_HTTP_ADDR is unset: a free loopback port (logged at start), so
+// that several workers on one machine do not collide.
+const DefaultHTTPAddr = "127.0.0.1:0"
+
+// Config configures a Worker. The zero value serves tools that each name
+// their queue, configured by the environment.
+type Config struct {
+	// Queue is the queue of the tools that name none (Def.Queue).
+	Queue string
+	// Getenv is the environment Run reads (NATS_URL, TOOLWIRE_LOG_LEVEL,
+	// TOOLWIRE_HTTP_ADDR, OTEL_*, the executor's TOOLWIRE_* settings such as
+	// TOOLWIRE_MASTER_KEYS and TOOLWIRE_MAX_OUTPUT_BYTES), and Start the
+	// executor's settings; default os.Getenv.
+	Getenv func(string) string
+	// Logger, Metrics and Tracer are used by Start (Run makes its own, as
+	// every toolwire service does); default: discard, none, none.
+	Logger  *slog.Logger
+	Metrics prometheus.Registerer
+	Tracer  trace.TracerProvider
+	// Executor adjusts the call pipeline's settings after the environment's
+	// (a keyring, output limits, concurrency); the queues and the tools are
+	// the worker's.
+	Executor []executor.Option
+}
+
+// Worker serves a set of tools on their queues. Run it (its own process) or
+// Start and Stop it (inside a process that has a JetStream connection).
+type Worker struct {
+	cfg   Config
+	tools []*Tool
+
+	mu  sync.Mutex
+	svc *executor.Service // set by Start
+}
+
+// New returns a worker that serves tools. Problems with the tools or cfg are
+// reported by Definitions, Run and Start.
+func New(cfg Config, tools ...*Tool) *Worker {
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.Getenv
+	}
+	return &Worker{cfg: cfg, tools: slices.Clone(tools)}
+}
+
+// Definitions returns the registry definitions of the worker's tools, each
+// with its queue, or every problem of the tools and the configuration.
+func (w *Worker) Definitions() ([]envelope.ToolDefinition, error) {
+	var errs []error
+	if w.cfg.Queue != "" {
+		if err := envelope.ValidateQueue(w.cfg.Queue); err != nil {
+			errs = append(errs, fmt.Errorf("worker: %w", err))
+		} else if w.cfg.Queue == envelope.DefaultQueue {
+			errs = append(errs, fmt.Errorf("worker: %w", errDefaultQueue))
+		}
+	}
+	if len(w.tools) == 0 {
+		errs = append(errs, errors.New("worker: no tools to serve"))
+	}
+	defs := make([]envelope.ToolDefinition, 0, len(w.tools))
+	seen := map[string]bool{}
+	for i, t := range w.tools {
+		if t == nil {
+			errs = append(errs, fmt.Errorf("worker: tool %d is nil", i))
+			continue
+		}
+		def, err := t.Definition()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if def.Queue == "" {
+			def.Queue = w.cfg.Queue
+		}
+		if def.Queue == "" {
+			errs = append(errs, fmt.Errorf("worker: tool %s names no queue, and neither does the worker's Config", def.Ref()))
+		}
+		if seen[def.Ref().String()] {
+			errs = append(errs, fmt.Errorf("worker: tool %s is given twice", def.Ref()))
+		}
+		seen[def.Ref().String()] = true
+		defs = append(defs, def)
+	}
+	return defs, errors.Join(errs...)
+}
+
+// queues returns the queues of defs, sorted: those the worker serves.
+func (w *Worker) queues(defs []envelope.ToolDefinition) []string {
+	var qs []string
+	for _, d := range defs {
+		if !slices.Contains(qs, d.Queue) {
+			qs = append(qs, d.Queue)
+		}
+	}
+	slices.Sort(qs)
+	return qs
+}
+
+// Run runs the worker as a toolwire service until ctx ends: connects to
+// NATS_URL, provisions the streams and buckets if they are missing, serves
+// /healthz, /readyz and /metrics on TOOLWIRE_HTTP_ADDR (default a free
+// loopback port), registers the tools and serves their calls; then drains
+// the calls in flight and returns. It returns at once, with every problem,
+// when a tool's declaration or the configuration is wrong, or when the
+// registry holds one of the tools' versions with another definition
+// (ErrConflict).
+func (w *Worker) Run(ctx context.Context) error {
+	if _, err := w.Definitions(); err != nil {
+		return err
+	}
+	return service.Run(ctx, Name, DefaultHTTPAddr, w.cfg.Getenv,
+		func(_ context.Context, d service.Deps) (service.Component, http.Handler, error) {
+			return &component{w: w, d: d}, nil, nil
+		})
+}
+
+// Start registers the tools and starts serving their calls on js, a
+// connection to a JetStream where toolwire's streams and buckets exist (a
+// `toolwire dev`, package stack, a provisioned cluster). ctx bounds the start
+// only. A worker starts once; Stop drains it.
+func (w *Worker) Start(ctx context.Context, js jetstream.JetStream) error {
+	if js == nil {
+		return errors.New("worker: no JetStream connection")
+	}
+	c := &component{w: w, d: service.Deps{
+		Common: service.Common{Name: Name},
+		JS:     js, Log: w.cfg.Logger, Tracer: w.cfg.Tracer, Metrics: w.cfg.Metrics, Getenv: w.cfg.Getenv,
+	}}
+	return c.Start(ctx)
+}
+
+// Stop stops taking calls, waits (within ctx) for the calls in flight and
+// releases the worker. Stopping a worker that was not started does nothing.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	svc := w.svc
+	w.mu.Unlock()
+	if svc == nil {
+		return nil
+	}
+	return svc.Stop(ctx)
+}
+
+// component is a worker as a service.Component: the executor's pipeline
+// with the worker's queues and tools, after the tools' registration.
+type component struct {
+	w *Worker
+	d service.Deps
+}
+
+func (c *component) Start(ctx context.Context) error {
+	w := c.w
+	defs, err := w.Definitions()
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.svc != nil {
+		return errors.New("worker: already started")
+	}
+	reg, err := registry.Open(ctx, c.d.JS)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	log := c.d.WithDefaults().Log
+	// Registered as `toolwire tools register` registers: a version already
+	// there with another definition is refused, never overwritten.
+	var errs []error
+	for _, def := range defs {
+		created, err := reg.Register(ctx, def)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("worker: %w", err))
+			continue
+		}
+		log.Info("tool registered", "tool", def.Ref().String(), "queue", def.Queue, "new", created)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	tools := make([]tool.Tool, 0, len(w.tools))
+	for i, t := range w.tools {
+		cp := *t
+		cp.def = defs[i] // with its queue
+		tools = append(tools, adapter{t: &cp})
+	}
+	opts := append(slices.Clone(w.cfg.Executor), executor.WithQueues(w.queues(defs)...), executor.WithTools(tools...))
+	svc, err := executor.Build(c.d, opts...)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if err := svc.Start(ctx); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.svc = svc
+	return nil
+}
+
+func (c *component) Stop(ctx context.Context) error { return c.w.Stop(ctx) }
