@@ -27,8 +27,8 @@ type natsErrors struct {
 }
 
 func (n *natsErrors) Enabled(context.Context, slog.Level) bool { return true }
-func (n *natsErrors) WithAttrs([]slog.Attr) slog.Handler        { return n }
-func (n *natsErrors) WithGroup(string) slog.Handler             { return n }
+func (n *natsErrors) WithAttrs([]slog.Attr) slog.Handler       { return n }
+func (n *natsErrors) WithGroup(string) slog.Handler            { return n }
 func (n *natsErrors) Handle(_ context.Context, r slog.Record) error {
 	if r.Message != "nats error" {
 		return nil

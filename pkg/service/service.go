@@ -81,15 +81,15 @@ func CommonEnvVars() []Var {
 
 // Common is the configuration every service shares.
 type Common struct {
-	Name     string // service name: orchestrator, policy, ...
-	NATSURL  string
+	Name    string // service name: orchestrator, policy, ...
+	NATSURL string
 	// NATSSeedFile or NATSCredsFile, when set, is the service's NATS
 	// identity; NATSInboxPrefix is where its replies go ("" derives it).
 	NATSSeedFile    string
 	NATSCredsFile   string
 	NATSInboxPrefix string
-	HTTPAddr string
-	Replicas int
+	HTTPAddr        string
+	Replicas        int
 	// Store is what the service provisions: Replicas, and the event
 	// streams' retention.
 	StreamMaxAge      time.Duration

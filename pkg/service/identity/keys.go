@@ -31,15 +31,12 @@ type Keys struct {
 }
 
 // LoadOrCreate reads every role's seed from dir, creating the folder (mode
-// 0700) and any missing seed (a new user nkey, mode 0600). A seed that other
+// 0700, when it is new) and any missing seed (a new user nkey, mode 0600). A seed that other
 // users may read, or that is not a user seed, is refused: the files are
 // credentials.
 func LoadOrCreate(dir string) (*Keys, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("identities: %w", err)
-	}
-	if err := private(dir, 0o077); err != nil {
-		return nil, err
 	}
 	k := &Keys{Dir: dir, public: map[Role]string{}}
 	for _, r := range Roles() {

@@ -139,6 +139,8 @@ func (r Role) Permissions() Permissions {
 			kvWrite(events.BucketTools, events.BucketCache, events.BucketRate, events.BucketOutcomes),
 			objWrite(events.ObjectBlobs),
 		)
+		// The consumer of a sandbox job's result, deleted once read.
+		p.Publish = append(p.Publish, "$JS.API.CONSUMER.DELETE."+events.StreamSandbox+".>")
 		// The guard's preview requests; the executor answers each once.
 		p.Subscribe = append(p.Subscribe, events.SubjectPreview)
 		p.Responses = true
@@ -212,8 +214,9 @@ func read(streams ...string) []string {
 			"$JS.API.STREAM.MSG.GET."+s,
 			"$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
 			"$JS.API.CONSUMER.CREATE."+s, "$JS.API.CONSUMER.CREATE."+s+".>",
+			// Not CONSUMER.DELETE: that would let a role delete another's
+			// durable consumer; ordered consumers expire when unused.
 			"$JS.API.CONSUMER.INFO."+s+".>",
-			"$JS.API.CONSUMER.DELETE."+s+".>",
 			"$JS.API.CONSUMER.MSG.NEXT."+s+".>",
 			"$JS.FC."+s+".>",
 		)
