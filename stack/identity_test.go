@@ -56,10 +56,17 @@ func TestRunWithIdentities(t *testing.T) {
 	dir := t.TempDir()
 	errs := &natsErrors{}
 	mail := &mailTool{}
-	st := startStack(t, stack.Options{
+	st, err := stack.Start(t.Context(), stack.Options{
 		DataDir: dir, Identities: true, Logger: slog.New(errs),
 		DatabaseURL:     "sqlite:" + filepath.Join(dir, "recorder.db"),
 		ExecutorOptions: []executor.Option{executor.WithTools(mail)},
+	})
+	require.NoError(t, err)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = st.Stop(context.Background())
+		}
 	})
 
 	// The seeds are credentials: a private folder, private files.
@@ -86,11 +93,13 @@ func TestRunWithIdentities(t *testing.T) {
 	require.Empty(t, res.requests[0].Preview.Unavailable, "the executor answered the guard's preview request")
 	require.Equal(t, []string{"all@acme.example"}, mail.sentTo())
 
-	require.Empty(t, errs.all(), "no service hit a permission it lacks")
-
 	// Nobody gets in without a key.
 	_, err = nats.Connect(st.URL)
 	require.ErrorIs(t, err, nats.ErrAuthorization)
+
+	stopped = true
+	require.NoError(t, st.Stop(context.Background()))
+	require.Empty(t, errs.all(), "no service hit a permission it lacks, from start to stop")
 }
 
 // TestIdentitiesKeptAcrossRestarts: a second start on the same data folder

@@ -211,6 +211,12 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger, extra ...n
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
 	for !nc.IsConnected() {
+		// A server that refuses the credentials will not change its mind
+		// while we wait: say so at once.
+		if last := nc.LastError(); errors.Is(last, nats.ErrAuthorization) {
+			nc.Close()
+			return nil, nil, fmt.Errorf("connect to NATS at %s as %s: %w", url, name, last)
+		}
 		select {
 		case <-ctx.Done():
 			last := nc.LastError()

@@ -156,6 +156,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$JS.API.STREAM.CREATE.other", nil},
 		{"$JS.API.CONSUMER.DELETE." + events.StreamCalls + ".orchestrator", nil},
 		{"$JS.API.CONSUMER.DELETE." + events.StreamSandbox + ".x", []identity.Role{exe}},
+		{"$JS.API.CONSUMER.DELETE.KV_" + events.BucketTools + ".x", []identity.Role{orch, pol, exe, sbx, rec}},
 		{"elsewhere.anything", nil},
 	}
 	subs := []struct {

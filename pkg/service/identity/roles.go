@@ -233,10 +233,14 @@ func consume(streams ...string) []string {
 	return out
 }
 
+// kvRead lets a role get and watch a bucket's keys. A watcher's consumer
+// is deleted when the watch stops; a bucket has no durable consumers, so
+// deleting consumers on it takes nothing from another role.
 func kvRead(buckets ...string) []string {
 	var out []string
 	for _, b := range buckets {
 		out = append(out, read("KV_"+b)...)
+		out = append(out, "$JS.API.CONSUMER.DELETE.KV_"+b+".>")
 	}
 	return out
 }
@@ -253,6 +257,7 @@ func objRead(buckets ...string) []string {
 	var out []string
 	for _, b := range buckets {
 		out = append(out, read("OBJ_"+b)...)
+		out = append(out, "$JS.API.CONSUMER.DELETE.OBJ_"+b+".>")
 	}
 	return out
 }
