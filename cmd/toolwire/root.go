@@ -24,7 +24,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newApprovalsCmd())
 	root.AddCommand(newValidateCmd())
 	root.AddCommand(newDLQCmd()) // dlq.go
-	root.AddCommand(newProvisionCmd())
+	root.AddCommand(newProvisionCmd(), newIdentitiesCmd()) // identities.go
 	root.AddCommand(newReplayCmd()) // replay.go
 	root.AddCommand(newDevCmd(), newRunCmd(), &cobra.Command{
 		Use:   "version",

@@ -340,3 +340,21 @@ func TestParse(t *testing.T) {
 		require.False(t, ok, name)
 	}
 }
+
+// TestServerConfig: the configuration printed for a production server, as
+// nats-server itself parses it, has the same users and permissions as the
+// embedded server gets.
+func TestServerConfig(t *testing.T) {
+	keys, err := identity.LoadOrCreate(t.TempDir())
+	require.NoError(t, err)
+	var o server.Options
+	require.NoError(t, o.ProcessConfigString(keys.ServerConfig()+"\njetstream {}\n"))
+	want := keys.ServerUsers()
+	require.Len(t, o.Nkeys, len(want))
+	for i, u := range o.Nkeys {
+		require.Equal(t, want[i].Nkey, u.Nkey)
+		require.Equal(t, want[i].Permissions.Publish.Allow, u.Permissions.Publish.Allow, identity.Roles()[i])
+		require.Equal(t, want[i].Permissions.Subscribe.Allow, u.Permissions.Subscribe.Allow, identity.Roles()[i])
+		require.Equal(t, want[i].Permissions.Response != nil, u.Permissions.Response != nil, identity.Roles()[i])
+	}
+}

@@ -149,3 +149,38 @@ func ConnectOptions(r Role, seedFile string) ([]nats.Option, error) {
 	}
 	return []nats.Option{o, nats.CustomInboxPrefix(r.InboxPrefix())}, nil
 }
+
+// ServerConfig is the authorization block of a nats-server configuration
+// file that lets in exactly these users, each with its role's permissions:
+// what `toolwire identities` prints for a production server.
+func (k *Keys) ServerConfig() string {
+	var b strings.Builder
+	b.WriteString("# toolwire's NATS roles: one nkey user each (toolwire identities).\n")
+	b.WriteString("# Each binary connects with its role's seed (TOOLWIRE_NATS_NKEY_SEED_FILE).\n")
+	b.WriteString("authorization {\n  users = [\n")
+	for _, r := range Roles() {
+		p := r.Permissions()
+		fmt.Fprintf(&b, "    # %s: %s\n", r, r.Doc())
+		fmt.Fprintf(&b, "    {\n      nkey: %q\n      permissions: {\n", k.public[r])
+		fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoted(p.Publish, "          "))
+		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoted(p.Subscribe, "          "))
+		if p.Responses {
+			b.WriteString("        allow_responses: { max: 1, expires: \"1m\" }\n")
+		}
+		b.WriteString("      }\n    }\n")
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String()
+}
+
+// quoted is a list of subjects, one a line past the first few.
+func quoted(subjects []string, indent string) string {
+	q := make([]string, len(subjects))
+	for i, s := range subjects {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	if len(q) <= 2 {
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	return "[\n" + indent + strings.Join(q, ",\n"+indent) + "\n" + indent[:len(indent)-2] + "]"
+}

@@ -162,7 +162,7 @@ func (r Role) Permissions() Permissions {
 		return Permissions{
 			Publish: flat(
 				pub(events.FilterRunRequested),
-				[]string{"$JS.API.INFO"},
+				[]string{"$JS.API.INFO", "$JS.FC.>"},
 				read(events.StreamRuns, events.StreamCalls),
 				objRead(events.ObjectBlobs),
 			),
@@ -218,7 +218,6 @@ func read(streams ...string) []string {
 			// durable consumer; ordered consumers expire when unused.
 			"$JS.API.CONSUMER.INFO."+s+".>",
 			"$JS.API.CONSUMER.MSG.NEXT."+s+".>",
-			"$JS.FC."+s+".>",
 		)
 	}
 	return out
