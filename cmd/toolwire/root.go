@@ -23,8 +23,9 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newDecisionCmd(events.DecisionApprove), newDecisionCmd(events.DecisionDeny), newDecisionCmd(events.DecisionRevise))
 	root.AddCommand(newApprovalsCmd())
 	root.AddCommand(newValidateCmd())
+	root.AddCommand(newIdentitiesCmd())
 	root.AddCommand(newDLQCmd()) // dlq.go
-	root.AddCommand(newProvisionCmd(), newIdentitiesCmd()) // identities.go
+	root.AddCommand(newProvisionCmd())
 	root.AddCommand(newReplayCmd()) // replay.go
 	root.AddCommand(newDevCmd(), newRunCmd(), &cobra.Command{
 		Use:   "version",
