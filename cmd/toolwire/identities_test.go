@@ -51,6 +51,17 @@ func TestCLIWithDevIdentities(t *testing.T) {
 	require.Error(t, err, "a producer cannot change the registry")
 	require.ErrorContains(t, err, "deadline exceeded", "refused by the server: no answer to the registry's requests")
 
+	// The dev's seed is left there, but this server takes anyone (a dev
+	// with --nats-auth=false): the CLI connects without it.
+	t.Setenv(service.EnvNATSSeedFile, "")
+	t.Setenv(service.EnvNATSInbox, "")
+	open, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, open.Stop(context.Background())) })
+	t.Chdir(home)
+	_, errOut, err = runCLI(t, "", "tools", "list", "--nats", open.URL)
+	require.NoError(t, err, errOut)
+
 	t.Setenv(service.EnvNATSSeedFile, filepath.Join(home, "missing.nk"))
 	_, _, err = runCLI(t, "", "tools", "list", "--nats", st.URL)
 	require.ErrorIs(t, err, os.ErrNotExist)

@@ -213,7 +213,7 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger, extra ...n
 	for !nc.IsConnected() {
 		// A server that refuses the credentials will not change its mind
 		// while we wait: say so at once.
-		if last := nc.LastError(); errors.Is(last, nats.ErrAuthorization) {
+		if last := nc.LastError(); errors.Is(last, nats.ErrAuthorization) || errors.Is(last, nats.ErrNkeysNotSupported) {
 			nc.Close()
 			return nil, nil, fmt.Errorf("connect to NATS at %s as %s: %w", url, name, last)
 		}
