@@ -39,12 +39,31 @@ func writeRecords(ctx context.Context, tx pgx.Tx, recs []store.Record) error {
 	if err != nil {
 		return err
 	}
-	q := &effectQueue{recs: recs}
-	if err := q.runs(fresh); err != nil {
+	news := make([]store.Record, 0, len(recs))
+	for i := range recs {
+		if fresh[i] {
+			news = append(news, recs[i])
+		}
+	}
+	// The gate (store.Admit): what applies now, what waits for its run's
+	// request or its call's turn, what never applies.
+	adm, err := admit(ctx, tx, news)
+	if err != nil {
 		return err
 	}
-	q.calls(fresh)
-	q.others(fresh)
+	q := &effectQueue{recs: adm.Apply}
+	all := make([]bool, len(adm.Apply))
+	for i := range all {
+		all[i] = true
+	}
+	if err := q.runs(all); err != nil {
+		return err
+	}
+	q.calls(all)
+	q.others(all)
+	if err := q.parked(adm); err != nil {
+		return err
+	}
 	return q.send(ctx, tx)
 }
 
@@ -95,7 +114,10 @@ func runLockKey(runID string) int32 {
 // event itself when there is one (a batch that fails is written again record
 // by record, which then names the culprit).
 func batchError(recs []store.Record, owners []int, what string, err error) error {
-	if len(owners) == 1 {
+	switch len(owners) {
+	case 0:
+		return fmt.Errorf("%s: %w", what, err)
+	case 1:
 		return fmt.Errorf("record event %q: %s: %w", recs[owners[0]].Event.ID, what, err)
 	}
 	return fmt.Errorf("record %d events: %s: %w", len(owners), what, err)

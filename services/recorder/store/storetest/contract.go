@@ -202,6 +202,7 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		mustWrite(t, s, Records(t, fx.Event(t, events.TypeRunRequested, ""))...)
 		mustWrite(t, s, Records(t, fx.Event(t, events.TypeCallCompleted, env.CallID))...)
 		mustWrite(t, s, Records(t, odd, early, fx.Event(t, events.TypeCallApproved, env.CallID))...)
 		calls, err := s.ToolCalls(ctx(t), fx.RunID)
