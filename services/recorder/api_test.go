@@ -120,12 +120,12 @@ func TestRecorderReplayBundle(t *testing.T) {
 		t.Fatalf("as envelope.ReplayBundle: %v %+v", err, plain)
 	}
 
-	// A run whose request has not arrived has no bundle yet.
+	// A run whose request has not arrived is not recorded yet: no bundle.
 	orphan := storetest.CompletedRun(t, "replay-orphan", "weather", storetest.TenantA, base)
 	h.publish(orphan.Event(t, events.TypeRunCompleted, ""))
-	h.waitRun(orphan.RunID, events.StatusCompleted, 0)
+	h.waitIdle()
 	status, body = h.get("/v1/runs/" + orphan.RunID + "/replay")
-	if e := decodeError(t, body); status != http.StatusConflict || e.Code != apitypes.CodeNoRequest {
+	if e := decodeError(t, body); status != http.StatusNotFound || e.Code != apitypes.CodeRunNotFound {
 		t.Fatalf("replay without request: %d %s", status, body)
 	}
 	if status, body = h.get("/v1/runs/nope/replay"); status != http.StatusNotFound {

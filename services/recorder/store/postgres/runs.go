@@ -32,7 +32,8 @@ import (
 // rules of Store.Write), and how the merge reproduces it:
 //
 //   - status, status_at, reason, completed_at: an update's status replaces
-//     the row's when its (rank, time, name) is greater, so after u1..un the
+//     the row's when it beats it (statusBeats: rank, then time, the later
+//     but the earlier of two ends, then name), so after u1..un the
 //     row holds the greatest of the row's and the updates' statuses, the
 //     earliest on ties. The merge keeps the first greatest of the updates',
 //     which beats the row's exactly when one of them did;

@@ -25,12 +25,14 @@ import (
 // that the rows a batch leaves are exactly those that writing its records one
 // by one, in order, would leave.
 
-// writeRecords writes a batch in two round trips. The first inserts every
-// event row and learns which records are new; the second, pipelined, applies
-// the new records' effects: their runs, tool calls, model turns, verdicts and
-// tool definitions. The effects touch no events row, so applying them after
-// all the inserts changes nothing, and the transaction still commits an event
-// with all its effects or nothing.
+// writeRecords writes a batch in a few round trips. The first inserts every
+// event row and learns which records are new; the next reads what the gate
+// (store.Admit) needs of their runs, and the records parked for them; the
+// last, pipelined, applies the admitted records' effects (their runs, tool
+// calls, model turns, verdicts and tool definitions) and keeps the parked
+// ones. The effects touch no events row, so applying them after all the
+// inserts changes nothing, and the transaction still commits an event with
+// all its effects (or its parking) or nothing.
 func writeRecords(ctx context.Context, tx pgx.Tx, recs []store.Record) error {
 	if err := lockRuns(ctx, tx, recs); err != nil {
 		return err
