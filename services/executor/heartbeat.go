@@ -84,17 +84,19 @@ func (h *heartbeats) run(life context.Context) {
 	}
 }
 
-// end stops the beats and removes them, within ctx. It is idempotent.
+// end stops the beats and removes them, within ctx. A beat it cannot remove
+// (NATS is gone) expires by itself within its TTL: that is logged, not a
+// failure of Stop. It is idempotent.
 func (h *heartbeats) end(ctx context.Context) error {
-	var err error
 	h.once.Do(func() {
 		close(h.stop)
 		<-h.done
 		for _, w := range h.workers {
-			if lerr := registry.Leave(ctx, h.s.js, w.Queue, w.Instance); lerr != nil && err == nil {
-				err = lerr
+			if err := registry.Leave(ctx, h.s.js, w.Queue, w.Instance); err != nil {
+				h.s.log.Warn("could not withdraw the heartbeat of a queue; it expires by itself",
+					"queue", w.Queue, "ttl", w.TTL, "err", err)
 			}
 		}
 	})
-	return err
+	return nil
 }
