@@ -3,9 +3,12 @@ package policy
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -19,6 +22,10 @@ import (
 // their queues, and answers each call whose queue still has none with a
 // PROVIDER_ERROR envelope that names the queue: the model gets it as the
 // call's result, as any failed call's, and the run goes on.
+//
+// A call an operator approved is checked the same way when its approval is
+// settled (routeApproved); the result is stored in its approval record
+// first, so that every replica settling it publishes the same outcome.
 //
 // The check is made here, where calls are routed, rather than in the agent
 // loop or by a worker: no worker of that queue exists to answer, and the
@@ -87,4 +94,53 @@ func UnservedEnvelope(req *events.CallRequest, queue string, wait time.Duration,
 		TStart: now,
 		TEnd:   now,
 	}
+}
+
+// routeApproved waits for a live worker of an operator-approved call's
+// queue and stores the result in its record (Routed, and Unserved when there
+// was none) by compare-and-set, returning the record and revision the
+// outcome is published from. When another replica stored its result first,
+// that one is returned.
+func (s *Service) routeApproved(ctx context.Context, key string, rec events.ApprovalRecord, rev uint64) (events.ApprovalRecord, uint64, error) {
+	q := cmp.Or(rec.Call.Queue, envelope.DefaultQueue)
+	missing, err := s.workers.Wait(ctx, []string{q}, s.cfg.QueueWait)
+	if err != nil {
+		return rec, rev, err
+	}
+	rec.Routed = true
+	if len(missing) > 0 {
+		rec.Unserved = q
+	}
+	n, err := s.update(ctx, key, &rec, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		// Routed (or settled) meanwhile by another replica: its result holds.
+		cur, gerr := s.approvals.Get(ctx, key)
+		if gerr != nil {
+			return rec, rev, fmt.Errorf("read approval %s: %w", key, gerr)
+		}
+		stored, derr := events.DecodeApprovalRecord(cur.Value())
+		if derr != nil {
+			return rec, rev, events.Permanent(fmt.Errorf("approval %s: %w", key, derr))
+		}
+		if !stored.Routed && !stored.Settled {
+			return rec, rev, fmt.Errorf("approval %s changed while its queue was checked; retrying", key)
+		}
+		return stored, cur.Revision(), nil
+	}
+	if err != nil {
+		return rec, rev, err
+	}
+	if rec.Unserved != "" {
+		s.metrics.unserved.WithLabelValues(q).Inc()
+		s.log.WarnContext(ctx, "no live worker serves the queue of an operator-approved call: answered PROVIDER_ERROR",
+			append(callArgs(&rec.Call), "queue", q, "waited", s.cfg.QueueWait)...)
+	}
+	return rec, n, nil
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Now()
+	}
+	return *t
 }

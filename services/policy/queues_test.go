@@ -92,3 +92,42 @@ func TestQueueWaitConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 45*time.Second, c.QueueWait)
 }
+
+// TestApprovedCallOfAnUnservedQueue: a call an operator approves whose queue
+// has no live worker is answered PROVIDER_ERROR naming the queue, once,
+// however many replicas and sweeps settle its record (the result of the
+// queue check is stored in the record before the outcome goes out).
+func TestApprovedCallOfAnUnservedQueue(t *testing.T) {
+	h := newHarnessConfig(t, Config{Concurrency: 4, ApprovalSweep: 20 * time.Millisecond, PreviewTimeout: time.Second,
+		QueueWait: 300 * time.Millisecond})
+	require.NoError(t, h.reg.Put(t.Context(), registry.Entry{Definition: writerDef()}))
+	require.Eventually(t, func() bool {
+		_, ok := h.svc.catalog.Lookup(envelope.ToolRef{Name: "send_email", Version: "1.0.0"})
+		return ok
+	}, waitFor, 5*time.Millisecond)
+	const runID = "run-appr-unserved"
+	send := turnCall(t, "send_email", "1.0.0", 1)
+	send.Queue = "outbox"
+	required := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approval_required")
+	completed := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.completed")
+	h.publishTurn(newTurn(runID, 1, approvalPolicy, []string{"send_email@1.0.0"}, send))
+	require.Equal(t, send.CallID, decode[events.ApprovalRequest](t, h.nextEvent(required)).CorrelationID)
+
+	h.decide(events.Decision{RunID: runID, CallID: send.CallID, Decision: events.DecisionApprove, By: "alice"})
+	env := decode[envelope.ToolEnvelope](t, h.nextEvent(completed))
+	require.Equal(t, send.CallID, env.CallID)
+	require.NotNil(t, env.Error)
+	require.Equal(t, envelope.CodeProviderError, env.Error.Code)
+	require.Contains(t, env.Error.Message, `no live worker serves queue "outbox"`)
+	pollUntil(t, "the record is settled", func() bool { return h.record(runID, send.CallID).Settled })
+	rec := h.record(runID, send.CallID)
+	require.True(t, rec.Routed)
+	require.Equal(t, "outbox", rec.Unserved)
+
+	// A worker that starts now changes nothing: the outcome is given.
+	h.serve("outbox")
+	h.decideAgain(events.Decision{RunID: runID, CallID: send.CallID, Decision: events.DecisionApprove, By: "alice"})
+	h.drained(events.StreamCalls, DurableDecisions)
+	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved.>"))
+	require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+".*.completed"))
+}
