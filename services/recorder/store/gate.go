@@ -81,6 +81,12 @@ type Admission struct {
 // updates runs as the batch changes them. Writing a batch at once or record
 // by record admits the same records in the same order.
 func Admit(recs []Record, runs map[string]*RunGate, parked map[string][]Parked) Admission {
+	if runs == nil {
+		runs = map[string]*RunGate{}
+	}
+	if parked == nil {
+		parked = map[string][]Parked{}
+	}
 	a := &admitter{runs: runs, pool: parked}
 	for i := range recs {
 		a.admit(Parked{Record: recs[i]})
