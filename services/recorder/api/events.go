@@ -209,8 +209,16 @@ const settleWait = 5 * time.Second
 
 // settled reports whether a run has ended (terminal) and whether every tool
 // call it made has its envelope (complete).
+//
+// A run that was never recorded (its request was refused before the
+// recorder could keep it: a run is made from its request only) has ended
+// when one of its first events is an end (the orchestrator's answer to the
+// refused request): nothing else will come.
 func (a *api) settled(ctx context.Context, id string) (run store.Run, terminal, complete bool) {
 	run, err := a.store.Run(ctx, id)
+	if errors.Is(err, store.ErrRunNotFound) {
+		return a.endedUnrecorded(ctx, id)
+	}
 	if err != nil || !store.IsTerminal(run.Status) {
 		return run, false, false
 	}
@@ -224,6 +232,22 @@ func (a *api) settled(ctx context.Context, id string) (run store.Run, terminal, 
 		}
 	}
 	return run, true, len(calls) >= run.ToolCalls
+}
+
+// endedUnrecorded is settled for a run with events but no run: ended when
+// one of its first events (a page of them) is an end.
+func (a *api) endedUnrecorded(ctx context.Context, id string) (run store.Run, terminal, complete bool) {
+	evs, err := a.store.EventsAfter(ctx, id, 0, streamPage)
+	if err != nil {
+		return store.Run{}, false, false
+	}
+	for _, e := range evs {
+		if e.Type == events.TypeRunCompleted || e.Type == events.TypeRunFailed {
+			t, _ := events.LookupType(e.Type)
+			return store.Run{RunID: id, Status: t.RunStatus}, true, true
+		}
+	}
+	return store.Run{}, false, false
 }
 
 // settleQuiet is how long a settled run's stream waits for stragglers.

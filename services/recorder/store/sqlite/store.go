@@ -138,10 +138,29 @@ func (s *Store) Write(ctx context.Context, recs ...store.Record) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
+	news := make([]store.Record, 0, len(recs))
 	for i := range recs {
-		if err := sqliteWriteRecord(ctx, tx, &recs[i]); err != nil {
+		fresh, err := sqliteInsertEvent(ctx, tx, &recs[i].Event)
+		if err != nil {
 			return classifySQLite(fmt.Errorf("record event %q: %w", recs[i].Event.ID, err))
 		}
+		if fresh {
+			news = append(news, recs[i])
+		}
+	}
+	// The gate (store.Admit): what applies now, what waits for its run's
+	// request or its call's turn, what never applies.
+	adm, err := sqliteAdmit(ctx, tx, news)
+	if err != nil {
+		return err
+	}
+	for i := range adm.Apply {
+		if err := sqliteApply(ctx, tx, &adm.Apply[i]); err != nil {
+			return classifySQLite(fmt.Errorf("record event %q: %w", adm.Apply[i].Event.ID, err))
+		}
+	}
+	if err := sqlitePark(ctx, tx, adm); err != nil {
+		return classifySQLite(err)
 	}
 	if err := tx.Commit(); err != nil {
 		return classifySQLite(fmt.Errorf("commit: %w", err))
@@ -149,13 +168,14 @@ func (s *Store) Write(ctx context.Context, recs ...store.Record) (err error) {
 	return nil
 }
 
-func sqliteWriteRecord(ctx context.Context, tx *sql.Tx, r *store.Record) error {
-	e := &r.Event
+// sqliteInsertEvent inserts an event's row and reports whether it is new (a
+// redelivered event is recorded already, with its effects).
+func sqliteInsertEvent(ctx context.Context, tx *sql.Tx, e *store.EventRow) (bool, error) {
 	var exts *string
 	if len(e.Extensions) > 0 {
 		b, err := json.Marshal(e.Extensions)
 		if err != nil {
-			return err
+			return false, err
 		}
 		v := string(b)
 		exts = &v
@@ -172,13 +192,17 @@ func sqliteWriteRecord(ctx context.Context, tx *sql.Tx, r *store.Record) error {
 		e.ID, sqlstore.NullString(e.RunID), sqlstore.NullString(e.CallID), e.Type, e.Subject, e.Source, fmtTime(e.Time),
 		sqlstore.NullString(e.Stream), seq, exts, sqlstore.JSONText(e.Data), fmtTime(time.Now()))
 	if err != nil {
-		return fmt.Errorf("insert event: %w", err)
+		return false, fmt.Errorf("insert event: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n == 0 {
-		return nil // recorded before, with its effects, in the same transaction
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
 	}
+	return n > 0, nil
+}
+
+// sqliteApply applies a new record's effects.
+func sqliteApply(ctx context.Context, tx *sql.Tx, r *store.Record) error {
 	if r.Run != nil {
 		if err := sqliteUpsertRun(ctx, tx, r.Run); err != nil {
 			return err
@@ -216,9 +240,7 @@ func sqliteWriteRecord(ctx context.Context, tx *sql.Tx, r *store.Record) error {
 // kept in postgres_runs_test.go) in SQLite's dialect: max/min for
 // GREATEST/LEAST (which ignore NULLs in Postgres: spend says so explicitly).
 var sqliteUpsertRunSQL = func() string {
-	wins := "(?16 AND ((" + sqlstore.RunRank("excluded.status") +
-		", excluded.status_at, excluded.status) > (" + sqlstore.RunRank("r.status") +
-		", r.status_at, r.status)))"
+	wins := "(?16 AND " + sqlstore.StatusWins("excluded.status", "excluded.status_at", "r.status", "r.status_at") + ")"
 	takeTenant := "(excluded.org_id IS NOT NULL AND (excluded.request IS NOT NULL OR r.org_id IS NULL))"
 	takeAgent := "(excluded.agent IS NOT NULL AND (excluded.request IS NOT NULL OR r.agent IS NULL))"
 	return `
