@@ -32,6 +32,7 @@ var Base = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // for one subtest, released by t.Cleanup.
 func RunStoreContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 	runContractExtras(t, newStore)
+	runTokenContract(t, newStore)
 	t.Run("RecordsACompletedRun", func(t *testing.T) {
 		s := newStore(t)
 		fx := CompletedRun(t, "run-complete", "weather", TenantA, Base)
