@@ -246,6 +246,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		if listen == "" {
 			listen = "127.0.0.1:0"
 		}
+		// On loopback the recorder needs no configuration; elsewhere it
+		// needs authentication (TOOLWIRE_AUTH) or the loud opt-out.
+		if err := recorder.CheckExposure(listen, st.Recorder.Config()); err != nil {
+			return st, err
+		}
 		var lc net.ListenConfig
 		ln, err := lc.Listen(ctx, "tcp", listen)
 		if err != nil {
