@@ -475,7 +475,7 @@ func callViewOf(runID string, c store.ToolCall, asked *time.Time, evs []store.Ev
 		ErrorCode: c.ErrorCode, Cached: c.Cached, Truncated: c.Truncated, Input: prettyJSON(c.Input),
 		MaterializeURL: base + "/materialize", JSONURL: base, Pending: c.Status != store.CallCompleted,
 		DecideURL: "/runs/" + url.PathEscape(runID) + "/calls/" + url.PathEscape(c.CallID) + "/decision",
-		Queue: c.Queue,
+		Queue:     c.Queue,
 	}
 	if c.Cost != nil && *c.Cost > 0 {
 		cv.Cost = spendLabel(c.Cost)
