@@ -103,7 +103,10 @@ func (c *toolCatalog) list(w http.ResponseWriter, r *http.Request) {
 	// asks about its own (by default), never about another.
 	if p := auth.FromContext(r.Context()); !p.AllTenants() {
 		if tenant.OrgID == "" {
-			tenant.OrgID, tenant.WorkspaceID = p.OrgID, p.WorkspaceID
+			tenant.OrgID = p.OrgID
+		}
+		if tenant.OrgID == p.OrgID && tenant.WorkspaceID == "" {
+			tenant.WorkspaceID = p.WorkspaceID
 		}
 		if !p.Sees(tenant) {
 			writeError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("no tenant %s/%s", tenant.OrgID, tenant.WorkspaceID))
