@@ -5,6 +5,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,6 +124,18 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 			st = nil
 		}
 	}()
+	if o.DatabaseURL != "" {
+		// On loopback the recorder needs no configuration; elsewhere it
+		// needs authentication (TOOLWIRE_AUTH) or the loud opt-out. Checked
+		// before anything starts.
+		cfg, err := recorder.ConfigFromEnv(o.Getenv)
+		if err != nil {
+			return st, fmt.Errorf("stack: recorder configuration: %w", err)
+		}
+		if err := recorder.CheckExposure(cmp.Or(o.HTTPListen, "127.0.0.1:0"), cfg); err != nil {
+			return st, err
+		}
+	}
 	st.URL = o.NATSURL
 	if st.URL == "" {
 		if o.DataDir == "" {
@@ -245,11 +258,6 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		listen := o.HTTPListen
 		if listen == "" {
 			listen = "127.0.0.1:0"
-		}
-		// On loopback the recorder needs no configuration; elsewhere it
-		// needs authentication (TOOLWIRE_AUTH) or the loud opt-out.
-		if err := recorder.CheckExposure(listen, st.Recorder.Config()); err != nil {
-			return st, err
 		}
 		var lc net.ListenConfig
 		ln, err := lc.Listen(ctx, "tcp", listen)
