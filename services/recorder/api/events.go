@@ -207,6 +207,13 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 		case <-changed:
 		case <-poll.C:
 		case <-beat.C:
+			// The credentials are checked again at each heartbeat: a token
+			// revoked (or expired) meanwhile ends the stream, and the
+			// client's reconnection is refused.
+			if _, err := a.opts.Auth.Authenticate(r); err != nil {
+				a.log.Info("event stream: credentials no longer valid; closing", "run_id", id, "err", err)
+				return
+			}
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
 				return
 			}

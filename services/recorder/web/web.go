@@ -445,7 +445,7 @@ func (p *pages) buildRunView(ctx context.Context, id string, who auth.Principal)
 			}
 		}
 		cv := callViewOf(id, c, asked, byCall[c.CallID])
-		cv.Decide = canDecide && cv.Approval == "pending"
+		cv.Decide = canDecide && cv.Approval == "pending" && c.Status != store.CallCompleted // not timed out
 		if c.Iteration == nil {
 			v.Loose = append(v.Loose, cv)
 			continue
