@@ -168,6 +168,11 @@ func TestAuthMatrix(t *testing.T) {
 		row{http.MethodGet, "/v1/tools", [5]int{unauthorized, ok, ok, ok, ok}},
 		row{http.MethodGet, "/v1/tools?org_id=" + storetest.TenantA.OrgID, [5]int{unauthorized, ok, notFound, ok, ok}},
 		row{http.MethodGet, "/v1/admin/tools", [5]int{unauthorized, forbidden, forbidden, forbidden, ok}},
+		// The admin routes' writes (the bodies are not valid: 400 for the
+		// admin, whom the role check lets through).
+		row{http.MethodPost, "/v1/admin/tools", [5]int{unauthorized, forbidden, forbidden, forbidden, http.StatusBadRequest}},
+		row{http.MethodGet, "/v1/admin/tools/ghost@1.0.0", [5]int{unauthorized, forbidden, forbidden, forbidden, notFound}},
+		row{http.MethodPut, "/v1/admin/tools/ghost@1.0.0/state", [5]int{unauthorized, forbidden, forbidden, forbidden, http.StatusBadRequest}},
 		row{http.MethodGet, "/v1/openapi.yaml", [5]int{ok, ok, ok, ok, ok}},
 		row{http.MethodGet, "/", [5]int{unauthorized, ok, ok, ok, ok}},
 		row{http.MethodGet, "/login", [5]int{ok, ok, ok, ok, ok}},
@@ -187,6 +192,14 @@ func TestAuthMatrix(t *testing.T) {
 			if c.name == "viewer B" && strings.Contains(body, "matrix-run-a") && !strings.Contains(r.path, "matrix-run-a") {
 				t.Errorf("%s %s as viewer B shows A's run: %.300s", r.method, r.path, body)
 			}
+		}
+	}
+
+	// A viewer of another workspace of A's org does not see A's run either.
+	otherWS := issue(auth.TokenSpec{Name: "viewer-a-ws9", OrgID: storetest.TenantA.OrgID, WorkspaceID: "ws-9", Role: auth.RoleViewer})
+	for _, p := range ofA {
+		if status, body := do(http.MethodGet, p, otherWS); status != notFound {
+			t.Errorf("GET %s as a viewer of %s/ws-9: %d, want 404: %.300s", p, storetest.TenantA.OrgID, status, body)
 		}
 	}
 
