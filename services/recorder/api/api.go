@@ -184,7 +184,7 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := auth.FromContext(r.Context())
-	if !scopeFilter(p, &f) {
+	if !ScopeFilter(p, &f) {
 		writeJSON(w, http.StatusOK, apitypes.RunListJSON{Runs: []apitypes.RunJSON{}})
 		return
 	}
@@ -200,9 +200,10 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// scopeFilter narrows f to what p sees, and reports false when f asks for
-// another tenant's runs (the answer is then empty).
-func scopeFilter(p auth.Principal, f *store.RunFilter) bool {
+// ScopeFilter narrows f to the runs p sees, and reports false when f asks
+// for another tenant's runs (the answer is then empty). The runs list of the
+// API and of the pages apply it.
+func ScopeFilter(p auth.Principal, f *store.RunFilter) bool {
 	if p.AllTenants() {
 		return true
 	}
@@ -218,9 +219,6 @@ func scopeFilter(p auth.Principal, f *store.RunFilter) bool {
 	}
 	return true
 }
-
-// ScopeFilter is scopeFilter for the runs page (package web).
-func ScopeFilter(p auth.Principal, f *store.RunFilter) bool { return scopeFilter(p, f) }
 
 // ParseRunFilter reads the filters of GET /v1/runs (and of the runs page).
 func ParseRunFilter(q url.Values) (store.RunFilter, error) {

@@ -92,14 +92,6 @@ func (p Principal) Sees(t envelope.Tenant) bool {
 // Can reports whether p's role is at least r.
 func (p Principal) Can(r Role) bool { return p.Role.rank() >= r.rank() && r.rank() > 0 }
 
-// Tenant is the tenant p is bound to (zero for an operator).
-func (p Principal) Tenant() envelope.Tenant {
-	if p.AllTenants() {
-		return envelope.Tenant{}
-	}
-	return envelope.Tenant{OrgID: p.OrgID, WorkspaceID: p.WorkspaceID}
-}
-
 // Errors of authentication. Their messages are safe to show the client.
 var (
 	// ErrNoCredentials: the request carries no credentials and they are
