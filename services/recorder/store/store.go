@@ -29,6 +29,9 @@ import (
 // pins down the rules below: postgres.Store (production) and sqlite.Store (the
 // embedded default of `toolwire dev`).
 type Store interface {
+	// Tokens keeps the API's tokens (tokens.go).
+	Tokens
+
 	// Write stores the records in one transaction: all of them or none. A
 	// record whose event id is already stored changes nothing, so a redelivered
 	// event is harmless. Every new record's event is stored; its effects pass
