@@ -51,15 +51,7 @@ func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
 	defer rows.Close()
-	var out []store.Token
-	for rows.Next() {
-		t, err := scanToken(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return sqlstore.Collect(rows, "list tokens", func(rows pgx.Rows) (store.Token, error) { return scanToken(rows) })
 }
 
 // RevokeToken implements store.Tokens.

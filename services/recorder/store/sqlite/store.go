@@ -403,18 +403,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []store.Run{}
-	for rows.Next() {
-		run, err := sqliteScanRun(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list runs: %w", err)
-		}
-		out = append(out, run)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	return out, nil
+	return sqlstore.Collect(rows, "list runs", func(rows *sql.Rows) (store.Run, error) { return sqliteScanRun(rows) })
 }
 
 // CompletedRuns implements Store.
@@ -429,20 +418,12 @@ func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before t
 		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []store.Run{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, "completed runs of "+orgID+"/"+agent, func(rows *sql.Rows) (store.Run, error) {
 		var outputs, pinned, blob sql.NullString
 		run, err := sqliteScanRun(rows, &outputs, &pinned, &blob)
-		if err != nil {
-			return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
-		}
 		run.Outputs, run.Pinned, run.OutputsBlob = rawJSON(outputs), rawJSON(pinned), rawJSON(blob)
-		out = append(out, run)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
-	}
-	return out, nil
+		return run, err
+	})
 }
 
 const sqliteCallOrder = `ORDER BY seq IS NULL, seq, t_start IS NULL, t_start, call_id`
@@ -523,18 +504,11 @@ func (s *Store) Envelopes(ctx context.Context, runID string) ([]json.RawMessage,
 		return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []json.RawMessage{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, fmt.Sprintf("envelopes of %q", runID), func(rows *sql.Rows) (json.RawMessage, error) {
 		var b string
-		if err := rows.Scan(&b); err != nil {
-			return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
-		}
-		out = append(out, json.RawMessage(b))
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
-	}
-	return out, nil
+		err := rows.Scan(&b)
+		return json.RawMessage(b), err
+	})
 }
 
 // Events implements Store.
@@ -602,20 +576,13 @@ func (s *Store) Turns(ctx context.Context, runID string) ([]store.TurnRow, error
 		return nil, fmt.Errorf("model turns of %q: %w", runID, err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []store.TurnRow{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, fmt.Sprintf("model turns of %q", runID), func(rows *sql.Rows) (store.TurnRow, error) {
 		t := store.TurnRow{RunID: runID}
 		var b string
-		if err := rows.Scan(&t.Iteration, &b); err != nil {
-			return nil, fmt.Errorf("model turns of %q: %w", runID, err)
-		}
+		err := rows.Scan(&t.Iteration, &b)
 		t.Turn = json.RawMessage(b)
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("model turns of %q: %w", runID, err)
-	}
-	return out, nil
+		return t, err
+	})
 }
 
 // Verdicts implements Store.
@@ -628,20 +595,13 @@ func (s *Store) Verdicts(ctx context.Context, runID string) ([]store.VerdictRow,
 		return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []store.VerdictRow{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, fmt.Sprintf("verdicts of %q", runID), func(rows *sql.Rows) (store.VerdictRow, error) {
 		v := store.VerdictRow{RunID: runID}
 		var code, reason sql.NullString
-		if err := rows.Scan(&v.Iteration, &v.Allowed, &code, &reason); err != nil {
-			return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
-		}
+		err := rows.Scan(&v.Iteration, &v.Allowed, &code, &reason)
 		v.Code, v.Reason = code.String, reason.String
-		out = append(out, v)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
-	}
-	return out, nil
+		return v, err
+	})
 }
 
 // RunTools implements Store.
@@ -654,20 +614,13 @@ func (s *Store) RunTools(ctx context.Context, runID string) ([]store.ToolDefRow,
 		return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []store.ToolDefRow{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, fmt.Sprintf("tool definitions of %q", runID), func(rows *sql.Rows) (store.ToolDefRow, error) {
 		d := store.ToolDefRow{RunID: runID}
 		var b string
-		if err := rows.Scan(&d.Name, &d.Version, &b); err != nil {
-			return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
-		}
+		err := rows.Scan(&d.Name, &d.Version, &b)
 		d.Definition = json.RawMessage(b)
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
-	}
-	return out, nil
+		return d, err
+	})
 }
 
 func fmtTime(t time.Time) string { return t.UTC().Format(timeLayout) }

@@ -145,3 +145,28 @@ func Migrate(ctx context.Context, dialect goose.Dialect, db *sql.DB, files fs.FS
 	}
 	return res, nil
 }
+
+// Rows is the part of a result set Collect reads: pgx.Rows and *sql.Rows
+// both have it.
+type Rows interface {
+	Next() bool
+	Err() error
+}
+
+// Collect scans every row of rows with scan and returns them in order (an
+// empty slice, never nil, when there is none); a failure is wrapped with
+// what ("verdicts of \"run-1\"").
+func Collect[R Rows, T any](rows R, what string, scan func(R) (T, error)) ([]T, error) {
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
