@@ -5,6 +5,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -140,6 +141,18 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 			st = nil
 		}
 	}()
+	if o.DatabaseURL != "" {
+		// On loopback the recorder needs no configuration; elsewhere it
+		// needs authentication (TOOLWIRE_AUTH) or the loud opt-out. Checked
+		// before anything starts.
+		cfg, err := recorder.ConfigFromEnv(o.Getenv)
+		if err != nil {
+			return st, fmt.Errorf("stack: recorder configuration: %w", err)
+		}
+		if err := recorder.CheckExposure(cmp.Or(o.HTTPListen, "127.0.0.1:0"), cfg); err != nil {
+			return st, err
+		}
+	}
 	if o.DataDir != "" {
 		if st.unlock, err = lockDataDir(o.DataDir); err != nil {
 			return st, fmt.Errorf("stack: %w", err)

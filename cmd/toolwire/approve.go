@@ -1,25 +1,24 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/user"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/toolwire/toolwire/pkg/events"
 )
 
-// Errors of the decision commands.
+// Errors of the decision commands (package events decides for the CLI and
+// the recorder's page alike).
 var (
-	errNoApproval     = errors.New("no such call awaits approval")
-	errAlreadyDecided = errors.New("the call was already decided")
+	errNoApproval     = events.ErrNoApproval
+	errAlreadyDecided = events.ErrAlreadyDecided
 )
 
 // newDecisionCmd is `toolwire approve|deny|revise RUN_ID CALL_ID`.
@@ -40,11 +39,13 @@ func newDecisionCmd(kind events.DecisionKind) *cobra.Command {
 		Long: short + `.
 
 The call must await approval (see toolwire approvals): a decision for an unknown
-call, or for a call already decided or timed out, is refused. The decision is the
+call, or for a call already decided or timed out, is refused. CALL_ID may be the
+short id that toolwire approvals and the timeline page show (its first 12 hex
+digits; at least 6) when no other call of the run starts with it. The decision is the
 event toolwire.call.<run_id>.<call_id>.decided; the Policy Guard applies it.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := events.Decision{RunID: args[0], CallID: args[1], Decision: kind, Note: note, By: by}
+			d := events.Decision{RunID: args[0], CallID: strings.ToLower(args[1]), Decision: kind, Note: note, By: by}
 			if d.By == "" {
 				d.By = operatorName()
 			}
@@ -56,11 +57,14 @@ event toolwire.call.<run_id>.<call_id>.decided; the Policy Guard applies it.`,
 				return err
 			}
 			defer done()
-			rec, err := pendingApproval(ctx, js, d.RunID, d.CallID)
+			if d.CallID, err = events.ResolveCallID(ctx, js, d.RunID, d.CallID); err != nil {
+				return err
+			}
+			rec, err := events.PendingApproval(ctx, js, d.RunID, d.CallID)
 			if err != nil {
 				return err
 			}
-			if err := publishDecision(ctx, js, d, rec); err != nil {
+			if err := events.PublishDecision(ctx, js, "/toolwire/cli", d, rec); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: call %s of run %s (%s@%s, agent %s)\n", pastTense(kind), d.CallID, d.RunID,
@@ -93,74 +97,6 @@ func operatorName() string {
 		return u.Username
 	}
 	return os.Getenv("USER")
-}
-
-// pendingApproval reads the call's approval record and checks that it still
-// awaits a decision.
-func pendingApproval(ctx context.Context, js jetstream.JetStream, runID, callID string) (events.ApprovalRecord, error) {
-	key, err := events.ApprovalKey(runID, callID)
-	if err != nil {
-		return events.ApprovalRecord{}, err
-	}
-	kv, err := js.KeyValue(ctx, events.BucketApprovals)
-	if err != nil {
-		return events.ApprovalRecord{}, fmt.Errorf("open approvals: %w (is toolwire provisioned on this NATS?)", err)
-	}
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return events.ApprovalRecord{}, fmt.Errorf("%w: call %s of run %s is unknown, or needed no approval", errNoApproval, callID, runID)
-	}
-	if err != nil {
-		return events.ApprovalRecord{}, fmt.Errorf("read approval: %w", err)
-	}
-	rec, err := events.DecodeApprovalRecord(e.Value())
-	if err != nil {
-		return rec, err
-	}
-	if !rec.Pending() {
-		return rec, fmt.Errorf("%w: call %s of run %s was %s", errAlreadyDecided, callID, runID, decidedAs(&rec))
-	}
-	if !time.Now().Before(rec.Deadline) {
-		return rec, fmt.Errorf("%w: the approval of call %s of run %s timed out at %s (a denial)", errAlreadyDecided,
-			callID, runID, rec.Deadline.Format(time.RFC3339))
-	}
-	return rec, nil
-}
-
-func decidedAs(rec *events.ApprovalRecord) string {
-	if rec.State == events.ApprovalExpired {
-		return "denied: its approval timed out"
-	}
-	s := string(rec.State)
-	if rec.Decision != nil && rec.Decision.By != "" {
-		s += " by " + rec.Decision.By
-	}
-	if rec.DecidedAt != nil {
-		s += " at " + rec.DecidedAt.Format(time.RFC3339)
-	}
-	return s
-}
-
-// publishDecision publishes the decided event. Its id is one per call: a
-// decision already published (by anyone) within the stream's duplicate
-// window is reported, not published twice.
-func publishDecision(ctx context.Context, js jetstream.JetStream, d events.Decision, rec events.ApprovalRecord) error {
-	out, err := events.NewDecided("/toolwire/cli", d, rec.Call.Tenant, rec.Trace)
-	if err != nil {
-		return err
-	}
-	m, err := events.Encode(out.Subject, &out.Event)
-	if err != nil {
-		return err
-	}
-	ack, err := js.PublishMsg(ctx, m)
-	if err != nil {
-		return fmt.Errorf("publish the decision: %w", err)
-	}
-	if ack.Duplicate {
-		return fmt.Errorf("%w: a decision for call %s of run %s was already published", errAlreadyDecided, d.CallID, d.RunID)
-	}
-	return nil
 }
 
 // newApprovalsCmd is `toolwire approvals`: the calls that await a decision.
@@ -203,7 +139,8 @@ func newApprovalsCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "RUN\tCALL\tTOOL\tAGENT\tSTATE\tDEADLINE\tARGUMENTS")
 			for _, r := range recs {
-				fmt.Fprintf(tw, "%s\t%s\t%s@%s\t%s\t%s\t%s\t%s\n", r.Call.RunID, r.Call.CallID, r.Request.ToolName,
+				// The short call id: toolwire approve takes it.
+				fmt.Fprintf(tw, "%s\t%s\t%s@%s\t%s\t%s\t%s\t%s\n", r.Call.RunID, events.ShortCallID(r.Call.CallID), r.Request.ToolName,
 					r.Request.ToolVersion, r.Request.AgentName, r.State, r.Deadline.Format(time.RFC3339), clip(r.Request.ArgsSummary, 80))
 			}
 			return tw.Flush()

@@ -115,10 +115,37 @@ func TestDecisionCommands(t *testing.T) {
 	_, err = cli(t, env.URL, "", "approve", "bad.run", "ab")
 	require.ErrorContains(t, err, `run_id "bad.run" must be`)
 
+	// A short call id is accepted when it names one call of the run, as
+	// approvals and the timeline page show it.
+	short := pending("cli-short", later)
+	out, err := cli(t, env.URL, "", "approve", "cli-short", events.ShortCallID(short), "--by", "carol")
+	require.NoError(t, err, out)
+	require.Equal(t, "approved: call "+short+" of run cli-short (send_email@1.0.0, agent mailer)\n", out)
+	require.Equal(t, short, decided("cli-short", short).CallID)
+	for _, id := range []string{"abcdef0123", "abcdef0456"} {
+		k, err := events.ApprovalKey("cli-twins", id)
+		require.NoError(t, err)
+		b, err := json.Marshal(events.ApprovalRecord{State: events.ApprovalPending, Deadline: later,
+			Call: events.CallRequest{RunID: "cli-twins", CallID: id, Tenant: tenant}})
+		require.NoError(t, err)
+		_, err = kv.Put(t.Context(), k, b)
+		require.NoError(t, err)
+	}
+	_, err = cli(t, env.URL, "", "approve", "cli-twins", "abcdef0")
+	require.ErrorIs(t, err, events.ErrAmbiguousCall)
+	require.ErrorContains(t, err, "abcdef0123, abcdef0456")
+	_, err = cli(t, env.URL, "", "approve", "cli-twins", "abcd")
+	require.ErrorIs(t, err, errNoApproval)
+	require.ErrorContains(t, err, "at least 6")
+	out, err = cli(t, env.URL, "", "deny", "cli-twins", "ABCDEF04")
+	require.NoError(t, err, out)
+	require.Equal(t, "abcdef0456", decided("cli-twins", "abcdef0456").CallID)
+
 	// approvals lists what waits (here no guard runs: the published
 	// decisions are not applied, and those calls still wait).
-	out, err := cli(t, env.URL, "", "approvals")
+	out, err = cli(t, env.URL, "", "approvals")
 	require.NoError(t, err)
+	require.Contains(t, out, events.ShortCallID(callID)+" ", "approvals shows the short call id")
 	require.Contains(t, out, "cli-approve")
 	require.NotContains(t, out, "cli-decided", "a decided call does not wait")
 	require.NotContains(t, out, "cli-expired", "nor does an expired one")

@@ -27,6 +27,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newDLQCmd()) // dlq.go
 	root.AddCommand(newProvisionCmd())
 	root.AddCommand(newReplayCmd()) // replay.go
+	root.AddCommand(newTokensCmd()) // tokens.go
 	root.AddCommand(newDevCmd(), newRunCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",

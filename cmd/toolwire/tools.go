@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -53,13 +55,15 @@ func newToolsCmd() *cobra.Command {
 keyed name@version, with a lifecycle state (active, deprecated, blocked) that every
 service watches. A new version is a new entry; older versions stay callable until
 blocked. Changes take effect on running services at once.`
+	var js jetstream.JetStream // the connection of the command running
 	withRegistry := func(run func(ctx context.Context, cmd *cobra.Command, reg *registry.Registry, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
-			ctx, _, js, done, err := n.connect(cmd.Context())
+			ctx, _, conn, done, err := n.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer done()
+			js = conn
 			reg, err := registry.Open(ctx, js)
 			if err != nil {
 				return err
@@ -86,10 +90,17 @@ blocked. Changes take effect on running services at once.`
 				return err
 			}
 			entries = registry.Select(entries, f)
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), entries)
+			// Each tool's queue and the live workers serving it (their
+			// heartbeats); a server without them lists no workers.
+			ws, err := registry.ListWorkers(ctx, js, time.Now())
+			if err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: no worker heartbeats: %v\n", err)
 			}
-			return printTools(cmd.OutOrStdout(), entries)
+			listed := listedTools(entries, registry.ByQueue(ws))
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), listed)
+			}
+			return printTools(cmd.OutOrStdout(), listed)
 		}),
 	}
 	list.Flags().StringVar(&search, "search", "", "keep tools whose name or description holds this text (any case)")
@@ -191,16 +202,38 @@ func toolFilter(search, category, state string) (registry.Filter, error) {
 	return f, nil
 }
 
-func printTools(w io.Writer, entries []registry.Entry) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tSTATE\tCATEGORY\tSIDE EFFECTS\tSECRETS\tDESCRIPTION")
+// listedTool is a registry entry as `tools list` shows it: with its queue
+// and the live workers that serve the queue.
+type listedTool struct {
+	registry.Entry
+	Queue   string            `json:"queue"`
+	Workers []registry.Worker `json:"workers"`
+}
+
+func listedTools(entries []registry.Entry, byQueue map[string][]registry.Worker) []listedTool {
+	out := make([]listedTool, 0, len(entries))
 	for _, e := range entries {
-		d := e.Definition
+		q := cmp.Or(e.Definition.Queue, envelope.DefaultQueue)
+		out = append(out, listedTool{Entry: e, Queue: q, Workers: append([]registry.Worker{}, byQueue[q]...)})
+	}
+	return out
+}
+
+func printTools(w io.Writer, tools []listedTool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tSTATE\tCATEGORY\tSIDE EFFECTS\tSECRETS\tQUEUE\tWORKERS\tDESCRIPTION")
+	for _, t := range tools {
+		d := t.Definition
 		sec := strings.Join(d.RequiredSecrets, ",")
 		if sec == "" {
 			sec = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Ref(), e.State, d.Metadata.Category, d.Metadata.SideEffects, sec, clip(firstLine(d.Description), 60))
+		workers := "none" // no live worker: its calls fail after the guard's queue wait
+		if len(t.Workers) > 0 {
+			workers = strconv.Itoa(len(t.Workers))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Ref(), t.State, d.Metadata.Category, d.Metadata.SideEffects, sec,
+			t.Queue, workers, clip(firstLine(d.Description), 60))
 	}
 	return tw.Flush()
 }

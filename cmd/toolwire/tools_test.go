@@ -125,9 +125,18 @@ func TestToolsCommands(t *testing.T) {
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3, out)
-	require.Regexp(t, `^TOOL\s+STATE\s+CATEGORY\s+SIDE EFFECTS\s+SECRETS\s+DESCRIPTION$`, lines[0])
-	require.Regexp(t, `^weather@1.0.0\s+deprecated\s+api\s+reads\s+WEATHER_KEY\s+Current weather for a city.$`, lines[1])
+	require.Regexp(t, `^TOOL\s+STATE\s+CATEGORY\s+SIDE EFFECTS\s+SECRETS\s+QUEUE\s+WORKERS\s+DESCRIPTION$`, lines[0])
+	require.Regexp(t, `^weather@1.0.0\s+deprecated\s+api\s+reads\s+WEATHER_KEY\s+default\s+none\s+Current weather for a city.$`, lines[1])
 	require.Regexp(t, `^weather@2.0.0\s+active\s+`, lines[2])
+
+	// Each tool's queue shows its live workers.
+	for _, id := range []string{"a1", "b2"} {
+		require.NoError(t, registry.Beat(t.Context(), env.JS, registry.Worker{Queue: envelope.DefaultQueue, Instance: id,
+			ID: "executor-" + id, TTL: registry.MaxWorkerTTL}, time.Now()))
+	}
+	out, err = cli(t, env.URL, "", "tools", "list", "--search", "weather")
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^weather@1.0.0\s+deprecated\s+api\s+reads\s+WEATHER_KEY\s+default\s+2\s+Current`, out)
 
 	out, err = cli(t, env.URL, "", "tools", "list", "--state", "deprecated", "--json")
 	require.NoError(t, err)
@@ -135,6 +144,14 @@ func TestToolsCommands(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &entries))
 	require.Len(t, entries, 1)
 	require.Equal(t, "weather", entries[0].Definition.Name)
+	var listed []struct {
+		Queue   string            `json:"queue"`
+		Workers []registry.Worker `json:"workers"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &listed))
+	require.Equal(t, envelope.DefaultQueue, listed[0].Queue)
+	require.Len(t, listed[0].Workers, 2)
+	require.Equal(t, "executor-a1", listed[0].Workers[0].ID)
 	_, err = cli(t, env.URL, "", "tools", "list", "--state", "gone")
 	require.ErrorContains(t, err, `--state "gone" is not one of active, deprecated, blocked`)
 	_, err = cli(t, env.URL, "", "tools", "list", "--category", "misc")

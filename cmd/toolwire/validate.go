@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -31,7 +33,9 @@ a compile-time check of a workflow:
                      blocked (the run would be refused).
   warnings (exit 0): an enabled tool that is deprecated (still callable); a tool
                      whose side effects are above the agent's ceiling, or that needs
-                     scopes the policy does not grant (its calls would be denied).`,
+                     scopes the policy does not grant (its calls would be denied); a
+                     tool whose queue no live worker serves (its calls would fail
+                     with PROVIDER_ERROR after the guard's queue wait).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, err := readJSONOrYAML(args[0], cmd.InOrStdin())
@@ -55,7 +59,12 @@ a compile-time check of a workflow:
 			if err != nil {
 				return err
 			}
-			f := checkAgent(agent, registry.LookupIn(entries))
+			ws, werr := registry.ListWorkers(ctx, js, time.Now())
+			served := registry.ByQueue(ws)
+			f := checkAgent(agent, registry.LookupIn(entries), func(q string) bool { return werr != nil || len(served[q]) > 0 })
+			if werr != nil {
+				f.Warnings = append(f.Warnings, fmt.Sprintf("the queues' workers are unknown (no heartbeats: %v)", werr))
+			}
 			if asJSON {
 				if err := printJSON(cmd.OutOrStdout(), f); err != nil {
 					return err
@@ -124,8 +133,9 @@ func decodeAgentConfig(b []byte) (envelope.Agent, error) {
 }
 
 // checkAgent checks an agent's enabled tools against the registry: their
-// lifecycle (registry.CheckTools) and what the guard will say of their calls.
-func checkAgent(a envelope.Agent, lookup func(envelope.ToolRef) (registry.Entry, bool)) registry.Findings {
+// lifecycle (registry.CheckTools), what the guard will say of their calls,
+// and whether a live worker serves their queue (served).
+func checkAgent(a envelope.Agent, lookup func(envelope.ToolRef) (registry.Entry, bool), served func(queue string) bool) registry.Findings {
 	f := registry.CheckTools(lookup, a.EnabledTools)
 	ceiling := a.Policy.SideEffectCeiling()
 	for _, s := range a.EnabledTools {
@@ -138,6 +148,10 @@ func checkAgent(a envelope.Agent, lookup func(envelope.ToolRef) (registry.Entry,
 			continue
 		}
 		d := e.Definition
+		if q := cmp.Or(d.Queue, envelope.DefaultQueue); !served(q) {
+			f.Warnings = append(f.Warnings, fmt.Sprintf("tool %s runs on queue %q, which no live worker serves: its calls will fail with PROVIDER_ERROR until one starts",
+				ref, q))
+		}
 		if d.Metadata.SideEffects.Rank() > ceiling.Rank() {
 			f.Warnings = append(f.Warnings, fmt.Sprintf("tool %s has side effects %q, above the agent's ceiling %q: its calls will be denied",
 				ref, d.Metadata.SideEffects, ceiling))

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -33,6 +34,9 @@ func TestValidateCommand(t *testing.T) {
 	} {
 		require.NoError(t, reg.Put(t.Context(), e))
 	}
+	// The default queue has a live worker.
+	require.NoError(t, registry.Beat(t.Context(), env.JS, registry.Worker{Queue: envelope.DefaultQueue, Instance: "w1",
+		ID: "executor-1", TTL: registry.MaxWorkerTTL}, time.Now()))
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
@@ -64,6 +68,19 @@ func TestValidateCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "warning: tool send_email@1.0.0 has side effects \"writes\", above the agent's ceiling \"reads\": its calls will be denied\n"+
 		"warning: tool send_email@1.0.0 needs scopes the policy does not grant (email:send): its calls will be denied\n", out)
+
+	// A tool on a queue nobody serves: its calls would fail.
+	upper := def("upper", envelope.SideEffectsNone)
+	upper.Queue = "text"
+	require.NoError(t, reg.Put(t.Context(), registry.Entry{Definition: upper}))
+	out, err = cli(t, env.URL, "", "validate", write("text.json", agent(`"search@1.0.0","upper@1.0.0"`, "")))
+	require.NoError(t, err)
+	require.Equal(t, "warning: tool upper@1.0.0 runs on queue \"text\", which no live worker serves: its calls will fail with PROVIDER_ERROR until one starts\n", out)
+	require.NoError(t, registry.Beat(t.Context(), env.JS, registry.Worker{Queue: "text", Instance: "w2",
+		ID: "worker-1", TTL: registry.MaxWorkerTTL}, time.Now()))
+	out, err = cli(t, env.URL, "", "validate", write("text.json", agent(`"search@1.0.0","upper@1.0.0"`, "")))
+	require.NoError(t, err)
+	require.Equal(t, "ok: agent researcher, 2 enabled tools\n", out)
 
 	// A whole run request, in YAML, with --json.
 	yml := `run_id: r1

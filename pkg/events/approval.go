@@ -192,6 +192,14 @@ type ApprovalRecord struct {
 	Decision  *Decision  `json:"decision,omitempty"`
 	DecidedAt *time.Time `json:"decided_at,omitempty"`
 	Settled   bool       `json:"settled,omitempty"`
+	// Routed is set once the guard has checked that the approved call's
+	// queue has a live worker; Unserved then names the queue when it had
+	// none within the guard's queue wait, and the call's outcome is a
+	// PROVIDER_ERROR completion instead of its approval. Both are stored
+	// (compare-and-set) before the outcome is published, so that every
+	// replica that settles the record publishes the same outcome.
+	Routed   bool   `json:"routed,omitempty"`
+	Unserved string `json:"unserved,omitempty"`
 	// Trace is the run's trace, for the events published on a decision.
 	Trace RunTrace `json:"trace,omitzero"`
 }

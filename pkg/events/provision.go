@@ -21,11 +21,15 @@ const (
 	BucketRate     = "toolwire_rate"      // rate-limit token buckets, CAS
 	BucketSecrets  = "toolwire_secrets"   // sealed secrets
 	BucketOutcomes = "toolwire_outcomes"  // outcomes of side-effecting calls
+	BucketWorkers  = "toolwire_workers"   // worker heartbeats, queue.instance keys, per-key TTL
 	ObjectBlobs    = "toolwire_blobs"     // oversized outputs
 	// ObjectDeadLetters holds the whole of a dead letter too large for a
 	// message of its own (dlq.go); nothing serves it over HTTP.
 	ObjectDeadLetters = "toolwire_dead_letters"
 )
+
+// MaxWorkerValue bounds one worker heartbeat in BucketWorkers.
+const MaxWorkerValue = 16 << 10
 
 // StoreConfig sets the durability of what Provision creates.
 type StoreConfig struct {
@@ -145,7 +149,15 @@ func (c StoreConfig) KVConfigs() []jetstream.KeyValueConfig {
 	outcomes.TTL = c.MaxAge
 	approvals := mk(BucketApprovals, "toolwire tool call approvals: run.call -> pending or decided", 1)
 	approvals.TTL = c.MaxAge
-	return []jetstream.KeyValueConfig{runs, tools, cache, rate, secrets, outcomes, approvals}
+	// One key per serving worker and queue, each beat carrying its own TTL
+	// (registry.Beat): a worker that dies is gone within its TTL. The bucket
+	// stays small whatever happens: one value per key, each at most
+	// MaxWorkerValue, none older than an hour.
+	workers := mk(BucketWorkers, "toolwire worker heartbeats: queue.instance -> the live worker", 1)
+	workers.LimitMarkerTTL = time.Minute // enables per-key TTL
+	workers.TTL = time.Hour
+	workers.MaxValueSize = MaxWorkerValue
+	return []jetstream.KeyValueConfig{runs, tools, cache, rate, secrets, outcomes, approvals, workers}
 }
 
 // ObjectConfigs returns the configurations of toolwire's object stores.

@@ -16,7 +16,7 @@ import (
 )
 
 var allBuckets = []string{events.BucketRunState, events.BucketTools, events.BucketCache,
-	events.BucketRate, events.BucketSecrets, events.BucketOutcomes, events.BucketApprovals}
+	events.BucketRate, events.BucketSecrets, events.BucketOutcomes, events.BucketApprovals, events.BucketWorkers}
 
 // streamState is what must not change when Provision runs again.
 type streamState struct {
@@ -51,7 +51,7 @@ func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
 	after := snapshot(ctx, t, env.JS)
 	require.Equal(t, before, after, "provisioning again changes nothing")
 
-	// Four event streams, seven buckets and two object stores.
+	// Four event streams, eight buckets and two object stores.
 	names := make([]string, 0, len(after))
 	for n := range after {
 		names = append(names, n)
@@ -59,7 +59,7 @@ func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
 	slices.Sort(names)
 	require.Equal(t, []string{
 		"KV_" + events.BucketApprovals, "KV_" + events.BucketCache, "KV_" + events.BucketOutcomes, "KV_" + events.BucketRate,
-		"KV_" + events.BucketRunState, "KV_" + events.BucketSecrets, "KV_" + events.BucketTools,
+		"KV_" + events.BucketRunState, "KV_" + events.BucketSecrets, "KV_" + events.BucketTools, "KV_" + events.BucketWorkers,
 		"OBJ_" + events.ObjectBlobs, "OBJ_" + events.ObjectDeadLetters,
 		events.StreamCalls, events.StreamDLQ, events.StreamRuns, events.StreamSandbox,
 	}, names)

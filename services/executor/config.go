@@ -44,6 +44,9 @@ const (
 	// EnvQueues lists the queues the executor serves, comma-separated
 	// (Config.Queues).
 	EnvQueues = "TOOLWIRE_EXECUTOR_QUEUES"
+	// EnvHeartbeat is how often the executor heartbeats its queues
+	// (Config.Heartbeat).
+	EnvHeartbeat = "TOOLWIRE_EXECUTOR_HEARTBEAT"
 )
 
 // Defaults and limits of Config.
@@ -86,6 +89,12 @@ const (
 	DefaultStartedAfter = 250 * time.Millisecond
 	// maxQueues bounds Queues: each is a consumer of its own.
 	maxQueues = 64
+	// DefaultHeartbeat is how often the executor heartbeats its queues: a
+	// worker that dies drops out of its queues within three of them.
+	DefaultHeartbeat = 5 * time.Second
+	// heartbeatTTLs is how many heartbeats a beat outlives: two may be lost
+	// (a slow NATS, a pause) before a live worker counts as gone.
+	heartbeatTTLs = 3
 )
 
 // Config configures the executor. Zero fields take their defaults.
@@ -146,6 +155,11 @@ type Config struct {
 	// warning about it, are recorded, and the envelope has no place for
 	// them.
 	StartedAfter time.Duration
+	// Heartbeat is how often the executor heartbeats each queue it serves
+	// (registry.Beat), each beat holding for three of them: the Policy
+	// Guard routes calls only to a queue with a live worker, and `toolwire
+	// tools list` shows each queue's workers. Default 5s; 1s to 3m.
+	Heartbeat time.Duration
 
 	// Web configures the web tools (http_request, http_get, web_fetch).
 	Web web.Config
@@ -228,6 +242,7 @@ func (c Config) WithDefaults() Config {
 	c.ClaimLease = cmp.Or(c.ClaimLease, DefaultClaimLease)
 	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
 	c.StartedAfter = cmp.Or(c.StartedAfter, DefaultStartedAfter)
+	c.Heartbeat = cmp.Or(c.Heartbeat, DefaultHeartbeat)
 	return c
 }
 
@@ -239,6 +254,9 @@ const (
 	maxAckWait         = time.Hour
 	maxCircuitFailures = 1000
 	maxStartedAfter    = 10 * time.Second
+	// A beat's TTL (three heartbeats) is within registry's bounds.
+	minHeartbeat = time.Second
+	maxHeartbeat = 3 * time.Minute
 )
 
 // Validate checks the configuration; zero fields mean their defaults.
@@ -267,6 +285,9 @@ func (c Config) Validate() error {
 		checkDuration("circuit open", c.CircuitOpen, maxCircuitOpen),
 		checkDuration("claim lease", c.ClaimLease, maxClaimLease),
 		checkDuration("ack wait", c.AckWait, maxAckWait))
+	if c.Heartbeat < minHeartbeat || c.Heartbeat > maxHeartbeat {
+		errs = append(errs, fmt.Errorf("heartbeat %s: want %s to %s", c.Heartbeat, minHeartbeat, maxHeartbeat))
+	}
 	if c.StartedAfter > maxStartedAfter {
 		errs = append(errs, fmt.Errorf("started after %s: want at most %s", c.StartedAfter, maxStartedAfter))
 	}
@@ -318,6 +339,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	e.Duration(EnvCircuitOpen, minDuration, maxCircuitOpen, &c.CircuitOpen)
 	e.Duration(EnvClaimLease, minDuration, maxClaimLease, &c.ClaimLease)
 	e.Duration(EnvAckWait, minDuration, maxAckWait, &c.AckWait)
+	e.Duration(EnvHeartbeat, minHeartbeat, maxHeartbeat, &c.Heartbeat)
 	// 0 means before the tool runs: a negative StartedAfter.
 	startedAfter := time.Duration(-1)
 	e.Duration(EnvStartedAfter, 0, maxStartedAfter, &startedAfter)
@@ -366,6 +388,7 @@ func EnvVars() []service.Var {
 		{Name: EnvCircuitOpen, Help: "how long an open circuit refuses calls (default 30s)", Example: "1m"},
 		{Name: EnvClaimLease, Help: "how long a writes call's claim lives without a heartbeat (default 15s)", Example: "5s"},
 		{Name: EnvAckWait, Help: "the shared consumer's ack wait, the same on every replica (default 30s)", Example: "10s"},
+		{Name: EnvHeartbeat, Help: "how often the executor heartbeats the queues it serves; a beat holds for three (default 5s, 1s to 3m)", Example: "2s"},
 		{Name: EnvStartedAfter, Help: "how long a call runs before its call.started is published; a quicker call publishes none (its envelope has t_start); 0: before the tool runs, for every call (default 250ms)", Example: "0"},
 		{Name: web.EnvAllowHosts, Help: "host[:port] entries, comma-separated, the web tools may reach although the SSRF guard refuses their addresses", Example: "api.internal:8443,127.0.0.1:9000"},
 		{Name: web.EnvMaxResponseBytes, Help: "bytes of a response body the web tools read; the rest is dropped (default 2097152)", Example: "65536"},

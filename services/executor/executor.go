@@ -243,6 +243,13 @@ func (s *Service) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("queue %s: %w", q, err)
 		}
 	}
+	// Announced last, once every queue's consumer runs; at Stop, withdrawn
+	// first (before the consumers drain), so that no new call is routed here.
+	beats, err := s.startHeartbeats(ctx, life)
+	if err != nil {
+		return err
+	}
+	s.OnStop(beats.end)
 	s.log.Info("executor started", "id", s.cfg.ID, "queues", s.cfg.Queues, "concurrency", s.cfg.Concurrency, "tools", len(s.defs))
 	return nil
 }

@@ -31,6 +31,8 @@ type metrics struct {
 	circuit      *prometheus.GaugeVec   // tool: 0 closed, 1 half-open, 2 open
 	circuitFast  *prometheus.CounterVec // tool: calls refused by an open circuit
 	writeReplays *prometheus.CounterVec // tool, outcome: recorded, unknown
+
+	heartbeatFailures prometheus.Counter
 }
 
 // newMetrics registers the executor's metrics on reg. Several executors may
@@ -61,6 +63,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Calls answered PROVIDER_ERROR at once because the tool's circuit was open, by tool name@version.", "tool"),
 		writeReplays: r.CounterVec("write_redeliveries_total",
 			"Redelivered calls of writes tools answered from their outcome record without running them, by tool name@version and outcome (recorded, unknown).", "tool", "outcome"),
+		heartbeatFailures: r.Counter("heartbeat_failures_total",
+			"Heartbeats of the queues this process serves that could not be published (three in a row: the queues count as unserved)."),
 	}
 	if err := r.Err(); err != nil {
 		return nil, fmt.Errorf("executor: %w", err)

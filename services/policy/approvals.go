@@ -314,6 +314,12 @@ func (s *Service) settle(ctx context.Context, key string, rec events.ApprovalRec
 	if rec.Settled || rec.Pending() {
 		return nil
 	}
+	if rec.State == events.ApprovalApproved && !rec.Routed {
+		var err error
+		if rec, rev, err = s.routeApproved(ctx, key, rec, rev); err != nil || rec.Settled {
+			return err
+		}
+	}
 	out, err := s.outcome(&rec)
 	if err != nil {
 		return events.Permanent(fmt.Errorf("approval %s outcome: %w", key, err))
@@ -340,6 +346,10 @@ const (
 // outcome is the event that settles a record: the call approved to its
 // queue, or its POLICY_DENIED completion.
 func (s *Service) outcome(rec *events.ApprovalRecord) (events.Outgoing, error) {
+	if rec.State == events.ApprovalApproved && rec.Unserved != "" {
+		env := UnservedEnvelope(&rec.Call, rec.Unserved, s.cfg.QueueWait, derefTime(rec.DecidedAt))
+		return events.NewCallCompleted(s.cfg.Source, rec.Call.RunID, env, rec.Call.Tenant, rec.Trace)
+	}
 	if rec.State == events.ApprovalApproved {
 		call := rec.Call
 		call.OperatorApproved = true

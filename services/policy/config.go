@@ -17,6 +17,8 @@ const (
 	EnvApprovalSweep = "TOOLWIRE_APPROVAL_SWEEP"
 	// EnvPreviewTimeout sets Config.PreviewTimeout (a Go duration).
 	EnvPreviewTimeout = "TOOLWIRE_PREVIEW_TIMEOUT"
+	// EnvQueueWait sets Config.QueueWait (a Go duration).
+	EnvQueueWait = "TOOLWIRE_POLICY_QUEUE_WAIT"
 )
 
 // Defaults of Config.
@@ -32,6 +34,11 @@ const (
 	minSweep              = 10 * time.Millisecond
 	maxSweep              = time.Minute
 	maxPreviewTimeout     = time.Minute
+	// DefaultQueueWait bounds the wait for a live worker of a call's queue:
+	// long enough for a worker that restarts, short beside a run's deadline.
+	DefaultQueueWait = 15 * time.Second
+	minQueueWait     = 10 * time.Millisecond
+	maxQueueWait     = 10 * time.Minute
 )
 
 // Config configures the Policy Guard service. Zero values mean the defaults.
@@ -47,6 +54,12 @@ type Config struct {
 	// PreviewTimeout bounds the wait for a tool's dry run when an approval
 	// request asks for one.
 	PreviewTimeout time.Duration
+	// QueueWait bounds the wait for a live worker of an approved call's
+	// queue (registry.Workers: the heartbeats of the processes serving
+	// it). A call whose queue has none by then is answered at once with a
+	// PROVIDER_ERROR envelope that names the queue, rather than left in a
+	// queue nobody serves until its run's deadline. Default 15s.
+	QueueWait time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -55,6 +68,7 @@ func (c Config) WithDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.ApprovalSweep = cmp.Or(c.ApprovalSweep, DefaultApprovalSweep)
 	c.PreviewTimeout = cmp.Or(c.PreviewTimeout, DefaultPreviewTimeout)
+	c.QueueWait = cmp.Or(c.QueueWait, DefaultQueueWait)
 	return c
 }
 
@@ -71,6 +85,9 @@ func (c Config) Validate() error {
 	if c.PreviewTimeout < 0 || c.PreviewTimeout > maxPreviewTimeout {
 		errs = append(errs, fmt.Errorf("policy: preview timeout %s: want up to %s", c.PreviewTimeout, maxPreviewTimeout))
 	}
+	if c.QueueWait < minQueueWait || c.QueueWait > maxQueueWait {
+		errs = append(errs, fmt.Errorf("policy: queue wait %s: want %s to %s", c.QueueWait, minQueueWait, maxQueueWait))
+	}
 	return errors.Join(errs...)
 }
 
@@ -82,6 +99,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	e.Int(EnvConcurrency, 1, maxConcurrency, &c.Concurrency)
 	e.Duration(EnvApprovalSweep, minSweep, maxSweep, &c.ApprovalSweep)
 	e.Duration(EnvPreviewTimeout, time.Millisecond, maxPreviewTimeout, &c.PreviewTimeout)
+	e.Duration(EnvQueueWait, minQueueWait, maxQueueWait, &c.QueueWait)
 	return c.WithDefaults(), e.Err()
 }
 
@@ -92,5 +110,6 @@ func EnvVars() []service.Var {
 		{Name: EnvConcurrency, Help: "checks each of the guard's consumers handles at once per replica (default 32)", Example: "8"},
 		{Name: EnvApprovalSweep, Help: "how often pending approvals are checked for their deadline (default 500ms)", Example: "2s"},
 		{Name: EnvPreviewTimeout, Help: "bound on the wait for a tool's dry run asked by an approval (default 5s)", Example: "1s"},
+		{Name: EnvQueueWait, Help: "bound on the wait for a live worker of an approved call's queue; then the call fails with PROVIDER_ERROR naming the queue (default 15s)", Example: "30s"},
 	}
 }

@@ -27,6 +27,7 @@ type metrics struct {
 	verdicts  *prometheus.CounterVec // kind, outcome
 	denials   *prometheus.CounterVec // kind, rule
 	approvals *prometheus.CounterVec // outcome
+	unserved  *prometheus.CounterVec // queue
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,6 +41,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Denials published by the Policy Guard, by kind of check and the rule that denied.", "kind", "rule"),
 		approvals: r.CounterVec("approvals_total",
 			"Tool call approvals by outcome: requested, approved, denied, revised, expired (no decision in time), ignored (a decision for a call that awaited none).", "outcome"),
+		unserved: r.CounterVec("unserved_calls_total",
+			"Allowed calls answered PROVIDER_ERROR because no live worker served their queue within the queue wait, by queue.", "queue"),
 	}
 	// Export every verdict series from the start, so that rates work at once.
 	for _, o := range []string{"approved", "denied"} {

@@ -61,6 +61,7 @@ type Service struct {
 	metrics *metrics
 
 	catalog   *registry.Catalog
+	workers   *registry.Workers
 	approvals jetstream.KeyValue
 	index     *pendingIndex
 	runners   events.Runners
@@ -122,6 +123,10 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		return err
 	}
 	s.OnStopFunc(s.catalog.Stop)
+	if s.workers, err = registry.WatchWorkers(ctx, s.js, nil); err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	s.OnStopFunc(s.workers.Stop)
 	kv, err := s.js.KeyValue(ctx, events.BucketApprovals)
 	if err != nil {
 		return fmt.Errorf("policy: open approvals: %w", err)
@@ -199,6 +204,7 @@ func (s *Service) handleTurn(ctx context.Context, d *events.Delivery) error {
 	}
 	var (
 		outs      []events.Outgoing
+		routes    []route // the approved calls among outs
 		published []verdict
 		held      []verdict
 		costs     float64 // the declared cost of the calls judged so far
@@ -227,6 +233,7 @@ func (s *Service) handleTurn(ctx context.Context, d *events.Delivery) error {
 			if err != nil {
 				return fail(span, events.Permanent(fmt.Errorf("turn: call %s approved: %w", req.CallID, err)))
 			}
+			routes = append(routes, route{out: len(outs), req: req})
 			outs = append(outs, out)
 		default:
 			out, err := events.NewCallCompleted(s.cfg.Source, req.RunID, DeniedEnvelope(&req, v.dec, time.Now()), req.Tenant, rt)
@@ -236,6 +243,9 @@ func (s *Service) handleTurn(ctx context.Context, d *events.Delivery) error {
 			outs = append(outs, out)
 		}
 		published = append(published, v)
+	}
+	if err := s.toServedQueues(ctx, outs, routes, rt); err != nil {
+		return fail(span, err)
 	}
 	if err := s.pub.PublishAll(ctx, outs); err != nil {
 		return fail(span, err)

@@ -71,6 +71,11 @@ func newHarnessConfig(t *testing.T, cfg Config) *harness {
 		require.NoError(t, h.reg.Put(ctx, e))
 	}
 	h.schemas = testSchemas(t)
+	// The queues the tests route to have a live worker (queues_test.go
+	// covers those that have none).
+	for _, q := range servedQueues {
+		h.serve(q)
+	}
 
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(h.spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })

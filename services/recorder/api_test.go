@@ -120,12 +120,12 @@ func TestRecorderReplayBundle(t *testing.T) {
 		t.Fatalf("as envelope.ReplayBundle: %v %+v", err, plain)
 	}
 
-	// A run whose request has not arrived has no bundle yet.
+	// A run whose request has not arrived is not recorded yet: no bundle.
 	orphan := storetest.CompletedRun(t, "replay-orphan", "weather", storetest.TenantA, base)
 	h.publish(orphan.Event(t, events.TypeRunCompleted, ""))
-	h.waitRun(orphan.RunID, events.StatusCompleted, 0)
+	h.waitIdle()
 	status, body = h.get("/v1/runs/" + orphan.RunID + "/replay")
-	if e := decodeError(t, body); status != http.StatusConflict || e.Code != apitypes.CodeNoRequest {
+	if e := decodeError(t, body); status != http.StatusNotFound || e.Code != apitypes.CodeRunNotFound {
 		t.Fatalf("replay without request: %d %s", status, body)
 	}
 	if status, body = h.get("/v1/runs/nope/replay"); status != http.StatusNotFound {
@@ -494,6 +494,37 @@ func (h *harness) restart() {
 	h.t.Helper()
 	h.stop()
 	h.start()
+}
+
+// TestEventStreamOfARefusedRunEnds: a run whose request the recorder could
+// not keep (refused, dead-lettered) is no run, but the orchestrator's failed
+// event for it is recorded: its live stream shows it and ends, and so does a
+// stream that reconnects after it.
+func TestEventStreamOfARefusedRunEnds(t *testing.T) {
+	h := newHarness(t)
+	o, err := events.NewRunStatus("/toolwire/orchestrator", events.RunStatus{RunID: "refused-1", Status: events.StatusFailed,
+		Reason: "the run request cannot be decoded: ..."}, "", events.RunTrace{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publish(o)
+	h.waitIdle()
+	if status, body := h.get("/v1/runs/refused-1"); status != http.StatusNotFound {
+		t.Fatalf("a run never requested: %d %s; want 404", status, body)
+	}
+	s := h.stream("refused-1", "")
+	ev, err := s.next()
+	if err != nil || ev.Event != "" || decode[apitypes.EventJSON](t, []byte(ev.Data)).Type != events.TypeRunFailed {
+		t.Fatalf("first streamed: %+v %v; want the failed event", ev, err)
+	}
+	for _, after := range []string{"", ev.ID} {
+		if after != "" {
+			s = h.stream("refused-1", after)
+		}
+		if ev, err = s.next(); err != nil || ev.Event != "end" || !jsonEq([]byte(ev.Data), []byte(`{"run_id":"refused-1","status":"failed"}`)) {
+			t.Fatalf("stream (after %q): %+v %v; want its end", after, ev, err)
+		}
+	}
 }
 
 // TestEventStreamEndsWhenTheRecorderStops: a live stream of a run in progress

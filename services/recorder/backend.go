@@ -79,3 +79,29 @@ func OpenStore(databaseURL string) (st store.Store, closeStore func(), err error
 	}
 	return b.store, b.close, nil
 }
+
+// OpenTokens opens the API tokens of the recorder's database (sqlite:<path>
+// or a Postgres URL) for `toolwire tokens`: it brings the schema up to date
+// first (as a starting recorder would; safe beside running recorders), so
+// that tokens can be made before the recorder's first start. closeTokens
+// releases it.
+func OpenTokens(ctx context.Context, databaseURL string, log *slog.Logger) (tokens store.Tokens, closeTokens func(), err error) {
+	if databaseURL == "" {
+		return nil, nil, ErrNoDatabase
+	}
+	b, err := openBackend(databaseURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.prepare != nil {
+		if err := b.prepare(); err != nil {
+			b.close()
+			return nil, nil, fmt.Errorf("recorder: %w", err)
+		}
+	}
+	if _, err := b.migrate(ctx, log); err != nil {
+		b.close()
+		return nil, nil, fmt.Errorf("recorder: %s database %s: %w", b.kind, b.where, err)
+	}
+	return b.store, b.close, nil
+}

@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/recorder/api"
+	"github.com/toolwire/toolwire/services/recorder/auth"
 )
 
 // Environment variables read by ConfigFromEnv.
@@ -25,6 +27,17 @@ const (
 	EnvAdminToken = api.AdminTokenVar
 	// EnvDatabaseWait sets Config.DatabaseWait.
 	EnvDatabaseWait = "TOOLWIRE_RECORDER_DATABASE_WAIT"
+	// EnvAuth sets Config.AuthRequired: "on" or "off" (the default).
+	EnvAuth = "TOOLWIRE_AUTH"
+	// EnvInsecureNoAuth sets Config.InsecureNoAuth: 1 serves every tenant's
+	// runs without authentication on a non-loopback address.
+	EnvInsecureNoAuth = "TOOLWIRE_INSECURE_NO_AUTH"
+	// The OIDC settings (Config.OIDC).
+	EnvOIDCIssuer         = "TOOLWIRE_OIDC_ISSUER"
+	EnvOIDCAudience       = "TOOLWIRE_OIDC_AUDIENCE"
+	EnvOIDCOrgClaim       = "TOOLWIRE_OIDC_ORG_CLAIM"
+	EnvOIDCWorkspaceClaim = "TOOLWIRE_OIDC_WORKSPACE_CLAIM"
+	EnvOIDCRoleClaim      = "TOOLWIRE_OIDC_ROLE_CLAIM"
 )
 
 // Defaults of Config.
@@ -65,12 +78,59 @@ type Config struct {
 	Poll time.Duration
 	// AdminToken turns the registry's admin routes of the API on
 	// (/v1/admin/tools): they then require it as a bearer token. "" leaves
-	// them off.
+	// them off. It authenticates as an admin of every tenant.
 	AdminToken string
 	// DatabaseWait bounds how long Start waits for the database to answer
 	// (a database starting beside the recorder takes a few seconds); then
 	// Start fails with what to check. Default 30s; 1s to 1h.
 	DatabaseWait time.Duration
+	// AuthRequired makes the API, the live stream, the blobs and the pages
+	// require authentication (package auth): API tokens created with
+	// `toolwire tokens create`, the admin token, and OIDC tokens when OIDC
+	// is set; every read is then scoped to the caller's tenant. Setting an
+	// OIDC issuer turns it on too.
+	AuthRequired bool
+	// OIDC accepts OpenID Connect ID tokens (Issuer and Audience set).
+	OIDC auth.OIDCConfig
+	// InsecureNoAuth allows serving without authentication on an address
+	// other than loopback (CheckExposure): everyone who reaches the port
+	// reads every tenant's runs. For a private network you trust, on
+	// purpose; the recorder warns at every start.
+	InsecureNoAuth bool
+}
+
+// Auth is the authentication the configuration asks for.
+func (c Config) Auth() auth.Config {
+	return auth.Config{Required: c.AuthRequired, AdminToken: c.AdminToken, OIDC: c.OIDC}
+}
+
+// ErrExposed is returned by CheckExposure.
+var ErrExposed = errors.New("recorder: refusing to serve every tenant's runs without authentication")
+
+// CheckExposure refuses to serve without authentication on an address other
+// than loopback (addr is host:port; "" or a loopback host passes) unless
+// InsecureNoAuth says so. `toolwire dev` listens on 127.0.0.1 and needs no
+// configuration.
+func CheckExposure(addr string, c Config) error {
+	if addr == "" || c.Auth().On() || c.InsecureNoAuth || isLoopback(addr) {
+		return nil
+	}
+	return fmt.Errorf("%w on %s, which is not a loopback address: set %s=on and create tokens with "+
+		"`toolwire tokens create --org ORG --role viewer` (or set %s and %s for OpenID Connect), "+
+		"listen on 127.0.0.1, or set %s=1 to serve without authentication anyway", ErrExposed, addr,
+		EnvAuth, EnvOIDCIssuer, EnvOIDCAudience, EnvInsecureNoAuth)
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -97,6 +157,13 @@ func (c Config) Validate() error {
 	if c.DatabaseWait < minDatabaseWait || c.DatabaseWait > maxDatabaseWait {
 		errs = append(errs, fmt.Errorf("recorder: database wait %s: want %s to %s", c.DatabaseWait, minDatabaseWait, maxDatabaseWait))
 	}
+	if c.OIDC.Issuer != "" {
+		if err := c.OIDC.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("recorder: %w (%s, %s)", err, EnvOIDCIssuer, EnvOIDCAudience))
+		}
+	} else if c.OIDC.Audience != "" {
+		errs = append(errs, fmt.Errorf("recorder: %s is set without %s", EnvOIDCAudience, EnvOIDCIssuer))
+	}
 	return errors.Join(errs...)
 }
 
@@ -122,6 +189,15 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	e.String(EnvAdminToken, &c.AdminToken)
 	e.Duration(EnvDatabaseWait, minDatabaseWait, maxDatabaseWait, &c.DatabaseWait)
+	mode := "off"
+	e.Enum(EnvAuth, []string{"on", "off"}, &mode)
+	c.AuthRequired = mode == "on"
+	e.Bool(EnvInsecureNoAuth, &c.InsecureNoAuth)
+	e.String(EnvOIDCIssuer, &c.OIDC.Issuer)
+	e.String(EnvOIDCAudience, &c.OIDC.Audience)
+	e.String(EnvOIDCOrgClaim, &c.OIDC.OrgClaim)
+	e.String(EnvOIDCWorkspaceClaim, &c.OIDC.WorkspaceClaim)
+	e.String(EnvOIDCRoleClaim, &c.OIDC.RoleClaim)
 	return c.WithDefaults(), e.Err()
 }
 
@@ -134,9 +210,19 @@ func EnvVars() []service.Var {
 		{Name: EnvBatch, Help: "most events written in one transaction (1 to 4096; default 1024)", Example: "256"},
 		{Name: EnvPoll, Help: "how often the recorder fetches the events waiting (up to 5s; default 20ms); 0 has each event pushed as it is stored",
 			Example: "100ms"},
-		{Name: EnvAdminToken, Help: "turns the registry's admin routes (/v1/admin/tools) on; they require it as a bearer token (default: off)",
+		{Name: EnvAdminToken, Help: "turns the registry's admin routes (/v1/admin/tools) on; they require it as a bearer token (default: off); it is an admin of every tenant",
 			Example: "an-admin-token"},
 		{Name: EnvDatabaseWait, Help: "how long start-up waits for the database to answer before it fails saying what to check (1s to 1h; default 30s)",
 			Example: "2m"},
+		{Name: EnvAuth, Help: "on: the API, live stream, blobs and pages require a token (toolwire tokens create) and scope reads to its tenant (default off; off is refused on a non-loopback address)",
+			Example: "on"},
+		{Name: EnvInsecureNoAuth, Help: "1: serve without authentication on a non-loopback address anyway (everyone who reaches the port reads every tenant's runs)",
+			Example: "1"},
+		{Name: EnvOIDCIssuer, Help: "accept OpenID Connect ID tokens of this issuer as bearer tokens (turns authentication on; needs " + EnvOIDCAudience + ")",
+			Example: "https://accounts.example.com"},
+		{Name: EnvOIDCAudience, Help: "the client id OIDC tokens must be issued to", Example: "toolwire"},
+		{Name: EnvOIDCOrgClaim, Help: "the OIDC claim naming the tenant's org (default org_id)", Example: "org"},
+		{Name: EnvOIDCWorkspaceClaim, Help: "the OIDC claim naming the workspace (default workspace_id; absent: every workspace)", Example: "workspace"},
+		{Name: EnvOIDCRoleClaim, Help: "the OIDC claim naming the role: viewer, approver or admin, or a list of them (default toolwire_role)", Example: "groups"},
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 )
 
@@ -67,7 +68,24 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || c.AdminToken != "s3cret" {
 		t.Errorf("admin token: %q %v", c.AdminToken, err)
 	}
-	if got := recorder.EnvVars(); len(got) != 5 {
+	c, err = recorder.ConfigFromEnv(env(map[string]string{"TOOLWIRE_AUTH": "on", "TOOLWIRE_INSECURE_NO_AUTH": "1",
+		"TOOLWIRE_OIDC_ISSUER": "https://id.example", "TOOLWIRE_OIDC_AUDIENCE": "tw"}))
+	if err != nil || !c.AuthRequired || !c.InsecureNoAuth || c.OIDC.Issuer != "https://id.example" || c.OIDC.Audience != "tw" {
+		t.Errorf("auth settings: %+v %v", c, err)
+	}
+	if _, err := recorder.ConfigFromEnv(env(map[string]string{"TOOLWIRE_AUTH": "maybe"})); err == nil || !strings.Contains(err.Error(), "TOOLWIRE_AUTH") {
+		t.Errorf("TOOLWIRE_AUTH=maybe: %v", err)
+	}
+	for _, bad := range []recorder.Config{
+		{DatabaseURL: "sqlite:x.db", OIDC: auth.OIDCConfig{Issuer: "id.example", Audience: "tw"}},
+		{DatabaseURL: "sqlite:x.db", OIDC: auth.OIDCConfig{Issuer: "https://id.example"}},
+		{DatabaseURL: "sqlite:x.db", OIDC: auth.OIDCConfig{Audience: "tw"}},
+	} {
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "TOOLWIRE_OIDC_") {
+			t.Errorf("Validate(%+v) = %v, want the OIDC variables named", bad.OIDC, err)
+		}
+	}
+	if got := recorder.EnvVars(); len(got) != 12 {
 		t.Errorf("EnvVars = %v", got)
 	}
 }
@@ -99,5 +117,54 @@ func TestBuildAppliesOptionsAfterTheEnvironment(t *testing.T) {
 		DatabaseWait: recorder.DefaultDatabaseWait}
 	if got := rec.Config(); got != want {
 		t.Fatalf("Config() = %+v, want %+v", got, want)
+	}
+}
+
+// TestCheckExposure: without authentication the recorder serves loopback
+// only, unless told loudly; the refusal says how to configure it.
+func TestCheckExposure(t *testing.T) {
+	open := recorder.Config{}
+	for _, tc := range []struct {
+		addr string
+		cfg  recorder.Config
+		ok   bool
+	}{
+		{"127.0.0.1:8088", open, true},
+		{"[::1]:8088", open, true},
+		{"localhost:8088", open, true},
+		{"127.0.0.1:0", open, true},
+		{"", open, true}, // no listener of its own (stack checks its own)
+		{":8080", open, false},
+		{"0.0.0.0:8080", open, false},
+		{"10.1.2.3:8080", open, false},
+		{"[::]:8080", open, false},
+		{"recorder.internal:8080", open, false},
+		{":8080", recorder.Config{AuthRequired: true}, true},
+		{":8080", recorder.Config{OIDC: auth.OIDCConfig{Issuer: "https://id.example", Audience: "tw"}}, true},
+		{":8080", recorder.Config{InsecureNoAuth: true}, true},
+		{":8080", recorder.Config{AdminToken: "only-guards-the-admin-routes"}, false},
+	} {
+		err := recorder.CheckExposure(tc.addr, tc.cfg)
+		if tc.ok != (err == nil) {
+			t.Errorf("CheckExposure(%q, %+v) = %v", tc.addr, tc.cfg, err)
+			continue
+		}
+		if err != nil {
+			if !errors.Is(err, recorder.ErrExposed) {
+				t.Errorf("%q: %v is not ErrExposed", tc.addr, err)
+			}
+			for _, want := range []string{"TOOLWIRE_AUTH=on", "toolwire tokens create", "TOOLWIRE_INSECURE_NO_AUTH=1", "127.0.0.1"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%q: the refusal does not say %q: %v", tc.addr, want, err)
+				}
+			}
+		}
+	}
+	// The binary's default address, :8080, is refused at New.
+	e := eventstest.Start(t)
+	_, err := recorder.New(service.Deps{JS: e.JS, Common: service.Common{HTTPAddr: ":8080"}},
+		recorder.Config{DatabaseURL: sqlite.URL(filepath.Join(t.TempDir(), "r.db"))})
+	if !errors.Is(err, recorder.ErrExposed) {
+		t.Fatalf("New on :8080 without auth: %v, want ErrExposed", err)
 	}
 }

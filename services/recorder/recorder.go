@@ -37,6 +37,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/recorder/api"
+	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
 	"github.com/toolwire/toolwire/services/recorder/web"
 )
@@ -93,6 +94,9 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 		return nil, errors.New("recorder: Deps.JS is required")
 	}
 	d = d.WithDefaults()
+	if err := CheckExposure(d.Common.HTTPAddr, cfg); err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(d.Metrics)
 	if err != nil {
 		return nil, err
@@ -124,10 +128,21 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 		m.dbUp.Set(0)
 		m.outages.Inc()
 	}
+	authn, err := auth.New(cfg.Auth(), db.store, d.Log)
+	if err != nil {
+		db.close()
+		return nil, fmt.Errorf("recorder: %w", err)
+	}
+	switch {
+	case cfg.Auth().On():
+		d.Log.Info("authentication on: reads are scoped to each caller's tenant", "oidc_issuer", cfg.OIDC.Issuer)
+	case cfg.InsecureNoAuth:
+		d.Log.Warn("AUTHENTICATION OFF ON PURPOSE (" + EnvInsecureNoAuth + "=1): everyone who reaches this recorder's HTTP port reads every tenant's runs, tool inputs and outputs")
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.New(db.store, api.Options{Log: d.Log, Changes: r.changes, JS: d.JS, Done: r.streams,
-		AdminToken: cfg.AdminToken}))
-	mux.Handle("/", web.New(db.store, d.Log))
+		AdminToken: cfg.AdminToken, Auth: authn}))
+	mux.Handle("/", web.New(db.store, web.Options{Log: d.Log, Auth: authn, JS: d.JS}))
 	r.handler = mux
 	return r, nil
 }

@@ -145,6 +145,8 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$KV." + events.BucketSecrets + ".t1.token", nil},
 		{"$KV." + events.BucketTools + ".echo.1", []identity.Role{exe, sbx}},
 		{"$KV." + events.BucketOutcomes + ".x", []identity.Role{exe}},
+		{"$KV." + events.BucketWorkers + ".default.x", []identity.Role{exe}},
+		{"$JS.API.DIRECT.GET.KV_" + events.BucketWorkers + ".x", []identity.Role{pol, exe}},
 		// JetStream's API: reading, consuming, and what only operators do.
 		{"$JS.API.INFO", []identity.Role{orch, pol, exe, sbx, rec, prod}},
 		{"$JS.API.STREAM.INFO." + events.StreamCalls, []identity.Role{orch, pol, exe, sbx, rec, prod}},

@@ -94,7 +94,7 @@ func (r Role) Doc() string {
 	case Policy:
 		return "the Policy Guard: consumes turns and decisions; publishes approved calls, approval requests and POLICY_DENIED completions"
 	case Executor:
-		return "the executor and every worker: consumes approved calls; publishes started and completed calls, sandbox jobs"
+		return "the executor and every worker: consumes approved calls; publishes started and completed calls, sandbox jobs, and the heartbeats of the queues it serves"
 	case Sandbox:
 		return "consumes sandbox jobs, publishes their results"
 	case Recorder:
@@ -128,7 +128,7 @@ func (r Role) Permissions() Permissions {
 			pub(events.FilterCallApproved, events.FilterCallApprovalRequired, events.FilterCallCompleted),
 			[]string{events.SubjectPreview},
 			consume(events.StreamRuns, events.StreamCalls),
-			kvRead(events.BucketTools),
+			kvRead(events.BucketTools, events.BucketWorkers),
 			kvWrite(events.BucketApprovals),
 		)
 	case Executor:
@@ -136,7 +136,7 @@ func (r Role) Permissions() Permissions {
 			pub(events.FilterCallStarted, events.FilterCallCompleted, events.FilterSandboxRequested),
 			consume(events.StreamCalls, events.StreamSandbox),
 			kvRead(events.BucketSecrets),
-			kvWrite(events.BucketTools, events.BucketCache, events.BucketRate, events.BucketOutcomes),
+			kvWrite(events.BucketTools, events.BucketCache, events.BucketRate, events.BucketOutcomes, events.BucketWorkers),
 			objWrite(events.ObjectBlobs),
 		)
 		// The consumer of a sandbox job's result, deleted once read.

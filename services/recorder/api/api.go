@@ -24,6 +24,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/blobs"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
+	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
 
@@ -45,8 +46,13 @@ type Options struct {
 	// it stops, so that an HTTP server's shutdown does not wait for them).
 	Done <-chan struct{}
 	// AdminToken enables the registry's admin routes (catalog.go), which
-	// then require it as a bearer token; "" turns them off.
+	// then require it as a bearer token; "" turns them off. Ignored when
+	// Auth is set (its config holds the admin token).
 	AdminToken string
+	// Auth authenticates requests and scopes every read to the principal's
+	// tenant (package auth); nil: authentication off (every request is
+	// auth.Open), with AdminToken guarding the admin routes.
+	Auth *auth.Authenticator
 }
 
 // New returns the recorder's JSON API on st, every route under /v1/
@@ -69,9 +75,19 @@ type Options struct {
 //	GET /v1/openapi.yaml                          the API's OpenAPI document
 //
 // Responses are JSON; errors are {"error": {"code": "...", "message": "..."}}.
+//
+// Every route but /v1/openapi.yaml authenticates the request (o.Auth) when
+// authentication is on (401 otherwise), and every read is scoped to the
+// principal's tenant: a run, its events, calls, blobs, bundle or stream of
+// another tenant answer 404 exactly as a run never recorded does.
 func New(st store.Store, o Options) http.Handler {
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.Auth == nil {
+		// Authentication off; the admin token (if any) still guards the
+		// admin routes. Config{} with an admin token always validates.
+		o.Auth, _ = auth.New(auth.Config{AdminToken: o.AdminToken}, st, o.Log)
 	}
 	if o.Poll <= 0 {
 		o.Poll = time.Second
@@ -102,7 +118,32 @@ func New(st store.Store, o Options) http.Handler {
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("no such resource: %s", r.URL.Path))
 	})
-	return mux
+	return o.Auth.Middleware(mux, isPublic, Unauthenticated)
+}
+
+// isPublic says which requests need no credentials: the OpenAPI document.
+func isPublic(r *http.Request) bool { return r.URL.Path == "/v1/openapi.yaml" }
+
+// Unauthenticated answers a request whose credentials are missing or
+// invalid (401, with the way to authenticate), or could not be checked now
+// (503).
+func Unauthenticated(w http.ResponseWriter, _ *http.Request, err error) {
+	if errors.Is(err, auth.ErrUnavailable) {
+		writeError(w, http.StatusServiceUnavailable, apitypes.CodeUnavailable, "credentials cannot be checked now; retry")
+		return
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="toolwire"`)
+	msg := "authentication required: send Authorization: Bearer <token> (an API token from `toolwire tokens create`, or an OIDC ID token)"
+	if errors.Is(err, auth.ErrBadCredentials) {
+		msg = "invalid credentials: the bearer token is unknown, revoked, expired or not valid for this recorder"
+	}
+	writeError(w, http.StatusUnauthorized, apitypes.CodeUnauthorized, msg)
+}
+
+// notFoundRun answers a run that is not recorded, or not the principal's
+// tenant's: the same answer, so that another tenant's runs do not show.
+func notFoundRun(w http.ResponseWriter, id string) {
+	writeError(w, http.StatusNotFound, apitypes.CodeRunNotFound, fmt.Sprintf("run %q is not recorded", id))
 }
 
 type api struct {
@@ -142,6 +183,11 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, err.Error())
 		return
 	}
+	p := auth.FromContext(r.Context())
+	if !ScopeFilter(p, &f) {
+		writeJSON(w, http.StatusOK, apitypes.RunListJSON{Runs: []apitypes.RunJSON{}})
+		return
+	}
 	runs, err := a.store.ListRuns(r.Context(), f)
 	if err != nil {
 		a.internal(w, r, err)
@@ -152,6 +198,26 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 		out.Runs = append(out.Runs, runJSON(run))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// ScopeFilter narrows f to the runs p sees, and reports false when f asks
+// for another tenant's runs (the answer is then empty). The runs list of the
+// API and of the pages apply it.
+func ScopeFilter(p auth.Principal, f *store.RunFilter) bool {
+	if p.AllTenants() {
+		return true
+	}
+	if p.OrgID == "" || (f.OrgID != "" && f.OrgID != p.OrgID) {
+		return false
+	}
+	f.OrgID = p.OrgID
+	if p.WorkspaceID != "" {
+		if f.WorkspaceID != "" && f.WorkspaceID != p.WorkspaceID {
+			return false
+		}
+		f.WorkspaceID = p.WorkspaceID
+	}
+	return true
 }
 
 // ParseRunFilter reads the filters of GET /v1/runs (and of the runs page).
@@ -212,11 +278,15 @@ func (a *api) run(w http.ResponseWriter, r *http.Request) (store.Run, bool) {
 	}
 	run, err := a.store.Run(r.Context(), id)
 	if errors.Is(err, store.ErrRunNotFound) {
-		writeError(w, http.StatusNotFound, apitypes.CodeRunNotFound, fmt.Sprintf("run %q is not recorded", id))
+		notFoundRun(w, id)
 		return store.Run{}, false
 	}
 	if err != nil {
 		a.internal(w, r, err)
+		return store.Run{}, false
+	}
+	if !auth.FromContext(r.Context()).Sees(run.Tenant) {
+		notFoundRun(w, id)
 		return store.Run{}, false
 	}
 	return run, true

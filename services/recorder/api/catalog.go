@@ -2,20 +2,19 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
+	"github.com/toolwire/toolwire/services/recorder/auth"
 )
 
 // AdminTokenVar is the variable of the recorder's configuration that sets
@@ -37,8 +36,7 @@ const maxDefinitionBytes = 1 << 20
 //	GET  /v1/admin/tools/{ref}            one entry (name@version)
 //	PUT  /v1/admin/tools/{ref}/state      {"state": "active" | "deprecated" | "blocked"}
 type toolCatalog struct {
-	a     *api
-	token string
+	a *api
 
 	mu  sync.Mutex
 	reg *registry.Registry
@@ -46,7 +44,7 @@ type toolCatalog struct {
 
 // mountToolCatalog adds the catalog's routes to mux.
 func (a *api) mountToolCatalog(mux *http.ServeMux) {
-	c := &toolCatalog{a: a, token: a.opts.AdminToken}
+	c := &toolCatalog{a: a}
 	mux.HandleFunc("GET /v1/tools", c.list)
 	mux.HandleFunc("/v1/tools", a.methodNotAllowed)
 	mux.HandleFunc("GET /v1/admin/tools", c.admin(c.adminList))
@@ -100,6 +98,20 @@ func (c *toolCatalog) list(w http.ResponseWriter, r *http.Request) {
 	if tenant.OrgID == "" && (tenant.WorkspaceID != "" || tenant.UserID != "") {
 		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, "workspace_id and user_id need an org_id")
 		return
+	}
+	// Which secrets a tenant has is the tenant's: a principal bound to one
+	// asks about its own (by default), never about another.
+	if p := auth.FromContext(r.Context()); !p.AllTenants() {
+		if tenant.OrgID == "" {
+			tenant.OrgID = p.OrgID
+		}
+		if tenant.OrgID == p.OrgID && tenant.WorkspaceID == "" {
+			tenant.WorkspaceID = p.WorkspaceID
+		}
+		if !p.Sees(tenant) {
+			writeError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("no tenant %s/%s", tenant.OrgID, tenant.WorkspaceID))
+			return
+		}
 	}
 	reg, err := c.registry(r.Context())
 	if err != nil {
@@ -200,21 +212,29 @@ func parseCategory(v string) (envelope.Category, error) {
 	return "", fmt.Errorf("category %q is not one of api, code, data, search, utility", v)
 }
 
-// admin guards an admin route with the bearer token.
+// admin guards an admin route: it needs an admin of every tenant (the
+// registry is shared by all of them), that is the admin token or an API
+// token or OIDC identity with role admin for org "*".
 func (c *toolCatalog) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if c.token == "" {
+		p := auth.FromContext(r.Context())
+		if p.Can(auth.RoleAdmin) && p.AllTenants() {
+			h(w, r)
+			return
+		}
+		if !c.a.opts.Auth.AdminConfigured() {
 			writeError(w, http.StatusForbidden, apitypes.CodeAdminDisabled,
 				"the registry admin API is off: set "+AdminTokenVar+" on the recorder and send it as a bearer token")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(c.token)) != 1 {
+		if p.Via == "none" {
+			// Authentication is off and the request carried no credentials.
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toolwire admin"`)
 			writeError(w, http.StatusUnauthorized, apitypes.CodeUnauthorized, "the admin API needs Authorization: Bearer <"+AdminTokenVar+">")
 			return
 		}
-		h(w, r)
+		writeError(w, http.StatusForbidden, apitypes.CodeForbidden,
+			"the registry admin API needs an admin of every tenant: the admin token, or a token created with --role admin --org '*'")
 	}
 }
 

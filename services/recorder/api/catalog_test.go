@@ -271,7 +271,12 @@ func TestToolAdminAPI(t *testing.T) {
 
 func TestToolAdminAPIOff(t *testing.T) {
 	h := newCatalogHarness(t, "")
-	status, b := h.do(http.MethodGet, "/v1/admin/tools", "anything", "")
+	status, b := h.do(http.MethodGet, "/v1/admin/tools", "", "")
 	require.Equal(t, http.StatusForbidden, status)
 	require.Contains(t, string(b), "the registry admin API is off: set TOOLWIRE_ADMIN_TOKEN")
+	// A credential presented is checked even with authentication off: one
+	// that nothing issued is refused as such.
+	status, b = h.do(http.MethodGet, "/v1/admin/tools", "anything", "")
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.Contains(t, string(b), `"code":"unauthorized"`)
 }

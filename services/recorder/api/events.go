@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
+	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
 
@@ -38,12 +39,22 @@ func (a *api) runID(w http.ResponseWriter, r *http.Request) (string, bool) {
 // knownRun answers whether the store has the run or any event of it (an
 // event of an unknown type has no run row), writing a 404 when it has neither.
 func (a *api) knownRun(w http.ResponseWriter, r *http.Request, id string) (*store.Run, bool) {
+	p := auth.FromContext(r.Context())
 	run, err := a.store.Run(r.Context(), id)
 	if err == nil {
+		if !p.Sees(run.Tenant) {
+			notFoundRun(w, id)
+			return nil, false
+		}
 		return &run, true
 	}
 	if !errors.Is(err, store.ErrRunNotFound) {
 		a.internal(w, r, err)
+		return nil, false
+	}
+	if !p.AllTenants() {
+		// Events without a run row have no known tenant: operators only.
+		notFoundRun(w, id)
 		return nil, false
 	}
 	evs, err := a.store.EventsAfter(r.Context(), id, 0, 1)
@@ -52,7 +63,7 @@ func (a *api) knownRun(w http.ResponseWriter, r *http.Request, id string) (*stor
 		return nil, false
 	}
 	if len(evs) == 0 {
-		writeError(w, http.StatusNotFound, apitypes.CodeRunNotFound, fmt.Sprintf("run %q is not recorded", id))
+		notFoundRun(w, id)
 		return nil, false
 	}
 	return nil, true
@@ -196,6 +207,13 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 		case <-changed:
 		case <-poll.C:
 		case <-beat.C:
+			// The credentials are checked again at each heartbeat: a token
+			// revoked (or expired) meanwhile ends the stream, and the
+			// client's reconnection is refused.
+			if _, err := a.opts.Auth.Authenticate(r); err != nil {
+				a.log.Info("event stream: credentials no longer valid; closing", "run_id", id, "err", err)
+				return
+			}
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
 				return
 			}
@@ -209,8 +227,16 @@ const settleWait = 5 * time.Second
 
 // settled reports whether a run has ended (terminal) and whether every tool
 // call it made has its envelope (complete).
+//
+// A run that was never recorded (its request was refused before the
+// recorder could keep it: a run is made from its request only) has ended
+// when one of its first events is an end (the orchestrator's answer to the
+// refused request): nothing else will come.
 func (a *api) settled(ctx context.Context, id string) (run store.Run, terminal, complete bool) {
 	run, err := a.store.Run(ctx, id)
+	if errors.Is(err, store.ErrRunNotFound) {
+		return a.endedUnrecorded(ctx, id)
+	}
 	if err != nil || !store.IsTerminal(run.Status) {
 		return run, false, false
 	}
@@ -224,6 +250,22 @@ func (a *api) settled(ctx context.Context, id string) (run store.Run, terminal, 
 		}
 	}
 	return run, true, len(calls) >= run.ToolCalls
+}
+
+// endedUnrecorded is settled for a run with events but no run: ended when
+// one of its first events (a page of them) is an end.
+func (a *api) endedUnrecorded(ctx context.Context, id string) (run store.Run, terminal, complete bool) {
+	evs, err := a.store.EventsAfter(ctx, id, 0, streamPage)
+	if err != nil {
+		return store.Run{}, false, false
+	}
+	for _, e := range evs {
+		if e.Type == events.TypeRunCompleted || e.Type == events.TypeRunFailed {
+			t, _ := events.LookupType(e.Type)
+			return store.Run{RunID: id, Status: t.RunStatus}, true, true
+		}
+	}
+	return store.Run{}, false, false
 }
 
 // settleQuiet is how long a settled run's stream waits for stragglers.

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/toolwire/toolwire/services/recorder/api"
@@ -51,5 +52,55 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/yaml" || !bytes.Equal(buf.Bytes(), api.OpenAPI) {
 		t.Fatalf("GET /v1/openapi.yaml: %d %s, %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), buf.Len())
+	}
+}
+
+// TestOpenAPISecurity: every operation declares its security, as linters
+// require: the document itself is public, every other operation takes the
+// API's credentials and documents its 401; the admin routes also take the
+// admin token and document their 403. Every scheme named is defined.
+func TestOpenAPISecurity(t *testing.T) {
+	doc, _ := apitest.Spec(t)
+	if doc.Security == nil || len(doc.Security) == 0 {
+		t.Fatal("the document declares no default security")
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			name := method + " " + path
+			if op.Security == nil {
+				t.Errorf("%s declares no security", name)
+				continue
+			}
+			if path == "/v1/openapi.yaml" {
+				if len(*op.Security) != 0 {
+					t.Errorf("%s: want public (security: [])", name)
+				}
+				continue
+			}
+			schemes := map[string]bool{}
+			for _, req := range *op.Security {
+				for s := range req {
+					if doc.Components.SecuritySchemes[s] == nil {
+						t.Errorf("%s: security scheme %q is not defined", name, s)
+					}
+					schemes[s] = true
+				}
+			}
+			want := []string{"apiToken", "oidcToken", "session"}
+			if strings.HasPrefix(path, "/v1/admin/") {
+				want = append(want, "adminToken")
+				if op.Responses.Status(http.StatusForbidden) == nil {
+					t.Errorf("%s documents no 403", name)
+				}
+			}
+			for _, s := range want {
+				if !schemes[s] {
+					t.Errorf("%s: security lacks %s", name, s)
+				}
+			}
+			if op.Responses.Status(http.StatusUnauthorized) == nil {
+				t.Errorf("%s documents no 401", name)
+			}
+		}
 	}
 }

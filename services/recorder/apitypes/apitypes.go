@@ -37,9 +37,13 @@ const (
 const (
 	CodeAdminDisabled = "admin_disabled"
 	CodeUnauthorized  = "unauthorized"
-	CodeInvalidTool   = "invalid_tool"
-	CodeToolConflict  = "tool_conflict"
-	CodeToolNotFound  = "tool_not_found"
+	// CodeForbidden: the principal is authenticated but its role may not do
+	// this (a viewer deciding an approval, a tenant's admin changing the
+	// shared registry).
+	CodeForbidden    = "forbidden"
+	CodeInvalidTool  = "invalid_tool"
+	CodeToolConflict = "tool_conflict"
+	CodeToolNotFound = "tool_not_found"
 )
 
 // ErrorJSON is the body of every error response.

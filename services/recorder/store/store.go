@@ -29,18 +29,30 @@ import (
 // pins down the rules below: postgres.Store (production) and sqlite.Store (the
 // embedded default of `toolwire dev`).
 type Store interface {
+	// Tokens keeps the API's tokens (tokens.go).
+	Tokens
+
 	// Write stores the records in one transaction: all of them or none. A
 	// record whose event id is already stored changes nothing, so a redelivered
-	// event is harmless. The materialized rows converge to the same state
-	// whatever order the records arrive in:
+	// event is harmless. Every new record's event is stored; its effects pass
+	// the gate of Admit first (gate.go), as the services would accept them: a
+	// run's rows come from its run request only (a second one changes
+	// nothing), a call's from the turn that requested it only, and nothing
+	// dated after a run's end changes it. A record that waits for its run's
+	// request or its call's turn is parked, and applied, in the order it came,
+	// when that is written. The materialized rows converge to the same state
+	// whatever order the records arrive in (except that an event dated after
+	// the run's end that is written before the end applies: nothing ended it
+	// yet):
 	//
 	//   - a run's status moves forward only, along requested < started <
 	//     suspended | resumed < completed | failed; between two statuses of the
-	//     same rank the later event (by event time) wins. reason and
+	//     same rank the later event (by event time) wins, but between two ends
+	//     (completed, failed) the earlier one. reason and
 	//     completed_at follow the winning status (a model turn counts as
 	//     started: run.started is only published for a slow first model call);
-	//   - a run's request, tenant and agent come from its run request when it
-	//     has arrived, and otherwise from the first event that named them;
+	//   - a run's request, tenant and agent come from its run request, or
+	//     from the first event that named them when the request has none;
 	//   - iteration and tool call counts only grow; created_at is the earliest
 	//     event's time, updated_at the latest one's;
 	//   - a completed run's outputs, pinned handles and outputs blob: the first

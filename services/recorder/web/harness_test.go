@@ -47,7 +47,7 @@ func newHarness(t *testing.T) *harness {
 	done := make(chan struct{})
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.New(st, api.Options{Log: log, Changes: h.changes, Done: done}))
-	mux.Handle("/", web.New(st, log))
+	mux.Handle("/", web.New(st, web.Options{Log: log}))
 	h.srv = httptest.NewServer(mux)
 	t.Cleanup(func() {
 		close(done) // ends the live streams, as a stopping recorder does

@@ -23,9 +23,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/recorder/api"
+	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
 
@@ -41,30 +44,66 @@ const (
 type pages struct {
 	store  store.Store
 	log    *slog.Logger
+	opts   Options
 	runs   *template.Template
 	run    *template.Template
+	login  *template.Template
 	assets http.Handler
+}
+
+// Options configure New. Zero values mean the defaults.
+type Options struct {
+	Log *slog.Logger
+	// Auth authenticates the pages' visitors (an API token or OIDC token,
+	// pasted once on the login page and kept in a session cookie); nil:
+	// authentication off, every visitor is auth.Open.
+	Auth *auth.Authenticator
+	// JS is where the approval buttons publish decisions (and read the
+	// approval records); nil: the timeline shows no buttons.
+	JS jetstream.JetStream
 }
 
 // New returns the pages on st:
 //
-//	GET /                          the runs, newest first (the filters of GET /v1/runs)
-//	GET /runs/{run_id}             a run's timeline, live while the run goes on
-//	GET /runs/{run_id}/timeline    the timeline alone, which the run page fetches on each event
-//	GET /assets/...                the stylesheet and the script
+//	GET  /                          the runs, newest first (the filters of GET /v1/runs)
+//	GET  /runs/{run_id}             a run's timeline, live while the run goes on
+//	GET  /runs/{run_id}/timeline    the timeline alone, which the run page fetches on each event
+//	POST /runs/{run_id}/calls/{call_id}/decision   approve, deny or revise a call that awaits approval (approvers)
+//	GET  /login, POST /login        the login page: a token pasted becomes the session cookie
+//	POST /logout                    ends the session
+//	GET  /assets/...                the stylesheet and the script
 //
 // The run page reads the JSON API (package api) at /v1/ of the same server.
-func New(st store.Store, log *slog.Logger) http.Handler {
-	if log == nil {
-		log = slog.Default()
+// When authentication is on, every page but /login and /assets needs a
+// session (or a bearer token); a visitor without one gets the login page.
+// Pages show only the visitor's tenant's runs: another tenant's run is "not
+// recorded". Every POST is refused unless it comes from this origin
+// (http.CrossOriginProtection: the browser's Sec-Fetch-Site, else Origin,
+// must be this server's), which is the pages' CSRF protection, beside the
+// session cookie's SameSite=Lax.
+func New(st store.Store, o Options) http.Handler {
+	if o.Log == nil {
+		o.Log = slog.Default()
 	}
-	p := newPages(st, log)
+	p := newPages(st, o.Log)
+	p.opts = o
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.runsPage)
 	mux.HandleFunc("GET /runs/{run_id}", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, false) })
 	mux.HandleFunc("GET /runs/{run_id}/timeline", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, true) })
+	mux.HandleFunc("POST /runs/{run_id}/calls/{call_id}/decision", p.decide)
+	mux.HandleFunc("GET /login", p.loginPage)
+	mux.HandleFunc("POST /login", p.loginSubmit)
+	mux.HandleFunc("POST /logout", p.logout)
 	mux.Handle("GET /assets/", cacheAssets(p.assets))
-	return mux
+	h := o.Auth.Middleware(mux, publicPage, p.unauthenticated)
+	return csrfProtection().Handler(h)
+}
+
+// publicPage says which requests need no session: the login page and the
+// assets it uses.
+func publicPage(r *http.Request) bool {
+	return r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/assets/")
 }
 
 func newPages(st store.Store, log *slog.Logger) *pages {
@@ -85,6 +124,7 @@ func newPages(st store.Store, log *slog.Logger) *pages {
 		log:    log,
 		runs:   parse("base.html", "runs.html"),
 		run:    parse("base.html", "run.html", "runbody.html"),
+		login:  parse("base.html", "login.html"),
 		assets: http.StripPrefix("/assets/", http.FileServerFS(assets)),
 	}
 }
@@ -126,7 +166,7 @@ type errorPage struct {
 }
 
 func (p *pages) pageError(w http.ResponseWriter, r *http.Request, status int, msg string) {
-	p.renderPage(w, r, p.runs, "base.html", status, runsPage{Title: http.StatusText(status), Error: &errorPage{
+	p.renderPage(w, r, p.runs, "base.html", status, runsPage{Title: http.StatusText(status), User: userOf(r), Error: &errorPage{
 		Title: http.StatusText(status), Message: msg}})
 }
 
@@ -134,6 +174,7 @@ func (p *pages) pageError(w http.ResponseWriter, r *http.Request, status int, ms
 
 type runsPage struct {
 	Title   string
+	User    *userView
 	Error   *errorPage
 	Filter  runsFilterView
 	Runs    []runRowView
@@ -157,7 +198,7 @@ func (p *pages) runsPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	fv := runsFilterView{Status: q.Get("status"), Agent: q.Get("agent"), Tenant: q.Get("tenant"),
 		Since: q.Get("since"), Until: q.Get("until"), Statuses: store.RunStatuses()}
-	data := runsPage{Title: "Runs", Filter: fv}
+	data := runsPage{Title: "Runs", Filter: fv, User: userOf(r)}
 	f, err := api.ParseRunFilter(q)
 	if err != nil {
 		data.Error = &errorPage{Title: "Bad filter", Message: err.Error()}
@@ -167,7 +208,10 @@ func (p *pages) runsPage(w http.ResponseWriter, r *http.Request) {
 	if f.Limit == 0 {
 		f.Limit = pageRunsLimit
 	}
-	runs, err := p.store.ListRuns(r.Context(), f)
+	var runs []store.Run
+	if api.ScopeFilter(auth.FromContext(r.Context()), &f) {
+		runs, err = p.store.ListRuns(r.Context(), f)
+	}
 	if err != nil {
 		p.log.Error("runs page", "err", err)
 		p.pageError(w, r, http.StatusInternalServerError, "The store did not answer; the recorder's log has the details.")
@@ -188,6 +232,7 @@ func (p *pages) runsPage(w http.ResponseWriter, r *http.Request) {
 
 type runPage struct {
 	Title string
+	User  *userView
 	Error *errorPage
 	Run   runView
 }
@@ -242,6 +287,10 @@ type callView struct {
 	Warnings                    []string
 	MaterializeURL, JSONURL     string
 	Pending                     bool
+	// Decide shows the approval form: the call awaits a decision and the
+	// visitor is an approver of its tenant.
+	Decide    bool
+	DecideURL string
 }
 
 type attachmentView struct {
@@ -258,7 +307,8 @@ func (p *pages) runPage(w http.ResponseWriter, r *http.Request, fragment bool) {
 		p.pageError(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a run id: a run id is 1 to 64 letters, digits, '-' or '_'.", truncate(id, 80)))
 		return
 	}
-	view, err := p.buildRunView(r.Context(), id)
+	who := auth.FromContext(r.Context())
+	view, err := p.buildRunView(r.Context(), id, who)
 	if errors.Is(err, store.ErrRunNotFound) {
 		p.pageError(w, r, http.StatusNotFound, fmt.Sprintf("Run %q is not recorded (yet).", id))
 		return
@@ -268,7 +318,7 @@ func (p *pages) runPage(w http.ResponseWriter, r *http.Request, fragment bool) {
 		p.pageError(w, r, http.StatusInternalServerError, "The store did not answer; the recorder's log has the details.")
 		return
 	}
-	data := runPage{Title: "Run " + id, Run: view}
+	data := runPage{Title: "Run " + id, Run: view, User: userOf(r)}
 	if fragment {
 		p.renderPage(w, r, p.run, "runbody", http.StatusOK, data)
 		return
@@ -276,11 +326,18 @@ func (p *pages) runPage(w http.ResponseWriter, r *http.Request, fragment bool) {
 	p.renderPage(w, r, p.run, "base.html", http.StatusOK, data)
 }
 
-func (p *pages) buildRunView(ctx context.Context, id string) (runView, error) {
+// buildRunView reads what the timeline shows of run id, as who sees it: a
+// run of another tenant is ErrRunNotFound, and the approval buttons are for
+// approvers only.
+func (p *pages) buildRunView(ctx context.Context, id string, who auth.Principal) (runView, error) {
 	run, err := p.store.Run(ctx, id)
 	if err != nil {
 		return runView{}, err
 	}
+	if !who.Sees(run.Tenant) {
+		return runView{}, fmt.Errorf("%w: %s", store.ErrRunNotFound, id)
+	}
+	canDecide := p.opts.JS != nil && who.Can(auth.RoleApprover) && !store.IsTerminal(run.Status)
 	calls, err := p.store.ToolCalls(ctx, id)
 	if err != nil {
 		return runView{}, err
@@ -388,6 +445,7 @@ func (p *pages) buildRunView(ctx context.Context, id string) (runView, error) {
 			}
 		}
 		cv := callViewOf(id, c, asked, byCall[c.CallID])
+		cv.Decide = canDecide && cv.Approval == "pending" && c.Status != store.CallCompleted // not timed out
 		if c.Iteration == nil {
 			v.Loose = append(v.Loose, cv)
 			continue
@@ -413,10 +471,11 @@ func (p *pages) buildRunView(ctx context.Context, id string) (runView, error) {
 func callViewOf(runID string, c store.ToolCall, asked *time.Time, evs []store.EventRow) callView {
 	base := "/v1/runs/" + url.PathEscape(runID) + "/calls/" + url.PathEscape(c.CallID)
 	cv := callView{
-		Key: c.CallID, Short: truncate(c.CallID, 12), Name: c.Name, Version: c.Version, Status: c.Status,
+		Key: c.CallID, Short: events.ShortCallID(c.CallID), Name: c.Name, Version: c.Version, Status: c.Status,
 		ErrorCode: c.ErrorCode, Cached: c.Cached, Truncated: c.Truncated, Input: prettyJSON(c.Input),
 		MaterializeURL: base + "/materialize", JSONURL: base, Pending: c.Status != store.CallCompleted,
-		Queue: c.Queue,
+		DecideURL: "/runs/" + url.PathEscape(runID) + "/calls/" + url.PathEscape(c.CallID) + "/decision",
+		Queue:     c.Queue,
 	}
 	if c.Cost != nil && *c.Cost > 0 {
 		cv.Cost = spendLabel(c.Cost)

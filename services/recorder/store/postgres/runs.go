@@ -32,7 +32,8 @@ import (
 // rules of Store.Write), and how the merge reproduces it:
 //
 //   - status, status_at, reason, completed_at: an update's status replaces
-//     the row's when its (rank, time, name) is greater, so after u1..un the
+//     the row's when it beats it (statusBeats: rank, then time, the later
+//     but the earlier of two ends, then name), so after u1..un the
 //     row holds the greatest of the row's and the updates' statuses, the
 //     earliest on ties. The merge keeps the first greatest of the updates',
 //     which beats the row's exactly when one of them did;
@@ -116,14 +117,16 @@ func (m *runMerge) addTenant(u *store.RunUpdate) {
 }
 
 // statusBeats reports whether u's status wins over w's, as updateRunsSQL's
-// row comparison decides: by rank, then time as Postgres stores it, then name
-// (the names of a rank, lowercase ASCII, sort alike in every collation).
+// comparison (sqlstore.StatusWins) decides: by rank, then time as Postgres
+// stores it (the later, but the earlier of two ends), then name (the names
+// of a rank, lowercase ASCII, sort alike in every collation).
 func statusBeats(u, w *store.RunUpdate) bool {
-	if ru, rw := store.RunStatusRank(u.Status), store.RunStatusRank(w.Status); ru != rw {
+	ru, rw := store.RunStatusRank(u.Status), store.RunStatusRank(w.Status)
+	if ru != rw {
 		return ru > rw
 	}
 	if tu, tw := pgTime(u.At), pgTime(w.At); !tu.Equal(tw) {
-		return tu.After(tw)
+		return tu.After(tw) != store.IsTerminal(u.Status)
 	}
 	return u.Status > w.Status
 }
@@ -256,9 +259,7 @@ func completedAt(status string, at time.Time) *time.Time {
 // with the merge's values, and the flags saying whether a status and a
 // request came with them.
 var updateRunsSQL = func() string {
-	wins := "(u.has_status AND (" + sqlstore.RunRank("u.status") +
-		", u.status_at, u.status) > (" + sqlstore.RunRank("r.status") +
-		", r.status_at, r.status))"
+	wins := "(u.has_status AND " + sqlstore.StatusWins("u.status", "u.status_at", "r.status", "r.status_at") + ")"
 	takeTenant := "(u.org_id IS NOT NULL AND (u.tenant_forced OR r.org_id IS NULL))"
 	takeAgent := "(u.agent IS NOT NULL AND (u.agent_forced OR r.agent IS NULL))"
 	return `

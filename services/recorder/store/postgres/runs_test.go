@@ -26,9 +26,7 @@ import (
 // It is the oracle of the merge: a batch's updates merged and applied at
 // once must leave the row this leaves applying them one by one.
 var upsertRunSQL = func() string {
-	wins := "($16::boolean AND (" + sqlstore.RunRank("EXCLUDED.status") +
-		", EXCLUDED.status_at, EXCLUDED.status) > (" + sqlstore.RunRank("r.status") +
-		", r.status_at, r.status))"
+	wins := "($16::boolean AND " + sqlstore.StatusWins("EXCLUDED.status", "EXCLUDED.status_at", "r.status", "r.status_at") + ")"
 	takeTenant := "(EXCLUDED.org_id IS NOT NULL AND (EXCLUDED.request IS NOT NULL OR r.org_id IS NULL))"
 	takeAgent := "(EXCLUDED.agent IS NOT NULL AND (EXCLUDED.request IS NOT NULL OR r.agent IS NULL))"
 	return `
@@ -140,7 +138,7 @@ var mergeCases = []mergeCase{
 		{At: mergeAt(5), Iterations: 2, ToolCalls: 1},
 		{At: mergeAt(2), Iterations: 1, ToolCalls: 3, Reason: "ignored"},
 	}},
-	{name: "terminal status sets completed_at, a later one moves it", updates: []store.RunUpdate{
+	{name: "terminal status sets completed_at, an earlier one moves it", updates: []store.RunUpdate{
 		{At: mergeAt(8), Status: events.StatusCompleted},
 		{At: mergeAt(9), Status: events.StatusFailed, Reason: "late failure"},
 		{At: mergeAt(7), Status: events.StatusFailed},

@@ -151,18 +151,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	defer rows.Close()
-	out := []store.Run{}
-	for rows.Next() {
-		run, err := scanRun(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list runs: %w", err)
-		}
-		out = append(out, run)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	return out, nil
+	return sqlstore.Collect(rows, "list runs", func(rows pgx.Rows) (store.Run, error) { return scanRun(rows) })
 }
 
 const callOrder = `ORDER BY seq ASC NULLS LAST, t_start ASC NULLS LAST, call_id ASC`
@@ -217,18 +206,11 @@ func (s *Store) Envelopes(ctx context.Context, runID string) ([]json.RawMessage,
 		return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
 	}
 	defer rows.Close()
-	out := []json.RawMessage{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, fmt.Sprintf("envelopes of %q", runID), func(rows pgx.Rows) (json.RawMessage, error) {
 		var b []byte
-		if err := rows.Scan(&b); err != nil {
-			return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
-	}
-	return out, nil
+		err := rows.Scan(&b)
+		return b, err
+	})
 }
 
 // Events implements Store.
@@ -384,20 +366,12 @@ func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before t
 		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
 	}
 	defer rows.Close()
-	out := []store.Run{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, "completed runs of "+orgID+"/"+agent, func(rows pgx.Rows) (store.Run, error) {
 		var outputs, pinned, blob []byte
 		run, err := scanRun(rows, &outputs, &pinned, &blob)
-		if err != nil {
-			return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
-		}
 		run.Outputs, run.Pinned, run.OutputsBlob = outputs, pinned, blob
-		out = append(out, run)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
-	}
-	return out, nil
+		return run, err
+	})
 }
 
 func deref(s *string) string {

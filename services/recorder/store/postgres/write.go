@@ -25,12 +25,14 @@ import (
 // that the rows a batch leaves are exactly those that writing its records one
 // by one, in order, would leave.
 
-// writeRecords writes a batch in two round trips. The first inserts every
-// event row and learns which records are new; the second, pipelined, applies
-// the new records' effects: their runs, tool calls, model turns, verdicts and
-// tool definitions. The effects touch no events row, so applying them after
-// all the inserts changes nothing, and the transaction still commits an event
-// with all its effects or nothing.
+// writeRecords writes a batch in a few round trips. The first inserts every
+// event row and learns which records are new; the next reads what the gate
+// (store.Admit) needs of their runs, and the records parked for them; the
+// last, pipelined, applies the admitted records' effects (their runs, tool
+// calls, model turns, verdicts and tool definitions) and keeps the parked
+// ones. The effects touch no events row, so applying them after all the
+// inserts changes nothing, and the transaction still commits an event with
+// all its effects (or its parking) or nothing.
 func writeRecords(ctx context.Context, tx pgx.Tx, recs []store.Record) error {
 	if err := lockRuns(ctx, tx, recs); err != nil {
 		return err
@@ -39,12 +41,31 @@ func writeRecords(ctx context.Context, tx pgx.Tx, recs []store.Record) error {
 	if err != nil {
 		return err
 	}
-	q := &effectQueue{recs: recs}
-	if err := q.runs(fresh); err != nil {
+	news := make([]store.Record, 0, len(recs))
+	for i := range recs {
+		if fresh[i] {
+			news = append(news, recs[i])
+		}
+	}
+	// The gate (store.Admit): what applies now, what waits for its run's
+	// request or its call's turn, what never applies.
+	adm, err := admit(ctx, tx, news)
+	if err != nil {
 		return err
 	}
-	q.calls(fresh)
-	q.others(fresh)
+	q := &effectQueue{recs: adm.Apply}
+	all := make([]bool, len(adm.Apply))
+	for i := range all {
+		all[i] = true
+	}
+	if err := q.runs(all); err != nil {
+		return err
+	}
+	q.calls(all)
+	q.others(all)
+	if err := q.parked(adm); err != nil {
+		return err
+	}
 	return q.send(ctx, tx)
 }
 
@@ -95,7 +116,10 @@ func runLockKey(runID string) int32 {
 // event itself when there is one (a batch that fails is written again record
 // by record, which then names the culprit).
 func batchError(recs []store.Record, owners []int, what string, err error) error {
-	if len(owners) == 1 {
+	switch len(owners) {
+	case 0:
+		return fmt.Errorf("%s: %w", what, err)
+	case 1:
 		return fmt.Errorf("record event %q: %s: %w", recs[owners[0]].Event.ID, what, err)
 	}
 	return fmt.Errorf("record %d events: %s: %w", len(owners), what, err)

@@ -189,6 +189,11 @@ func TestPostgresWriteNamesTheFailingEvent(t *testing.T) {
 	s, _ := newPostgres(t)
 	fx := storetest.CompletedRun(t, "run-bad", "weather", storetest.TenantA, storetest.Base)
 	recs := fx.Records(t)
+	// The run is requested, so that the records below apply (a record of a
+	// run with no request waits for it, parked).
+	if err := s.Write(testCtx(t), recs[0]); err != nil {
+		t.Fatal(err)
+	}
 	bad := recs[len(recs)-1]
 	bad.Event.Data = []byte("{\"text\":\"not UTF-8: \xff\"}")
 	err := s.Write(testCtx(t), bad)

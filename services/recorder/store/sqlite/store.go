@@ -138,10 +138,29 @@ func (s *Store) Write(ctx context.Context, recs ...store.Record) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
+	news := make([]store.Record, 0, len(recs))
 	for i := range recs {
-		if err := sqliteWriteRecord(ctx, tx, &recs[i]); err != nil {
+		fresh, err := sqliteInsertEvent(ctx, tx, &recs[i].Event)
+		if err != nil {
 			return classifySQLite(fmt.Errorf("record event %q: %w", recs[i].Event.ID, err))
 		}
+		if fresh {
+			news = append(news, recs[i])
+		}
+	}
+	// The gate (store.Admit): what applies now, what waits for its run's
+	// request or its call's turn, what never applies.
+	adm, err := sqliteAdmit(ctx, tx, news)
+	if err != nil {
+		return err
+	}
+	for i := range adm.Apply {
+		if err := sqliteApply(ctx, tx, &adm.Apply[i]); err != nil {
+			return classifySQLite(fmt.Errorf("record event %q: %w", adm.Apply[i].Event.ID, err))
+		}
+	}
+	if err := sqlitePark(ctx, tx, adm); err != nil {
+		return classifySQLite(err)
 	}
 	if err := tx.Commit(); err != nil {
 		return classifySQLite(fmt.Errorf("commit: %w", err))
@@ -149,13 +168,14 @@ func (s *Store) Write(ctx context.Context, recs ...store.Record) (err error) {
 	return nil
 }
 
-func sqliteWriteRecord(ctx context.Context, tx *sql.Tx, r *store.Record) error {
-	e := &r.Event
+// sqliteInsertEvent inserts an event's row and reports whether it is new (a
+// redelivered event is recorded already, with its effects).
+func sqliteInsertEvent(ctx context.Context, tx *sql.Tx, e *store.EventRow) (bool, error) {
 	var exts *string
 	if len(e.Extensions) > 0 {
 		b, err := json.Marshal(e.Extensions)
 		if err != nil {
-			return err
+			return false, err
 		}
 		v := string(b)
 		exts = &v
@@ -172,13 +192,17 @@ func sqliteWriteRecord(ctx context.Context, tx *sql.Tx, r *store.Record) error {
 		e.ID, sqlstore.NullString(e.RunID), sqlstore.NullString(e.CallID), e.Type, e.Subject, e.Source, fmtTime(e.Time),
 		sqlstore.NullString(e.Stream), seq, exts, sqlstore.JSONText(e.Data), fmtTime(time.Now()))
 	if err != nil {
-		return fmt.Errorf("insert event: %w", err)
+		return false, fmt.Errorf("insert event: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n == 0 {
-		return nil // recorded before, with its effects, in the same transaction
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
 	}
+	return n > 0, nil
+}
+
+// sqliteApply applies a new record's effects.
+func sqliteApply(ctx context.Context, tx *sql.Tx, r *store.Record) error {
 	if r.Run != nil {
 		if err := sqliteUpsertRun(ctx, tx, r.Run); err != nil {
 			return err
@@ -216,9 +240,7 @@ func sqliteWriteRecord(ctx context.Context, tx *sql.Tx, r *store.Record) error {
 // kept in postgres_runs_test.go) in SQLite's dialect: max/min for
 // GREATEST/LEAST (which ignore NULLs in Postgres: spend says so explicitly).
 var sqliteUpsertRunSQL = func() string {
-	wins := "(?16 AND ((" + sqlstore.RunRank("excluded.status") +
-		", excluded.status_at, excluded.status) > (" + sqlstore.RunRank("r.status") +
-		", r.status_at, r.status)))"
+	wins := "(?16 AND " + sqlstore.StatusWins("excluded.status", "excluded.status_at", "r.status", "r.status_at") + ")"
 	takeTenant := "(excluded.org_id IS NOT NULL AND (excluded.request IS NOT NULL OR r.org_id IS NULL))"
 	takeAgent := "(excluded.agent IS NOT NULL AND (excluded.request IS NOT NULL OR r.agent IS NULL))"
 	return `
@@ -381,18 +403,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []store.Run{}
-	for rows.Next() {
-		run, err := sqliteScanRun(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list runs: %w", err)
-		}
-		out = append(out, run)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	return out, nil
+	return sqlstore.Collect(rows, "list runs", func(rows *sql.Rows) (store.Run, error) { return sqliteScanRun(rows) })
 }
 
 // CompletedRuns implements Store.
@@ -407,20 +418,12 @@ func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before t
 		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []store.Run{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, "completed runs of "+orgID+"/"+agent, func(rows *sql.Rows) (store.Run, error) {
 		var outputs, pinned, blob sql.NullString
 		run, err := sqliteScanRun(rows, &outputs, &pinned, &blob)
-		if err != nil {
-			return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
-		}
 		run.Outputs, run.Pinned, run.OutputsBlob = rawJSON(outputs), rawJSON(pinned), rawJSON(blob)
-		out = append(out, run)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
-	}
-	return out, nil
+		return run, err
+	})
 }
 
 const sqliteCallOrder = `ORDER BY seq IS NULL, seq, t_start IS NULL, t_start, call_id`
@@ -501,18 +504,11 @@ func (s *Store) Envelopes(ctx context.Context, runID string) ([]json.RawMessage,
 		return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []json.RawMessage{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, fmt.Sprintf("envelopes of %q", runID), func(rows *sql.Rows) (json.RawMessage, error) {
 		var b string
-		if err := rows.Scan(&b); err != nil {
-			return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
-		}
-		out = append(out, json.RawMessage(b))
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
-	}
-	return out, nil
+		err := rows.Scan(&b)
+		return json.RawMessage(b), err
+	})
 }
 
 // Events implements Store.
@@ -580,20 +576,13 @@ func (s *Store) Turns(ctx context.Context, runID string) ([]store.TurnRow, error
 		return nil, fmt.Errorf("model turns of %q: %w", runID, err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []store.TurnRow{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, fmt.Sprintf("model turns of %q", runID), func(rows *sql.Rows) (store.TurnRow, error) {
 		t := store.TurnRow{RunID: runID}
 		var b string
-		if err := rows.Scan(&t.Iteration, &b); err != nil {
-			return nil, fmt.Errorf("model turns of %q: %w", runID, err)
-		}
+		err := rows.Scan(&t.Iteration, &b)
 		t.Turn = json.RawMessage(b)
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("model turns of %q: %w", runID, err)
-	}
-	return out, nil
+		return t, err
+	})
 }
 
 // Verdicts implements Store.
@@ -606,20 +595,13 @@ func (s *Store) Verdicts(ctx context.Context, runID string) ([]store.VerdictRow,
 		return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []store.VerdictRow{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, fmt.Sprintf("verdicts of %q", runID), func(rows *sql.Rows) (store.VerdictRow, error) {
 		v := store.VerdictRow{RunID: runID}
 		var code, reason sql.NullString
-		if err := rows.Scan(&v.Iteration, &v.Allowed, &code, &reason); err != nil {
-			return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
-		}
+		err := rows.Scan(&v.Iteration, &v.Allowed, &code, &reason)
 		v.Code, v.Reason = code.String, reason.String
-		out = append(out, v)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
-	}
-	return out, nil
+		return v, err
+	})
 }
 
 // RunTools implements Store.
@@ -632,20 +614,13 @@ func (s *Store) RunTools(ctx context.Context, runID string) ([]store.ToolDefRow,
 		return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
 	}
 	defer func() { _ = rows.Close() }()
-	out := []store.ToolDefRow{}
-	for rows.Next() {
+	return sqlstore.Collect(rows, fmt.Sprintf("tool definitions of %q", runID), func(rows *sql.Rows) (store.ToolDefRow, error) {
 		d := store.ToolDefRow{RunID: runID}
 		var b string
-		if err := rows.Scan(&d.Name, &d.Version, &b); err != nil {
-			return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
-		}
+		err := rows.Scan(&d.Name, &d.Version, &b)
 		d.Definition = json.RawMessage(b)
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
-	}
-	return out, nil
+		return d, err
+	})
 }
 
 func fmtTime(t time.Time) string { return t.UTC().Format(timeLayout) }

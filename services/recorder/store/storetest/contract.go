@@ -32,6 +32,8 @@ var Base = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // for one subtest, released by t.Cleanup.
 func RunStoreContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 	runContractExtras(t, newStore)
+	runGateContract(t, newStore)
+	runTokenContract(t, newStore)
 	t.Run("RecordsACompletedRun", func(t *testing.T) {
 		s := newStore(t)
 		fx := CompletedRun(t, "run-complete", "weather", TenantA, Base)
@@ -202,6 +204,7 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		mustWrite(t, s, Records(t, fx.Event(t, events.TypeRunRequested, ""))...)
 		mustWrite(t, s, Records(t, fx.Event(t, events.TypeCallCompleted, env.CallID))...)
 		mustWrite(t, s, Records(t, odd, early, fx.Event(t, events.TypeCallApproved, env.CallID))...)
 		calls, err := s.ToolCalls(ctx(t), fx.RunID)

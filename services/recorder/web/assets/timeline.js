@@ -34,11 +34,16 @@
     busy = true;
     try {
       const open = new Set([...main.querySelectorAll("details[open]")].map((d) => d.dataset.key));
+      // A note being written in an approval form survives the refresh.
+      const notes = new Map([...main.querySelectorAll("form[data-decide]")].map((f) => [f.dataset.decide, f.elements.note.value]));
       const res = await fetch("/runs/" + encodeURIComponent(run) + "/timeline", { headers: { Accept: "text/html" } });
       if (res.ok) {
         main.innerHTML = await res.text();
         for (const d of main.querySelectorAll("details[data-key]")) {
           if (open.has(d.dataset.key)) d.open = true;
+        }
+        for (const f of main.querySelectorAll("form[data-decide]")) {
+          if (notes.get(f.dataset.decide)) f.elements.note.value = notes.get(f.dataset.decide);
         }
         for (const [key, text] of materialized) {
           const out = main.querySelector('.materialized[data-for="' + key + '"]');

@@ -43,6 +43,19 @@ func Rank(expr string, statuses []string, rank func(string) int) string {
 // RunRank is Rank for run statuses.
 func RunRank(expr string) string { return Rank(expr, store.RunStatuses(), store.RunStatusRank) }
 
+// StatusWins renders the condition under which a proposed run status (status,
+// at) replaces the stored one (was, wasAt), by the rules of store.Write: the
+// higher rank wins; within a rank, the later one, except between two ends,
+// where the earlier one wins (a run stays as it ended); then the greater
+// name. Both backends compare times in time order (Postgres timestamptz,
+// SQLite fixed-width text).
+func StatusWins(status, at, was, wasAt string) string {
+	rank, wasRank := RunRank(status), RunRank(was)
+	return "(" + rank + " > " + wasRank + " OR (" + rank + " = " + wasRank + " AND CASE WHEN " + rank + " = 3" +
+		" THEN (" + wasAt + ", " + status + ") > (" + at + ", " + was + ")" +
+		" ELSE (" + at + ", " + status + ") > (" + wasAt + ", " + was + ") END))"
+}
+
 // CallUpsertSet is the SET list of a tool_calls upsert (Postgres and SQLite
 // both read excluded, the proposed row, as c the stored one): the status
 // moves forward only; until the envelope arrives, the first event that names
@@ -131,4 +144,29 @@ func Migrate(ctx context.Context, dialect goose.Dialect, db *sql.DB, files fs.FS
 		return store.MigrationResult{}, fmt.Errorf("migrate: version: %w", err)
 	}
 	return res, nil
+}
+
+// Rows is the part of a result set Collect reads: pgx.Rows and *sql.Rows
+// both have it.
+type Rows interface {
+	Next() bool
+	Err() error
+}
+
+// Collect scans every row of rows with scan and returns them in order (an
+// empty slice, never nil, when there is none); a failure is wrapped with
+// what ("verdicts of \"run-1\"").
+func Collect[R Rows, T any](rows R, what string, scan func(R) (T, error)) ([]T, error) {
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
 }

@@ -1,0 +1,179 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+)
+
+// OIDCConfig maps OpenID Connect ID tokens to principals. Tokens are checked
+// with github.com/coreos/go-oidc/v3: it discovers the issuer's keys
+// (/.well-known/openid-configuration, then its JWKS, refreshed when an
+// unknown key id appears), checks the signature, the issuer, the audience and
+// the expiry, and refuses unsigned tokens and unexpected algorithms. It is
+// the OIDC client library most Go projects use (Kubernetes' and Dex's
+// lineage), kept by CoreOS/Red Hat, and does only verification, which is all
+// a bearer-token API needs.
+type OIDCConfig struct {
+	// Issuer is the provider's issuer URL, exactly as its tokens' iss says.
+	Issuer string
+	// Audience is the client id tokens must be issued to (their aud).
+	Audience string
+	// OrgClaim names the claim holding the tenant's org (required in every
+	// token); default "org_id".
+	OrgClaim string
+	// WorkspaceClaim names the claim holding the workspace; absent or empty:
+	// every workspace of the org. Default "workspace_id".
+	WorkspaceClaim string
+	// RoleClaim names the claim holding the role: a string, or a list of
+	// which the most powerful known role wins (a groups claim works);
+	// default "toolwire_role". A token without a known role is refused.
+	RoleClaim string
+	// HTTPClient fetches discovery and keys; default http.DefaultClient.
+	HTTPClient *http.Client
+}
+
+// Defaults of OIDCConfig.
+const (
+	DefaultOrgClaim       = "org_id"
+	DefaultWorkspaceClaim = "workspace_id"
+	DefaultRoleClaim      = "toolwire_role"
+	oidcDiscoveryTimeout  = 10 * time.Second
+	oidcRetryAfter        = 10 * time.Second
+)
+
+// WithDefaults fills in the claim names.
+func (c OIDCConfig) WithDefaults() OIDCConfig {
+	if c.OrgClaim == "" {
+		c.OrgClaim = DefaultOrgClaim
+	}
+	if c.WorkspaceClaim == "" {
+		c.WorkspaceClaim = DefaultWorkspaceClaim
+	}
+	if c.RoleClaim == "" {
+		c.RoleClaim = DefaultRoleClaim
+	}
+	return c
+}
+
+// Validate checks c.
+func (c OIDCConfig) Validate() error {
+	var errs []error
+	if !strings.HasPrefix(c.Issuer, "https://") && !strings.HasPrefix(c.Issuer, "http://") {
+		errs = append(errs, fmt.Errorf("%w OIDC issuer %q: want its URL (https://...)", ErrInvalid, c.Issuer))
+	}
+	if c.Audience == "" {
+		errs = append(errs, fmt.Errorf("%w OIDC config: an audience (the client id tokens are issued to) is required with an issuer", ErrInvalid))
+	}
+	return errors.Join(errs...)
+}
+
+// oidcVerifier discovers the issuer on first use (so that a recorder starts
+// while its provider is down), and again after a failure, at most every
+// oidcRetryAfter.
+type oidcVerifier struct {
+	cfg OIDCConfig
+
+	mu       sync.Mutex
+	verifier *oidc.IDTokenVerifier
+	failedAt time.Time
+	lastErr  error
+}
+
+func newOIDCVerifier(cfg OIDCConfig) *oidcVerifier { return &oidcVerifier{cfg: cfg.WithDefaults()} }
+
+func (v *oidcVerifier) get(ctx context.Context) (*oidc.IDTokenVerifier, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.verifier != nil {
+		return v.verifier, nil
+	}
+	if !v.failedAt.IsZero() && time.Since(v.failedAt) < oidcRetryAfter {
+		return nil, v.lastErr
+	}
+	client := v.cfg.HTTPClient
+	if client == nil {
+		client = http.DefaultClient
+	}
+	// The key set outlives this request: it refreshes keys for later ones,
+	// so it gets the request's values without its cancellation.
+	keyCtx := oidc.ClientContext(context.WithoutCancel(ctx), client)
+	dctx, cancel := context.WithTimeout(keyCtx, oidcDiscoveryTimeout)
+	defer cancel()
+	p, err := oidc.NewProvider(dctx, v.cfg.Issuer)
+	if err != nil {
+		v.failedAt, v.lastErr = time.Now(), fmt.Errorf("%w: OIDC discovery of %s: %w", ErrUnavailable, v.cfg.Issuer, err)
+		return nil, v.lastErr
+	}
+	var meta struct {
+		JWKS string   `json:"jwks_uri"`
+		Algs []string `json:"id_token_signing_alg_values_supported"`
+	}
+	if err := p.Claims(&meta); err != nil || meta.JWKS == "" {
+		v.failedAt, v.lastErr = time.Now(), fmt.Errorf("%w: OIDC discovery of %s: no jwks_uri", ErrUnavailable, v.cfg.Issuer)
+		return nil, v.lastErr
+	}
+	keys := oidc.NewRemoteKeySet(keyCtx, meta.JWKS)
+	v.verifier = oidc.NewVerifier(v.cfg.Issuer, keys, &oidc.Config{ClientID: v.cfg.Audience, SupportedSigningAlgs: meta.Algs})
+	return v.verifier, nil
+}
+
+func (v *oidcVerifier) verify(ctx context.Context, raw string) (Principal, error) {
+	ver, err := v.get(ctx)
+	if err != nil {
+		return Principal{}, err
+	}
+	tok, err := ver.Verify(ctx, raw)
+	if err != nil {
+		return Principal{}, fmt.Errorf("%w: OIDC token: %w", ErrBadCredentials, err)
+	}
+	var claims map[string]any
+	if err := tok.Claims(&claims); err != nil {
+		return Principal{}, fmt.Errorf("%w: OIDC token claims: %w", ErrBadCredentials, err)
+	}
+	org, _ := claims[v.cfg.OrgClaim].(string)
+	if org == "" || org == AllTenants || !tenantPartRE.MatchString(org) {
+		return Principal{}, fmt.Errorf("%w: OIDC token of %s has no valid %q claim (the tenant's org)", ErrBadCredentials, tok.Subject, v.cfg.OrgClaim)
+	}
+	ws, _ := claims[v.cfg.WorkspaceClaim].(string)
+	if ws != "" && !tenantPartRE.MatchString(ws) {
+		return Principal{}, fmt.Errorf("%w: OIDC token of %s: %q claim %q is not a workspace id", ErrBadCredentials, tok.Subject, v.cfg.WorkspaceClaim, ws)
+	}
+	role := roleOfClaim(claims[v.cfg.RoleClaim])
+	if role == "" {
+		return Principal{}, fmt.Errorf("%w: OIDC token of %s has no %q claim naming viewer, approver or admin", ErrBadCredentials, tok.Subject, v.cfg.RoleClaim)
+	}
+	name := tok.Subject
+	if email, _ := claims["email"].(string); email != "" {
+		name = email
+	}
+	return Principal{Name: name, Via: "oidc", OrgID: org, WorkspaceID: ws, Role: role}, nil
+}
+
+// roleOfClaim reads a role claim: a role name, or a list of which the most
+// powerful role wins; "" when none is a role.
+func roleOfClaim(v any) Role {
+	var best Role
+	consider := func(s string) {
+		if r, err := ParseRole(s); err == nil && r.rank() > best.rank() {
+			best = r
+		}
+	}
+	switch c := v.(type) {
+	case string:
+		consider(c)
+	case []any:
+		for _, e := range c {
+			if s, ok := e.(string); ok {
+				consider(s)
+			}
+		}
+	}
+	return best
+}
