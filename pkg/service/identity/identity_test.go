@@ -156,6 +156,9 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$JS.API.STREAM.PURGE." + events.StreamDLQ, nil},
 		{"$JS.API.STREAM.DELETE.none", nil},
 		{"$JS.API.STREAM.CREATE.other", nil},
+		{"$JS.API.STREAM.CREATE." + events.StreamRuns, []identity.Role{orch, pol, exe, sbx, rec}},
+		{"$JS.API.STREAM.UPDATE." + events.StreamRuns, nil},
+		{"$JS.API.STREAM.UPDATE.KV_" + events.BucketRunState, nil},
 		{"$JS.API.CONSUMER.DELETE." + events.StreamCalls + ".orchestrator", nil},
 		{"$JS.API.CONSUMER.DELETE." + events.StreamSandbox + ".x", []identity.Role{exe}},
 		{"$JS.API.CONSUMER.DELETE.KV_" + events.BucketTools + ".x", []identity.Role{orch, pol, exe, sbx, rec}},
@@ -199,7 +202,8 @@ func TestPermissionMatrix(t *testing.T) {
 	}
 	t.Run("operator", func(t *testing.T) {
 		for _, p := range pubs {
-			if strings.Contains(p.subject, "DELETE") || p.subject == "elsewhere.anything" || strings.HasPrefix(p.subject, "$JS.API.STREAM.CREATE") {
+			if strings.Contains(p.subject, "DELETE") || p.subject == "elsewhere.anything" ||
+				strings.HasPrefix(p.subject, "$JS.API.STREAM.CREATE") || strings.HasPrefix(p.subject, "$JS.API.STREAM.UPDATE") {
 				continue // allowed, and it would change the server under the other subtests
 			}
 			require.Equal(t, "allowed", op.publish(t, p.subject), p.subject)

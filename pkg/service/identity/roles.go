@@ -173,14 +173,15 @@ func (r Role) Permissions() Permissions {
 }
 
 // service is what every service role shares besides its own lists: the
-// JetStream account info, provisioning (creating and raising toolwire's
-// streams and buckets, never deleting or purging them), dead letters, flow
+// JetStream account info, provisioning what is missing (creating toolwire's
+// streams and buckets; never changing, deleting or purging what exists: a
+// lower limit would be a purge by another name), dead letters, flow
 // control, and its inbox.
 func (r Role) service(lists ...[]string) Permissions {
 	pubs := flat(lists...)
 	pubs = append(pubs, "$JS.API.INFO", "$JS.FC.>", events.SubjectsDLQ)
 	for _, s := range provisioned() {
-		pubs = append(pubs, "$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s)
+		pubs = append(pubs, "$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.CREATE."+s)
 	}
 	pubs = append(pubs, objWrite(events.ObjectDeadLetters)...)
 	return Permissions{Publish: dedupe(pubs), Subscribe: []string{r.InboxPrefix() + ".>"}}
