@@ -16,6 +16,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/sandbox"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -113,6 +114,12 @@ func TestIdentitiesKeptAcrossRestarts(t *testing.T) {
 
 	st = startStack(t, stack.Options{DataDir: dir, Identities: true})
 	require.Equal(t, first, st.Identities.Public(identity.Operator))
+}
+
+// TestSandboxDurableIsKept: the name the role table keeps the executor
+// from deleting is the sandbox service's durable consumer.
+func TestSandboxDurableIsKept(t *testing.T) {
+	require.Equal(t, sandbox.Durable, identity.SandboxDurable)
 }
 
 func TestIdentitiesNeedTheEmbeddedServer(t *testing.T) {

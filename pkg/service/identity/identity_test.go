@@ -161,6 +161,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$JS.API.STREAM.UPDATE.KV_" + events.BucketRunState, nil},
 		{"$JS.API.CONSUMER.DELETE." + events.StreamCalls + ".orchestrator", nil},
 		{"$JS.API.CONSUMER.DELETE." + events.StreamSandbox + ".x", []identity.Role{exe}},
+		{"$JS.API.CONSUMER.DELETE." + events.StreamSandbox + "." + identity.SandboxDurable, nil},
 		{"$JS.API.CONSUMER.DELETE.KV_" + events.BucketTools + ".x", []identity.Role{orch, pol, exe, sbx, rec}},
 		{"elsewhere.anything", nil},
 	}
@@ -360,6 +361,7 @@ func TestServerConfig(t *testing.T) {
 	for i, u := range o.Nkeys {
 		require.Equal(t, want[i].Nkey, u.Nkey)
 		require.Equal(t, want[i].Permissions.Publish.Allow, u.Permissions.Publish.Allow, identity.Roles()[i])
+		require.Equal(t, want[i].Permissions.Publish.Deny, u.Permissions.Publish.Deny, identity.Roles()[i])
 		require.Equal(t, want[i].Permissions.Subscribe.Allow, u.Permissions.Subscribe.Allow, identity.Roles()[i])
 		require.Equal(t, want[i].Permissions.Response != nil, u.Permissions.Response != nil, identity.Roles()[i])
 	}

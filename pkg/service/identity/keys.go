@@ -128,7 +128,7 @@ func (k *Keys) ServerUsers() []*server.NkeyUser {
 func (r Role) serverPermissions() *server.Permissions {
 	p := r.Permissions()
 	sp := &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: slices.Clone(p.Publish)},
+		Publish:   &server.SubjectPermission{Allow: slices.Clone(p.Publish), Deny: slices.Clone(p.PublishDeny)},
 		Subscribe: &server.SubjectPermission{Allow: slices.Clone(p.Subscribe)},
 	}
 	if p.Responses {
@@ -162,7 +162,11 @@ func (k *Keys) ServerConfig() string {
 		p := r.Permissions()
 		fmt.Fprintf(&b, "    # %s: %s\n", r, r.Doc())
 		fmt.Fprintf(&b, "    {\n      nkey: %q\n      permissions: {\n", k.public[r])
-		fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoted(p.Publish, "          "))
+		if len(p.PublishDeny) > 0 {
+			fmt.Fprintf(&b, "        publish: { allow: %s, deny: %s }\n", quoted(p.Publish, "          "), quoted(p.PublishDeny, "          "))
+		} else {
+			fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoted(p.Publish, "          "))
+		}
 		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoted(p.Subscribe, "          "))
 		if p.Responses {
 			b.WriteString("        allow_responses: { max: 1, expires: \"1m\" }\n")

@@ -37,6 +37,10 @@ const (
 	Producer     Role = "producer" // an upstream system: asks for runs, follows them
 )
 
+// SandboxDurable is the name of the sandbox service's durable consumer
+// (services/sandbox.Durable; the stack's tests check they agree).
+const SandboxDurable = "sandbox"
+
 // ErrUnknownRole is wrapped when a name is not a role.
 var ErrUnknownRole = errors.New("unknown NATS role")
 
@@ -80,6 +84,8 @@ func (r Role) InboxPrefix() string { return "_INBOX_" + string(r) }
 type Permissions struct {
 	Publish   []string
 	Subscribe []string
+	// PublishDeny are exceptions to Publish.
+	PublishDeny []string
 	// Responses: the role answers requests (core NATS request/reply) on a
 	// subject it subscribes to; the server lets it publish one reply to
 	// each request's reply subject.
@@ -139,8 +145,10 @@ func (r Role) Permissions() Permissions {
 			kvWrite(events.BucketTools, events.BucketCache, events.BucketRate, events.BucketOutcomes, events.BucketWorkers),
 			objWrite(events.ObjectBlobs),
 		)
-		// The consumer of a sandbox job's result, deleted once read.
+		// The consumer of a sandbox job's result, deleted once read; never
+		// the sandbox service's own durable consumer.
 		p.Publish = append(p.Publish, "$JS.API.CONSUMER.DELETE."+events.StreamSandbox+".>")
+		p.PublishDeny = append(p.PublishDeny, "$JS.API.CONSUMER.DELETE."+events.StreamSandbox+"."+SandboxDurable)
 		// The guard's preview requests; the executor answers each once.
 		p.Subscribe = append(p.Subscribe, events.SubjectPreview)
 		p.Responses = true
