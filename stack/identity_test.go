@@ -126,3 +126,35 @@ func TestIdentitiesNeedTheEmbeddedServer(t *testing.T) {
 	_, err := stack.Start(t.Context(), stack.Options{NATSURL: "nats://127.0.0.1:1", Identities: true})
 	require.ErrorContains(t, err, "Identities provisions the embedded server")
 }
+
+// TestSandboxWithIdentities: a code tool crosses the executor and the
+// sandbox service on their own keys (the job, its durable consumer, the
+// result and the executor's result consumer), and neither hits a
+// permission it lacks.
+func TestSandboxWithIdentities(t *testing.T) {
+	needSandboxRuntimes(t)
+	errs := &natsErrors{}
+	st, err := stack.Start(t.Context(), stack.Options{
+		DataDir: t.TempDir(), Identities: true, Logger: slog.New(errs),
+		Sandbox: &sandbox.Config{StateDir: t.TempDir(), Concurrency: 1},
+	})
+	require.NoError(t, err)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = st.Stop(context.Background())
+		}
+	})
+	sum := map[string]any{"code": "import json, sys\nprint(sum(json.load(sys.stdin)))", "input": []int{1, 2, 3, 36}}
+	final := runToEnd(t, st, scripted(t, "ident-sandbox", []string{"python_exec@1.0.0"},
+		map[string]any{"tool_calls": []any{call("python_exec", sum)}},
+		map[string]any{"content": "the sum is 42"}))
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	py := final.Outputs.ToolsByID[final.Outputs.ToolOrder[0]]
+	require.Nil(t, py.Error)
+	require.JSONEq(t, `{"stdout":"42\n","stderr":""}`, string(py.Output))
+
+	stopped = true
+	require.NoError(t, st.Stop(context.Background()))
+	require.Empty(t, errs.all(), "no service hit a permission it lacks, from start to stop")
+}
