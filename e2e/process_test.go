@@ -14,12 +14,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/embedded"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 )
 
@@ -64,7 +69,45 @@ func TestServicesAsProcesses(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 
-	env := eventstest.Start(t)
+	t.Run("anonymous", func(t *testing.T) {
+		env := eventstest.Start(t)
+		runAsProcesses(t, bin, env.URL, func(string) []string { return nil }, client.New(env.JS, "/test"), "processes-1")
+	})
+	// Every service on its own role's nkey, the client as a producer: the
+	// run completes and no process hits a permission it lacks.
+	t.Run("identities", func(t *testing.T) {
+		keys, err := identity.LoadOrCreate(filepath.Join(t.TempDir(), "ids"))
+		require.NoError(t, err)
+		s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: keys.ServerUsers()})
+		require.NoError(t, err)
+		t.Cleanup(func() { embedded.Stop(s) })
+		connect := func(r identity.Role) jetstream.JetStream {
+			opts, err := identity.ConnectOptions(r, keys.SeedFile(r))
+			require.NoError(t, err)
+			nc, err := nats.Connect(s.ClientURL(), opts...)
+			require.NoError(t, err)
+			t.Cleanup(nc.Close)
+			js, err := jetstream.New(nc)
+			require.NoError(t, err)
+			return js
+		}
+		// As in production: the operator provisions, the services find it done.
+		require.NoError(t, events.Provision(t.Context(), connect(identity.Operator), events.StoreConfig{Replicas: 1}))
+		logs := runAsProcesses(t, bin, s.ClientURL(), func(name string) []string {
+			return []string{service.EnvNATSSeedFile + "=" + keys.SeedFile(identity.Role(name))}
+		}, client.New(connect(identity.Producer), "/test"), "processes-ids")
+		for name, log := range logs {
+			require.NotContains(t, log, "nats error", "%s hit a permission it lacks", name)
+			require.NotContains(t, log, "Permissions Violation", name)
+		}
+	})
+}
+
+// runAsProcesses runs the five binaries against url, each with the
+// environment envFor gives it besides the common one, completes a run
+// through c, stops them with SIGTERM and returns each one's output.
+func runAsProcesses(t *testing.T, bin, url string, envFor func(name string) []string, c *client.Client, runID string) map[string]string {
+	t.Helper()
 	dsn := pgtest.Schema(t)
 	type proc struct {
 		name string
@@ -76,8 +119,8 @@ func TestServicesAsProcesses(t *testing.T) {
 	for _, s := range services {
 		p := &proc{name: s, out: &syncBuffer{}, http: freeAddr(t)}
 		p.cmd = exec.Command(filepath.Join(bin, s))
-		p.cmd.Env = append(os.Environ(),
-			"NATS_URL="+env.URL, "TOOLWIRE_HTTP_ADDR="+p.http, "TOOLWIRE_LOG_LEVEL=info", "DATABASE_URL="+dsn)
+		p.cmd.Env = append(append(os.Environ(),
+			"NATS_URL="+url, "TOOLWIRE_HTTP_ADDR="+p.http, "TOOLWIRE_LOG_LEVEL=info", "DATABASE_URL="+dsn), envFor(s)...)
 		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 		require.NoError(t, p.cmd.Start())
 		procs = append(procs, p)
@@ -106,10 +149,9 @@ func TestServicesAsProcesses(t *testing.T) {
 		}, 60*time.Second, 50*time.Millisecond, "%s never became ready\n%s", p.name, dump())
 	}
 
-	c := client.New(env.JS, "/test")
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	final, err := c.Run(ctx, demo.Request("processes-1"), 0)
+	final, err := c.Run(ctx, demo.Request(runID), 0)
 	require.NoError(t, err, dump())
 	require.Equal(t, events.StatusCompleted, final.Status)
 	require.Equal(t, demo.Response, final.Outputs.Response)
@@ -117,7 +159,7 @@ func TestServicesAsProcesses(t *testing.T) {
 
 	recorderAddr := procs[len(procs)-1].http
 	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + recorderAddr + "/v1/runs/processes-1/outputs")
+		resp, err := http.Get("http://" + recorderAddr + "/v1/runs/" + runID + "/outputs")
 		if err != nil {
 			return false
 		}
@@ -138,4 +180,9 @@ func TestServicesAsProcesses(t *testing.T) {
 			t.Fatalf("%s did not stop after SIGTERM\n%s", p.name, p.out.String())
 		}
 	}
+	logs := map[string]string{}
+	for _, p := range procs {
+		logs[p.name] = p.out.String()
+	}
+	return logs
 }

@@ -20,6 +20,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -188,20 +190,25 @@ func upperRuns(t *testing.T, st *stack.Stack, prefix string, runs, calls int) {
 // share of the next 100 calls; SIGTERM stops both cleanly.
 func TestWorkerProcessServesItsQueue(t *testing.T) {
 	bin := buildWorkers(t)
-	st, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir(), Getenv: func(string) string { return "" }})
+	// With identities, as toolwire dev runs: the workers connect as the
+	// executor role, `toolwire call` as a producer.
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir(), Getenv: func(string) string { return "" }, Identities: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
+	asExecutor := service.EnvNATSSeedFile + "=" + st.Identities.SeedFile(identity.Executor)
 
 	// A few calls at a time each, so that neither worker can take a whole
 	// burst of calls before the other asks for some.
 	const concurrency = "TOOLWIRE_EXECUTOR_CONCURRENCY=8"
-	a := startWorkerProc(t, bin, "worker", "worker-a", st.URL, concurrency)
+	a := startWorkerProc(t, bin, "worker", "worker-a", st.URL, concurrency, asExecutor)
 	upperRuns(t, st, "one-worker", 9, 10)
 	for i := range 10 {
 		text := fmt.Sprintf("cli call %d", i)
 		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "toolwire"), "call", "upper@1.0.0",
 			"--input", fmt.Sprintf(`{"text":%q}`, text), "--fail-on-error", "--timeout", "60s")
-		cmd.Env = append(os.Environ(), "NATS_URL="+st.URL)
+		cmd.Env = append(os.Environ(), "NATS_URL="+st.URL,
+			service.EnvNATSSeedFile+"="+st.Identities.SeedFile(identity.Producer),
+			service.EnvNATSInbox+"="+identity.Producer.InboxPrefix())
 		out, err := cmd.Output()
 		require.NoError(t, err, "toolwire call: %s\n%s", out, a.out.String())
 		var env envelope.ToolEnvelope
@@ -212,7 +219,7 @@ func TestWorkerProcessServesItsQueue(t *testing.T) {
 	require.Equal(t, 100, a.calls(t, "upper@1.0.0"), "every call ran in the worker\n%s", a.out.String())
 	require.Zero(t, defaultExecutorCalls(t, st, "upper@1.0.0"), "no call ran in the default executors")
 
-	b := startWorkerProc(t, bin, "worker", "worker-b", st.URL, concurrency)
+	b := startWorkerProc(t, bin, "worker", "worker-b", st.URL, concurrency, asExecutor)
 	upperRuns(t, st, "two-workers", 10, 10)
 	fromA, fromB := a.calls(t, "upper@1.0.0")-100, b.calls(t, "upper@1.0.0")
 	require.Equal(t, 100, fromA+fromB, "each call ran once, in one of the workers")
@@ -222,6 +229,9 @@ func TestWorkerProcessServesItsQueue(t *testing.T) {
 	t.Logf("two workers: a ran %d calls, b ran %d", fromA, fromB)
 	a.stop(t)
 	b.stop(t)
+	for _, w := range []*workerProc{a, b} {
+		require.NotContains(t, w.out.String(), "nats error", "%s hit a permission it lacks", w.name)
+	}
 }
 
 // TestWorkerKilledMidCallWritesOnce kills a worker process (SIGKILL) while

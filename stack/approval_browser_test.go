@@ -57,7 +57,10 @@ func TestApproveFromTheTimelineInBrowser(t *testing.T) {
 	bin := chromium(t)
 	mail := &mailTool{}
 	db := sqlite.URL(filepath.Join(t.TempDir(), "recorder.db"))
+	// Every service on its own NATS identity: the recorder decides with
+	// its own (the approvals bucket, the decided subject).
 	st := startStack(t, stack.Options{
+		Identities:  true,
 		DatabaseURL: db, ExecutorOptions: []executor.Option{executor.WithTools(mail)},
 		Getenv: func(k string) string {
 			if k == recorder.EnvAuth {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"
@@ -110,6 +111,7 @@ func TestREADMETablesAreCurrent(t *testing.T) {
 	for _, sec := range []struct{ name, body string }{
 		{"env", envTable()},
 		{"metrics", metricsTable(t)},
+		{"roles", identity.Markdown()},
 	} {
 		begin, end := "<!-- generated:"+sec.name+" -->\n", "<!-- end:"+sec.name+" -->"
 		i, j := strings.Index(readme, begin), strings.Index(readme, end)

@@ -27,6 +27,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/embedded"
+	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"
@@ -75,7 +76,18 @@ type Options struct {
 	// Getenv is the environment every service reads its configuration from,
 	// through the same Build as its binary; default os.Getenv.
 	Getenv func(string) string
+	// Identities provisions the embedded server with one nkey user per
+	// role (package identity), each limited to its role's subjects, keeps
+	// their seeds in DataDir/identities (created mode 0700, seeds 0600,
+	// kept across restarts) and connects every service as its role, the
+	// stack's own connection (provisioning, Client) as the operator. It
+	// needs the embedded server.
+	Identities bool
 }
+
+// IdentitiesDir is where a stack with Options.Identities keeps the seeds of
+// its roles' nkeys: the operator's is what the CLI connects with.
+func IdentitiesDir(dataDir string) string { return filepath.Join(dataDir, "identities") }
 
 // Stack is a running pipeline.
 type Stack struct {
@@ -86,6 +98,8 @@ type Stack struct {
 	Client  *client.Client
 	HTTPURL string // the recorder API's base URL; "" without the recorder
 	Metrics *prometheus.Registry
+	// Identities are the roles' nkeys with Options.Identities, else nil.
+	Identities *identity.Keys
 
 	// The running services, for tests that look inside (their Config, for
 	// one).
@@ -149,13 +163,33 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		if o.DataDir == "" {
 			return st, errors.New("stack: DataDir or NATSURL is required")
 		}
-		st.Server, err = embedded.Start(embedded.Options{Listen: o.NATSListen, StoreDir: filepath.Join(o.DataDir, "nats")})
+		eo := embedded.Options{Listen: o.NATSListen, StoreDir: filepath.Join(o.DataDir, "nats")}
+		if o.Identities {
+			if st.Identities, err = identity.LoadOrCreate(IdentitiesDir(o.DataDir)); err != nil {
+				return st, fmt.Errorf("stack: %w", err)
+			}
+			eo.Users = st.Identities.ServerUsers()
+		}
+		st.Server, err = embedded.Start(eo)
 		if err != nil {
 			return st, err
 		}
 		st.URL = st.Server.ClientURL()
+	} else if o.Identities {
+		return st, errors.New("stack: Identities provisions the embedded server: leave NATSURL empty, or give the services their credentials on your own server (README: Who may publish what)")
 	}
-	st.Conn, st.JS, err = service.Connect(ctx, st.URL, "stack", log)
+	// as signs a connection in as role when the stack has identities.
+	as := func(role identity.Role) ([]nats.Option, error) {
+		if st.Identities == nil {
+			return nil, nil
+		}
+		return identity.ConnectOptions(role, st.Identities.SeedFile(role))
+	}
+	opts, err := as(identity.Operator)
+	if err != nil {
+		return st, err
+	}
+	st.Conn, st.JS, err = service.Connect(ctx, st.URL, "stack", log, opts...)
 	if err != nil {
 		return st, err
 	}
@@ -179,7 +213,12 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	// Each service has its own connection, as it would as its own process:
 	// one connection's read loop does not serialize every service's events.
 	deps := func(name string) (service.Deps, error) {
-		nc, js, err := service.Connect(ctx, st.URL, name, log)
+		role, _ := identity.ForService(name)
+		opts, err := as(role)
+		if err != nil {
+			return service.Deps{}, err
+		}
+		nc, js, err := service.Connect(ctx, st.URL, name, log, opts...)
 		if err != nil {
 			return service.Deps{}, err
 		}

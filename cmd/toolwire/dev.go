@@ -18,6 +18,7 @@ import (
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -32,6 +33,7 @@ type devFlags struct {
 	databaseURL string
 	logLevel    string
 	timeout     time.Duration
+	natsAuth    bool
 }
 
 func newDevCmd() *cobra.Command {
@@ -60,11 +62,12 @@ call under load. Set GOGC or GOMEMLIMIT to choose otherwise.`,
 	}
 	fl := cmd.Flags()
 	fl.BoolVar(&f.demo, "demo", false, "submit the demo run, print its AgentOutputs and exit")
-	fl.StringVar(&f.dataDir, "data-dir", ".toolwire", "folder for the embedded JetStream store")
+	fl.StringVar(&f.dataDir, "data-dir", devDataDir, "folder for the embedded JetStream store")
 	fl.StringVar(&f.natsListen, "nats-listen", "", `embedded NATS host:port (default "127.0.0.1:4223"; with --demo a free port)`)
 	fl.StringVar(&f.httpListen, "http", "", `recorder API host:port (default "127.0.0.1:8088"; with --demo a free port)`)
 	fl.StringVar(&f.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "recorder database: a Postgres URL or sqlite:<path> (default $DATABASE_URL, else a local Postgres, else SQLite in --data-dir)")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "service log level: debug, info, warn, error")
+	fl.BoolVar(&f.natsAuth, "nats-auth", true, "let into the embedded NATS only the nkey users of toolwire's roles, each limited to its role's subjects (seeds in <data-dir>/identities; the CLI finds the operator's); false lets anyone on the address do anything")
 	fl.DurationVar(&f.timeout, "timeout", 2*time.Minute, "with --demo: how long to wait for the run")
 	return cmd
 }
@@ -103,6 +106,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	}
 	st, err := stack.Start(ctx, stack.Options{
 		DataDir: f.dataDir, NATSListen: f.natsListen, DatabaseURL: dbURL, HTTPListen: f.httpListen,
+		Identities:        f.natsAuth,
 		Logger:            slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 		Tracer:            tp,
 		TracesURLTemplate: os.Getenv(service.EnvTracesTemplate),
@@ -112,6 +116,11 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	}
 	defer func() { err = errors.Join(err, st.Stop(context.WithoutCancel(ctx))) }()
 	say("embedded NATS with JetStream at %s (store in %s)", st.URL, f.dataDir)
+	if st.Identities != nil {
+		say("NATS lets in only toolwire's roles, each with its nkey seed in %s: the CLI run from this folder finds the operator's; "+
+			"a worker needs %s=%s (README: Who may publish what; --nats-auth=false turns this off)",
+			st.Identities.Dir, service.EnvNATSSeedFile, st.Identities.SeedFile(identity.Executor))
+	}
 	if st.HTTPURL != "" {
 		say("recorder on %s; API at %s/v1/runs, timeline at %s/", redact(dbURL), st.HTTPURL, st.HTTPURL)
 		if st.Recorder.Config().Auth().On() {

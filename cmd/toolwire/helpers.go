@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/identity"
+	"github.com/toolwire/toolwire/stack"
 )
 
 func readAll(r io.Reader) ([]byte, error) { return io.ReadAll(io.LimitReader(r, 16<<20)) }
@@ -40,7 +42,25 @@ const connectWait = 10 * time.Second
 func connectCLI(ctx context.Context, url string) (*nats.Conn, jetstream.JetStream, error) {
 	cctx, cancel := context.WithTimeout(ctx, connectWait)
 	defer cancel()
-	nc, js, err := service.Connect(cctx, url, "cli", discardLogger())
+	id, where, implicit, err := cliIdentity(os.Getenv, devDataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts, err := id.NATSOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, js, err := service.Connect(cctx, url, "cli", discardLogger(), opts...)
+	if errors.Is(err, nats.ErrNkeysNotSupported) && implicit {
+		// The dev's seed is there, but this server takes anyone (a dev
+		// with --nats-auth=false, a NATS without authentication).
+		nc, js, err = service.Connect(cctx, url, "cli", discardLogger())
+	}
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return nil, nil, fmt.Errorf("NATS at %s refused the CLI (%s): `toolwire dev` keeps the operator's nkey seed in "+
+			"<data-dir>/identities/operator.nk (%s by default); point %s at it, or %s at a .creds file: %w",
+			url, where, stack.IdentitiesDir(devDataDir), service.EnvNATSSeedFile, service.EnvNATSCreds, err)
+	}
 	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && cctx.Err() != nil {
 		waited := connectWait
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 0 {
@@ -57,6 +77,39 @@ func waitedText(d time.Duration) string {
 		return " within the command's timeout"
 	}
 	return " within " + d.String()
+}
+
+// devDataDir is `toolwire dev`'s data folder by default.
+const devDataDir = ".toolwire"
+
+// cliIdentity is who the CLI connects to NATS as: the seed file or .creds
+// file the environment names (TOOLWIRE_NATS_NKEY_SEED_FILE, NATS_CREDS, as
+// for the services), else the operator's seed of a `toolwire dev` started in
+// this folder (implicit: used only if the server asks for a key), else
+// nobody (a server without authentication). where says which, for messages.
+func cliIdentity(getenv func(string) string, dataDir string) (c service.Common, where string, implicit bool, err error) {
+	c, err = service.CommonFromEnv("cli", "127.0.0.1:0", func(k string) string {
+		switch k {
+		case service.EnvNATSSeedFile, service.EnvNATSCreds, service.EnvNATSInbox:
+			return getenv(k)
+		}
+		return ""
+	})
+	if err != nil {
+		return c, "", false, err
+	}
+	switch {
+	case c.NATSSeedFile != "":
+		return c, service.EnvNATSSeedFile + "=" + c.NATSSeedFile, false, nil
+	case c.NATSCredsFile != "":
+		return c, service.EnvNATSCreds + "=" + c.NATSCredsFile, false, nil
+	}
+	dev := identity.SeedFile(stack.IdentitiesDir(dataDir), identity.Operator)
+	if _, err := os.Stat(dev); err == nil {
+		c.NATSSeedFile = dev
+		return c, "the operator's seed " + dev, true, nil
+	}
+	return c, "no credentials: neither " + service.EnvNATSSeedFile + ", " + service.EnvNATSCreds + " nor " + dev, false, nil
 }
 
 // devNATSURL is where `toolwire dev` serves NATS by default.

@@ -23,6 +23,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newDecisionCmd(events.DecisionApprove), newDecisionCmd(events.DecisionDeny), newDecisionCmd(events.DecisionRevise))
 	root.AddCommand(newApprovalsCmd())
 	root.AddCommand(newValidateCmd())
+	root.AddCommand(newIdentitiesCmd())
 	root.AddCommand(newDLQCmd()) // dlq.go
 	root.AddCommand(newProvisionCmd())
 	root.AddCommand(newReplayCmd()) // replay.go

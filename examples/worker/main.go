@@ -1,9 +1,11 @@
 // Command worker serves one tool of your own, upper@1.0.0 on the queue
 // "text", beside a running toolwire (`toolwire dev`, or the service
-// binaries). It needs only NATS_URL:
+// binaries). It needs only NATS_URL, and beside `toolwire dev` the executor
+// role's seed that dev made:
 //
 //	go run ./cmd/toolwire dev                                   # one shell
-//	NATS_URL=nats://127.0.0.1:4223 go run ./examples/worker     # another
+//	NATS_URL=nats://127.0.0.1:4223 TOOLWIRE_NATS_NKEY_SEED_FILE=.toolwire/identities/executor.nk \
+//	  go run ./examples/worker                                  # another
 //	go run ./cmd/toolwire call upper@1.0.0 --input '{"text":"hello"}'
 //
 // Every call of upper@1.0.0, from a run or from `toolwire call`, is routed to

@@ -37,11 +37,15 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service/identity"
 )
 
 // Environment variables read by every service.
 const (
 	EnvNATSURL        = "NATS_URL"
+	EnvNATSSeedFile   = "TOOLWIRE_NATS_NKEY_SEED_FILE"
+	EnvNATSCreds      = "NATS_CREDS"
+	EnvNATSInbox      = "TOOLWIRE_NATS_INBOX_PREFIX"
 	EnvHTTPAddr       = "TOOLWIRE_HTTP_ADDR"
 	EnvReplicas       = "TOOLWIRE_STREAM_REPLICAS"
 	EnvStreamMaxAge   = "TOOLWIRE_STREAM_MAX_AGE"
@@ -59,6 +63,9 @@ const (
 func CommonEnvVars() []Var {
 	return []Var{
 		{EnvNATSURL, "NATS server URL(s), comma-separated", "nats://nats:4222"},
+		{EnvNATSSeedFile, "file with the service's NATS nkey seed (a user seed, SU..., mode 0600): it connects as that user, whose permissions the server checks (README: Who may publish what)", "/run/secrets/toolwire-nats.nk"},
+		{EnvNATSCreds, "a NATS .creds file (user JWT and seed, for an operator/account setup) to connect with, instead of a seed file", "/run/secrets/toolwire.creds"},
+		{EnvNATSInbox, "prefix of the service's NATS reply subjects; default with credentials `_INBOX_<role>` (what the role may subscribe to; `_INBOX_executor` for a worker), else `_INBOX`", "_INBOX_executor"},
 		{EnvHTTPAddr, "host:port of the service's HTTP server (probes, /metrics, the recorder's API)", "127.0.0.1:9999"},
 		{EnvReplicas, "replicas of the streams and buckets the service provisions (1 to 5); never lowered on what exists (see toolwire provision)", "3"},
 		{EnvStreamMaxAge, "how long the event streams keep events (default 168h): long enough for the recorder to catch up after an outage; never shortened on what exists", "720h"},
@@ -74,10 +81,15 @@ func CommonEnvVars() []Var {
 
 // Common is the configuration every service shares.
 type Common struct {
-	Name     string // service name: orchestrator, policy, ...
-	NATSURL  string
-	HTTPAddr string
-	Replicas int
+	Name    string // service name: orchestrator, policy, ...
+	NATSURL string
+	// NATSSeedFile or NATSCredsFile, when set, is the service's NATS
+	// identity; NATSInboxPrefix is where its replies go ("" derives it).
+	NATSSeedFile    string
+	NATSCredsFile   string
+	NATSInboxPrefix string
+	HTTPAddr        string
+	Replicas        int
 	// Store is what the service provisions: Replicas, and the event
 	// streams' retention.
 	StreamMaxAge      time.Duration
@@ -96,6 +108,15 @@ func CommonFromEnv(name, defaultHTTPAddr string, getenv func(string) string) (Co
 	c := Common{Name: name, NATSURL: nats.DefaultURL, HTTPAddr: defaultHTTPAddr, Replicas: 1}
 	e := NewEnv(getenv)
 	e.String(EnvNATSURL, &c.NATSURL)
+	e.String(EnvNATSSeedFile, &c.NATSSeedFile)
+	e.String(EnvNATSCreds, &c.NATSCredsFile)
+	e.Text(EnvNATSInbox, 64, &c.NATSInboxPrefix)
+	if c.NATSSeedFile != "" && c.NATSCredsFile != "" {
+		e.Fail(EnvNATSCreds, c.NATSCredsFile, "set either "+EnvNATSSeedFile+" or "+EnvNATSCreds+", not both")
+	}
+	if c.NATSInboxPrefix != "" && strings.ContainsAny(c.NATSInboxPrefix, ".*> ") {
+		e.Fail(EnvNATSInbox, c.NATSInboxPrefix, "want one subject token, without '.', '*', '>' or spaces")
+	}
 	e.String(EnvHTTPAddr, &c.HTTPAddr)
 	e.Int(EnvReplicas, 1, 5, &c.Replicas)
 	e.Duration(EnvStreamMaxAge, time.Minute, 10*365*24*time.Hour, &c.StreamMaxAge)
@@ -117,6 +138,39 @@ func CommonFromEnv(name, defaultHTTPAddr string, getenv func(string) string) (Co
 	return c, e.Err()
 }
 
+// NATSOptions sign the service's connection in with its identity, when it
+// has one, its replies under its role's inbox prefix. A seed file that is
+// not a user seed, or that others may read, is refused.
+func (c Common) NATSOptions() ([]nats.Option, error) {
+	prefix := c.NATSInboxPrefix
+	if prefix == "" && (c.NATSSeedFile != "" || c.NATSCredsFile != "") {
+		if r, ok := identity.ForService(c.Name); ok {
+			prefix = r.InboxPrefix()
+		}
+	}
+	var opts []nats.Option
+	if prefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(prefix))
+	}
+	switch {
+	case c.NATSSeedFile != "":
+		if _, err := identity.PublicKey(c.NATSSeedFile); err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvNATSSeedFile, err)
+		}
+		o, err := nats.NkeyOptionFromSeed(c.NATSSeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%s: %w", EnvNATSSeedFile, c.NATSSeedFile, err)
+		}
+		opts = append(opts, o)
+	case c.NATSCredsFile != "":
+		if _, err := os.Stat(c.NATSCredsFile); err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvNATSCreds, err)
+		}
+		opts = append(opts, nats.UserCredentials(c.NATSCredsFile))
+	}
+	return opts, nil
+}
+
 func orDefault(v, def string) string {
 	if v == "" {
 		return def
@@ -130,9 +184,18 @@ func NewLogger(name string, level slog.Level) *slog.Logger {
 }
 
 // Connect connects to NATS, retrying the first connection until ctx ends and
-// reconnecting forever afterwards.
-func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+// reconnecting forever afterwards; extra options (an identity: see
+// Common.NATSOptions) apply after the defaults. The server's asynchronous
+// errors, a permissions violation among them, are logged.
+func Connect(ctx context.Context, url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
 	opts := []nats.Option{
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Warn("nats error", "subject", sub.Subject, "err", err)
+				return
+			}
+			log.Warn("nats error", "err", err)
+		}),
 		nats.Name("toolwire-" + name),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
@@ -143,14 +206,26 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Con
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
 	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
 	for !nc.IsConnected() {
+		// A server that refuses the credentials will not change its mind
+		// while we wait: say so at once.
+		if last := nc.LastError(); errors.Is(last, nats.ErrAuthorization) || errors.Is(last, nats.ErrNkeysNotSupported) {
+			nc.Close()
+			return nil, nil, fmt.Errorf("connect to NATS at %s as %s: %w", url, name, last)
+		}
 		select {
 		case <-ctx.Done():
+			last := nc.LastError()
 			nc.Close()
+			if last != nil {
+				// An authorization violation, most often: say so, not only
+				// that the wait ended.
+				return nil, nil, fmt.Errorf("connect to NATS at %s: %w (last error: %w)", url, ctx.Err(), last)
+			}
 			return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
@@ -280,7 +355,11 @@ func Run(ctx context.Context, name, defaultHTTPAddr string, getenv func(string) 
 
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	nc, js, err := Connect(startCtx, cfg.NATSURL, name, log)
+	natsOpts, err := cfg.NATSOptions()
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	nc, js, err := Connect(startCtx, cfg.NATSURL, name, log, natsOpts...)
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func TestCommonEnvVars(t *testing.T) {
 			own = append(own, v)
 		}
 	}
-	require.Len(t, own, 7)
+	require.Len(t, own, 10)
 	servicetest.VarsTakeEffect(t, own, func(getenv func(string) string) (service.Common, error) {
 		return service.CommonFromEnv("policy", ":8082", getenv)
 	})

@@ -24,6 +24,9 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// Logs turns on the server's own log output (to stderr).
 	Logs bool
+	// Users, when set, are the only clients the server lets in, each with
+	// its permissions (see package identity); none lets anyone in.
+	Users []*server.NkeyUser
 }
 
 // ErrAddrInUse is returned when the listen address is already taken.
@@ -69,6 +72,7 @@ func Start(o Options) (*server.Server, error) {
 		StoreDir:   o.StoreDir,
 		NoSigs:     true,
 		NoLog:      !o.Logs,
+		Nkeys:      o.Users,
 		// Leave JetStream's memory and storage limits at their defaults (a share
 		// of the machine), which suits one developer machine.
 	}

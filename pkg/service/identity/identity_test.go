@@ -1,0 +1,368 @@
+package identity_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service/embedded"
+	"github.com/toolwire/toolwire/pkg/service/identity"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// serve starts an embedded server that knows only the roles' users, and
+// provisions toolwire's streams and buckets as the operator.
+func serve(t *testing.T) (*server.Server, *identity.Keys) {
+	t.Helper()
+	keys, err := identity.LoadOrCreate(filepath.Join(t.TempDir(), "ids"))
+	require.NoError(t, err)
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: keys.ServerUsers()})
+	require.NoError(t, err)
+	t.Cleanup(func() { embedded.Stop(s) })
+	op := connectAs(t, s, keys, identity.Operator)
+	js, err := jetstream.New(op.nc)
+	require.NoError(t, err)
+	require.NoError(t, events.Provision(t.Context(), js, events.StoreConfig{Replicas: 1}))
+	return s, keys
+}
+
+// conn is a client of one role that sees the server's asynchronous errors.
+type conn struct {
+	role identity.Role
+	nc   *nats.Conn
+	errs chan error
+}
+
+func connectAs(t *testing.T, s *server.Server, keys *identity.Keys, r identity.Role) *conn {
+	t.Helper()
+	c := &conn{role: r, errs: make(chan error, 16)}
+	opts, err := identity.ConnectOptions(r, keys.SeedFile(r))
+	require.NoError(t, err)
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { c.errs <- err }))
+	c.nc, err = nats.Connect(s.ClientURL(), opts...)
+	require.NoError(t, err, r)
+	t.Cleanup(c.nc.Close)
+	return c
+}
+
+const wait = 5 * time.Second
+
+// outcome is what the server did with one attempt: "allowed" (an answer
+// came) or "denied" (the server's permissions violation came).
+func (c *conn) outcome(t *testing.T, got <-chan *nats.Msg, subject string) string {
+	t.Helper()
+	select {
+	case <-got:
+		return "allowed"
+	case err := <-c.errs:
+		require.ErrorIs(t, err, nats.ErrPermissionViolation, "%s on %s", c.role, subject)
+		require.Contains(t, err.Error(), subject)
+		return "denied"
+	case <-time.After(wait):
+		t.Fatalf("%s on %s: neither an answer nor a refusal within %s", c.role, subject, wait)
+		return ""
+	}
+}
+
+// publish publishes a request on subject: a stream's subject answers with
+// its PubAck, a JetStream API subject with its reply.
+func (c *conn) publish(t *testing.T, subject string) string {
+	t.Helper()
+	inbox := c.nc.NewRespInbox()
+	got := make(chan *nats.Msg, 1)
+	sub, err := c.nc.ChanSubscribe(inbox, got)
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, c.nc.PublishRequest(subject, inbox, []byte(`{}`)))
+	return c.outcome(t, got, subject)
+}
+
+// subscribe subscribes on subject; the operator then publishes on probe,
+// which subject matches.
+func (c *conn) subscribe(t *testing.T, op *conn, subject, probe string) string {
+	t.Helper()
+	got := make(chan *nats.Msg, 1)
+	sub, err := c.nc.ChanSubscribe(subject, got)
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, c.nc.Flush())
+	require.NoError(t, op.nc.Publish(probe, []byte("probe")))
+	return c.outcome(t, got, subject)
+}
+
+// TestPermissionMatrix: for every role, each publish and subscribe below is
+// allowed exactly for the roles listed, and refused by the server for every
+// other. The lists are written out here, not read from the role table, so
+// that a change of the table that opens a door fails this test.
+func TestPermissionMatrix(t *testing.T) {
+	s, keys := serve(t)
+	op := connectAs(t, s, keys, identity.Operator)
+	const call = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	const (
+		orch = identity.Orchestrator
+		pol  = identity.Policy
+		exe  = identity.Executor
+		sbx  = identity.Sandbox
+		rec  = identity.Recorder
+		prod = identity.Producer
+	)
+	pubs := []struct {
+		subject string
+		allowed []identity.Role // besides the operator
+	}{
+		// The events: who may announce what.
+		{"toolwire.run.r1.requested", []identity.Role{prod}},
+		{"toolwire.run.r1.turn.1.completed", []identity.Role{orch}},
+		{"toolwire.run.r1.started", []identity.Role{orch}},
+		{"toolwire.run.r1.completed", []identity.Role{orch}},
+		{"toolwire.run.r1.failed", []identity.Role{orch}},
+		{"toolwire.call.r1." + call + ".approved.default", []identity.Role{pol}},
+		{"toolwire.call.r1." + call + ".approval_required", []identity.Role{pol}},
+		{"toolwire.call.r1." + call + ".decided", []identity.Role{rec}},
+		{"toolwire.call.r1." + call + ".started", []identity.Role{exe}},
+		{"toolwire.call.r1." + call + ".completed", []identity.Role{orch, pol, exe}},
+		{"toolwire.sandbox.r1." + call + ".requested", []identity.Role{exe}},
+		{"toolwire.sandbox.r1." + call + ".completed", []identity.Role{sbx}},
+		{"toolwire.dlq.toolwire.run.r1.requested", []identity.Role{orch, pol, exe, sbx, rec}},
+		// State: each bucket's writers.
+		{"$KV." + events.BucketRunState + ".r1", []identity.Role{orch}},
+		{"$KV." + events.BucketApprovals + ".r1." + call, []identity.Role{pol}},
+		{"$KV." + events.BucketSecrets + ".t1.token", nil},
+		{"$KV." + events.BucketTools + ".echo.1", []identity.Role{exe, sbx}},
+		{"$KV." + events.BucketOutcomes + ".x", []identity.Role{exe}},
+		{"$KV." + events.BucketWorkers + ".default.x", []identity.Role{exe}},
+		{"$JS.API.DIRECT.GET.KV_" + events.BucketWorkers + ".x", []identity.Role{pol, exe}},
+		// JetStream's API: reading, consuming, and what only operators do.
+		{"$JS.API.INFO", []identity.Role{orch, pol, exe, sbx, rec, prod}},
+		{"$JS.API.STREAM.INFO." + events.StreamCalls, []identity.Role{orch, pol, exe, sbx, rec, prod}},
+		{"$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamCalls + ".x", []identity.Role{orch, pol, exe, rec}},
+		{"$JS.API.CONSUMER.CREATE." + events.StreamSandbox + ".x", []identity.Role{exe, sbx, rec}},
+		{"$JS.API.DIRECT.GET.KV_" + events.BucketSecrets + ".x", []identity.Role{exe}},
+		{"$JS.API.STREAM.PURGE." + events.StreamDLQ, nil},
+		{"$JS.API.STREAM.DELETE.none", nil},
+		{"$JS.API.STREAM.CREATE.other", nil},
+		{"$JS.API.STREAM.CREATE." + events.StreamRuns, []identity.Role{orch, pol, exe, sbx, rec}},
+		{"$JS.API.STREAM.UPDATE." + events.StreamRuns, nil},
+		{"$JS.API.STREAM.UPDATE.KV_" + events.BucketRunState, nil},
+		{"$JS.API.CONSUMER.DELETE." + events.StreamCalls + ".orchestrator", nil},
+		{"$JS.API.CONSUMER.DELETE." + events.StreamSandbox + ".x", []identity.Role{exe}},
+		{"$JS.API.CONSUMER.DELETE." + events.StreamSandbox + "." + identity.SandboxDurable, nil},
+		{"$JS.API.CONSUMER.DELETE.KV_" + events.BucketTools + ".x", []identity.Role{orch, pol, exe, sbx, rec}},
+		{"elsewhere.anything", nil},
+	}
+	subs := []struct {
+		subject, probe string
+		allowed        []identity.Role
+	}{
+		{"toolwire.>", "toolwire.x", nil},
+		{"toolwire.run.r1.requested", "toolwire.run.r1.requested", nil},
+		{events.SubjectPreview, events.SubjectPreview, []identity.Role{exe}},
+		{"_INBOX.>", "_INBOX.x", nil},
+		{">", "anything", nil},
+		{"_INBOX_executor.>", "_INBOX_executor.x", []identity.Role{exe}},
+		{"_INBOX_producer.>", "_INBOX_producer.x", []identity.Role{prod}},
+	}
+	for _, r := range identity.Roles() {
+		if r == identity.Operator {
+			continue
+		}
+		t.Run(string(r), func(t *testing.T) {
+			c := connectAs(t, s, keys, r)
+			for _, p := range pubs {
+				want := "denied"
+				if slices.Contains(p.allowed, r) {
+					want = "allowed"
+				}
+				require.Equal(t, want, c.publish(t, p.subject), "%s publishing %s", r, p.subject)
+			}
+			for _, sb := range subs {
+				want := "denied"
+				if slices.Contains(sb.allowed, r) {
+					want = "allowed"
+				}
+				require.Equal(t, want, c.subscribe(t, op, sb.subject, sb.probe), "%s subscribing %s", r, sb.subject)
+			}
+			// Its own inbox, where its replies come.
+			require.Equal(t, "allowed", c.subscribe(t, op, r.InboxPrefix()+".>", r.InboxPrefix()+".x"))
+		})
+	}
+	t.Run("operator", func(t *testing.T) {
+		for _, p := range pubs {
+			if strings.Contains(p.subject, "DELETE") || p.subject == "elsewhere.anything" ||
+				strings.HasPrefix(p.subject, "$JS.API.STREAM.CREATE") || strings.HasPrefix(p.subject, "$JS.API.STREAM.UPDATE") {
+				continue // allowed, and it would change the server under the other subtests
+			}
+			require.Equal(t, "allowed", op.publish(t, p.subject), p.subject)
+		}
+	})
+}
+
+// TestForgedEventsFromAProducer: an upstream producer's credentials cannot
+// announce a call's completion or an approval decision; the JetStream
+// publish gets no acknowledgement, and the stream never holds the forgery.
+func TestForgedEventsFromAProducer(t *testing.T) {
+	s, keys := serve(t)
+	c := connectAs(t, s, keys, identity.Producer)
+	js, err := jetstream.New(c.nc)
+	require.NoError(t, err)
+	const call = "ab"
+	for _, subject := range []string{"toolwire.call.r1." + call + ".completed", "toolwire.call.r1." + call + ".decided"} {
+		ctx, cancel := contextWithTimeout(t, 2*time.Second)
+		_, err := js.Publish(ctx, subject, []byte(`{}`))
+		cancel()
+		require.Error(t, err, subject)
+		select {
+		case err := <-c.errs:
+			require.ErrorIs(t, err, nats.ErrPermissionViolation)
+			require.Contains(t, err.Error(), subject)
+		case <-time.After(wait):
+			t.Fatalf("no refusal of %s", subject)
+		}
+	}
+	op := connectAs(t, s, keys, identity.Operator)
+	ojs, err := jetstream.New(op.nc)
+	require.NoError(t, err)
+	calls, err := ojs.Stream(t.Context(), events.StreamCalls)
+	require.NoError(t, err)
+	_, err = calls.GetLastMsgForSubject(t.Context(), "toolwire.call.>")
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "nothing forged was stored")
+
+	// Its own run request is taken.
+	ctx, cancel := contextWithTimeout(t, wait)
+	defer cancel()
+	_, err = js.Publish(ctx, "toolwire.run.r1.requested", []byte(`{}`))
+	require.NoError(t, err)
+}
+
+func contextWithTimeout(t *testing.T, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(t.Context(), d)
+}
+
+func TestNoAnonymousClients(t *testing.T) {
+	s, _ := serve(t)
+	_, err := nats.Connect(s.ClientURL())
+	require.ErrorIs(t, err, nats.ErrAuthorization)
+
+	// A key the server does not know is refused too.
+	dir := t.TempDir()
+	other, err := identity.LoadOrCreate(dir)
+	require.NoError(t, err)
+	opts, err := identity.ConnectOptions(identity.Operator, other.SeedFile(identity.Operator))
+	require.NoError(t, err)
+	_, err = nats.Connect(s.ClientURL(), opts...)
+	require.ErrorIs(t, err, nats.ErrAuthorization)
+}
+
+func TestSeedFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ids")
+	keys, err := identity.LoadOrCreate(dir)
+	require.NoError(t, err)
+	fi, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+	seen := map[string]bool{}
+	for _, r := range identity.Roles() {
+		fi, err := os.Stat(keys.SeedFile(r))
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), r)
+		pub := keys.Public(r)
+		require.True(t, nkeys.IsValidPublicUserKey(pub), r)
+		require.False(t, seen[pub], "every role has its own key")
+		seen[pub] = true
+	}
+	again, err := identity.LoadOrCreate(dir)
+	require.NoError(t, err)
+	require.Equal(t, keys.Public(identity.Executor), again.Public(identity.Executor), "kept, not replaced")
+
+	accountSeed := func(path string) {
+		kp, err := nkeys.CreateAccount()
+		require.NoError(t, err)
+		seed, err := kp.Seed()
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, seed, 0o600))
+	}
+	cases := []struct {
+		name  string
+		setup func(path string)
+		want  string
+	}{
+		{"readable by others", func(p string) { require.NoError(t, os.Chmod(p, 0o644)) }, "mode 0644, readable by others: chmod 0600"},
+		{"group readable", func(p string) { require.NoError(t, os.Chmod(p, 0o640)) }, "readable by others"},
+		{"not a seed", func(p string) { require.NoError(t, os.WriteFile(p, []byte("hello"), 0o600)) }, "unusable nkey seed"},
+		{"an account seed", accountSeed, "holds no user seed"},
+		{"empty", func(p string) { require.NoError(t, os.WriteFile(p, nil, 0o600)) }, "unusable nkey seed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			_, err := identity.LoadOrCreate(dir)
+			require.NoError(t, err)
+			path := identity.SeedFile(dir, identity.Policy)
+			tc.setup(path)
+			_, err = identity.LoadOrCreate(dir)
+			require.ErrorIs(t, err, identity.ErrSeedFile)
+			require.ErrorContains(t, err, tc.want)
+			_, err = identity.ConnectOptions(identity.Policy, path)
+			require.ErrorIs(t, err, identity.ErrSeedFile)
+		})
+	}
+	_, err = identity.ConnectOptions(identity.Policy, filepath.Join(t.TempDir(), "missing.nk"))
+	require.True(t, errors.Is(err, os.ErrNotExist), "%v", err)
+}
+
+func TestParse(t *testing.T) {
+	for _, r := range identity.Roles() {
+		got, err := identity.Parse(string(r))
+		require.NoError(t, err)
+		require.Equal(t, r, got)
+		require.NotEmpty(t, r.Doc(), r)
+	}
+	for _, bad := range []string{"", "admin", "Executor", "executor.x", "worker"} {
+		_, err := identity.Parse(bad)
+		require.ErrorIs(t, err, identity.ErrUnknownRole, bad)
+		require.ErrorContains(t, err, fmt.Sprintf("%q", bad))
+	}
+	for name, want := range map[string]identity.Role{"orchestrator": identity.Orchestrator, "worker": identity.Executor, "recorder": identity.Recorder} {
+		got, ok := identity.ForService(name)
+		require.True(t, ok, name)
+		require.Equal(t, want, got)
+	}
+	for _, name := range []string{"operator", "producer", "cli", ""} {
+		_, ok := identity.ForService(name)
+		require.False(t, ok, name)
+	}
+}
+
+// TestServerConfig: the configuration printed for a production server, as
+// nats-server itself parses it, has the same users and permissions as the
+// embedded server gets.
+func TestServerConfig(t *testing.T) {
+	keys, err := identity.LoadOrCreate(t.TempDir())
+	require.NoError(t, err)
+	var o server.Options
+	require.NoError(t, o.ProcessConfigString(keys.ServerConfig()+"\njetstream {}\n"))
+	want := keys.ServerUsers()
+	require.Len(t, o.Nkeys, len(want))
+	for i, u := range o.Nkeys {
+		require.Equal(t, want[i].Nkey, u.Nkey)
+		require.Equal(t, want[i].Permissions.Publish.Allow, u.Permissions.Publish.Allow, identity.Roles()[i])
+		require.Equal(t, want[i].Permissions.Publish.Deny, u.Permissions.Publish.Deny, identity.Roles()[i])
+		require.Equal(t, want[i].Permissions.Subscribe.Allow, u.Permissions.Subscribe.Allow, identity.Roles()[i])
+		require.Equal(t, want[i].Permissions.Response != nil, u.Permissions.Response != nil, identity.Roles()[i])
+	}
+}

@@ -1,0 +1,190 @@
+package identity
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// SeedFile is where Keys keeps a role's nkey seed in a folder:
+// <dir>/<role>.nk.
+func SeedFile(dir string, r Role) string { return filepath.Join(dir, string(r)+".nk") }
+
+// ErrSeedFile is wrapped when a seed file cannot be used: not a user seed,
+// or readable by others than its owner.
+var ErrSeedFile = errors.New("unusable nkey seed file")
+
+// Keys are the nkey users of every role: what a server checks and what each
+// client signs with.
+type Keys struct {
+	Dir    string
+	public map[Role]string
+}
+
+// LoadOrCreate reads every role's seed from dir, creating the folder (mode
+// 0700, when it is new) and any missing seed (a new user nkey, mode 0600). A seed that other
+// users may read, or that is not a user seed, is refused: the files are
+// credentials.
+func LoadOrCreate(dir string) (*Keys, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("identities: %w", err)
+	}
+	k := &Keys{Dir: dir, public: map[Role]string{}}
+	for _, r := range Roles() {
+		path := SeedFile(dir, r)
+		pub, err := PublicKey(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			pub, err = create(path)
+		}
+		if err != nil {
+			return nil, err
+		}
+		k.public[r] = pub
+	}
+	return k, nil
+}
+
+func private(path string, mask fs.FileMode) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("identities: %w", err)
+	}
+	if fi.Mode().Perm()&mask != 0 {
+		return fmt.Errorf("%w: %s has mode %04o, readable by others: chmod %04o %s",
+			ErrSeedFile, path, fi.Mode().Perm(), fi.Mode().Perm()&^mask, path)
+	}
+	return nil
+}
+
+func create(path string) (string, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return "", fmt.Errorf("identities: new nkey: %w", err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return "", fmt.Errorf("identities: new nkey: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("identities: %w", err)
+	}
+	_, err = f.Write(append(seed, '\n'))
+	if err = errors.Join(err, f.Close()); err != nil {
+		return "", fmt.Errorf("identities: write %s: %w", path, err)
+	}
+	return kp.PublicKey()
+}
+
+// PublicKey reads a seed file and returns its user's public key. The file
+// must hold a user seed (SU...) and be readable by its owner only.
+func PublicKey(path string) (string, error) {
+	if err := private(path, 0o077); err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(path) //nolint:gosec // the operator names the file
+	if err != nil {
+		return "", fmt.Errorf("identities: %w", err)
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrSeedFile, path, err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrSeedFile, path, err)
+	}
+	if !nkeys.IsValidPublicUserKey(pub) {
+		return "", fmt.Errorf("%w: %s holds no user seed (want one starting SU)", ErrSeedFile, path)
+	}
+	return pub, nil
+}
+
+// Public is the role's public key.
+func (k *Keys) Public(r Role) string { return k.public[r] }
+
+// SeedFile is where the role's seed is.
+func (k *Keys) SeedFile(r Role) string { return SeedFile(k.Dir, r) }
+
+// ServerUsers are the nkey users a nats-server takes (server.Options.Nkeys),
+// each with its role's permissions.
+func (k *Keys) ServerUsers() []*server.NkeyUser {
+	var out []*server.NkeyUser
+	for _, r := range Roles() {
+		out = append(out, &server.NkeyUser{Nkey: k.public[r], Permissions: r.serverPermissions()})
+	}
+	return out
+}
+
+func (r Role) serverPermissions() *server.Permissions {
+	p := r.Permissions()
+	sp := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: slices.Clone(p.Publish), Deny: slices.Clone(p.PublishDeny)},
+		Subscribe: &server.SubjectPermission{Allow: slices.Clone(p.Subscribe)},
+	}
+	if p.Responses {
+		sp.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
+	}
+	return sp
+}
+
+// ConnectOptions sign a connection in as the role with the seed in
+// seedFile, its replies under the role's inbox prefix.
+func ConnectOptions(r Role, seedFile string) ([]nats.Option, error) {
+	if _, err := PublicKey(seedFile); err != nil {
+		return nil, err
+	}
+	o, err := nats.NkeyOptionFromSeed(seedFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrSeedFile, seedFile, err)
+	}
+	return []nats.Option{o, nats.CustomInboxPrefix(r.InboxPrefix())}, nil
+}
+
+// ServerConfig is the authorization block of a nats-server configuration
+// file that lets in exactly these users, each with its role's permissions:
+// what `toolwire identities` prints for a production server.
+func (k *Keys) ServerConfig() string {
+	var b strings.Builder
+	b.WriteString("# toolwire's NATS roles: one nkey user each (toolwire identities).\n")
+	b.WriteString("# Each binary connects with its role's seed (TOOLWIRE_NATS_NKEY_SEED_FILE).\n")
+	b.WriteString("authorization {\n  users = [\n")
+	for _, r := range Roles() {
+		p := r.Permissions()
+		fmt.Fprintf(&b, "    # %s: %s\n", r, r.Doc())
+		fmt.Fprintf(&b, "    {\n      nkey: %q\n      permissions: {\n", k.public[r])
+		if len(p.PublishDeny) > 0 {
+			fmt.Fprintf(&b, "        publish: { allow: %s, deny: %s }\n", quoted(p.Publish, "          "), quoted(p.PublishDeny, "          "))
+		} else {
+			fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoted(p.Publish, "          "))
+		}
+		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoted(p.Subscribe, "          "))
+		if p.Responses {
+			b.WriteString("        allow_responses: { max: 1, expires: \"1m\" }\n")
+		}
+		b.WriteString("      }\n    }\n")
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String()
+}
+
+// quoted is a list of subjects, one a line past the first few.
+func quoted(subjects []string, indent string) string {
+	q := make([]string, len(subjects))
+	for i, s := range subjects {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	if len(q) <= 2 {
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	return "[\n" + indent + strings.Join(q, ",\n"+indent) + "\n" + indent[:len(indent)-2] + "]"
+}

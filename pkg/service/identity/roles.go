@@ -1,0 +1,301 @@
+// Package identity holds who may do what on NATS: the roles of toolwire's
+// services, its CLI and upstream producers, each with the subjects it may
+// publish to and subscribe on, and the nkey users a nats-server checks them
+// with. The table is the one place these permissions are written; the
+// embedded server of `toolwire dev`, the production config that `toolwire
+// identities` prints and the README's table all read it.
+//
+// An event's subject says who may publish it: the server refuses a forged
+// call `completed` from anything but the services that complete calls, an
+// approval `decided` from anything but an operator, a run request from
+// anything but a producer or an operator. Replies and pull deliveries go to
+// each role's own inbox prefix (_INBOX_<role>), so a role cannot read what
+// another role's consumers receive.
+package identity
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// Role is one kind of NATS client of toolwire.
+type Role string
+
+// The roles. Workers (the worker package) run the executor's pipeline and
+// connect as Executor.
+const (
+	Orchestrator Role = "orchestrator"
+	Policy       Role = "policy"
+	Executor     Role = "executor"
+	Sandbox      Role = "sandbox"
+	Recorder     Role = "recorder"
+	Operator     Role = "operator" // the toolwire CLI of a person running toolwire
+	Producer     Role = "producer" // an upstream system: asks for runs, follows them
+)
+
+// SandboxDurable is the name of the sandbox service's durable consumer
+// (services/sandbox.Durable; the stack's tests check they agree).
+const SandboxDurable = "sandbox"
+
+// ErrUnknownRole is wrapped when a name is not a role.
+var ErrUnknownRole = errors.New("unknown NATS role")
+
+// Roles lists every role, in the order of the README's table.
+func Roles() []Role {
+	return []Role{Orchestrator, Policy, Executor, Sandbox, Recorder, Operator, Producer}
+}
+
+// Parse returns the role named s.
+func Parse(s string) (Role, error) {
+	r := Role(strings.TrimSpace(s))
+	if !slices.Contains(Roles(), r) {
+		return "", fmt.Errorf("%w %q: want one of %s", ErrUnknownRole, s, joinRoles(Roles()))
+	}
+	return r, nil
+}
+
+// ForService is the role a service binary connects as: its own name for the
+// five services, Executor for a worker; false for anything else.
+func ForService(name string) (Role, bool) {
+	if name == "worker" {
+		return Executor, true
+	}
+	r, err := Parse(name)
+	return r, err == nil && r != Operator && r != Producer
+}
+
+func joinRoles(rs []Role) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = string(r)
+	}
+	return strings.Join(s, ", ")
+}
+
+// InboxPrefix is the prefix of the role's reply subjects (nats.go's
+// CustomInboxPrefix): the role may subscribe only under it.
+func (r Role) InboxPrefix() string { return "_INBOX_" + string(r) }
+
+// Permissions are the subjects a role may publish to and subscribe on.
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+	// PublishDeny are exceptions to Publish.
+	PublishDeny []string
+	// Responses: the role answers requests (core NATS request/reply) on a
+	// subject it subscribes to; the server lets it publish one reply to
+	// each request's reply subject.
+	Responses bool
+}
+
+// Doc says what the role is, for the README and the server config.
+func (r Role) Doc() string {
+	switch r {
+	case Orchestrator:
+		return "runs the agent loop: consumes run requests, turns and call outcomes; publishes turns, run lifecycle events, and the completions of calls the loop rules answer"
+	case Policy:
+		return "the Policy Guard: consumes turns and decisions; publishes approved calls, approval requests and POLICY_DENIED completions"
+	case Executor:
+		return "the executor and every worker: consumes approved calls; publishes started and completed calls, sandbox jobs, and the heartbeats of the queues it serves"
+	case Sandbox:
+		return "consumes sandbox jobs, publishes their results"
+	case Recorder:
+		return "reads every stream into the database; publishes approval decisions made on the timeline page"
+	case Operator:
+		return "the toolwire CLI of the people who run toolwire: everything, including provisioning, deleting and purging streams"
+	case Producer:
+		return "an upstream system: publishes run requests, follows its runs' events and reads their outputs"
+	}
+	return ""
+}
+
+// Permissions returns the role's allow lists. Nothing outside them is
+// allowed; the Operator may do everything.
+func (r Role) Permissions() Permissions {
+	switch r {
+	case Operator:
+		return Permissions{Publish: []string{">"}, Subscribe: []string{">"}}
+	case Orchestrator:
+		return r.service(
+			pub(events.FilterTurnCompleted, events.FilterRunStarted, events.FilterRunSuspended,
+				events.FilterRunResumed, events.FilterRunCompleted, events.FilterRunFailed,
+				events.FilterCallCompleted),
+			consume(events.StreamRuns, events.StreamCalls),
+			kvRead(events.BucketTools, events.BucketApprovals),
+			kvWrite(events.BucketRunState),
+			objWrite(events.ObjectBlobs),
+		)
+	case Policy:
+		return r.service(
+			pub(events.FilterCallApproved, events.FilterCallApprovalRequired, events.FilterCallCompleted),
+			[]string{events.SubjectPreview},
+			consume(events.StreamRuns, events.StreamCalls),
+			kvRead(events.BucketTools, events.BucketWorkers),
+			kvWrite(events.BucketApprovals),
+		)
+	case Executor:
+		p := r.service(
+			pub(events.FilterCallStarted, events.FilterCallCompleted, events.FilterSandboxRequested),
+			consume(events.StreamCalls, events.StreamSandbox),
+			kvRead(events.BucketSecrets),
+			kvWrite(events.BucketTools, events.BucketCache, events.BucketRate, events.BucketOutcomes, events.BucketWorkers),
+			objWrite(events.ObjectBlobs),
+		)
+		// The consumer of a sandbox job's result, deleted once read; never
+		// the sandbox service's own durable consumer.
+		p.Publish = append(p.Publish, "$JS.API.CONSUMER.DELETE."+events.StreamSandbox+".>")
+		p.PublishDeny = append(p.PublishDeny, "$JS.API.CONSUMER.DELETE."+events.StreamSandbox+"."+SandboxDurable)
+		// The guard's preview requests; the executor answers each once.
+		p.Subscribe = append(p.Subscribe, events.SubjectPreview)
+		p.Responses = true
+		return p
+	case Sandbox:
+		return r.service(
+			pub(events.FilterSandboxCompleted),
+			consume(events.StreamSandbox),
+			kvWrite(events.BucketTools),
+		)
+	case Recorder:
+		return r.service(
+			pub(events.FilterCallDecided),
+			consume(events.StreamRuns, events.StreamCalls, events.StreamSandbox, events.StreamDLQ),
+			kvRead(events.BucketTools, events.BucketApprovals),
+			objRead(events.ObjectBlobs, events.ObjectDeadLetters),
+		)
+	case Producer:
+		return Permissions{
+			Publish: flat(
+				pub(events.FilterRunRequested),
+				[]string{"$JS.API.INFO", "$JS.FC.>"},
+				read(events.StreamRuns, events.StreamCalls),
+				objRead(events.ObjectBlobs),
+			),
+			Subscribe: []string{r.InboxPrefix() + ".>"},
+		}
+	}
+	return Permissions{}
+}
+
+// service is what every service role shares besides its own lists: the
+// JetStream account info, provisioning what is missing (creating toolwire's
+// streams and buckets; never changing, deleting or purging what exists: a
+// lower limit would be a purge by another name), dead letters, flow
+// control, and its inbox.
+func (r Role) service(lists ...[]string) Permissions {
+	pubs := flat(lists...)
+	pubs = append(pubs, "$JS.API.INFO", "$JS.FC.>", events.SubjectsDLQ)
+	for _, s := range provisioned() {
+		pubs = append(pubs, "$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.CREATE."+s)
+	}
+	pubs = append(pubs, objWrite(events.ObjectDeadLetters)...)
+	return Permissions{Publish: dedupe(pubs), Subscribe: []string{r.InboxPrefix() + ".>"}}
+}
+
+// provisioned names every stream toolwire provisions: the event streams and
+// those under its buckets.
+func provisioned() []string {
+	var out []string
+	for _, s := range (events.StoreConfig{}).StreamConfigs() {
+		out = append(out, s.Name)
+	}
+	for _, kv := range (events.StoreConfig{}).KVConfigs() {
+		out = append(out, "KV_"+kv.Bucket)
+	}
+	for _, o := range (events.StoreConfig{}).ObjectConfigs() {
+		out = append(out, "OBJ_"+o.Bucket)
+	}
+	return out
+}
+
+func pub(fs ...events.Filter) []string { return events.Filters(fs...) }
+
+// read lets a role look into streams: their info, single messages, and
+// ordered (ephemeral) consumers.
+func read(streams ...string) []string {
+	var out []string
+	for _, s := range streams {
+		out = append(out,
+			"$JS.API.STREAM.INFO."+s,
+			"$JS.API.STREAM.MSG.GET."+s,
+			"$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
+			"$JS.API.CONSUMER.CREATE."+s, "$JS.API.CONSUMER.CREATE."+s+".>",
+			// Not CONSUMER.DELETE: that would let a role delete another's
+			// durable consumer; ordered consumers expire when unused.
+			"$JS.API.CONSUMER.INFO."+s+".>",
+			"$JS.API.CONSUMER.MSG.NEXT."+s+".>",
+		)
+	}
+	return out
+}
+
+// consume is read plus durable consumers and their acknowledgements.
+func consume(streams ...string) []string {
+	out := read(streams...)
+	for _, s := range streams {
+		out = append(out, "$JS.API.CONSUMER.DURABLE.CREATE."+s+".>", "$JS.ACK."+s+".>")
+	}
+	return out
+}
+
+// kvRead lets a role get and watch a bucket's keys. A watcher's consumer
+// is deleted when the watch stops; a bucket has no durable consumers, so
+// deleting consumers on it takes nothing from another role.
+func kvRead(buckets ...string) []string {
+	var out []string
+	for _, b := range buckets {
+		out = append(out, read("KV_"+b)...)
+		out = append(out, "$JS.API.CONSUMER.DELETE.KV_"+b+".>")
+	}
+	return out
+}
+
+func kvWrite(buckets ...string) []string {
+	out := kvRead(buckets...)
+	for _, b := range buckets {
+		out = append(out, "$KV."+b+".>")
+	}
+	return out
+}
+
+func objRead(buckets ...string) []string {
+	var out []string
+	for _, b := range buckets {
+		out = append(out, read("OBJ_"+b)...)
+		out = append(out, "$JS.API.CONSUMER.DELETE.OBJ_"+b+".>")
+	}
+	return out
+}
+
+// objWrite also lets the role purge the bucket's stream: replacing or
+// deleting an object purges its old chunks.
+func objWrite(buckets ...string) []string {
+	out := objRead(buckets...)
+	for _, b := range buckets {
+		out = append(out, "$O."+b+".>", "$JS.API.STREAM.PURGE.OBJ_"+b)
+	}
+	return out
+}
+
+func flat(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return dedupe(out)
+}
+
+func dedupe(s []string) []string {
+	seen := make(map[string]bool, len(s))
+	out := s[:0:0]
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
