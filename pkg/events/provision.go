@@ -116,11 +116,22 @@ func (c StoreConfig) StreamConfigs() []jetstream.StreamConfig {
 			AllowDirect: true,
 		}
 	}
+	// The timers (timers.go): one message per armed timer, with its own
+	// TTL; the server leaves a marker in its place when it runs out, kept
+	// as long as events are (a marker not yet handled survives an outage
+	// of every consumer); a handled one is deleted.
+	timers := mk(StreamTimers, SubjectsTimers, "toolwire timers: run deadlines (per-message TTL; a marker when one fires)")
+	timers.AllowDirect = false
+	timers.MaxMsgsPerSubject = 1
+	timers.AllowMsgTTL = true
+	timers.AllowRollup = true
+	timers.SubjectDeleteMarkerTTL = c.MaxAge
 	return []jetstream.StreamConfig{
 		mk(StreamRuns, SubjectsRuns, "toolwire run events: requests, model turns, lifecycle"),
 		mk(StreamCalls, SubjectsCalls, "toolwire tool call events: approved calls, approvals, starts, envelopes"),
 		mk(StreamSandbox, SubjectsSandbox, "toolwire sandbox jobs and results"),
 		mk(StreamDLQ, SubjectsDLQ, "toolwire dead letters: events that failed every delivery"),
+		timers,
 	}
 }
 
