@@ -211,7 +211,7 @@ func NewRunner(js jetstream.JetStream, cfg RunnerConfig) (*Runner, error) {
 	return &Runner{
 		js: js, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), jobs: make(chan job),
 		batches: make(chan struct{}, batchesInHand), stopping: make(chan struct{}),
-		log:     cfg.Logger.With("consumer", cfg.Spec.Durable, "stream", cfg.Spec.Stream),
+		log: cfg.Logger.With("consumer", cfg.Spec.Durable, "stream", cfg.Spec.Stream),
 	}, nil
 }
 
