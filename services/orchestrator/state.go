@@ -73,7 +73,7 @@ type RunState struct {
 	// its deadline_s (or the server's default). A run still going then is
 	// failed by the reaper (reaper.go); zero in a state written before
 	// deadlines.
-	Deadline time.Time `json:"deadline,omitzero"`
+	Deadline time.Time `json:"deadline"`
 }
 
 // pastDeadline reports whether the run has a deadline and it has passed.
