@@ -215,6 +215,13 @@ func NewRunner(js jetstream.JetStream, cfg RunnerConfig) (*Runner, error) {
 	}, nil
 }
 
+// PullExpiry is how long one pull request of a runner lives. A pull the
+// server lost (the consumer's leader moved to another node: a node died, an
+// election) is noticed by its missing heartbeats (every half of it) and
+// replaced within it, rather than after nats.go's default 30s, during which
+// the consumer hands this replica nothing.
+const PullExpiry = 5 * time.Second
+
 // DefaultBackoff doubles from 100ms up to 10s.
 func DefaultBackoff(attempt uint64) time.Duration {
 	d := 100 * time.Millisecond
@@ -241,7 +248,7 @@ func (r *Runner) Start(ctx context.Context) error {
 		return nil
 	}
 	cc, err := c.Consume(r.dispatch,
-		jetstream.PullMaxMessages(r.cfg.Concurrency),
+		jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.PullExpiry(PullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, nats.ErrConnectionClosed) {
 				r.log.Warn("consume", "err", err)

@@ -156,7 +156,7 @@ func (t *TimerRunner) Start(ctx context.Context) error {
 		return fmt.Errorf("timer runner: %w", err)
 	}
 	t.ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	cc, err := c.Consume(t.dispatch, jetstream.PullMaxMessages(4*t.cfg.Concurrency),
+	cc, err := c.Consume(t.dispatch, jetstream.PullMaxMessages(4*t.cfg.Concurrency), jetstream.PullExpiry(PullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, nats.ErrConnectionClosed) {
 				t.log.Warn("consume", "err", err)
