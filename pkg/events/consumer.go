@@ -119,6 +119,18 @@ type TransientObserver interface {
 	TransientRetried(stream, consumer string)
 }
 
+// LagObserver is an Observer that also hears how many messages of its
+// consumer's filter are still to be delivered (the consumer's NumPending):
+// from each delivery's metadata, and every LagInterval from the consumer's
+// info, so that an idle or stuck consumer reports too.
+type LagObserver interface {
+	ConsumerLag(stream, consumer string, pending uint64)
+}
+
+// LagInterval is how often a runner whose Observer is a LagObserver reads
+// its consumer's pending count.
+const LagInterval = 15 * time.Second
+
 // Observer hears what happens to a runner's deliveries that did not simply
 // succeed; a service counts them (see service.ConsumerMetrics).
 type Observer interface {
@@ -181,8 +193,10 @@ type Runner struct {
 	alive     aliveSet
 	aliveStop chan struct{}
 	aliveDone chan struct{}
-	// stopping is closed when Stop begins: retries in place give up then.
+	// stopping is closed when Stop begins: retries in place give up then,
+	// and lagLoop ends (closing lagDone).
 	stopping chan struct{}
+	lagDone  chan struct{}
 }
 
 // NewRunner returns a runner for cfg on js.
@@ -241,6 +255,10 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	r.aliveStop, r.aliveDone = make(chan struct{}), make(chan struct{})
+	if lag, ok := r.cfg.Observer.(LagObserver); ok {
+		r.lagDone = make(chan struct{})
+		go r.lagLoop(c, lag)
+	}
 	if r.cfg.Poll > 0 {
 		r.pollStop, r.pollDone = make(chan struct{}), make(chan struct{})
 		go r.pollLoop(c)
@@ -359,8 +377,32 @@ func (r *Runner) Stop(ctx context.Context) error {
 		}
 		close(r.aliveStop)
 		<-r.aliveDone
+		if r.lagDone != nil {
+			<-r.lagDone
+		}
 	})
 	return err
+}
+
+// lagLoop reports the consumer's pending count every LagInterval until Stop.
+func (r *Runner) lagLoop(c jetstream.Consumer, lag LagObserver) {
+	defer close(r.lagDone)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stopping:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		info, err := c.Info(ctx)
+		cancel()
+		if err == nil {
+			lag.ConsumerLag(info.Stream, info.Name, info.NumPending)
+		}
+		t.Reset(LagInterval)
+	}
 }
 
 func (r *Runner) dispatch(m jetstream.Msg) {
@@ -487,6 +529,9 @@ func (r *Runner) delivery(m jetstream.Msg) (d *Delivery, ctx context.Context, ok
 	ctx = ExtractHop(r.ctx, m.Headers())
 	if meta.NumDelivered > 1 && r.cfg.Observer != nil {
 		r.cfg.Observer.Redelivered(meta.Stream, meta.Consumer)
+	}
+	if lag, ok := r.cfg.Observer.(LagObserver); ok {
+		lag.ConsumerLag(meta.Stream, meta.Consumer, meta.NumPending)
 	}
 	if int(meta.NumDelivered) > r.maxDeliver() {
 		// Past its budget (its dead-lettering failed, or its handler's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -151,4 +152,42 @@ func TestRunnerBatchRetriesTransientInPlace(t *testing.T) {
 			require.Equal(t, 1, seen[id])
 		}
 	}
+}
+
+// lagRecorder is an Observer that records the lag it hears.
+type lagRecorder struct {
+	mu   sync.Mutex
+	last map[string]uint64
+	seen []uint64
+}
+
+func (l *lagRecorder) HandlerFailed(string, string, bool)  {}
+func (l *lagRecorder) Redelivered(string, string)          {}
+func (l *lagRecorder) DeadLettered(string, string, string) {}
+func (l *lagRecorder) ConsumerLag(stream, consumer string, n uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last = map[string]uint64{}
+	}
+	l.last[stream+"/"+consumer] = n
+	l.seen = append(l.seen, n)
+}
+
+// A runner reports its consumer's lag: what waits behind a slow handler,
+// then nothing once it caught up.
+func TestRunnerReportsConsumerLag(t *testing.T) {
+	env := natstest.Start(t)
+	for i := 1; i <= 5; i++ {
+		publish(t, env, callStarted(t, i))
+	}
+	lag := &lagRecorder{}
+	startRunner(t, env, events.RunnerConfig{Concurrency: 1, Observer: lag,
+		Handler: func(context.Context, *events.Delivery) error { time.Sleep(20 * time.Millisecond); return nil }})
+	requireAllAcked(t, env, 5)
+	lag.mu.Lock()
+	defer lag.mu.Unlock()
+	require.NotEmpty(t, lag.seen)
+	require.GreaterOrEqual(t, slices.Max(lag.seen), uint64(4), "four (or, before the first delivery, five) waited")
+	require.Equal(t, uint64(0), lag.last[events.StreamCalls+"/"+durable], "caught up")
 }

@@ -136,6 +136,8 @@ type ConsumerMetrics struct {
 	failures     *prometheus.CounterVec
 	redeliveries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
+	infraRetries *prometheus.CounterVec
+	pending      *prometheus.GaugeVec
 }
 
 // NewConsumerMetrics registers the consumer metrics of a service on m.
@@ -149,7 +151,23 @@ func NewConsumerMetrics(m *Metrics) *ConsumerMetrics {
 		deadLetters: m.CounterVec("dead_letters_total",
 			"Events moved to the dead-letter stream, by stream, consumer and how they were stored (inline; object: too large for a message; truncated: too large and the object store failed).",
 			"stream", "consumer", "stored"),
+		infraRetries: m.CounterVec("infrastructure_retries_total",
+			"Handler calls retried in place because NATS or JetStream did not answer (no delivery budget used), by stream and consumer.",
+			"stream", "consumer"),
+		pending: m.GaugeVec("consumer_pending",
+			"Messages of the consumer's subjects not yet delivered (its lag; JetStream's num_pending), by stream and consumer.",
+			"stream", "consumer"),
 	}
+}
+
+// TransientRetried counts a retry in place after an infrastructure failure.
+func (c *ConsumerMetrics) TransientRetried(stream, consumer string) {
+	c.infraRetries.WithLabelValues(stream, consumer).Inc()
+}
+
+// ConsumerLag sets a consumer's pending count.
+func (c *ConsumerMetrics) ConsumerLag(stream, consumer string, pending uint64) {
+	c.pending.WithLabelValues(stream, consumer).Set(float64(pending))
 }
 
 // HandlerFailed counts a failure.

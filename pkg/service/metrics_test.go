@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,4 +60,29 @@ func TestConsumerMetricsObserveRunners(t *testing.T) {
 		"toolwire_policy_dead_letters_total")
 	require.NoError(t, err)
 	require.Equal(t, 4, n, "two failure series, one redelivery series, one dead-letter series")
+}
+
+// The consumer metrics also hear of retries in place and of each
+// consumer's lag (events.TransientObserver, events.LagObserver).
+func TestConsumerMetricsLagAndRetries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := service.NewMetrics(reg, "executor")
+	c := service.NewConsumerMetrics(m)
+	require.NoError(t, m.Err())
+	var (
+		lag   events.LagObserver       = c
+		retry events.TransientObserver = c
+	)
+	lag.ConsumerLag("TOOLWIRE_CALLS", "executor-default", 42)
+	lag.ConsumerLag("TOOLWIRE_CALLS", "executor-default", 7)
+	retry.TransientRetried("TOOLWIRE_CALLS", "executor-default")
+	retry.TransientRetried("TOOLWIRE_CALLS", "executor-default")
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP toolwire_executor_consumer_pending Messages of the consumer's subjects not yet delivered (its lag; JetStream's num_pending), by stream and consumer.
+# TYPE toolwire_executor_consumer_pending gauge
+toolwire_executor_consumer_pending{consumer="executor-default",stream="TOOLWIRE_CALLS"} 7
+# HELP toolwire_executor_infrastructure_retries_total Handler calls retried in place because NATS or JetStream did not answer (no delivery budget used), by stream and consumer.
+# TYPE toolwire_executor_infrastructure_retries_total counter
+toolwire_executor_infrastructure_retries_total{consumer="executor-default",stream="TOOLWIRE_CALLS"} 2
+`), "toolwire_executor_consumer_pending", "toolwire_executor_infrastructure_retries_total"))
 }
