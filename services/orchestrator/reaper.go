@@ -37,12 +37,19 @@ const (
 // from racing when the clocks of the replicas agree to within it.
 const reapGrace = 2 * time.Second
 
-// deadlineFor is how long req's run may take.
+// deadlineFor is how long req's run may take: its deadline_s, else the
+// server's default, lengthened by the approval timeout when the run's
+// policy asks for approvals (an operator may take all of it, and the
+// guard's own deadline then answers the call).
 func (s *Service) deadlineFor(req *envelope.RunRequest) time.Duration {
 	if req.DeadlineS > 0 {
 		return time.Duration(req.DeadlineS) * time.Second
 	}
-	return s.cfg.RunDeadline
+	d := s.cfg.RunDeadline
+	if ra := req.Agent.Policy.RequireApproval; ra != nil && (ra.Writes || len(ra.Tools) > 0) {
+		d += req.Agent.Policy.ApprovalTimeout()
+	}
+	return d
 }
 
 // deadlineOf is the deadline of req's run, from the request's arrival in the
