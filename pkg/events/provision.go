@@ -227,7 +227,7 @@ func CheckServerVersion(v string) error {
 	case !ok:
 		return fmt.Errorf("%w: cannot read the server's version %q: toolwire needs nats-server %s or newer", ErrServerTooOld, v, MinServerVersion)
 	case major < wantMajor || major == wantMajor && minor < wantMinor:
-		return fmt.Errorf("%w: the server is nats-server %s; toolwire needs %s or newer (per-message TTLs, for the tool cache)", ErrServerTooOld, v, MinServerVersion)
+		return fmt.Errorf("%w: the server is nats-server %s; toolwire needs %s or newer (per-message TTLs and their markers, for the tool cache and the runs' deadlines)", ErrServerTooOld, v, MinServerVersion)
 	}
 	return nil
 }
