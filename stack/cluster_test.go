@@ -91,7 +91,7 @@ func (c *natsCluster) start(i int) {
 	}
 	s, err := server.NewServer(&server.Options{
 		ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: c.client[i], JetStream: true, StoreDir: c.dirs[i],
-		NoSigs: true, NoLog: true,
+		NoSigs: true, NoLog: true, Tags: []string{fmt.Sprintf("node:n%d", i+1)},
 		Cluster: server.ClusterOpts{Name: c.name, Host: "127.0.0.1", Port: c.routes[i]},
 		Routes:  routes,
 	})
@@ -340,10 +340,14 @@ func TestClusterR3StreamLeaderKilledDuringABurst(t *testing.T) {
 }
 
 // R1 with a node down: every run completes or fails with a reason within
-// its deadline, and none is left running. The outage is 60s; the
-// test keeps the node down 10s (a bound CI can afford) with a 60s deadline
-// per run, so that runs on the lost streams are retried through the outage
-// (without using up their delivery budget) rather than dead-lettered.
+// its deadline, and none is left running. The calls stream is moved to a
+// node of its own (placement tags), which goes down during the burst while
+// the runs stream, the buckets and the services stay up: the policy's
+// publishes of approved calls and the executor's of envelopes fail with no
+// stream answering. The outage is 60s; the test keeps the node
+// down 20s, longer than the back-off of a whole delivery budget (8
+// attempts, about 13s), with a 60s deadline per run: an event is retried in
+// place through the outage instead of being dead-lettered.
 func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-node cluster and 100 runs")
@@ -361,32 +365,31 @@ func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
 		req := burstRequest(t, fmt.Sprintf("r1-%03d", i), deadlineS)
 		reqs, ids = append(reqs, req), append(ids, req.RunID)
 	}
-	// The node that holds the calls stream (the hot path's middle) goes
-	// down during the burst and comes back 10s later.
+	// The calls stream moves to a node that holds nothing else (R1 puts
+	// every store on the node that provisioned them).
 	s, err := st.JS.Stream(ctx, events.StreamCalls)
 	require.NoError(t, err)
-	info, err := s.Info(ctx)
+	home := nodeOf(t, s.CachedInfo().Cluster.Leader)
+	down := (home + 1) % 3
+	cfg := s.CachedInfo().Config
+	cfg.Placement = &jetstream.Placement{Tags: []string{fmt.Sprintf("node:n%d", down+1)}}
+	_, err = st.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
-	require.NotNil(t, info.Cluster)
-	down := nodeOf(t, info.Cluster.Leader)
+	require.Eventually(t, func() bool {
+		s, err := st.JS.Stream(ctx, events.StreamCalls)
+		return err == nil && s.CachedInfo().Cluster != nil && s.CachedInfo().Cluster.Leader == fmt.Sprintf("n%d", down+1)
+	}, 30*time.Second, 100*time.Millisecond, "the calls stream moved")
 	for name := range st.JS.StreamNames(ctx).Name() {
 		if s, err := st.JS.Stream(ctx, name); err == nil && s.CachedInfo().Cluster != nil {
 			t.Logf("%s on %s", name, s.CachedInfo().Cluster.Leader)
 		}
 	}
 	start := time.Now()
-	submitted := make(chan struct{})
-	go func() {
-		defer close(submitted)
-		submitAll(ctx, t, st, reqs)
-	}()
-	time.Sleep(300 * time.Millisecond)
-	t.Logf("killing %s, which holds %s, for 10s", info.Cluster.Leader, events.StreamCalls)
+	submitAll(ctx, t, st, reqs)
+	t.Logf("submitted in %s; killing n%d, which holds %s, for 20s", time.Since(start).Round(time.Millisecond), down+1, events.StreamCalls)
 	c.kill(down)
-	time.Sleep(10 * time.Second)
+	time.Sleep(20 * time.Second)
 	c.start(down)
-	<-submitted
-	t.Logf("submitted after %s", time.Since(start).Round(time.Millisecond))
 
 	wctx, wcancel := context.WithDeadline(ctx, start.Add(deadlineS*time.Second+30*time.Second))
 	defer wcancel()
@@ -406,6 +409,9 @@ func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d runs completed, the others failed with their reason", completed, n)
+	// Nothing was given up for the outage: it was retried through it.
+	require.Zero(t, logDeadLetters(ctx, t, st.JS), "no event dead-lettered for an infrastructure failure")
+	require.Equal(t, n, completed, "a 20s outage within a 60s deadline: every run completes")
 	// None is left running: every run's state has ended.
 	kv, err := st.JS.KeyValue(ctx, events.BucketRunState)
 	require.NoError(t, err)
@@ -422,4 +428,29 @@ func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
 	for k, v := range ledger.counts() {
 		require.Equal(t, 1, v, "%s written %d times", k, v)
 	}
+}
+
+// logDeadLetters logs what the dead-letter stream holds (consumer and
+// error) and returns how many it holds.
+func logDeadLetters(ctx context.Context, t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(ctx, events.StreamDLQ)
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	if info.State.Msgs == 0 {
+		return 0
+	}
+	byCause := map[string]int{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		byCause[m.Header.Get(events.HeaderDLQConsumer)+": "+m.Header.Get(events.HeaderDLQError)]++
+	}
+	for cause, k := range byCause {
+		t.Logf("%d dead letters of %s", k, cause)
+	}
+	return info.State.Msgs
 }

@@ -50,11 +50,20 @@ var transientCauses = []error{
 	context.DeadlineExceeded,
 }
 
+// JetStream API error codes (nats-server's jetstream_errors.json) of stores
+// that are there but cannot answer now; nats.go names none of them.
+const (
+	jsErrClusterNotLeader = 10009 // "JetStream cluster can not handle request": an election
+	jsErrStreamOffline    = 10118 // "stream is offline": its node is down (R1), or it lost quorum
+	jsErrConsumerOffline  = 10119 // "consumer is offline"
+)
+
 // IsTransient reports whether err is a failure of the infrastructure rather
 // than of the handler: marked by Transient, one of the NATS and JetStream
-// errors of servers that did not (yet) answer, or a JetStream API error of
-// status 503 (no quorum, a stream or consumer being moved, JetStream
-// temporarily unavailable). A Permanent error is never transient.
+// errors of servers that did not (yet) answer, a JetStream API error of
+// status 503 (no quorum, JetStream temporarily unavailable), or one that
+// says a stream or consumer is offline or its cluster has no leader now. A
+// Permanent error is never transient.
 func IsTransient(err error) bool {
 	if err == nil || IsPermanent(err) {
 		return false
@@ -65,5 +74,12 @@ func IsTransient(err error) bool {
 		}
 	}
 	var api *jetstream.APIError
-	return errors.As(err, &api) && api.Code == 503
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode {
+	case jsErrClusterNotLeader, jsErrStreamOffline, jsErrConsumerOffline:
+		return true
+	}
+	return api.Code == 503
 }
