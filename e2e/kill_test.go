@@ -68,9 +68,6 @@ func (p *serviceProc) kill() {
 // the policy's and the recorder's are the default 30s. The sandbox is not
 // killed: the demo's runs do not use it.
 func TestKill9DuringABurst(t *testing.T) {
-	if testing.Short() {
-		t.Skip("five processes and four bursts")
-	}
 	bin := t.TempDir()
 	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin+string(os.PathSeparator))
 	for _, s := range services {

@@ -275,9 +275,6 @@ func clusterStack(t *testing.T, c *natsCluster, replicas int, ledger *ledgerTool
 // Every run completes with the outputs an undisturbed run gives, and no
 // ledger write happens twice.
 func TestClusterR3StreamLeaderKilledDuringABurst(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-node cluster and 200 runs")
-	}
 	c := startNATSCluster(t, "r3-leader")
 	ledger := &ledgerTool{}
 	st := clusterStack(t, c, 3, ledger)
@@ -349,9 +346,6 @@ func TestClusterR3StreamLeaderKilledDuringABurst(t *testing.T) {
 // attempts, about 13s), with a 60s deadline per run: an event is retried in
 // place through the outage instead of being dead-lettered.
 func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-node cluster and 100 runs")
-	}
 	c := startNATSCluster(t, "r1-down")
 	ledger := &ledgerTool{}
 	st := clusterStack(t, c, 1, ledger)
