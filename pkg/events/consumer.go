@@ -494,9 +494,6 @@ func (r *Runner) retryTransient(d *Delivery, err error, again func() error) erro
 // returns false, at once, when the runner stops or the wait would end past
 // until.
 func (r *Runner) waitRetry(d *Delivery, err error, n uint64, until time.Time) bool {
-	if obs, ok := r.cfg.Observer.(TransientObserver); ok {
-		obs.TransientRetried(d.Meta.Stream, d.Meta.Consumer)
-	}
 	delay := r.cfg.Backoff(n)
 	if time.Now().Add(delay).After(until) {
 		return false
@@ -509,6 +506,9 @@ func (r *Runner) waitRetry(d *Delivery, err error, n uint64, until time.Time) bo
 	defer t.Stop()
 	select {
 	case <-t.C:
+		if obs, ok := r.cfg.Observer.(TransientObserver); ok {
+			obs.TransientRetried(d.Meta.Stream, d.Meta.Consumer)
+		}
 		return true
 	case <-r.stopping:
 	case <-r.ctx.Done():
