@@ -49,8 +49,7 @@ func TestUnrecordedOutcomeIsRecordedOnRetry(t *testing.T) {
 	require.Equal(t, outcomeDone, rec.State)
 
 	// Another process's claim whose heartbeat stopped: unknown, as before.
-	other := *o
-	other.owner = "exec-2/bb"
+	other := &outcomes{kv: o.kv, owner: "exec-2/bb", lease: o.lease, now: o.now, log: o.log, life: o.life}
 	_, _, err = other.claim(ctx, "run1.c2", at)
 	require.NoError(t, err)
 	env, recorded, found, err = o.resolve(ctx, "run1.c2", unknown)
