@@ -254,10 +254,12 @@ func submitAll(ctx context.Context, t *testing.T, st *stack.Stack, reqs []envelo
 
 func clusterStack(t *testing.T, c *natsCluster, replicas int, ledger *ledgerTool) *stack.Stack {
 	t.Helper()
-	env := map[string]string{"TOOLWIRE_STREAM_REPLICAS": strconv.Itoa(replicas),
-		// A killed node's connections move to another; what they held
-		// comes back within this.
-		orchestrator.EnvAckWait: "5s", "TOOLWIRE_EXECUTOR_ACK_WAIT": "5s"}
+	// The services' own ack waits (30s): a shorter one would hand a
+	// message a live handler holds to another delivery whenever a node's
+	// loss delays its in-progress heartbeat, and a writes call's second
+	// delivery may then find its claim silent for a lease and report it
+	// unknown.
+	env := map[string]string{"TOOLWIRE_STREAM_REPLICAS": strconv.Itoa(replicas)}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	st, err := stack.Start(ctx, stack.Options{NATSURL: c.URLs(), Getenv: func(k string) string { return env[k] },
