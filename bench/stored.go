@@ -35,7 +35,9 @@ func serverCounts(ctx context.Context, js jetstream.JetStream) (map[string]uint6
 	out := map[string]uint64{}
 	names := js.StreamNames(ctx)
 	for name := range names.Name() {
-		if strings.HasPrefix(name, "KV_") {
+		// The KV buckets and the timers (a run's deadline: one message
+		// per run) are the state writes.
+		if strings.HasPrefix(name, "KV_") || name == events.StreamTimers {
 			out[name] = 0
 		}
 	}
@@ -95,7 +97,7 @@ func countStored(ctx context.Context, js jetstream.JetStream, run *runner, n, k,
 	}
 	for name, seq := range after {
 		d := seq - before[name]
-		if strings.HasPrefix(name, "KV_") {
+		if strings.HasPrefix(name, "KV_") || name == events.StreamTimers {
 			s.KVWrites += d
 			continue
 		}

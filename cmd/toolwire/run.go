@@ -26,6 +26,7 @@ type runFlags struct {
 	model     string
 	prompt    string
 	maxBudget float64
+	deadline  time.Duration
 }
 
 func newRunCmd() *cobra.Command {
@@ -95,6 +96,7 @@ get_current_time) your own question.
 	fl.StringVar(&f.prompt, "prompt", "", "ask the demo agent this instead (needs --provider and --model)")
 	fl.Float64Var(&f.maxBudget, "max-budget", 0, "stop the run before a call that would make it cost more than this (USD at the orchestrator's prices)")
 	fl.DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the run")
+	fl.DurationVar(&f.deadline, "deadline", 0, "the run's deadline (deadline_s, whole seconds up to 24h): past it the run ends failed with TIMEOUT; default the request's, else the orchestrator's TOOLWIRE_RUN_DEADLINE")
 	return cmd
 }
 
@@ -150,6 +152,12 @@ func buildRunRequest(f runFlags, stdin io.Reader, now time.Time) (envelope.RunRe
 	}
 	if f.maxBudget > 0 {
 		req.Agent.Policy.MaxBudget = f.maxBudget
+	}
+	if f.deadline < 0 {
+		return req, errors.New("--deadline must not be negative")
+	}
+	if f.deadline > 0 {
+		req.DeadlineS = int((f.deadline + time.Second - 1) / time.Second) // whole seconds, rounded up
 	}
 	return req, req.Validate()
 }

@@ -66,6 +66,10 @@ func TestBuildRunRequest(t *testing.T) {
 		{name: "demo and file", f: runFlags{demo: true, file: file}, err: "either --demo or --file"},
 		{name: "negative budget", f: runFlags{demo: true, maxBudget: -1}, err: "--max-budget must not be negative"},
 		{name: "bad run id", f: runFlags{demo: true, runID: "a.b"}, err: "run_id"},
+		{name: "deadline", f: runFlags{demo: true, deadline: 90*time.Second + time.Millisecond},
+			check: func(t *testing.T, r envelope.RunRequest) { require.Equal(t, 91, r.DeadlineS, "rounded up") }},
+		{name: "negative deadline", f: runFlags{demo: true, deadline: -time.Second}, err: "--deadline must not be negative"},
+		{name: "deadline past a day", f: runFlags{demo: true, deadline: 25 * time.Hour}, err: "deadline_s 90000 must be 1 to 86400 seconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := buildRunRequest(tc.f, strings.NewReader(""), now)

@@ -151,3 +151,24 @@ func TestRunRequestPolicyGuardSettings(t *testing.T) {
 	req.Agent.Policy.ApprovalTimeoutS = envelope.MaxApprovalTimeoutS + 1
 	require.ErrorIs(t, schemas.Validate(envelope.SchemaRunRequest, marshal(t, req)), envelope.ErrSchemaViolation)
 }
+
+// The run's deadline: Validate and the schema take the same range.
+func TestRunRequestDeadline(t *testing.T) {
+	schemas := newSchemas(t)
+	for _, tc := range []struct {
+		s  int
+		ok bool
+	}{{0, true}, {1, true}, {1800, true}, {envelope.MaxDeadlineS, true}, {-1, false}, {envelope.MaxDeadlineS + 1, false}} {
+		req := fixtureRunRequest(t)
+		req.DeadlineS = tc.s
+		verr, serr := req.Validate(), schemas.Validate(envelope.SchemaRunRequest, marshal(t, req))
+		if tc.ok {
+			require.NoError(t, verr, tc.s)
+			require.NoError(t, serr, tc.s)
+			continue
+		}
+		require.ErrorIs(t, verr, envelope.ErrInvalidRequest, tc.s)
+		require.ErrorContains(t, verr, "deadline_s")
+		require.ErrorIs(t, serr, envelope.ErrSchemaViolation, tc.s)
+	}
+}

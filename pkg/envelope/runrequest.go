@@ -174,7 +174,15 @@ type RunRequest struct {
 	Agent    Agent             `json:"agent"`
 	Messages []Message         `json:"messages"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// DeadlineS is how many seconds the run may take from its request
+	// (1 to MaxDeadlineS); 0: the server's default (the orchestrator's
+	// TOOLWIRE_RUN_DEADLINE). A run still going at its deadline ends
+	// failed with code TIMEOUT and what it was waiting for.
+	DeadlineS int `json:"deadline_s,omitempty"`
 }
+
+// MaxDeadlineS is the longest deadline a run request may ask for: a day.
+const MaxDeadlineS = 24 * 60 * 60
 
 // Validate checks what the JSON Schema cannot: it gathers every problem into one
 // error wrapping ErrInvalidRequest.
@@ -224,6 +232,9 @@ func (r *RunRequest) Validate() error {
 			add("agent.pinned_handles: duplicate name %q", pin.Name)
 		}
 		pinNames[pin.Name] = true
+	}
+	if r.DeadlineS < 0 || r.DeadlineS > MaxDeadlineS {
+		add("deadline_s %d must be 1 to %d seconds (0: the server's default)", r.DeadlineS, MaxDeadlineS)
 	}
 	if len(r.Messages) == 0 {
 		add("messages must hold at least one message")

@@ -83,6 +83,10 @@ func TestRunRequestValidate(t *testing.T) {
 		{"invalid pin", func(r *envelope.RunRequest) { r.Agent.PinnedHandles[1].Selector.Strategy = "oldest" }, []string{`agent.pinned_handles[1]: invalid pinned handle "first_search": selector.strategy "oldest" is not one of latest, first_success, by_call_id`}},
 		{"duplicate pin name", func(r *envelope.RunRequest) { r.Agent.PinnedHandles[3].Name = "weather_report" }, []string{`agent.pinned_handles: duplicate name "weather_report"`}},
 		{"no messages", func(r *envelope.RunRequest) { r.Messages = nil }, []string{"messages must hold at least one message"}},
+		{"deadline of a second", func(r *envelope.RunRequest) { r.DeadlineS = 1 }, nil},
+		{"deadline of a day", func(r *envelope.RunRequest) { r.DeadlineS = envelope.MaxDeadlineS }, nil},
+		{"negative deadline", func(r *envelope.RunRequest) { r.DeadlineS = -1 }, []string{"deadline_s -1 must be 1 to 86400 seconds (0: the server's default)"}},
+		{"deadline past a day", func(r *envelope.RunRequest) { r.DeadlineS = envelope.MaxDeadlineS + 1 }, []string{"deadline_s 86401 must be 1 to 86400 seconds"}},
 		{"unknown role", func(r *envelope.RunRequest) { r.Messages[1].Role = "robot" }, []string{`messages[1].role "robot" is not one of system, user, assistant, tool`}},
 		{"empty role", func(r *envelope.RunRequest) { r.Messages[0].Role = "" }, []string{`messages[0].role "" is not one of`}},
 		// Text fields: a name holds no control character of any kind, no

@@ -39,7 +39,11 @@ func DLQSubject(stream, durable string) string {
 type Delivery struct {
 	Event   *event.Event
 	Subject string
-	Attempt uint64 // 1 on the first delivery
+	// Attempt is 1 on the first delivery; it counts the redeliveries and
+	// this replica's retries in place after a transient failure, so that a
+	// handler that sees more than 1 knows an earlier try may have done part
+	// of its work.
+	Attempt uint64
 	Msg     jetstream.Msg
 	// Meta is Msg's metadata (stream, sequences, time), parsed once.
 	Meta *jetstream.MsgMetadata
@@ -48,6 +52,9 @@ type Delivery struct {
 // Handler processes one event. Returning nil acknowledges it; an error
 // redelivers it with back-off until the consumer's MaxDeliver, then moves it to
 // the dead-letter stream. Wrap an error with Permanent to dead-letter at once.
+// A transient error (IsTransient: NATS or JetStream did not answer) is no
+// failure of the handler: the runner calls it again in place, with back-off,
+// keeping the message alive, and the delivery budget is untouched.
 // Handlers must be idempotent: delivery is at least once.
 type Handler func(ctx context.Context, d *Delivery) error
 
@@ -94,6 +101,22 @@ type RunnerConfig struct {
 	Batch BatchHandler
 	// Observer hears of failures and dead letters, for metrics; nil: none.
 	Observer Observer
+	// TransientRetryFor bounds how long a message whose handler keeps
+	// failing transiently (IsTransient) is retried in place before it is
+	// handed back for redelivery; default DefaultTransientRetryFor. Those
+	// retries use none of the message's delivery budget.
+	TransientRetryFor time.Duration
+}
+
+// DefaultTransientRetryFor is how long a message is retried in place while
+// the infrastructure fails: longer than a leader election or a node's
+// restart.
+const DefaultTransientRetryFor = 5 * time.Minute
+
+// TransientObserver is an Observer that also hears of retries in place after
+// a transient failure (RunnerConfig.TransientRetryFor).
+type TransientObserver interface {
+	TransientRetried(stream, consumer string)
 }
 
 // Observer hears what happens to a runner's deliveries that did not simply
@@ -159,6 +182,8 @@ type Runner struct {
 	alive     aliveSet
 	aliveStop chan struct{}
 	aliveDone chan struct{}
+	// stopping is closed when Stop begins: retries in place give up then,
+	stopping chan struct{}
 }
 
 // NewRunner returns a runner for cfg on js.
@@ -181,12 +206,22 @@ func NewRunner(js jetstream.JetStream, cfg RunnerConfig) (*Runner, error) {
 	if cfg.Backoff == nil {
 		cfg.Backoff = DefaultBackoff
 	}
+	if cfg.TransientRetryFor <= 0 {
+		cfg.TransientRetryFor = DefaultTransientRetryFor
+	}
 	return &Runner{
 		js: js, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), jobs: make(chan job),
-		batches: make(chan struct{}, batchesInHand),
-		log:     cfg.Logger.With("consumer", cfg.Spec.Durable, "stream", cfg.Spec.Stream),
+		batches: make(chan struct{}, batchesInHand), stopping: make(chan struct{}),
+		log: cfg.Logger.With("consumer", cfg.Spec.Durable, "stream", cfg.Spec.Stream),
 	}, nil
 }
+
+// PullExpiry is how long one pull request of a runner lives. A pull the
+// server lost (the consumer's leader moved to another node: a node died, an
+// election) is noticed by its missing heartbeats (every half of it) and
+// replaced within it, rather than after nats.go's default 30s, during which
+// the consumer hands this replica nothing.
+const PullExpiry = 5 * time.Second
 
 // DefaultBackoff doubles from 100ms up to 10s.
 func DefaultBackoff(attempt uint64) time.Duration {
@@ -215,7 +250,7 @@ func (r *Runner) Start(ctx context.Context) error {
 		return nil
 	}
 	cc, err := c.Consume(r.dispatch,
-		jetstream.PullMaxMessages(r.cfg.Concurrency),
+		jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.PullExpiry(PullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, nats.ErrConnectionClosed) {
 				r.log.Warn("consume", "err", err)
@@ -289,6 +324,7 @@ func (r *Runner) pollLoop(c jetstream.Consumer) {
 func (r *Runner) Stop(ctx context.Context) error {
 	var err error
 	r.once.Do(func() {
+		close(r.stopping)
 		switch {
 		case r.pollStop != nil:
 			close(r.pollStop)
@@ -385,9 +421,59 @@ func (r *Runner) run(j job) {
 }
 
 func (r *Runner) handle(m jetstream.Msg) {
-	if d, ctx, ok := r.delivery(m); ok {
-		r.settle(ctx, d, r.safeHandle(ctx, d))
+	d, ctx, ok := r.delivery(m)
+	if !ok {
+		return
 	}
+	err := r.safeHandle(ctx, d)
+	if IsTransient(err) {
+		err = r.retryTransient(d, err, func() error { return r.safeHandle(ctx, d) })
+	}
+	r.settle(ctx, d, err)
+}
+
+// retryTransient calls again, with back-off, a handler that failed with a
+// transient error, as long as it keeps failing so and for at most
+// TransientRetryFor: the message stays in hand (kept alive), and neither the
+// server's delivery count nor the budget moves. It returns the last outcome;
+// a transient one when it gave up (Stop, or the bound), which settle hands
+// back for redelivery without counting it as a failure.
+func (r *Runner) retryTransient(d *Delivery, err error, again func() error) error {
+	until := time.Now().Add(r.cfg.TransientRetryFor)
+	for n := uint64(1); IsTransient(err); n++ {
+		if !r.waitRetry(d, err, n, until) {
+			return err
+		}
+		d.Attempt++
+		err = again()
+	}
+	return err
+}
+
+// waitRetry waits the back-off before retry n in place of d after err; it
+// returns false, at once, when the runner stops or the wait would end past
+// until.
+func (r *Runner) waitRetry(d *Delivery, err error, n uint64, until time.Time) bool {
+	delay := r.cfg.Backoff(n)
+	if time.Now().Add(delay).After(until) {
+		return false
+	}
+	if n == 1 || n%10 == 0 {
+		r.log.Warn("infrastructure failure; retrying in place", "subject", d.Subject, "id", d.Event.ID(),
+			"retry", n, "retry_in", delay, "err", err)
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		if obs, ok := r.cfg.Observer.(TransientObserver); ok {
+			obs.TransientRetried(d.Meta.Stream, d.Meta.Consumer)
+		}
+		return true
+	case <-r.stopping:
+	case <-r.ctx.Done():
+	}
+	return false
 }
 
 // delivery reads m's metadata and event, and the hop's trace context; a
@@ -439,8 +525,35 @@ func (r *Runner) handleBatch(msgs []jetstream.Msg) {
 		return
 	}
 	errs := r.safeBatch(r.ctx, ds)
+	r.retryBatchTransient(ds, errs)
 	for i, d := range ds {
 		r.settle(ctxs[i], d, errs[i])
+	}
+}
+
+// retryBatchTransient hands the deliveries of a batch that failed
+// transiently to the batch handler again, as retryTransient does for one
+// delivery, replacing their outcomes in errs.
+func (r *Runner) retryBatchTransient(ds []*Delivery, errs []error) {
+	until := time.Now().Add(r.cfg.TransientRetryFor)
+	for n := uint64(1); ; n++ {
+		var again []int
+		for i, err := range errs {
+			if IsTransient(err) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 || !r.waitRetry(ds[again[0]], errs[again[0]], n, until) {
+			return
+		}
+		sub := make([]*Delivery, len(again))
+		for k, i := range again {
+			ds[i].Attempt++
+			sub[k] = ds[i]
+		}
+		for k, err := range r.safeBatch(r.ctx, sub) {
+			errs[again[k]] = err
+		}
 	}
 }
 
@@ -473,6 +586,13 @@ func (r *Runner) settle(ctx context.Context, d *Delivery, herr error) {
 		if err := m.Ack(); err != nil {
 			r.log.Warn("ack", "subject", m.Subject(), "err", err)
 		}
+	case IsTransient(herr):
+		// Retried in place until the bound or Stop: handed back for
+		// another replica (or this one, later) without counting as a
+		// failure of the handler.
+		r.log.Warn("infrastructure failure; message handed back for redelivery", "subject", m.Subject(), "id", ev.ID(),
+			"attempt", d.Attempt, "err", herr)
+		_ = m.NakWithDelay(r.cfg.Backoff(d.Attempt))
 	case IsPermanent(herr) || int(meta.NumDelivered) >= r.maxDeliver():
 		if r.cfg.Observer != nil {
 			r.cfg.Observer.HandlerFailed(meta.Stream, meta.Consumer, true)

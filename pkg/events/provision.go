@@ -120,11 +120,22 @@ func (c StoreConfig) StreamConfigs() []jetstream.StreamConfig {
 			AllowDirect: true,
 		}
 	}
+	// The timers (timers.go): one message per armed timer, with its own
+	// TTL; the server leaves a marker in its place when it runs out, kept
+	// as long as events are (a marker not yet handled survives an outage
+	// of every consumer); a handled one is deleted.
+	timers := mk(StreamTimers, SubjectsTimers, "toolwire timers: run deadlines (per-message TTL; a marker when one fires)")
+	timers.AllowDirect = false
+	timers.MaxMsgsPerSubject = 1
+	timers.AllowMsgTTL = true
+	timers.AllowRollup = true
+	timers.SubjectDeleteMarkerTTL = c.MaxAge
 	return []jetstream.StreamConfig{
 		mk(StreamRuns, SubjectsRuns, "toolwire run events: requests, model turns, lifecycle"),
 		mk(StreamCalls, SubjectsCalls, "toolwire tool call events: approved calls, approvals, starts, envelopes"),
 		mk(StreamSandbox, SubjectsSandbox, "toolwire sandbox jobs and results"),
 		mk(StreamDLQ, SubjectsDLQ, "toolwire dead letters: events that failed every delivery"),
+		timers,
 	}
 }
 
@@ -228,7 +239,7 @@ func CheckServerVersion(v string) error {
 	case !ok:
 		return fmt.Errorf("%w: cannot read the server's version %q: toolwire needs nats-server %s or newer", ErrServerTooOld, v, MinServerVersion)
 	case major < wantMajor || major == wantMajor && minor < wantMinor:
-		return fmt.Errorf("%w: the server is nats-server %s; toolwire needs %s or newer (per-message TTLs, for the tool cache)", ErrServerTooOld, v, MinServerVersion)
+		return fmt.Errorf("%w: the server is nats-server %s; toolwire needs %s or newer (per-message TTLs and their markers, for the tool cache and the runs' deadlines)", ErrServerTooOld, v, MinServerVersion)
 	}
 	return nil
 }

@@ -139,6 +139,7 @@ type ConsumerMetrics struct {
 	redeliveries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
 	lag          *lagCollector
+	infraRetries *prometheus.CounterVec
 }
 
 // NewConsumerMetrics registers the consumer metrics of a service on m.
@@ -153,6 +154,9 @@ func NewConsumerMetrics(m *Metrics) *ConsumerMetrics {
 			"Events moved to the dead-letter stream, by stream, consumer and how they were stored (inline; object: too large for a message; truncated: too large and the object store failed).",
 			"stream", "consumer", "stored"),
 		lag: register(m, newLagCollector(m)),
+		infraRetries: m.CounterVec("infrastructure_retries_total",
+			"Handler calls retried in place because NATS or JetStream did not answer (no delivery budget used), by stream and consumer.",
+			"stream", "consumer"),
 	}
 }
 
@@ -162,6 +166,11 @@ func (c *ConsumerMetrics) Track(r *events.Runner) { c.lag.track(r) }
 
 // Untrack stops following a stopped runner.
 func (c *ConsumerMetrics) Untrack(r *events.Runner) { c.lag.untrack(r) }
+
+// TransientRetried counts a retry in place after an infrastructure failure.
+func (c *ConsumerMetrics) TransientRetried(stream, consumer string) {
+	c.infraRetries.WithLabelValues(stream, consumer).Inc()
+}
 
 // HandlerFailed counts a failure.
 func (c *ConsumerMetrics) HandlerFailed(stream, consumer string, final bool) {

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,4 +60,21 @@ func TestConsumerMetricsObserveRunners(t *testing.T) {
 		"toolwire_policy_dead_letters_total")
 	require.NoError(t, err)
 	require.Equal(t, 4, n, "two failure series, one redelivery series, one dead-letter series")
+}
+
+// The consumer metrics also hear of retries in place
+// (events.TransientObserver); their lag is TestConsumerLagIsScraped's.
+func TestConsumerMetricsCountRetriesInPlace(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := service.NewMetrics(reg, "executor")
+	c := service.NewConsumerMetrics(m)
+	require.NoError(t, m.Err())
+	var retry events.TransientObserver = c
+	retry.TransientRetried("TOOLWIRE_CALLS", "executor-default")
+	retry.TransientRetried("TOOLWIRE_CALLS", "executor-default")
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP toolwire_executor_infrastructure_retries_total Handler calls retried in place because NATS or JetStream did not answer (no delivery budget used), by stream and consumer.
+# TYPE toolwire_executor_infrastructure_retries_total counter
+toolwire_executor_infrastructure_retries_total{consumer="executor-default",stream="TOOLWIRE_CALLS"} 2
+`), "toolwire_executor_infrastructure_retries_total"))
 }

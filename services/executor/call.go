@@ -40,6 +40,10 @@ var errClaimLost = errors.New("claim of the call lost")
 // outcome during a shutdown.
 const publishGrace = 10 * time.Second
 
+// outcomeGrace bounds the recording of a writes call's outcome, retried
+// through the bucket's hiccups (a leader election, a node restarting).
+const outcomeGrace = 30 * time.Second
+
 // attrCached marks the span of a call served from the cache.
 const attrCached = attribute.Key("toolwire.cached")
 
@@ -430,12 +434,15 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 			// Stopped mid-call: whether the effect happened is unknown.
 			res.env = unknownOutcome(res.env, outcomeRecord{Owner: s.outcomes.owner, ClaimedAt: tStart}, res.env.TEnd)
 		}
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishGrace)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outcomeGrace)
 		defer cancel()
 		priceEnvelope(&res.env, def) // the record is the envelope published
 		final, err := s.outcomes.finish(fctx, outKey, rev, res.env)
 		if err != nil {
-			log.Error("outcome of a writes call could not be recorded; a redelivery will report it unknown", "err", err)
+			// Kept, so that a retry in this process records it: the
+			// runner retries a transient failure in place.
+			s.outcomes.keepUnrecorded(outKey, res.env)
+			log.Error("outcome of a writes call could not be recorded yet; kept for a retry", "err", err)
 			return res, err
 		}
 		res.env, res.recorded = final, true

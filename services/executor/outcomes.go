@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
 )
 
 // States of an outcome record.
@@ -47,6 +48,43 @@ type outcomes struct {
 	log   *slog.Logger
 	// life is the executor's lifetime: the heartbeats of claims run on it.
 	life context.Context
+
+	// unrecorded holds the envelopes of writes calls this process finished
+	// but could not record (the bucket did not answer in time), by key: a
+	// retry of the call in this process records the real outcome instead
+	// of declaring it unknown. Bounded by maxUnrecorded.
+	mu         sync.Mutex
+	unrecorded map[string]envelope.ToolEnvelope
+}
+
+// maxUnrecorded bounds outcomes.unrecorded; past it, the oldest calls are
+// left to be declared unknown.
+const maxUnrecorded = 1024
+
+// keepUnrecorded remembers env, the outcome of key that could not be
+// recorded.
+func (o *outcomes) keepUnrecorded(key string, env envelope.ToolEnvelope) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.unrecorded == nil {
+		o.unrecorded = map[string]envelope.ToolEnvelope{}
+	}
+	if len(o.unrecorded) >= maxUnrecorded {
+		for k := range o.unrecorded {
+			delete(o.unrecorded, k)
+			break
+		}
+	}
+	o.unrecorded[key] = env
+}
+
+// takeUnrecorded returns (and forgets) the unrecorded outcome of key.
+func (o *outcomes) takeUnrecorded(key string) (envelope.ToolEnvelope, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	env, ok := o.unrecorded[key]
+	delete(o.unrecorded, key)
+	return env, ok
 }
 
 func outcomeKey(runID, callID string) string { return runID + "." + callID }
@@ -174,10 +212,25 @@ func (o *outcomes) finish(ctx context.Context, key string, rev uint64, env envel
 	if err != nil {
 		return env, err
 	}
+	backoff := 20 * time.Millisecond
 	for range maxCASAttempts {
 		_, err = o.kv.Update(ctx, key, b, rev)
 		if err == nil {
 			return env, nil
+		}
+		if events.IsTransient(err) && ctx.Err() == nil {
+			// The bucket did not answer (a leader election, a node
+			// restarting): the same write again, until ctx ends. The
+			// claim is ours meanwhile: its call is not redelivered while
+			// its handler runs.
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
 		}
 		if !isConflict(err) {
 			return env, fmt.Errorf("record outcome %s: %w", key, err)
@@ -215,6 +268,19 @@ func (o *outcomes) resolve(ctx context.Context, key string, unknown func(rec out
 		}
 		if rec.State == outcomeDone {
 			return *rec.Envelope, true, true, nil
+		}
+		if rec.Owner == o.owner {
+			if done, ok := o.takeUnrecorded(key); ok {
+				// This process ran the call and could not record its
+				// outcome: it records it now, rather than declaring
+				// unknown what it knows.
+				final, err := o.finish(ctx, key, e.Revision(), done)
+				if err != nil {
+					o.keepUnrecorded(key, done)
+					return env, false, true, err
+				}
+				return final, true, true, nil
+			}
 		}
 		now := o.now()
 		if e.Revision() != seenRev {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
@@ -21,6 +22,8 @@ const (
 	EnvModelRetries     = "TOOLWIRE_MODEL_RETRIES"
 	EnvStartedAfter     = "TOOLWIRE_RUN_STARTED_AFTER"
 	EnvModelOutputBytes = "TOOLWIRE_MODEL_OUTPUT_BYTES"
+	EnvRunDeadline      = "TOOLWIRE_RUN_DEADLINE"
+	EnvAckWait          = "TOOLWIRE_ORCHESTRATOR_ACK_WAIT"
 )
 
 // Defaults and bounds of Config.
@@ -38,7 +41,19 @@ const (
 	// limit) is read back whole up to this size, else its preview is given.
 	DefaultModelOutputBytes = 256 << 10
 
+	// DefaultRunDeadline is how long a run may take from its request when
+	// the request sets no deadline_s: a run still going then ends failed
+	// (TIMEOUT) with what it was waiting for.
+	DefaultRunDeadline = 30 * time.Minute
+	// DefaultAckWait is how long a delivery may stay unacknowledged before
+	// another replica gets it: what a killed replica holds up. A handler
+	// that runs longer (a model call) keeps its message with the runner's
+	// in-progress heartbeat, every third of it.
+	DefaultAckWait = 30 * time.Second
+	maxAckWait     = time.Hour
+
 	maxStartedAfter     = time.Minute
+	maxRunDeadline      = envelope.MaxDeadlineS * time.Second
 	maxModelOutputBytes = 8 << 20
 
 	maxConcurrency  = 4096
@@ -72,10 +87,14 @@ type Config struct {
 	// (default DefaultModelOutputBytes).
 	ModelOutputBytes int
 	// AckWait is how long a delivery may stay unacknowledged before another
-	// replica gets it (a live handler keeps extending it). Default
-	// ModelTimeout + 30s for run requests and completions (their handlers may
-	// call the model), at most 30s for approvals.
+	// replica gets it: a live handler keeps extending it (the runner's
+	// in-progress heartbeat), so it bounds only what a dead replica holds
+	// up. Default DefaultAckWait; at most 30s for approvals.
 	AckWait time.Duration
+	// RunDeadline is how long a run may take from its request when the
+	// request sets no deadline_s (default DefaultRunDeadline, at most a
+	// day).
+	RunDeadline time.Duration
 	// InstanceID names this replica in the run state's model claims; default
 	// host name, process id and a random suffix.
 	InstanceID string
@@ -98,6 +117,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		e.Duration(EnvStartedAfter, time.Millisecond, maxStartedAfter, &c.StartedAfter)
 	}
 	e.Int(EnvModelOutputBytes, 1, maxModelOutputBytes, &c.ModelOutputBytes)
+	e.Duration(EnvRunDeadline, time.Second, maxRunDeadline, &c.RunDeadline)
+	e.Duration(EnvAckWait, time.Second, maxAckWait, &c.AckWait)
 	readPrices(e, c.Prices)
 	readProviders(e, &c)
 	return c, e.Err()
@@ -111,6 +132,8 @@ func EnvVars() []service.Var {
 		{Name: EnvModelTimeout, Help: "bound on one model call, the adapter's retries included (default 2m)", Example: "30s"},
 		{Name: EnvStartedAfter, Help: "how long a run's first model call runs before the run's started event goes out; 0: at once (default 250ms)", Example: "1s"},
 		{Name: EnvModelOutputBytes, Help: "the most of one tool output the model is given; a larger output reaches it as its preview (default 262144)", Example: "65536"},
+		{Name: EnvRunDeadline, Help: "how long a run may take from its request when the request sets no deadline_s; a run still going then ends failed with code TIMEOUT and what it waited for (default 30m, at most 24h)", Example: "10m"},
+		{Name: EnvAckWait, Help: "how long a delivery stays with a replica that neither acknowledges nor extends it (a killed one) before another gets it; live handlers extend it (default 30s)", Example: "10s"},
 		{Name: EnvPrices, Help: "model price table, JSON or the path of a JSON file: {\"model\" or \"provider/model\": {\"input_per_mtok\": n, \"output_per_mtok\": n}}, over the built-in prices",
 			Example: `{"my-model": {"input_per_mtok": 1, "output_per_mtok": 2}}`},
 	}, providerEnvVars()...)
@@ -122,7 +145,8 @@ func (c Config) withDefaults() Config {
 	c.ModelTimeout = cmp.Or(c.ModelTimeout, DefaultModelTimeout)
 	c.StartedAfter = cmp.Or(c.StartedAfter, DefaultStartedAfter)
 	c.ModelOutputBytes = cmp.Or(c.ModelOutputBytes, DefaultModelOutputBytes)
-	c.AckWait = cmp.Or(c.AckWait, c.ModelTimeout+30*time.Second)
+	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.RunDeadline = cmp.Or(c.RunDeadline, DefaultRunDeadline)
 	if c.Prices == nil {
 		c.Prices = DefaultPrices()
 	}
@@ -150,6 +174,9 @@ func (c Config) Validate() error {
 	}
 	if c.ModelOutputBytes < 0 || c.ModelOutputBytes > maxModelOutputBytes {
 		errs = append(errs, fmt.Errorf("orchestrator: model output bytes %d: want up to %d", c.ModelOutputBytes, maxModelOutputBytes))
+	}
+	if c.RunDeadline < time.Second || c.RunDeadline > maxRunDeadline {
+		errs = append(errs, fmt.Errorf("orchestrator: run deadline %s: want 1s to %s", c.RunDeadline, maxRunDeadline))
 	}
 	if c.AckWait < 0 {
 		errs = append(errs, fmt.Errorf("orchestrator: ack wait %s: want a positive duration", c.AckWait))

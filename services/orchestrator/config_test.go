@@ -97,15 +97,17 @@ func FuzzParsePrices(f *testing.F) {
 
 func TestConfigFromEnv(t *testing.T) {
 	c, err := orchestrator.ConfigFromEnv(env(map[string]string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY": "8", "TOOLWIRE_MODEL_TIMEOUT": "30s",
-		"OPENAI_API_KEY": "sk-x", "TOOLWIRE_PRICES": `{"x": {"input_per_mtok": 1, "output_per_mtok": 1}}`}))
+		"OPENAI_API_KEY": "sk-x", "TOOLWIRE_PRICES": `{"x": {"input_per_mtok": 1, "output_per_mtok": 1}}`,
+		"TOOLWIRE_RUN_DEADLINE": "10m"}))
 	require.NoError(t, err)
 	require.Equal(t, 8, c.Concurrency)
+	require.Equal(t, 10*time.Minute, c.RunDeadline)
 	require.Equal(t, "sk-x", c.OpenAI.APIKey)
 	require.Contains(t, c.Prices, "x")
 
 	_, err = orchestrator.ConfigFromEnv(env(map[string]string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY": "0", "TOOLWIRE_MODEL_TIMEOUT": "soon",
-		"TOOLWIRE_PRICES": "{", "OPENAI_BASE_URL": "nope"}))
-	for _, s := range []string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY", "TOOLWIRE_MODEL_TIMEOUT", "TOOLWIRE_PRICES", "OPENAI_BASE_URL"} {
+		"TOOLWIRE_PRICES": "{", "OPENAI_BASE_URL": "nope", "TOOLWIRE_RUN_DEADLINE": "25h"}))
+	for _, s := range []string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY", "TOOLWIRE_MODEL_TIMEOUT", "TOOLWIRE_PRICES", "OPENAI_BASE_URL", "TOOLWIRE_RUN_DEADLINE"} {
 		require.ErrorContains(t, err, s, "every problem is reported at once")
 	}
 	var names []string
@@ -130,6 +132,8 @@ func TestConfigValidate(t *testing.T) {
 		{orchestrator.Config{Concurrency: -1}, "orchestrator: concurrency -1: want 1 to 4096"},
 		{orchestrator.Config{ModelTimeout: 2 * time.Hour}, "orchestrator: model timeout 2h0m0s: want up to 1h0m0s"},
 		{orchestrator.Config{AckWait: -time.Second}, "orchestrator: ack wait -1s: want a positive duration"},
+		{orchestrator.Config{RunDeadline: 25 * time.Hour}, "orchestrator: run deadline 25h0m0s: want 1s to 24h0m0s"},
+		{orchestrator.Config{RunDeadline: time.Millisecond}, "orchestrator: run deadline 1ms: want 1s to 24h0m0s"},
 		{orchestrator.Config{OpenAI: provider.Config{BaseURL: "localhost:11434"}},
 			`orchestrator: OpenAI base URL "localhost:11434": want an http(s) URL such as http://localhost:11434/v1`},
 		{orchestrator.Config{Providers: orchestrator.Providers{"mine": nil}}, `orchestrator: provider "mine" is nil`},

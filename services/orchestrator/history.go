@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	ce "github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
@@ -45,30 +46,37 @@ func last(ctx context.Context, st jetstream.Stream, subject string) (*storedEven
 	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", subject, err)
 	}
-	return &storedEvent{subject: m.Subject, trace: events.TraceOf(ev), data: ev}, nil
+	return &storedEvent{subject: m.Subject, trace: events.TraceOf(ev), data: ev, at: m.Time}, nil
 }
 
 type storedEvent struct {
 	subject string
 	trace   events.RunTrace
 	data    *ce.Event
+	at      time.Time // when the stream stored it
 }
 
 // request reads the run's request.
 func (h *history) request(ctx context.Context, runID string) (*envelope.RunRequest, error) {
+	req, _, err := h.requestAt(ctx, runID)
+	return req, err
+}
+
+// requestAt reads the run's request and when the stream stored it.
+func (h *history) requestAt(ctx context.Context, runID string) (*envelope.RunRequest, time.Time, error) {
 	subj, err := events.RunSubject(runID, events.VerbRequested)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	e, err := last(ctx, h.runs, subj)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	var req envelope.RunRequest
 	if err := events.DecodeData(e.data, &req); err != nil {
-		return nil, fmt.Errorf("run %s: its request: %w", runID, err)
+		return nil, time.Time{}, fmt.Errorf("run %s: its request: %w", runID, err)
 	}
-	return &req, nil
+	return &req, e.at, nil
 }
 
 // turn reads turn n of the run, with the run's trace it carries;

@@ -112,6 +112,13 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 			m.Provider, m.Name, EnvPrices))
 	}
 
+	// The run's deadline counts from its request's arrival in the stream,
+	// the same for every delivery; its timer is armed before anything else
+	// happens, so that a run whose events go nowhere is still ended.
+	deadline := s.deadlineOf(&req, d.Meta)
+	if err := s.armDeadline(ctx, req.RunID, deadline); err != nil {
+		return err
+	}
 	// A redelivered request: the run exists, or got as far as its first turn
 	// before its replica died.
 	st, _, err := s.states.get(ctx, req.RunID)
@@ -142,7 +149,7 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 	))
 	defer span.End()
 	st = newRunState(&req, events.RunTraceFrom(ctx))
-	st.Iteration, st.Trigger = 1, triggerRequest
+	st.Iteration, st.Trigger, st.Deadline = 1, triggerRequest, deadline
 	if v := s.loopVerdict(st, 1); !v.Allowed {
 		st.Denied = &v
 		st.fail(v.Code, "policy denied iteration 1: "+v.Reason)
@@ -202,12 +209,13 @@ func (s *Service) stateFromStream(ctx context.Context, runID string) (*RunState,
 	if err != nil {
 		return nil, err
 	}
-	req, err := s.history.request(ctx, runID)
+	req, at, err := s.history.requestAt(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
 	st := newRunState(req, tr)
 	st.Iteration, st.Phase, st.Trigger = 1, PhaseCalling, triggerRequest
+	st.Deadline = at.Add(s.deadlineFor(req))
 	st.recordTurn(t)
 	if err := s.createOrGet(ctx, st); err != nil {
 		return nil, err
@@ -269,6 +277,10 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 	case err == nil:
 	case !errors.Is(err, errNotRecorded):
 		return err
+	case st.pastDeadline(time.Now()):
+		// No model call past the deadline: the run ends here (the reaper
+		// would end it too, a moment later).
+		return s.failRun(ctx, st, exists, envelope.CodeTimeout, deadlineReason(st, nil))
 	default:
 		if err := s.fault(ctx, FaultBeforeModel, st.RunID, n); err != nil {
 			return err
@@ -288,13 +300,24 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 		if n == 1 {
 			stopStarted = s.startedAfter(ctx, st, warnings)
 		}
-		t, err = s.callModel(ctx, st, req, msgs, results)
+		mctx, cancel := withDeadline(ctx, st.Deadline)
+		t, err = s.callModel(mctx, st, req, msgs, results)
+		cancel()
 		stopStarted()
+		if err == nil && st.pastDeadline(time.Now()) {
+			// The answer came too late: the run has ended at its
+			// deadline, and a completion now would contradict the end
+			// the reaper publishes.
+			err = context.DeadlineExceeded
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				// Shutting down, not a model failure: the event is
 				// redelivered to whichever replica gets it.
 				return fmt.Errorf("model call of run %s iteration %d interrupted: %w", st.RunID, n, ctx.Err())
+			}
+			if st.pastDeadline(time.Now()) {
+				return s.failRun(ctx, st, exists, envelope.CodeTimeout, deadlineReason(st, nil))
 			}
 			// A model failure ends the run with a clear reason; the
 			// adapter's retries already happened.

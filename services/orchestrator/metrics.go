@@ -18,6 +18,7 @@ type metrics struct {
 	modelCalls *prometheus.CounterVec // provider, outcome
 	modelDur   prometheus.Histogram
 	spend      prometheus.Counter
+	reaped     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -29,6 +30,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		modelCalls: r.CounterVec("model_calls_total", "Model calls by provider and outcome (ok, error).", "provider", "outcome"),
 		modelDur:   r.Histogram("model_call_seconds", "Model call latency.", prometheus.ExponentialBuckets(0.0005, 4, 10)),
 		spend:      r.Counter("model_spend_total", "Cost of the model turns recorded, in the price table's unit."),
+		reaped:     r.Counter("runs_reaped_total", "Runs failed by the reaper at their deadline (each also counts in runs_total as failed)."),
 	}
 	if err := r.Err(); err != nil {
 		return nil, fmt.Errorf("orchestrator: %w", err)

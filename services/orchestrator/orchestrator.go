@@ -164,7 +164,11 @@ func (s *Service) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("orchestrator: start %s: %w", rc.Spec.Durable, err)
 		}
 	}
+	// The reaper of the runs past their deadline (reaper.go) stops first.
+	if err := s.startReaper(ctx); err != nil {
+		return err
+	}
 	s.log.Info("orchestrator started", "instance", s.cfg.InstanceID, "providers", s.cfg.Providers.Names(),
-		"model_timeout", s.cfg.ModelTimeout)
+		"model_timeout", s.cfg.ModelTimeout, "run_deadline", s.cfg.RunDeadline)
 	return nil
 }

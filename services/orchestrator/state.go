@@ -69,6 +69,16 @@ type RunState struct {
 
 	StartedAt time.Time `json:"started_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Deadline is when the run must have ended: its request's time plus
+	// its deadline_s (or the server's default). A run still going then is
+	// failed by the reaper (reaper.go); zero in a state written before
+	// deadlines.
+	Deadline time.Time `json:"deadline"`
+}
+
+// pastDeadline reports whether the run has a deadline and it has passed.
+func (s *RunState) pastDeadline(now time.Time) bool {
+	return !s.Deadline.IsZero() && !now.Before(s.Deadline)
 }
 
 // PendingCall is one call of the current turn.

@@ -26,7 +26,7 @@ const richState = `{
   {"call_id": "ef", "seq": 4, "name": "nope", "approval": "waiting"}],
  "denied": {"allowed": false, "code": "POLICY_DENIED", "reason": "max_iterations (2) reached", "rule": "max_iterations"},
  "reason": "policy denied iteration 3", "code": "POLICY_DENIED",
- "started_at": "2026-01-02T03:04:03Z", "updated_at": "2026-01-02T03:04:10.5Z"
+ "started_at": "2026-01-02T03:04:03Z", "updated_at": "2026-01-02T03:04:10.5Z", "deadline": "2026-01-02T03:34:03Z"
 }`
 
 // The state store's encoder and decoder (segmentio's) read and write a run

@@ -115,9 +115,13 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc too
 	// DeliverLastPerSubject finds the result whether it is stored before the
 	// consumer starts (a redelivered call whose job already ran, a quick job)
 	// or after.
-	c, err := t.jobs.js.OrderedConsumer(ctx, events.StreamSandbox, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subj}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
-		InactiveThreshold: 30 * time.Second,
+	var c jetstream.Consumer
+	err = retryTransient(ctx, func() (err error) {
+		c, err = t.jobs.js.OrderedConsumer(ctx, events.StreamSandbox, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{subj}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+			InactiveThreshold: 30 * time.Second,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox result consumer: %w", err)
@@ -143,7 +147,12 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc too
 		return nil, fmt.Errorf("sandbox result consumer: %w", err)
 	}
 	defer cc.Stop()
-	if err := t.jobs.pub.Publish(ctx, out); err != nil {
+	// The job's id is its call's: a publish retried after a hiccup stores
+	// one job.
+	if err := retryTransient(ctx, func() error { return t.jobs.pub.Publish(ctx, out) }); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("sending the job to the sandbox: %w", context.Cause(ctx))
+		}
 		if errors.Is(err, nats.ErrMaxPayload) {
 			// Not the server's bare "maximum payload exceeded": what did
 			// not fit, and that the caller can send less.
@@ -174,4 +183,27 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc too
 		return nil, res.Error
 	}
 	return res.Output, nil
+}
+
+// retryTransient calls f again, with back-off, while it fails because NATS
+// or JetStream did not answer (events.IsTransient), until ctx ends: a hiccup
+// of the servers costs the call time, not its outcome. It returns f's last
+// error, or ctx's cause when ctx ended meanwhile (which the executor reports
+// as TIMEOUT when it is the tool's timeout).
+func retryTransient(ctx context.Context, f func() error) error {
+	backoff := 20 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || !events.IsTransient(err) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (after: %w)", context.Cause(ctx), err)
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }

@@ -1,0 +1,97 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/internal/natstest"
+)
+
+func startTimers(t *testing.T, env *natstest.Env, h events.TimerHandler) {
+	t.Helper()
+	tr, err := events.NewTimerRunner(env.JS, events.TimerConfig{Durable: "test-timers", Kind: "run", Handler: h,
+		Backoff: shortBackoff, Logger: quietLogger()})
+	require.NoError(t, err)
+	require.NoError(t, tr.Start(testCtx(t)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, tr.Stop(ctx))
+	})
+}
+
+// A timer fires once, after its time, on the consumer; a failing handler is
+// called again until it succeeds; the fired timer leaves nothing behind.
+func TestTimerFiresOnceAfterItsTime(t *testing.T) {
+	env := natstest.Start(t)
+	var (
+		mu    sync.Mutex
+		fired = map[string][]time.Time{}
+		fails atomic.Int32
+	)
+	start := time.Now()
+	startTimers(t, env, func(_ context.Context, kind, id string) error {
+		require.Equal(t, "run", kind)
+		if id == "flaky" && fails.Add(1) <= 2 {
+			return errors.New("state unreadable")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fired[id] = append(fired[id], time.Now())
+		return nil
+	})
+	ctx := testCtx(t)
+	require.NoError(t, events.ArmTimer(ctx, env.JS, "run", "r1", start.Add(time.Second)))
+	require.NoError(t, events.ArmTimer(ctx, env.JS, "run", "r1", start.Add(time.Second)), "arming again is a no-op")
+	require.NoError(t, events.ArmTimer(ctx, env.JS, "run", "flaky", start.Add(1500*time.Millisecond)))
+	require.NoError(t, events.ArmTimer(ctx, env.JS, "run", "later", start.Add(time.Hour)))
+
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(fired["r1"]) == 1 && len(fired["flaky"]) == 1
+	}, 15*time.Second, 20*time.Millisecond)
+	mu.Lock()
+	require.False(t, fired["r1"][0].Before(start.Add(time.Second)), "not before its time")
+	require.NotContains(t, fired, "later")
+	mu.Unlock()
+	require.EqualValues(t, 3, fails.Load())
+	require.Eventually(t, func() bool { return streamMsgs(t, env.JS, events.StreamTimers) == 1 }, 5*time.Second, 20*time.Millisecond,
+		"only the armed timer is left: the fired ones' markers are deleted")
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	require.Len(t, fired["r1"], 1, "fired once")
+	mu.Unlock()
+}
+
+// A timer that fires while no runner is there fires when one starts.
+func TestTimerFiresAfterARestart(t *testing.T) {
+	env := natstest.Start(t)
+	require.NoError(t, events.ArmTimer(testCtx(t), env.JS, "run", "r2", time.Now().Add(time.Second)))
+	time.Sleep(2500 * time.Millisecond) // fired with nobody listening
+	got := make(chan string, 1)
+	startTimers(t, env, func(_ context.Context, _, id string) error { got <- id; return nil })
+	select {
+	case id := <-got:
+		require.Equal(t, "r2", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the timer that fired meanwhile was not handled")
+	}
+}
+
+func TestArmTimerRejects(t *testing.T) {
+	env := natstest.Start(t)
+	ctx := testCtx(t)
+	require.ErrorIs(t, events.ArmTimer(ctx, env.JS, "run", "a.b", time.Now().Add(time.Minute)), events.ErrUnsafeID)
+	require.ErrorIs(t, events.ArmTimer(ctx, env.JS, "r*n", "a", time.Now().Add(time.Minute)), events.ErrUnsafeID)
+	require.ErrorContains(t, events.ArmTimer(ctx, env.JS, "run", "a", time.Now().Add(events.MaxTimer+time.Hour)), "further than")
+	_, err := events.NewTimerRunner(env.JS, events.TimerConfig{Durable: "d", Kind: "run"})
+	require.ErrorContains(t, err, "nil handler")
+}

@@ -1,0 +1,452 @@
+package stack_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/orchestrator"
+	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
+	"github.com/toolwire/toolwire/stack"
+)
+
+// natsCluster is three in-process nats-servers forming one JetStream
+// cluster on loopback; a node can be killed and started again on the same
+// ports and store.
+type natsCluster struct {
+	t      *testing.T
+	name   string
+	client []int // client ports
+	routes []int
+	dirs   []string
+	mu     sync.Mutex
+	nodes  []*server.Server
+}
+
+func freeLoopbackPorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		require.NoError(t, ln.Close())
+	}
+	return ports
+}
+
+func startNATSCluster(t *testing.T, name string) *natsCluster {
+	t.Helper()
+	ports := freeLoopbackPorts(t, 6)
+	c := &natsCluster{t: t, name: name, client: ports[:3], routes: ports[3:], nodes: make([]*server.Server, 3)}
+	for range 3 {
+		c.dirs = append(c.dirs, t.TempDir())
+	}
+	for i := range 3 {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range 3 {
+			c.kill(i)
+		}
+	})
+	return c
+}
+
+// URLs is every node's client URL, comma-separated, as NATS_URL takes it.
+func (c *natsCluster) URLs() string {
+	var us []string
+	for _, p := range c.client {
+		us = append(us, "nats://127.0.0.1:"+strconv.Itoa(p))
+	}
+	return strings.Join(us, ",")
+}
+
+func (c *natsCluster) start(i int) {
+	c.t.Helper()
+	var routes []*url.URL
+	for j, p := range c.routes {
+		if j != i {
+			u, err := url.Parse("nats://127.0.0.1:" + strconv.Itoa(p))
+			require.NoError(c.t, err)
+			routes = append(routes, u)
+		}
+	}
+	s, err := server.NewServer(&server.Options{
+		ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: c.client[i], JetStream: true, StoreDir: c.dirs[i],
+		NoSigs: true, NoLog: true, Tags: []string{fmt.Sprintf("node:n%d", i+1)},
+		Cluster: server.ClusterOpts{Name: c.name, Host: "127.0.0.1", Port: c.routes[i]},
+		Routes:  routes,
+	})
+	require.NoError(c.t, err)
+	go s.Start()
+	require.True(c.t, s.ReadyForConnections(20*time.Second), "node n%d not ready", i+1)
+	c.mu.Lock()
+	c.nodes[i] = s
+	c.mu.Unlock()
+}
+
+// kill shuts node i down at once (its clients see the connection drop).
+func (c *natsCluster) kill(i int) {
+	c.mu.Lock()
+	s := c.nodes[i]
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+// nodeOf is the index of the node named name (n1, n2, n3).
+func nodeOf(t *testing.T, name string) int {
+	t.Helper()
+	i, err := strconv.Atoi(strings.TrimPrefix(name, "n"))
+	require.NoError(t, err, "node name %q", name)
+	return i - 1
+}
+
+// ledgerTool is a writes tool that counts its executions per call: the
+// effects a run leaves.
+type ledgerTool struct {
+	mu      sync.Mutex
+	effects map[string]int // run_id/call_id -> executions
+}
+
+func (l *ledgerTool) Definition() envelope.ToolDefinition {
+	return envelope.ToolDefinition{
+		Name: "ledger_write", Version: "1.0.0", Description: "Writes an entry to the ledger",
+		InputSchema:    json.RawMessage(`{"type":"object","required":["entry"],"properties":{"entry":{"type":"string"}}}`),
+		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
+		Implementation: tool.BuiltinImplementation("stack_ledger_write"),
+	}
+}
+
+func (l *ledgerTool) Execute(_ context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
+	var in struct{ Entry string }
+	if err := json.Unmarshal(input, &in); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if l.effects == nil {
+		l.effects = map[string]int{}
+	}
+	l.effects[tc.RunID+"/"+tc.CallID]++
+	l.mu.Unlock()
+	return json.Marshal(map[string]any{"written": in.Entry})
+}
+
+func (l *ledgerTool) counts() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]int, len(l.effects))
+	for k, v := range l.effects {
+		out[k] = v
+	}
+	return out
+}
+
+// burstRequest is one run of the burst: a turn with an echo and a ledger
+// write in parallel, then the answer. Every run's outputs are the same.
+func burstRequest(t *testing.T, runID string, deadlineS int) envelope.RunRequest {
+	t.Helper()
+	req := scripted(t, runID, []string{"echo@1.0.0", "ledger_write@1.0.0"},
+		map[string]any{"tool_calls": []any{
+			call("echo", map[string]any{"text": "hello"}),
+			call("ledger_write", map[string]any{"entry": "credit 10"}),
+		}},
+		map[string]any{"content": "written"},
+	)
+	req.DeadlineS = deadlineS
+	return req
+}
+
+// runEnd reads the end event of a run from the stream: nil when it has none
+// yet.
+func runEnd(ctx context.Context, runs jetstream.Stream, runID string) (*events.RunStatus, error) {
+	for _, verb := range []events.Verb{events.VerbCompleted, events.VerbFailed} {
+		subj, err := events.RunSubject(runID, verb)
+		if err != nil {
+			return nil, err
+		}
+		m, err := runs.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+		if err != nil {
+			return nil, err
+		}
+		var st events.RunStatus
+		return &st, events.DecodeData(ev, &st)
+	}
+	return nil, nil
+}
+
+// waitEnds polls the stream until every run has ended or ctx ends, and
+// returns the ends it found. A read that fails (a node down) is tried again.
+func waitEnds(ctx context.Context, t *testing.T, js jetstream.JetStream, ids []string) map[string]*events.RunStatus {
+	t.Helper()
+	ends := map[string]*events.RunStatus{}
+	for len(ends) < len(ids) && ctx.Err() == nil {
+		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+		runs, err := js.Stream(sctx, events.StreamRuns)
+		scancel()
+		if err != nil {
+			t.Logf("stream %s: %v", events.StreamRuns, err)
+		}
+		if err == nil {
+			for _, id := range ids {
+				if ends[id] != nil {
+					continue
+				}
+				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				st, err := runEnd(rctx, runs, id)
+				cancel()
+				if err != nil {
+					t.Logf("read the end of %s: %v", id, err)
+					break
+				}
+				if st != nil {
+					ends[id] = st
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return ends
+}
+
+// submitAll submits the runs, retrying a publish that a node's loss failed.
+func submitAll(ctx context.Context, t *testing.T, st *stack.Stack, reqs []envelope.RunRequest) {
+	t.Helper()
+	for _, req := range reqs {
+		require.Eventually(t, func() bool {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			return st.Client.Submit(sctx, req) == nil
+		}, 60*time.Second, 100*time.Millisecond, "submit %s", req.RunID)
+	}
+}
+
+func clusterStack(t *testing.T, c *natsCluster, replicas int, ledger *ledgerTool) *stack.Stack {
+	t.Helper()
+	// The services' own ack waits (30s): a shorter one would hand a
+	// message a live handler holds to another delivery whenever a node's
+	// loss delays its in-progress heartbeat, and a writes call's second
+	// delivery may then find its claim silent for a lease and report it
+	// unknown.
+	env := map[string]string{"TOOLWIRE_STREAM_REPLICAS": strconv.Itoa(replicas)}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	st, err := stack.Start(ctx, stack.Options{NATSURL: c.URLs(), Getenv: func(k string) string { return env[k] },
+		ExecutorOptions: []executor.Option{executor.WithTools(ledger)}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, st.Stop(sctx))
+	})
+	return st
+}
+
+// R3: the leader of the runs stream is killed during a burst of 200 runs.
+// Every run completes with the outputs an undisturbed run gives, and no
+// ledger write happens twice.
+func TestClusterR3StreamLeaderKilledDuringABurst(t *testing.T) {
+	c := startNATSCluster(t, "r3-leader")
+	ledger := &ledgerTool{}
+	st := clusterStack(t, c, 3, ledger)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+
+	// The undisturbed run: what every run of the burst must give.
+	ref := runToEnd(t, st, burstRequest(t, "r3-ref", 0))
+	require.Equal(t, events.StatusCompleted, ref.Status, ref.Reason)
+	want := orchestratortest.Normalize(t, ref.Outputs)
+
+	const n = 200
+	var reqs []envelope.RunRequest
+	var ids []string
+	for i := range n {
+		req := burstRequest(t, fmt.Sprintf("r3-%03d", i), 0)
+		reqs, ids = append(reqs, req), append(ids, req.RunID)
+	}
+	submitted := make(chan struct{})
+	go func() {
+		defer close(submitted)
+		submitAll(ctx, t, st, reqs)
+	}()
+	// Mid-burst: the leader of the runs stream goes.
+	require.Eventually(t, func() bool {
+		s, err := st.JS.Stream(ctx, events.StreamRuns)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs > 150
+	}, time.Minute, 20*time.Millisecond)
+	s, err := st.JS.Stream(ctx, events.StreamRuns)
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, info.Cluster)
+	leader := nodeOf(t, info.Cluster.Leader)
+	t.Logf("killing %s, the leader of %s, with %d events stored", info.Cluster.Leader, events.StreamRuns, info.State.Msgs)
+	c.kill(leader)
+	<-submitted
+
+	ends := waitEnds(ctx, t, st.JS, ids)
+	require.Len(t, ends, n, "every run ended")
+	for _, id := range ids {
+		end := ends[id]
+		require.Equal(t, events.StatusCompleted, end.Status, "%s: %s", id, end.Reason)
+		require.Equal(t, want, orchestratortest.Normalize(t, end.Outputs), id)
+	}
+	counts := ledger.counts()
+	dup := 0
+	for k, v := range counts {
+		if v != 1 {
+			dup++
+			t.Errorf("%s written %d times", k, v)
+		}
+	}
+	require.Zero(t, dup, "no duplicate writes")
+	require.Len(t, counts, n+1, "one write per run")
+}
+
+// R1 with a node down: every run completes or fails with a reason within
+// its deadline, and none is left running. The calls stream is moved to a
+// node of its own (placement tags), which goes down during the burst while
+// the runs stream, the buckets and the services stay up: the policy's
+// publishes of approved calls and the executor's of envelopes fail with no
+// stream answering. The issue's outage is 60s; the test keeps the node
+// down 20s, longer than the back-off of a whole delivery budget (8
+// attempts, about 13s), with a 60s deadline per run: an event is retried in
+// place through the outage instead of being dead-lettered.
+func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
+	c := startNATSCluster(t, "r1-down")
+	ledger := &ledgerTool{}
+	st := clusterStack(t, c, 1, ledger)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+
+	const n, deadlineS = 100, 60
+	var reqs []envelope.RunRequest
+	var ids []string
+	for i := range n {
+		req := burstRequest(t, fmt.Sprintf("r1-%03d", i), deadlineS)
+		reqs, ids = append(reqs, req), append(ids, req.RunID)
+	}
+	// The calls stream moves to a node that holds nothing else (R1 puts
+	// every store on the node that provisioned them).
+	s, err := st.JS.Stream(ctx, events.StreamCalls)
+	require.NoError(t, err)
+	home := nodeOf(t, s.CachedInfo().Cluster.Leader)
+	down := (home + 1) % 3
+	cfg := s.CachedInfo().Config
+	cfg.Placement = &jetstream.Placement{Tags: []string{fmt.Sprintf("node:n%d", down+1)}}
+	_, err = st.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s, err := st.JS.Stream(ctx, events.StreamCalls)
+		return err == nil && s.CachedInfo().Cluster != nil && s.CachedInfo().Cluster.Leader == fmt.Sprintf("n%d", down+1)
+	}, 30*time.Second, 100*time.Millisecond, "the calls stream moved")
+	for name := range st.JS.StreamNames(ctx).Name() {
+		if s, err := st.JS.Stream(ctx, name); err == nil && s.CachedInfo().Cluster != nil {
+			t.Logf("%s on %s", name, s.CachedInfo().Cluster.Leader)
+		}
+	}
+	start := time.Now()
+	submitAll(ctx, t, st, reqs)
+	t.Logf("submitted in %s; killing n%d, which holds %s, for 20s", time.Since(start).Round(time.Millisecond), down+1, events.StreamCalls)
+	c.kill(down)
+	time.Sleep(20 * time.Second)
+	c.start(down)
+
+	wctx, wcancel := context.WithDeadline(ctx, start.Add(deadlineS*time.Second+30*time.Second))
+	defer wcancel()
+	ends := waitEnds(wctx, t, st.JS, ids)
+	require.Len(t, ends, n, "every run ended within its deadline (and the reaper's grace)")
+	completed := 0
+	for _, id := range ids {
+		end := ends[id]
+		switch end.Status {
+		case events.StatusCompleted:
+			completed++
+		case events.StatusFailed:
+			require.NotEmpty(t, end.Reason, id)
+			t.Logf("%s failed: %s: %s", id, end.Code, end.Reason)
+		default:
+			t.Fatalf("%s ended %s", id, end.Status)
+		}
+	}
+	t.Logf("%d of %d runs completed, the others failed with their reason", completed, n)
+	// Nothing was given up for the outage: it was retried through it.
+	require.Zero(t, logDeadLetters(ctx, t, st.JS), "no event dead-lettered for an infrastructure failure")
+	require.Equal(t, n, completed, "a 20s outage within a 60s deadline: every run completes")
+	// None is left running: every run's state has ended.
+	kv, err := st.JS.KeyValue(ctx, events.BucketRunState)
+	require.NoError(t, err)
+	for _, id := range ids {
+		e, err := kv.Get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // rejected before it had a state: its end is its failed event
+		}
+		require.NoError(t, err)
+		var rs orchestrator.RunState
+		require.NoError(t, json.Unmarshal(e.Value(), &rs))
+		require.True(t, rs.Done(), "%s left %s", id, rs.Phase)
+	}
+	for k, v := range ledger.counts() {
+		require.Equal(t, 1, v, "%s written %d times", k, v)
+	}
+}
+
+// logDeadLetters logs what the dead-letter stream holds (consumer and
+// error) and returns how many it holds.
+func logDeadLetters(ctx context.Context, t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(ctx, events.StreamDLQ)
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	if info.State.Msgs == 0 {
+		return 0
+	}
+	byCause := map[string]int{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		byCause[m.Header.Get(events.HeaderDLQConsumer)+": "+m.Header.Get(events.HeaderDLQError)]++
+	}
+	for cause, k := range byCause {
+		t.Logf("%d dead letters of %s", k, cause)
+	}
+	return info.State.Msgs
+}
