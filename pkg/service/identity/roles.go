@@ -96,7 +96,7 @@ type Permissions struct {
 func (r Role) Doc() string {
 	switch r {
 	case Orchestrator:
-		return "runs the agent loop: consumes run requests, turns and call outcomes; publishes turns, run lifecycle events, and the completions of calls the loop rules answer"
+		return "runs the agent loop: consumes run requests, turns and call outcomes; publishes turns, run lifecycle events, the completions of calls the loop rules answer, and runs' deadline timers"
 	case Policy:
 		return "the Policy Guard: consumes turns and decisions; publishes approved calls, approval requests and POLICY_DENIED completions"
 	case Executor:
@@ -128,6 +128,10 @@ func (r Role) Permissions() Permissions {
 			kvRead(events.BucketTools, events.BucketApprovals),
 			kvWrite(events.BucketRunState),
 			objWrite(events.ObjectBlobs),
+			// Runs' deadlines: armed on the timer stream, fired through its
+			// durable consumer, deleted once handled.
+			[]string{events.SubjectsTimers, "$JS.API.STREAM.MSG.DELETE." + events.StreamTimers},
+			consume(events.StreamTimers),
 		)
 	case Policy:
 		return r.service(
