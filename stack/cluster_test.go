@@ -374,7 +374,7 @@ func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
 	require.Eventually(t, func() bool {
 		s, err := st.JS.Stream(ctx, events.StreamCalls)
 		return err == nil && s.CachedInfo().Cluster != nil && s.CachedInfo().Cluster.Leader == fmt.Sprintf("n%d", down+1)
-	}, 30*time.Second, 100*time.Millisecond, "the calls stream moved")
+	}, 90*time.Second, 100*time.Millisecond, "the calls stream moved")
 	for name := range st.JS.StreamNames(ctx).Name() {
 		if s, err := st.JS.Stream(ctx, name); err == nil && s.CachedInfo().Cluster != nil {
 			t.Logf("%s on %s", name, s.CachedInfo().Cluster.Leader)
