@@ -387,6 +387,12 @@ func Run(ctx context.Context, name, defaultHTTPAddr string, getenv func(string) 
 
 	if err := comp.Start(startCtx); err != nil {
 		_ = srv.Close()
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// A signal while starting: the component undid its start;
+			// stopping then is not a failure.
+			log.Info("stopped while starting")
+			return nil
+		}
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	probes.SetReady(true)

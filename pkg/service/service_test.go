@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -377,4 +378,48 @@ func TestBuildFrom(t *testing.T) {
 	got, err = service.BuildFrom[cfg, func(*cfg)]("svc", service.Deps{}, fromEnv, newFn)
 	require.NoError(t, err, "no environment is an empty one")
 	require.Zero(t, got)
+}
+
+// blockingStart is a component whose Start waits for its context: a
+// service still starting when its process is told to stop.
+type blockingStart struct{ entered chan struct{} }
+
+func (b *blockingStart) Start(ctx context.Context) error {
+	close(b.entered)
+	<-ctx.Done()
+	return fmt.Errorf("start: %w", ctx.Err())
+}
+func (b *blockingStart) Stop(context.Context) error { return nil }
+
+// TestRunStoppedWhileStarting: a signal that arrives while the service
+// starts ends Run cleanly (nil), as one after the start does; a start that
+// fails on its own is still an error.
+func TestRunStoppedWhileStarting(t *testing.T) {
+	env := eventstest.Start(t)
+	getenv := envOf(map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: freeAddr(t),
+		service.EnvLogLevel: "error", service.EnvOTelExporter: "none"})
+	comp := &blockingStart{entered: make(chan struct{})}
+	build := func(context.Context, service.Deps) (service.Component, http.Handler, error) { return comp, nil, nil }
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- service.Run(ctx, "testsvc", ":0", getenv, build) }()
+	select {
+	case <-comp.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start never called")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+
+	failing := &component{startErr: errors.New("no such bucket")}
+	build = func(context.Context, service.Deps) (service.Component, http.Handler, error) { return failing, nil, nil }
+	getenv = envOf(map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: freeAddr(t),
+		service.EnvLogLevel: "error", service.EnvOTelExporter: "none"})
+	require.ErrorContains(t, service.Run(t.Context(), "testsvc", ":0", getenv, build), "no such bucket")
 }
