@@ -252,7 +252,8 @@ func TestOversizedDeadLetterGoesToTheObjectStore(t *testing.T) {
 		return len(dls) == 1
 	}, 10*time.Second, 10*time.Millisecond, "the oversized message was never dead-lettered")
 	dl := dls[0]
-	require.Equal(t, 1, obs.dead(events.DeadLetterObject))
+	// Counted once the dead letter is stored: wait for the count too.
+	require.Eventually(t, func() bool { return obs.dead(events.DeadLetterObject) == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, events.DeadLetterObjectName(events.StreamCalls, durable, 1), dl.Object)
 	require.Empty(t, dl.Data, "the message holds a reference, not the body")
 	require.Contains(t, dl.Error, "decode")
@@ -298,7 +299,8 @@ func TestOversizedDeadLetterWithoutObjectStoreIsTruncated(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	dl := dls[0]
 	require.True(t, dl.Truncated)
-	require.Equal(t, 1, obs.dead(events.DeadLetterTruncated))
+	// Counted once the dead letter is stored: wait for the count too.
+	require.Eventually(t, func() bool { return obs.dead(events.DeadLetterTruncated) == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.NotEmpty(t, dl.Data)
 	require.Equal(t, orig.Data[:len(dl.Data)], dl.Data)
 	require.Greater(t, dl.Bytes, len(orig.Data))
