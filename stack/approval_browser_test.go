@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,29 +22,9 @@ import (
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
+	"github.com/toolwire/toolwire/services/recorder/web/browsertest"
 	"github.com/toolwire/toolwire/stack"
 )
-
-// chromium finds the headless browser as the recorder's page tests do
-// (services/recorder/web): TOOLWIRE_CHROMIUM, else chromium on PATH; it
-// fails unless TOOLWIRE_SKIP_BROWSER=1 outside CI.
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("TOOLWIRE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	msg := "no Chromium: install Debian's chromium (apt-get install chromium; .ci/run does) or set TOOLWIRE_CHROMIUM"
-	if os.Getenv("CI") != "true" && os.Getenv("TOOLWIRE_SKIP_BROWSER") == "1" {
-		t.Skip(msg + "; skipped because TOOLWIRE_SKIP_BROWSER=1")
-	}
-	t.Fatal(msg)
-	return ""
-}
 
 // TestApproveFromTheTimelineInBrowser: with authentication on, a run's call
 // waits for approval. In headless Chromium a viewer of the tenant sees it
@@ -54,7 +33,7 @@ func chromium(t *testing.T) string {
 // still waits), then the approver clicks Approve with a note: the run
 // completes, and the timeline shows who decided and the note.
 func TestApproveFromTheTimelineInBrowser(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	mail := &mailTool{}
 	db := sqlite.URL(filepath.Join(t.TempDir(), "recorder.db"))
 	// Every service on its own NATS identity: the recorder decides with
@@ -85,15 +64,7 @@ func TestApproveFromTheTimelineInBrowser(t *testing.T) {
 	defer cancel()
 	require.NoError(t, st.Client.Submit(ctx, approvalScript(t, runID, 120, mailTurn, map[string]any{"content": "sent"})))
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-extensions", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1000),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
+	bctx := browsertest.Start(t, ctx, bin)
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(bctx, steps...); err != nil {

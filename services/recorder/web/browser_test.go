@@ -3,7 +3,6 @@ package web_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,41 +13,17 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
+	"github.com/toolwire/toolwire/services/recorder/web/browsertest"
 )
 
 // Environment variables of the browser test.
-const (
-	envChromium    = "TOOLWIRE_CHROMIUM"     // the browser binary; default: chromium on PATH
-	envSkipBrowser = "TOOLWIRE_SKIP_BROWSER" // 1: skip when no browser is installed (never in CI)
-)
-
-// chromium finds the headless browser, failing (in CI, or unless told to
-// skip) when there is none.
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv(envChromium); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	msg := "no Chromium: install Debian's chromium (apt-get install chromium; .ci/run does) or set " + envChromium
-	if os.Getenv("CI") != "true" && os.Getenv(envSkipBrowser) == "1" {
-		t.Skip(msg + "; skipped because " + envSkipBrowser + "=1")
-	}
-	t.Fatal(msg)
-	return ""
-}
-
 // TestTimelineLiveInBrowser opens the timeline of a run in progress in
 // headless Chromium and watches its tool calls appear as they are recorded,
 // without reloading the page: an open call stays open across updates, and
 // the page ends showing the run completed. A screenshot of the final page is
 // kept in the test's artifacts (go test -artifacts keeps them).
 func TestTimelineLiveInBrowser(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	h := newHarness(t)
 	fx := storetest.CompletedRun(t, "browser-run", "weather", storetest.TenantA, time.Now())
 	envA, envB := fx.Envelopes[0], fx.Envelopes[1]
@@ -65,20 +40,7 @@ func TestTimelineLiveInBrowser(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], // headless, no first run, no background networking, ...
-		chromedp.ExecPath(bin),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1000),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
+	bctx := browsertest.Start(t, ctx, bin)
 
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()

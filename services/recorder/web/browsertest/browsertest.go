@@ -1,0 +1,63 @@
+// Package browsertest starts the headless Chromium that page tests drive
+// (the recorder's timeline tests, the stack's approval test): found the same
+// way everywhere, with the same flags, and closed when the test ends.
+package browsertest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+)
+
+// Environment variables read by Chromium.
+const (
+	EnvChromium    = "TOOLWIRE_CHROMIUM"     // the browser binary; default: chromium on PATH
+	EnvSkipBrowser = "TOOLWIRE_SKIP_BROWSER" // 1: skip when no browser is installed (never in CI)
+)
+
+// Chromium finds the headless browser. Without one the test fails: in CI
+// always, elsewhere unless EnvSkipBrowser=1 says to skip.
+func Chromium(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv(EnvChromium); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "no Chromium: install Debian's chromium (apt-get install chromium; .ci/run does) or set " + EnvChromium
+	if os.Getenv("CI") != "true" && os.Getenv(EnvSkipBrowser) == "1" {
+		t.Skip(msg + "; skipped because " + EnvSkipBrowser + "=1")
+	}
+	t.Fatal(msg)
+	return ""
+}
+
+// Start starts headless Chromium (bin, from Chromium) within ctx and
+// returns the context of its first tab. The browser ends with ctx, or when
+// the test ends.
+func Start(t testing.TB, ctx context.Context, bin string) context.Context { //nolint:revive // t first, as test helpers take it
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], // headless, no first run, no background networking, ...
+		chromedp.ExecPath(bin),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1000),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(func() {
+		cancelBrowser()
+		cancelAlloc()
+	})
+	return bctx
+}
