@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 	fastjson "github.com/segmentio/encoding/json"
+
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
 
@@ -27,6 +29,22 @@ const (
 type Outgoing struct {
 	Subject string
 	Event   event.Event
+	// MsgID, when set, is the Nats-Msg-Id instead of the event's id: the
+	// intake (intake.go) dedupes a request per tenant, where the runs
+	// stream dedupes it per run.
+	MsgID string
+}
+
+// Msg encodes the event for its subject (Encode), with its Nats-Msg-Id.
+func (o *Outgoing) Msg() (*nats.Msg, error) {
+	m, err := Encode(o.Subject, &o.Event)
+	if err != nil {
+		return nil, err
+	}
+	if o.MsgID != "" {
+		m.Header.Set(HeaderMsgID, o.MsgID)
+	}
+	return m, nil
 }
 
 // RunTrace is the run's starting trace context, carried by every event of the

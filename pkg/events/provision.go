@@ -130,12 +130,18 @@ func (c StoreConfig) StreamConfigs() []jetstream.StreamConfig {
 	timers.AllowMsgTTL = true
 	timers.AllowRollup = true
 	timers.SubjectDeleteMarkerTTL = c.MaxAge
+	// The intake (intake.go): a work queue, each request gone once the
+	// orchestrator has handed it over; read by nothing else.
+	intake := mk(StreamIntake, SubjectsIntake, "toolwire intake: run requests of producers limited to one tenant")
+	intake.Retention = jetstream.WorkQueuePolicy
+	intake.AllowDirect = false
 	return []jetstream.StreamConfig{
 		mk(StreamRuns, SubjectsRuns, "toolwire run events: requests, model turns, lifecycle"),
 		mk(StreamCalls, SubjectsCalls, "toolwire tool call events: approved calls, approvals, starts, envelopes"),
 		mk(StreamSandbox, SubjectsSandbox, "toolwire sandbox jobs and results"),
 		mk(StreamDLQ, SubjectsDLQ, "toolwire dead letters: events that failed every delivery"),
 		timers,
+		intake,
 	}
 }
 

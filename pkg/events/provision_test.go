@@ -51,7 +51,8 @@ func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
 	after := snapshot(ctx, t, env.JS)
 	require.Equal(t, before, after, "provisioning again changes nothing")
 
-	// Four event streams, the timers, seven buckets and two object stores.
+	// Four event streams, the timers, the intake, eight buckets and two
+	// object stores.
 	names := make([]string, 0, len(after))
 	for n := range after {
 		names = append(names, n)
@@ -61,7 +62,7 @@ func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
 		"KV_" + events.BucketApprovals, "KV_" + events.BucketCache, "KV_" + events.BucketOutcomes, "KV_" + events.BucketRate,
 		"KV_" + events.BucketRunState, "KV_" + events.BucketSecrets, "KV_" + events.BucketTools, "KV_" + events.BucketWorkers,
 		"OBJ_" + events.ObjectBlobs, "OBJ_" + events.ObjectDeadLetters,
-		events.StreamCalls, events.StreamDLQ, events.StreamRuns, events.StreamSandbox, events.StreamTimers,
+		events.StreamCalls, events.StreamDLQ, events.StreamIntake, events.StreamRuns, events.StreamSandbox, events.StreamTimers,
 	}, names)
 
 	wantSubjects := map[string]string{

@@ -23,7 +23,7 @@ type Pending struct {
 // Nats-Msg-Id like Publish, so a Retry or a later publish of the same event is
 // dropped as a duplicate.
 func (p *Publisher) PublishAsync(ctx context.Context, out Outgoing) (*Pending, error) {
-	m, err := Encode(out.Subject, &out.Event)
+	m, err := out.Msg()
 	if err != nil {
 		return nil, err
 	}

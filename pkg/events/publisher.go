@@ -42,7 +42,7 @@ func (p *Publisher) Publish(ctx context.Context, out Outgoing) error {
 // Duplicate says that an event of that id was stored already (the stored
 // one stands, not this one).
 func (p *Publisher) PublishAck(ctx context.Context, out Outgoing) (*jetstream.PubAck, error) {
-	m, err := Encode(out.Subject, &out.Event)
+	m, err := out.Msg()
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func (p *Publisher) PublishAll(ctx context.Context, outs []Outgoing) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(outs))
 	var errs []error
 	for _, out := range outs {
-		m, err := Encode(out.Subject, &out.Event)
+		m, err := out.Msg()
 		if err != nil {
 			errs = append(errs, err)
 			continue
