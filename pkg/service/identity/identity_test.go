@@ -126,7 +126,8 @@ func TestPermissionMatrix(t *testing.T) {
 		allowed []identity.Role // besides the operator
 	}{
 		// The events: who may announce what.
-		{"toolwire.run.r1.requested", []identity.Role{prod}},
+		{"toolwire.run.r1.requested", []identity.Role{orch, prod}},
+		{"toolwire.intake.acme._.r1", []identity.Role{prod}},
 		{"toolwire.run.r1.turn.1.completed", []identity.Role{orch}},
 		{"toolwire.run.r1.started", []identity.Role{orch}},
 		{"toolwire.run.r1.completed", []identity.Role{orch}},
@@ -151,6 +152,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$JS.API.INFO", []identity.Role{orch, pol, exe, sbx, rec, prod}},
 		{"$JS.API.STREAM.INFO." + events.StreamCalls, []identity.Role{orch, pol, exe, sbx, rec, prod}},
 		{"$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamCalls + ".x", []identity.Role{orch, pol, exe, rec}},
+		{"$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamIntake + ".x", []identity.Role{orch}},
 		{"$JS.API.CONSUMER.CREATE." + events.StreamSandbox + ".x", []identity.Role{exe, sbx, rec}},
 		{"$JS.API.DIRECT.GET.KV_" + events.BucketSecrets + ".x", []identity.Role{exe}},
 		{"$JS.API.STREAM.PURGE." + events.StreamDLQ, nil},
@@ -247,6 +249,115 @@ func TestForgedEventsFromAProducer(t *testing.T) {
 	defer cancel()
 	_, err = js.Publish(ctx, "toolwire.run.r1.requested", []byte(`{}`))
 	require.NoError(t, err)
+}
+
+// connectTenant connects as the producer limited to tenant.
+func connectTenant(t *testing.T, s *server.Server, keys *identity.Keys, tenant identity.Tenant) *conn {
+	t.Helper()
+	c := &conn{role: identity.Role("tenant " + tenant.String()), errs: make(chan error, 16)}
+	opts, err := identity.TenantConnectOptions(keys.TenantSeedFile(tenant))
+	require.NoError(t, err)
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { c.errs <- err }))
+	c.nc, err = nats.Connect(s.ClientURL(), opts...)
+	require.NoError(t, err, tenant)
+	t.Cleanup(c.nc.Close)
+	return c
+}
+
+// TestTenantProducers: a producer limited to one org hands in run requests
+// on that org's intake subjects only, one limited to a workspace on that
+// workspace's only; neither may publish a run request directly, forge any
+// other event, read a stream, or receive another user's replies.
+func TestTenantProducers(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ids")
+	keys, err := identity.LoadOrCreate(dir)
+	require.NoError(t, err)
+	acme, globex := identity.Tenant{Org: "acme"}, identity.Tenant{Org: "globex", Workspace: "ws1"}
+	require.NoError(t, keys.AddTenant(acme))
+	require.NoError(t, keys.AddTenant(globex))
+	fi, err := os.Stat(filepath.Join(dir, "tenant.globex.ws1.nk"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	require.NotEqual(t, keys.TenantPublic(acme), keys.TenantPublic(globex))
+	// A folder's tenants are read back with its roles.
+	again, err := identity.LoadOrCreate(dir)
+	require.NoError(t, err)
+	require.Equal(t, []identity.Tenant{acme, globex}, again.Tenants())
+	require.Equal(t, keys.TenantPublic(acme), again.TenantPublic(acme))
+
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: keys.ServerUsers()})
+	require.NoError(t, err)
+	t.Cleanup(func() { embedded.Stop(s) })
+	op := connectAs(t, s, keys, identity.Operator)
+	ojs, err := jetstream.New(op.nc)
+	require.NoError(t, err)
+	require.NoError(t, events.Provision(t.Context(), ojs, events.StoreConfig{Replicas: 1}))
+
+	const call = "0123456789abcdef"
+	cases := []struct {
+		tenant  identity.Tenant
+		allowed []string
+	}{
+		{acme, []string{"toolwire.intake.acme._.r1", "toolwire.intake.acme.ws9.r1"}},
+		{globex, []string{"toolwire.intake.globex.ws1.r1"}},
+	}
+	denied := []string{
+		"toolwire.intake.acme._.r1", "toolwire.intake.acme.ws9.r1", "toolwire.intake.globex.ws1.r1",
+		"toolwire.intake.globex.ws2.r1", "toolwire.intake.globex._.r1", "toolwire.intake.other._.r1",
+		"toolwire.run.r1.requested", "toolwire.run.r1.completed",
+		"toolwire.call.r1." + call + ".completed", "toolwire.call.r1." + call + ".decided",
+		"$JS.API.INFO", "$JS.API.STREAM.INFO." + events.StreamRuns, "$JS.API.STREAM.INFO." + events.StreamIntake,
+		"$JS.API.CONSUMER.CREATE." + events.StreamRuns, "$JS.API.CONSUMER.CREATE." + events.StreamIntake + ".x",
+		"$JS.API.DIRECT.GET." + events.StreamRuns + ".toolwire.run.r1.requested",
+		"$JS.API.STREAM.MSG.GET." + events.StreamCalls, "$KV." + events.BucketRunState + ".r1",
+	}
+	for _, tc := range cases {
+		t.Run(tc.tenant.String(), func(t *testing.T) {
+			c := connectTenant(t, s, keys, tc.tenant)
+			for _, subj := range denied {
+				want := "denied"
+				if slices.Contains(tc.allowed, subj) {
+					want = "allowed"
+				}
+				require.Equal(t, want, c.publish(t, subj), "%s publishing %s", tc.tenant, subj)
+			}
+			other := acme
+			if tc.tenant == acme {
+				other = globex
+			}
+			for _, sub := range []string{"toolwire.>", "_INBOX_producer.>", "_INBOX.>",
+				identity.TenantInboxPrefix(keys.TenantPublic(other)) + ".>"} {
+				require.Equal(t, "denied", c.subscribe(t, op, sub, strings.TrimSuffix(sub, ">")+"x"), "%s subscribing %s", tc.tenant, sub)
+			}
+			own := identity.TenantInboxPrefix(keys.TenantPublic(tc.tenant))
+			require.Equal(t, "allowed", c.subscribe(t, op, own+".>", own+".x"))
+		})
+	}
+	// Nothing the tenants were refused was stored.
+	runs, err := ojs.Stream(t.Context(), events.StreamRuns)
+	require.NoError(t, err)
+	_, err = runs.GetLastMsgForSubject(t.Context(), "toolwire.run.>")
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+	intake, err := ojs.Stream(t.Context(), events.StreamIntake)
+	require.NoError(t, err)
+	info, err := intake.Info(t.Context(), jetstream.WithSubjectFilter(events.SubjectsIntake))
+	require.NoError(t, err)
+	require.Equal(t, map[string]uint64{"toolwire.intake.acme._.r1": 1, "toolwire.intake.acme.ws9.r1": 1,
+		"toolwire.intake.globex.ws1.r1": 1}, info.State.Subjects)
+
+	// Tenants that cannot be named in a subject are refused up front.
+	for _, bad := range []string{"", "a.b", "acme/_", "acme/w.s", "a b", "*", "acme/ws/x"} {
+		_, err := identity.ParseTenant(bad)
+		require.ErrorIs(t, err, identity.ErrTenant, bad)
+	}
+	got, err := identity.ParseTenant(" globex/ws1 ")
+	require.NoError(t, err)
+	require.Equal(t, globex, got)
+	require.ErrorIs(t, keys.AddTenant(identity.Tenant{Org: "a.b"}), identity.ErrTenant)
+	// A stray tenant seed file whose name names no tenant is refused.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tenant.a.b.c.nk"), nil, 0o600))
+	_, err = identity.LoadOrCreate(dir)
+	require.ErrorIs(t, err, identity.ErrTenant)
 }
 
 func contextWithTimeout(t *testing.T, d time.Duration) (context.Context, context.CancelFunc) {
@@ -354,15 +465,18 @@ func TestParse(t *testing.T) {
 func TestServerConfig(t *testing.T) {
 	keys, err := identity.LoadOrCreate(t.TempDir())
 	require.NoError(t, err)
+	require.NoError(t, keys.AddTenant(identity.Tenant{Org: "acme", Workspace: "ws1"}))
 	var o server.Options
 	require.NoError(t, o.ProcessConfigString(keys.ServerConfig()+"\njetstream {}\n"))
 	want := keys.ServerUsers()
 	require.Len(t, o.Nkeys, len(want))
+	require.Len(t, want, len(identity.Roles())+1, "the roles and the tenant")
 	for i, u := range o.Nkeys {
 		require.Equal(t, want[i].Nkey, u.Nkey)
-		require.Equal(t, want[i].Permissions.Publish.Allow, u.Permissions.Publish.Allow, identity.Roles()[i])
-		require.Equal(t, want[i].Permissions.Publish.Deny, u.Permissions.Publish.Deny, identity.Roles()[i])
-		require.Equal(t, want[i].Permissions.Subscribe.Allow, u.Permissions.Subscribe.Allow, identity.Roles()[i])
-		require.Equal(t, want[i].Permissions.Response != nil, u.Permissions.Response != nil, identity.Roles()[i])
+		require.Equal(t, want[i].Permissions.Publish.Allow, u.Permissions.Publish.Allow, i)
+		require.Equal(t, want[i].Permissions.Publish.Deny, u.Permissions.Publish.Deny, i)
+		require.Equal(t, want[i].Permissions.Subscribe.Allow, u.Permissions.Subscribe.Allow, i)
+		require.Equal(t, want[i].Permissions.Response != nil, u.Permissions.Response != nil, i)
 	}
+	require.Equal(t, []string{"toolwire.intake.acme.ws1.*"}, want[len(want)-1].Permissions.Publish.Allow)
 }

@@ -26,8 +26,9 @@ var ErrSeedFile = errors.New("unusable nkey seed file")
 // Keys are the nkey users of every role: what a server checks and what each
 // client signs with.
 type Keys struct {
-	Dir    string
-	public map[Role]string
+	Dir     string
+	public  map[Role]string
+	tenants map[Tenant]string // producers limited to one tenant (tenant.go)
 }
 
 // LoadOrCreate reads every role's seed from dir, creating the folder (mode
@@ -38,7 +39,7 @@ func LoadOrCreate(dir string) (*Keys, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("identities: %w", err)
 	}
-	k := &Keys{Dir: dir, public: map[Role]string{}}
+	k := &Keys{Dir: dir, public: map[Role]string{}, tenants: map[Tenant]string{}}
 	for _, r := range Roles() {
 		path := SeedFile(dir, r)
 		pub, err := PublicKey(path)
@@ -49,6 +50,9 @@ func LoadOrCreate(dir string) (*Keys, error) {
 			return nil, err
 		}
 		k.public[r] = pub
+	}
+	if err := k.loadTenants(); err != nil {
+		return nil, err
 	}
 	return k, nil
 }
@@ -116,17 +120,38 @@ func (k *Keys) Public(r Role) string { return k.public[r] }
 func (k *Keys) SeedFile(r Role) string { return SeedFile(k.Dir, r) }
 
 // ServerUsers are the nkey users a nats-server takes (server.Options.Nkeys),
-// each with its role's permissions.
+// each with its role's permissions, then the tenant producers.
 func (k *Keys) ServerUsers() []*server.NkeyUser {
 	var out []*server.NkeyUser
-	for _, r := range Roles() {
-		out = append(out, &server.NkeyUser{Nkey: k.public[r], Permissions: r.serverPermissions()})
+	for _, u := range k.users() {
+		out = append(out, &server.NkeyUser{Nkey: u.public, Permissions: u.perms.server()})
 	}
 	return out
 }
 
-func (r Role) serverPermissions() *server.Permissions {
-	p := r.Permissions()
+// user is one nkey user of the server.
+type user struct {
+	doc, public string
+	perms       Permissions
+}
+
+// users are the roles' users, then the tenant producers'.
+func (k *Keys) users() []user {
+	var out []user
+	for _, r := range Roles() {
+		out = append(out, user{doc: string(r) + ": " + r.Doc(), public: k.public[r], perms: r.Permissions()})
+	}
+	for _, t := range k.Tenants() {
+		p, err := t.Permissions(k.tenants[t])
+		if err != nil {
+			continue // validated when loaded or added
+		}
+		out = append(out, user{doc: "tenant " + t.String() + ": " + t.Doc(), public: k.tenants[t], perms: p})
+	}
+	return out
+}
+
+func (p Permissions) server() *server.Permissions {
 	sp := &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: slices.Clone(p.Publish), Deny: slices.Clone(p.PublishDeny)},
 		Subscribe: &server.SubjectPermission{Allow: slices.Clone(p.Subscribe)},
@@ -156,12 +181,13 @@ func ConnectOptions(r Role, seedFile string) ([]nats.Option, error) {
 func (k *Keys) ServerConfig() string {
 	var b strings.Builder
 	b.WriteString("# toolwire's NATS roles: one nkey user each (toolwire identities).\n")
-	b.WriteString("# Each binary connects with its role's seed (TOOLWIRE_NATS_NKEY_SEED_FILE).\n")
+	b.WriteString("# Each binary connects with its role's seed (TOOLWIRE_NATS_NKEY_SEED_FILE); a producer\n")
+	b.WriteString("# limited to one tenant with its tenant.<org>[.<workspace>].nk (toolwire identities --tenant).\n")
 	b.WriteString("authorization {\n  users = [\n")
-	for _, r := range Roles() {
-		p := r.Permissions()
-		fmt.Fprintf(&b, "    # %s: %s\n", r, r.Doc())
-		fmt.Fprintf(&b, "    {\n      nkey: %q\n      permissions: {\n", k.public[r])
+	for _, u := range k.users() {
+		p := u.perms
+		fmt.Fprintf(&b, "    # %s\n", u.doc)
+		fmt.Fprintf(&b, "    {\n      nkey: %q\n      permissions: {\n", u.public)
 		if len(p.PublishDeny) > 0 {
 			fmt.Fprintf(&b, "        publish: { allow: %s, deny: %s }\n", quoted(p.Publish, "          "), quoted(p.PublishDeny, "          "))
 		} else {

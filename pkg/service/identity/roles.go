@@ -96,7 +96,7 @@ type Permissions struct {
 func (r Role) Doc() string {
 	switch r {
 	case Orchestrator:
-		return "runs the agent loop: consumes run requests, turns and call outcomes; publishes turns, run lifecycle events, the completions of calls the loop rules answer, and runs' deadline timers"
+		return "runs the agent loop: consumes run requests (and hands tenant producers' intake over as run requests), turns and call outcomes; publishes turns, run lifecycle events, the completions of calls the loop rules answer, and runs' deadline timers"
 	case Policy:
 		return "the Policy Guard: consumes turns and decisions; publishes approved calls, approval requests and POLICY_DENIED completions"
 	case Executor:
@@ -108,7 +108,7 @@ func (r Role) Doc() string {
 	case Operator:
 		return "the toolwire CLI of the people who run toolwire: everything, including provisioning, deleting and purging streams"
 	case Producer:
-		return "an upstream system: publishes run requests, follows its runs' events and reads their outputs"
+		return "an upstream system trusted with every tenant: publishes run requests (directly or on any tenant's intake), follows its runs' events and reads their outputs; a producer limited to one tenant is a tenant identity (toolwire identities --tenant)"
 	}
 	return ""
 }
@@ -121,10 +121,13 @@ func (r Role) Permissions() Permissions {
 		return Permissions{Publish: []string{">"}, Subscribe: []string{">"}}
 	case Orchestrator:
 		return r.service(
-			pub(events.FilterTurnCompleted, events.FilterRunStarted, events.FilterRunSuspended,
+			// A run request: the intake's, handed over.
+			pub(events.FilterRunRequested, events.FilterTurnCompleted, events.FilterRunStarted, events.FilterRunSuspended,
 				events.FilterRunResumed, events.FilterRunCompleted, events.FilterRunFailed,
 				events.FilterCallCompleted),
 			consume(events.StreamRuns, events.StreamCalls),
+			// The intake of tenant producers, handed over as run requests.
+			consume(events.StreamIntake),
 			kvRead(events.BucketTools, events.BucketApprovals),
 			kvWrite(events.BucketRunState),
 			objWrite(events.ObjectBlobs),
@@ -174,7 +177,7 @@ func (r Role) Permissions() Permissions {
 		return Permissions{
 			Publish: flat(
 				pub(events.FilterRunRequested),
-				[]string{"$JS.API.INFO", "$JS.FC.>"},
+				[]string{events.SubjectsIntake, "$JS.API.INFO", "$JS.FC.>"},
 				read(events.StreamRuns, events.StreamCalls),
 				objRead(events.ObjectBlobs),
 			),
