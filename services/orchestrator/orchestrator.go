@@ -157,6 +157,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableApprovals,
 			Filters:       events.Filters(events.FilterCallApprovalRequired),
 			MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()}, Handler: s.handleApproval},
+		s.intakeSpec(),
 	}
 	for _, rc := range specs {
 		rc.Concurrency, rc.Logger = s.cfg.Concurrency, s.log

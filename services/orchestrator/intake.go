@@ -1,0 +1,124 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// DurableIntake is the orchestrator's consumer of the intake stream: the
+// run requests of producers limited to one tenant (events/intake.go).
+const DurableIntake = "orchestrator-intake"
+
+// intakeSpec is the consumer of the intake.
+func (s *Service) intakeSpec() events.RunnerConfig {
+	return events.RunnerConfig{
+		Spec: events.ConsumerSpec{Stream: events.StreamIntake, Durable: DurableIntake,
+			Filters: []string{events.SubjectsIntake}, MaxAckPending: 1024, AckWait: s.cfg.shortAckWait()},
+		Handler: s.handleIntake,
+	}
+}
+
+// handleIntake hands a tenant's run request over to the runs stream, as the
+// run's request, when it is the intake subject's tenant's and the run id is
+// not another tenant's run; what is refused is dead-lettered with the
+// reason (the producer that sent it may have been limited to one tenant
+// for that very reason), and no run is made of it.
+func (s *Service) handleIntake(ctx context.Context, d *events.Delivery) error {
+	in, err := events.ParseIntakeSubject(d.Subject)
+	if err != nil {
+		return events.Permanent(fmt.Errorf("orchestrator: intake: %w", err))
+	}
+	refuse := func(err error) error {
+		s.log.Warn("intake refused", "subject", d.Subject, "run_id", in.RunID, "err", err)
+		return events.Permanent(fmt.Errorf("orchestrator: intake %s refused: %w", d.Subject, err))
+	}
+	if d.Event.Type() != events.TypeRunRequested {
+		return refuse(fmt.Errorf("event type %q: the intake takes %s only", d.Event.Type(), events.TypeRunRequested))
+	}
+	var req envelope.RunRequest
+	if err := events.DecodeData(d.Event, &req); err != nil {
+		return refuse(err)
+	}
+	if err := in.Check(req); err != nil {
+		return refuse(err)
+	}
+	subj, err := events.RunSubject(in.RunID, events.VerbRequested)
+	if err != nil {
+		return refuse(err)
+	}
+	// The run id may be taken: by this request, handed over before (a
+	// redelivery), or by another tenant's run, which this request must not
+	// join.
+	taken := func() (bool, error) {
+		owner, err := s.requestTenant(ctx, subj)
+		if err != nil || owner == nil {
+			return false, err
+		}
+		if owner.OrgID != req.Tenant.OrgID || owner.WorkspaceID != req.Tenant.WorkspaceID {
+			return true, events.Permanent(fmt.Errorf("%w: run %s is another tenant's", events.ErrIntakeTenant, in.RunID))
+		}
+		return true, nil
+	}
+	if ok, err := taken(); ok || err != nil {
+		if events.IsPermanent(err) {
+			return refuse(err)
+		}
+		return err
+	}
+	m, err := events.Encode(subj, d.Event)
+	if err != nil {
+		return refuse(err)
+	}
+	events.InjectHop(ctx, m.Header)
+	// Only if the run has no request yet: two tenants handing in one run id
+	// at once get one run, whose tenant the other learns below.
+	_, err = s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+	if !wrongLastSequence(err) {
+		return err
+	}
+	if ok, err := taken(); ok || err != nil {
+		if events.IsPermanent(err) {
+			return refuse(err)
+		}
+		return err
+	}
+	return fmt.Errorf("orchestrator: intake %s: the run's request was there and is gone", d.Subject)
+}
+
+// requestTenant is the tenant of the run request stored on subj; nil when
+// there is none. A stored request that cannot be read is the run of
+// nobody's tenant (a permanent error).
+func (s *Service) requestTenant(ctx context.Context, subj string) (*envelope.Tenant, error) {
+	m, err := s.history.runs.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: read %s: %w", subj, err)
+	}
+	e, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+	if err != nil {
+		return nil, events.Permanent(fmt.Errorf("%w: %s holds an unreadable request: %w", events.ErrIntakeTenant, subj, err))
+	}
+	var req envelope.RunRequest
+	if err := events.DecodeData(e, &req); err != nil {
+		return nil, events.Permanent(fmt.Errorf("%w: %s holds an unreadable request: %w", events.ErrIntakeTenant, subj, err))
+	}
+	return &req.Tenant, nil
+}
+
+// wrongLastSequence reports whether a publish was refused because its
+// subject was not at the expected sequence (10071, or 10164 on a replicated
+// stream).
+func wrongLastSequence(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) &&
+		(api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
