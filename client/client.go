@@ -57,6 +57,27 @@ func (c *Client) Submit(ctx context.Context, req envelope.RunRequest) error {
 	return c.pub.Publish(ctx, out)
 }
 
+// SubmitToIntake validates a run request and hands it in on its tenant's
+// intake subject (toolwire.intake.<org>.<workspace>.<run_id>), which the
+// orchestrator takes as the run's request once it has checked that the
+// request is the subject's tenant's and its run id no other tenant's run.
+// It is how a producer limited to one tenant submits (its NATS credentials
+// allow that subject and nothing else: `toolwire identities --tenant`); such
+// a producer follows its runs through the recorder's API with a token of
+// its org, not with Follow. A tenant an intake subject cannot name (an org
+// or workspace id that is not 1-64 letters, digits, '-' or '_') is refused
+// with events.ErrIntakeTenant.
+func (c *Client) SubmitToIntake(ctx context.Context, req envelope.RunRequest) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	out, err := events.NewRunIntake(c.source, req, events.RunTraceFrom(ctx))
+	if err != nil {
+		return err
+	}
+	return c.pub.Publish(ctx, out)
+}
+
 // Event is one event of a run, decoded.
 type Event struct {
 	Subject events.ParsedSubject

@@ -8,10 +8,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service/identity"
@@ -101,6 +104,64 @@ func TestRunWithIdentities(t *testing.T) {
 	stopped = true
 	require.NoError(t, st.Stop(context.Background()))
 	require.Empty(t, errs.all(), "no service hit a permission it lacks, from start to stop")
+}
+
+// TestTenantProducerRun: a producer limited to the demo's org hands in the
+// demo run on its intake and the run completes (the operator follows it: the
+// tenant's credentials read nothing); its request published directly, or
+// another org's request, is refused by the server.
+func TestTenantProducerRun(t *testing.T) {
+	dir := t.TempDir()
+	keys, err := identity.LoadOrCreate(stack.IdentitiesDir(dir))
+	require.NoError(t, err)
+	tenant := identity.Tenant{Org: "demo-org"}
+	require.NoError(t, keys.AddTenant(tenant))
+	errs := &natsErrors{}
+	st := startStack(t, stack.Options{DataDir: dir, Identities: true, Logger: slog.New(errs)})
+	require.Equal(t, []identity.Tenant{tenant}, st.Identities.Tenants(), "the dev server lets in the folder's tenants")
+
+	opts, err := identity.TenantConnectOptions(keys.TenantSeedFile(tenant))
+	require.NoError(t, err)
+	refused := make(chan error, 8)
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refused <- err }))
+	nc, err := nats.Connect(st.URL, opts...)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	producer := client.New(js, "/acme/upstream")
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	req := demo.Request("tenant-demo")
+	require.NoError(t, producer.SubmitToIntake(ctx, req))
+	final, err := st.Client.Wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	require.Equal(t, demo.Response, final.Outputs.Response)
+
+	denied := func(what string, err error) {
+		t.Helper()
+		require.Error(t, err, what)
+		select {
+		case err := <-refused:
+			require.ErrorIs(t, err, nats.ErrPermissionViolation, what)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no refusal from the server", what)
+		}
+	}
+	short := func() context.Context {
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		t.Cleanup(cancel)
+		return c
+	}
+	denied("a direct request", producer.Submit(short(), demo.Request("tenant-direct")))
+	other := demo.Request("tenant-other")
+	other.Tenant.OrgID = "other-org"
+	denied("another org's intake", producer.SubmitToIntake(short(), other))
+	_, err = producer.Follow(short(), req.RunID, nil)
+	denied("following a run", err)
+	require.Empty(t, errs.all(), "no service hit a permission it lacks")
 }
 
 // TestIdentitiesKeptAcrossRestarts: a second start on the same data folder

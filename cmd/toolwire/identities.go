@@ -10,7 +10,10 @@ import (
 )
 
 func newIdentitiesCmd() *cobra.Command {
-	var dir string
+	var (
+		dir     string
+		tenants []string
+	)
 	cmd := &cobra.Command{
 		Use:   "identities",
 		Short: "Create the NATS nkeys of toolwire's roles and print the server's authorization config",
@@ -22,22 +25,51 @@ its role's subjects (README: Who may publish what).
 
 Give each binary its role's seed: ` + service.EnvNATSSeedFile + `=/path/<role>.nk
 (a worker uses executor.nk; an upstream system producer.nk; the CLI of the
-people who run toolwire operator.nk). ` + "`toolwire dev`" + ` does all of this by itself.`,
+people who run toolwire operator.nk). ` + "`toolwire dev`" + ` does all of this by itself.
+
+--tenant org (or org/workspace) adds a producer limited to that tenant, its
+seed in tenant.<org>[.<workspace>].nk: it may only hand in run requests on
+its tenant's intake subjects (client.SubmitToIntake), nothing else; the
+orchestrator takes a request there only if it is that tenant's. Tenants
+added before are kept and printed again. Such a producer connects with
+TOOLWIRE_NATS_INBOX_PREFIX=_INBOX_<its public key> (printed below), and
+follows its runs through the recorder's API with a token of its org.`,
 		Example: `  toolwire identities --dir ./nats-identities > auth.conf
-  # nats-server.conf: include ./auth.conf`,
+  # nats-server.conf: include ./auth.conf
+  toolwire identities --dir ./nats-identities --tenant acme --tenant globex/eu > auth.conf`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var add []identity.Tenant
+			for _, s := range tenants {
+				t, err := identity.ParseTenant(s)
+				if err != nil {
+					return fmt.Errorf("--tenant %q: %w", s, err)
+				}
+				add = append(add, t)
+			}
 			keys, err := identity.LoadOrCreate(dir)
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprint(cmd.OutOrStdout(), keys.ServerConfig())
-			if err == nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "identities: the seeds are in %s; give each binary its own (%s)\n", dir, service.EnvNATSSeedFile)
+			for _, t := range add {
+				if err := keys.AddTenant(t); err != nil {
+					return fmt.Errorf("--tenant %s: %w", t, err)
+				}
 			}
-			return err
+			_, err = fmt.Fprint(cmd.OutOrStdout(), keys.ServerConfig())
+			if err != nil {
+				return err
+			}
+			stderr := cmd.ErrOrStderr()
+			fmt.Fprintf(stderr, "identities: the seeds are in %s; give each binary its own (%s)\n", dir, service.EnvNATSSeedFile)
+			for _, t := range keys.Tenants() {
+				fmt.Fprintf(stderr, "identities: tenant %s: %s=%s %s=%s\n", t, service.EnvNATSSeedFile, keys.TenantSeedFile(t),
+					service.EnvNATSInbox, identity.TenantInboxPrefix(keys.TenantPublic(t)))
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "nats-identities", "folder for the roles' seeds (created mode 0700)")
+	cmd.Flags().StringArrayVar(&tenants, "tenant", nil, "add a producer limited to this tenant: org or org/workspace (repeatable)")
 	return cmd
 }

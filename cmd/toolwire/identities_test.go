@@ -85,4 +85,26 @@ func TestIdentitiesCommand(t *testing.T) {
 	again, _, err := runCLI(t, "", "identities", "--dir", dir)
 	require.NoError(t, err)
 	require.Equal(t, out, again, "existing seeds are kept")
+
+	// Producers limited to a tenant: their users, seeds and inbox prefixes.
+	out, errOut, err = runCLI(t, "", "identities", "--dir", dir, "--tenant", "acme", "--tenant", "globex/eu")
+	require.NoError(t, err, errOut)
+	o = server.Options{}
+	require.NoError(t, o.ProcessConfigString(out))
+	require.Len(t, o.Nkeys, len(identity.Roles())+2)
+	require.Equal(t, []string{"toolwire.intake.acme.>"}, o.Nkeys[len(identity.Roles())].Permissions.Publish.Allow)
+	require.Equal(t, []string{"toolwire.intake.globex.eu.*"}, o.Nkeys[len(identity.Roles())+1].Permissions.Publish.Allow)
+	keys, err := identity.LoadOrCreate(dir)
+	require.NoError(t, err)
+	for _, tn := range keys.Tenants() {
+		require.Contains(t, errOut, service.EnvNATSSeedFile+"="+keys.TenantSeedFile(tn))
+		require.Contains(t, errOut, service.EnvNATSInbox+"="+identity.TenantInboxPrefix(keys.TenantPublic(tn)))
+	}
+	again, _, err = runCLI(t, "", "identities", "--dir", dir)
+	require.NoError(t, err)
+	require.Equal(t, out, again, "the tenants are kept")
+
+	_, _, err = runCLI(t, "", "identities", "--dir", dir, "--tenant", "acme.corp")
+	require.ErrorIs(t, err, identity.ErrTenant)
+	require.ErrorContains(t, err, `--tenant "acme.corp"`)
 }
