@@ -63,6 +63,9 @@ type Report struct {
 	GoVersion string    `json:"go_version"`
 	CPUs      int       `json:"cpus"`
 	Recorder  string    `json:"recorder"`
+	// RecorderSchema is the scratch schema the recorder wrote into on
+	// Postgres, dropped at the end.
+	RecorderSchema string `json:"recorder_schema,omitempty"`
 	// GCPercent and MemoryLimitMiB are the collector's settings in force:
 	// GOGC (-1: off) and GOMEMLIMIT (0: none).
 	GCPercent      int     `json:"gc_percent"`
@@ -170,10 +173,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.Recorder = "sqlite (embedded)"
 		o.DatabaseURL = "sqlite:" + dir + "/recorder.db"
 	} else {
-		url, drop, err := scratchSchema(ctx, o.DatabaseURL)
+		schema, url, drop, err := scratchSchema(ctx, o.DatabaseURL)
 		if err != nil {
 			return nil, err
 		}
+		r.RecorderSchema = schema
 		defer func() {
 			if err := drop(context.WithoutCancel(ctx)); err != nil {
 				say("%v", err)
