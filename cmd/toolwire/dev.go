@@ -120,6 +120,10 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 		say("NATS lets in only toolwire's roles, each with its nkey seed in %s: the CLI run from this folder finds the operator's; "+
 			"a worker needs %s=%s (README: Who may publish what; --nats-auth=false turns this off)",
 			st.Identities.Dir, service.EnvNATSSeedFile, st.Identities.SeedFile(identity.Executor))
+		for _, t := range st.Identities.Tenants() {
+			say("a producer limited to tenant %s may hand in run requests on its intake: %s=%s %s=%s",
+				t, service.EnvNATSSeedFile, st.Identities.TenantSeedFile(t), service.EnvNATSInbox, identity.TenantInboxPrefix(st.Identities.TenantPublic(t)))
+		}
 	}
 	if st.HTTPURL != "" {
 		say("recorder on %s; API at %s/v1/runs, timeline at %s/", redact(dbURL), st.HTTPURL, st.HTTPURL)
