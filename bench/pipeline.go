@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -37,17 +38,22 @@ type observer struct {
 	callLat   []time.Duration
 	record    bool
 	waiters   map[string]chan string // run id -> final status
+	passed    chan struct{}          // a barrier was handled
 	subs      []*nats.Subscription
 }
 
 func newObserver(nc *nats.Conn) (*observer, error) {
 	o := &observer{nc: nc, turnAt: map[string]time.Time{}, waiters: map[string]chan string{},
-		in: make(chan *nats.Msg, 1<<16), quit: make(chan struct{}), done: make(chan struct{})}
+		in: make(chan *nats.Msg, 1<<16), quit: make(chan struct{}), done: make(chan struct{}), passed: make(chan struct{})}
 	go func() {
 		defer close(o.done)
 		for {
 			select {
 			case m := <-o.in:
+				if m.Subject == barrierSubject {
+					o.passed <- struct{}{}
+					continue
+				}
 				o.handle(m)
 			case <-o.quit:
 				return
@@ -70,7 +76,11 @@ func newObserver(nc *nats.Conn) (*observer, error) {
 				o.callLat = append(o.callLat, now.Sub(start))
 			}
 		case t[1] == "run" && len(t) == 4 && (t[3] == "completed" || t[3] == "failed"):
-			delete(o.turnAt, t[2])
+			// The run's turn stays known until recording ends: its call's
+			// envelope can come after the run's end. The executor's
+			// connection hands it to JetStream and to this subscription one
+			// after the other, and the orchestrator may be quicker to act on
+			// the stored copy than the server is to send this one.
 			if ch, ok := o.waiters[t[2]]; ok {
 				delete(o.waiters, t[2])
 				ch <- t[3]
@@ -120,13 +130,39 @@ func (o *observer) expect(runID string) chan string {
 }
 
 func (o *observer) recording(on bool) error {
+	if !on {
+		// The last run's envelope may still be on its way (see handle).
+		if err := o.barrier(); err != nil {
+			return err
+		}
+	}
 	o.mu.Lock()
 	o.record = on
 	if on {
 		o.callLat = o.callLat[:0]
 	}
+	clear(o.turnAt)
 	o.mu.Unlock()
 	return o.timeCalls(on)
+}
+
+// barrierSubject marks the observer's barrier in its channel; no server
+// subject has a space.
+const barrierSubject = "bench barrier"
+
+// barrier returns once every message the server sent before a round trip
+// has been handled.
+func (o *observer) barrier() error {
+	if err := o.nc.Flush(); err != nil {
+		return err
+	}
+	o.in <- &nats.Msg{Subject: barrierSubject}
+	select {
+	case <-o.passed:
+		return nil
+	case <-o.done:
+		return errors.New("bench: the observer stopped")
+	}
 }
 
 func (o *observer) calls() []time.Duration {
