@@ -47,10 +47,16 @@ func New(js jetstream.JetStream, source string) *Client {
 // Submit validates a run request and publishes it. The event id is derived
 // from the run id, so submitting the same run twice starts it once.
 func (c *Client) Submit(ctx context.Context, req envelope.RunRequest) error {
+	return c.submit(ctx, req, events.NewRunRequested)
+}
+
+func (c *Client) submit(ctx context.Context, req envelope.RunRequest,
+	build func(string, envelope.RunRequest, events.RunTrace) (events.Outgoing, error),
+) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	out, err := events.NewRunRequested(c.source, req, events.RunTraceFrom(ctx))
+	out, err := build(c.source, req, events.RunTraceFrom(ctx))
 	if err != nil {
 		return err
 	}
@@ -68,14 +74,7 @@ func (c *Client) Submit(ctx context.Context, req envelope.RunRequest) error {
 // or workspace id that is not 1-64 letters, digits, '-' or '_') is refused
 // with events.ErrIntakeTenant.
 func (c *Client) SubmitToIntake(ctx context.Context, req envelope.RunRequest) error {
-	if err := req.Validate(); err != nil {
-		return err
-	}
-	out, err := events.NewRunIntake(c.source, req, events.RunTraceFrom(ctx))
-	if err != nil {
-		return err
-	}
-	return c.pub.Publish(ctx, out)
+	return c.submit(ctx, req, events.NewRunIntake)
 }
 
 // Event is one event of a run, decoded.

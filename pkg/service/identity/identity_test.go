@@ -50,12 +50,19 @@ type conn struct {
 
 func connectAs(t *testing.T, s *server.Server, keys *identity.Keys, r identity.Role) *conn {
 	t.Helper()
-	c := &conn{role: r, errs: make(chan error, 16)}
 	opts, err := identity.ConnectOptions(r, keys.SeedFile(r))
 	require.NoError(t, err)
+	return dial(t, s, r, opts)
+}
+
+// dial connects with opts; who names the client in messages.
+func dial(t *testing.T, s *server.Server, who identity.Role, opts []nats.Option) *conn {
+	t.Helper()
+	c := &conn{role: who, errs: make(chan error, 16)}
 	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { c.errs <- err }))
+	var err error
 	c.nc, err = nats.Connect(s.ClientURL(), opts...)
-	require.NoError(t, err, r)
+	require.NoError(t, err, who)
 	t.Cleanup(c.nc.Close)
 	return c
 }
@@ -254,14 +261,9 @@ func TestForgedEventsFromAProducer(t *testing.T) {
 // connectTenant connects as the producer limited to tenant.
 func connectTenant(t *testing.T, s *server.Server, keys *identity.Keys, tenant identity.Tenant) *conn {
 	t.Helper()
-	c := &conn{role: identity.Role("tenant " + tenant.String()), errs: make(chan error, 16)}
 	opts, err := identity.TenantConnectOptions(keys.TenantSeedFile(tenant))
 	require.NoError(t, err)
-	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { c.errs <- err }))
-	c.nc, err = nats.Connect(s.ClientURL(), opts...)
-	require.NoError(t, err, tenant)
-	t.Cleanup(c.nc.Close)
-	return c
+	return dial(t, s, identity.Role("tenant "+tenant.String()), opts)
 }
 
 // TestTenantProducers: a producer limited to one org hands in run requests
