@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"net"
 	"strings"
 	"testing"
@@ -12,6 +14,21 @@ import (
 
 // TestMain fails the package's tests when one leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// runCLI runs the toolwire command with args and returns its output.
+func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err = root.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
+}
 
 // TestCommandsSayWhenNothingAnswers: every command that talks to toolwire
 // gives up within its --timeout when no NATS answers, and says where it

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,21 +17,6 @@ import (
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/stack"
 )
-
-// runToolwire runs the CLI with args and returns what it printed.
-func runToolwire(t *testing.T, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd()
-	root.SetArgs(args)
-	root.SetIn(strings.NewReader(""))
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	err = root.ExecuteContext(ctx)
-	return out.String(), errOut.String(), err
-}
 
 type sumIn struct {
 	A float64 `json:"a"`
@@ -92,13 +75,13 @@ func TestToolsMCPAdd(t *testing.T) {
 			`connect to MCP server nope (/nonexistent/x`: {"tools", "mcp", "add", "nope", "--command", "/nonexistent/x --flag", "--nats", st.URL},
 		}
 		for want, args := range cases {
-			_, _, err := runToolwire(t, args...)
+			_, _, err := runCLI(t, "", args...)
 			require.ErrorContains(t, err, want, "%v", args)
 		}
 	})
 
 	t.Run("dry run writes nothing", func(t *testing.T) {
-		out, errOut, err := runToolwire(t, "tools", "mcp", "add", "calc", "--url", url, "--dry-run")
+		out, errOut, err := runCLI(t, "", "tools", "mcp", "add", "calc", "--url", url, "--dry-run")
 		require.NoError(t, err, errOut)
 		require.Contains(t, out, "calc_add@1.0.0")
 		require.Contains(t, errOut, "would register 2 tools")
@@ -108,7 +91,7 @@ func TestToolsMCPAdd(t *testing.T) {
 		require.ErrorIs(t, err, registry.ErrNotFound)
 	})
 
-	out, errOut, err := runToolwire(t, "tools", "mcp", "add", "calc", "--url", url, "--version", "1.2.0", "--side-effects", "reads", "--tool-timeout", "5s", "--nats", st.URL)
+	out, errOut, err := runCLI(t, "", "tools", "mcp", "add", "calc", "--url", url, "--version", "1.2.0", "--side-effects", "reads", "--tool-timeout", "5s", "--nats", st.URL)
 	require.NoError(t, err, errOut)
 	require.Contains(t, out, "calc_add@1.2.0   reads  Adds two numbers.\n")
 	require.Contains(t, out, "calc_fail@1.2.0  reads  Always fails.\n")
