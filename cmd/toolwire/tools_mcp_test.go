@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -106,24 +106,13 @@ func TestToolsMCPAdd(t *testing.T) {
 	require.JSONEq(t, `{"server":"calc","transport":"http","url":"`+url+`","tool":"add"}`, string(e.Definition.Implementation.Config))
 
 	// A whole run: the scripted model calls both tools, then answers.
-	script, err := json.Marshal(map[string]any{"script": []any{
+	req := orchestratortest.Scripted(t, "run-mcp-cli", []string{"calc_add@1.2.0", "calc_fail@1.2.0"}, envelope.Policy{},
 		map[string]any{"tool_calls": []any{
-			map[string]any{"name": "calc_add", "arguments": map[string]any{"a": 40, "b": 2}},
-			map[string]any{"name": "calc_fail", "arguments": map[string]any{}},
+			orchestratortest.ToolCall("calc_add", map[string]any{"a": 40, "b": 2}),
+			orchestratortest.ToolCall("calc_fail", map[string]any{}),
 		}},
 		map[string]any{"content": "40 + 2 = 42; the other tool failed."},
-	}})
-	require.NoError(t, err)
-	req := envelope.RunRequest{
-		RunID:  "run-mcp-cli",
-		Tenant: envelope.Tenant{OrgID: "org1", WorkspaceID: "ws1", UserID: "u1"},
-		Agent: envelope.Agent{
-			Name:         "mcp-agent",
-			Model:        envelope.Model{Provider: "scripted", Name: "script", Options: script},
-			EnabledTools: []string{"calc_add@1.2.0", "calc_fail@1.2.0"},
-		},
-		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "add 40 and 2"}},
-	}
+	)
 	final, err := st.Client.Run(t.Context(), req, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
