@@ -311,12 +311,7 @@ func TestRecorderStopsDuringAnOutage(t *testing.T) {
 	rec := newRec()
 	fx := storetest.CompletedRun(t, "stop-outage", "weather", storetest.TenantA, time.Now())
 	proxy.cut()
-	pub := events.NewPublisher(env.JS)
-	for _, o := range fx.Events {
-		if err := pub.Publish(testCtx(t), o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, env.JS, fx.Events...)
 	eventually(t, "the recorder to notice the outage", func() (bool, string) { return !rec.DatabaseUp(), "up" })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -337,7 +332,7 @@ func TestRecorderStopsDuringAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	h := &harness{t: t, env: env, dsn: dsn, pool: pool, pub: pub, rec: rec, api: api}
+	h := &harness{t: t, env: env, dsn: dsn, pool: pool, pub: events.NewPublisher(env.JS), rec: rec, api: api}
 	h.waitRun(fx.RunID, events.StatusCompleted, 2)
 	h.waitIdle()
 	h.noDeadLetters()

@@ -1,7 +1,6 @@
 package recorder_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -34,12 +33,7 @@ func TestServiceRun(t *testing.T) {
 		recorder.EnvDatabaseURL: dsn,
 		recorder.EnvBatch:       "8",
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- service.Run(ctx, "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))
-	}()
+	stop := runRecorder(t, vars)
 
 	base := "http://" + addr
 	eventually(t, "the recorder to be ready", func() (bool, string) {
@@ -52,12 +46,7 @@ func TestServiceRun(t *testing.T) {
 	})
 
 	fx := storetest.StartedRun(t, "svc-run", "weather", storetest.TenantA, time.Now())
-	pub := events.NewPublisher(env.JS)
-	for _, o := range fx.Events {
-		if err := pub.Publish(testCtx(t), o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, env.JS, fx.Events...)
 	eventually(t, "the run to be recorded", func() (bool, string) {
 		resp, err := http.Get(base + "/v1/runs/svc-run")
 		if err != nil {
@@ -71,15 +60,7 @@ func TestServiceRun(t *testing.T) {
 		return run.Status == events.StatusStarted && run.Agent == "weather", run.Status
 	})
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("service.Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the recorder did not shut down")
-	}
+	stop()
 }
 
 func TestServiceRunWithoutDatabase(t *testing.T) {

@@ -1,7 +1,6 @@
 package recorder_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder"
@@ -28,19 +26,9 @@ func TestRecorderOnSQLite(t *testing.T) {
 		service.EnvNATSURL: env.URL, service.EnvHTTPAddr: addr, service.EnvLogLevel: "error",
 		service.EnvOTelExporter: "none", recorder.EnvDatabaseURL: sqlite.URL(path),
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- service.Run(ctx, "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))
-	}()
+	stop := runRecorder(t, vars)
 	fx := storetest.CompletedRun(t, "sqlite-run", "weather", storetest.TenantA, time.Now())
-	pub := events.NewPublisher(env.JS)
-	for _, o := range fx.Events {
-		if err := pub.Publish(testCtx(t), o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, env.JS, fx.Events...)
 	eventually(t, "the run to be recorded in SQLite", func() (bool, string) {
 		resp, err := http.Get("http://" + addr + "/v1/runs/sqlite-run/envelopes")
 		if err != nil {
@@ -53,10 +41,7 @@ func TestRecorderOnSQLite(t *testing.T) {
 		}
 		return len(envs.Envelopes) == 2, fmt.Sprintf("%d envelopes", len(envs.Envelopes))
 	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("service.Run: %v", err)
-	}
+	stop()
 	// The file holds the run after the recorder has gone.
 	s, err := sqlite.Open(sqlite.URL(path))
 	if err != nil {

@@ -40,12 +40,7 @@ func TestRecorderWritesAreSpans(t *testing.T) {
 		}
 	})
 	fx := storetest.CompletedRun(t, "traced-run", "weather", storetest.TenantA, time.Now())
-	pub := events.NewPublisher(env.JS)
-	for _, o := range fx.Events {
-		if err := pub.Publish(testCtx(t), o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, env.JS, fx.Events...)
 	runTrace := trace.SpanContextFromContext(events.ContextWithRunTrace(t.Context(), fx.Trace)).TraceID()
 	eventually(t, "write spans of every event, linked to the run's trace", func() (bool, string) {
 		recorded, linked := 0, false
