@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/recorder"
 )
 
@@ -45,22 +46,11 @@ func publish(t testing.TB, js jetstream.JetStream, outs ...events.Outgoing) {
 // shuts down cleanly within 30s.
 func runRecorder(t *testing.T, vars map[string]string) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	done := make(chan error, 1)
-	go func() {
-		done <- service.Run(ctx, "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))
-	}()
+	stopRun := servicetest.Run(t, "recorder", ":8080", vars, service.Builder(recorder.Build))
 	return func() {
 		t.Helper()
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("service.Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("the recorder did not shut down")
+		if err := stopRun(); err != nil {
+			t.Fatalf("service.Run: %v", err)
 		}
 	}
 }
