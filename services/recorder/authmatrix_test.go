@@ -39,12 +39,7 @@ func TestAuthMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start(t, rec)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = rec.Stop(ctx)
-	})
+	startUntilCleanup(t, rec)
 	srv := httptest.NewServer(rec.Handler())
 	t.Cleanup(srv.Close)
 

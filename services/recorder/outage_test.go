@@ -164,14 +164,7 @@ func TestRecorderPostgresOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start(t, rec)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := rec.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	startUntilCleanup(t, rec)
 	api := httptest.NewServer(rec.Handler())
 	t.Cleanup(api.Close)
 	h := &harness{t: t, env: env, dsn: dsn, pool: pool, pub: events.NewPublisher(env.JS), rec: rec, api: api}
