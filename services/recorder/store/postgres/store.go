@@ -255,13 +255,7 @@ func (s *Store) EventsAfter(ctx context.Context, runID string, after int64, limi
 // ToolCall implements Store.
 func (s *Store) ToolCall(ctx context.Context, runID, callID string) (store.ToolCall, error) {
 	calls, err := s.toolCalls(ctx, runID, callID)
-	if err != nil {
-		return store.ToolCall{}, err
-	}
-	if len(calls) == 0 {
-		return store.ToolCall{}, fmt.Errorf("%w: run %q call %q", store.ErrCallNotFound, runID, callID)
-	}
-	return calls[0], nil
+	return sqlstore.OneCall(runID, callID, calls, err)
 }
 
 // Turns implements Store.

@@ -422,13 +422,7 @@ func (s *Store) ToolCalls(ctx context.Context, runID string) ([]store.ToolCall, 
 // ToolCall implements Store.
 func (s *Store) ToolCall(ctx context.Context, runID, callID string) (store.ToolCall, error) {
 	calls, err := s.toolCalls(ctx, runID, callID)
-	if err != nil {
-		return store.ToolCall{}, err
-	}
-	if len(calls) == 0 {
-		return store.ToolCall{}, fmt.Errorf("%w: run %q call %q", store.ErrCallNotFound, runID, callID)
-	}
-	return calls[0], nil
+	return sqlstore.OneCall(runID, callID, calls, err)
 }
 
 func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.ToolCall, error) {
