@@ -247,10 +247,6 @@ func badState(v string) string {
 	return fmt.Sprintf("state %q is not one of active, deprecated, blocked", v)
 }
 
-func writeNotRegistered(w http.ResponseWriter, ref envelope.ToolRef) {
-	writeError(w, http.StatusNotFound, apitypes.CodeToolNotFound, fmt.Sprintf("tool %s is not registered", ref))
-}
-
 // admin guards an admin route: it needs an admin of every tenant (the
 // registry is shared by all of them), that is the admin token or an API
 // token or OIDC identity with role admin for org "*".
@@ -318,6 +314,20 @@ func (c *toolCatalog) adminList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// refFailed writes the error of a registry call about ref, 404 when ref is
+// not registered, and says whether there was one.
+func (c *toolCatalog) refFailed(w http.ResponseWriter, r *http.Request, ref envelope.ToolRef, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, registry.ErrNotFound):
+		writeError(w, http.StatusNotFound, apitypes.CodeToolNotFound, fmt.Sprintf("tool %s is not registered", ref))
+	default:
+		c.unavailable(w, r, err)
+	}
+	return true
+}
+
 // ref reads the {ref} path parameter, or writes the error.
 func (c *toolCatalog) ref(w http.ResponseWriter, r *http.Request) (envelope.ToolRef, bool) {
 	ref, err := envelope.ParseToolRef(r.PathValue("ref"))
@@ -338,12 +348,7 @@ func (c *toolCatalog) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, err := reg.Get(r.Context(), ref)
-	if errors.Is(err, registry.ErrNotFound) {
-		writeNotRegistered(w, ref)
-		return
-	}
-	if err != nil {
-		c.unavailable(w, r, err)
+	if c.refFailed(w, r, ref, err) {
 		return
 	}
 	writeJSON(w, http.StatusOK, apitypes.AdminToolJSON{Ref: ref.String(), Entry: e})
@@ -408,13 +413,7 @@ func (c *toolCatalog) setState(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	err := reg.SetState(r.Context(), ref, body.State)
-	if errors.Is(err, registry.ErrNotFound) {
-		writeNotRegistered(w, ref)
-		return
-	}
-	if err != nil {
-		c.unavailable(w, r, err)
+	if c.refFailed(w, r, ref, reg.SetState(r.Context(), ref, body.State)) {
 		return
 	}
 	c.a.log.Info("tool state changed", "tool", ref.String(), "state", body.State)
