@@ -10,6 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/stack"
 )
 
 // TestMain fails the package's tests when one leaves a goroutine behind.
@@ -55,4 +59,13 @@ func TestCommandsSayWhenNothingAnswers(t *testing.T) {
 			require.Less(t, time.Since(start), 30*time.Second, "bounded by --timeout, not the default wait")
 		})
 	}
+}
+
+// runCompleted runs req on st and requires that it completed.
+func runCompleted(t *testing.T, st *stack.Stack, req envelope.RunRequest) *events.RunStatus {
+	t.Helper()
+	final, err := st.Client.Run(t.Context(), req, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	return final
 }

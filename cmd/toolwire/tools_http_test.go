@@ -12,12 +12,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
@@ -100,9 +98,7 @@ func TestHTTPToolRun(t *testing.T) {
 		map[string]any{"content": "Lyon: 21.5 °C; Atlantis is not a city the service knows."},
 	)
 	req.Tenant.OrgID, req.Agent.Name = "acme", "forecaster" // acme holds the secret
-	final, err := st.Client.Run(t.Context(), req, time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	final := runCompleted(t, st, req)
 	outs := final.Outputs
 	require.Equal(t, "Lyon: 21.5 °C; Atlantis is not a city the service knows.", outs.Response)
 	require.Len(t, outs.ToolOrder, 2)

@@ -6,13 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/stack"
@@ -113,9 +111,7 @@ func TestToolsMCPAdd(t *testing.T) {
 		}},
 		map[string]any{"content": "40 + 2 = 42; the other tool failed."},
 	)
-	final, err := st.Client.Run(t.Context(), req, time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	final := runCompleted(t, st, req)
 	outs := final.Outputs
 	require.Equal(t, "40 + 2 = 42; the other tool failed.", outs.Response)
 	require.Len(t, outs.ToolOrder, 2)
