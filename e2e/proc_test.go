@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 )
 
 // buildBinaries builds pkgs into a temporary folder and returns it.
@@ -49,7 +50,7 @@ type proc struct {
 // for it to be ready (waitReady does).
 func launch(t, owner *testing.T, bin, prog, name string, env ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: &syncBuffer{}, http: freeAddr(t)}
+	p := &proc{name: name, out: &syncBuffer{}, http: servicetest.FreeAddr(t)}
 	p.cmd = exec.Command(filepath.Join(bin, prog))
 	p.cmd.Env = append(append(os.Environ(), "TOOLWIRE_HTTP_ADDR="+p.http), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -119,13 +120,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
 }

@@ -191,19 +191,9 @@ type component struct {
 func (c *component) Start(context.Context) error { c.started.Store(true); return c.startErr }
 func (c *component) Stop(context.Context) error  { c.stopped.Store(true); return nil }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
-
 func TestRunEndToEnd(t *testing.T) {
 	env := eventstest.Start(t)
-	addr := freeAddr(t)
+	addr := servicetest.FreeAddr(t)
 	vars := map[string]string{
 		service.EnvNATSURL:  env.URL,
 		service.EnvHTTPAddr: addr,
@@ -288,7 +278,7 @@ func TestRunFailures(t *testing.T) {
 	// A NATS that never answers is bounded by the context.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	down := map[string]string{service.EnvNATSURL: "nats://" + freeAddr(t), service.EnvHTTPAddr: "127.0.0.1:0", service.EnvLogLevel: "error"}
+	down := map[string]string{service.EnvNATSURL: "nats://" + servicetest.FreeAddr(t), service.EnvHTTPAddr: "127.0.0.1:0", service.EnvLogLevel: "error"}
 	err = service.Run(ctx, "svc", ":0", envOf(down), ok)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "connect to NATS")
@@ -387,7 +377,7 @@ func (b *blockingStart) Stop(context.Context) error { return nil }
 // fails on its own is still an error.
 func TestRunStoppedWhileStarting(t *testing.T) {
 	env := eventstest.Start(t)
-	vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: freeAddr(t),
+	vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: servicetest.FreeAddr(t),
 		service.EnvLogLevel: "error", service.EnvOTelExporter: "none"}
 	comp := &blockingStart{entered: make(chan struct{})}
 	build := func(context.Context, service.Deps) (service.Component, http.Handler, error) { return comp, nil, nil }
@@ -401,6 +391,6 @@ func TestRunStoppedWhileStarting(t *testing.T) {
 
 	failing := &component{startErr: errors.New("no such bucket")}
 	build = func(context.Context, service.Deps) (service.Component, http.Handler, error) { return failing, nil, nil }
-	vars[service.EnvHTTPAddr] = freeAddr(t)
+	vars[service.EnvHTTPAddr] = servicetest.FreeAddr(t)
 	require.ErrorContains(t, service.Run(t.Context(), "testsvc", ":0", envOf(vars), build), "no such bucket")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
@@ -20,7 +21,7 @@ import (
 // by environment) on a SQLite file: it migrates, records a run and serves it.
 func TestRecorderOnSQLite(t *testing.T) {
 	env := eventstest.Start(t)
-	addr := freeAddr(t)
+	addr := servicetest.FreeAddr(t)
 	path := filepath.Join(t.TempDir(), "nested", "recorder.db")
 	vars := map[string]string{
 		service.EnvNATSURL: env.URL, service.EnvHTTPAddr: addr, service.EnvLogLevel: "error",

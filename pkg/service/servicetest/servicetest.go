@@ -4,6 +4,7 @@ package servicetest
 
 import (
 	"context"
+	"net"
 	"reflect"
 	"testing"
 	"time"
@@ -45,6 +46,21 @@ func VarsTakeEffect[C any](t *testing.T, vars []service.Var, fromEnv func(getenv
 			t.Errorf("%s=%q changes nothing in the configuration", v.Name, v.Example)
 		}
 	}
+}
+
+// FreeAddr is a loopback address whose port was free a moment ago, for a
+// service's TOOLWIRE_HTTP_ADDR when the test must know it in advance.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
 
 // Getenv reads the environment from env, as a binary's os.Getenv would.
