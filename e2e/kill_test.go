@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,42 +19,13 @@ import (
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 )
 
-// serviceProc is one service binary running as its own process.
-type serviceProc struct {
-	name string
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	http string
-}
-
 // startProc starts the binary of service name with env and waits until it
 // is ready; owner's end kills it.
-func startProc(t, owner *testing.T, bin, name string, env []string) *serviceProc {
+func startProc(t, owner *testing.T, bin, name string, env []string) *proc {
 	t.Helper()
-	p := &serviceProc{name: name, out: &syncBuffer{}, http: freeAddr(t)}
-	p.cmd = exec.Command(filepath.Join(bin, name))
-	p.cmd.Env = append(append(os.Environ(), env...), "TOOLWIRE_HTTP_ADDR="+p.http, "TOOLWIRE_LOG_LEVEL="+logLevel())
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	require.NoError(t, p.cmd.Start())
-	owner.Cleanup(p.kill)
-	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + p.http + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 50*time.Millisecond, "%s never became ready\n%s", name, p.out.String())
+	p := launch(t, owner, bin, name, name, append(env, "TOOLWIRE_LOG_LEVEL="+logLevel())...)
+	p.waitReady(t, p.out.String)
 	return p
-}
-
-// kill ends the process with SIGKILL (kill -9): nothing it holds is handed
-// back.
-func (p *serviceProc) kill() {
-	if p.cmd.ProcessState == nil {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-	}
 }
 
 // TestKill9DuringABurst kills each service with SIGKILL during a burst of
@@ -68,19 +37,13 @@ func (p *serviceProc) kill() {
 // the policy's and the recorder's are the default 30s. The sandbox is not
 // killed: the demo's runs do not use it.
 func TestKill9DuringABurst(t *testing.T) {
-	bin := t.TempDir()
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin+string(os.PathSeparator))
-	for _, s := range services {
-		build.Args = append(build.Args, "github.com/toolwire/toolwire/services/"+s+"/cmd/"+s)
-	}
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := buildServices(t)
 
 	nats := eventstest.Start(t)
 	env := []string{"NATS_URL=" + nats.URL, "DATABASE_URL=" + pgtest.Schema(t),
 		"TOOLWIRE_ORCHESTRATOR_ACK_WAIT=10s", "TOOLWIRE_EXECUTOR_ACK_WAIT=10s"}
 	var mu sync.Mutex
-	procs := map[string]*serviceProc{}
+	procs := map[string]*proc{}
 	for _, s := range services {
 		procs[s] = startProc(t, t, bin, s, env)
 	}
@@ -180,7 +143,7 @@ func TestKill9DuringABurst(t *testing.T) {
 	}
 }
 
-func dumpProcs(procs map[string]*serviceProc) string {
+func dumpProcs(procs map[string]*proc) string {
 	var b strings.Builder
 	for name, p := range procs {
 		fmt.Fprintf(&b, "--- %s ---\n%s\n", name, p.out.String())

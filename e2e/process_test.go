@@ -4,12 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,44 +26,11 @@ import (
 
 var services = []string{"executor", "policy", "orchestrator", "sandbox", "recorder"}
 
-// syncBuffer collects a process's output for the failure message.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
-
 // TestServicesAsProcesses builds the five service binaries, runs each as its
 // own process against one NATS server, completes a run, and stops them with
 // SIGTERM: each drains and exits 0.
 func TestServicesAsProcesses(t *testing.T) {
-	bin := t.TempDir()
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin+string(os.PathSeparator))
-	for _, s := range services {
-		build.Args = append(build.Args, "github.com/toolwire/toolwire/services/"+s+"/cmd/"+s)
-	}
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := buildServices(t)
 
 	t.Run("anonymous", func(t *testing.T) {
 		env := eventstest.Start(t)
@@ -109,27 +72,10 @@ func TestServicesAsProcesses(t *testing.T) {
 func runAsProcesses(t *testing.T, bin, url string, envFor func(name string) []string, c *client.Client, runID string) map[string]string {
 	t.Helper()
 	dsn := pgtest.Schema(t)
-	type proc struct {
-		name string
-		cmd  *exec.Cmd
-		out  *syncBuffer
-		http string
-	}
 	var procs []*proc
 	for _, s := range services {
-		p := &proc{name: s, out: &syncBuffer{}, http: freeAddr(t)}
-		p.cmd = exec.Command(filepath.Join(bin, s))
-		p.cmd.Env = append(append(os.Environ(),
-			"NATS_URL="+url, "TOOLWIRE_HTTP_ADDR="+p.http, "TOOLWIRE_LOG_LEVEL=info", "DATABASE_URL="+dsn), envFor(s)...)
-		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-		require.NoError(t, p.cmd.Start())
-		procs = append(procs, p)
-		t.Cleanup(func() {
-			if p.cmd.ProcessState == nil {
-				_ = p.cmd.Process.Kill()
-				_ = p.cmd.Wait()
-			}
-		})
+		procs = append(procs, launch(t, t, bin, s, s,
+			append([]string{"NATS_URL=" + url, "TOOLWIRE_LOG_LEVEL=info", "DATABASE_URL=" + dsn}, envFor(s)...)...))
 	}
 	dump := func() string {
 		var b bytes.Buffer
@@ -139,14 +85,7 @@ func runAsProcesses(t *testing.T, bin, url string, envFor func(name string) []st
 		return b.String()
 	}
 	for _, p := range procs {
-		require.Eventually(t, func() bool {
-			resp, err := http.Get("http://" + p.http + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		}, 60*time.Second, 50*time.Millisecond, "%s never became ready\n%s", p.name, dump())
+		p.waitReady(t, dump)
 	}
 
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -171,14 +110,7 @@ func runAsProcesses(t *testing.T, bin, url string, envFor func(name string) []st
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	}
 	for _, p := range procs {
-		done := make(chan error, 1)
-		go func() { done <- p.cmd.Wait() }()
-		select {
-		case err := <-done:
-			require.NoError(t, err, "%s did not exit cleanly\n%s", p.name, p.out.String())
-		case <-time.After(40 * time.Second):
-			t.Fatalf("%s did not stop after SIGTERM\n%s", p.name, p.out.String())
-		}
+		p.exited(t)
 	}
 	logs := map[string]string{}
 	for _, p := range procs {

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,54 +33,23 @@ const callsMetric = "toolwire_executor_tool_calls_total"
 // the CLI into one folder.
 func buildWorkers(t *testing.T) string {
 	t.Helper()
-	bin := t.TempDir()
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin+string(os.PathSeparator),
-		"github.com/toolwire/toolwire/examples/worker",
+	return buildBinaries(t, "github.com/toolwire/toolwire/examples/worker",
 		"github.com/toolwire/toolwire/e2e/testdata/effectworker",
 		"github.com/toolwire/toolwire/cmd/toolwire")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
-}
-
-// workerProc is a worker running as its own process.
-type workerProc struct {
-	name string
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	http string
 }
 
 // startWorkerProc starts bin/prog against NATS at url, with env added, and
 // waits until it is ready (its tools registered, its consumers pulling).
-func startWorkerProc(t *testing.T, bin, prog, name, url string, env ...string) *workerProc {
+func startWorkerProc(t *testing.T, bin, prog, name, url string, env ...string) *proc {
 	t.Helper()
-	p := &workerProc{name: name, out: &syncBuffer{}, http: freeAddr(t)}
-	p.cmd = exec.Command(filepath.Join(bin, prog))
-	p.cmd.Env = append(append(os.Environ(),
-		"NATS_URL="+url, "TOOLWIRE_HTTP_ADDR="+p.http, "TOOLWIRE_LOG_LEVEL=info",
-		"TOOLWIRE_EXECUTOR_ID="+name), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	require.NoError(t, p.cmd.Start())
-	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			_ = p.cmd.Wait()
-		}
-	})
-	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + p.http + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 50*time.Millisecond, "%s never became ready\n%s", name, p.out.String())
+	p := launch(t, t, bin, prog, name,
+		append([]string{"NATS_URL=" + url, "TOOLWIRE_LOG_LEVEL=info", "TOOLWIRE_EXECUTOR_ID=" + name}, env...)...)
+	p.waitReady(t, p.out.String)
 	return p
 }
 
 // calls returns how many calls of tool the process ran, from its /metrics.
-func (p *workerProc) calls(t *testing.T, tool string) int {
+func (p *proc) calls(t *testing.T, tool string) int {
 	t.Helper()
 	resp, err := http.Get("http://" + p.http + "/metrics")
 	require.NoError(t, err)
@@ -99,20 +67,6 @@ func (p *workerProc) calls(t *testing.T, tool string) int {
 	}
 	require.NoError(t, sc.Err())
 	return n
-}
-
-// stop sends SIGTERM and waits for a clean exit.
-func (p *workerProc) stop(t *testing.T) {
-	t.Helper()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "%s did not exit cleanly\n%s", p.name, p.out.String())
-	case <-time.After(40 * time.Second):
-		t.Fatalf("%s did not stop after SIGTERM\n%s", p.name, p.out.String())
-	}
 }
 
 // defaultExecutorCalls counts the calls of tool the stack's own executors
@@ -229,7 +183,7 @@ func TestWorkerProcessServesItsQueue(t *testing.T) {
 	t.Logf("two workers: a ran %d calls, b ran %d", fromA, fromB)
 	a.stop(t)
 	b.stop(t)
-	for _, w := range []*workerProc{a, b} {
+	for _, w := range []*proc{a, b} {
 		require.NotContains(t, w.out.String(), "nats error", "%s hit a permission it lacks", w.name)
 	}
 }

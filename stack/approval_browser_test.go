@@ -65,20 +65,7 @@ func TestApproveFromTheTimelineInBrowser(t *testing.T) {
 	require.NoError(t, st.Client.Submit(ctx, approvalScript(t, runID, 120, mailTurn, map[string]any{"content": "sent"})))
 
 	bctx := browsertest.Start(t, ctx, bin)
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, steps...); err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: %s: %v", expr, err)
-		}
-		return s
-	}
+	page := browsertest.NewPage(t, bctx)
 	// poll waits until expr holds in the page, across the navigations a
 	// form's submission causes (each restarts the wait, up to a bound).
 	poll := func(what, expr string) {
@@ -92,11 +79,11 @@ func TestApproveFromTheTimelineInBrowser(t *testing.T) {
 				break
 			}
 		}
-		t.Fatalf("browser: %s: %v (page: %.1500s)", what, err, eval(`document.body ? document.body.innerText : ""`))
+		t.Fatalf("browser: %s: %v (page: %.1500s)", what, err, page.Eval(`document.body ? document.body.innerText : ""`))
 	}
 	signIn := func(token string) {
 		t.Helper()
-		do("sign in",
+		page.Do("sign in",
 			chromedp.Navigate(st.HTTPURL+"/login?next="+url.QueryEscape("/runs/"+runID)),
 			chromedp.WaitVisible(chromedp.CSS(`#token`)),
 			chromedp.SetValue(chromedp.CSS(`#token`), token),
@@ -110,22 +97,22 @@ func TestApproveFromTheTimelineInBrowser(t *testing.T) {
 		`[...document.querySelectorAll("details.call")].some(d => d.innerText.includes("echo") && d.querySelector(".badge.ok"))`
 
 	// Without a session the page asks to sign in.
-	do("open the run signed out", chromedp.Navigate(st.HTTPURL+"/runs/"+runID), chromedp.WaitVisible(chromedp.CSS(`.login-form`)))
+	page.Do("open the run signed out", chromedp.Navigate(st.HTTPURL+"/runs/"+runID), chromedp.WaitVisible(chromedp.CSS(`.login-form`)))
 
 	// The viewer sees the call wait, and no form to decide it.
 	signIn(viewer)
 	poll("the viewer sees the call wait", waiting)
-	require.Equal(t, "0", eval(`String(document.querySelectorAll("form.decide, button.approve").length)`), "a viewer has no buttons")
-	require.Contains(t, eval(`document.getElementById("who").innerText`), "viewer-1 · viewer")
-	do("sign out", chromedp.Click(chromedp.CSS(`form.logout button`)), chromedp.WaitVisible(chromedp.CSS(`.login-form`)))
+	require.Equal(t, "0", page.Eval(`String(document.querySelectorAll("form.decide, button.approve").length)`), "a viewer has no buttons")
+	require.Contains(t, page.Eval(`document.getElementById("who").innerText`), "viewer-1 · viewer")
+	page.Do("sign out", chromedp.Click(chromedp.CSS(`form.logout button`)), chromedp.WaitVisible(chromedp.CSS(`.login-form`)))
 
 	// The approver sees the form.
 	signIn(approver)
 	poll("the approver sees the call wait", waiting)
 	sendSel := `details.call:has(form.decide)`
-	callID := eval(`document.querySelector("form.decide").dataset.decide`)
+	callID := page.Eval(`document.querySelector("form.decide").dataset.decide`)
 	require.Regexp(t, `^[0-9a-f]{64}$`, callID)
-	require.Contains(t, eval(`document.querySelector(`+strconv.Quote(sendSel+" summary")+`).innerText`), events.ShortCallID(callID),
+	require.Contains(t, page.Eval(`document.querySelector(`+strconv.Quote(sendSel+" summary")+`).innerText`), events.ShortCallID(callID),
 		"the call shows its short id")
 
 	// A page of another origin posts a denial with the approver's session:
@@ -136,22 +123,22 @@ func TestApproveFromTheTimelineInBrowser(t *testing.T) {
 			`<script>document.forms[0].submit()</script>`, st.HTTPURL, runID, callID)
 	}))
 	defer evil.Close()
-	do("visit a page of another origin", chromedp.Navigate(evil.URL))
+	page.Do("visit a page of another origin", chromedp.Navigate(evil.URL))
 	poll("the cross-origin POST answered", `location.href.startsWith(`+strconv.Quote(st.HTTPURL)+`) && document.body.innerText.includes("cross-origin request refused")`)
 	_, err = events.PendingApproval(ctx, st.JS, runID, callID)
 	require.NoError(t, err, "the cross-origin denial changed nothing")
 
 	// The approver approves with a note: the run completes.
-	do("open the run again", chromedp.Navigate(st.HTTPURL+"/runs/"+runID), chromedp.WaitVisible(chromedp.CSS(`form.decide`)))
+	page.Do("open the run again", chromedp.Navigate(st.HTTPURL+"/runs/"+runID), chromedp.WaitVisible(chromedp.CSS(`form.decide`)))
 	poll("the approver sees the call wait", waiting)
-	do("approve with a note",
+	page.Do("approve with a note",
 		chromedp.Click(chromedp.CSS(sendSel+" summary")),
 		chromedp.WaitVisible(chromedp.CSS(`form.decide input[name=note]`)),
 		chromedp.SetValue(chromedp.CSS(`form.decide input[name=note]`), "reviewed, fine"),
 		chromedp.Click(chromedp.CSS(`form.decide button.approve`)),
 	)
 	poll("the run completes on the page", `!!document.querySelector(".run-head .status-completed")`)
-	steps := eval(`[...document.querySelectorAll("details.call .steps li")].map(li => li.textContent).join("\n")`)
+	steps := page.Eval(`[...document.querySelectorAll("details.call .steps li")].map(li => li.textContent).join("\n")`)
 	require.Contains(t, steps, "decision: approve by approver-1 — reviewed, fine", "who decided and the note, on the timeline")
 	require.Regexp(t, `\d\d:\d\d:\d\d\.\d{3} decision: approve`, steps, "and when")
 	require.Equal(t, []string{"all@acme.example"}, mail.sentTo(), "the approved call ran once")

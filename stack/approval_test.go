@@ -3,7 +3,6 @@ package stack_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -297,18 +296,9 @@ func turnRecord(t *testing.T, js jetstream.JetStream, runID string, n int) (even
 	t.Helper()
 	subj, err := events.TurnSubject(runID, n)
 	require.NoError(t, err)
-	s, err := js.Stream(t.Context(), events.StreamRuns)
-	require.NoError(t, err)
-	m, err := s.GetLastMsgForSubject(t.Context(), subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return events.Turn{}, false
-	}
-	require.NoError(t, err)
-	ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
-	require.NoError(t, err)
 	var tr events.Turn
-	require.NoError(t, events.DecodeData(ev, &tr))
-	return tr, true
+	ok := lastEventData(t, js, events.StreamRuns, subj, &tr)
+	return tr, ok
 }
 
 // metricValue sums a counter's series whose label has the value.

@@ -5,115 +5,25 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/events/clustertest"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/stack"
 )
-
-// natsCluster is three in-process nats-servers forming one JetStream
-// cluster on loopback; a node can be killed and started again on the same
-// ports and store.
-type natsCluster struct {
-	t      *testing.T
-	name   string
-	client []int // client ports
-	routes []int
-	dirs   []string
-	mu     sync.Mutex
-	nodes  []*server.Server
-}
-
-func freeLoopbackPorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		require.NoError(t, ln.Close())
-	}
-	return ports
-}
-
-func startNATSCluster(t *testing.T, name string) *natsCluster {
-	t.Helper()
-	ports := freeLoopbackPorts(t, 6)
-	c := &natsCluster{t: t, name: name, client: ports[:3], routes: ports[3:], nodes: make([]*server.Server, 3)}
-	for range 3 {
-		c.dirs = append(c.dirs, t.TempDir())
-	}
-	for i := range 3 {
-		c.start(i)
-	}
-	t.Cleanup(func() {
-		for i := range 3 {
-			c.kill(i)
-		}
-	})
-	return c
-}
-
-// URLs is every node's client URL, comma-separated, as NATS_URL takes it.
-func (c *natsCluster) URLs() string {
-	var us []string
-	for _, p := range c.client {
-		us = append(us, "nats://127.0.0.1:"+strconv.Itoa(p))
-	}
-	return strings.Join(us, ",")
-}
-
-func (c *natsCluster) start(i int) {
-	c.t.Helper()
-	var routes []*url.URL
-	for j, p := range c.routes {
-		if j != i {
-			u, err := url.Parse("nats://127.0.0.1:" + strconv.Itoa(p))
-			require.NoError(c.t, err)
-			routes = append(routes, u)
-		}
-	}
-	s, err := server.NewServer(&server.Options{
-		ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: c.client[i], JetStream: true, StoreDir: c.dirs[i],
-		NoSigs: true, NoLog: true, Tags: []string{fmt.Sprintf("node:n%d", i+1)},
-		Cluster: server.ClusterOpts{Name: c.name, Host: "127.0.0.1", Port: c.routes[i]},
-		Routes:  routes,
-	})
-	require.NoError(c.t, err)
-	go s.Start()
-	require.True(c.t, s.ReadyForConnections(20*time.Second), "node n%d not ready", i+1)
-	c.mu.Lock()
-	c.nodes[i] = s
-	c.mu.Unlock()
-}
-
-// kill shuts node i down at once (its clients see the connection drop).
-func (c *natsCluster) kill(i int) {
-	c.mu.Lock()
-	s := c.nodes[i]
-	c.nodes[i] = nil
-	c.mu.Unlock()
-	if s != nil {
-		s.Shutdown()
-		s.WaitForShutdown()
-	}
-}
 
 // nodeOf is the index of the node named name (n1, n2, n3).
 func nodeOf(t *testing.T, name string) int {
@@ -252,7 +162,7 @@ func submitAll(ctx context.Context, t *testing.T, st *stack.Stack, reqs []envelo
 	}
 }
 
-func clusterStack(t *testing.T, c *natsCluster, replicas int, ledger *ledgerTool) *stack.Stack {
+func clusterStack(t *testing.T, c *clustertest.Cluster, replicas int, ledger *ledgerTool) *stack.Stack {
 	t.Helper()
 	// The services' own ack waits (30s): a shorter one would hand a
 	// message a live handler holds to another delivery whenever a node's
@@ -276,7 +186,7 @@ func clusterStack(t *testing.T, c *natsCluster, replicas int, ledger *ledgerTool
 // placeStores creates toolwire's streams, buckets and object stores (one
 // replica each, as the stack would) with the calls stream on node calls
 // and every other store on node rest.
-func placeStores(t *testing.T, c *natsCluster, calls, rest int) {
+func placeStores(t *testing.T, c *clustertest.Cluster, calls, rest int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -326,7 +236,7 @@ func placeStores(t *testing.T, c *natsCluster, calls, rest int) {
 // Every run completes with the outputs an undisturbed run gives, and no
 // ledger write happens twice.
 func TestClusterR3StreamLeaderKilledDuringABurst(t *testing.T) {
-	c := startNATSCluster(t, "r3-leader")
+	c := clustertest.Start(t, "r3-leader")
 	ledger := &ledgerTool{}
 	st := clusterStack(t, c, 3, ledger)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
@@ -365,7 +275,7 @@ func TestClusterR3StreamLeaderKilledDuringABurst(t *testing.T) {
 	require.NotNil(t, info.Cluster)
 	leader := nodeOf(t, info.Cluster.Leader)
 	t.Logf("killing %s, the leader of %s, with %d events stored", info.Cluster.Leader, events.StreamRuns, info.State.Msgs)
-	c.kill(leader)
+	c.Kill(leader)
 	<-submitted
 
 	ends := waitEnds(ctx, t, st.JS, ids)
@@ -397,7 +307,7 @@ func TestClusterR3StreamLeaderKilledDuringABurst(t *testing.T) {
 // 13s), with a 120s deadline per run: an event is retried in place through
 // the outage instead of being dead-lettered, and every run completes.
 func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
-	c := startNATSCluster(t, "r1-down")
+	c := clustertest.Start(t, "r1-down")
 	ledger := &ledgerTool{}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
@@ -429,9 +339,9 @@ func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
 	start := time.Now()
 	submitAll(ctx, t, st, reqs)
 	t.Logf("submitted in %s; killing n%d, which holds %s, for %s", time.Since(start).Round(time.Millisecond), down+1, events.StreamCalls, outage)
-	c.kill(down)
+	c.Kill(down)
 	time.Sleep(outage)
-	c.start(down)
+	c.StartNode(down)
 
 	wctx, wcancel := context.WithDeadline(ctx, start.Add(deadlineS*time.Second+30*time.Second))
 	defer wcancel()

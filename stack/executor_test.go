@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -152,8 +151,6 @@ func TestScaleOut(t *testing.T) {
 		require.NoError(t, st.Client.Submit(t.Context(), req))
 	}
 
-	calls, err := st.JS.Stream(t.Context(), events.StreamCalls)
-	require.NoError(t, err)
 	byReplica := map[string]int{}
 	for _, req := range reqs {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -167,12 +164,8 @@ func TestScaleOut(t *testing.T) {
 			// Which replica ran it: its call.started event says.
 			subj, err := events.CallSubject(req.RunID, id, "started")
 			require.NoError(t, err)
-			m, err := calls.GetLastMsgForSubject(t.Context(), subj)
-			require.NoError(t, err)
-			ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
-			require.NoError(t, err)
 			var s events.CallStarted
-			require.NoError(t, events.DecodeData(ev, &s))
+			require.True(t, lastEventData(t, st.JS, events.StreamCalls, subj, &s), "no started event of %s", id)
 			byReplica[s.Executor]++
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -66,16 +65,10 @@ print(json.dumps({"words": len(words), "longest": max(words, key=len)}))
 // sandboxResult reads the sandbox's result of a call from the stream.
 func sandboxResult(t *testing.T, st *stack.Stack, runID, callID string) events.SandboxResult {
 	t.Helper()
-	s, err := st.JS.Stream(t.Context(), events.StreamSandbox)
-	require.NoError(t, err)
 	subj, err := events.SandboxSubject(runID, callID, "completed")
 	require.NoError(t, err)
-	m, err := s.GetLastMsgForSubject(t.Context(), subj)
-	require.NoError(t, err)
-	e, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
-	require.NoError(t, err)
 	var res events.SandboxResult
-	require.NoError(t, events.DecodeData(e, &res))
+	require.True(t, lastEventData(t, st.JS, events.StreamSandbox, subj, &res), "no sandbox result of %s", callID)
 	return res
 }
 

@@ -3,6 +3,7 @@ package stack_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -54,6 +55,23 @@ func runToEnd(t *testing.T, st *stack.Stack, req envelope.RunRequest) *events.Ru
 func scripted(t *testing.T, runID string, tools []string, turns ...map[string]any) envelope.RunRequest {
 	t.Helper()
 	return orchestratortest.Scripted(t, runID, tools, envelope.Policy{}, turns...)
+}
+
+// lastEventData decodes into v the data of the last event stored on subject
+// in stream; false when there is none.
+func lastEventData(t *testing.T, js jetstream.JetStream, stream, subject string, v any) bool {
+	t.Helper()
+	s, err := js.Stream(t.Context(), stream)
+	require.NoError(t, err)
+	m, err := s.GetLastMsgForSubject(t.Context(), subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false
+	}
+	require.NoError(t, err)
+	ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+	require.NoError(t, err)
+	require.NoError(t, events.DecodeData(ev, v))
+	return true
 }
 
 func call(name string, args any) map[string]any {

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,21 +18,6 @@ import (
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/stack"
 )
-
-// runCLI runs the toolwire command with args and returns its output.
-func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd()
-	root.SetArgs(args)
-	root.SetIn(strings.NewReader(stdin))
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	err = root.ExecuteContext(ctx)
-	return out.String(), errOut.String(), err
-}
 
 // TestCallCommand: `toolwire call` runs one call as a run of its own (the
 // Policy Guard judges it, the executor runs it, the recorder keeps it) and

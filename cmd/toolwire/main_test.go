@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"net"
 	"strings"
 	"testing"
@@ -8,10 +10,29 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/stack"
 )
 
 // TestMain fails the package's tests when one leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// runCLI runs the toolwire command with args and returns its output.
+func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err = root.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
+}
 
 // TestCommandsSayWhenNothingAnswers: every command that talks to toolwire
 // gives up within its --timeout when no NATS answers, and says where it
@@ -38,4 +59,13 @@ func TestCommandsSayWhenNothingAnswers(t *testing.T) {
 			require.Less(t, time.Since(start), 30*time.Second, "bounded by --timeout, not the default wait")
 		})
 	}
+}
+
+// runCompleted runs req on st and requires that it completed.
+func runCompleted(t *testing.T, st *stack.Stack, req envelope.RunRequest) *events.RunStatus {
+	t.Helper()
+	final, err := st.Client.Run(t.Context(), req, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	return final
 }

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -16,21 +13,6 @@ import (
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 )
 
-// tokensCLI runs a tokens command; it returns stdout and stderr apart (the
-// token alone goes to stdout).
-func tokensCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd()
-	root.SetArgs(append([]string{"tokens"}, args...))
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	err = root.ExecuteContext(ctx)
-	return out.String(), errOut.String(), err
-}
-
 // TestTokensCommand: a token created by the CLI authenticates against the
 // recorder's database with its org, workspace and role; list shows it
 // without its secret; revoke ends it; bad input is refused before anything
@@ -38,7 +20,7 @@ func tokensCLI(t *testing.T, args ...string) (stdout, stderr string, err error) 
 func TestTokensCommand(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	db := sqlite.URL(filepath.Join(t.TempDir(), "fresh", "recorder.db")) // not created yet: the command migrates
-	tok, msg, err := tokensCLI(t, "create", "--database-url", db, "--name", "ci dashboard", "--org", "acme", "--workspace", "eu",
+	tok, msg, err := runCLI(t, "", "tokens", "create", "--database-url", db, "--name", "ci dashboard", "--org", "acme", "--workspace", "eu",
 		"--role", "approver", "--ttl", "24h")
 	require.NoError(t, err, msg)
 	tok = strings.TrimSpace(tok)
@@ -56,26 +38,26 @@ func TestTokensCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, auth.Principal{Name: "ci dashboard", Via: "token", OrgID: "acme", WorkspaceID: "eu", Role: auth.RoleApprover}, p)
 
-	out, _, err := tokensCLI(t, "list", "--database-url", db)
+	out, _, err := runCLI(t, "", "tokens", "list", "--database-url", db)
 	require.NoError(t, err)
 	require.Regexp(t, `ID\s+NAME\s+TENANT\s+ROLE\s+CREATED\s+EXPIRES\s+STATE`, out)
 	require.Regexp(t, id+`\s+ci dashboard\s+acme/eu\s+approver\s+\S+\s+\S+\s+active`, out)
 	_, secret, _ := auth.ParseToken(tok)
 	require.NotContains(t, out, secret, "list never shows a secret")
 
-	out, _, err = tokensCLI(t, "revoke", id, "--database-url", db)
+	out, _, err = runCLI(t, "", "tokens", "revoke", id, "--database-url", db)
 	require.NoError(t, err)
 	require.Equal(t, "revoked: token "+id+"\n", out)
 	_, err = a.Check(ctx, tok)
 	require.ErrorIs(t, err, auth.ErrBadCredentials)
 	require.ErrorContains(t, err, "revoked")
-	out, _, err = tokensCLI(t, "list", "--database-url", db)
+	out, _, err = runCLI(t, "", "tokens", "list", "--database-url", db)
 	require.NoError(t, err)
 	require.Contains(t, out, "revoked ")
 
 	// An operator's admin token for every tenant, from DATABASE_URL.
 	t.Setenv("DATABASE_URL", db)
-	tok, _, err = tokensCLI(t, "create", "--name", "ops", "--org", "*", "--role", "admin")
+	tok, _, err = runCLI(t, "", "tokens", "create", "--name", "ops", "--org", "*", "--role", "admin")
 	require.NoError(t, err)
 	p, err = a.Check(ctx, strings.TrimSpace(tok))
 	require.NoError(t, err)
@@ -95,7 +77,7 @@ func TestTokensCommand(t *testing.T) {
 		{[]string{"revoke", "0123456789abcdef"}, "token not found"},
 		{[]string{"list", "--database-url", ""}, "--database-url (or DATABASE_URL) is required"},
 	} {
-		_, _, err := tokensCLI(t, tc.args...)
+		_, _, err := runCLI(t, "", append([]string{"tokens"}, tc.args...)...)
 		require.ErrorContains(t, err, tc.want, "%v", tc.args)
 	}
 }

@@ -12,14 +12,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
+	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -91,27 +90,15 @@ func TestHTTPToolRun(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Equal(t, "ok: agent forecaster, 1 enabled tools\n", out)
 
-	script, err := json.Marshal(map[string]any{"script": []any{
+	req := orchestratortest.Scripted(t, "run-http-tool", []string{"weather@1.0.0"}, envelope.Policy{},
 		map[string]any{"tool_calls": []any{
-			map[string]any{"name": "weather", "arguments": map[string]any{"city": "Lyon"}},
-			map[string]any{"name": "weather", "arguments": map[string]any{"city": "Atlantis"}},
+			orchestratortest.ToolCall("weather", map[string]any{"city": "Lyon"}),
+			orchestratortest.ToolCall("weather", map[string]any{"city": "Atlantis"}),
 		}},
 		map[string]any{"content": "Lyon: 21.5 °C; Atlantis is not a city the service knows."},
-	}})
-	require.NoError(t, err)
-	req := envelope.RunRequest{
-		RunID:  "run-http-tool",
-		Tenant: envelope.Tenant{OrgID: "acme", WorkspaceID: "ws1", UserID: "u1"},
-		Agent: envelope.Agent{
-			Name:         "forecaster",
-			Model:        envelope.Model{Provider: "scripted", Name: "script", Options: script},
-			EnabledTools: []string{"weather@1.0.0"},
-		},
-		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "Weather in Lyon and Atlantis?"}},
-	}
-	final, err := st.Client.Run(t.Context(), req, time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	)
+	req.Tenant.OrgID, req.Agent.Name = "acme", "forecaster" // acme holds the secret
+	final := runCompleted(t, st, req)
 	outs := final.Outputs
 	require.Equal(t, "Lyon: 21.5 °C; Atlantis is not a city the service knows.", outs.Response)
 	require.Len(t, outs.ToolOrder, 2)

@@ -1,39 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/stack"
 )
-
-// runToolwire runs the CLI with args and returns what it printed.
-func runToolwire(t *testing.T, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd()
-	root.SetArgs(args)
-	root.SetIn(strings.NewReader(""))
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	err = root.ExecuteContext(ctx)
-	return out.String(), errOut.String(), err
-}
 
 type sumIn struct {
 	A float64 `json:"a"`
@@ -92,13 +73,13 @@ func TestToolsMCPAdd(t *testing.T) {
 			`connect to MCP server nope (/nonexistent/x`: {"tools", "mcp", "add", "nope", "--command", "/nonexistent/x --flag", "--nats", st.URL},
 		}
 		for want, args := range cases {
-			_, _, err := runToolwire(t, args...)
+			_, _, err := runCLI(t, "", args...)
 			require.ErrorContains(t, err, want, "%v", args)
 		}
 	})
 
 	t.Run("dry run writes nothing", func(t *testing.T) {
-		out, errOut, err := runToolwire(t, "tools", "mcp", "add", "calc", "--url", url, "--dry-run")
+		out, errOut, err := runCLI(t, "", "tools", "mcp", "add", "calc", "--url", url, "--dry-run")
 		require.NoError(t, err, errOut)
 		require.Contains(t, out, "calc_add@1.0.0")
 		require.Contains(t, errOut, "would register 2 tools")
@@ -108,7 +89,7 @@ func TestToolsMCPAdd(t *testing.T) {
 		require.ErrorIs(t, err, registry.ErrNotFound)
 	})
 
-	out, errOut, err := runToolwire(t, "tools", "mcp", "add", "calc", "--url", url, "--version", "1.2.0", "--side-effects", "reads", "--tool-timeout", "5s", "--nats", st.URL)
+	out, errOut, err := runCLI(t, "", "tools", "mcp", "add", "calc", "--url", url, "--version", "1.2.0", "--side-effects", "reads", "--tool-timeout", "5s", "--nats", st.URL)
 	require.NoError(t, err, errOut)
 	require.Contains(t, out, "calc_add@1.2.0   reads  Adds two numbers.\n")
 	require.Contains(t, out, "calc_fail@1.2.0  reads  Always fails.\n")
@@ -123,27 +104,14 @@ func TestToolsMCPAdd(t *testing.T) {
 	require.JSONEq(t, `{"server":"calc","transport":"http","url":"`+url+`","tool":"add"}`, string(e.Definition.Implementation.Config))
 
 	// A whole run: the scripted model calls both tools, then answers.
-	script, err := json.Marshal(map[string]any{"script": []any{
+	req := orchestratortest.Scripted(t, "run-mcp-cli", []string{"calc_add@1.2.0", "calc_fail@1.2.0"}, envelope.Policy{},
 		map[string]any{"tool_calls": []any{
-			map[string]any{"name": "calc_add", "arguments": map[string]any{"a": 40, "b": 2}},
-			map[string]any{"name": "calc_fail", "arguments": map[string]any{}},
+			orchestratortest.ToolCall("calc_add", map[string]any{"a": 40, "b": 2}),
+			orchestratortest.ToolCall("calc_fail", map[string]any{}),
 		}},
 		map[string]any{"content": "40 + 2 = 42; the other tool failed."},
-	}})
-	require.NoError(t, err)
-	req := envelope.RunRequest{
-		RunID:  "run-mcp-cli",
-		Tenant: envelope.Tenant{OrgID: "org1", WorkspaceID: "ws1", UserID: "u1"},
-		Agent: envelope.Agent{
-			Name:         "mcp-agent",
-			Model:        envelope.Model{Provider: "scripted", Name: "script", Options: script},
-			EnabledTools: []string{"calc_add@1.2.0", "calc_fail@1.2.0"},
-		},
-		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "add 40 and 2"}},
-	}
-	final, err := st.Client.Run(t.Context(), req, time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	)
+	final := runCompleted(t, st, req)
 	outs := final.Outputs
 	require.Equal(t, "40 + 2 = 42; the other tool failed.", outs.Response)
 	require.Len(t, outs.ToolOrder, 2)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -20,19 +18,11 @@ import (
 // cli runs the CLI with stdin and args against a NATS URL ("": none).
 func cli(t *testing.T, natsURL, stdin string, args ...string) (string, error) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd()
 	if natsURL != "" {
 		args = append(args, "--nats", natsURL)
 	}
-	root.SetArgs(args)
-	root.SetIn(strings.NewReader(stdin))
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	err := root.ExecuteContext(ctx)
-	return out.String() + errOut.String(), err
+	stdout, stderr, err := runCLI(t, stdin, args...)
+	return stdout + stderr, err
 }
 
 const weatherYAML = `# a tool definition in YAML

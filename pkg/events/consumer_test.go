@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,12 +38,51 @@ func startRunner(t *testing.T, env *natstest.Env, cfg events.RunnerConfig) *even
 	r, err := events.NewRunner(env.JS, cfg)
 	require.NoError(t, err)
 	require.NoError(t, r.Start(testCtx(t)))
+	stopAtCleanup(t, r)
+	return r
+}
+
+// stopAtCleanup stops a started runner when the test ends.
+func stopAtCleanup(t *testing.T, r interface{ Stop(context.Context) error }) {
+	t.Helper()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, r.Stop(ctx))
 	})
-	return r
+}
+
+// callsSpec is the test consumer on the calls stream, with a delivery budget
+// (0 for the default).
+func callsSpec(maxDeliver int) events.ConsumerSpec {
+	return events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: maxDeliver}
+}
+
+// attemptLog is a handler that records the attempt of each call and fails
+// the first failures calls with err.
+type attemptLog struct {
+	failures int
+	err      error
+
+	mu       sync.Mutex
+	attempts []uint64
+}
+
+func (a *attemptLog) handle(_ context.Context, d *events.Delivery) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.attempts = append(a.attempts, d.Attempt)
+	if len(a.attempts) <= a.failures {
+		return a.err
+	}
+	return nil
+}
+
+// seen is the attempts recorded so far.
+func (a *attemptLog) seen() []uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.attempts)
 }
 
 func consumerInfo(t testing.TB, env *natstest.Env) *jetstream.ConsumerInfo {
@@ -58,12 +98,7 @@ func consumerInfo(t testing.TB, env *natstest.Env) *jetstream.ConsumerInfo {
 // and holds none pending.
 func requireAllAcked(t testing.TB, env *natstest.Env, n uint64) *jetstream.ConsumerInfo {
 	t.Helper()
-	var info *jetstream.ConsumerInfo
-	require.Eventually(t, func() bool {
-		info = consumerInfo(t, env)
-		return info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream == n
-	}, 5*time.Second, 10*time.Millisecond, "consumer never acknowledged %d messages", n)
-	return info
+	return requireAllAckedWithin(t, env, n, 5*time.Second)
 }
 
 // waitDLQ waits for the dead letter of the test consumer.
@@ -156,37 +191,20 @@ func TestRunnerAcksOnSuccess(t *testing.T) {
 
 func TestRunnerRetriesThenAcks(t *testing.T) {
 	env := natstest.Start(t)
-	var (
-		mu       sync.Mutex
-		attempts []uint64
-	)
-	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
-		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 5,
-	}, Handler: func(_ context.Context, d *events.Delivery) error {
-		mu.Lock()
-		defer mu.Unlock()
-		attempts = append(attempts, d.Attempt)
-		if len(attempts) <= 2 {
-			return errors.New("transient")
-		}
-		return nil
-	}})
+	log := &attemptLog{failures: 2, err: errors.New("transient")}
+	startRunner(t, env, events.RunnerConfig{Spec: callsSpec(5), Handler: log.handle})
 	publish(t, env, callStarted(t, 1))
 
 	info := requireAllAcked(t, env, 1)
 	require.EqualValues(t, 3, info.Delivered.Consumer)
-	mu.Lock()
-	require.Equal(t, []uint64{1, 2, 3}, attempts)
-	mu.Unlock()
+	require.Equal(t, []uint64{1, 2, 3}, log.seen())
 	require.Zero(t, streamMsgs(t, env.JS, events.StreamDLQ))
 }
 
 func TestRunnerDeadLettersAfterMaxDeliver(t *testing.T) {
 	env := natstest.Start(t)
 	var calls atomic.Int32
-	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
-		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 3,
-	}, Handler: func(context.Context, *events.Delivery) error {
+	startRunner(t, env, events.RunnerConfig{Spec: callsSpec(3), Handler: func(context.Context, *events.Delivery) error {
 		calls.Add(1)
 		return errors.New("tool registry unreachable")
 	}})
@@ -216,9 +234,7 @@ func TestRunnerDeadLettersAfterMaxDeliver(t *testing.T) {
 func TestRunnerDeadLettersPermanentAtOnce(t *testing.T) {
 	env := natstest.Start(t)
 	var calls atomic.Int32
-	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
-		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 5,
-	}, Handler: func(context.Context, *events.Delivery) error {
+	startRunner(t, env, events.RunnerConfig{Spec: callsSpec(5), Handler: func(context.Context, *events.Delivery) error {
 		calls.Add(1)
 		return fmt.Errorf("decide: %w", events.Permanent(errors.New("unknown tool")))
 	}})
@@ -256,9 +272,7 @@ func TestRunnerDeadLettersMalformedMessage(t *testing.T) {
 func TestRunnerTreatsPanicAsFailure(t *testing.T) {
 	env := natstest.Start(t)
 	var calls atomic.Int32
-	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
-		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 2,
-	}, Handler: func(context.Context, *events.Delivery) error {
+	startRunner(t, env, events.RunnerConfig{Spec: callsSpec(2), Handler: func(context.Context, *events.Delivery) error {
 		calls.Add(1)
 		panic("boom")
 	}})
@@ -316,7 +330,7 @@ func TestRunnerStopDrainsInFlight(t *testing.T) {
 	var finished atomic.Bool
 	var handlerCtxErr atomic.Value
 	r, err := events.NewRunner(env.JS, events.RunnerConfig{
-		Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}},
+		Spec:    callsSpec(0),
 		Logger:  quietLogger(),
 		Backoff: shortBackoff,
 		Handler: func(ctx context.Context, _ *events.Delivery) error {
@@ -362,7 +376,7 @@ func TestRunnerStopBoundedByContext(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
 	r, err := events.NewRunner(env.JS, events.RunnerConfig{
-		Spec:   events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}},
+		Spec:   callsSpec(0),
 		Logger: quietLogger(),
 		Handler: func(context.Context, *events.Delivery) error {
 			close(started)

@@ -31,7 +31,7 @@ func TestPoisonMessageDeadLetteredThenReplayed(t *testing.T) {
 	var attempts, handled atomic.Int32
 	got := make(chan string, 4)
 	startRunner(t, env, events.RunnerConfig{
-		Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 3},
+		Spec: callsSpec(3),
 		Handler: func(_ context.Context, d *events.Delivery) error {
 			attempts.Add(1)
 			if fault.Load() {
@@ -46,14 +46,7 @@ func TestPoisonMessageDeadLetteredThenReplayed(t *testing.T) {
 	require.NoError(t, events.NewPublisher(env.JS).Publish(testCtx(t), poison))
 
 	// Dead-lettered after the third attempt, with its history.
-	var dls []events.DeadLetter
-	require.Eventually(t, func() bool {
-		var err error
-		dls, err = events.ListDeadLetters(testCtx(t), env.JS, events.DeadLetterFilter{})
-		require.NoError(t, err)
-		return len(dls) == 1
-	}, 10*time.Second, 10*time.Millisecond)
-	dl := dls[0]
+	dl := waitDeadLetters(t, env, events.DeadLetterFilter{}, 1)[0]
 	require.Equal(t, int32(3), attempts.Load())
 	require.Equal(t, poison.Subject, dl.Subject)
 	require.Equal(t, events.StreamCalls, dl.Stream)
@@ -126,12 +119,7 @@ func TestDeadLetterOfStructuredAndUndecodable(t *testing.T) {
 	_, err = env.JS.PublishMsg(testCtx(t), m)
 	require.NoError(t, err)
 
-	var dls []events.DeadLetter
-	require.Eventually(t, func() bool {
-		dls, err = events.ListDeadLetters(testCtx(t), env.JS, events.DeadLetterFilter{Limit: 10})
-		require.NoError(t, err)
-		return len(dls) == 2
-	}, 10*time.Second, 10*time.Millisecond)
+	dls := waitDeadLetters(t, env, events.DeadLetterFilter{Limit: 10}, 2)
 	// The runner handles messages concurrently: the dead letters come in
 	// either order.
 	if string(dls[0].Data) != "not an event" {
@@ -153,6 +141,19 @@ func TestDeadLetterOfStructuredAndUndecodable(t *testing.T) {
 	require.Len(t, limited, 1)
 	_, err = events.GetDeadLetter(testCtx(t), env.JS, 999)
 	require.ErrorIs(t, err, events.ErrDeadLetterNotFound)
+}
+
+// waitDeadLetters waits until filter lists n dead letters and returns them.
+func waitDeadLetters(t testing.TB, env *natstest.Env, filter events.DeadLetterFilter, n int) []events.DeadLetter {
+	t.Helper()
+	var dls []events.DeadLetter
+	require.Eventually(t, func() bool {
+		var err error
+		dls, err = events.ListDeadLetters(testCtx(t), env.JS, filter)
+		require.NoError(t, err)
+		return len(dls) == n
+	}, 10*time.Second, 10*time.Millisecond, "never %d dead letters", n)
+	return dls
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
@@ -244,14 +245,7 @@ func TestOversizedDeadLetterGoesToTheObjectStore(t *testing.T) {
 	}})
 	orig := bigUndecodable(t, env, 1)
 
-	var dls []events.DeadLetter
-	require.Eventually(t, func() bool {
-		var err error
-		dls, err = events.ListDeadLetters(testCtx(t), env.JS, events.DeadLetterFilter{})
-		require.NoError(t, err)
-		return len(dls) == 1
-	}, 10*time.Second, 10*time.Millisecond, "the oversized message was never dead-lettered")
-	dl := dls[0]
+	dl := waitDeadLetters(t, env, events.DeadLetterFilter{}, 1)[0]
 	// Counted once the dead letter is stored: wait for the count too.
 	require.Eventually(t, func() bool { return obs.dead(events.DeadLetterObject) == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, events.DeadLetterObjectName(events.StreamCalls, durable, 1), dl.Object)
@@ -290,14 +284,7 @@ func TestOversizedDeadLetterWithoutObjectStoreIsTruncated(t *testing.T) {
 	obs := &countingObserver{}
 	startRunner(t, env, events.RunnerConfig{Observer: obs, Handler: func(context.Context, *events.Delivery) error { return nil }})
 	orig := bigUndecodable(t, env, 2)
-	var dls []events.DeadLetter
-	require.Eventually(t, func() bool {
-		var err error
-		dls, err = events.ListDeadLetters(testCtx(t), env.JS, events.DeadLetterFilter{})
-		require.NoError(t, err)
-		return len(dls) == 1
-	}, 10*time.Second, 10*time.Millisecond)
-	dl := dls[0]
+	dl := waitDeadLetters(t, env, events.DeadLetterFilter{}, 1)[0]
 	require.True(t, dl.Truncated)
 	// Counted once the dead letter is stored: wait for the count too.
 	require.Eventually(t, func() bool { return obs.dead(events.DeadLetterTruncated) == 1 }, 10*time.Second, 10*time.Millisecond)
@@ -317,7 +304,7 @@ func TestRunnerBudgetAndObserver(t *testing.T) {
 	obs := &countingObserver{}
 	var calls atomic.Int32
 	startRunner(t, env, events.RunnerConfig{Observer: obs,
-		Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 3},
+		Spec: callsSpec(3),
 		Handler: func(context.Context, *events.Delivery) error {
 			calls.Add(1)
 			return errors.New("flaky")
@@ -339,7 +326,7 @@ func TestRunnerDeadLettersADeliveryPastItsBudget(t *testing.T) {
 	env := natstest.Start(t)
 	var first atomic.Int32
 	r, err := events.NewRunner(env.JS, events.RunnerConfig{Logger: quietLogger(), Backoff: shortBackoff,
-		Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 10},
+		Spec:    callsSpec(10),
 		Handler: func(context.Context, *events.Delivery) error { first.Add(1); return errors.New("flaky") }})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(testCtx(t)))
@@ -349,7 +336,7 @@ func TestRunnerDeadLettersADeliveryPastItsBudget(t *testing.T) {
 
 	var second atomic.Int32
 	startRunner(t, env, events.RunnerConfig{
-		Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 2},
+		Spec:    callsSpec(2),
 		Handler: func(context.Context, *events.Delivery) error { second.Add(1); return nil }})
 	dl := waitDLQ(t, env)
 	require.Contains(t, dl.Header.Get(events.HeaderDLQError), "past the budget of 2")

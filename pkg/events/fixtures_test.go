@@ -97,6 +97,18 @@ type constructed struct {
 	data    any // a pointer to a zero value of the data's Go type
 }
 
+// constructedOut is the event allConstructors makes under name.
+func constructedOut(t testing.TB, name string) events.Outgoing {
+	t.Helper()
+	for _, c := range allConstructors(t) {
+		if c.name == name {
+			return c.out
+		}
+	}
+	t.Fatalf("allConstructors makes no %q", name)
+	return events.Outgoing{}
+}
+
 // allConstructors builds one event with every New* constructor of event.go
 // (every run status, both verdicts, both call request verbs).
 func allConstructors(t testing.TB) []constructed {

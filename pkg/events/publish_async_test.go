@@ -14,12 +14,7 @@ func TestPublishAsync(t *testing.T) {
 	pub := events.NewPublisher(env.JS)
 	ctx := testCtx(t)
 
-	var out events.Outgoing
-	for _, c := range allConstructors(t) {
-		if c.name == "call completed" {
-			out = c.out
-		}
-	}
+	out := constructedOut(t, "call completed")
 	pd, err := pub.PublishAsync(ctx, out)
 	require.NoError(t, err)
 	require.NoError(t, pd.Wait(ctx), "stored once its PubAck arrived")
@@ -37,12 +32,7 @@ func TestPublishAsyncRejectsWhatCannotBeStored(t *testing.T) {
 	pub := events.NewPublisher(env.JS)
 	ctx := testCtx(t)
 
-	var out events.Outgoing
-	for _, c := range allConstructors(t) {
-		if c.name == "call completed" {
-			out = c.out
-		}
-	}
+	out := constructedOut(t, "call completed")
 	out.Subject = "no.stream.takes.this"
 	pd, err := pub.PublishAsync(ctx, out)
 	if err == nil {

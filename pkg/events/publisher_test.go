@@ -18,12 +18,7 @@ func TestPublishSameEventTwiceStoresOne(t *testing.T) {
 	require.Equal(t, env.JS, pub.JetStream())
 	ctx := testCtx(t)
 
-	var out events.Outgoing
-	for _, c := range allConstructors(t) {
-		if c.name == "call completed" {
-			out = c.out
-		}
-	}
+	out := constructedOut(t, "call completed")
 	require.NoError(t, pub.Publish(ctx, out))
 	require.NoError(t, pub.Publish(ctx, out), "a retried publish is not an error")
 	require.EqualValues(t, 1, streamMsgs(t, env.JS, events.StreamCalls), "Nats-Msg-Id drops the duplicate")

@@ -20,11 +20,7 @@ func startTimers(t *testing.T, env *natstest.Env, h events.TimerHandler) {
 		Backoff: shortBackoff, Logger: quietLogger()})
 	require.NoError(t, err)
 	require.NoError(t, tr.Start(testCtx(t)))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, tr.Stop(ctx))
-	})
+	stopAtCleanup(t, tr)
 }
 
 // A timer fires once, after its time, on the consumer; a failing handler is

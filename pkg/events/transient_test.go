@@ -55,28 +55,13 @@ func TestIsTransient(t *testing.T) {
 // the handler is called, and nothing is dead-lettered.
 func TestRunnerRetriesTransientInPlace(t *testing.T) {
 	env := natstest.Start(t)
-	var (
-		mu       sync.Mutex
-		attempts []uint64
-	)
-	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
-		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 2,
-	}, Handler: func(_ context.Context, d *events.Delivery) error {
-		mu.Lock()
-		defer mu.Unlock()
-		attempts = append(attempts, d.Attempt)
-		if len(attempts) <= 5 {
-			return fmt.Errorf("publish turn: %w", jetstream.ErrNoStreamResponse)
-		}
-		return nil
-	}})
+	log := &attemptLog{failures: 5, err: fmt.Errorf("publish turn: %w", jetstream.ErrNoStreamResponse)}
+	startRunner(t, env, events.RunnerConfig{Spec: callsSpec(2), Handler: log.handle})
 	publish(t, env, callStarted(t, 1))
 
 	info := requireAllAcked(t, env, 1)
 	require.EqualValues(t, 1, info.Delivered.Consumer, "delivered once: the retries were in place")
-	mu.Lock()
-	require.Equal(t, []uint64{1, 2, 3, 4, 5, 6}, attempts, "each retry says it is one")
-	mu.Unlock()
+	require.Equal(t, []uint64{1, 2, 3, 4, 5, 6}, log.seen(), "each retry says it is one")
 	require.Zero(t, streamMsgs(t, env.JS, events.StreamDLQ))
 }
 
@@ -85,9 +70,7 @@ func TestRunnerRetriesTransientInPlace(t *testing.T) {
 func TestRunnerCountsOnlyHandlerFailures(t *testing.T) {
 	env := natstest.Start(t)
 	var calls atomic.Int32
-	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
-		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 2,
-	}, Handler: func(context.Context, *events.Delivery) error {
+	startRunner(t, env, events.RunnerConfig{Spec: callsSpec(2), Handler: func(context.Context, *events.Delivery) error {
 		if calls.Add(1)%3 != 0 {
 			return nats.ErrNoResponders // two transient failures, then the handler's own
 		}
@@ -106,14 +89,13 @@ func TestRunnerCountsOnlyHandlerFailures(t *testing.T) {
 func TestRunnerHandsBackAfterTransientBound(t *testing.T) {
 	env := natstest.Start(t)
 	var calls atomic.Int32
-	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
-		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, MaxDeliver: 5,
-	}, TransientRetryFor: 25 * time.Millisecond, Handler: func(_ context.Context, d *events.Delivery) error {
-		if calls.Add(1) <= 4 {
-			return events.Transient(errors.New("kv hiccup"))
-		}
-		return nil
-	}})
+	startRunner(t, env, events.RunnerConfig{Spec: callsSpec(5), TransientRetryFor: 25 * time.Millisecond,
+		Handler: func(context.Context, *events.Delivery) error {
+			if calls.Add(1) <= 4 {
+				return events.Transient(errors.New("kv hiccup"))
+			}
+			return nil
+		}})
 	publish(t, env, callStarted(t, 1))
 	info := requireAllAcked(t, env, 1)
 	require.Greater(t, info.Delivered.Consumer, uint64(1), "handed back at least once")

@@ -191,24 +191,14 @@ type component struct {
 func (c *component) Start(context.Context) error { c.started.Store(true); return c.startErr }
 func (c *component) Stop(context.Context) error  { c.stopped.Store(true); return nil }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
-
 func TestRunEndToEnd(t *testing.T) {
 	env := eventstest.Start(t)
-	addr := freeAddr(t)
-	getenv := envOf(map[string]string{
+	addr := servicetest.FreeAddr(t)
+	vars := map[string]string{
 		service.EnvNATSURL:  env.URL,
 		service.EnvHTTPAddr: addr,
 		service.EnvLogLevel: "error",
-	})
+	}
 	comp := &component{}
 	var deps service.Deps
 	api := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "api") })
@@ -217,10 +207,7 @@ func TestRunEndToEnd(t *testing.T) {
 		return comp, api, nil
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, "testsvc", ":0", getenv, build) }()
+	stop := servicetest.Run(t, "testsvc", ":0", vars, build)
 
 	client := &http.Client{Timeout: 2 * time.Second}
 	t.Cleanup(client.CloseIdleConnections)
@@ -249,13 +236,7 @@ func TestRunEndToEnd(t *testing.T) {
 	_, err := env.JS.Stream(context.Background(), events.StreamCalls)
 	require.NoError(t, err)
 
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after its context ended")
-	}
+	require.NoError(t, stop())
 	require.True(t, comp.stopped.Load(), "Stop was called")
 	client.CloseIdleConnections()
 	_, err = client.Get("http://" + addr + "/healthz")
@@ -297,7 +278,7 @@ func TestRunFailures(t *testing.T) {
 	// A NATS that never answers is bounded by the context.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	down := map[string]string{service.EnvNATSURL: "nats://" + freeAddr(t), service.EnvHTTPAddr: "127.0.0.1:0", service.EnvLogLevel: "error"}
+	down := map[string]string{service.EnvNATSURL: "nats://" + servicetest.FreeAddr(t), service.EnvHTTPAddr: "127.0.0.1:0", service.EnvLogLevel: "error"}
 	err = service.Run(ctx, "svc", ":0", envOf(down), ok)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "connect to NATS")
@@ -396,30 +377,20 @@ func (b *blockingStart) Stop(context.Context) error { return nil }
 // fails on its own is still an error.
 func TestRunStoppedWhileStarting(t *testing.T) {
 	env := eventstest.Start(t)
-	getenv := envOf(map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: freeAddr(t),
-		service.EnvLogLevel: "error", service.EnvOTelExporter: "none"})
+	vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: servicetest.FreeAddr(t),
+		service.EnvLogLevel: "error", service.EnvOTelExporter: "none"}
 	comp := &blockingStart{entered: make(chan struct{})}
 	build := func(context.Context, service.Deps) (service.Component, http.Handler, error) { return comp, nil, nil }
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, "testsvc", ":0", getenv, build) }()
+	stop := servicetest.Run(t, "testsvc", ":0", vars, build)
 	select {
 	case <-comp.entered:
 	case <-time.After(30 * time.Second):
 		t.Fatal("Start never called")
 	}
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after its context ended")
-	}
+	require.NoError(t, stop())
 
 	failing := &component{startErr: errors.New("no such bucket")}
 	build = func(context.Context, service.Deps) (service.Component, http.Handler, error) { return failing, nil, nil }
-	getenv = envOf(map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: freeAddr(t),
-		service.EnvLogLevel: "error", service.EnvOTelExporter: "none"})
-	require.ErrorContains(t, service.Run(t.Context(), "testsvc", ":0", getenv, build), "no such bucket")
+	vars[service.EnvHTTPAddr] = servicetest.FreeAddr(t)
+	require.ErrorContains(t, service.Run(t.Context(), "testsvc", ":0", envOf(vars), build), "no such bucket")
 }

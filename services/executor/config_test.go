@@ -186,9 +186,7 @@ func TestEnvVars(t *testing.T) {
 func TestBuild(t *testing.T) {
 	env := eventstest.Start(t)
 	d := testDeps(t, env, nil)
-	d.Getenv = func(k string) string {
-		return map[string]string{EnvConcurrency: "3", EnvMaxOutputBytes: "1000"}[k]
-	}
+	d.Getenv = servicetest.Getenv(map[string]string{EnvConcurrency: "3", EnvMaxOutputBytes: "1000"})
 	s, err := Build(d)
 	require.NoError(t, err)
 	require.Equal(t, 3, s.Config().Concurrency)
@@ -198,7 +196,7 @@ func TestBuild(t *testing.T) {
 	require.Equal(t, 5, s.Config().Concurrency, "an option overrides the environment")
 	require.Equal(t, 1000, s.Config().MaxOutputBytes)
 
-	d.Getenv = func(k string) string { return map[string]string{EnvConcurrency: "x"}[k] }
+	d.Getenv = servicetest.Getenv(map[string]string{EnvConcurrency: "x"})
 	_, err = Build(d)
 	require.ErrorContains(t, err, "executor configuration: TOOLWIRE_EXECUTOR_CONCURRENCY")
 }

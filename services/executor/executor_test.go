@@ -251,13 +251,11 @@ func TestCallsRunInParallel(t *testing.T) {
 	const runID = "run-parallel"
 	w := watchRun(t, env.JS, runID)
 	var reqs []events.CallRequest
-	var outs []events.Outgoing
 	for i := range 4 {
 		req := callRequest(t, runID, i+1, "sleep", "1.0.0", `{"ms":200}`)
 		reqs = append(reqs, req)
-		outs = append(outs, approved(t, req, events.RunTrace{}))
 	}
-	require.NoError(t, events.NewPublisher(env.JS).PublishAll(t.Context(), outs))
+	publishAllApproved(t, env.JS, reqs)
 
 	var latestStart, earliestEnd time.Time
 	for _, req := range reqs {
@@ -287,13 +285,11 @@ func TestReplicasShareTheConsumer(t *testing.T) {
 	const runID = "run-replicas"
 	w := watchRun(t, env.JS, runID)
 	var reqs []events.CallRequest
-	var outs []events.Outgoing
 	for i := range 20 {
 		req := callRequest(t, runID, i+1, "echo", "1.0.0", fmt.Sprintf(`{"text":"call %d"}`, i))
 		reqs = append(reqs, req)
-		outs = append(outs, approved(t, req, events.RunTrace{}))
 	}
-	require.NoError(t, events.NewPublisher(env.JS).PublishAll(t.Context(), outs))
+	publishAllApproved(t, env.JS, reqs)
 
 	for i, req := range reqs {
 		got := w.envelopeOf(t, schemas, req)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 )
 
 // TestHeartbeatsAnnounceTheQueues: a started executor is a live worker of
@@ -56,19 +57,9 @@ func TestHeartbeatConfig(t *testing.T) {
 	for _, d := range []time.Duration{time.Millisecond, time.Hour} {
 		require.ErrorContains(t, Config{Heartbeat: d}.Validate(), "heartbeat")
 	}
-	c, err := ConfigFromEnv(func(k string) string {
-		if k == EnvHeartbeat {
-			return "2s"
-		}
-		return ""
-	})
+	c, err := ConfigFromEnv(servicetest.Getenv(map[string]string{EnvHeartbeat: "2s"}))
 	require.NoError(t, err)
 	require.Equal(t, 2*time.Second, c.Heartbeat)
-	_, err = ConfigFromEnv(func(k string) string {
-		if k == EnvHeartbeat {
-			return "10ms"
-		}
-		return ""
-	})
+	_, err = ConfigFromEnv(servicetest.Getenv(map[string]string{EnvHeartbeat: "10ms"}))
 	require.ErrorContains(t, err, EnvHeartbeat)
 }

@@ -73,7 +73,6 @@ func TestRateLimitSharedByReplicas(t *testing.T) {
 	acme := envelope.Tenant{OrgID: "acme", WorkspaceID: "ws", UserID: "u1"}
 	globex := envelope.Tenant{OrgID: "globex", WorkspaceID: "ws", UserID: "u1"}
 	var reqs []events.CallRequest
-	var outs []events.Outgoing
 	for i := range 23 {
 		req := callRequest(t, runID, i+1, "limited", "1.0.0", fmt.Sprintf(`{"n":%d}`, i))
 		req.Tenant = acme
@@ -81,9 +80,8 @@ func TestRateLimitSharedByReplicas(t *testing.T) {
 			req.Tenant = globex
 		}
 		reqs = append(reqs, req)
-		outs = append(outs, approved(t, req, events.RunTrace{}))
 	}
-	require.NoError(t, events.NewPublisher(env.JS).PublishAll(t.Context(), outs))
+	publishAllApproved(t, env.JS, reqs)
 
 	ok, refused := map[string]int{}, 0
 	executors := map[string]int{}

@@ -17,6 +17,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
@@ -193,21 +194,13 @@ func TestSecretsWithoutMasterKey(t *testing.T) {
 	// Keys from the environment; malformed ones stop Build, and the
 	// message does not show them.
 	d := testDeps(t, env, nil)
-	d.Getenv = func(k string) string {
-		if k == secrets.EnvMasterKeys {
-			return "k1:not-base64"
-		}
-		return ""
-	}
+	d.Getenv = servicetest.Getenv(map[string]string{secrets.EnvMasterKeys: "k1:not-base64"})
 	_, err = Build(d)
 	require.ErrorContains(t, err, `TOOLWIRE_MASTER_KEYS: key "k1" is not standard base64`)
 	require.NotContains(t, err.Error(), "not-base64")
-	d.Getenv = func(k string) string {
-		if k == secrets.EnvMasterKeys {
-			return "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
-		}
-		return ""
-	}
+	d.Getenv = servicetest.Getenv(map[string]string{
+		secrets.EnvMasterKeys: "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32)),
+	})
 	s, err := Build(d)
 	require.NoError(t, err)
 	require.Equal(t, "k1", s.secrets.keys.CurrentID())
@@ -215,9 +208,7 @@ func TestSecretsWithoutMasterKey(t *testing.T) {
 	// Of several keys, TOOLWIRE_MASTER_KEY_ID names the current one.
 	two := "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32)) +
 		",k2:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, 32))
-	d.Getenv = func(k string) string {
-		return map[string]string{secrets.EnvMasterKeys: two, secrets.EnvMasterKeyID: "k2"}[k]
-	}
+	d.Getenv = servicetest.Getenv(map[string]string{secrets.EnvMasterKeys: two, secrets.EnvMasterKeyID: "k2"})
 	s, err = Build(d)
 	require.NoError(t, err)
 	require.Equal(t, "k2", s.Config().Keyring.CurrentID())

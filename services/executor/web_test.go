@@ -14,6 +14,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
@@ -76,12 +77,7 @@ func TestWebToolsThroughTheExecutor(t *testing.T) {
 	schemas, err := events.NewSchemas()
 	require.NoError(t, err)
 	d := testDeps(t, env, nil)
-	d.Getenv = func(k string) string {
-		if k == web.EnvAllowHosts {
-			return srv.Listener.Addr().String()
-		}
-		return ""
-	}
+	d.Getenv = servicetest.Getenv(map[string]string{web.EnvAllowHosts: srv.Listener.Addr().String()})
 	cfg, err := ConfigFromEnv(d.Getenv)
 	require.NoError(t, err)
 	cfg.Concurrency, cfg.ID = 4, "executor-web"
@@ -135,12 +131,7 @@ func TestWebToolsThroughTheExecutor(t *testing.T) {
 func TestWebConfigRejected(t *testing.T) {
 	env := eventstest.Start(t)
 	d := testDeps(t, env, nil)
-	d.Getenv = func(k string) string {
-		if k == web.EnvAllowHosts {
-			return "ok.example, http://bad.example/"
-		}
-		return ""
-	}
+	d.Getenv = servicetest.Getenv(map[string]string{web.EnvAllowHosts: "ok.example, http://bad.example/"})
 	_, err := Build(d)
 	require.ErrorContains(t, err, `TOOLWIRE_HTTP_ALLOW_HOSTS="ok.example, http://bad.example/": allow-list entry "http://bad.example/"`)
 
@@ -148,12 +139,7 @@ func TestWebConfigRejected(t *testing.T) {
 	require.ErrorContains(t, err, "max redirects 99")
 
 	// The option wins over the environment.
-	d.Getenv = func(k string) string {
-		if k == web.EnvAllowHosts {
-			return "ok.example"
-		}
-		return ""
-	}
+	d.Getenv = servicetest.Getenv(map[string]string{web.EnvAllowHosts: "ok.example"})
 	s, err := Build(d, WithWebConfig(web.Config{AllowHosts: []string{"127.0.0.1:9"}}))
 	require.NoError(t, err)
 	require.Equal(t, []string{"127.0.0.1:9"}, s.Config().Web.AllowHosts)

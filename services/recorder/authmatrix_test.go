@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/blobs"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
@@ -40,12 +39,7 @@ func TestAuthMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start(t, rec)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = rec.Stop(ctx)
-	})
+	startUntilCleanup(t, rec)
 	srv := httptest.NewServer(rec.Handler())
 	t.Cleanup(srv.Close)
 
@@ -54,12 +48,8 @@ func TestAuthMatrix(t *testing.T) {
 	now := time.Now()
 	fxA := storetest.CompletedRun(t, "matrix-run-a", "weather", storetest.TenantA, now)
 	fxB := storetest.CompletedRun(t, "matrix-run-b", "weather", storetest.TenantB, now)
-	pub := events.NewPublisher(env.JS)
-	for _, o := range append(append([]events.Outgoing{}, fxA.Events...), fxB.Events...) {
-		if err := pub.Publish(testCtx(t), o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, env.JS, fxA.Events...)
+	publish(t, env.JS, fxB.Events...)
 	callA := fxA.Envelopes[0].CallID
 	blobA := "matrix-run-a." + callA + ".output"
 	if _, err := blobs.Put(testCtx(t), env.JS, blobA, []byte(`{"secret":"of tenant A"}`), "application/json"); err != nil {

@@ -6,7 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
+	"github.com/toolwire/toolwire/services/recorder"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind: every
@@ -22,6 +28,31 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// publish publishes outs on js, as the services do.
+func publish(t testing.TB, js jetstream.JetStream, outs ...events.Outgoing) {
+	t.Helper()
+	pub := events.NewPublisher(js)
+	for _, o := range outs {
+		if err := pub.Publish(testCtx(t), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// runRecorder runs the recorder as its binary does (service.Run with Build)
+// on the environment vars; stop cancels it and fails the test unless it
+// shuts down cleanly within 30s.
+func runRecorder(t *testing.T, vars map[string]string) (stop func()) {
+	t.Helper()
+	stopRun := servicetest.Run(t, "recorder", ":8080", vars, service.Builder(recorder.Build))
+	return func() {
+		t.Helper()
+		if err := stopRun(); err != nil {
+			t.Fatalf("service.Run: %v", err)
+		}
+	}
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

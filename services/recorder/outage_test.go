@@ -164,14 +164,7 @@ func TestRecorderPostgresOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start(t, rec)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := rec.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	startUntilCleanup(t, rec)
 	api := httptest.NewServer(rec.Handler())
 	t.Cleanup(api.Close)
 	h := &harness{t: t, env: env, dsn: dsn, pool: pool, pub: events.NewPublisher(env.JS), rec: rec, api: api}
@@ -311,12 +304,7 @@ func TestRecorderStopsDuringAnOutage(t *testing.T) {
 	rec := newRec()
 	fx := storetest.CompletedRun(t, "stop-outage", "weather", storetest.TenantA, time.Now())
 	proxy.cut()
-	pub := events.NewPublisher(env.JS)
-	for _, o := range fx.Events {
-		if err := pub.Publish(testCtx(t), o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, env.JS, fx.Events...)
 	eventually(t, "the recorder to notice the outage", func() (bool, string) { return !rec.DatabaseUp(), "up" })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -337,7 +325,7 @@ func TestRecorderStopsDuringAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	h := &harness{t: t, env: env, dsn: dsn, pool: pool, pub: pub, rec: rec, api: api}
+	h := &harness{t: t, env: env, dsn: dsn, pool: pool, pub: events.NewPublisher(env.JS), rec: rec, api: api}
 	h.waitRun(fx.RunID, events.StatusCompleted, 2)
 	h.waitIdle()
 	h.noDeadLetters()

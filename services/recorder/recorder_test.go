@@ -61,14 +61,7 @@ func (h *harness) start() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	start(h.t, rec)
-	h.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := rec.Stop(ctx); err != nil {
-			h.t.Errorf("stop: %v", err)
-		}
-	})
+	startUntilCleanup(h.t, rec)
 	h.rec = rec
 	if h.api == nil {
 		h.api = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -76,6 +69,19 @@ func (h *harness) start() {
 		}))
 		h.t.Cleanup(h.api.Close)
 	}
+}
+
+// startUntilCleanup starts rec (start) and stops it when the test ends.
+func startUntilCleanup(t *testing.T, rec *recorder.Recorder) {
+	t.Helper()
+	start(t, rec)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := rec.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
 }
 
 // start starts rec with a start context that ends right after Start, as

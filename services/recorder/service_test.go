@@ -1,7 +1,6 @@
 package recorder_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
@@ -25,7 +25,7 @@ import (
 func TestServiceRun(t *testing.T) {
 	env := eventstest.Start(t)
 	dsn := pgtest.Schema(t)
-	addr := freeAddr(t)
+	addr := servicetest.FreeAddr(t)
 	vars := map[string]string{
 		service.EnvNATSURL:      env.URL,
 		service.EnvHTTPAddr:     addr,
@@ -34,12 +34,7 @@ func TestServiceRun(t *testing.T) {
 		recorder.EnvDatabaseURL: dsn,
 		recorder.EnvBatch:       "8",
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- service.Run(ctx, "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))
-	}()
+	stop := runRecorder(t, vars)
 
 	base := "http://" + addr
 	eventually(t, "the recorder to be ready", func() (bool, string) {
@@ -52,12 +47,7 @@ func TestServiceRun(t *testing.T) {
 	})
 
 	fx := storetest.StartedRun(t, "svc-run", "weather", storetest.TenantA, time.Now())
-	pub := events.NewPublisher(env.JS)
-	for _, o := range fx.Events {
-		if err := pub.Publish(testCtx(t), o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, env.JS, fx.Events...)
 	eventually(t, "the run to be recorded", func() (bool, string) {
 		resp, err := http.Get(base + "/v1/runs/svc-run")
 		if err != nil {
@@ -71,36 +61,17 @@ func TestServiceRun(t *testing.T) {
 		return run.Status == events.StatusStarted && run.Agent == "weather", run.Status
 	})
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("service.Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the recorder did not shut down")
-	}
+	stop()
 }
 
 func TestServiceRunWithoutDatabase(t *testing.T) {
 	env := eventstest.Start(t)
-	vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: freeAddr(t),
+	vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: servicetest.FreeAddr(t),
 		service.EnvLogLevel: "error", service.EnvOTelExporter: "none"}
 	err := service.Run(testCtx(t), "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))
 	if !errors.Is(err, recorder.ErrNoDatabase) || !strings.Contains(err.Error(), "DATABASE_URL is required") {
 		t.Fatalf("service.Run without DATABASE_URL = %v", err)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
 }
 
 // TestServiceRunWithADatabaseThatNeverAnswers: a database nothing answers at
@@ -125,9 +96,9 @@ func TestServiceRunWithADatabaseThatNeverAnswers(t *testing.T) {
 	}()
 	for _, dsn := range []string{
 		"postgres://toolwire:secret@" + ln.Addr().String() + "/toolwire?sslmode=disable&connect_timeout=1", // silent
-		"postgres://toolwire:secret@" + freeAddr(t) + "/toolwire?sslmode=disable",                          // refused
+		"postgres://toolwire:secret@" + servicetest.FreeAddr(t) + "/toolwire?sslmode=disable",              // refused
 	} {
-		vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: freeAddr(t),
+		vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: servicetest.FreeAddr(t),
 			service.EnvLogLevel: "error", service.EnvOTelExporter: "none",
 			recorder.EnvDatabaseURL: dsn, recorder.EnvDatabaseWait: "2s"}
 		err := service.Run(testCtx(t), "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))

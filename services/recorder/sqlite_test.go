@@ -1,7 +1,6 @@
 package recorder_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
@@ -22,25 +21,15 @@ import (
 // by environment) on a SQLite file: it migrates, records a run and serves it.
 func TestRecorderOnSQLite(t *testing.T) {
 	env := eventstest.Start(t)
-	addr := freeAddr(t)
+	addr := servicetest.FreeAddr(t)
 	path := filepath.Join(t.TempDir(), "nested", "recorder.db")
 	vars := map[string]string{
 		service.EnvNATSURL: env.URL, service.EnvHTTPAddr: addr, service.EnvLogLevel: "error",
 		service.EnvOTelExporter: "none", recorder.EnvDatabaseURL: sqlite.URL(path),
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- service.Run(ctx, "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))
-	}()
+	stop := runRecorder(t, vars)
 	fx := storetest.CompletedRun(t, "sqlite-run", "weather", storetest.TenantA, time.Now())
-	pub := events.NewPublisher(env.JS)
-	for _, o := range fx.Events {
-		if err := pub.Publish(testCtx(t), o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, env.JS, fx.Events...)
 	eventually(t, "the run to be recorded in SQLite", func() (bool, string) {
 		resp, err := http.Get("http://" + addr + "/v1/runs/sqlite-run/envelopes")
 		if err != nil {
@@ -53,10 +42,7 @@ func TestRecorderOnSQLite(t *testing.T) {
 		}
 		return len(envs.Envelopes) == 2, fmt.Sprintf("%d envelopes", len(envs.Envelopes))
 	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("service.Run: %v", err)
-	}
+	stop()
 	// The file holds the run after the recorder has gone.
 	s, err := sqlite.Open(sqlite.URL(path))
 	if err != nil {

@@ -1,7 +1,6 @@
 package recorder_test
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
 	"time"
@@ -31,21 +30,9 @@ func TestRecorderWritesAreSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start(t, rec)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := rec.Stop(ctx); err != nil {
-			t.Error(err)
-		}
-	})
+	startUntilCleanup(t, rec)
 	fx := storetest.CompletedRun(t, "traced-run", "weather", storetest.TenantA, time.Now())
-	pub := events.NewPublisher(env.JS)
-	for _, o := range fx.Events {
-		if err := pub.Publish(testCtx(t), o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, env.JS, fx.Events...)
 	runTrace := trace.SpanContextFromContext(events.ContextWithRunTrace(t.Context(), fx.Trace)).TraceID()
 	eventually(t, "write spans of every event, linked to the run's trace", func() (bool, string) {
 		recorded, linked := 0, false

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -36,30 +37,14 @@ type Limits struct {
 }
 
 func (l Limits) orDefaults(d Limits) Limits {
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = d.MemoryBytes
-	}
-	if l.Processes == 0 {
-		l.Processes = d.Processes
-	}
-	if l.CPUSeconds == 0 {
-		l.CPUSeconds = d.CPUSeconds
-	}
-	if l.OpenFiles == 0 {
-		l.OpenFiles = d.OpenFiles
-	}
-	if l.FileSizeBytes == 0 {
-		l.FileSizeBytes = d.FileSizeBytes
-	}
-	if l.DiskBytes == 0 {
-		l.DiskBytes = d.DiskBytes
-	}
-	if l.OutputBytes == 0 {
-		l.OutputBytes = d.OutputBytes
-	}
-	if l.StderrBytes == 0 {
-		l.StderrBytes = d.StderrBytes
-	}
+	l.MemoryBytes = cmp.Or(l.MemoryBytes, d.MemoryBytes)
+	l.Processes = cmp.Or(l.Processes, d.Processes)
+	l.CPUSeconds = cmp.Or(l.CPUSeconds, d.CPUSeconds)
+	l.OpenFiles = cmp.Or(l.OpenFiles, d.OpenFiles)
+	l.FileSizeBytes = cmp.Or(l.FileSizeBytes, d.FileSizeBytes)
+	l.DiskBytes = cmp.Or(l.DiskBytes, d.DiskBytes)
+	l.OutputBytes = cmp.Or(l.OutputBytes, d.OutputBytes)
+	l.StderrBytes = cmp.Or(l.StderrBytes, d.StderrBytes)
 	return l
 }
 

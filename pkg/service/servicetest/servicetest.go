@@ -3,8 +3,11 @@
 package servicetest
 
 import (
+	"context"
+	"net"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/toolwire/toolwire/pkg/service"
 )
@@ -41,6 +44,49 @@ func VarsTakeEffect[C any](t *testing.T, vars []service.Var, fromEnv func(getenv
 		}
 		if reflect.DeepEqual(base, got) {
 			t.Errorf("%s=%q changes nothing in the configuration", v.Name, v.Example)
+		}
+	}
+}
+
+// FreeAddr is a loopback address whose port was free a moment ago, for a
+// service's TOOLWIRE_HTTP_ADDR when the test must know it in advance.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// Getenv reads the environment from env, as a binary's os.Getenv would.
+func Getenv(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
+}
+
+// Run runs a service as its binary's main does, service.Run(name,
+// defaultHTTPAddr) with build on the environment env, in the background.
+// stop cancels it and returns what Run returned; the test fails if Run has
+// not returned 30s after. The test's end cancels it too.
+func Run(t testing.TB, name, defaultHTTPAddr string, env map[string]string, build service.Build) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- service.Run(ctx, name, defaultHTTPAddr, Getenv(env), build) }()
+	return func() error {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: Run did not return 30s after its context ended", name)
+			return nil
 		}
 	}
 }

@@ -21,11 +21,8 @@ func (a *api) call(w http.ResponseWriter, r *http.Request) (store.Run, store.Too
 	}
 	id := r.PathValue("call_id")
 	if events.ValidateCallID(id) != nil {
-		if len(id) > 80 {
-			id = id[:80] + "..."
-		}
 		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidCallID,
-			fmt.Sprintf("call_id %q is not a call id: a call id is lowercase hex, at most 64 digits", id))
+			fmt.Sprintf("call_id %q is not a call id: a call id is lowercase hex, at most 64 digits", clip(id)))
 		return store.Run{}, store.ToolCall{}, false
 	}
 	c, err := a.store.ToolCall(r.Context(), run.RunID, id)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 
@@ -73,17 +74,38 @@ func (c *toolCatalog) registry(ctx context.Context) (*registry.Registry, error) 
 	return r, nil
 }
 
+// open is the registry, or false once it wrote that it is unavailable.
+func (c *toolCatalog) open(w http.ResponseWriter, r *http.Request) (*registry.Registry, bool) {
+	reg, err := c.registry(r.Context())
+	if err != nil {
+		c.unavailable(w, r, err)
+		return nil, false
+	}
+	return reg, true
+}
+
+// entries is every entry of the registry, or false once it wrote that the
+// registry is unavailable.
+func (c *toolCatalog) entries(w http.ResponseWriter, r *http.Request) ([]registry.Entry, bool) {
+	reg, ok := c.open(w, r)
+	if !ok {
+		return nil, false
+	}
+	entries, err := reg.List(r.Context())
+	if err != nil {
+		c.unavailable(w, r, err)
+		return nil, false
+	}
+	return entries, true
+}
+
 func (c *toolCatalog) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := registry.Filter{Search: q.Get("search"), States: []registry.State{registry.StateActive}}
-	if v := q.Get("category"); v != "" {
-		cat, err := parseCategory(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, err.Error())
-			return
-		}
-		f.Category = cat
+	f, ok := listFilter(w, q)
+	if !ok {
+		return
 	}
+	f.States = []registry.State{registry.StateActive}
 	if v := q.Get("show_deprecated"); v != "" {
 		show, err := strconv.ParseBool(v)
 		if err != nil {
@@ -113,14 +135,8 @@ func (c *toolCatalog) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	reg, err := c.registry(r.Context())
-	if err != nil {
-		c.unavailable(w, r, err)
-		return
-	}
-	entries, err := reg.List(r.Context())
-	if err != nil {
-		c.unavailable(w, r, err)
+	entries, ok := c.entries(w, r)
+	if !ok {
 		return
 	}
 	entries = registry.Select(entries, f)
@@ -212,6 +228,25 @@ func parseCategory(v string) (envelope.Category, error) {
 	return "", fmt.Errorf("category %q is not one of api, code, data, search, utility", v)
 }
 
+// listFilter reads what both listings take, ?search= and ?category=, or
+// writes the error.
+func listFilter(w http.ResponseWriter, q url.Values) (registry.Filter, bool) {
+	f := registry.Filter{Search: q.Get("search")}
+	if v := q.Get("category"); v != "" {
+		cat, err := parseCategory(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, err.Error())
+			return f, false
+		}
+		f.Category = cat
+	}
+	return f, true
+}
+
+func badState(v string) string {
+	return fmt.Sprintf("state %q is not one of active, deprecated, blocked", v)
+}
+
 // admin guards an admin route: it needs an admin of every tenant (the
 // registry is shared by all of them), that is the admin token or an API
 // token or OIDC identity with role admin for org "*".
@@ -256,31 +291,20 @@ func (c *toolCatalog) unavailable(w http.ResponseWriter, r *http.Request, err er
 
 func (c *toolCatalog) adminList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := registry.Filter{Search: q.Get("search")}
-	if v := q.Get("category"); v != "" {
-		cat, err := parseCategory(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, err.Error())
-			return
-		}
-		f.Category = cat
+	f, ok := listFilter(w, q)
+	if !ok {
+		return
 	}
 	if v := q.Get("state"); v != "" {
 		st, err := registry.ParseState(v)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, fmt.Sprintf("state %q is not one of active, deprecated, blocked", v))
+			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, badState(v))
 			return
 		}
 		f.States = []registry.State{st}
 	}
-	reg, err := c.registry(r.Context())
-	if err != nil {
-		c.unavailable(w, r, err)
-		return
-	}
-	entries, err := reg.List(r.Context())
-	if err != nil {
-		c.unavailable(w, r, err)
+	entries, ok := c.entries(w, r)
+	if !ok {
 		return
 	}
 	out := apitypes.AdminToolsJSON{Tools: []apitypes.AdminToolJSON{}}
@@ -288,6 +312,20 @@ func (c *toolCatalog) adminList(w http.ResponseWriter, r *http.Request) {
 		out.Tools = append(out.Tools, apitypes.AdminToolJSON{Ref: e.Definition.Ref().String(), Entry: e})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// refFailed writes the error of a registry call about ref, 404 when ref is
+// not registered, and says whether there was one.
+func (c *toolCatalog) refFailed(w http.ResponseWriter, r *http.Request, ref envelope.ToolRef, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, registry.ErrNotFound):
+		writeError(w, http.StatusNotFound, apitypes.CodeToolNotFound, fmt.Sprintf("tool %s is not registered", ref))
+	default:
+		c.unavailable(w, r, err)
+	}
+	return true
 }
 
 // ref reads the {ref} path parameter, or writes the error.
@@ -305,18 +343,12 @@ func (c *toolCatalog) get(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	reg, err := c.registry(r.Context())
-	if err != nil {
-		c.unavailable(w, r, err)
+	reg, ok := c.open(w, r)
+	if !ok {
 		return
 	}
 	e, err := reg.Get(r.Context(), ref)
-	if errors.Is(err, registry.ErrNotFound) {
-		writeError(w, http.StatusNotFound, apitypes.CodeToolNotFound, fmt.Sprintf("tool %s is not registered", ref))
-		return
-	}
-	if err != nil {
-		c.unavailable(w, r, err)
+	if c.refFailed(w, r, ref, err) {
 		return
 	}
 	writeJSON(w, http.StatusOK, apitypes.AdminToolJSON{Ref: ref.String(), Entry: e})
@@ -337,9 +369,8 @@ func (c *toolCatalog) register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidTool, err.Error())
 		return
 	}
-	reg, err := c.registry(r.Context())
-	if err != nil {
-		c.unavailable(w, r, err)
+	reg, ok := c.open(w, r)
+	if !ok {
 		return
 	}
 	created, err := reg.Register(r.Context(), def)
@@ -375,21 +406,14 @@ func (c *toolCatalog) setState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := registry.ParseState(string(body.State)); err != nil {
-		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, fmt.Sprintf("state %q is not one of active, deprecated, blocked", body.State))
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, badState(string(body.State)))
 		return
 	}
-	reg, err := c.registry(r.Context())
-	if err != nil {
-		c.unavailable(w, r, err)
+	reg, ok := c.open(w, r)
+	if !ok {
 		return
 	}
-	err = reg.SetState(r.Context(), ref, body.State)
-	if errors.Is(err, registry.ErrNotFound) {
-		writeError(w, http.StatusNotFound, apitypes.CodeToolNotFound, fmt.Sprintf("tool %s is not registered", ref))
-		return
-	}
-	if err != nil {
-		c.unavailable(w, r, err)
+	if c.refFailed(w, r, ref, reg.SetState(r.Context(), ref, body.State)) {
 		return
 	}
 	c.a.log.Info("tool state changed", "tool", ref.String(), "state", body.State)

@@ -26,14 +26,19 @@ const (
 func (a *api) runID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("run_id")
 	if events.ValidateRunID(id) != nil {
-		if len(id) > 80 {
-			id = id[:80] + "..."
-		}
 		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidRunID,
-			fmt.Sprintf("run_id %q is not a run id: a run id is 1 to 64 letters, digits, '-' or '_'", id))
+			fmt.Sprintf("run_id %q is not a run id: a run id is 1 to 64 letters, digits, '-' or '_'", clip(id)))
 		return "", false
 	}
 	return id, true
+}
+
+// clip shortens a path parameter an error message quotes to 80 bytes.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }
 
 // knownRun answers whether the store has the run or any event of it (an

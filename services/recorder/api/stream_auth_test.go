@@ -6,14 +6,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/auth"
-	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite/sqlitetest"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 )
 
@@ -22,15 +21,8 @@ import (
 func TestStreamEndsWhenTheTokenIsRevoked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	st, err := sqlite.Open(sqlite.URL(filepath.Join(t.TempDir(), "recorder.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close() }()
+	st := sqlitetest.Store(t)
 	log := slog.New(slog.DiscardHandler)
-	if _, err := sqlite.Migrate(ctx, st, log); err != nil {
-		t.Fatal(err)
-	}
 	fx := storetest.StartedRun(t, "stream-revoke", "weather", storetest.TenantA, time.Now())
 	if err := st.Write(ctx, fx.Records(t)...); err != nil {
 		t.Fatal(err)

@@ -3,10 +3,8 @@ package auth_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
-	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite/sqlitetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,15 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // tokenStore is a migrated SQLite store: the tokens table as the recorder has it.
 func tokenStore(t *testing.T) store.Store {
 	t.Helper()
-	s, err := sqlite.Open(sqlite.URL(filepath.Join(t.TempDir(), "recorder.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if _, err := sqlite.Migrate(t.Context(), s, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return sqlitetest.Store(t)
 }
 
 func issue(t *testing.T, s store.Tokens, spec auth.TokenSpec, at time.Time) (string, store.Token) {

@@ -42,43 +42,22 @@ func TestTimelineLiveInBrowser(t *testing.T) {
 	defer cancel()
 	bctx := browsertest.Start(t, ctx, bin)
 
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, steps...); err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("browser: text of %s: %v", sel, err)
-		}
-		return s
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: %s: %v", expr, err)
-		}
-		return s
-	}
+	page := browsertest.NewPage(t, bctx)
 	callSel := func(callID string) string { return `details.call[data-key="` + callID + `"]` }
 	// liveText reads a node's text in one evaluation in the page: while the
 	// run goes on, the timeline is replaced on each event, and a node found
 	// by one call may be gone by the next.
 	liveText := func(sel string) string {
 		t.Helper()
-		return eval(`(document.querySelector(` + strconv.Quote(sel) + `) || {innerText: ""}).innerText`)
+		return page.Eval(`(document.querySelector(` + strconv.Quote(sel) + `) || {innerText: ""}).innerText`)
 	}
 
-	do("open the timeline",
+	page.Do("open the timeline",
 		chromedp.Navigate(h.srv.URL+"/runs/"+fx.RunID),
 		chromedp.WaitVisible(chromedp.CSS(`.iteration.empty`)),
 	)
-	eval(`window.__notReloaded = "yes"`)
-	if n := eval(`String(document.querySelectorAll("details.call").length)`); n != "0" {
+	page.Eval(`window.__notReloaded = "yes"`)
+	if n := page.Eval(`String(document.querySelectorAll("details.call").length)`); n != "0" {
 		t.Fatalf("%s calls shown before any was requested", n)
 	}
 
@@ -86,7 +65,7 @@ func TestTimelineLiveInBrowser(t *testing.T) {
 	turn := fx.Events[cut]
 	h.publish(turn)
 	rest := fx.Events[cut+1:]
-	do("see the turn and its calls appear",
+	page.Do("see the turn and its calls appear",
 		chromedp.WaitVisible(chromedp.CSS(`.iteration[data-iteration="1"] .turn`)),
 		chromedp.WaitVisible(chromedp.CSS(callSel(envA.CallID))),
 		chromedp.WaitVisible(chromedp.CSS(callSel(envB.CallID))),
@@ -99,7 +78,7 @@ func TestTimelineLiveInBrowser(t *testing.T) {
 		t.Fatalf("turn 1's verdict: %q", head)
 	}
 	// Open it: its input is there, and it stays open while the page updates.
-	do("expand the first call",
+	page.Do("expand the first call",
 		chromedp.Click(chromedp.CSS(callSel(envA.CallID)+" summary")),
 		chromedp.WaitVisible(chromedp.CSS(callSel(envA.CallID)+" .io pre")),
 	)
@@ -123,18 +102,18 @@ func TestTimelineLiveInBrowser(t *testing.T) {
 
 	// The rest of the run happens: envelopes, the second turn, the end.
 	h.publish(later...)
-	do("see the run complete",
+	page.Do("see the run complete",
 		chromedp.WaitVisible(chromedp.CSS(`.iteration.final`)),
 		chromedp.WaitVisible(chromedp.CSS(`.run-head .status-completed`)),
 		chromedp.WaitVisible(chromedp.CSS(callSel(envB.CallID)+` .badge.bad`)),
 	)
-	summaryA, summaryB := text(callSel(envA.CallID)+" summary"), text(callSel(envB.CallID)+" summary")
-	output := text(callSel(envA.CallID) + " .io")
-	open := eval(`String(document.querySelector('` + callSel(envA.CallID) + `').open)`)
-	if marker := eval(`window.__notReloaded || "reloaded"`); marker != "yes" {
+	summaryA, summaryB := page.Text(callSel(envA.CallID)+" summary"), page.Text(callSel(envB.CallID)+" summary")
+	output := page.Text(callSel(envA.CallID) + " .io")
+	open := page.Eval(`String(document.querySelector('` + callSel(envA.CallID) + `').open)`)
+	if marker := page.Eval(`window.__notReloaded || "reloaded"`); marker != "yes" {
 		t.Fatalf("the page was reloaded (marker %q)", marker)
 	}
-	if refreshes := eval(`document.getElementById("run").dataset.refreshes || "0"`); refreshes == "0" {
+	if refreshes := page.Eval(`document.getElementById("run").dataset.refreshes || "0"`); refreshes == "0" {
 		t.Fatal("the timeline was never refreshed from the live stream")
 	}
 	for _, want := range []string{"web_search", "ok", "cached", "42 ms"} {
@@ -152,11 +131,11 @@ func TestTimelineLiveInBrowser(t *testing.T) {
 	}
 
 	// Materialize the first call from its button.
-	do("materialize",
+	page.Do("materialize",
 		chromedp.Click(chromedp.CSS(callSel(envA.CallID)+` button[data-materialize]`)),
 		chromedp.WaitVisible(chromedp.CSS(callSel(envA.CallID)+` .materialized`)),
 	)
-	materialized := text(callSel(envA.CallID) + ` .materialized`)
+	materialized := page.Text(callSel(envA.CallID) + ` .materialized`)
 	if !strings.Contains(materialized, `"kind": "tool_node"`) || !strings.Contains(materialized, `"ref": "web_search@1.2.0"`) {
 		t.Errorf("materialized = %s", materialized)
 	}

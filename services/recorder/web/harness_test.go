@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite/sqlitetest"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 	"github.com/toolwire/toolwire/services/recorder/web"
 )
@@ -34,15 +34,8 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	st, err := sqlite.Open(sqlite.URL(filepath.Join(t.TempDir(), "recorder.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := sqlitetest.Store(t)
 	log := slog.New(slog.DiscardHandler)
-	if _, err := sqlite.Migrate(testCtx(t), st, log); err != nil {
-		t.Fatal(err)
-	}
 	h := &harness{t: t, store: st, changes: api.NewChanges()}
 	done := make(chan struct{})
 	mux := http.NewServeMux()

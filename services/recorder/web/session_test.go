@@ -5,13 +5,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite/sqlitetest"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 	"github.com/toolwire/toolwire/services/recorder/web"
 )
@@ -20,15 +20,8 @@ import (
 // of storetest.TenantA's org.
 func authPages(t *testing.T) (srv *httptest.Server, viewer string, st *sqlite.Store) {
 	t.Helper()
-	st, err := sqlite.Open(sqlite.URL(filepath.Join(t.TempDir(), "recorder.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st = sqlitetest.Store(t)
 	log := slog.New(slog.DiscardHandler)
-	if _, err := sqlite.Migrate(testCtx(t), st, log); err != nil {
-		t.Fatal(err)
-	}
 	tok, row, err := auth.NewToken(auth.TokenSpec{Name: "viewer-a", OrgID: storetest.TenantA.OrgID, Role: auth.RoleViewer}, time.Now())
 	if err == nil {
 		err = st.CreateToken(testCtx(t), row)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
 )
 
@@ -22,15 +22,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // through, and cancelling the context shuts the service down cleanly.
 func TestRun(t *testing.T) {
 	env := eventstest.Start(t)
-	getenv := mapEnv(map[string]string{
+	stop := servicetest.Run(t, "executor", ":8083", map[string]string{
 		service.EnvNATSURL:      env.URL,
 		service.EnvHTTPAddr:     "127.0.0.1:0",
 		executor.EnvConcurrency: "4",
-	})
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, "executor", ":8083", getenv, service.Builder(executor.Build)) }()
+	}, service.Builder(executor.Build))
 
 	input := json.RawMessage(`{"expression":"6*7"}`)
 	callID, err := envelope.CallID("calculator", "1.0.0", input, 1)
@@ -51,21 +47,16 @@ func TestRun(t *testing.T) {
 	require.Nil(t, got.Error)
 	require.JSONEq(t, `{"result":42}`, string(got.Output))
 
-	cancel()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
 	env := eventstest.Start(t)
-	getenv := mapEnv(map[string]string{
+	getenv := servicetest.Getenv(map[string]string{
 		service.EnvNATSURL:      env.URL,
 		service.EnvHTTPAddr:     "127.0.0.1:0",
 		executor.EnvConcurrency: "lots",
 	})
 	err := service.Run(t.Context(), "executor", ":8083", getenv, service.Builder(executor.Build))
 	require.ErrorContains(t, err, executor.EnvConcurrency)
-}
-
-func mapEnv(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
 }

@@ -1,7 +1,6 @@
 package anthropic_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -47,10 +46,7 @@ const (
 )
 
 func anthropicRequest(msgs []envelope.Message) provider.Request {
-	return provider.Request{RunID: "r1", Iteration: 1,
-		Model:    envelope.Model{Provider: "anthropic", Name: "claude-sonnet-4-5"},
-		System:   "Be brief.",
-		Messages: msgs, Tools: providertest.Tools()}
+	return providertest.Turn(envelope.Model{Provider: "anthropic", Name: "claude-sonnet-4-5"}, msgs)
 }
 
 // The round trip of one turn: the registry's tool definitions become tools,
@@ -61,20 +57,14 @@ func TestAnthropicWireRoundTrip(t *testing.T) {
 	f := providertest.New(t, providertest.Reply{Body: anthropicToolUse}, providertest.Reply{Body: anthropicFinal})
 	p := anthropic.New(provider.Config{APIKey: "sk-ant-test", BaseURL: f.URL})
 
-	msgs := []envelope.Message{
-		{Role: envelope.RoleSystem, Content: "Be brief."},
-		{Role: envelope.RoleUser, Content: "Echo hi and compute 42."},
-	}
+	msgs := providertest.Question()
 	resp, err := p.Complete(t.Context(), anthropicRequest(msgs))
 	require.NoError(t, err)
 	require.Equal(t, envelope.ModelResponse{
 		Content:    "I'll echo and compute at once.",
 		StopReason: "tool_use",
-		ToolCalls: []envelope.ToolCall{
-			{ID: "toolu_01A09q90qw90lq917835lq9", Name: "echo", Arguments: json.RawMessage(`{"text": "hi"}`)},
-			{ID: "toolu_01B19q90qw90lq917835lq8", Name: "calculator", Arguments: json.RawMessage(`{"expression": 42}`)},
-		},
-		Usage: envelope.Usage{InputTokens: 472, OutputTokens: 91},
+		ToolCalls:  providertest.Calls("toolu_01A09q90qw90lq917835lq9", "toolu_01B19q90qw90lq917835lq8"),
+		Usage:      envelope.Usage{InputTokens: 472, OutputTokens: 91},
 	}, resp)
 
 	first := f.Requests()[0]
@@ -97,14 +87,7 @@ func TestAnthropicWireRoundTrip(t *testing.T) {
 	  ]
 	}`), first.Body)
 
-	// The results as the orchestrator hands them back (its
-	// ToolResultContent), in call order.
-	msgs = append(msgs,
-		envelope.Message{Role: envelope.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls},
-		envelope.Message{Role: envelope.RoleTool, ToolCallID: resp.ToolCalls[0].ID, Name: "echo", Content: `{"text":"hi"}`},
-		envelope.Message{Role: envelope.RoleTool, ToolCallID: resp.ToolCalls[1].ID, Name: "calculator", IsError: true,
-			Content: `{"error":{"code":"RATE_LIMIT","message":"slow down","retry_after_s":2}}`},
-	)
+	msgs = providertest.WithResults(msgs, resp, `{"error":{"code":"RATE_LIMIT","message":"slow down","retry_after_s":2}}`)
 	req := anthropicRequest(msgs)
 	req.Iteration = 2
 	resp, err = p.Complete(t.Context(), req)

@@ -57,10 +57,7 @@ const (
 )
 
 func openAIRequest(msgs []envelope.Message) provider.Request {
-	return provider.Request{RunID: "r1", Iteration: 1,
-		Model:    envelope.Model{Provider: "openai", Name: "gpt-4o-mini"},
-		System:   "Be brief.",
-		Messages: msgs, Tools: providertest.Tools()}
+	return providertest.Turn(envelope.Model{Provider: "openai", Name: "gpt-4o-mini"}, msgs)
 }
 
 // The round trip of one turn: the registry's tool definitions become
@@ -70,19 +67,13 @@ func TestOpenAIWireRoundTrip(t *testing.T) {
 	f := providertest.New(t, providertest.Reply{Body: openAIToolCalls}, providertest.Reply{Body: openAIFinal})
 	p := openai.New(provider.Config{APIKey: "sk-test", BaseURL: f.URL + "/v1"})
 
-	msgs := []envelope.Message{
-		{Role: envelope.RoleSystem, Content: "Be brief."},
-		{Role: envelope.RoleUser, Content: "Echo hi and compute 42."},
-	}
+	msgs := providertest.Question()
 	resp, err := p.Complete(t.Context(), openAIRequest(msgs))
 	require.NoError(t, err)
 	require.Equal(t, envelope.ModelResponse{
 		StopReason: "tool_calls",
-		ToolCalls: []envelope.ToolCall{
-			{ID: "call_echo_1", Name: "echo", Arguments: json.RawMessage(`{"text": "hi"}`)},
-			{ID: "call_calc_2", Name: "calculator", Arguments: json.RawMessage(`{"expression": 42}`)},
-		},
-		Usage: envelope.Usage{InputTokens: 82, OutputTokens: 17},
+		ToolCalls:  providertest.Calls("call_echo_1", "call_calc_2"),
+		Usage:      envelope.Usage{InputTokens: 82, OutputTokens: 17},
 	}, resp)
 
 	first := f.Requests()[0]
@@ -105,15 +96,9 @@ func TestOpenAIWireRoundTrip(t *testing.T) {
 	  "parallel_tool_calls": true
 	}`), first.Body)
 
-	// The results as the orchestrator hands them back (its
-	// ToolResultContent): in call order, the failed one carrying its error's
-	// code, message and details.
-	msgs = append(msgs,
-		envelope.Message{Role: envelope.RoleAssistant, ToolCalls: resp.ToolCalls},
-		envelope.Message{Role: envelope.RoleTool, ToolCallID: "call_echo_1", Name: "echo", Content: `{"text":"hi"}`},
-		envelope.Message{Role: envelope.RoleTool, ToolCallID: "call_calc_2", Name: "calculator", IsError: true,
-			Content: `{"error":{"code":"VALIDATION_ERROR","details":["at /expression: got number, want string"],"message":"input does not match the schema"}}`},
-	)
+	// The failed result carries its error's code, message and details.
+	msgs = providertest.WithResults(msgs, resp,
+		`{"error":{"code":"VALIDATION_ERROR","details":["at /expression: got number, want string"],"message":"input does not match the schema"}}`)
 	req := openAIRequest(msgs)
 	req.Iteration = 2
 	resp, err = p.Complete(t.Context(), req)

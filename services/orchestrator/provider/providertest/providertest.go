@@ -100,6 +100,42 @@ func Tools() []envelope.ToolDefinition {
 	}
 }
 
+// Turn is the request of the adapters' round trips: run r1, its first
+// iteration, the system prompt "Be brief." and the two Tools.
+func Turn(model envelope.Model, msgs []envelope.Message) provider.Request {
+	return provider.Request{RunID: "r1", Iteration: 1, Model: model, System: "Be brief.", Messages: msgs, Tools: Tools()}
+}
+
+// Question is the conversation of a round trip's first turn, which the model
+// answers with a call of each of the two Tools.
+func Question() []envelope.Message {
+	return []envelope.Message{
+		{Role: envelope.RoleSystem, Content: "Be brief."},
+		{Role: envelope.RoleUser, Content: "Echo hi and compute 42."},
+	}
+}
+
+// Calls are the model's answer to the Question, as the adapter reads them:
+// echo "hi", then calculator with a number where the schema wants a string.
+func Calls(echoID, calculatorID string) []envelope.ToolCall {
+	return []envelope.ToolCall{
+		{ID: echoID, Name: "echo", Arguments: json.RawMessage(`{"text": "hi"}`)},
+		{ID: calculatorID, Name: "calculator", Arguments: json.RawMessage(`{"expression": 42}`)},
+	}
+}
+
+// WithResults is msgs followed by the model's turn resp (echo, then
+// calculator) and the results as the orchestrator hands them back (its
+// ToolResultContent), in call order: echo's, then calculator's, which
+// failed with failure.
+func WithResults(msgs []envelope.Message, resp envelope.ModelResponse, failure string) []envelope.Message {
+	return append(msgs,
+		envelope.Message{Role: envelope.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls},
+		envelope.Message{Role: envelope.RoleTool, ToolCallID: resp.ToolCalls[0].ID, Name: "echo", Content: `{"text":"hi"}`},
+		envelope.Message{Role: envelope.RoleTool, ToolCallID: resp.ToolCalls[1].ID, Name: "calculator", IsError: true, Content: failure},
+	)
+}
+
 // JSON decodes a JSON text for comparisons.
 func JSON(t testing.TB, s string) any {
 	t.Helper()

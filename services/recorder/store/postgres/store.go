@@ -115,8 +115,6 @@ func (s *Store) Run(ctx context.Context, runID string) (store.Run, error) {
 // ListRuns implements Store. The runs it returns carry no Request, Outputs or
 // Pinned: read one run for those.
 func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
 	var (
 		where []string
 		args  []any
@@ -146,12 +144,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 	}
 	args = append(args, f.EffectiveLimit())
 	q += ` ORDER BY r.created_at DESC, r.run_id DESC LIMIT $` + strconv.Itoa(len(args))
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	defer rows.Close()
-	return sqlstore.Collect(rows, "list runs", func(rows pgx.Rows) (store.Run, error) { return scanRun(rows) })
+	return query(ctx, s.pool, "list runs", func(rows pgx.Rows) (store.Run, error) { return scanRun(rows) }, q, args...)
 }
 
 const callOrder = `ORDER BY seq ASC NULLS LAST, t_start ASC NULLS LAST, call_id ASC`
@@ -198,19 +191,11 @@ func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.To
 
 // Envelopes implements Store.
 func (s *Store) Envelopes(ctx context.Context, runID string) ([]json.RawMessage, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT envelope FROM tool_calls
-		WHERE run_id = $1 AND envelope IS NOT NULL `+callOrder, runID)
-	if err != nil {
-		return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
-	}
-	defer rows.Close()
-	return sqlstore.Collect(rows, fmt.Sprintf("envelopes of %q", runID), func(rows pgx.Rows) (json.RawMessage, error) {
+	return query(ctx, s.pool, fmt.Sprintf("envelopes of %q", runID), func(rows pgx.Rows) (json.RawMessage, error) {
 		var b []byte
 		err := rows.Scan(&b)
 		return b, err
-	})
+	}, `SELECT envelope FROM tool_calls WHERE run_id = $1 AND envelope IS NOT NULL `+callOrder, runID)
 }
 
 // Events implements Store.
@@ -270,108 +255,67 @@ func (s *Store) EventsAfter(ctx context.Context, runID string, after int64, limi
 // ToolCall implements Store.
 func (s *Store) ToolCall(ctx context.Context, runID, callID string) (store.ToolCall, error) {
 	calls, err := s.toolCalls(ctx, runID, callID)
-	if err != nil {
-		return store.ToolCall{}, err
-	}
-	if len(calls) == 0 {
-		return store.ToolCall{}, fmt.Errorf("%w: run %q call %q", store.ErrCallNotFound, runID, callID)
-	}
-	return calls[0], nil
+	return sqlstore.OneCall(runID, callID, calls, err)
 }
 
 // Turns implements Store.
 func (s *Store) Turns(ctx context.Context, runID string) ([]store.TurnRow, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT iteration, turn FROM model_turns WHERE run_id = $1 ORDER BY iteration`, runID)
-	if err != nil {
-		return nil, fmt.Errorf("model turns of %q: %w", runID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.TurnRow, error) {
+	return query(ctx, s.pool, fmt.Sprintf("model turns of %q", runID), func(rows pgx.Rows) (store.TurnRow, error) {
 		t := store.TurnRow{RunID: runID}
 		var b []byte
-		err := row.Scan(&t.Iteration, &b)
+		err := rows.Scan(&t.Iteration, &b)
 		t.Turn = b
 		return t, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("model turns of %q: %w", runID, err)
-	}
-	if out == nil {
-		out = []store.TurnRow{}
-	}
-	return out, nil
+	}, `SELECT iteration, turn FROM model_turns WHERE run_id = $1 ORDER BY iteration`, runID)
 }
 
 // Verdicts implements Store.
 func (s *Store) Verdicts(ctx context.Context, runID string) ([]store.VerdictRow, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT iteration, allowed, code, reason FROM verdicts WHERE run_id = $1 ORDER BY iteration`, runID)
-	if err != nil {
-		return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.VerdictRow, error) {
+	return query(ctx, s.pool, fmt.Sprintf("verdicts of %q", runID), func(rows pgx.Rows) (store.VerdictRow, error) {
 		v := store.VerdictRow{RunID: runID}
 		var code, reason *string
-		err := row.Scan(&v.Iteration, &v.Allowed, &code, &reason)
+		err := rows.Scan(&v.Iteration, &v.Allowed, &code, &reason)
 		v.Code, v.Reason = deref(code), deref(reason)
 		return v, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
-	}
-	if out == nil {
-		out = []store.VerdictRow{}
-	}
-	return out, nil
+	}, `SELECT iteration, allowed, code, reason FROM verdicts WHERE run_id = $1 ORDER BY iteration`, runID)
 }
 
 // RunTools implements Store.
 func (s *Store) RunTools(ctx context.Context, runID string) ([]store.ToolDefRow, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT name, version, definition FROM run_tools WHERE run_id = $1
-		ORDER BY name, version`, runID)
-	if err != nil {
-		return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ToolDefRow, error) {
+	return query(ctx, s.pool, fmt.Sprintf("tool definitions of %q", runID), func(rows pgx.Rows) (store.ToolDefRow, error) {
 		d := store.ToolDefRow{RunID: runID}
 		var b []byte
-		err := row.Scan(&d.Name, &d.Version, &b)
+		err := rows.Scan(&d.Name, &d.Version, &b)
 		d.Definition = b
 		return d, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
-	}
-	if out == nil {
-		out = []store.ToolDefRow{}
-	}
-	return out, nil
+	}, `SELECT name, version, definition FROM run_tools WHERE run_id = $1 ORDER BY name, version`, runID)
 }
 
 // CompletedRuns implements Store.
 func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before time.Time, limit int) ([]store.Run, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	if limit < 1 {
-		limit = 1
-	}
-	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+`, r.outputs, r.pinned, r.outputs_blob FROM runs r
-		WHERE r.status = 'completed' AND r.org_id = $1 AND r.agent = $2 AND r.created_at < $3
-		ORDER BY r.created_at DESC, r.run_id DESC LIMIT $4`, orgID, agent, before, limit)
-	if err != nil {
-		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
-	}
-	defer rows.Close()
-	return sqlstore.Collect(rows, "completed runs of "+orgID+"/"+agent, func(rows pgx.Rows) (store.Run, error) {
+	limit = max(limit, 1)
+	return query(ctx, s.pool, "completed runs of "+orgID+"/"+agent, func(rows pgx.Rows) (store.Run, error) {
 		var outputs, pinned, blob []byte
 		run, err := scanRun(rows, &outputs, &pinned, &blob)
 		run.Outputs, run.Pinned, run.OutputsBlob = outputs, pinned, blob
 		return run, err
-	})
+	}, `SELECT `+runColumns+`, r.outputs, r.pinned, r.outputs_blob FROM runs r
+		WHERE r.status = 'completed' AND r.org_id = $1 AND r.agent = $2 AND r.created_at < $3
+		ORDER BY r.created_at DESC, r.run_id DESC LIMIT $4`, orgID, agent, before, limit)
+}
+
+// query runs a read, bounded by the read deadline unless ctx has one, and
+// scans each row with scan; what names the read in its errors
+// ("verdicts of \"run-1\"").
+func query[T any](ctx context.Context, pool *pgxpool.Pool, what string, scan func(pgx.Rows) (T, error), sql string, args ...any) ([]T, error) {
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
+	defer cancel()
+	rows, err := pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	return sqlstore.Collect(rows, what, scan)
 }
 
 func deref(s *string) string {

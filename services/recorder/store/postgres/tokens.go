@@ -44,14 +44,8 @@ func (s *Store) Token(ctx context.Context, id string) (store.Token, error) {
 
 // ListTokens implements store.Tokens.
 func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT `+tokenColumns+` FROM tokens ORDER BY created_at, token_id`)
-	if err != nil {
-		return nil, fmt.Errorf("list tokens: %w", err)
-	}
-	defer rows.Close()
-	return sqlstore.Collect(rows, "list tokens", func(rows pgx.Rows) (store.Token, error) { return scanToken(rows) })
+	return query(ctx, s.pool, "list tokens", func(rows pgx.Rows) (store.Token, error) { return scanToken(rows) },
+		`SELECT `+tokenColumns+` FROM tokens ORDER BY created_at, token_id`)
 }
 
 // RevokeToken implements store.Tokens.

@@ -370,8 +370,6 @@ func (s *Store) Run(ctx context.Context, runID string) (store.Run, error) {
 
 // ListRuns implements Store.
 func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
 	var (
 		where []string
 		args  []any
@@ -398,32 +396,20 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 	}
 	args = append(args, f.EffectiveLimit())
 	q += ` ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?` + strconv.Itoa(len(args)) //nolint:gosec // G202: only placeholders are joined; every value is bound
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	defer func() { _ = rows.Close() }()
-	return sqlstore.Collect(rows, "list runs", func(rows *sql.Rows) (store.Run, error) { return sqliteScanRun(rows) })
+	return query(ctx, s.db, "list runs", func(rows *sql.Rows) (store.Run, error) { return sqliteScanRun(rows) }, q, args...)
 }
 
 // CompletedRuns implements Store.
 func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before time.Time, limit int) ([]store.Run, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
 	limit = max(limit, 1)
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sqliteRunColumns+`, r.outputs, r.pinned, r.outputs_blob FROM runs r
-		WHERE r.status = 'completed' AND r.org_id = ?1 AND r.agent = ?2 AND r.created_at < ?3
-		ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?4`, orgID, agent, fmtTime(before), limit)
-	if err != nil {
-		return nil, fmt.Errorf("completed runs of %s/%s: %w", orgID, agent, err)
-	}
-	defer func() { _ = rows.Close() }()
-	return sqlstore.Collect(rows, "completed runs of "+orgID+"/"+agent, func(rows *sql.Rows) (store.Run, error) {
+	return query(ctx, s.db, "completed runs of "+orgID+"/"+agent, func(rows *sql.Rows) (store.Run, error) {
 		var outputs, pinned, blob sql.NullString
 		run, err := sqliteScanRun(rows, &outputs, &pinned, &blob)
 		run.Outputs, run.Pinned, run.OutputsBlob = rawJSON(outputs), rawJSON(pinned), rawJSON(blob)
 		return run, err
-	})
+	}, `SELECT `+sqliteRunColumns+`, r.outputs, r.pinned, r.outputs_blob FROM runs r
+		WHERE r.status = 'completed' AND r.org_id = ?1 AND r.agent = ?2 AND r.created_at < ?3
+		ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?4`, orgID, agent, fmtTime(before), limit)
 }
 
 const sqliteCallOrder = `ORDER BY seq IS NULL, seq, t_start IS NULL, t_start, call_id`
@@ -436,13 +422,7 @@ func (s *Store) ToolCalls(ctx context.Context, runID string) ([]store.ToolCall, 
 // ToolCall implements Store.
 func (s *Store) ToolCall(ctx context.Context, runID, callID string) (store.ToolCall, error) {
 	calls, err := s.toolCalls(ctx, runID, callID)
-	if err != nil {
-		return store.ToolCall{}, err
-	}
-	if len(calls) == 0 {
-		return store.ToolCall{}, fmt.Errorf("%w: run %q call %q", store.ErrCallNotFound, runID, callID)
-	}
-	return calls[0], nil
+	return sqlstore.OneCall(runID, callID, calls, err)
 }
 
 func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.ToolCall, error) {
@@ -496,19 +476,12 @@ func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.To
 
 // Envelopes implements Store.
 func (s *Store) Envelopes(ctx context.Context, runID string) ([]json.RawMessage, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT envelope FROM tool_calls
-		WHERE run_id = ?1 AND envelope IS NOT NULL `+sqliteCallOrder, runID)
-	if err != nil {
-		return nil, fmt.Errorf("envelopes of %q: %w", runID, err)
-	}
-	defer func() { _ = rows.Close() }()
-	return sqlstore.Collect(rows, fmt.Sprintf("envelopes of %q", runID), func(rows *sql.Rows) (json.RawMessage, error) {
+	return query(ctx, s.db, fmt.Sprintf("envelopes of %q", runID), func(rows *sql.Rows) (json.RawMessage, error) {
 		var b string
 		err := rows.Scan(&b)
 		return json.RawMessage(b), err
-	})
+	}, `SELECT envelope FROM tool_calls
+		WHERE run_id = ?1 AND envelope IS NOT NULL `+sqliteCallOrder, runID)
 }
 
 // Events implements Store.
@@ -569,58 +542,37 @@ func (s *Store) EventsAfter(ctx context.Context, runID string, after int64, limi
 
 // Turns implements Store.
 func (s *Store) Turns(ctx context.Context, runID string) ([]store.TurnRow, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT iteration, turn FROM model_turns WHERE run_id = ?1 ORDER BY iteration`, runID)
-	if err != nil {
-		return nil, fmt.Errorf("model turns of %q: %w", runID, err)
-	}
-	defer func() { _ = rows.Close() }()
-	return sqlstore.Collect(rows, fmt.Sprintf("model turns of %q", runID), func(rows *sql.Rows) (store.TurnRow, error) {
+	return query(ctx, s.db, fmt.Sprintf("model turns of %q", runID), func(rows *sql.Rows) (store.TurnRow, error) {
 		t := store.TurnRow{RunID: runID}
 		var b string
 		err := rows.Scan(&t.Iteration, &b)
 		t.Turn = json.RawMessage(b)
 		return t, err
-	})
+	}, `SELECT iteration, turn FROM model_turns WHERE run_id = ?1 ORDER BY iteration`, runID)
 }
 
 // Verdicts implements Store.
 func (s *Store) Verdicts(ctx context.Context, runID string) ([]store.VerdictRow, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT iteration, allowed, code, reason FROM verdicts WHERE run_id = ?1
-		ORDER BY iteration`, runID)
-	if err != nil {
-		return nil, fmt.Errorf("verdicts of %q: %w", runID, err)
-	}
-	defer func() { _ = rows.Close() }()
-	return sqlstore.Collect(rows, fmt.Sprintf("verdicts of %q", runID), func(rows *sql.Rows) (store.VerdictRow, error) {
+	return query(ctx, s.db, fmt.Sprintf("verdicts of %q", runID), func(rows *sql.Rows) (store.VerdictRow, error) {
 		v := store.VerdictRow{RunID: runID}
 		var code, reason sql.NullString
 		err := rows.Scan(&v.Iteration, &v.Allowed, &code, &reason)
 		v.Code, v.Reason = code.String, reason.String
 		return v, err
-	})
+	}, `SELECT iteration, allowed, code, reason FROM verdicts WHERE run_id = ?1
+		ORDER BY iteration`, runID)
 }
 
 // RunTools implements Store.
 func (s *Store) RunTools(ctx context.Context, runID string) ([]store.ToolDefRow, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT name, version, definition FROM run_tools WHERE run_id = ?1
-		ORDER BY name, version`, runID)
-	if err != nil {
-		return nil, fmt.Errorf("tool definitions of %q: %w", runID, err)
-	}
-	defer func() { _ = rows.Close() }()
-	return sqlstore.Collect(rows, fmt.Sprintf("tool definitions of %q", runID), func(rows *sql.Rows) (store.ToolDefRow, error) {
+	return query(ctx, s.db, fmt.Sprintf("tool definitions of %q", runID), func(rows *sql.Rows) (store.ToolDefRow, error) {
 		d := store.ToolDefRow{RunID: runID}
 		var b string
 		err := rows.Scan(&d.Name, &d.Version, &b)
 		d.Definition = json.RawMessage(b)
 		return d, err
-	})
+	}, `SELECT name, version, definition FROM run_tools WHERE run_id = ?1
+		ORDER BY name, version`, runID)
 }
 
 func fmtTime(t time.Time) string { return t.UTC().Format(timeLayout) }
@@ -657,6 +609,20 @@ func rawJSON(s sql.NullString) json.RawMessage {
 		return nil
 	}
 	return json.RawMessage(s.String)
+}
+
+// query runs a read, bounded by the read deadline unless ctx has one, and
+// scans each row with scan; what names the read in its errors
+// ("verdicts of \"run-1\"").
+func query[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), q string, args ...any) ([]T, error) {
+	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer func() { _ = rows.Close() }()
+	return sqlstore.Collect(rows, what, scan)
 }
 
 func nullInt(v sql.NullInt64) *int {

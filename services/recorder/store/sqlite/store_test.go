@@ -3,7 +3,6 @@ package sqlite_test
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/toolwire/toolwire/services/recorder/store"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite/sqlitetest"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 )
 
@@ -19,15 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // newSQLite returns a migrated SQLite store in a fresh file.
 func newSQLite(t *testing.T) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(sqlite.URL(filepath.Join(t.TempDir(), "data", "recorder.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if _, err := sqlite.Migrate(testCtx(t), s, quietLog()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return sqlitetest.Store(t)
 }
 
 func TestSQLiteStoreContract(t *testing.T) {

@@ -773,10 +773,8 @@ func CheckRun(t testing.TB, s store.Store, fx *Run) {
 
 // snapshotOf is everything the store shows of one run.
 type snapshotOf struct {
-	Run       store.Run
-	Calls     []store.ToolCall
-	Envelopes []json.RawMessage
-	Events    []store.EventRow
+	runRecord
+	Events []store.EventRow
 }
 
 func (s snapshotOf) String() string {
@@ -786,15 +784,11 @@ func (s snapshotOf) String() string {
 
 func snapshot(t testing.TB, s store.Store, runID string) snapshotOf {
 	t.Helper()
-	var snap snapshotOf
+	snap := snapshotOf{runRecord: recordOf(t, s, runID)}
+	if snap.Run == nil {
+		t.Fatalf("Run(%q): %v", runID, store.ErrRunNotFound)
+	}
 	var err error
-	snap.Run = mustRun(t, s, runID)
-	if snap.Calls, err = s.ToolCalls(ctx(t), runID); err != nil {
-		t.Fatal(err)
-	}
-	if snap.Envelopes, err = s.Envelopes(ctx(t), runID); err != nil {
-		t.Fatal(err)
-	}
 	if snap.Events, err = s.Events(ctx(t), runID); err != nil {
 		t.Fatal(err)
 	}

@@ -61,3 +61,43 @@ func Start(t testing.TB, ctx context.Context, bin string) context.Context { //no
 	})
 	return bctx
 }
+
+// Page drives a tab (the context Start returns) for a test: each step that
+// fails fails the test, saying what it was doing.
+type Page struct {
+	t   testing.TB
+	ctx context.Context
+}
+
+// NewPage drives the tab of bctx.
+func NewPage(t testing.TB, bctx context.Context) Page { //nolint:revive // t first, as test helpers take it
+	return Page{t: t, ctx: bctx}
+}
+
+// Do runs steps; what says what they do.
+func (p Page) Do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, steps...); err != nil {
+		p.t.Fatalf("browser: %s: %v", what, err)
+	}
+}
+
+// Eval evaluates the JavaScript expression expr, whose value is a string.
+func (p Page) Eval(expr string) string {
+	p.t.Helper()
+	s, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		p.t.Fatalf("browser: %s: %v", expr, err)
+	}
+	return s
+}
+
+// Text is the text of the node that the CSS selector sel selects.
+func (p Page) Text(sel string) string {
+	p.t.Helper()
+	s, err := chromedp.Run(p.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		p.t.Fatalf("browser: text of %s: %v", sel, err)
+	}
+	return s
+}

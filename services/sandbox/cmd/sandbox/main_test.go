@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/sandbox"
 )
 
@@ -22,23 +22,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // build is what main runs.
 var build = service.Builder(sandbox.Build)
 
-func mapEnv(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
 // TestRun runs the binary's wiring against an embedded server: a job is run
 // in gVisor (the default where it works), and cancelling the context shuts
 // the service down cleanly.
 func TestRun(t *testing.T) {
 	env := eventstest.Start(t)
-	getenv := mapEnv(map[string]string{
+	stop := servicetest.Run(t, "sandbox", ":8084", map[string]string{
 		service.EnvNATSURL:     env.URL,
 		service.EnvHTTPAddr:    "127.0.0.1:0",
 		sandbox.EnvConcurrency: "2",
 		sandbox.EnvStateDir:    t.TempDir(),
-	})
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, "sandbox", ":8084", getenv, build) }()
+	}, build)
 
 	job := events.SandboxJob{
 		RunID: "run-main", CallID: "c0ffee", Tool: "t@1.0.0", TenantID: "acme//", Language: events.SandboxPython,
@@ -58,11 +52,10 @@ func TestRun(t *testing.T) {
 	require.JSONEq(t, `42`, string(got.Output))
 	require.Equal(t, sandbox.RuntimeGVisor, got.Runtime)
 
-	cancel()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 }
 
 func TestBuildRejectsBadConfig(t *testing.T) {
-	_, _, err := build(t.Context(), service.Deps{Getenv: mapEnv(map[string]string{sandbox.EnvRuntime: "docker"})})
+	_, _, err := build(t.Context(), service.Deps{Getenv: servicetest.Getenv(map[string]string{sandbox.EnvRuntime: "docker"})})
 	require.ErrorContains(t, err, sandbox.EnvRuntime+`="docker": want one of auto, gvisor, bwrap`)
 }

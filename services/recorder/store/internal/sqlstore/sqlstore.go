@@ -153,6 +153,18 @@ type Rows interface {
 	Err() error
 }
 
+// OneCall is the one call of a read of the tool calls narrowed to callID
+// (calls and err, as the read returned them), or store.ErrCallNotFound.
+func OneCall(runID, callID string, calls []store.ToolCall, err error) (store.ToolCall, error) {
+	if err != nil {
+		return store.ToolCall{}, err
+	}
+	if len(calls) == 0 {
+		return store.ToolCall{}, fmt.Errorf("%w: run %q call %q", store.ErrCallNotFound, runID, callID)
+	}
+	return calls[0], nil
+}
+
 // Collect scans every row of rows with scan and returns them in order (an
 // empty slice, never nil, when there is none); a failure is wrapped with
 // what ("verdicts of \"run-1\"").
