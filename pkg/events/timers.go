@@ -52,13 +52,82 @@ const (
 // nothing (the message id is the timer's and its time); arming it for
 // another time replaces it (one message per subject).
 func ArmTimer(ctx context.Context, js jetstream.JetStream, kind, id string, at time.Time) error {
-	subj, err := TimerSubject(kind, id)
+	m, ttl, err := timerMsg(kind, id, at)
 	if err != nil {
 		return err
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timerTimeout)
+		defer cancel()
+	}
+	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgTTL(ttl)); err != nil {
+		return fmt.Errorf("arm timer %s: %w", m.Subject, err)
+	}
+	return nil
+}
+
+// timerTimeout bounds the arming of a timer whose context has no deadline.
+const timerTimeout = 10 * time.Second
+
+// ArmingTimer is a timer whose arming is on its way (StartTimer): the
+// server may not have stored it yet. Whoever started it must Wait before
+// treating it as set.
+type ArmingTimer struct {
+	js  jetstream.JetStream
+	m   *nats.Msg
+	ttl time.Duration
+	f   jetstream.PubAckFuture
+}
+
+// StartTimer is ArmTimer without waiting for the server's answer: the
+// timer's publish overlaps whatever the caller does next, and Wait says
+// whether it was stored. An error here is one of the timer (an unsafe id, a
+// time too far) or of the connection.
+func StartTimer(js jetstream.JetStream, kind, id string, at time.Time) (*ArmingTimer, error) {
+	m, ttl, err := timerMsg(kind, id, at)
+	if err != nil {
+		return nil, err
+	}
+	f, err := js.PublishMsgAsync(m, jetstream.WithMsgTTL(ttl))
+	if err != nil {
+		return nil, fmt.Errorf("arm timer %s: %w", m.Subject, err)
+	}
+	return &ArmingTimer{js: js, m: m, ttl: ttl, f: f}, nil
+}
+
+// Wait returns nil once the server has stored the timer. When the publish
+// failed it is made again, and waited for (the timer's message id makes a
+// copy stored meanwhile a duplicate); its error, or ctx's, is returned.
+func (a *ArmingTimer) Wait(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timerTimeout)
+		defer cancel()
+	}
+	select {
+	case <-a.f.Ok():
+		return nil
+	case <-a.f.Err():
+	case <-ctx.Done():
+		return fmt.Errorf("arm timer %s: %w", a.m.Subject, ctx.Err())
+	}
+	if _, err := a.js.PublishMsg(ctx, a.m, jetstream.WithMsgTTL(a.ttl)); err != nil {
+		return fmt.Errorf("arm timer %s: %w", a.m.Subject, err)
+	}
+	return nil
+}
+
+// timerMsg is the message that arms the timer id of kind for at, and its
+// TTL.
+func timerMsg(kind, id string, at time.Time) (*nats.Msg, time.Duration, error) {
+	subj, err := TimerSubject(kind, id)
+	if err != nil {
+		return nil, 0, err
+	}
 	d := time.Until(at)
 	if d > MaxTimer {
-		return fmt.Errorf("timer %s: %s is further than %s", subj, d, MaxTimer)
+		return nil, 0, fmt.Errorf("timer %s: %s is further than %s", subj, d, MaxTimer)
 	}
 	if r := d % time.Second; r != 0 {
 		d += time.Second - r
@@ -67,15 +136,7 @@ func ArmTimer(ctx context.Context, js jetstream.JetStream, kind, id string, at t
 	m := nats.NewMsg(subj)
 	m.Header.Set(HeaderMsgID, "timer/"+kind+"/"+id+"/"+strconv.FormatInt(at.Unix(), 10))
 	m.Data = []byte(at.UTC().Format(time.RFC3339Nano))
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-	}
-	if _, err := js.PublishMsg(ctx, m, jetstream.WithMsgTTL(d)); err != nil {
-		return fmt.Errorf("arm timer %s: %w", subj, err)
-	}
-	return nil
+	return m, d, nil
 }
 
 // TimerHandler handles a timer that fired. Returning nil settles it; an error

@@ -82,6 +82,46 @@ func TestTimerFiresAfterARestart(t *testing.T) {
 	}
 }
 
+// A timer started without waiting (StartTimer) is stored once Wait returns,
+// and fires as one armed with ArmTimer does.
+func TestStartedTimerFires(t *testing.T) {
+	env := natstest.Start(t)
+	got := make(chan string, 1)
+	startTimers(t, env, func(_ context.Context, _, id string) error { got <- id; return nil })
+	ctx := testCtx(t)
+	a, err := events.StartTimer(env.JS, "run", "r3", time.Now().Add(time.Second))
+	require.NoError(t, err)
+	require.NoError(t, a.Wait(ctx))
+	again, err := events.StartTimer(env.JS, "run", "later", time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, again.Wait(ctx))
+	require.EqualValues(t, 2, streamMsgs(t, env.JS, events.StreamTimers), "both are stored once Wait returns")
+	select {
+	case id := <-got:
+		require.Equal(t, "r3", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the started timer did not fire")
+	}
+}
+
+// A started timer that cannot be stored says so in Wait; its bad arguments
+// are refused at once, as ArmTimer refuses them.
+func TestStartTimerFailures(t *testing.T) {
+	env := natstest.Start(t)
+	_, err := events.StartTimer(env.JS, "run", "a.b", time.Now().Add(time.Minute))
+	require.ErrorIs(t, err, events.ErrUnsafeID)
+	_, err = events.StartTimer(env.JS, "run", "a", time.Now().Add(events.MaxTimer+time.Hour))
+	require.ErrorContains(t, err, "further than")
+
+	ctx := testCtx(t)
+	require.NoError(t, env.JS.DeleteStream(ctx, events.StreamTimers))
+	a, err := events.StartTimer(env.JS, "run", "lost", time.Now().Add(time.Minute))
+	require.NoError(t, err, "sent: the failure comes back in Wait")
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.ErrorContains(t, a.Wait(wctx), "arm timer toolwire.timer.run.lost")
+}
+
 func TestArmTimerRejects(t *testing.T) {
 	env := natstest.Start(t)
 	ctx := testCtx(t)

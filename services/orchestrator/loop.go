@@ -56,7 +56,7 @@ func firstDelivery(ctx context.Context) bool {
 
 // onRunRequested validates a run request, calls the model for its first turn
 // and publishes it.
-func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error {
+func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err error) {
 	subj, err := events.ParseSubject(d.Subject)
 	if err != nil {
 		return events.Permanent(err)
@@ -113,12 +113,18 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) error 
 	}
 
 	// The run's deadline counts from its request's arrival in the stream,
-	// the same for every delivery; its timer is armed before anything else
-	// happens, so that a run whose events go nowhere is still ended.
+	// the same for every delivery. Its timer is sent before anything else
+	// happens, and the request is acknowledged only once the timer is
+	// stored (whatever the handler's outcome), so that a run whose events
+	// go nowhere is still ended: a crash before then redelivers the request,
+	// which arms it again. The timer's round trip overlaps the run's first
+	// turn instead of preceding it.
 	deadline := s.deadlineOf(&req, d.Meta)
-	if err := s.armDeadline(ctx, req.RunID, deadline); err != nil {
+	armed, err := s.startDeadline(req.RunID, deadline)
+	if err != nil {
 		return err
 	}
+	defer func() { err = s.deadlineArmed(ctx, req.RunID, armed, err) }()
 	// A redelivered request: the run exists, or got as far as its first turn
 	// before its replica died.
 	st, _, err := s.states.get(ctx, req.RunID)
@@ -266,6 +272,11 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 // (the first turn of a new run is recorded with it).
 func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string, exists bool, trigger string) error {
 	n := st.Iteration
+	created := func() {}
+	if !exists {
+		created = s.states.expect(st.RunID)
+		defer created()
+	}
 	var t *events.Turn
 	err := fmt.Errorf("run %s: turn %d: %w", st.RunID, n, errNotRecorded)
 	// A new run's caller has just looked; a first delivery need not.
@@ -356,6 +367,7 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 		st.recordTurn(t)
 		err = s.createOrGet(ctx, st)
 		recorded = st
+		created()
 	}
 	if err != nil {
 		return err

@@ -70,6 +70,32 @@ func (s *Service) armDeadline(ctx context.Context, runID string, deadline time.T
 	return nil
 }
 
+// startDeadline sends the timer of the run's deadline; deadlineArmed waits
+// until it is stored.
+func (s *Service) startDeadline(runID string, deadline time.Time) (*events.ArmingTimer, error) {
+	a, err := events.StartTimer(s.js, timerRun, runID, deadline.Add(reapGrace))
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", runID, err)
+	}
+	return a, nil
+}
+
+// deadlineArmed waits until the timer of the run's deadline is stored and
+// returns what the handler that armed it returns: herr, its own outcome,
+// when the timer is stored; else the timer's failure, which is never
+// permanent, so that the event is handled again (and the timer armed)
+// rather than dead-lettered without a deadline.
+func (s *Service) deadlineArmed(ctx context.Context, runID string, a *events.ArmingTimer, herr error) error {
+	err := a.Wait(ctx)
+	switch {
+	case err == nil:
+		return herr
+	case herr == nil:
+		return fmt.Errorf("run %s: %w", runID, err)
+	}
+	return fmt.Errorf("run %s: %w (and the handler failed: %v)", runID, err, herr)
+}
+
 // withDeadline bounds ctx by a run's deadline, when it has one.
 func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
 	if deadline.IsZero() {

@@ -1,6 +1,8 @@
 package orchestrator
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 func TestDeadlineFor(t *testing.T) {
@@ -53,4 +56,39 @@ func TestDeadlineReason(t *testing.T) {
 	require.Contains(t, r, "in iteration 1, waiting for an operator's decision on call bb (send_email@1.0.0): decide sooner with `toolwire approve`")
 	require.Contains(t, r, "waiting for call cc (gpu_job@2.0.0, queue gpu): check `toolwire dlq list`")
 	require.NotContains(t, r, "call aa", "an answered call is not what it waited for")
+}
+
+// A request is acknowledged only once its run's deadline timer is stored:
+// the handler's own outcome stands when it is, and a timer that could not be
+// stored is returned in its place, never as a permanent failure, so that the
+// request is handled again rather than dead-lettered without a deadline.
+func TestDeadlineArmedBeforeTheRequestIsAcknowledged(t *testing.T) {
+	env := eventstest.Start(t)
+	s := &Service{js: env.JS}
+	ctx := t.Context()
+	deadline := time.Now().Add(time.Minute)
+
+	armed, err := s.startDeadline("armed", deadline)
+	require.NoError(t, err)
+	poison := events.Permanent(errors.New("poison"))
+	require.Equal(t, poison, s.deadlineArmed(ctx, "armed", armed, poison), "the timer is stored: the handler's outcome stands")
+	stream, err := env.JS.Stream(ctx, events.StreamTimers)
+	require.NoError(t, err)
+	_, err = stream.GetLastMsgForSubject(ctx, "toolwire.timer.run.armed")
+	require.NoError(t, err, "stored before deadlineArmed returned")
+
+	require.NoError(t, env.JS.DeleteStream(ctx, events.StreamTimers))
+	lost, err := s.startDeadline("lost", deadline)
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err = s.deadlineArmed(wctx, "lost", lost, poison)
+	require.ErrorContains(t, err, "arm timer toolwire.timer.run.lost")
+	require.ErrorContains(t, err, "poison")
+	require.False(t, events.IsPermanent(err), "handled again, not dead-lettered without a deadline")
+
+	lost, err = s.startDeadline("lost", deadline)
+	require.NoError(t, err)
+	err = s.deadlineArmed(wctx, "lost", lost, nil)
+	require.ErrorContains(t, err, "arm timer toolwire.timer.run.lost")
 }

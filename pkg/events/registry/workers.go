@@ -232,10 +232,40 @@ func (w *Workers) Live(queue string) []Worker {
 	return ws
 }
 
+// missing returns the queues of queues that have no live worker now, each
+// once.
+func (w *Workers) missing(queues []string) []string {
+	now := w.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var missing []string
+	for _, q := range queues {
+		if !slices.Contains(missing, q) && !w.hasLiveLocked(q, now) {
+			missing = append(missing, q)
+		}
+	}
+	return missing
+}
+
+// hasLiveLocked reports whether queue has a worker live at now; w.mu is
+// held.
+func (w *Workers) hasLiveLocked(queue string, now time.Time) bool {
+	for _, wk := range w.byKey {
+		if wk.Queue == queue && wk.LiveAt(now) {
+			return true
+		}
+	}
+	return false
+}
+
 // Wait waits until every queue of queues has a live worker, for at most
 // bound, and returns those that have none by then (nil when all have one).
 // A ctx that ends ends the wait too, with its error.
 func (w *Workers) Wait(ctx context.Context, queues []string, bound time.Duration) ([]string, error) {
+	// Every queue served already, as nearly always: no timers to set.
+	if len(w.missing(queues)) == 0 {
+		return nil, nil
+	}
 	deadline := time.NewTimer(bound)
 	defer deadline.Stop()
 	// A beat that stops holding changes nothing in the bucket until the
@@ -246,12 +276,7 @@ func (w *Workers) Wait(ctx context.Context, queues []string, bound time.Duration
 		w.mu.Lock()
 		changed := w.changed
 		w.mu.Unlock()
-		var missing []string
-		for _, q := range queues {
-			if len(w.Live(q)) == 0 && !slices.Contains(missing, q) {
-				missing = append(missing, q)
-			}
-		}
+		missing := w.missing(queues)
 		if len(missing) == 0 || last {
 			return missing, nil
 		}
