@@ -272,11 +272,6 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 // (the first turn of a new run is recorded with it).
 func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string, exists bool, trigger string) error {
 	n := st.Iteration
-	created := func() {}
-	if !exists {
-		created = s.states.expect(st.RunID)
-		defer created()
-	}
 	var t *events.Turn
 	err := fmt.Errorf("run %s: turn %d: %w", st.RunID, n, errNotRecorded)
 	// A new run's caller has just looked; a first delivery need not.
@@ -367,7 +362,6 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 		st.recordTurn(t)
 		err = s.createOrGet(ctx, st)
 		recorded = st
-		created()
 	}
 	if err != nil {
 		return err

@@ -48,10 +48,6 @@ type runSlot struct {
 	rev     uint64
 	queue   []*pendingChange
 	writing bool
-	// creating, while this replica is about to create the run's state
-	// (expect), is closed once it has: a change to the run waits for it
-	// rather than find no state and rebuild one from the stream.
-	creating chan struct{}
 }
 
 // pendingChange is one handler's change, waiting for its group's write.
@@ -173,35 +169,6 @@ func (st *stateStore) create(ctx context.Context, s *RunState) (uint64, error) {
 	return rev, nil
 }
 
-// expect marks the run's state as about to be created by this replica:
-// until done is called (once the create has returned, whatever its
-// outcome), a change to the run (update) waits for it. The envelopes of a
-// new run's first calls can come back before its state is created (they
-// are published as soon as its first turn is stored); rather than find no
-// state and rebuild it from the stream, at the cost of several reads, they
-// start from the state this replica writes. A change to the run made by
-// the caller itself before done would wait for it: done comes first. Call
-// done more than once as you like.
-func (st *stateStore) expect(runID string) (done func()) {
-	sl := st.acquire(runID)
-	created := make(chan struct{})
-	sl.mu.Lock()
-	sl.creating = created
-	sl.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			sl.mu.Lock()
-			if sl.creating == created {
-				sl.creating = nil
-			}
-			sl.mu.Unlock()
-			close(created)
-			st.release(runID, sl)
-		})
-	}
-}
-
 // update applies change to the run's state under compare-and-set; change
 // returns false when there is nothing to write. It is called on a copy of
 // the latest state, possibly more than once (after a conflicting write), and
@@ -211,16 +178,6 @@ func (st *stateStore) expect(runID string) (done func()) {
 func (st *stateStore) update(ctx context.Context, runID string, change func(s *RunState) (bool, error)) (*RunState, uint64, error) {
 	sl := st.acquire(runID)
 	defer st.release(runID, sl)
-	sl.mu.Lock()
-	created := sl.creating
-	sl.mu.Unlock()
-	if created != nil { // this replica is creating the state (expect)
-		select {
-		case <-created:
-		case <-ctx.Done():
-			return nil, 0, fmt.Errorf("update run %s: %w", runID, ctx.Err())
-		}
-	}
 	pc := &pendingChange{change: change, done: make(chan struct{})}
 	sl.mu.Lock()
 	sl.queue = append(sl.queue, pc)

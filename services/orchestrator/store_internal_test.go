@@ -4,7 +4,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -122,50 +121,4 @@ func TestStoreGroupsConcurrentChanges(t *testing.T) {
 	_, cached := a.runs["r2"]
 	a.mu.Unlock()
 	require.False(t, cached)
-}
-
-// A change to a run whose state this replica is about to create waits for
-// the create, and starts from the state it wrote, instead of finding none;
-// a change on another replica does not wait. Once done, changes no longer
-// wait, whatever the create's outcome.
-func TestStoreChangeWaitsForAnExpectedCreate(t *testing.T) {
-	ctx := t.Context()
-	a, b := twoReplicas(t)
-	done := a.expect("r1")
-
-	_, _, err := b.update(ctx, "r1", setIteration(2))
-	require.ErrorIs(t, err, errNoRunState, "another replica does not wait")
-
-	type result struct {
-		st  *RunState
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		st, _, err := a.update(ctx, "r1", setIteration(2))
-		got <- result{st, err}
-	}()
-	select {
-	case r := <-got:
-		t.Fatalf("the change did not wait for the create: %+v", r)
-	case <-time.After(100 * time.Millisecond):
-	}
-	_, err = a.create(ctx, &RunState{RunID: "r1", Iteration: 1, Phase: PhaseAwaitingTools})
-	require.NoError(t, err)
-	done()
-	done() // more than once is harmless
-	r := <-got
-	require.NoError(t, r.err)
-	require.Equal(t, 2, r.st.Iteration, "applied to the created state")
-
-	// A create that never happens lets the waiting change go on, which finds
-	// no state, as it would have.
-	done = a.expect("r2")
-	go func() {
-		st, _, err := a.update(ctx, "r2", setIteration(2))
-		got <- result{st, err}
-	}()
-	time.Sleep(50 * time.Millisecond)
-	done()
-	require.ErrorIs(t, (<-got).err, errNoRunState)
 }
