@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,7 +39,7 @@ func buildServices(t *testing.T) string {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *servicetest.Output
 	http string // its TOOLWIRE_HTTP_ADDR
 }
 
@@ -50,7 +48,7 @@ type proc struct {
 // for it to be ready (waitReady does).
 func launch(t, owner *testing.T, bin, prog, name string, env ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: &syncBuffer{}, http: servicetest.FreeAddr(t)}
+	p := &proc{name: name, out: &servicetest.Output{}, http: servicetest.FreeAddr(t)}
 	p.cmd = exec.Command(filepath.Join(bin, prog))
 	p.cmd.Env = append(append(os.Environ(), "TOOLWIRE_HTTP_ADDR="+p.http), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -102,22 +100,4 @@ func (p *proc) exited(t *testing.T) {
 	case <-time.After(40 * time.Second):
 		t.Fatalf("%s did not stop after SIGTERM\n%s", p.name, p.out.String())
 	}
-}
-
-// syncBuffer collects a process's output for the failure message.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
@@ -66,24 +66,6 @@ func (leakyTool) Execute(_ context.Context, input json.RawMessage, tc tool.Conte
 	return json.Marshal(map[string]any{"auth": tc.Auth, "message": "authenticated with " + key})
 }
 
-// syncBuffer collects the stack's log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestSecretCanary: a secret whose value is a unique string is used by a tool
 // that echoes it, fails with it, logs it, errs and panics with it. Then every
 // event of every stream (and every KV bucket and object but the sealed
@@ -91,7 +73,7 @@ func (s *syncBuffer) String() string {
 // searched: the canary appears nowhere.
 func TestSecretCanary(t *testing.T) {
 	dsn := pgtest.Schema(t)
-	logs := &syncBuffer{}
+	logs := &servicetest.Output{}
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })

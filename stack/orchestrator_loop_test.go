@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/services/orchestrator/provider"
@@ -112,7 +113,7 @@ func TestRealProvidersThroughTheLoop(t *testing.T) {
 		},
 	}
 	h := newPipeline(t, internalsTool())
-	var logs syncBuffer
+	var logs servicetest.Output
 	f := map[string]*providertest.Model{}
 	for _, s := range shapes {
 		f[s.name] = providertest.New(t, providertest.Reply{Body: s.toolCalls}, providertest.Reply{Body: s.final})

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -80,24 +80,6 @@ func withoutComments(t *testing.T, src string) string {
 	return strings.Join(lines, "")
 }
 
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestREADMEWorkerExample copies the README's worker program and its test
 // out of README.md into a module of their own, with a bare go.mod (no
 // replace lines) in a workspace with this checkout, as the README says, runs
@@ -154,7 +136,7 @@ func TestREADMEWorkerExample(t *testing.T) {
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
-	logs := &lockedBuffer{}
+	logs := &servicetest.Output{}
 	prog := exec.Command(filepath.Join(dir, "upper"))
 	prog.Env = append(os.Environ(), "NATS_URL="+st.URL, "TOOLWIRE_HTTP_ADDR="+addr)
 	prog.Stdout, prog.Stderr = logs, logs

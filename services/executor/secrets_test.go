@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -20,24 +19,6 @@ import (
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor/tool"
 )
-
-// lockedBuffer is a log sink that the test reads while services write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // authTool uses its secret API_KEY: it echoes its auth, logs it, and with
 // {"fail": true} fails with it in its message and details. It can preview.
@@ -83,7 +64,7 @@ const canaryValue = "canary-7f3b9e2d-secret-value"
 
 func TestSecretsResolvedScopedAndScrubbed(t *testing.T) {
 	env := eventstest.Start(t)
-	logs := &lockedBuffer{}
+	logs := &servicetest.Output{}
 	d := testDeps(t, env, nil)
 	d.Log = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	keys := testKeyring(t)

@@ -3,9 +3,11 @@
 package servicetest
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,4 +91,24 @@ func Run(t testing.TB, name, defaultHTTPAddr string, env map[string]string, buil
 			return nil
 		}
 	}
+}
+
+// Output collects what services or processes write (a logger's handler, a
+// command's stdout and stderr) for a test to read while they still write.
+type Output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+// String is everything written so far.
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }
