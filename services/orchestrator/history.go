@@ -33,6 +33,10 @@ type history struct {
 // errNotRecorded is wrapped when an event of a run is not in its stream.
 var errNotRecorded = errors.New("not recorded")
 
+// errUnreadable is wrapped when a stored event cannot be decoded: reading it
+// again will not help.
+var errUnreadable = errors.New("unreadable")
+
 // last returns the last event stored on subject; errNotRecorded when none is.
 func last(ctx context.Context, st jetstream.Stream, subject string) (*storedEvent, error) {
 	m, err := st.GetLastMsgForSubject(ctx, subject)
@@ -44,7 +48,7 @@ func last(ctx context.Context, st jetstream.Stream, subject string) (*storedEven
 	}
 	ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
 	if err != nil {
-		return nil, fmt.Errorf("decode %s: %w", subject, err)
+		return nil, fmt.Errorf("decode %s: %w: %w", subject, errUnreadable, err)
 	}
 	return &storedEvent{subject: m.Subject, trace: events.TraceOf(ev), data: ev, at: m.Time}, nil
 }

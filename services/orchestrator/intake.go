@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -55,21 +54,22 @@ func (s *Service) handleIntake(ctx context.Context, d *events.Delivery) error {
 	}
 	// The run id may be taken: by this request, handed over before (a
 	// redelivery), or by another tenant's run, which this request must not
-	// join.
-	taken := func() (bool, error) {
+	// join. settled is whether the handler is done, with its result.
+	settled := func() (bool, error) {
 		owner, err := s.requestTenant(ctx, subj)
-		if err != nil || owner == nil {
-			return false, err
+		switch {
+		case events.IsPermanent(err):
+			return true, refuse(err)
+		case err != nil:
+			return true, err
+		case owner == nil:
+			return false, nil
+		case owner.OrgID != req.Tenant.OrgID || owner.WorkspaceID != req.Tenant.WorkspaceID:
+			return true, refuse(fmt.Errorf("%w: run %s is another tenant's", events.ErrIntakeTenant, in.RunID))
 		}
-		if owner.OrgID != req.Tenant.OrgID || owner.WorkspaceID != req.Tenant.WorkspaceID {
-			return true, events.Permanent(fmt.Errorf("%w: run %s is another tenant's", events.ErrIntakeTenant, in.RunID))
-		}
-		return true, nil
+		return true, nil // handed over already
 	}
-	if ok, err := taken(); ok || err != nil {
-		if events.IsPermanent(err) {
-			return refuse(err)
-		}
+	if done, err := settled(); done {
 		return err
 	}
 	m, err := events.Encode(subj, d.Event)
@@ -83,10 +83,7 @@ func (s *Service) handleIntake(ctx context.Context, d *events.Delivery) error {
 	if !wrongLastSequence(err) {
 		return err
 	}
-	if ok, err := taken(); ok || err != nil {
-		if events.IsPermanent(err) {
-			return refuse(err)
-		}
+	if done, err := settled(); done {
 		return err
 	}
 	return fmt.Errorf("orchestrator: intake %s: the run's request was there and is gone", d.Subject)
@@ -96,19 +93,17 @@ func (s *Service) handleIntake(ctx context.Context, d *events.Delivery) error {
 // there is none. A stored request that cannot be read is the run of
 // nobody's tenant (a permanent error).
 func (s *Service) requestTenant(ctx context.Context, subj string) (*envelope.Tenant, error) {
-	m, err := s.history.runs.GetLastMsgForSubject(ctx, subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	e, err := last(ctx, s.history.runs, subj)
+	switch {
+	case errors.Is(err, errNotRecorded):
 		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("orchestrator: read %s: %w", subj, err)
-	}
-	e, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
-	if err != nil {
+	case errors.Is(err, errUnreadable):
 		return nil, events.Permanent(fmt.Errorf("%w: %s holds an unreadable request: %w", events.ErrIntakeTenant, subj, err))
+	case err != nil:
+		return nil, fmt.Errorf("orchestrator: %w", err)
 	}
 	var req envelope.RunRequest
-	if err := events.DecodeData(e, &req); err != nil {
+	if err := events.DecodeData(e.data, &req); err != nil {
 		return nil, events.Permanent(fmt.Errorf("%w: %s holds an unreadable request: %w", events.ErrIntakeTenant, subj, err))
 	}
 	return &req.Tenant, nil
