@@ -56,6 +56,39 @@ func (p *Publisher) PublishAck(ctx context.Context, out Outgoing) (*jetstream.Pu
 	return ack, nil
 }
 
+// PublishFirst publishes out only when its subject holds no event yet: it
+// reports whether out was stored. False, without an error, means the subject
+// had an event already (this one, a duplicate of its id; or another, which
+// the stream refused to put beside it). It is how an event that must be the
+// only one on its subject (a run's turn, a run's end) stays the only one
+// whoever else publishes there, and however long after.
+func (p *Publisher) PublishFirst(ctx context.Context, out Outgoing) (bool, error) {
+	m, err := out.Msg()
+	if err != nil {
+		return false, err
+	}
+	InjectHop(ctx, m.Header)
+	ctx, cancel := p.ctx(ctx)
+	defer cancel()
+	ack, err := p.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+	switch {
+	case WrongLastSequence(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("publish %s %s: %w", out.Event.Type(), out.Event.ID(), err)
+	}
+	return !ack.Duplicate, nil
+}
+
+// WrongLastSequence reports whether a publish was refused because its
+// subject was not at the sequence it expected (10071, or 10164 on a
+// replicated stream).
+func WrongLastSequence(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) &&
+		(api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
 // PublishAll publishes the events concurrently and waits for every PubAck; the
 // first failure is returned after all have settled. Order of storage is not
 // guaranteed between the events.

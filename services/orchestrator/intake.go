@@ -80,7 +80,7 @@ func (s *Service) handleIntake(ctx context.Context, d *events.Delivery) error {
 	// Only if the run has no request yet: two tenants handing in one run id
 	// at once get one run, whose tenant the other learns below.
 	_, err = s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
-	if !wrongLastSequence(err) {
+	if !events.WrongLastSequence(err) {
 		return err
 	}
 	if done, err := settled(); done {
@@ -107,13 +107,4 @@ func (s *Service) requestTenant(ctx context.Context, subj string) (*envelope.Ten
 		return nil, events.Permanent(fmt.Errorf("%w: %s holds an unreadable request: %w", events.ErrIntakeTenant, subj, err))
 	}
 	return &req.Tenant, nil
-}
-
-// wrongLastSequence reports whether a publish was refused because its
-// subject was not at the expected sequence (10071, or 10164 on a replicated
-// stream).
-func wrongLastSequence(err error) bool {
-	var api *jetstream.APIError
-	return errors.As(err, &api) &&
-		(api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

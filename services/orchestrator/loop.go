@@ -394,26 +394,25 @@ func (s *Service) publishFinal(ctx context.Context, st *RunState, t *events.Turn
 }
 
 // publishTurn publishes turn t with the answers of the calls the orchestrator
-// answered itself. When another delivery's turn got there first, it returns
-// the stored one, which is the run's.
+// answered itself, unless the turn's subject holds one already (however long
+// ago: the stream refuses a second, beyond its duplicate window too). When
+// another delivery's turn got there first, it returns the stored one, which
+// is the run's.
 func (s *Service) publishTurn(ctx context.Context, st *RunState, t *events.Turn) (*events.Turn, error) {
 	ctx = events.ContextWithRunTrace(ctx, st.Trace)
 	out, err := events.NewTurnCompleted(s.cfg.Source, *t, st.Trace)
 	if err != nil {
 		return nil, events.Permanent(err)
 	}
-	ack, err := s.pub.PublishAck(ctx, out)
+	published, err := s.pub.PublishFirst(ctx, out)
+	if err != nil || published {
+		return t, err
+	}
+	stored, _, err := s.history.turn(ctx, st.RunID, t.Iteration)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("run %s: turn %d was published by another delivery, and cannot be read: %w", st.RunID, t.Iteration, err)
 	}
-	if ack != nil && ack.Duplicate {
-		stored, _, err := s.history.turn(ctx, st.RunID, t.Iteration)
-		if err != nil {
-			return nil, fmt.Errorf("run %s: turn %d was published by another delivery, and cannot be read: %w", st.RunID, t.Iteration, err)
-		}
-		return stored, nil
-	}
-	return t, nil
+	return stored, nil
 }
 
 // publishAnswers publishes the envelopes of the calls of t the orchestrator
@@ -537,12 +536,14 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 	if err != nil {
 		return false, events.Permanent(err)
 	}
-	ack, err := s.pub.PublishAck(events.ContextWithRunTrace(ctx, st.Trace), o)
+	// One end of each kind: a second is refused, within the stream's
+	// duplicate window or after it.
+	published, err := s.pub.PublishFirst(events.ContextWithRunTrace(ctx, st.Trace), o)
 	if err != nil {
 		return false, err
 	}
 	s.convs.forget(st.RunID)
-	if ack != nil && ack.Duplicate {
+	if !published {
 		return false, nil
 	}
 	s.metrics.runs.WithLabelValues(st.Phase).Inc()

@@ -136,3 +136,82 @@ func TestFinalTurnRidesOnTheEnd(t *testing.T) {
 	require.True(t, failed, "the fault was reached")
 	require.Equal(t, map[int]int{1: 1, 2: 1}, modelCalls, "each model call made once")
 }
+
+// A request submitted again under a run id that has begun (a new event on
+// the run's requested subject, not a retried publish of the first, so past
+// the stream's duplicate check) makes no second run and no model call: the
+// run stays as it was, whatever the new request says.
+func TestRequestSubmittedAgainMakesNoSecondRun(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	var mu sync.Mutex
+	modelCalls := map[string]int{}
+	h.Start("o1", orchestrator.Config{
+		Providers: orchestrator.Providers{scripted.Name: provider.Func(func(ctx context.Context, r provider.Request) (envelope.ModelResponse, error) {
+			mu.Lock()
+			modelCalls[fmt.Sprintf("%s/%d", r.RunID, r.Iteration)]++
+			mu.Unlock()
+			return scripted.Provider{}.Complete(ctx, r)
+		})},
+	})
+	calls := func(key string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return modelCalls[key]
+	}
+	withTool := orchestratortest.Scripted(t, "again-tool", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": "hi"})}},
+		map[string]any{"content": "said hi"},
+	)
+	answer := orchestratortest.Scripted(t, "again-answer", nil, envelope.Policy{}, map[string]any{"content": "first"})
+	h.Submit(ctx, withTool)
+	c := g.Request(withTool.RunID, "echo", map[string]any{"text": "hi"}, 1)
+	g.Approve(c)
+	g.Complete(c, json.RawMessage(`{"text":"hi"}`))
+	for _, req := range []envelope.RunRequest{withTool, answer} {
+		if req.RunID == answer.RunID {
+			h.Submit(ctx, req)
+		}
+		final, err := h.Wait(ctx, req.RunID)
+		require.NoError(t, err)
+		require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	}
+	before := h.StreamEvents(ctx)
+
+	// The same run ids again, as new events, with scripts that would answer
+	// otherwise.
+	for _, req := range []envelope.RunRequest{
+		orchestratortest.Scripted(t, "again-tool", nil, envelope.Policy{}, map[string]any{"content": "second"}),
+		orchestratortest.Scripted(t, "again-answer", []string{"echo@1.0.0"}, envelope.Policy{},
+			map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": "again"})}}),
+	} {
+		out, err := events.NewRunRequested("/toolwire/test", req, events.RunTrace{})
+		require.NoError(t, err)
+		out.Event.SetID(req.RunID + "/requested-again")
+		require.NoError(t, h.Pub.Publish(ctx, out))
+	}
+	cons, err := h.Env.JS.Consumer(ctx, events.StreamRuns, orchestrator.DurableRuns)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= info.Delivered.Stream &&
+			info.AckFloor.Stream > 0
+	}, 30*time.Second, 10*time.Millisecond, "both requests handled")
+
+	after := h.StreamEvents(ctx)
+	for _, id := range []string{"again-tool", "again-answer"} {
+		want := orchestratortest.CountBySubject(before[id])
+		want["toolwire.run."+id+".requested"]++ // the request submitted again is stored, and nothing else
+		require.Equal(t, want, orchestratortest.CountBySubject(after[id]), id)
+	}
+	for _, key := range []string{"again-tool/1", "again-tool/2", "again-answer/1"} {
+		require.Equal(t, 1, calls(key), "model call %s made once", key)
+	}
+	dlq, err := h.Env.JS.Stream(ctx, events.StreamDLQ)
+	require.NoError(t, err)
+	info, err := dlq.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "nothing dead-lettered")
+}
