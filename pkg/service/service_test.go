@@ -361,6 +361,48 @@ func TestBuildFrom(t *testing.T) {
 	require.Zero(t, got)
 }
 
+// limit is a configuration whose Validate refuses a negative N.
+type limit struct{ N int }
+
+func (l limit) Validate() error {
+	if l.N < 0 {
+		return errors.New("N must not be negative")
+	}
+	return nil
+}
+
+func TestPrepare(t *testing.T) {
+	js := eventstest.Start(t).JS
+	registered := func(reg prometheus.Registerer) (prometheus.Registerer, error) { return reg, nil }
+	refused := func(prometheus.Registerer) (prometheus.Registerer, error) { return nil, errors.New("clash") }
+	reg := prometheus.NewRegistry()
+	for _, tc := range []struct {
+		name    string
+		d       service.Deps
+		cfg     limit
+		metrics func(prometheus.Registerer) (prometheus.Registerer, error)
+		err     string
+	}{
+		{name: "ready", d: service.Deps{JS: js, Metrics: reg}, metrics: registered},
+		{name: "an invalid configuration", d: service.Deps{JS: js}, cfg: limit{N: -1}, metrics: registered,
+			err: "svc config: N must not be negative"},
+		{name: "no JetStream", metrics: registered, err: "svc: Deps.JS is required"},
+		{name: "metrics refused", d: service.Deps{JS: js}, metrics: refused, err: "clash"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, m, err := service.Prepare("svc", tc.d, tc.cfg, tc.metrics)
+			if tc.err != "" {
+				require.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, prometheus.Registerer(reg), m, "the metrics are registered on Deps.Metrics")
+			require.NotNil(t, d.Log, "Deps come back with their defaults")
+			require.NotNil(t, d.Tracer)
+		})
+	}
+}
+
 // blockingStart is a component whose Start waits for its context: a
 // service still starting when its process is told to stop.
 type blockingStart struct{ entered chan struct{} }

@@ -474,7 +474,7 @@ func TestNewRejects(t *testing.T) {
 		wantErr string
 	}{
 		{name: "bad config", cfg: Config{Concurrency: -1}, wantErr: "concurrency"},
-		{name: "no JetStream", noJS: true, wantErr: "no JetStream"},
+		{name: "no JetStream", noJS: true, wantErr: "executor: Deps.JS is required"},
 		{name: "two tools, one key", tools: []tool.Tool{mk("a", nop), mk("a", nop)}, wantErr: `two tools have the builtin key "test_a"`},
 		{name: "a key of a built-in", tools: []tool.Tool{mk("b", func(d *envelope.ToolDefinition) { d.Implementation = tool.BuiltinImplementation("echo") })}, wantErr: `builtin key "echo"`},
 		{name: "invalid definition", tools: []tool.Tool{mk("c", func(d *envelope.ToolDefinition) { d.Metadata.Category = "misc" })}, wantErr: "metadata.category"},

@@ -726,7 +726,7 @@ func TestNew(t *testing.T) {
 	_, err := New(service.Deps{}, Config{})
 	require.EqualError(t, err, "policy: Deps.JS is required")
 	_, err = New(service.Deps{JS: env.JS}, Config{Concurrency: -1})
-	require.EqualError(t, err, "policy: concurrency -1: want 1 to 4096")
+	require.EqualError(t, err, "policy config: concurrency -1: want 1 to 4096")
 
 	// Replicas on one registry share their collectors; a different
 	// collector under one of the guard's names is refused.
