@@ -31,10 +31,8 @@ func okOutput(context.Context, json.RawMessage) (json.RawMessage, error) {
 
 func TestExecutorEndToEnd(t *testing.T) {
 	env := eventstest.Start(t)
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
+	reg := openRegistry(t, env.JS)
 
 	// StartedAfter negative: every call, however quick, announces itself
 	// before its tool runs, so that every call.started can be checked.
@@ -210,8 +208,7 @@ func TestRedeliveryIsIdempotent(t *testing.T) {
 		runs.Add(1)
 		return okOutput(ctx, in)
 	})))
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 
 	const runID = "run-redeliver"
 	w := watchRun(t, env.JS, runID)
@@ -246,8 +243,7 @@ func TestRedeliveryIsIdempotent(t *testing.T) {
 func TestCallsRunInParallel(t *testing.T) {
 	env := eventstest.Start(t)
 	startExecutor(t, env, Config{Concurrency: 4})
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 
 	const runID = "run-parallel"
 	w := watchRun(t, env.JS, runID)
@@ -280,8 +276,7 @@ func TestReplicasShareTheConsumer(t *testing.T) {
 	env := eventstest.Start(t)
 	startExecutor(t, env, Config{ID: "replica-a", Concurrency: 2, StartedAfter: -1})
 	startExecutor(t, env, Config{ID: "replica-b", Concurrency: 2, StartedAfter: -1})
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 
 	const runID = "run-replicas"
 	w := watchRun(t, env.JS, runID)
@@ -369,8 +364,7 @@ func TestToolIgnoringItsContext(t *testing.T) {
 	})
 	t.Cleanup(func() { close(release) }) // runs first: lets the abandoned tool return
 
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 	w := watchRun(t, env.JS, "run-stubborn")
 	req := callRequest(t, "run-stubborn", 1, "stubborn", "1.0.0", `{}`)
 	publishApproved(t, events.NewPublisher(env.JS), req)
@@ -433,8 +427,7 @@ func TestLifecycle(t *testing.T) {
 	})
 	t.Run("built-ins are in the registry", func(t *testing.T) {
 		s := startExecutor(t, env, Config{})
-		reg, err := registry.Open(t.Context(), env.JS)
-		require.NoError(t, err)
+		reg := openRegistry(t, env.JS)
 		for _, def := range s.Definitions() {
 			e, err := reg.Get(t.Context(), def.Ref())
 			require.NoError(t, err)
@@ -630,11 +623,9 @@ func TestStartedOnlyForSlowCalls(t *testing.T) {
 // previews are still answered.
 func TestOutlivesItsStartContext(t *testing.T) {
 	env := eventstest.Start(t)
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 	s := startExecutor(t, env, Config{ID: "executor-life"}) // its start context has ended
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
+	reg := openRegistry(t, env.JS)
 
 	const runID = "run-life"
 	w := watchRun(t, env.JS, runID)

@@ -26,13 +26,6 @@ func (w *watcher) call(t testing.TB, js jetstream.JetStream, schemas *envelope.S
 	return w.envelopeOf(t, schemas, req)
 }
 
-func newEventSchemas(t testing.TB) *envelope.Schemas {
-	t.Helper()
-	s, err := events.NewSchemas()
-	require.NoError(t, err)
-	return s
-}
-
 // executorOf returns the replica that started the call.
 func (w *watcher) executorOf(t testing.TB, req events.CallRequest) string {
 	t.Helper()
