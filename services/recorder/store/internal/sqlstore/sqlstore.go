@@ -183,6 +183,22 @@ func TokenRevoked(id string, affected int64, err error) error {
 	return nil
 }
 
+// ToPark is what an admission parks that is not stored yet, in order: each
+// event's id and run, and its record encoded by store.EncodeParked.
+func ToPark(a store.Admission) (ids, runs, docs []string, err error) {
+	for _, p := range a.Park {
+		if p.Stored {
+			continue
+		}
+		doc, err := store.EncodeParked(p.Record)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ids, runs, docs = append(ids, p.Record.Event.ID), append(runs, p.Record.Event.RunID), append(docs, string(doc))
+	}
+	return ids, runs, docs, nil
+}
+
 // OneCall is the one call of a read of the tool calls narrowed to callID
 // (calls and err, as the read returned them), or store.ErrCallNotFound.
 func OneCall(runID, callID string, calls []store.ToolCall, err error) (store.ToolCall, error) {
