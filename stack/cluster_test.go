@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/clustertest"
 	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/stack"
@@ -33,44 +31,17 @@ func nodeOf(t *testing.T, name string) int {
 	return i - 1
 }
 
-// ledgerTool is a writes tool that counts its executions per call: the
+// newLedgerTool is a writes tool that counts its executions per call: the
 // effects a run leaves.
-type ledgerTool struct {
-	mu      sync.Mutex
-	effects map[string]int // run_id/call_id -> executions
-}
-
-func (l *ledgerTool) Definition() envelope.ToolDefinition {
-	return envelope.ToolDefinition{
-		Name: "ledger_write", Version: "1.0.0", Description: "Writes an entry to the ledger",
-		InputSchema:    json.RawMessage(`{"type":"object","required":["entry"],"properties":{"entry":{"type":"string"}}}`),
-		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
-		Implementation: tool.BuiltinImplementation("stack_ledger_write"),
-	}
-}
-
-func (l *ledgerTool) Execute(_ context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
-	var in struct{ Entry string }
-	if err := json.Unmarshal(input, &in); err != nil {
-		return nil, err
-	}
-	l.mu.Lock()
-	if l.effects == nil {
-		l.effects = map[string]int{}
-	}
-	l.effects[tc.RunID+"/"+tc.CallID]++
-	l.mu.Unlock()
-	return json.Marshal(map[string]any{"written": in.Entry})
-}
-
-func (l *ledgerTool) counts() map[string]int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make(map[string]int, len(l.effects))
-	for k, v := range l.effects {
-		out[k] = v
-	}
-	return out
+func newLedgerTool() *stackTool {
+	meta := envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone}
+	return newStackTool("ledger_write", meta, func(_ context.Context, input json.RawMessage) (json.RawMessage, error) {
+		var in struct{ Entry string }
+		if err := json.Unmarshal(input, &in); err != nil {
+			return nil, err
+		}
+		return json.Marshal(map[string]any{"written": in.Entry})
+	})
 }
 
 // burstRequest is one run of the burst: a turn with an echo and a ledger
@@ -162,7 +133,7 @@ func submitAll(ctx context.Context, t *testing.T, st *stack.Stack, reqs []envelo
 	}
 }
 
-func clusterStack(t *testing.T, c *clustertest.Cluster, replicas int, ledger *ledgerTool) *stack.Stack {
+func clusterStack(t *testing.T, c *clustertest.Cluster, replicas int, ledger *stackTool) *stack.Stack {
 	t.Helper()
 	// The services' own ack waits (30s): a shorter one would hand a
 	// message a live handler holds to another delivery whenever a node's
@@ -237,7 +208,7 @@ func placeStores(t *testing.T, c *clustertest.Cluster, calls, rest int) {
 // ledger write happens twice.
 func TestClusterR3StreamLeaderKilledDuringABurst(t *testing.T) {
 	c := clustertest.Start(t, "r3-leader")
-	ledger := &ledgerTool{}
+	ledger := newLedgerTool()
 	st := clusterStack(t, c, 3, ledger)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -308,7 +279,7 @@ func TestClusterR3StreamLeaderKilledDuringABurst(t *testing.T) {
 // the outage instead of being dead-lettered, and every run completes.
 func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
 	c := clustertest.Start(t, "r1-down")
-	ledger := &ledgerTool{}
+	ledger := newLedgerTool()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 

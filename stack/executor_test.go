@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -51,6 +52,13 @@ func (s *stackTool) Execute(ctx context.Context, input json.RawMessage, tc tool.
 	s.runs[tc.RunID+" "+tc.CallID]++
 	s.mu.Unlock()
 	return s.run(ctx, input)
+}
+
+// counts returns how many times the tool ran, by "<run_id> <call_id>".
+func (s *stackTool) counts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.runs)
 }
 
 func (s *stackTool) total() int {

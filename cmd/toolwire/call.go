@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/toolwire/toolwire/client"
@@ -65,15 +66,11 @@ unreachable NATS and no answer within --timeout exit 1 without an envelope.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := contextWithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			nc, js, err := connectCLI(ctx, natsURL)
-			if err != nil {
+			var env *envelope.ToolEnvelope
+			if err := withJetStream(cmd.Context(), natsURL, timeout, func(ctx context.Context, js jetstream.JetStream) (err error) {
+				env, err = c.run(ctx, client.New(js, "/toolwire/cli"), cmd.ErrOrStderr())
 				return err
-			}
-			defer nc.Close()
-			env, err := c.run(ctx, client.New(js, "/toolwire/cli"), cmd.ErrOrStderr())
-			if err != nil {
+			}); err != nil {
 				return err
 			}
 			enc := json.NewEncoder(cmd.OutOrStdout())

@@ -61,14 +61,7 @@ func addDLQFilters(cmd *cobra.Command, f *dlqFlags) {
 
 // withJS runs fn with a JetStream connection bounded by the flags' timeout.
 func dlqWithJS(cmd *cobra.Command, f *dlqFlags, fn func(ctx context.Context, js jetstream.JetStream) error) error {
-	ctx, cancel := contextWithTimeout(cmd.Context(), f.timeout)
-	defer cancel()
-	nc, js, err := connectCLI(ctx, f.natsURL)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	return fn(ctx, js)
+	return withJetStream(cmd.Context(), f.natsURL, f.timeout, fn)
 }
 
 func newDLQListCmd(f *dlqFlags) *cobra.Command {

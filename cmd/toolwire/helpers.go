@@ -32,6 +32,19 @@ func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, 
 	return context.WithTimeout(ctx, d)
 }
 
+// withJetStream runs fn on a connection made for one command, within its
+// --timeout (none when timeout is 0), and closes the connection after.
+func withJetStream(ctx context.Context, url string, timeout time.Duration, fn func(ctx context.Context, js jetstream.JetStream) error) error {
+	ctx, cancel := contextWithTimeout(ctx, timeout)
+	defer cancel()
+	nc, js, err := connectCLI(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return fn(ctx, js)
+}
+
 // connectWait bounds how long a command waits for NATS to answer: a server
 // that is there answers within milliseconds, one that is not never does.
 const connectWait = 10 * time.Second

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/toolwire/toolwire/pkg/events"
@@ -35,33 +37,28 @@ provision waits for it (up to --timeout).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			store.MaxBytes = maxMiB << 20
-			ctx, cancel := contextWithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			nc, js, err := connectCLI(ctx, natsURL)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			w := cmd.ErrOrStderr()
-			if err := events.ProvisionRetrying(ctx, js, store, func(attempt int, err error) {
-				fmt.Fprintf(w, "provision: not ready yet (attempt %d): %v\n", attempt, err)
-			}); err != nil {
-				return err
-			}
-			lister := js.ListStreams(ctx)
-			for info := range lister.Info() {
-				c := info.Config
-				age := "none"
-				if c.MaxAge > 0 {
-					age = c.MaxAge.String()
+			return withJetStream(cmd.Context(), natsURL, timeout, func(ctx context.Context, js jetstream.JetStream) error {
+				w := cmd.ErrOrStderr()
+				if err := events.ProvisionRetrying(ctx, js, store, func(attempt int, err error) {
+					fmt.Fprintf(w, "provision: not ready yet (attempt %d): %v\n", attempt, err)
+				}); err != nil {
+					return err
 				}
-				size := "none"
-				if c.MaxBytes > 0 {
-					size = fmt.Sprintf("%d MiB", c.MaxBytes>>20)
+				lister := js.ListStreams(ctx)
+				for info := range lister.Info() {
+					c := info.Config
+					age := "none"
+					if c.MaxAge > 0 {
+						age = c.MaxAge.String()
+					}
+					size := "none"
+					if c.MaxBytes > 0 {
+						size = fmt.Sprintf("%d MiB", c.MaxBytes>>20)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%-26s replicas %d  max age %-10s max bytes %s\n", c.Name, c.Replicas, age, size)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%-26s replicas %d  max age %-10s max bytes %s\n", c.Name, c.Replicas, age, size)
-			}
-			return lister.Err()
+				return lister.Err()
+			})
 		},
 	}
 	fl := cmd.Flags()

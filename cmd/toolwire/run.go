@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/toolwire/toolwire/client"
@@ -55,24 +57,19 @@ get_current_time) your own question.
   toolwire run -f request.json --provider openai --model gpt-4.1-mini`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
 			req, err := buildRunRequest(f, cmd.InOrStdin(), time.Now())
 			if err != nil {
 				return err
 			}
-			ctx, cancel := contextWithTimeout(ctx, timeout)
-			defer cancel()
-			nc, js, err := connectCLI(ctx, natsURL)
-			if err != nil {
+			var final *events.RunStatus
+			if err := withJetStream(cmd.Context(), natsURL, timeout, func(ctx context.Context, js jetstream.JetStream) (err error) {
+				c := client.New(js, "/toolwire/cli")
+				if err := c.Submit(ctx, req); err != nil {
+					return err
+				}
+				final, err = c.Follow(ctx, req.RunID, progressPrinter(cmd.ErrOrStderr()))
 				return err
-			}
-			defer nc.Close()
-			c := client.New(js, "/toolwire/cli")
-			if err := c.Submit(ctx, req); err != nil {
-				return err
-			}
-			final, err := c.Follow(ctx, req.RunID, progressPrinter(cmd.ErrOrStderr()))
-			if err != nil {
+			}); err != nil {
 				return err
 			}
 			if final.Spend > 0 {

@@ -2,8 +2,6 @@ package events
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -789,7 +787,6 @@ func msgSize(m *nats.Msg) int {
 // hash: never is a dead letter dropped for its size.
 func (r *Runner) storeOversized(ctx context.Context, dl *nats.Msg, m jetstream.Msg, meta *jetstream.MsgMetadata) string {
 	whole, err := json.Marshal(storedMsg{Header: m.Headers(), Data: m.Data()})
-	sum := sha256.Sum256(whole)
 	for k := range dl.Header {
 		lk := strings.ToLower(k)
 		if !strings.HasPrefix(lk, "toolwire-dlq-") && k != HeaderMsgID && lk != HeaderPrefix+"id" && lk != HeaderPrefix+"type" {
@@ -797,7 +794,7 @@ func (r *Runner) storeOversized(ctx context.Context, dl *nats.Msg, m jetstream.M
 		}
 	}
 	dl.Header.Set(HeaderDLQBodyBytes, strconv.Itoa(len(whole)))
-	dl.Header.Set(HeaderDLQBodySHA256, hex.EncodeToString(sum[:]))
+	dl.Header.Set(HeaderDLQBodySHA256, bodySHA256(whole))
 	dl.Data = nil
 	name := DeadLetterObjectName(meta.Stream, meta.Consumer, meta.Sequence.Stream)
 	if err == nil {

@@ -289,6 +289,13 @@ func ListDeadLetters(ctx context.Context, js jetstream.JetStream, f DeadLetterFi
 	return out, nil
 }
 
+// bodySHA256 is what HeaderDLQBodySHA256 holds: the hex SHA-256 of a dead
+// letter's stored body, set by the runner and checked by LoadDeadLetter.
+func bodySHA256(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
 // LoadDeadLetter fills the headers and body of an oversized dead letter from
 // its object, checking its size and hash; other dead letters are returned as
 // they are.
@@ -304,8 +311,7 @@ func LoadDeadLetter(ctx context.Context, js jetstream.JetStream, d DeadLetter) (
 	if err != nil {
 		return d, fmt.Errorf("dead letter %d: object %s: %w", d.Seq, d.Object, err)
 	}
-	sum := sha256.Sum256(b)
-	if len(b) != d.Bytes || hex.EncodeToString(sum[:]) != d.SHA256 {
+	if len(b) != d.Bytes || bodySHA256(b) != d.SHA256 {
 		return d, fmt.Errorf("dead letter %d: object %s does not match it: %d bytes, want %d with sha256 %s", d.Seq, d.Object, len(b), d.Bytes, d.SHA256)
 	}
 	var sm storedMsg

@@ -35,6 +35,21 @@ func NewMetrics(reg prometheus.Registerer, service string) *Metrics {
 	return &Metrics{reg: reg, prefix: "toolwire_" + service + "_"}
 }
 
+// RegisterMetrics registers a service's collectors: build makes them on a
+// Metrics named toolwire_<service>_..., beside the consumer metrics every
+// service's runners report to. A name that breaks the scheme, or a collector
+// that cannot be registered, is an error. Replicas sharing a registry (toolwire
+// dev, tests) share the collectors.
+func RegisterMetrics[M any](reg prometheus.Registerer, service string, build func(r *Metrics, consumers *ConsumerMetrics) M) (M, error) {
+	r := NewMetrics(reg, service)
+	m := build(r, NewConsumerMetrics(r))
+	if err := r.Err(); err != nil {
+		var zero M
+		return zero, fmt.Errorf("%s: %w", service, err)
+	}
+	return m, nil
+}
+
 // ToolLabel is the value of the tool label: name@version.
 func ToolLabel(name, version string) string {
 	if version == "" {

@@ -46,6 +46,30 @@ func TestMetricsNamingScheme(t *testing.T) {
 	require.Equal(t, "echo", service.ToolLabel("echo", ""))
 }
 
+func TestRegisterMetrics(t *testing.T) {
+	type svcMetrics struct {
+		consumers *service.ConsumerMetrics
+		jobs      prometheus.Counter
+	}
+	build := func(name string) func(*service.Metrics, *service.ConsumerMetrics) svcMetrics {
+		return func(r *service.Metrics, consumers *service.ConsumerMetrics) svcMetrics {
+			return svcMetrics{consumers: consumers, jobs: r.Counter(name, "Jobs.")}
+		}
+	}
+	reg := prometheus.NewRegistry()
+	m, err := service.RegisterMetrics(reg, "sandbox", build("jobs_total"))
+	require.NoError(t, err)
+	require.NotNil(t, m.consumers)
+	m.jobs.Inc()
+	again, err := service.RegisterMetrics(reg, "sandbox", build("jobs_total"))
+	require.NoError(t, err)
+	again.jobs.Inc()
+	require.InDelta(t, 2, testutil.ToFloat64(m.jobs), 0, "replicas on one registry share the collectors")
+
+	_, err = service.RegisterMetrics(reg, "sandbox", build("jobs"))
+	require.EqualError(t, err, "sandbox: metric toolwire_sandbox_jobs: a counter's name ends in _total")
+}
+
 func TestConsumerMetricsObserveRunners(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := service.NewMetrics(reg, "policy")

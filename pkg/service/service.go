@@ -493,6 +493,27 @@ func Builder[S Component, O any](build func(Deps, ...O) (S, error), opts ...O) B
 	}
 }
 
+// Prepare opens every service's New: cfg (its defaults applied) must be
+// valid and d must carry a JetStream; it returns d with its defaults and the
+// service's metrics, which newMetrics registers on d.Metrics. name prefixes
+// the errors.
+func Prepare[C interface{ Validate() error }, M any](name string, d Deps, cfg C,
+	newMetrics func(prometheus.Registerer) (M, error)) (Deps, M, error) {
+	var zero M
+	if err := cfg.Validate(); err != nil {
+		return d, zero, fmt.Errorf("%s config: %w", name, err)
+	}
+	if d.JS == nil {
+		return d, zero, fmt.Errorf("%s: Deps.JS is required", name)
+	}
+	d = d.WithDefaults()
+	m, err := newMetrics(d.Metrics)
+	if err != nil {
+		return d, zero, err
+	}
+	return d, m, nil
+}
+
 // BuildFrom is every service's Build: its Config read from d.Getenv by
 // fromEnv, the options applied in order (they win over the environment),
 // then newFn. name prefixes a configuration error.

@@ -24,8 +24,7 @@ import (
 func TestEnvelopeCost(t *testing.T) {
 	env := eventstest.Start(t)
 	schemas := newEventSchemas(t)
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
+	reg := openRegistry(t, env.JS)
 	writes := newTestTool("costly_write", okOutput)
 	writes.def.Metadata.SideEffects, writes.def.Cost = envelope.SideEffectsWrites, 0.5
 	startExecutor(t, env, Config{}, WithTools(authTool{name: "auth_cost"}, writes)) // no master key

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -97,14 +96,7 @@ type Service struct {
 // Start connects it.
 func New(d service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("executor config: %w", err)
-	}
-	if d.JS == nil {
-		return nil, errors.New("executor: no JetStream connection")
-	}
-	d = d.WithDefaults()
-	m, err := newMetrics(d.Metrics)
+	d, m, err := service.Prepare("executor", d, cfg, newMetrics)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -30,10 +31,8 @@ func okOutput(context.Context, json.RawMessage) (json.RawMessage, error) {
 
 func TestExecutorEndToEnd(t *testing.T) {
 	env := eventstest.Start(t)
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
+	reg := openRegistry(t, env.JS)
 
 	// StartedAfter negative: every call, however quick, announces itself
 	// before its tool runs, so that every call.started can be checked.
@@ -209,8 +208,7 @@ func TestRedeliveryIsIdempotent(t *testing.T) {
 		runs.Add(1)
 		return okOutput(ctx, in)
 	})))
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 
 	const runID = "run-redeliver"
 	w := watchRun(t, env.JS, runID)
@@ -245,8 +243,7 @@ func TestRedeliveryIsIdempotent(t *testing.T) {
 func TestCallsRunInParallel(t *testing.T) {
 	env := eventstest.Start(t)
 	startExecutor(t, env, Config{Concurrency: 4})
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 
 	const runID = "run-parallel"
 	w := watchRun(t, env.JS, runID)
@@ -279,8 +276,7 @@ func TestReplicasShareTheConsumer(t *testing.T) {
 	env := eventstest.Start(t)
 	startExecutor(t, env, Config{ID: "replica-a", Concurrency: 2, StartedAfter: -1})
 	startExecutor(t, env, Config{ID: "replica-b", Concurrency: 2, StartedAfter: -1})
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 
 	const runID = "run-replicas"
 	w := watchRun(t, env.JS, runID)
@@ -368,8 +364,7 @@ func TestToolIgnoringItsContext(t *testing.T) {
 	})
 	t.Cleanup(func() { close(release) }) // runs first: lets the abandoned tool return
 
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 	w := watchRun(t, env.JS, "run-stubborn")
 	req := callRequest(t, "run-stubborn", 1, "stubborn", "1.0.0", `{}`)
 	publishApproved(t, events.NewPublisher(env.JS), req)
@@ -432,8 +427,7 @@ func TestLifecycle(t *testing.T) {
 	})
 	t.Run("built-ins are in the registry", func(t *testing.T) {
 		s := startExecutor(t, env, Config{})
-		reg, err := registry.Open(t.Context(), env.JS)
-		require.NoError(t, err)
+		reg := openRegistry(t, env.JS)
 		for _, def := range s.Definitions() {
 			e, err := reg.Get(t.Context(), def.Ref())
 			require.NoError(t, err)
@@ -474,7 +468,7 @@ func TestNewRejects(t *testing.T) {
 		wantErr string
 	}{
 		{name: "bad config", cfg: Config{Concurrency: -1}, wantErr: "concurrency"},
-		{name: "no JetStream", noJS: true, wantErr: "no JetStream"},
+		{name: "no JetStream", noJS: true, wantErr: "executor: Deps.JS is required"},
 		{name: "two tools, one key", tools: []tool.Tool{mk("a", nop), mk("a", nop)}, wantErr: `two tools have the builtin key "test_a"`},
 		{name: "a key of a built-in", tools: []tool.Tool{mk("b", func(d *envelope.ToolDefinition) { d.Implementation = tool.BuiltinImplementation("echo") })}, wantErr: `builtin key "echo"`},
 		{name: "invalid definition", tools: []tool.Tool{mk("c", func(d *envelope.ToolDefinition) { d.Metadata.Category = "misc" })}, wantErr: "metadata.category"},
@@ -506,4 +500,181 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 		publishApproved(b, pub, req)
 		w.wait(b, completedSubject(b, req))
 	}
+}
+
+// A redelivery of a call whose completed event is stored (its ack was lost)
+// is acknowledged without running the tool again and publishes nothing: no
+// second completed event, and no call.started either, since the envelope
+// carries the call's t_start. (Before contract v2 the redelivery published a
+// call.started missing from the stream; a call now owes none once it has
+// completed.)
+func TestRedeliveryOfACompletedCallPublishesNothing(t *testing.T) {
+	env := eventstest.Start(t)
+	s := startExecutor(t, env, Config{ID: "executor-started"})
+	pub := events.NewPublisher(env.JS)
+	req := callRequest(t, "run-started-missing", 1, "echo", "1.0.0", `{"x":1}`)
+	tStart := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	completed, err := events.NewCallCompleted(testSource, req.RunID, envelope.ToolEnvelope{
+		CallID: req.CallID, Name: req.Name, Version: req.Version, Input: req.Input,
+		Output: json.RawMessage(`{"ok":true}`), TStart: tStart, TEnd: tStart.Add(time.Millisecond),
+	}, req.Tenant, events.RunTrace{})
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish(t.Context(), completed))
+	startedSubj, err := events.CallSubject(req.RunID, req.CallID, "started")
+	require.NoError(t, err)
+
+	in := approved(t, req, events.RunTrace{})
+	for range 2 {
+		require.NoError(t, s.handle(t.Context(), &events.Delivery{Event: &in.Event, Subject: in.Subject, Attempt: 2}))
+	}
+	require.Zero(t, count(t, env.JS, startedSubj), "no call.started for a completed call")
+	require.EqualValues(t, 1, count(t, env.JS, completedSubject(t, req)), "the tool did not run again")
+	require.Zero(t, testutil.ToFloat64(s.metrics.calls.WithLabelValues("echo@1.0.0", outcomeOK)), "nothing ran")
+}
+
+// A call quicker than StartedAfter publishes no call.started at all (its
+// envelope carries t_start); a slower one publishes call.started while the
+// tool still runs, once. With StartedAfter negative, started goes out before
+// the tool runs, however quick it is, and is stored before completed.
+func TestStartedOnlyForSlowCalls(t *testing.T) {
+	env := eventstest.Start(t)
+	run := func(t *testing.T, s *Service, req events.CallRequest) (startedSubj string, done chan error) {
+		subj, err := events.CallSubject(req.RunID, req.CallID, "started")
+		require.NoError(t, err)
+		in := approved(t, req, events.RunTrace{})
+		done = make(chan error, 1)
+		go func() {
+			done <- s.handle(t.Context(), &events.Delivery{Event: &in.Event, Subject: in.Subject, Attempt: 1})
+		}()
+		return subj, done
+	}
+
+	t.Run("quick call", func(t *testing.T) {
+		s := startExecutor(t, env, Config{ID: "executor-quick", StartedAfter: 10 * time.Second})
+		req := callRequest(t, "run-quick", 1, "echo", "1.0.0", `{"text":"hi"}`)
+		subj, done := run(t, s, req)
+		require.NoError(t, <-done)
+		require.EqualValues(t, 1, count(t, env.JS, completedSubject(t, req)))
+		require.Zero(t, count(t, env.JS, subj), "a quick call publishes no call.started")
+	})
+	t.Run("quick calls store two events each", func(t *testing.T) {
+		startExecutor(t, env, Config{ID: "executor-quick-many", StartedAfter: maxStartedAfter})
+		const runID = "run-quick-many"
+		w := watchRun(t, env.JS, runID)
+		schemas := newEventSchemas(t)
+		var reqs []events.CallRequest
+		for i := range 8 {
+			reqs = append(reqs, callRequest(t, runID, i+1, "calculator", "1.0.0", `{"expression":"1+1"}`))
+		}
+		publishAllApproved(t, env.JS, reqs)
+		for _, req := range reqs {
+			got := w.envelopeOf(t, schemas, req)
+			require.Nil(t, got.Error)
+			require.False(t, got.TStart.IsZero(), "the envelope carries t_start")
+		}
+		filter, err := events.CallEvents(runID)
+		require.NoError(t, err)
+		st, err := env.JS.Stream(t.Context(), events.StreamCalls)
+		require.NoError(t, err)
+		info, err := st.Info(t.Context(), jetstream.WithSubjectFilter(filter))
+		require.NoError(t, err)
+		stored := map[string]uint64{}
+		for subj, n := range info.State.Subjects {
+			p, err := events.ParseSubject(subj)
+			require.NoError(t, err)
+			stored[string(p.Verb)] += n
+		}
+		require.Equal(t, map[string]uint64{"approved": 8, "completed": 8}, stored, "two stored events per quick call: approved and completed")
+	})
+	t.Run("slow call", func(t *testing.T) {
+		s := startExecutor(t, env, Config{ID: "executor-slow", StartedAfter: 10 * time.Millisecond})
+		req := callRequest(t, "run-slow", 1, "sleep", "1.0.0", `{"ms":2000}`)
+		subj, done := run(t, s, req)
+		require.Eventually(t, func() bool { return count(t, env.JS, subj) == 1 }, waitLimit, 5*time.Millisecond,
+			"call.started is published while the tool runs")
+		require.Zero(t, count(t, env.JS, completedSubject(t, req)), "the tool is still running")
+		require.NoError(t, <-done)
+		require.EqualValues(t, 1, count(t, env.JS, completedSubject(t, req)))
+		require.EqualValues(t, 1, count(t, env.JS, subj), "started is published once")
+		require.Less(t, streamSeq(t, env.JS, subj), streamSeq(t, env.JS, completedSubject(t, req)))
+	})
+	t.Run("at once", func(t *testing.T) {
+		s := startExecutor(t, env, Config{ID: "executor-at-once", StartedAfter: -1})
+		req := callRequest(t, "run-at-once", 1, "sleep", "1.0.0", `{"ms":2000}`)
+		subj, done := run(t, s, req)
+		require.Eventually(t, func() bool { return count(t, env.JS, subj) == 1 }, waitLimit, 5*time.Millisecond)
+		require.Zero(t, count(t, env.JS, completedSubject(t, req)))
+		require.NoError(t, <-done)
+	})
+	t.Run("at once, quick call", func(t *testing.T) {
+		s := startExecutor(t, env, Config{ID: "executor-at-once-quick", StartedAfter: -1})
+		req := callRequest(t, "run-at-once-quick", 1, "echo", "1.0.0", `{"text":"hi"}`)
+		subj, done := run(t, s, req)
+		require.NoError(t, <-done)
+		require.EqualValues(t, 1, count(t, env.JS, subj))
+		require.Less(t, streamSeq(t, env.JS, subj), streamSeq(t, env.JS, completedSubject(t, req)), "started is stored before completed")
+	})
+}
+
+// TestOutlivesItsStartContext: the service binary starts the executor with a
+// start-up context that service.Run ends (60s after start, or here, at
+// once). The registry watch, the consumer and the preview server live on:
+// a registry change reaches the catalog, calls are still consumed, and
+// previews are still answered.
+func TestOutlivesItsStartContext(t *testing.T) {
+	env := eventstest.Start(t)
+	schemas := newEventSchemas(t)
+	s := startExecutor(t, env, Config{ID: "executor-life"}) // its start context has ended
+	reg := openRegistry(t, env.JS)
+
+	const runID = "run-life"
+	w := watchRun(t, env.JS, runID)
+	pub := events.NewPublisher(env.JS)
+	first := callRequest(t, runID, 1, "echo", "1.0.0", `{"text":"before"}`)
+	publishApproved(t, pub, first)
+	e := w.envelopeOf(t, schemas, first)
+	require.Nil(t, e.Error)
+
+	// A registry change after the start: the watch delivers it to the
+	// catalog, and the next call meets it.
+	ref := envelope.ToolRef{Name: "echo", Version: "1.0.0"}
+	require.NoError(t, reg.SetState(t.Context(), ref, registry.StateBlocked))
+	require.Eventually(t, func() bool {
+		entry, ok := s.catalog.Lookup(ref)
+		return ok && entry.State == registry.StateBlocked
+	}, waitLimit, 5*time.Millisecond, "the catalog's watch follows the registry")
+	second := callRequest(t, runID, 2, "echo", "1.0.0", `{"text":"after"}`)
+	publishApproved(t, pub, second)
+	e = w.envelopeOf(t, schemas, second)
+	require.NotNil(t, e.Error)
+	require.Equal(t, envelope.CodePolicyDenied, e.Error.Code)
+
+	// The preview server answers.
+	b, err := json.Marshal(callRequest(t, runID, 3, "calculator", "1.0.0", `{"expression":"1"}`))
+	require.NoError(t, err)
+	resp, err := env.Connect(t).RequestWithContext(t.Context(), events.SubjectPreview, b)
+	require.NoError(t, err)
+	var p events.ApprovalPreview
+	require.NoError(t, json.Unmarshal(resp.Data, &p))
+	require.Equal(t, "preview unavailable: tool calculator@1.0.0 does not declare supports_preview", p.Unavailable)
+}
+
+// TestFailedStartReleases: a Start that fails after it started the registry
+// watch and the MCP pool releases them (no goroutine is left), and the
+// service is stopped.
+func TestFailedStartReleases(t *testing.T) {
+	env := eventstest.Start(t)
+	require.NoError(t, env.JS.DeleteKeyValue(t.Context(), events.BucketOutcomes))
+	d := testDeps(t, env, nil)
+	s := newExecutor(t, d, Config{})
+	// The connection's request multiplexer (one subscription for all its
+	// requests, for its whole life) is not the executor's.
+	_, err := d.JS.AccountInfo(t.Context())
+	require.NoError(t, err)
+	before := goleak.IgnoreCurrent()
+	err = s.Start(t.Context())
+	require.ErrorContains(t, err, "kv "+events.BucketOutcomes)
+	goleak.VerifyNone(t, before)
+	require.ErrorIs(t, s.Start(t.Context()), service.ErrStopped)
+	require.NoError(t, s.Stop(t.Context()))
 }

@@ -297,3 +297,19 @@ func problemsOf(t testing.TB, te *envelope.ToolError) string {
 	}
 	return b.String()
 }
+
+// newEventSchemas compiles the contract and event data schemas.
+func newEventSchemas(t testing.TB) *envelope.Schemas {
+	t.Helper()
+	s, err := events.NewSchemas()
+	require.NoError(t, err)
+	return s
+}
+
+// openRegistry opens the tool registry on js.
+func openRegistry(t testing.TB, js jetstream.JetStream) *registry.Registry {
+	t.Helper()
+	reg, err := registry.Open(t.Context(), js)
+	require.NoError(t, err)
+	return reg
+}

@@ -87,8 +87,7 @@ func TestHTTPToolsThroughTheExecutor(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, store.Set(t.Context(), secrets.WorkspaceScope("acme", "ws"), "WEATHER_KEY", []byte(canaryValue)))
 
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
+	reg := openRegistry(t, env.JS)
 	for _, def := range []envelope.ToolDefinition{
 		httpDef("weather", envelope.SideEffectsReads, `{"url":"`+srv.URL+`/weather","secret_headers":{"Authorization":"Bearer {{secret:WEATHER_KEY}}"}}`, "WEATHER_KEY"),
 		httpDef("send", envelope.SideEffectsWrites, `{"url":"`+srv.URL+`/send"}`),
@@ -118,8 +117,7 @@ func TestHTTPToolsThroughTheExecutor(t *testing.T) {
 	_, err = kv.Put(t.Context(), registry.Key(legacy.Ref()), b)
 	require.NoError(t, err)
 
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 	const runID = "run-http"
 	w := watchRun(t, env.JS, runID)
 	tests := []struct {

@@ -26,10 +26,8 @@ func TestMCPTools(t *testing.T) {
 				srv = mcptest.HTTP(t, "calc")
 			}
 			env := eventstest.Start(t)
-			schemas, err := events.NewSchemas()
-			require.NoError(t, err)
-			reg, err := registry.Open(t.Context(), env.JS)
-			require.NoError(t, err)
+			schemas := newEventSchemas(t)
+			reg := openRegistry(t, env.JS)
 
 			r, err := mcp.RegisterServer(t.Context(), reg, srv, mcp.RegisterOptions{Version: "2.0.0", TimeoutMS: 1000})
 			require.NoError(t, err)

@@ -1,8 +1,6 @@
 package executor
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolwire/toolwire/pkg/service"
@@ -38,36 +36,32 @@ type metrics struct {
 // newMetrics registers the executor's metrics on reg. Several executors may
 // share one registry (toolwire dev, tests): they then share the collectors.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	r := service.NewMetrics(reg, "executor")
-	consumers := service.NewConsumerMetrics(r)
-	m := &metrics{
-		consumers: consumers,
-		calls: r.CounterVec("tool_calls_total",
-			"Tool calls executed, by tool name@version and outcome (ok or the envelope's error code).", "tool", "code"),
-		duration: r.HistogramVec("tool_call_duration_seconds",
-			"Wall time of tool calls (t_end - t_start of the envelope), by tool name@version.",
-			prometheus.ExponentialBuckets(0.001, 4, 10), // 1ms to ~4m
-			"tool"),
-		inFlight: r.Gauge("tool_calls_in_flight", "Tool calls being executed by this process."),
-		abandoned: r.Counter("tools_abandoned_total",
-			"Tools that did not return after their context ended and were left running."),
-		cache: r.CounterVec("cache_lookups_total",
-			"Cache lookups of cacheable tools, by tool name@version and result (hit, miss).", "tool", "result"),
-		rateLimited: r.CounterVec("rate_limited_total",
-			"Calls refused with RATE_LIMIT because the tenant's token bucket for the tool was empty, by tool name@version.", "tool"),
-		truncated: r.CounterVec("outputs_truncated_total",
-			"Outputs larger than max_output_bytes (or than one message) stored as blobs, by tool name@version.", "tool"),
-		circuit: r.GaugeVec("circuit_state",
-			"State of each tool version's circuit in this replica: 0 closed, 1 half-open, 2 open, by tool name@version.", "tool"),
-		circuitFast: r.CounterVec("circuit_rejections_total",
-			"Calls answered PROVIDER_ERROR at once because the tool's circuit was open, by tool name@version.", "tool"),
-		writeReplays: r.CounterVec("write_redeliveries_total",
-			"Redelivered calls of writes tools answered from their outcome record without running them, by tool name@version and outcome (recorded, unknown).", "tool", "outcome"),
-		heartbeatFailures: r.Counter("heartbeat_failures_total",
-			"Heartbeats of the queues this process serves that could not be published (three in a row: the queues count as unserved)."),
-	}
-	if err := r.Err(); err != nil {
-		return nil, fmt.Errorf("executor: %w", err)
-	}
-	return m, nil
+	return service.RegisterMetrics(reg, "executor", func(r *service.Metrics, consumers *service.ConsumerMetrics) *metrics {
+		return &metrics{
+			consumers: consumers,
+			calls: r.CounterVec("tool_calls_total",
+				"Tool calls executed, by tool name@version and outcome (ok or the envelope's error code).", "tool", "code"),
+			duration: r.HistogramVec("tool_call_duration_seconds",
+				"Wall time of tool calls (t_end - t_start of the envelope), by tool name@version.",
+				prometheus.ExponentialBuckets(0.001, 4, 10), // 1ms to ~4m
+				"tool"),
+			inFlight: r.Gauge("tool_calls_in_flight", "Tool calls being executed by this process."),
+			abandoned: r.Counter("tools_abandoned_total",
+				"Tools that did not return after their context ended and were left running."),
+			cache: r.CounterVec("cache_lookups_total",
+				"Cache lookups of cacheable tools, by tool name@version and result (hit, miss).", "tool", "result"),
+			rateLimited: r.CounterVec("rate_limited_total",
+				"Calls refused with RATE_LIMIT because the tenant's token bucket for the tool was empty, by tool name@version.", "tool"),
+			truncated: r.CounterVec("outputs_truncated_total",
+				"Outputs larger than max_output_bytes (or than one message) stored as blobs, by tool name@version.", "tool"),
+			circuit: r.GaugeVec("circuit_state",
+				"State of each tool version's circuit in this replica: 0 closed, 1 half-open, 2 open, by tool name@version.", "tool"),
+			circuitFast: r.CounterVec("circuit_rejections_total",
+				"Calls answered PROVIDER_ERROR at once because the tool's circuit was open, by tool name@version.", "tool"),
+			writeReplays: r.CounterVec("write_redeliveries_total",
+				"Redelivered calls of writes tools answered from their outcome record without running them, by tool name@version and outcome (recorded, unknown).", "tool", "outcome"),
+			heartbeatFailures: r.Counter("heartbeat_failures_total",
+				"Heartbeats of the queues this process serves that could not be published (three in a row: the queues count as unserved)."),
+		}
+	})
 }

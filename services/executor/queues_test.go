@@ -20,8 +20,7 @@ import (
 func TestQueuesRouteCalls(t *testing.T) {
 	env := eventstest.Start(t)
 	schemas := newEventSchemas(t)
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
+	reg := openRegistry(t, env.JS)
 	// Started at once: each call's started event names the executor that
 	// ran it.
 	startExecutor(t, env, Config{ID: "ex-default", StartedAfter: -1}, WithTools(newTestTool("only_here", okOutput)))

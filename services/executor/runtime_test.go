@@ -26,13 +26,6 @@ func (w *watcher) call(t testing.TB, js jetstream.JetStream, schemas *envelope.S
 	return w.envelopeOf(t, schemas, req)
 }
 
-func newEventSchemas(t testing.TB) *envelope.Schemas {
-	t.Helper()
-	s, err := events.NewSchemas()
-	require.NoError(t, err)
-	return s
-}
-
 // executorOf returns the replica that started the call.
 func (w *watcher) executorOf(t testing.TB, req events.CallRequest) string {
 	t.Helper()
@@ -540,4 +533,30 @@ func TestCachedTruncatedOutput(t *testing.T) {
 	require.True(t, fresh.Cached, "the entry was replaced with the new blob")
 	require.Equal(t, again.Attachments, fresh.Attachments)
 	require.Equal(t, int32(2), runs.Load())
+}
+
+// boundOf is never below what an envelope without an error weighs encoded,
+// however its bytes escape: the fast path of fits trusts it.
+func TestBoundOfIsAnUpperBound(t *testing.T) {
+	worst := strings.Repeat("<\x01&>", 1000)
+	str := func(s string) json.RawMessage {
+		b, err := json.Marshal(s)
+		require.NoError(t, err)
+		return b
+	}
+	now := time.Date(2026, 11, 26, 12, 0, 0, 123456789, time.UTC)
+	for name, env := range map[string]envelope.ToolEnvelope{
+		"empty":   {},
+		"plain":   {CallID: strings.Repeat("a", 64), Name: "echo", Version: "1.0.0", Input: json.RawMessage(`{"text":"hi"}`), Output: json.RawMessage(`{"text":"hi"}`), TStart: now, TEnd: now},
+		"escapes": {CallID: strings.Repeat("a", 64), Name: "echo", Version: "1.0.0", Input: str(worst), Output: str(worst), TStart: now, TEnd: now, Cost: 0.125, Cached: true, Truncated: true},
+		"unicode": {Name: strings.Repeat("é", 200), Version: strings.Repeat("\u2028", 50), Input: str(strings.Repeat("\u2029ü", 500)), TStart: now, TEnd: now},
+		"attachments": {Name: "fetch", Version: "1.0.0", Input: json.RawMessage(`{}`), Attachments: []envelope.Attachment{
+			{Kind: envelope.AttachmentBlob, URL: "toolwire-blob://" + strings.Repeat("<", 300), ContentType: "application/json", Bytes: 1 << 40},
+			{Kind: envelope.AttachmentBlob, URL: strings.Repeat("&", 100), Bytes: 1},
+		}},
+	} {
+		b, err := json.Marshal(&env)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(b), boundOf(&env), name)
+	}
 }

@@ -71,8 +71,7 @@ func TestSecretsResolvedScopedAndScrubbed(t *testing.T) {
 	startExecutorWith(t, d, Config{ID: "ex-1"}, WithTools(authTool{name: "auth_echo"}), WithKeyring(keys))
 	store, err := secrets.Open(t.Context(), env.JS, keys)
 	require.NoError(t, err)
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 	pub := events.NewPublisher(env.JetStream(t))
 
 	tests := []struct {
@@ -163,8 +162,7 @@ func TestSecretsResolvedScopedAndScrubbed(t *testing.T) {
 func TestSecretsWithoutMasterKey(t *testing.T) {
 	env := eventstest.Start(t)
 	startExecutor(t, env, Config{}, WithTools(authTool{name: "auth_echo"}))
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 	req := callRequest(t, "run-nokey", 1, "auth_echo", "1.0.0", `{}`)
 	w := watchRun(t, env.JS, req.RunID)
 	publishApproved(t, events.NewPublisher(env.JetStream(t)), req)
@@ -176,7 +174,7 @@ func TestSecretsWithoutMasterKey(t *testing.T) {
 	// message does not show them.
 	d := testDeps(t, env, nil)
 	d.Getenv = servicetest.Getenv(map[string]string{secrets.EnvMasterKeys: "k1:not-base64"})
-	_, err = Build(d)
+	_, err := Build(d)
 	require.ErrorContains(t, err, `TOOLWIRE_MASTER_KEYS: key "k1" is not standard base64`)
 	require.NotContains(t, err.Error(), "not-base64")
 	d.Getenv = servicetest.Getenv(map[string]string{
@@ -206,8 +204,7 @@ func TestSecretsTamperedValue(t *testing.T) {
 	store, err := secrets.Open(t.Context(), env.JS, other) // sealed under a key the executor does not hold
 	require.NoError(t, err)
 	require.NoError(t, store.Set(t.Context(), secrets.OrgScope("acme"), "API_KEY", []byte(canaryValue)))
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 	req := callRequest(t, "run-tamper", 1, "auth_echo", "1.0.0", `{}`)
 	w := watchRun(t, env.JS, req.RunID)
 	publishApproved(t, events.NewPublisher(env.JetStream(t)), req)

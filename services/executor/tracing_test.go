@@ -33,8 +33,7 @@ func TestExecuteToolSpans(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sink))
 	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
 	startExecutorWith(t, testDeps(t, env, tp), Config{})
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 
 	const runID = "run-spans"
 	w := watchRun(t, env.JS, runID)

@@ -74,8 +74,7 @@ func TestWebToolsThroughTheExecutor(t *testing.T) {
 		_, _ = io.WriteString(w, `{"items":[{"name":"a","price":3},{"name":"b","price":30}]}`)
 	})
 	env := eventstest.Start(t)
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 	d := testDeps(t, env, nil)
 	d.Getenv = servicetest.Getenv(map[string]string{web.EnvAllowHosts: srv.Listener.Addr().String()})
 	cfg, err := ConfigFromEnv(d.Getenv)
@@ -91,8 +90,7 @@ func TestWebToolsThroughTheExecutor(t *testing.T) {
 	require.Equal(t, envelope.SideEffectsReads, names["web_fetch"])
 	require.Equal(t, envelope.SideEffectsNone, names["json_query"])
 
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
+	reg := openRegistry(t, env.JS)
 	putEntry(t, reg, definitionOf(t, s, "http_get"), registry.StateActive, func(d *envelope.ToolDefinition) {
 		d.Version, d.TimeoutMS = "1.0.1-fast", 200
 	})
@@ -165,13 +163,11 @@ func TestHTTPSecretsFromTheSecretsService(t *testing.T) {
 	store, err := secrets.Open(t.Context(), env.JS, keys)
 	require.NoError(t, err)
 	require.NoError(t, store.Set(t.Context(), secrets.OrgScope("acme"), "GITHUB_TOKEN", []byte(token)))
-	reg, err := registry.Open(t.Context(), env.JS)
-	require.NoError(t, err)
+	reg := openRegistry(t, env.JS)
 	putEntry(t, reg, definitionOf(t, s, "http_get"), registry.StateActive, func(d *envelope.ToolDefinition) {
 		d.Version, d.RequiredSecrets = "1.0.0-github", []string{"GITHUB_TOKEN"}
 	})
-	schemas, err := events.NewSchemas()
-	require.NoError(t, err)
+	schemas := newEventSchemas(t)
 
 	in := input(map[string]any{"url": srv.URL + "/user", "secret_headers": map[string]any{"Authorization": "Bearer {{secret:GITHUB_TOKEN}}"}})
 	withSecret := callRequest(t, "run-http-secrets", 1, "http_get", "1.0.0-github", in)

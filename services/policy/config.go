@@ -77,16 +77,16 @@ func (c Config) Validate() error {
 	c = c.WithDefaults()
 	var errs []error
 	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
-		errs = append(errs, fmt.Errorf("policy: concurrency %d: want 1 to %d", c.Concurrency, maxConcurrency))
+		errs = append(errs, fmt.Errorf("concurrency %d: want 1 to %d", c.Concurrency, maxConcurrency))
 	}
 	if c.ApprovalSweep < minSweep || c.ApprovalSweep > maxSweep {
-		errs = append(errs, fmt.Errorf("policy: approval sweep %s: want %s to %s", c.ApprovalSweep, minSweep, maxSweep))
+		errs = append(errs, fmt.Errorf("approval sweep %s: want %s to %s", c.ApprovalSweep, minSweep, maxSweep))
 	}
 	if c.PreviewTimeout < 0 || c.PreviewTimeout > maxPreviewTimeout {
-		errs = append(errs, fmt.Errorf("policy: preview timeout %s: want up to %s", c.PreviewTimeout, maxPreviewTimeout))
+		errs = append(errs, fmt.Errorf("preview timeout %s: want up to %s", c.PreviewTimeout, maxPreviewTimeout))
 	}
 	if c.QueueWait < minQueueWait || c.QueueWait > maxQueueWait {
-		errs = append(errs, fmt.Errorf("policy: queue wait %s: want %s to %s", c.QueueWait, minQueueWait, maxQueueWait))
+		errs = append(errs, fmt.Errorf("queue wait %s: want %s to %s", c.QueueWait, minQueueWait, maxQueueWait))
 	}
 	return errors.Join(errs...)
 }

@@ -61,9 +61,9 @@ func TestConfigFromEnv(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	require.NoError(t, policy.Config{}.Validate())
-	require.EqualError(t, policy.Config{Concurrency: -1}.Validate(), "policy: concurrency -1: want 1 to 4096")
-	require.EqualError(t, policy.Config{ApprovalSweep: time.Millisecond}.Validate(), "policy: approval sweep 1ms: want 10ms to 1m0s")
-	require.EqualError(t, policy.Config{PreviewTimeout: -time.Second}.Validate(), "policy: preview timeout -1s: want up to 1m0s")
+	require.EqualError(t, policy.Config{Concurrency: -1}.Validate(), "concurrency -1: want 1 to 4096")
+	require.EqualError(t, policy.Config{ApprovalSweep: time.Millisecond}.Validate(), "approval sweep 1ms: want 10ms to 1m0s")
+	require.EqualError(t, policy.Config{PreviewTimeout: -time.Second}.Validate(), "preview timeout -1s: want up to 1m0s")
 }
 
 func TestEnvVars(t *testing.T) {

@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolwire/toolwire/pkg/rules"
@@ -31,27 +29,24 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	r := service.NewMetrics(reg, "policy")
-	consumers := service.NewConsumerMetrics(r)
-	m := &metrics{
-		consumers: consumers,
-		verdicts: r.CounterVec("verdicts_total",
-			"Verdicts published by the Policy Guard, by kind of check (call: the loop rules' verdicts are on the orchestrator's turn events) and outcome (approved, denied).", "kind", "outcome"),
-		denials: r.CounterVec("denials_total",
-			"Denials published by the Policy Guard, by kind of check and the rule that denied.", "kind", "rule"),
-		approvals: r.CounterVec("approvals_total",
-			"Tool call approvals by outcome: requested, approved, denied, revised, expired (no decision in time), ignored (a decision for a call that awaited none).", "outcome"),
-		unserved: r.CounterVec("unserved_calls_total",
-			"Allowed calls answered PROVIDER_ERROR because no live worker served their queue within the queue wait, by queue.", "queue"),
-	}
-	// Export every verdict series from the start, so that rates work at once.
-	for _, o := range []string{"approved", "denied"} {
-		m.verdicts.WithLabelValues(kindCall, o)
-	}
-	if err := r.Err(); err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	return m, nil
+	return service.RegisterMetrics(reg, "policy", func(r *service.Metrics, consumers *service.ConsumerMetrics) *metrics {
+		m := &metrics{
+			consumers: consumers,
+			verdicts: r.CounterVec("verdicts_total",
+				"Verdicts published by the Policy Guard, by kind of check (call: the loop rules' verdicts are on the orchestrator's turn events) and outcome (approved, denied).", "kind", "outcome"),
+			denials: r.CounterVec("denials_total",
+				"Denials published by the Policy Guard, by kind of check and the rule that denied.", "kind", "rule"),
+			approvals: r.CounterVec("approvals_total",
+				"Tool call approvals by outcome: requested, approved, denied, revised, expired (no decision in time), ignored (a decision for a call that awaited none).", "outcome"),
+			unserved: r.CounterVec("unserved_calls_total",
+				"Allowed calls answered PROVIDER_ERROR because no live worker served their queue within the queue wait, by queue.", "queue"),
+		}
+		// Export every verdict series from the start, so that rates work at once.
+		for _, o := range []string{"approved", "denied"} {
+			m.verdicts.WithLabelValues(kindCall, o)
+		}
+		return m
+	})
 }
 
 // observe counts one published verdict.

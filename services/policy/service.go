@@ -72,14 +72,7 @@ type Service struct {
 // it.
 func New(d service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if d.JS == nil {
-		return nil, errors.New("policy: Deps.JS is required")
-	}
-	d = d.WithDefaults()
-	m, err := newMetrics(d.Metrics)
+	d, m, err := service.Prepare("policy", d, cfg, newMetrics)
 	if err != nil {
 		return nil, err
 	}

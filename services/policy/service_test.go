@@ -726,7 +726,7 @@ func TestNew(t *testing.T) {
 	_, err := New(service.Deps{}, Config{})
 	require.EqualError(t, err, "policy: Deps.JS is required")
 	_, err = New(service.Deps{JS: env.JS}, Config{Concurrency: -1})
-	require.EqualError(t, err, "policy: concurrency -1: want 1 to 4096")
+	require.EqualError(t, err, "policy config: concurrency -1: want 1 to 4096")
 
 	// Replicas on one registry share their collectors; a different
 	// collector under one of the guard's names is refused.
@@ -832,5 +832,39 @@ func TestRunBinary(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(waitFor):
 		t.Fatal("service.Run did not return after its context ended")
+	}
+}
+
+func TestDeniedEnvelopeMatchesSchema(t *testing.T) {
+	schemas := testSchemas(t)
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.FixedZone("CEST", 2*3600))
+	tests := []struct {
+		name, tool, version string
+	}{
+		{name: "tool not enabled: no version", tool: "send_email"},
+		{name: "blocked version", tool: "rm_rf", version: "1.0.0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			input := json.RawMessage(`{"to": "a@example.com", "n": 1.0}`)
+			callID, err := envelope.CallID(tt.tool, tt.version, input, 7)
+			require.NoError(t, err)
+			req := events.CallRequest{RunID: "run-1", CallID: callID, Seq: 7, Iteration: 2, Name: tt.tool, Version: tt.version, Input: input,
+				Queue: envelope.DefaultQueue}
+			env := DeniedEnvelope(&req, rules.Deny("no"), now)
+
+			require.Equal(t, callID, env.CallID)
+			require.Equal(t, tt.tool, env.Name)
+			require.Equal(t, tt.version, env.Version)
+			require.Equal(t, string(input), string(env.Input), "input is kept byte for byte")
+			require.Nil(t, env.Output)
+			require.Equal(t, &envelope.ToolError{Code: envelope.CodePolicyDenied, Message: "no"}, env.Error)
+			require.Equal(t, now.UTC(), env.TStart)
+			require.Equal(t, time.UTC, env.TStart.Location())
+			require.Equal(t, env.TStart, env.TEnd)
+			require.Zero(t, env.Cost, "a refused call costs nothing")
+			require.False(t, env.Billable())
+			require.NoError(t, schemas.ValidateValue(envelope.SchemaToolEnvelope, env))
+		})
 	}
 }

@@ -149,20 +149,20 @@ func (c Config) Validate() error {
 		errs = append(errs, ErrNoDatabase)
 	}
 	if c.Batch < 1 || c.Batch > maxBatch {
-		errs = append(errs, fmt.Errorf("recorder: batch %d: want 1 to %d", c.Batch, maxBatch))
+		errs = append(errs, fmt.Errorf("batch %d: want 1 to %d", c.Batch, maxBatch))
 	}
 	if c.Poll > maxPoll {
-		errs = append(errs, fmt.Errorf("recorder: poll %s: want at most %s", c.Poll, maxPoll))
+		errs = append(errs, fmt.Errorf("poll %s: want at most %s", c.Poll, maxPoll))
 	}
 	if c.DatabaseWait < minDatabaseWait || c.DatabaseWait > maxDatabaseWait {
-		errs = append(errs, fmt.Errorf("recorder: database wait %s: want %s to %s", c.DatabaseWait, minDatabaseWait, maxDatabaseWait))
+		errs = append(errs, fmt.Errorf("database wait %s: want %s to %s", c.DatabaseWait, minDatabaseWait, maxDatabaseWait))
 	}
 	if c.OIDC.Issuer != "" {
 		if err := c.OIDC.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("recorder: %w (%s, %s)", err, EnvOIDCIssuer, EnvOIDCAudience))
+			errs = append(errs, fmt.Errorf("%w (%s, %s)", err, EnvOIDCIssuer, EnvOIDCAudience))
 		}
 	} else if c.OIDC.Audience != "" {
-		errs = append(errs, fmt.Errorf("recorder: %s is set without %s", EnvOIDCAudience, EnvOIDCIssuer))
+		errs = append(errs, fmt.Errorf("%s is set without %s", EnvOIDCAudience, EnvOIDCIssuer))
 	}
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package recorder_test
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -39,6 +40,22 @@ func publish(t testing.TB, js jetstream.JetStream, outs ...events.Outgoing) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// binaryEnv is the environment a test runs the recorder's binary with: NATS
+// at natsURL, serving on addr, quiet, exporting no spans; extra (the
+// database, the recorder's settings) is added to it.
+func binaryEnv(natsURL, addr string, extra map[string]string) map[string]string {
+	vars := map[string]string{service.EnvNATSURL: natsURL, service.EnvHTTPAddr: addr,
+		service.EnvLogLevel: "error", service.EnvOTelExporter: "none"}
+	maps.Copy(vars, extra)
+	return vars
+}
+
+// runBinary runs the recorder as its binary does until ctx ends and returns
+// what service.Run returned.
+func runBinary(ctx context.Context, vars map[string]string) error {
+	return service.Run(ctx, "recorder", ":8080", servicetest.Getenv(vars), service.Builder(recorder.Build))
 }
 
 // runRecorder runs the recorder as its binary does (service.Run with Build)

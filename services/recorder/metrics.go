@@ -1,8 +1,6 @@
 package recorder
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolwire/toolwire/pkg/service"
@@ -21,21 +19,18 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	r := service.NewMetrics(reg, "recorder")
-	consumers := service.NewConsumerMetrics(r)
-	m := &metrics{
-		consumers: consumers,
-		recorded: r.Counter("events_recorded_total",
-			"Events committed to the database (a redelivered event counts again; it changes nothing)."),
-		dbUp: r.Gauge("database_up",
-			"1 while the database answers, 0 while the recorder holds events for it."),
-		outages: r.Counter("database_outages_total",
-			"Times the database became unreachable."),
-		retention: newRetentionGauge(r),
-	}
-	if err := r.Err(); err != nil {
-		return nil, fmt.Errorf("recorder: %w", err)
-	}
-	m.dbUp.Set(1)
-	return m, nil
+	return service.RegisterMetrics(reg, "recorder", func(r *service.Metrics, consumers *service.ConsumerMetrics) *metrics {
+		m := &metrics{
+			consumers: consumers,
+			recorded: r.Counter("events_recorded_total",
+				"Events committed to the database (a redelivered event counts again; it changes nothing)."),
+			dbUp: r.Gauge("database_up",
+				"1 while the database answers, 0 while the recorder holds events for it."),
+			outages: r.Counter("database_outages_total",
+				"Times the database became unreachable."),
+			retention: newRetentionGauge(r),
+		}
+		m.dbUp.Set(1)
+		return m
+	})
 }

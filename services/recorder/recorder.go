@@ -87,18 +87,11 @@ type Recorder struct {
 // releases the handle whether or not Start ran.
 func New(d service.Deps, cfg Config) (*Recorder, error) {
 	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if d.JS == nil {
-		return nil, errors.New("recorder: Deps.JS is required")
-	}
-	d = d.WithDefaults()
-	if err := CheckExposure(d.Common.HTTPAddr, cfg); err != nil {
-		return nil, err
-	}
-	m, err := newMetrics(d.Metrics)
+	d, m, err := service.Prepare("recorder", d, cfg, newMetrics)
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckExposure(d.Common.HTTPAddr, cfg); err != nil {
 		return nil, err
 	}
 	db, err := openBackend(cfg.DatabaseURL)

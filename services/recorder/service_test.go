@@ -3,19 +3,21 @@ package recorder_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 )
 
@@ -26,15 +28,7 @@ func TestServiceRun(t *testing.T) {
 	env := eventstest.Start(t)
 	dsn := pgtest.Schema(t)
 	addr := servicetest.FreeAddr(t)
-	vars := map[string]string{
-		service.EnvNATSURL:      env.URL,
-		service.EnvHTTPAddr:     addr,
-		service.EnvLogLevel:     "error",
-		service.EnvOTelExporter: "none",
-		recorder.EnvDatabaseURL: dsn,
-		recorder.EnvBatch:       "8",
-	}
-	stop := runRecorder(t, vars)
+	stop := runRecorder(t, binaryEnv(env.URL, addr, map[string]string{recorder.EnvDatabaseURL: dsn, recorder.EnvBatch: "8"}))
 
 	base := "http://" + addr
 	eventually(t, "the recorder to be ready", func() (bool, string) {
@@ -66,9 +60,7 @@ func TestServiceRun(t *testing.T) {
 
 func TestServiceRunWithoutDatabase(t *testing.T) {
 	env := eventstest.Start(t)
-	vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: servicetest.FreeAddr(t),
-		service.EnvLogLevel: "error", service.EnvOTelExporter: "none"}
-	err := service.Run(testCtx(t), "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))
+	err := runBinary(testCtx(t), binaryEnv(env.URL, servicetest.FreeAddr(t), nil))
 	if !errors.Is(err, recorder.ErrNoDatabase) || !strings.Contains(err.Error(), "DATABASE_URL is required") {
 		t.Fatalf("service.Run without DATABASE_URL = %v", err)
 	}
@@ -98,10 +90,8 @@ func TestServiceRunWithADatabaseThatNeverAnswers(t *testing.T) {
 		"postgres://toolwire:secret@" + ln.Addr().String() + "/toolwire?sslmode=disable&connect_timeout=1", // silent
 		"postgres://toolwire:secret@" + servicetest.FreeAddr(t) + "/toolwire?sslmode=disable",              // refused
 	} {
-		vars := map[string]string{service.EnvNATSURL: env.URL, service.EnvHTTPAddr: servicetest.FreeAddr(t),
-			service.EnvLogLevel: "error", service.EnvOTelExporter: "none",
-			recorder.EnvDatabaseURL: dsn, recorder.EnvDatabaseWait: "2s"}
-		err := service.Run(testCtx(t), "recorder", ":8080", func(k string) string { return vars[k] }, service.Builder(recorder.Build))
+		err := runBinary(testCtx(t), binaryEnv(env.URL, servicetest.FreeAddr(t),
+			map[string]string{recorder.EnvDatabaseURL: dsn, recorder.EnvDatabaseWait: "2s"}))
 		var unreachable *recorder.DatabaseUnreachableError
 		if !errors.As(err, &unreachable) || unreachable.Waited != 2*time.Second {
 			t.Fatalf("service.Run with %s = %v; want a DatabaseUnreachableError after 2s", dsn, err)
@@ -114,5 +104,47 @@ func TestServiceRunWithADatabaseThatNeverAnswers(t *testing.T) {
 		if strings.Contains(err.Error(), "secret") {
 			t.Errorf("error %q shows the password", err)
 		}
+	}
+}
+
+// TestRecorderOnSQLite runs the recorder binary's way (service.Run, configured
+// by environment) on a SQLite file: it migrates, records a run and serves it.
+func TestRecorderOnSQLite(t *testing.T) {
+	env := eventstest.Start(t)
+	addr := servicetest.FreeAddr(t)
+	path := filepath.Join(t.TempDir(), "nested", "recorder.db")
+	stop := runRecorder(t, binaryEnv(env.URL, addr, map[string]string{recorder.EnvDatabaseURL: sqlite.URL(path)}))
+	fx := storetest.CompletedRun(t, "sqlite-run", "weather", storetest.TenantA, time.Now())
+	publish(t, env.JS, fx.Events...)
+	eventually(t, "the run to be recorded in SQLite", func() (bool, string) {
+		resp, err := http.Get("http://" + addr + "/v1/runs/sqlite-run/envelopes")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var envs apitypes.EnvelopesJSON
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&envs) != nil {
+			return false, resp.Status
+		}
+		return len(envs.Envelopes) == 2, fmt.Sprintf("%d envelopes", len(envs.Envelopes))
+	})
+	stop()
+	// The file holds the run after the recorder has gone.
+	s, err := sqlite.Open(sqlite.URL(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	storetest.CheckRun(t, s, fx)
+}
+
+// TestOpenStore: `toolwire replay --database-url` reads an existing
+// database; it neither creates one nor runs without a URL.
+func TestOpenStore(t *testing.T) {
+	if _, _, err := recorder.OpenStore(sqlite.URL(filepath.Join(t.TempDir(), "missing.db"))); err == nil {
+		t.Error("OpenStore of a missing SQLite file: no error")
+	}
+	if _, _, err := recorder.OpenStore(""); err == nil {
+		t.Error("OpenStore without a URL: no error")
 	}
 }

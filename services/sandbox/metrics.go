@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolwire/toolwire/pkg/service"
@@ -24,24 +22,20 @@ type metrics struct {
 // newMetrics registers the sandbox's metrics on reg; replicas sharing a
 // registry share the collectors.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	r := service.NewMetrics(reg, "sandbox")
-	consumers := service.NewConsumerMetrics(r)
-	m := &metrics{
-		consumers: consumers,
-		jobs: r.CounterVec("jobs_total",
-			"Sandbox jobs run, by runtime and outcome (ok, or the error code and the limit hit).", "runtime", "outcome"),
-		duration: r.HistogramVec("job_duration_seconds",
-			"Wall time of sandbox jobs, start of the runtime included, by runtime.",
-			prometheus.ExponentialBuckets(0.01, 2, 14), // 10ms to ~80s
-			"runtime"),
-		inFlight: r.Gauge("jobs_in_flight", "Sandbox jobs being run by this process."),
-		available: r.GaugeVec("runtime_available",
-			"1 when the runtime passed its trial job at start, else 0.", "runtime"),
-	}
-	if err := r.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
-	}
-	return m, nil
+	return service.RegisterMetrics(reg, "sandbox", func(r *service.Metrics, consumers *service.ConsumerMetrics) *metrics {
+		return &metrics{
+			consumers: consumers,
+			jobs: r.CounterVec("jobs_total",
+				"Sandbox jobs run, by runtime and outcome (ok, or the error code and the limit hit).", "runtime", "outcome"),
+			duration: r.HistogramVec("job_duration_seconds",
+				"Wall time of sandbox jobs, start of the runtime included, by runtime.",
+				prometheus.ExponentialBuckets(0.01, 2, 14), // 10ms to ~80s
+				"runtime"),
+			inFlight: r.Gauge("jobs_in_flight", "Sandbox jobs being run by this process."),
+			available: r.GaugeVec("runtime_available",
+				"1 when the runtime passed its trial job at start, else 0.", "runtime"),
+		}
+	})
 }
 
 // runtimeLabel is the runtime label of a result: "none" for a job refused

@@ -45,14 +45,7 @@ type Service struct {
 // environment and does no I/O: Start finds the runtimes and connects it.
 func New(d service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("sandbox config: %w", err)
-	}
-	if d.JS == nil {
-		return nil, errors.New("sandbox: Deps.JS is required")
-	}
-	d = d.WithDefaults()
-	m, err := newMetrics(d.Metrics)
+	d, m, err := service.Prepare("sandbox", d, cfg, newMetrics)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/toolwire/toolwire/services/recorder/store"
+	"github.com/toolwire/toolwire/services/recorder/store/internal/sqlstore"
 )
 
 // admit runs store.Admit on a batch's new records with what the database
@@ -123,16 +124,9 @@ func (q *effectQueue) parked(a store.Admission) error {
 	if len(a.Released) > 0 {
 		q.add("release parked events", nil, `DELETE FROM parked_events WHERE event_id = ANY($1)`, a.Released)
 	}
-	var ids, runs, docs []string
-	for _, p := range a.Park {
-		if p.Stored {
-			continue
-		}
-		doc, err := store.EncodeParked(p.Record)
-		if err != nil {
-			return err
-		}
-		ids, runs, docs = append(ids, p.Record.Event.ID), append(runs, p.Record.Event.RunID), append(docs, string(doc))
+	ids, runs, docs, err := sqlstore.ToPark(a)
+	if err != nil {
+		return err
 	}
 	if len(ids) > 0 {
 		what := "park events"

@@ -13,29 +13,21 @@ import (
 	"github.com/toolwire/toolwire/services/recorder/store/internal/sqlstore"
 )
 
-const tokenColumns = `token_id, name, org_id, workspace_id, role, hash, created_at, expires_at, revoked_at`
-
 // CreateToken implements store.Tokens.
 func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultWriteTimeout)
 	defer cancel()
-	_, err := s.pool.Exec(ctx, `INSERT INTO tokens (`+tokenColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+	_, err := s.pool.Exec(ctx, `INSERT INTO tokens (`+sqlstore.TokenColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		t.ID, t.Name, t.OrgID, t.WorkspaceID, t.Role, t.Hash, t.CreatedAt.UTC(), t.ExpiresAt, t.RevokedAt)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" { // unique_violation
-		return fmt.Errorf("%w: %s", store.ErrTokenExists, t.ID)
-	}
-	if err != nil {
-		return fmt.Errorf("create token: %w", err)
-	}
-	return nil
+	return sqlstore.TokenCreated(t.ID, err, errors.As(err, &pe) && pe.Code == "23505") // unique_violation
 }
 
 // Token implements store.Tokens.
 func (s *Store) Token(ctx context.Context, id string) (store.Token, error) {
 	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
 	defer cancel()
-	t, err := scanToken(s.pool.QueryRow(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE token_id = $1`, id))
+	t, err := scanToken(s.pool.QueryRow(ctx, `SELECT `+sqlstore.TokenColumns+` FROM tokens WHERE token_id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, fmt.Errorf("%w: %s", store.ErrTokenNotFound, id)
 	}
@@ -45,7 +37,7 @@ func (s *Store) Token(ctx context.Context, id string) (store.Token, error) {
 // ListTokens implements store.Tokens.
 func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
 	return query(ctx, s.pool, "list tokens", func(rows pgx.Rows) (store.Token, error) { return scanToken(rows) },
-		`SELECT `+tokenColumns+` FROM tokens ORDER BY created_at, token_id`)
+		`SELECT `+sqlstore.TokenColumns+` FROM tokens ORDER BY created_at, token_id`)
 }
 
 // RevokeToken implements store.Tokens.
@@ -53,13 +45,7 @@ func (s *Store) RevokeToken(ctx context.Context, id string, at time.Time) error 
 	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultWriteTimeout)
 	defer cancel()
 	tag, err := s.pool.Exec(ctx, `UPDATE tokens SET revoked_at = COALESCE(revoked_at, $2) WHERE token_id = $1`, id, at.UTC())
-	if err != nil {
-		return fmt.Errorf("revoke token: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %s", store.ErrTokenNotFound, id)
-	}
-	return nil
+	return sqlstore.TokenRevoked(id, tag.RowsAffected(), err)
 }
 
 func scanToken(row pgx.Row) (store.Token, error) {

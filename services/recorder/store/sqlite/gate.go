@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/toolwire/toolwire/services/recorder/store"
+	"github.com/toolwire/toolwire/services/recorder/store/internal/sqlstore"
 )
 
 // sqliteAdmit runs store.Admit on a batch's new records with what the
@@ -88,17 +89,14 @@ func sqlitePark(ctx context.Context, tx *sql.Tx, a store.Admission) error {
 			return fmt.Errorf("release parked event %q: %w", id, err)
 		}
 	}
-	for _, p := range a.Park {
-		if p.Stored {
-			continue
-		}
-		doc, err := store.EncodeParked(p.Record)
-		if err != nil {
-			return err
-		}
+	ids, runs, docs, err := sqlstore.ToPark(a)
+	if err != nil {
+		return err
+	}
+	for i, id := range ids {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO parked_events (event_id, run_id, record) VALUES (?1, ?2, ?3)
-			ON CONFLICT (event_id) DO NOTHING`, p.Record.Event.ID, p.Record.Event.RunID, string(doc)); err != nil {
-			return fmt.Errorf("park event %q: %w", p.Record.Event.ID, err)
+			ON CONFLICT (event_id) DO NOTHING`, id, runs[i], docs[i]); err != nil {
+			return fmt.Errorf("park event %q: %w", id, err)
 		}
 	}
 	return nil

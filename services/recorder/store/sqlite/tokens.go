@@ -14,29 +14,21 @@ import (
 	"github.com/toolwire/toolwire/services/recorder/store/internal/sqlstore"
 )
 
-const tokenColumns = `token_id, name, org_id, workspace_id, role, hash, created_at, expires_at, revoked_at`
-
 // CreateToken implements store.Tokens.
 func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultWriteTimeout)
 	defer cancel()
-	_, err := s.db.ExecContext(ctx, `INSERT INTO tokens (`+tokenColumns+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO tokens (`+sqlstore.TokenColumns+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`,
 		t.ID, t.Name, t.OrgID, t.WorkspaceID, t.Role, t.Hash, fmtTime(t.CreatedAt), fmtTimePtr(t.ExpiresAt), fmtTimePtr(t.RevokedAt))
 	var se *msqlite.Error
-	if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY {
-		return fmt.Errorf("%w: %s", store.ErrTokenExists, t.ID)
-	}
-	if err != nil {
-		return fmt.Errorf("create token: %w", err)
-	}
-	return nil
+	return sqlstore.TokenCreated(t.ID, err, errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 }
 
 // Token implements store.Tokens.
 func (s *Store) Token(ctx context.Context, id string) (store.Token, error) {
 	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
 	defer cancel()
-	t, err := scanToken(s.db.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE token_id = ?1`, id))
+	t, err := scanToken(s.db.QueryRowContext(ctx, `SELECT `+sqlstore.TokenColumns+` FROM tokens WHERE token_id = ?1`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, fmt.Errorf("%w: %s", store.ErrTokenNotFound, id)
 	}
@@ -46,7 +38,7 @@ func (s *Store) Token(ctx context.Context, id string) (store.Token, error) {
 // ListTokens implements store.Tokens.
 func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
 	return query(ctx, s.db, "list tokens", func(rows *sql.Rows) (store.Token, error) { return scanToken(rows) },
-		`SELECT `+tokenColumns+` FROM tokens ORDER BY created_at, token_id`)
+		`SELECT `+sqlstore.TokenColumns+` FROM tokens ORDER BY created_at, token_id`)
 }
 
 // RevokeToken implements store.Tokens.
@@ -54,15 +46,11 @@ func (s *Store) RevokeToken(ctx context.Context, id string, at time.Time) error 
 	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultWriteTimeout)
 	defer cancel()
 	res, err := s.db.ExecContext(ctx, `UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?2) WHERE token_id = ?1`, id, fmtTime(at))
-	if err != nil {
-		return fmt.Errorf("revoke token: %w", err)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n == 0 {
-		return fmt.Errorf("%w: %s", store.ErrTokenNotFound, id)
-	}
-	return nil
+	return sqlstore.TokenRevoked(id, n, err)
 }
 
 func scanToken(row interface{ Scan(...any) error }) (store.Token, error) {

@@ -153,6 +153,52 @@ type Rows interface {
 	Err() error
 }
 
+// TokenColumns are the columns of the tokens table, in the order both
+// backends insert and scan them.
+const TokenColumns = `token_id, name, org_id, workspace_id, role, hash, created_at, expires_at, revoked_at`
+
+// TokenCreated is the result of a token's INSERT, given what the driver
+// returned (err) and whether that was the token id's unique violation
+// (duplicate): store.ErrTokenExists, the failure, or nil.
+func TokenCreated(id string, err error, duplicate bool) error {
+	switch {
+	case duplicate:
+		return fmt.Errorf("%w: %s", store.ErrTokenExists, id)
+	case err != nil:
+		return fmt.Errorf("create token: %w", err)
+	}
+	return nil
+}
+
+// TokenRevoked is the result of a token's revoking UPDATE, given the rows it
+// changed and what the driver returned: store.ErrTokenNotFound when it
+// changed none.
+func TokenRevoked(id string, affected int64, err error) error {
+	if err != nil {
+		return fmt.Errorf("revoke token: %w", err)
+	}
+	if affected == 0 {
+		return fmt.Errorf("%w: %s", store.ErrTokenNotFound, id)
+	}
+	return nil
+}
+
+// ToPark is what an admission parks that is not stored yet, in order: each
+// event's id and run, and its record encoded by store.EncodeParked.
+func ToPark(a store.Admission) (ids, runs, docs []string, err error) {
+	for _, p := range a.Park {
+		if p.Stored {
+			continue
+		}
+		doc, err := store.EncodeParked(p.Record)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ids, runs, docs = append(ids, p.Record.Event.ID), append(runs, p.Record.Event.RunID), append(docs, string(doc))
+	}
+	return ids, runs, docs, nil
+}
+
 // OneCall is the one call of a read of the tool calls narrowed to callID
 // (calls and err, as the read returned them), or store.ErrCallNotFound.
 func OneCall(runID, callID string, calls []store.ToolCall, err error) (store.ToolCall, error) {
