@@ -30,6 +30,37 @@ func TestPublishSameEventTwiceStoresOne(t *testing.T) {
 	require.Empty(t, m.Header.Get(events.HeaderTraceParent), "no span in ctx, no hop header")
 }
 
+// PublishFirst stores an event only onto an empty subject: a retried
+// publish of it and another event on its subject are both refused without
+// an error, and nothing beside the first is stored.
+func TestPublishFirstOntoAnEmptySubjectOnly(t *testing.T) {
+	env := natstest.Start(t)
+	pub := events.NewPublisher(env.JS)
+	ctx := testCtx(t)
+
+	first := constructedOut(t, "call completed")
+	stored, err := pub.PublishFirst(ctx, first)
+	require.NoError(t, err)
+	require.True(t, stored)
+	stored, err = pub.PublishFirst(ctx, first)
+	require.NoError(t, err)
+	require.False(t, stored, "a retried publish: the duplicate check answers")
+
+	other := constructedOut(t, "call completed")
+	other.Event.SetID(first.Event.ID() + "-other")
+	stored, err = pub.PublishFirst(ctx, other)
+	require.NoError(t, err)
+	require.False(t, stored, "another event on a subject that holds one")
+	require.EqualValues(t, 1, streamMsgs(t, env.JS, events.StreamCalls))
+	got, err := events.Decode(lastMsg(t, env.JS, events.StreamCalls, first.Subject))
+	require.NoError(t, err)
+	requireSameEvent(t, &first.Event, got)
+
+	_, err = pub.PublishFirst(ctx, events.Outgoing{Subject: "toolwire.nowhere", Event: first.Event})
+	require.Error(t, err, "a subject no stream takes")
+	require.False(t, events.WrongLastSequence(err))
+}
+
 func TestPublishedHeadersSurviveTheWire(t *testing.T) {
 	env := natstest.Start(t)
 	pub := events.NewPublisher(env.JS)
