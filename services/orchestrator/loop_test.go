@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -214,4 +215,105 @@ func TestRequestSubmittedAgainMakesNoSecondRun(t *testing.T) {
 	info, err := dlq.Info(ctx)
 	require.NoError(t, err)
 	require.Zero(t, info.State.Msgs, "nothing dead-lettered")
+}
+
+// The envelope of a turn's last call drives the next model call before the
+// run's state records it; when the model then answers, the run's end is
+// published and the state records the envelope with it in one write. A
+// one-call run writes its state twice (created with its first turn, then
+// ended); a turn of calls is still preceded by the write of the envelope
+// that led to it, so that its own envelopes find the run calling the model.
+// A snapshot gone stale (the state changed by another replica; here the
+// call's approval, written straight into KV) is caught by the end's write:
+// the envelope is applied to the state as it is, and the run's resumption is
+// published.
+func TestLastEnvelopeEndsTheRunInOneStateWrite(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	h.Start("o1", orchestrator.Config{})
+	kv, err := h.Env.JS.KeyValue(ctx, events.BucketRunState)
+	require.NoError(t, err)
+	// watch collects every state written to the run's key.
+	watch := func(run string) func() []orchestrator.RunState {
+		w, err := kv.Watch(ctx, run, jetstream.UpdatesOnly())
+		require.NoError(t, err)
+		var got []orchestrator.RunState
+		return func() []orchestrator.RunState {
+			defer func() { require.NoError(t, w.Stop()) }()
+			for {
+				select {
+				case e := <-w.Updates():
+					var st orchestrator.RunState
+					require.NoError(t, json.Unmarshal(e.Value(), &st))
+					if got = append(got, st); st.Done() {
+						return got
+					}
+				case <-ctx.Done():
+					t.Fatalf("run %s: its state never ended; written %d times", run, len(got))
+				}
+			}
+		}
+	}
+	echo := func(text string) map[string]any {
+		return map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": text})}}
+	}
+	answer := map[string]any{"content": "done"}
+	run := func(id string, turns ...map[string]any) func() []orchestrator.RunState {
+		req := orchestratortest.Scripted(t, id, []string{"echo@1.0.0"}, envelope.Policy{}, append(turns, answer)...)
+		written := watch(id)
+		h.Submit(ctx, req)
+		return written
+	}
+	// recorded waits until the run's state has turn n: the test's envelopes
+	// come quicker than a tool's, before the turn's record otherwise.
+	recorded := func(id string, n int) jetstream.KeyValueEntry {
+		var e jetstream.KeyValueEntry
+		require.Eventually(t, func() bool {
+			var st orchestrator.RunState
+			e, err = kv.Get(ctx, id)
+			return err == nil && json.Unmarshal(e.Value(), &st) == nil && st.Iteration == n && st.Phase == orchestrator.PhaseAwaitingTools
+		}, 10*time.Second, time.Millisecond)
+		return e
+	}
+	complete := func(id, text string, seq int) string {
+		c := g.Request(id, "echo", map[string]any{"text": text}, seq)
+		recorded(id, seq)
+		g.Complete(c, json.RawMessage(`{"text":"`+text+`"}`))
+		return c.CallID
+	}
+
+	written := run("early-one", echo("a"))
+	call := complete("early-one", "a", 1)
+	states := written()
+	require.Len(t, states, 2, "created with its first turn, then ended with the envelope")
+	require.Equal(t, orchestrator.PhaseComplete, states[1].Phase)
+	require.Equal(t, 2, states[1].Iteration)
+	require.Equal(t, "call/"+call, states[1].Trigger, "the envelope, which drove the last model call, is in the end's write")
+
+	written = run("early-two", echo("a"), echo("b"))
+	complete("early-two", "a", 1)
+	complete("early-two", "b", 2)
+	states = written()
+	require.Len(t, states, 4, "created; the first envelope before the second turn; that turn; the end")
+	require.Equal(t, orchestrator.PhaseCalling, states[1].Phase, "the second turn's envelopes find the run calling the model")
+	require.Equal(t, 2, states[2].Iteration)
+	require.Equal(t, orchestrator.PhaseComplete, states[3].Phase)
+
+	written = run("early-stale", echo("a"))
+	c := g.Request("early-stale", "echo", map[string]any{"text": "a"}, 1)
+	e := recorded("early-stale", 1)
+	var st orchestrator.RunState
+	require.NoError(t, json.Unmarshal(e.Value(), &st))
+	st.Pending[0].Approval = orchestrator.ApprovalWaiting
+	b, err := json.Marshal(st)
+	require.NoError(t, err)
+	_, err = kv.Update(ctx, "early-stale", b, e.Revision())
+	require.NoError(t, err)
+	g.Complete(c, json.RawMessage(`{"text":"a"}`))
+	states = written()
+	require.Equal(t, orchestrator.PhaseComplete, states[len(states)-1].Phase)
+	resumed := h.Next(ctx, events.StreamRuns, "toolwire.run.early-stale.resumed")
+	require.Contains(t, string(resumed.Data), "call "+c.CallID+" (echo@1.0.0) completed")
 }
