@@ -42,18 +42,7 @@ func (p *Publisher) Publish(ctx context.Context, out Outgoing) error {
 // Duplicate says that an event of that id was stored already (the stored
 // one stands, not this one).
 func (p *Publisher) PublishAck(ctx context.Context, out Outgoing) (*jetstream.PubAck, error) {
-	m, err := out.Msg()
-	if err != nil {
-		return nil, err
-	}
-	InjectHop(ctx, m.Header)
-	ctx, cancel := p.ctx(ctx)
-	defer cancel()
-	ack, err := p.js.PublishMsg(ctx, m)
-	if err != nil {
-		return nil, fmt.Errorf("publish %s %s: %w", out.Event.Type(), out.Event.ID(), err)
-	}
-	return ack, nil
+	return p.publish(ctx, out)
 }
 
 // PublishFirst publishes out only when its subject holds no event yet: it
@@ -63,21 +52,29 @@ func (p *Publisher) PublishAck(ctx context.Context, out Outgoing) (*jetstream.Pu
 // only one on its subject (a run's turn, a run's end) stays the only one
 // whoever else publishes there, and however long after.
 func (p *Publisher) PublishFirst(ctx context.Context, out Outgoing) (bool, error) {
-	m, err := out.Msg()
-	if err != nil {
-		return false, err
-	}
-	InjectHop(ctx, m.Header)
-	ctx, cancel := p.ctx(ctx)
-	defer cancel()
-	ack, err := p.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+	ack, err := p.publish(ctx, out, jetstream.WithExpectLastSequencePerSubject(0))
 	switch {
 	case WrongLastSequence(err):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("publish %s %s: %w", out.Event.Type(), out.Event.ID(), err)
+		return false, err
 	}
 	return !ack.Duplicate, nil
+}
+
+func (p *Publisher) publish(ctx context.Context, out Outgoing, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	m, err := out.Msg()
+	if err != nil {
+		return nil, err
+	}
+	InjectHop(ctx, m.Header)
+	ctx, cancel := p.ctx(ctx)
+	defer cancel()
+	ack, err := p.js.PublishMsg(ctx, m, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s %s: %w", out.Event.Type(), out.Event.ID(), err)
+	}
+	return ack, nil
 }
 
 // WrongLastSequence reports whether a publish was refused because its
