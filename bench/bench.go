@@ -108,12 +108,15 @@ type Report struct {
 	} `json:"tool_call"`
 
 	Run struct {
-		Latency      Dist               `json:"latency"`
-		Hops         int                `json:"hops"`
-		RatioP50     float64            `json:"ratio_p50_to_chain_p50"`
-		PerHopP50    float64            `json:"per_hop_p50_us"`
-		RawPerHopP50 float64            `json:"raw_per_hop_p50_us"`
-		PerHopRatio  float64            `json:"per_hop_ratio"`
+		Latency      Dist    `json:"latency"`
+		Hops         int     `json:"hops"`
+		RatioP50     float64 `json:"ratio_p50_to_chain_p50"`
+		PerHopP50    float64 `json:"per_hop_p50_us"`
+		RawPerHopP50 float64 `json:"raw_per_hop_p50_us"`
+		PerHopRatio  float64 `json:"per_hop_ratio"`
+		// ByHop times each hop of the same runs from the stored times of
+		// their events.
+		ByHop        []Hop              `json:"by_hop"`
 		NoToolsP50   float64            `json:"no_tools_run_p50_us"`
 		OverheadPerK map[string]float64 `json:"per_call_overhead_us"`
 	} `json:"run"`
@@ -243,6 +246,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// neither pays for the other's leftovers.
 	const block = 20
 	var runLat, chainLat, contractLat []time.Duration
+	var runIDs []string
 	for len(runLat) < o.Samples {
 		n := min(block, o.Samples-len(runLat))
 		time.Sleep(50 * time.Millisecond)
@@ -262,11 +266,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		contractLat = append(contractLat, c...)
 		for range n {
-			d, err := run.run(ctx, run.request("echo", echoArgs(1)))
+			req := run.request("echo", echoArgs(1))
+			d, err := run.run(ctx, req)
 			if err != nil {
 				return nil, err
 			}
 			runLat = append(runLat, d)
+			runIDs = append(runIDs, req.RunID)
 		}
 	}
 	if err := obs.recording(false); err != nil {
@@ -290,6 +296,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Run.PerHopP50 = r.Run.Latency.P50 / float64(r.Run.Hops)
 	r.Run.RawPerHopP50 = r.Baseline.Chain.P50 / 3
 	r.Run.PerHopRatio = ratio(r.Run.PerHopP50, r.Run.RawPerHopP50)
+	if r.Run.ByHop, err = runHops(ctx, st.JS, runIDs); err != nil {
+		return nil, err
+	}
 
 	say("latency: %d contract-shaped chains while one-call runs go on beside them", o.Samples)
 	loaded, err := besideRuns(ctx, run, func() ([]time.Duration, error) {

@@ -46,6 +46,15 @@ func TestHarnessFillsEveryFigure(t *testing.T) {
 	require.Positive(t, r.ToolCall.RatioP50)
 	require.Positive(t, r.Run.Latency.P50)
 	require.Len(t, r.Run.OverheadPerK, 3)
+	// Each hop of the measured runs, timed by the server's stored times:
+	// every run has all four, and none is longer than the longest run (the
+	// server's clock is the process's: it runs in it).
+	require.Len(t, r.Run.ByHop, 4)
+	for _, h := range r.Run.ByHop {
+		require.Equal(t, 5, h.Latency.N, h.Name)
+		require.Positive(t, h.Latency.P50, h.Name)
+		require.LessOrEqual(t, h.Latency.Max, r.Run.Latency.Max, h.Name)
+	}
 	require.Positive(t, r.Throughput.CallsPerSec)
 	require.Positive(t, r.Throughput.CPUPerCallUS)
 	require.Positive(t, r.TurnThroughput.CallsPerSec)

@@ -48,6 +48,9 @@ func (r *Report) Table(w io.Writer) error {
 	p("  one-call run: request -> outputs\t%s", d(r.Run.Latency))
 	p("    ratio to the chain\tp50 %.2fx (target <= 6x)\t\t", r.Run.RatioP50)
 	p("    %d hops: per hop p50\t%.0f µs (raw %.0f µs, %.2fx)\t\t", r.Run.Hops, r.Run.PerHopP50, r.Run.RawPerHopP50, r.Run.PerHopRatio)
+	for _, h := range r.Run.ByHop {
+		p("      %s (stored times)\t%s", h.Name, d(h.Latency))
+	}
 	p("  run without tools p50\t%.0f µs\t\t", r.Run.NoToolsP50)
 	keys := make([]string, 0, len(r.Run.OverheadPerK))
 	for k := range r.Run.OverheadPerK {
