@@ -713,12 +713,7 @@ func (a *aliveSet) due(buf []jetstream.Msg) []jetstream.Msg {
 
 func (r *Runner) deadLetter(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata, cause error) {
 	dl := nats.NewMsg(DLQSubject(r.cfg.Spec.Stream, r.cfg.Spec.Durable))
-	for k, v := range m.Headers() {
-		if k == HeaderMsgID {
-			continue
-		}
-		dl.Header[k] = v
-	}
+	copyEventHeaders(dl.Header, m.Headers())
 	seq := strconv.FormatUint(meta.Sequence.Stream, 10)
 	dl.Header.Set(HeaderDLQSubject, m.Subject())
 	dl.Header.Set(HeaderDLQStream, meta.Stream)

@@ -338,6 +338,26 @@ func GetDeadLetter(ctx context.Context, js jetstream.JetStream, seq uint64) (Dea
 	return DeadLetterOf(m), nil
 }
 
+// copyEventHeaders copies a stored message's headers into a new message (a
+// dead letter, or the replay of one), leaving out what JetStream acts on
+// when it stores a message: every "Nats-" header (its id, the conditions of
+// its publish such as Nats-Expected-Last-Subject-Sequence, a TTL, a rollup,
+// a counter increment, a batch, a schedule), in any spelling. Copied, they
+// would apply again to the copy: a dead letter refused because its subject
+// is not where the original's was (and the message redelivered for ever), a
+// dead letter expiring with the original's TTL, a replay refused beside the
+// original.
+func copyEventHeaders(dst, src nats.Header) {
+	for k, v := range src {
+		if len(k) >= len(natsHeaderPrefix) && strings.EqualFold(k[:len(natsHeaderPrefix)], natsHeaderPrefix) {
+			continue
+		}
+		dst[k] = v
+	}
+}
+
+const natsHeaderPrefix = "Nats-"
+
 // ReplayedMsgID is the Nats-Msg-Id a replayed dead letter is published with:
 // new, so that the stream takes it although it holds the original, and
 // deterministic, so that a replay retried after a crash is one replay.
@@ -377,9 +397,7 @@ func ReplayDeadLetter(ctx context.Context, js jetstream.JetStream, seq uint64) (
 		return Replayed{DeadLetter: d}, err
 	}
 	m := nats.NewMsg(d.Subject)
-	for k, v := range d.Header {
-		m.Header[k] = v
-	}
+	copyEventHeaders(m.Header, d.Header)
 	id := ReplayedMsgID(d)
 	m.Header.Set(HeaderMsgID, id)
 	m.Data = d.Data

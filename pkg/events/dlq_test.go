@@ -101,6 +101,40 @@ func TestPoisonMessageDeadLetteredThenReplayed(t *testing.T) {
 	require.ErrorIs(t, err, events.ErrDeadLetterNotFound)
 }
 
+// What JetStream acts on when it stores a message (here the condition that
+// its subject held nothing, as a run's turn and end and a tenant's handed-over
+// request are published, and a "Nats-" header in another spelling) is not
+// copied into its dead letter or its replay: two such messages dead-letter
+// side by side on one dead-letter subject, and each replays beside its
+// original.
+func TestDeadLetterLeavesOutStoreDirectives(t *testing.T) {
+	env := natstest.Start(t)
+	startRunner(t, env, events.RunnerConfig{
+		Spec: callsSpec(3),
+		Handler: func(context.Context, *events.Delivery) error {
+			return events.Permanent(errors.New("refused"))
+		},
+	})
+	for _, n := range []int{1, 2} {
+		out := callStarted(t, n)
+		m, err := out.Msg()
+		require.NoError(t, err)
+		m.Header.Set("nats-rollup", "sub")
+		_, err = env.JS.PublishMsg(testCtx(t), m, jetstream.WithExpectLastSequencePerSubject(0))
+		require.NoError(t, err)
+	}
+	dls := waitDeadLetters(t, env, events.DeadLetterFilter{}, 2)
+	for _, dl := range dls {
+		require.Empty(t, dl.Header.Get(jetstream.ExpectedLastSubjSeqHeader), "a condition of the original's publish")
+		require.Empty(t, dl.Header.Get("nats-rollup"))
+		require.NotEmpty(t, dl.Header.Get("ce-id"), "the event's own headers are kept")
+		r, err := events.ReplayDeadLetter(testCtx(t), env.JS, dl.Seq)
+		require.NoError(t, err, "replayed beside the original on %s", dl.Subject)
+		require.False(t, r.Duplicate)
+	}
+	require.Len(t, waitDeadLetters(t, env, events.DeadLetterFilter{}, 2), 2, "the replays failed as the originals did")
+}
+
 // TestDeadLetterOfStructuredAndUndecodable: an undecodable message is
 // dead-lettered at once with one failure; the id and type of a structured
 // CloudEvent are read from its body.
