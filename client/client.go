@@ -44,23 +44,47 @@ func New(js jetstream.JetStream, source string) *Client {
 	return &Client{js: js, pub: events.NewPublisher(js), source: source}
 }
 
-// Submit validates a run request and publishes it. The event id is derived
-// from the run id, so submitting the same run twice starts it once.
+// Submit validates a run request and publishes it, on the condition that
+// its run id has no request yet: a run id names one run. Submitting the same
+// request again (a retry whose first answer was lost) is not an error and
+// starts the run once; another request under a run id that has one is
+// refused with ErrRunExists. The condition travels with the stored request
+// and spares the orchestrator a look for an earlier run.
 func (c *Client) Submit(ctx context.Context, req envelope.RunRequest) error {
-	return c.submit(ctx, req, events.NewRunRequested)
-}
-
-func (c *Client) submit(ctx context.Context, req envelope.RunRequest,
-	build func(string, envelope.RunRequest, events.RunTrace) (events.Outgoing, error),
-) error {
-	if err := req.Validate(); err != nil {
-		return err
-	}
-	out, err := build(c.source, req, events.RunTraceFrom(ctx))
+	out, err := c.build(ctx, req, events.NewRunRequested)
 	if err != nil {
 		return err
 	}
-	return c.pub.Publish(ctx, out)
+	stored, err := c.pub.PublishFirst(ctx, out)
+	if err != nil || stored {
+		return err
+	}
+	// Refused: the request there is this one (a retry) or another's.
+	runs, err := c.js.Stream(ctx, events.StreamRuns)
+	if err != nil {
+		return fmt.Errorf("run %s: a request is stored already, and cannot be read: %w", req.RunID, err)
+	}
+	m, err := runs.GetLastMsgForSubject(ctx, out.Subject)
+	if err != nil {
+		return fmt.Errorf("run %s: a request is stored already, and cannot be read: %w", req.RunID, err)
+	}
+	if m.Header.Get(events.HeaderMsgID) == out.Event.ID() {
+		return nil
+	}
+	return fmt.Errorf("%w: run %s was requested by another request (%s)", ErrRunExists, req.RunID, m.Header.Get(events.HeaderMsgID))
+}
+
+// ErrRunExists is returned by Submit for a request under a run id that has
+// another request already.
+var ErrRunExists = errors.New("run id taken")
+
+func (c *Client) build(ctx context.Context, req envelope.RunRequest,
+	build func(string, envelope.RunRequest, events.RunTrace) (events.Outgoing, error),
+) (events.Outgoing, error) {
+	if err := req.Validate(); err != nil {
+		return events.Outgoing{}, err
+	}
+	return build(c.source, req, events.RunTraceFrom(ctx))
 }
 
 // SubmitToIntake validates a run request and hands it in on its tenant's
@@ -74,7 +98,11 @@ func (c *Client) submit(ctx context.Context, req envelope.RunRequest,
 // or workspace id that is not 1-64 letters, digits, '-' or '_') is refused
 // with events.ErrIntakeTenant.
 func (c *Client) SubmitToIntake(ctx context.Context, req envelope.RunRequest) error {
-	return c.submit(ctx, req, events.NewRunIntake)
+	out, err := c.build(ctx, req, events.NewRunIntake)
+	if err != nil {
+		return err
+	}
+	return c.pub.Publish(ctx, out)
 }
 
 // Event is one event of a run, decoded.

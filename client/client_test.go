@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/client"
@@ -126,4 +127,46 @@ func TestRunReturnsTheOutputsInlineOrFromTheirBlob(t *testing.T) {
 		require.Equal(t, events.StatusCompleted, final.Status)
 		require.Nil(t, final.Outputs)
 	})
+}
+
+// A run id names one run: Submit stores a request only where its run has
+// none, with that condition on the stored request (the orchestrator then
+// need not look for an earlier run). The same request again is a retry and
+// no error; another request under the run id is refused with ErrRunExists
+// and not stored.
+func TestSubmitOneRequestPerRunID(t *testing.T) {
+	env := eventstest.Start(t)
+	c := client.New(env.JS, "/test/client")
+	ctx := t.Context()
+	req := request("client-once")
+	require.NoError(t, c.Submit(ctx, req))
+	require.NoError(t, c.Submit(ctx, req), "a retry")
+
+	other := req
+	other.Messages = []envelope.Message{{Role: envelope.RoleUser, Content: "something else"}}
+	runs, err := env.JS.Stream(ctx, events.StreamRuns)
+	require.NoError(t, err)
+	// Another request of the same run id under another event id: refused.
+	out, err := events.NewRunRequested("/test/other", other, events.RunTrace{})
+	require.NoError(t, err)
+	out.Event.SetID(req.RunID + "/requested-again")
+	stored, err := events.NewPublisher(env.JS).PublishFirst(ctx, out)
+	require.NoError(t, err)
+	require.False(t, stored)
+
+	m, err := runs.GetLastMsgForSubject(ctx, "toolwire.run.client-once.requested")
+	require.NoError(t, err)
+	require.True(t, events.FirstOnSubject(m.Header), "the condition is stored with the request")
+	info, err := runs.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, info.State.Msgs, "one request stored")
+
+	// A run id whose stored request is another publisher's: Submit says so.
+	require.NoError(t, runs.Purge(ctx))
+	_, err = env.JS.PublishMsg(ctx, &nats.Msg{Subject: "toolwire.run.client-once.requested", Data: []byte(`{}`),
+		Header: nats.Header{events.HeaderMsgID: {"someone-else"}}})
+	require.NoError(t, err)
+	err = c.Submit(ctx, req)
+	require.ErrorIs(t, err, client.ErrRunExists)
+	require.ErrorContains(t, err, "someone-else")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -75,6 +76,17 @@ func (p *Publisher) publish(ctx context.Context, out Outgoing, opts ...jetstream
 		return nil, fmt.Errorf("publish %s %s: %w", out.Event.Type(), out.Event.ID(), err)
 	}
 	return ack, nil
+}
+
+// FirstOnSubject reports whether a stored message was published on the
+// condition that its subject held no message (Nats-Expected-Last-Subject-
+// Sequence 0, checked against its own subject), spelled as the server reads
+// it: the stream stored it only if that held, so no message was on its
+// subject before it (in this stream, which sources from none). Any other
+// spelling, value or override subject says nothing, as the server ignored
+// or checked something else.
+func FirstOnSubject(h nats.Header) bool {
+	return h.Get(jetstream.ExpectedLastSubjSeqHeader) == "0" && h.Get(jetstream.ExpectedLastSubjSeqSubjHeader) == ""
 }
 
 // WrongLastSequence reports whether a publish was refused because its

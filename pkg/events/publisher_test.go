@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -59,6 +60,31 @@ func TestPublishFirstOntoAnEmptySubjectOnly(t *testing.T) {
 	_, err = pub.PublishFirst(ctx, events.Outgoing{Subject: "toolwire.nowhere", Event: first.Event})
 	require.Error(t, err, "a subject no stream takes")
 	require.False(t, events.WrongLastSequence(err))
+}
+
+// FirstOnSubject trusts only the condition as the server reads and checks
+// it: the exact header name, the value 0, on the message's own subject.
+func TestFirstOnSubject(t *testing.T) {
+	const key, subj = "Nats-Expected-Last-Subject-Sequence", "Nats-Expected-Last-Subject-Sequence-Subject"
+	for _, tc := range []struct {
+		name string
+		h    nats.Header
+		want bool
+	}{
+		{"the condition", nats.Header{key: {"0"}}, true},
+		{"with an empty override", nats.Header{key: {"0"}, subj: {""}}, true},
+		{"none", nats.Header{}, false},
+		{"nil", nil, false},
+		{"another sequence", nats.Header{key: {"7"}}, false},
+		{"the first of two values counts", nats.Header{key: {"5", "0"}}, false},
+		{"zero spelled otherwise", nats.Header{key: {"00"}}, false},
+		{"trailing space", nats.Header{key: {"0 "}}, false},
+		{"lower case: the server ignores it", nats.Header{"nats-expected-last-subject-sequence": {"0"}}, false},
+		{"upper case", nats.Header{"NATS-EXPECTED-LAST-SUBJECT-SEQUENCE": {"0"}}, false},
+		{"checked on another subject", nats.Header{key: {"0"}, subj: {"toolwire.run.x.>"}}, false},
+	} {
+		require.Equal(t, tc.want, events.FirstOnSubject(tc.h), tc.name)
+	}
 }
 
 func TestPublishedHeadersSurviveTheWire(t *testing.T) {

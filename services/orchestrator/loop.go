@@ -126,10 +126,15 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err e
 	}
 	defer func() { err = s.deadlineArmed(ctx, req.RunID, armed, err) }()
 	// A redelivered request: the run exists, or got as far as its first turn
-	// before its replica died.
-	st, _, err := s.states.get(ctx, req.RunID)
-	if err != nil {
-		return err
+	// before its replica died. So may a request submitted again under a run
+	// id that has begun, unless the stream stored this one on the condition
+	// that its subject held none (client.Submit and the intake publish so):
+	// then the first delivery's run is new, and its state is not read.
+	var st *RunState
+	if !firstDelivery(ctx) || d.Msg == nil || !events.FirstOnSubject(d.Msg.Headers()) {
+		if st, _, err = s.states.get(ctx, req.RunID); err != nil {
+			return err
+		}
 	}
 	if st != nil {
 		return s.goOn(ctx, st, triggerRequest)

@@ -140,8 +140,10 @@ func TestFinalTurnRidesOnTheEnd(t *testing.T) {
 
 // A request submitted again under a run id that has begun (a new event on
 // the run's requested subject, not a retried publish of the first, so past
-// the stream's duplicate check) makes no second run and no model call: the
-// run stays as it was, whatever the new request says.
+// the stream's duplicate check, and not on the condition that the run have
+// no request) makes no second run and no model call: the run stays as it
+// was, whatever the new request says. (The first requests are submitted on
+// that condition, so their runs' states are not read.)
 func TestRequestSubmittedAgainMakesNoSecondRun(t *testing.T) {
 	h := newHarness(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -182,8 +184,11 @@ func TestRequestSubmittedAgainMakesNoSecondRun(t *testing.T) {
 	before := h.StreamEvents(ctx)
 
 	// The same run ids again, as new events, with scripts that would answer
-	// otherwise.
-	for _, req := range []envelope.RunRequest{
+	// otherwise, published as a raw publisher may: without the condition
+	// that the run have no request (which the stream would check), one of
+	// them with that condition's header in a spelling the server ignores
+	// (so it is stored, and must not be taken for the condition).
+	for i, req := range []envelope.RunRequest{
 		orchestratortest.Scripted(t, "again-tool", nil, envelope.Policy{}, map[string]any{"content": "second"}),
 		orchestratortest.Scripted(t, "again-answer", []string{"echo@1.0.0"}, envelope.Policy{},
 			map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": "again"})}}),
@@ -191,7 +196,13 @@ func TestRequestSubmittedAgainMakesNoSecondRun(t *testing.T) {
 		out, err := events.NewRunRequested("/toolwire/test", req, events.RunTrace{})
 		require.NoError(t, err)
 		out.Event.SetID(req.RunID + "/requested-again")
-		require.NoError(t, h.Pub.Publish(ctx, out))
+		m, err := out.Msg()
+		require.NoError(t, err)
+		if i == 1 {
+			m.Header["nats-expected-last-subject-sequence"] = []string{"0"}
+		}
+		_, err = h.Env.JS.PublishMsg(ctx, m)
+		require.NoError(t, err)
 	}
 	cons, err := h.Env.JS.Consumer(ctx, events.StreamRuns, orchestrator.DurableRuns)
 	require.NoError(t, err)

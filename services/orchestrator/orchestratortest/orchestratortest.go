@@ -141,12 +141,14 @@ func (r *Replica) Stop() {
 	})
 }
 
-// Submit publishes a run request.
+// Submit publishes a run request as client.Submit does: on the condition
+// that its run has none yet.
 func (h *Harness) Submit(ctx context.Context, req envelope.RunRequest) {
 	h.T.Helper()
 	out, err := events.NewRunRequested("/toolwire/test", req, events.RunTrace{})
 	require.NoError(h.T, err)
-	require.NoError(h.T, h.Pub.Publish(ctx, out))
+	_, err = h.Pub.PublishFirst(ctx, out)
+	require.NoError(h.T, err)
 }
 
 // Wait returns the final status of a run.
