@@ -75,10 +75,7 @@ func TestRunRequestProviderRejections(t *testing.T) {
 // stored and before its state says so, the redelivered completion finds the
 // answer in the end event and the model is not called again.
 func TestFinalTurnRidesOnTheEnd(t *testing.T) {
-	h := newHarness(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	h, ctx, g := newGuarded(t)
 	var mu sync.Mutex
 	modelCalls := map[int]int{}
 	failed := false
@@ -143,10 +140,7 @@ func TestFinalTurnRidesOnTheEnd(t *testing.T) {
 // the stream's duplicate check) makes no second run and no model call: the
 // run stays as it was, whatever the new request says.
 func TestRequestSubmittedAgainMakesNoSecondRun(t *testing.T) {
-	h := newHarness(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	h, ctx, g := newGuarded(t)
 	var mu sync.Mutex
 	modelCalls := map[string]int{}
 	h.Start("o1", orchestrator.Config{
@@ -226,14 +220,21 @@ func newHarness(t *testing.T) *orchestratortest.Harness {
 	return h
 }
 
+// newGuarded is newHarness with a minute's context for the test and a Guard
+// on both, for the tests that play the guard's and the executor's parts.
+func newGuarded(t *testing.T) (*orchestratortest.Harness, context.Context, orchestratortest.Guard) {
+	t.Helper()
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return h, ctx, orchestratortest.Guard{H: h, Ctx: ctx}
+}
+
 // A call that waits for an operator's decision suspends the run; the run holds
 // nothing in memory meanwhile, so every orchestrator replica can die and a new
 // one resume it when the decision arrives.
 func TestSuspendedRunResumesOnAnyReplica(t *testing.T) {
-	h := newHarness(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	h, ctx, g := newGuarded(t)
 	// A dead replica's unacknowledged events come back after the ack wait.
 	cfg := orchestrator.Config{AckWait: 2 * time.Second}
 	r1, r2 := h.Start("o1", cfg), h.Start("o2", cfg)
@@ -283,10 +284,7 @@ func TestSuspendedRunResumesOnAnyReplica(t *testing.T) {
 // A denial arrives as the call's POLICY_DENIED completion: the run resumes and
 // the model sees why.
 func TestSuspendedRunResumesOnDenial(t *testing.T) {
-	h := newHarness(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	h, ctx, g := newGuarded(t)
 	var mu sync.Mutex
 	var sent [][]envelope.Message // what the model was sent, call by call
 	h.Start("o1", orchestrator.Config{Providers: orchestrator.Providers{scripted.Name: provider.Func(
@@ -364,10 +362,7 @@ func TestSuspendedRunResumesOnDenial(t *testing.T) {
 // started with a context that ended right after Start (as service.Run's ends
 // after its start-up timeout): the watch of the records outlives it.
 func TestSuspendedRunResumesOnTheApprovalRecord(t *testing.T) {
-	h := newHarness(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	h, ctx, g := newGuarded(t)
 	h.Start("o1", orchestrator.Config{})
 
 	req := orchestratortest.Scripted(t, "suspend-3", []string{"echo@1.0.0"}, envelope.Policy{},
@@ -397,10 +392,7 @@ func endsOf(t *testing.T, h *orchestratortest.Harness, ctx context.Context, runI
 // TIMEOUT and a reason that names the call, its queue and what to check;
 // the reaper's timer survives every orchestrator being gone when it fires.
 func TestRunFailsAtItsDeadlineWhileWaitingForACall(t *testing.T) {
-	h := newHarness(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	h, ctx, g := newGuarded(t)
 	r1 := h.Start("o1", orchestrator.Config{})
 
 	req := orchestratortest.Scripted(t, "deadline-call", []string{"echo@1.0.0"}, envelope.Policy{},
