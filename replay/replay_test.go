@@ -29,15 +29,22 @@ import (
 	"github.com/toolwire/toolwire/stack"
 )
 
+// dataToolDefinition is the definition of a test's data tool name@1.0.0,
+// built in, uncached, with the side effects given, whose input is an object
+// with the one string property field.
+func dataToolDefinition(name, description, field string, effects envelope.SideEffects) envelope.ToolDefinition {
+	return envelope.ToolDefinition{Name: name, Version: "1.0.0", Description: description,
+		InputSchema:    json.RawMessage(`{"type":"object","properties":{"` + field + `":{"type":"string"}},"required":["` + field + `"]}`),
+		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryData, SideEffects: effects, Cache: envelope.CacheNone},
+		Implementation: tool.BuiltinImplementation(name)}
+}
+
 // lookupTool reads something that changes: each execution answers the next
 // number. Its side effects are reads.
 type lookupTool struct{ n atomic.Int64 }
 
 func (*lookupTool) Definition() envelope.ToolDefinition {
-	return envelope.ToolDefinition{Name: "lookup", Version: "1.0.0", Description: "reads a counter",
-		InputSchema:    json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"}},"required":["key"]}`),
-		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryData, SideEffects: envelope.SideEffectsReads, Cache: envelope.CacheNone},
-		Implementation: tool.BuiltinImplementation("lookup")}
+	return dataToolDefinition("lookup", "reads a counter", "key", envelope.SideEffectsReads)
 }
 
 func (l *lookupTool) Execute(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
@@ -55,10 +62,7 @@ func (l *lookupTool) Execute(_ context.Context, input json.RawMessage, _ tool.Co
 type appendTool struct{ runs atomic.Int64 }
 
 func (*appendTool) Definition() envelope.ToolDefinition {
-	return envelope.ToolDefinition{Name: "append_note", Version: "1.0.0", Description: "appends a note",
-		InputSchema:    json.RawMessage(`{"type":"object","properties":{"note":{"type":"string"}},"required":["note"]}`),
-		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryData, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
-		Implementation: tool.BuiltinImplementation("append_note")}
+	return dataToolDefinition("append_note", "appends a note", "note", envelope.SideEffectsWrites)
 }
 
 func (a *appendTool) Execute(_ context.Context, _ json.RawMessage, _ tool.Context) (json.RawMessage, error) {

@@ -177,3 +177,17 @@ func TestAgentEnabledRefs(t *testing.T) {
 	_, err = a.EnabledRefs()
 	require.ErrorIs(t, err, envelope.ErrInvalidToolRef)
 }
+
+// A tool message may say its call failed; the run request schema accepts it.
+func TestMessageIsError(t *testing.T) {
+	s := newSchemas(t)
+	req := fixtureRunRequest(t)
+	req.Messages = append(req.Messages,
+		envelope.Message{Role: envelope.RoleAssistant, ToolCalls: []envelope.ToolCall{{ID: "c1", Name: "echo", Arguments: []byte(`{}`)}}},
+		envelope.Message{Role: envelope.RoleTool, ToolCallID: "c1", Name: "echo", Content: `{"error":{"code":"TIMEOUT","message":"slow"}}`, IsError: true})
+	require.NoError(t, req.Validate())
+	require.NoError(t, s.ValidateValue(envelope.SchemaRunRequest, req))
+	b := marshal(t, req)
+	require.Contains(t, string(b), `"is_error":true`)
+	require.Error(t, s.Validate(envelope.SchemaRunRequest, patch(t, b, edit{"/messages/2/is_error", "yes"})))
+}

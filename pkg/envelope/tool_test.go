@@ -2,6 +2,8 @@ package envelope_test
 
 import (
 	"encoding/json"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,4 +144,40 @@ func TestSideEffectsRank(t *testing.T) {
 	require.Equal(t, 2, envelope.SideEffectsWrites.Rank())
 	require.Equal(t, -1, envelope.SideEffects("").Rank())
 	require.Equal(t, -1, envelope.SideEffects("WRITES").Rank())
+}
+
+// A tool's declared cost is optional, a finite number, zero or more; the Go
+// check and the JSON Schema agree.
+func TestToolDefinitionCost(t *testing.T) {
+	s := newSchemas(t)
+	for _, tc := range []struct {
+		name string
+		cost float64
+		bad  bool
+	}{
+		{"free", 0, false},
+		{"a cent", 0.01, false},
+		{"negative", -0.5, true},
+		{"NaN", math.NaN(), true},
+		{"infinite", math.Inf(1), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := fixtureToolDefinition()
+			d.Cost = tc.cost
+			err := d.Validate()
+			if !tc.bad {
+				require.NoError(t, err)
+				require.NoError(t, s.ValidateValue(envelope.SchemaToolDefinition, d))
+				return
+			}
+			require.ErrorIs(t, err, envelope.ErrInvalidTool)
+			require.ErrorContains(t, err, "cost must be a finite number, zero or more")
+		})
+	}
+	err := s.Validate(envelope.SchemaToolDefinition, patch(t, marshal(t, fixtureToolDefinition()), edit{"/cost", -1}))
+	var se *envelope.SchemaError
+	require.ErrorAs(t, err, &se)
+	require.True(t, slices.ContainsFunc(se.Problems, func(p string) bool { return strings.HasPrefix(p, "at /cost:") }), se.Problems)
+	err = s.Validate(envelope.SchemaToolDefinition, patch(t, marshal(t, fixtureToolDefinition()), edit{"/cost", "1 USD"}))
+	require.ErrorAs(t, err, &se)
 }

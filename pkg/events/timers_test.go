@@ -23,6 +23,27 @@ func startTimers(t *testing.T, env *natstest.Env, h events.TimerHandler) {
 	stopAtCleanup(t, tr)
 }
 
+// startFiring starts a timer runner whose handler hands each fired timer's
+// id to the channel it returns.
+func startFiring(t *testing.T, env *natstest.Env) <-chan string {
+	t.Helper()
+	got := make(chan string, 1)
+	startTimers(t, env, func(_ context.Context, _, id string) error { got <- id; return nil })
+	return got
+}
+
+// requireFired waits for the timer want to fire on got; after 10s the test
+// fails with why.
+func requireFired(t *testing.T, got <-chan string, want, why string) {
+	t.Helper()
+	select {
+	case id := <-got:
+		require.Equal(t, want, id)
+	case <-time.After(10 * time.Second):
+		t.Fatal(why)
+	}
+}
+
 // A timer fires once, after its time, on the consumer; a failing handler is
 // called again until it succeeds; the fired timer leaves nothing behind.
 func TestTimerFiresOnceAfterItsTime(t *testing.T) {
@@ -72,22 +93,14 @@ func TestTimerFiresAfterARestart(t *testing.T) {
 	env := natstest.Start(t)
 	require.NoError(t, events.ArmTimer(testCtx(t), env.JS, "run", "r2", time.Now().Add(time.Second)))
 	time.Sleep(2500 * time.Millisecond) // fired with nobody listening
-	got := make(chan string, 1)
-	startTimers(t, env, func(_ context.Context, _, id string) error { got <- id; return nil })
-	select {
-	case id := <-got:
-		require.Equal(t, "r2", id)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the timer that fired meanwhile was not handled")
-	}
+	requireFired(t, startFiring(t, env), "r2", "the timer that fired meanwhile was not handled")
 }
 
 // A timer started without waiting (StartTimer) is stored once Wait returns,
 // and fires as one armed with ArmTimer does.
 func TestStartedTimerFires(t *testing.T) {
 	env := natstest.Start(t)
-	got := make(chan string, 1)
-	startTimers(t, env, func(_ context.Context, _, id string) error { got <- id; return nil })
+	got := startFiring(t, env)
 	ctx := testCtx(t)
 	a, err := events.StartTimer(env.JS, "run", "r3", time.Now().Add(time.Second))
 	require.NoError(t, err)
@@ -96,12 +109,7 @@ func TestStartedTimerFires(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, again.Wait(ctx))
 	require.EqualValues(t, 2, streamMsgs(t, env.JS, events.StreamTimers), "both are stored once Wait returns")
-	select {
-	case id := <-got:
-		require.Equal(t, "r3", id)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the started timer did not fire")
-	}
+	requireFired(t, got, "r3", "the started timer did not fire")
 }
 
 // A started timer that cannot be stored says so in Wait; its bad arguments

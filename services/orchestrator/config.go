@@ -164,34 +164,34 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
 	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
-		errs = append(errs, fmt.Errorf("orchestrator: concurrency %d: want 1 to %d", c.Concurrency, maxConcurrency))
+		errs = append(errs, fmt.Errorf("concurrency %d: want 1 to %d", c.Concurrency, maxConcurrency))
 	}
 	if c.ModelTimeout < 0 || c.ModelTimeout > maxModelTimeout {
-		errs = append(errs, fmt.Errorf("orchestrator: model timeout %s: want up to %s", c.ModelTimeout, maxModelTimeout))
+		errs = append(errs, fmt.Errorf("model timeout %s: want up to %s", c.ModelTimeout, maxModelTimeout))
 	}
 	if c.StartedAfter > maxStartedAfter {
-		errs = append(errs, fmt.Errorf("orchestrator: started after %s: want up to %s", c.StartedAfter, maxStartedAfter))
+		errs = append(errs, fmt.Errorf("started after %s: want up to %s", c.StartedAfter, maxStartedAfter))
 	}
 	if c.ModelOutputBytes < 0 || c.ModelOutputBytes > maxModelOutputBytes {
-		errs = append(errs, fmt.Errorf("orchestrator: model output bytes %d: want up to %d", c.ModelOutputBytes, maxModelOutputBytes))
+		errs = append(errs, fmt.Errorf("model output bytes %d: want up to %d", c.ModelOutputBytes, maxModelOutputBytes))
 	}
 	if c.RunDeadline < time.Second || c.RunDeadline > maxRunDeadline {
-		errs = append(errs, fmt.Errorf("orchestrator: run deadline %s: want 1s to %s", c.RunDeadline, maxRunDeadline))
+		errs = append(errs, fmt.Errorf("run deadline %s: want 1s to %s", c.RunDeadline, maxRunDeadline))
 	}
 	if c.AckWait < 0 {
-		errs = append(errs, fmt.Errorf("orchestrator: ack wait %s: want a positive duration", c.AckWait))
+		errs = append(errs, fmt.Errorf("ack wait %s: want a positive duration", c.AckWait))
 	}
 	if err := c.Prices.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("orchestrator: %w", err))
+		errs = append(errs, err)
 	}
 	for _, u := range []struct{ what, url string }{{"OpenAI base URL", c.OpenAI.BaseURL}, {"Anthropic base URL", c.Anthropic.BaseURL}} {
 		if err := checkBaseURL(u.url); err != nil {
-			errs = append(errs, fmt.Errorf("orchestrator: %s %q: %w", u.what, u.url, err))
+			errs = append(errs, fmt.Errorf("%s %q: %w", u.what, u.url, err))
 		}
 	}
 	for name, p := range c.Providers {
 		if p == nil {
-			errs = append(errs, fmt.Errorf("orchestrator: provider %q is nil", name))
+			errs = append(errs, fmt.Errorf("provider %q is nil", name))
 		}
 	}
 	return errors.Join(errs...)

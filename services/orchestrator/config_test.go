@@ -129,14 +129,14 @@ func TestConfigValidate(t *testing.T) {
 		cfg orchestrator.Config
 		err string
 	}{
-		{orchestrator.Config{Concurrency: -1}, "orchestrator: concurrency -1: want 1 to 4096"},
-		{orchestrator.Config{ModelTimeout: 2 * time.Hour}, "orchestrator: model timeout 2h0m0s: want up to 1h0m0s"},
-		{orchestrator.Config{AckWait: -time.Second}, "orchestrator: ack wait -1s: want a positive duration"},
-		{orchestrator.Config{RunDeadline: 25 * time.Hour}, "orchestrator: run deadline 25h0m0s: want 1s to 24h0m0s"},
-		{orchestrator.Config{RunDeadline: time.Millisecond}, "orchestrator: run deadline 1ms: want 1s to 24h0m0s"},
+		{orchestrator.Config{Concurrency: -1}, "concurrency -1: want 1 to 4096"},
+		{orchestrator.Config{ModelTimeout: 2 * time.Hour}, "model timeout 2h0m0s: want up to 1h0m0s"},
+		{orchestrator.Config{AckWait: -time.Second}, "ack wait -1s: want a positive duration"},
+		{orchestrator.Config{RunDeadline: 25 * time.Hour}, "run deadline 25h0m0s: want 1s to 24h0m0s"},
+		{orchestrator.Config{RunDeadline: time.Millisecond}, "run deadline 1ms: want 1s to 24h0m0s"},
 		{orchestrator.Config{OpenAI: provider.Config{BaseURL: "localhost:11434"}},
-			`orchestrator: OpenAI base URL "localhost:11434": want an http(s) URL such as http://localhost:11434/v1`},
-		{orchestrator.Config{Providers: orchestrator.Providers{"mine": nil}}, `orchestrator: provider "mine" is nil`},
+			`OpenAI base URL "localhost:11434": want an http(s) URL such as http://localhost:11434/v1`},
+		{orchestrator.Config{Providers: orchestrator.Providers{"mine": nil}}, `provider "mine" is nil`},
 		{orchestrator.Config{Prices: orchestrator.Prices{"m": {InputPerMTok: -1}}}, `"m": prices must be finite numbers, zero or more`},
 	} {
 		require.ErrorContains(t, tc.cfg.Validate(), tc.err)

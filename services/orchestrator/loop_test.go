@@ -75,10 +75,7 @@ func TestRunRequestProviderRejections(t *testing.T) {
 // stored and before its state says so, the redelivered completion finds the
 // answer in the end event and the model is not called again.
 func TestFinalTurnRidesOnTheEnd(t *testing.T) {
-	h := newHarness(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	h, ctx, g := newGuarded(t)
 	var mu sync.Mutex
 	modelCalls := map[int]int{}
 	failed := false
@@ -145,10 +142,7 @@ func TestFinalTurnRidesOnTheEnd(t *testing.T) {
 // was, whatever the new request says. (The first requests are submitted on
 // that condition, so their runs' states are not read.)
 func TestRequestSubmittedAgainMakesNoSecondRun(t *testing.T) {
-	h := newHarness(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	h, ctx, g := newGuarded(t)
 	var mu sync.Mutex
 	modelCalls := map[string]int{}
 	h.Start("o1", orchestrator.Config{
@@ -327,4 +321,381 @@ func TestLastEnvelopeEndsTheRunInOneStateWrite(t *testing.T) {
 	require.Equal(t, orchestrator.PhaseComplete, states[len(states)-1].Phase)
 	resumed := h.Next(ctx, events.StreamRuns, "toolwire.run.early-stale.resumed")
 	require.Contains(t, string(resumed.Data), "call "+c.CallID+" (echo@1.0.0) completed")
+}
+
+// newHarness is a JetStream whose registry holds echo@1.0.0, as the executor
+// registers it; the tests play the guard's and the executor's parts.
+func newHarness(t *testing.T) *orchestratortest.Harness {
+	t.Helper()
+	h := orchestratortest.New(t)
+	h.Register(orchestratortest.Tool("echo", "1.0.0"))
+	return h
+}
+
+// newGuarded is newHarness with a minute's context for the test and a Guard
+// on both, for the tests that play the guard's and the executor's parts.
+func newGuarded(t *testing.T) (*orchestratortest.Harness, context.Context, orchestratortest.Guard) {
+	t.Helper()
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return h, ctx, orchestratortest.Guard{H: h, Ctx: ctx}
+}
+
+// A call that waits for an operator's decision suspends the run; the run holds
+// nothing in memory meanwhile, so every orchestrator replica can die and a new
+// one resume it when the decision arrives.
+func TestSuspendedRunResumesOnAnyReplica(t *testing.T) {
+	h, ctx, g := newGuarded(t)
+	// A dead replica's unacknowledged events come back after the ack wait.
+	cfg := orchestrator.Config{AckWait: 2 * time.Second}
+	r1, r2 := h.Start("o1", cfg), h.Start("o2", cfg)
+
+	req := orchestratortest.Scripted(t, "suspend-1", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{
+			orchestratortest.ToolCall("echo", map[string]any{"text": "needs approval"}),
+			orchestratortest.ToolCall("echo", map[string]any{"text": "runs meanwhile"}),
+		}},
+		map[string]any{"content": "both done"},
+	)
+	h.Submit(ctx, req)
+	waiting := g.Request(req.RunID, "echo", map[string]any{"text": "needs approval"}, 1)
+	other := g.Request(req.RunID, "echo", map[string]any{"text": "runs meanwhile"}, 2)
+
+	g.ApprovalRequired(waiting)
+	g.Approve(other)
+	g.Complete(other, json.RawMessage(`{"text":"runs meanwhile"}`))
+	sus := orchestratortest.StatusOf(t, h.Next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".suspended"))
+	require.Equal(t, "waiting for approval of call "+waiting.CallID+" (echo@1.0.0)", sus.Reason)
+	h.Next(ctx, events.StreamCalls, "toolwire.call."+req.RunID+"."+other.CallID+".completed")
+
+	// Every replica dies while the run waits; a new one starts.
+	r1.Kill()
+	r2.Kill()
+	h.Start("o3", cfg)
+	g.OperatorApprove(waiting)
+	g.Complete(waiting, json.RawMessage(`{"text":"needs approval"}`))
+	res := orchestratortest.StatusOf(t, h.Next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".resumed"))
+	// The approval and the completion it leads to race; either resumes.
+	require.Contains(t, []string{"call " + waiting.CallID + " (echo@1.0.0) approved", "call " + waiting.CallID + " (echo@1.0.0) completed"},
+		res.Reason)
+	final, err := h.Wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	require.Equal(t, "both done", final.Outputs.Response)
+	require.Len(t, final.Outputs.ToolOrder, 2)
+
+	evs := h.StreamEvents(ctx)[req.RunID]
+	require.Len(t, orchestratortest.OfType(evs, events.TypeRunSuspended), 1)
+	require.Len(t, orchestratortest.OfType(evs, events.TypeRunResumed), 1)
+	require.Len(t, orchestratortest.OfType(evs, events.TypeTurnCompleted), 1, "the final answer rides on the completed event")
+	require.Len(t, orchestratortest.Turns(t, evs), 2)
+	require.Empty(t, orchestratortest.OfType(evs, events.TypeRunStarted), "the first model call answered at once: no started event")
+}
+
+// A denial arrives as the call's POLICY_DENIED completion: the run resumes and
+// the model sees why.
+func TestSuspendedRunResumesOnDenial(t *testing.T) {
+	h, ctx, g := newGuarded(t)
+	var mu sync.Mutex
+	var sent [][]envelope.Message // what the model was sent, call by call
+	h.Start("o1", orchestrator.Config{Providers: orchestrator.Providers{scripted.Name: provider.Func(
+		func(ctx context.Context, r provider.Request) (envelope.ModelResponse, error) {
+			mu.Lock()
+			sent = append(sent, r.Messages)
+			mu.Unlock()
+			return scripted.Provider{}.Complete(ctx, r)
+		})}})
+
+	req := orchestratortest.Scripted(t, "suspend-2", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{
+			orchestratortest.ToolCall("echo", map[string]any{"text": "denied"}),
+			orchestratortest.ToolCall("echo", map[string]any{"text": "fine"}),
+		}},
+		map[string]any{"content": "one was denied"},
+	)
+	h.Submit(ctx, req)
+	calls := []events.CallRequest{
+		g.Request(req.RunID, "echo", map[string]any{"text": "denied"}, 1),
+		g.Request(req.RunID, "echo", map[string]any{"text": "fine"}, 2),
+	}
+	g.ApprovalRequired(calls[0])
+	h.Next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".suspended")
+	// A late or repeated approval request changes nothing.
+	g.ApprovalRequired(calls[0])
+	g.Approve(calls[1])
+	g.Complete(calls[1], json.RawMessage(`{"text":"fine"}`))
+	now := time.Now().UTC()
+	g.Publish(events.NewCallCompleted("/toolwire/policy", req.RunID, envelope.ToolEnvelope{
+		CallID: calls[0].CallID, Name: "echo", Version: "1.0.0", Input: calls[0].Input,
+		Error: &envelope.ToolError{Code: envelope.CodePolicyDenied, Message: "approval denied"}, TStart: now, TEnd: now,
+	}, calls[0].Tenant, events.RunTrace{}))
+	res := orchestratortest.StatusOf(t, h.Next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".resumed"))
+	require.Equal(t, "call "+calls[0].CallID+" (echo@1.0.0) completed without approval: POLICY_DENIED: approval denied", res.Reason)
+
+	final, err := h.Wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	denied := final.Outputs.ToolsByID[calls[0].CallID]
+	require.Equal(t, envelope.CodePolicyDenied, denied.Error.Code)
+
+	// The model's second turn saw the denial: its record lists the results
+	// it was sent, and the model was sent the conversation rebuilt from the
+	// run's events.
+	turns := orchestratortest.Turns(t, h.StreamEvents(ctx)[req.RunID])
+	require.Len(t, turns, 2)
+	turn2 := turns[1]
+	require.Equal(t, 2, turn2.Iteration)
+	require.Equal(t, "one was denied", turn2.Response.Content)
+	require.Equal(t, []events.TurnResult{
+		{CallID: calls[0].CallID, ProviderCallID: calls[0].ProviderCallID, IsError: true},
+		{CallID: calls[1].CallID, ProviderCallID: calls[1].ProviderCallID},
+	}, turn2.Results)
+	mu.Lock()
+	require.Len(t, sent, 2)
+	second := sent[1]
+	mu.Unlock()
+	var toolMsgs []envelope.Message
+	for _, m := range second {
+		if m.Role == envelope.RoleTool {
+			toolMsgs = append(toolMsgs, m)
+		}
+	}
+	require.Len(t, toolMsgs, 2)
+	require.True(t, toolMsgs[0].IsError)
+	require.JSONEq(t, `{"error":{"code":"POLICY_DENIED","message":"approval denied"}}`, toolMsgs[0].Content)
+	require.False(t, toolMsgs[1].IsError)
+	require.Len(t, orchestratortest.OfType(h.StreamEvents(ctx)[req.RunID], events.TypeRunSuspended), 1)
+}
+
+// The orchestrator learns of an operator's approval from the guard's approval
+// record (approved and settled), not from call.approved: the run resumes with
+// the approval as its reason even before the call completes. The replica was
+// started with a context that ended right after Start (as service.Run's ends
+// after its start-up timeout): the watch of the records outlives it.
+func TestSuspendedRunResumesOnTheApprovalRecord(t *testing.T) {
+	h, ctx, g := newGuarded(t)
+	h.Start("o1", orchestrator.Config{})
+
+	req := orchestratortest.Scripted(t, "suspend-3", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": "held"})}},
+		map[string]any{"content": "done"},
+	)
+	h.Submit(ctx, req)
+	held := g.Request(req.RunID, "echo", map[string]any{"text": "held"}, 1)
+	g.ApprovalRequired(held)
+	h.Next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".suspended")
+
+	g.SettleApproval(held)
+	res := orchestratortest.StatusOf(t, h.Next(ctx, events.StreamRuns, "toolwire.run."+req.RunID+".resumed"))
+	require.Equal(t, "call "+held.CallID+" (echo@1.0.0) approved", res.Reason)
+	require.Len(t, orchestratortest.OfType(h.StreamEvents(ctx)[req.RunID], events.TypeRunResumed), 1)
+	require.Zero(t, len(orchestratortest.OfType(h.StreamEvents(ctx)[req.RunID], events.TypeCallCompleted)), "the call itself was never sent on")
+}
+
+// endsOf returns the completed and failed events of a run.
+func endsOf(t *testing.T, h *orchestratortest.Harness, ctx context.Context, runID string) (completed, failed []orchestratortest.Stored) {
+	t.Helper()
+	evs := h.StreamEvents(ctx)[runID]
+	return orchestratortest.OfType(evs, events.TypeRunCompleted), orchestratortest.OfType(evs, events.TypeRunFailed)
+}
+
+// A run whose call nobody answers ends failed at its deadline, with code
+// TIMEOUT and a reason that names the call, its queue and what to check;
+// the reaper's timer survives every orchestrator being gone when it fires.
+func TestRunFailsAtItsDeadlineWhileWaitingForACall(t *testing.T) {
+	h, ctx, g := newGuarded(t)
+	r1 := h.Start("o1", orchestrator.Config{})
+
+	req := orchestratortest.Scripted(t, "deadline-call", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": "lost"})}},
+		map[string]any{"content": "never"},
+	)
+	req.DeadlineS = 2
+	start := time.Now()
+	h.Submit(ctx, req)
+	call := g.Request(req.RunID, "echo", map[string]any{"text": "lost"}, 1)
+	// Nobody answers the call, and the only orchestrator goes away before
+	// the deadline; another starts after it.
+	r1.Stop()
+	time.Sleep(time.Until(start.Add(4 * time.Second)))
+	h.Start("o2", orchestrator.Config{})
+
+	final, err := h.Wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusFailed, final.Status)
+	require.Equal(t, envelope.CodeTimeout, final.Code)
+	for _, want := range []string{"run deadline-call passed its deadline", "in iteration 1",
+		"waiting for call " + call.CallID + " (echo@1.0.0, queue default)", "toolwire dlq list", "deadline_s"} {
+		require.Contains(t, final.Reason, want)
+	}
+	completed, failed := endsOf(t, h, ctx, req.RunID)
+	require.Empty(t, completed)
+	require.Len(t, failed, 1)
+
+	// A completion that comes after the end changes nothing.
+	g.Complete(call, []byte(`{"text":"lost"}`))
+	time.Sleep(300 * time.Millisecond)
+	completed, failed = endsOf(t, h, ctx, req.RunID)
+	require.Empty(t, completed)
+	require.Len(t, failed, 1)
+}
+
+// A model that does not answer by the deadline: the call is cut at the
+// deadline and the run fails with TIMEOUT, never completes afterwards.
+func TestRunFailsAtItsDeadlineWhileTheModelThinks(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	slow := provider.Func(func(ctx context.Context, _ provider.Request) (envelope.ModelResponse, error) {
+		<-ctx.Done()
+		return envelope.ModelResponse{}, ctx.Err()
+	})
+	h.Start("o1", orchestrator.Config{RunDeadline: time.Second, Providers: orchestrator.Providers{"slow": slow}})
+	req := envelope.RunRequest{RunID: "deadline-model", Tenant: envelope.Tenant{OrgID: "acme"},
+		Agent:    envelope.Agent{Name: "agent", Model: envelope.Model{Provider: "slow", Name: "m1"}},
+		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}}
+	final := h.Run(req, 30*time.Second)
+	require.Equal(t, events.StatusFailed, final.Status)
+	require.Equal(t, envelope.CodeTimeout, final.Code)
+	require.Contains(t, final.Reason, "while waiting for the model (slow/m1, iteration 1)")
+	time.Sleep(3 * time.Second) // past the reaper's grace: it adds nothing
+	completed, failed := endsOf(t, h, ctx, req.RunID)
+	require.Empty(t, completed)
+	require.Len(t, failed, 1)
+}
+
+// A run whose request never gets a state (its handler fails for good, and
+// the request is dead-lettered) still ends at its deadline.
+func TestRunFailsAtItsDeadlineWhenItsRequestIsDeadLettered(t *testing.T) {
+	h := newHarness(t)
+	h.Start("o1", orchestrator.Config{RunDeadline: time.Second, Faults: orchestrator.FaultsFunc(
+		func(_ context.Context, p orchestrator.FaultPoint, _ string, _ int) error {
+			if p == orchestrator.FaultBeforeModel {
+				return events.Permanent(errors.New("poison"))
+			}
+			return nil
+		})})
+	req := orchestratortest.Scripted(t, "deadline-dlq", nil, envelope.Policy{}, map[string]any{"content": "never"})
+	final := h.Run(req, 30*time.Second)
+	require.Equal(t, events.StatusFailed, final.Status)
+	require.Equal(t, envelope.CodeTimeout, final.Code)
+	require.True(t, strings.HasPrefix(final.Reason, "run deadline-dlq passed its deadline before its request was taken up"), final.Reason)
+	require.Contains(t, final.Reason, "toolwire dlq list")
+}
+
+// A run that ends before its deadline is left alone when its timer fires.
+func TestDeadlineLeavesAnEndedRunAlone(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	h.Start("o1", orchestrator.Config{RunDeadline: time.Second})
+	req := orchestratortest.Scripted(t, "deadline-done", nil, envelope.Policy{}, map[string]any{"content": "quick"})
+	final := h.Run(req, 30*time.Second)
+	require.Equal(t, events.StatusCompleted, final.Status)
+	time.Sleep(3500 * time.Millisecond) // the deadline, its grace, and a moment
+	completed, failed := endsOf(t, h, ctx, req.RunID)
+	require.Len(t, completed, 1)
+	require.Empty(t, failed)
+	s, err := h.Env.JS.Stream(ctx, events.StreamTimers)
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "the fired timer left nothing behind")
+}
+
+// intake hands req in on the intake subject of tenant (which may not be the
+// request's own: a forgery).
+func intake(ctx context.Context, t *testing.T, h *orchestratortest.Harness, tenant envelope.Tenant, req envelope.RunRequest) {
+	t.Helper()
+	out, err := events.NewRunRequested("/toolwire/test", req, events.RunTrace{})
+	require.NoError(t, err)
+	out.Subject, err = events.IntakeSubject(tenant, req.RunID)
+	require.NoError(t, err)
+	out.MsgID = out.Subject // as NewRunIntake
+	require.NoError(t, h.Pub.Publish(ctx, out))
+}
+
+// deadLetter waits for the dead letter of the intake on subject.
+func deadLetter(ctx context.Context, t *testing.T, h *orchestratortest.Harness, subject string) events.DeadLetter {
+	t.Helper()
+	dlq, err := h.Env.JS.Stream(ctx, events.StreamDLQ)
+	require.NoError(t, err)
+	var dl events.DeadLetter
+	require.Eventually(t, func() bool {
+		m, err := dlq.GetLastMsgForSubject(ctx, events.DLQSubject(events.StreamIntake, orchestrator.DurableIntake))
+		if err != nil {
+			return false
+		}
+		dl = events.DeadLetterOf(m)
+		return dl.Subject == subject
+	}, 20*time.Second, 20*time.Millisecond, "dead letter of %s", subject)
+	return dl
+}
+
+// TestIntake: a tenant's request handed in on its intake subject becomes the
+// run's request and the run completes; one handed in twice is one run; a
+// request whose tenant is not its intake subject's, or whose run id is
+// another tenant's run, is dead-lettered with the reason and makes no run
+// (nor joins the other tenant's).
+func TestIntake(t *testing.T) {
+	h := orchestratortest.New(t)
+	h.Start("o1", orchestrator.Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	acme := envelope.Tenant{OrgID: "acme", WorkspaceID: "ws1", UserID: "u1"}
+	globex := envelope.Tenant{OrgID: "globex"}
+	script := map[string]any{"content": "done"}
+
+	req := orchestratortest.Scripted(t, "in-1", nil, envelope.Policy{}, script)
+	req.Tenant = acme
+	intake(ctx, t, h, acme, req)
+	intake(ctx, t, h, acme, req) // a producer's retry
+	st, err := h.Wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, st.Status, st.Reason)
+	runs, err := h.Env.JS.Stream(ctx, events.StreamRuns)
+	require.NoError(t, err)
+	info, err := runs.Info(ctx, jetstream.WithSubjectFilter("toolwire.run.in-1.requested"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.Subjects["toolwire.run.in-1.requested"], "one request")
+
+	// Another tenant's request in acme's subject, and acme's run id in
+	// globex's intake: both refused, neither a run.
+	forged := orchestratortest.Scripted(t, "in-2", nil, envelope.Policy{}, script)
+	forged.Tenant = globex
+	intake(ctx, t, h, acme, forged)
+	dl := deadLetter(ctx, t, h, "toolwire.intake.acme.ws1.in-2")
+	require.Contains(t, dl.Error, `tenant.org_id "globex" is not the intake subject's "acme"`)
+	require.Equal(t, uint64(1), dl.Deliveries, "refused at once, not retried")
+
+	takeover := orchestratortest.Scripted(t, "in-1", nil, envelope.Policy{}, script)
+	takeover.Tenant = globex
+	intake(ctx, t, h, globex, takeover)
+	dl = deadLetter(ctx, t, h, "toolwire.intake.globex._.in-1")
+	require.Contains(t, dl.Error, "run in-1 is another tenant's")
+
+	// What is not a run request is refused too.
+	bad, err := events.NewRunStatus("/toolwire/test", events.RunStatus{RunID: "in-3", Status: events.StatusCompleted}, "", events.RunTrace{})
+	require.NoError(t, err)
+	bad.Subject = "toolwire.intake.acme.ws1.in-3"
+	require.NoError(t, h.Pub.Publish(ctx, bad))
+	dl = deadLetter(ctx, t, h, bad.Subject)
+	require.Contains(t, dl.Error, "the intake takes "+events.TypeRunRequested+" only")
+
+	for _, id := range []string{"in-2", "in-3"} {
+		_, err := runs.GetLastMsgForSubject(ctx, "toolwire.run."+id+".>")
+		require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "%s made no run", id)
+	}
+	// in-1 is still acme's run, and the intake holds nothing: each request
+	// was taken, handed over or refused.
+	m, err := runs.GetLastMsgForSubject(ctx, "toolwire.run.in-1.requested")
+	require.NoError(t, err)
+	require.Equal(t, acme.ID(), m.Header.Get("ce-"+events.ExtTenantID))
+	in, err := h.Env.JS.Stream(ctx, events.StreamIntake)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := in.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	}, 10*time.Second, 20*time.Millisecond, "the intake is a work queue")
 }

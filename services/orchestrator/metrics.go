@@ -1,8 +1,6 @@
 package orchestrator
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolwire/toolwire/pkg/service"
@@ -22,18 +20,14 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	r := service.NewMetrics(reg, "orchestrator")
-	consumers := service.NewConsumerMetrics(r)
-	m := &metrics{
-		consumers:  consumers,
-		runs:       r.CounterVec("runs_total", "Runs by final status (completed, failed, rejected).", "status"),
-		modelCalls: r.CounterVec("model_calls_total", "Model calls by provider and outcome (ok, error).", "provider", "outcome"),
-		modelDur:   r.Histogram("model_call_seconds", "Model call latency.", prometheus.ExponentialBuckets(0.0005, 4, 10)),
-		spend:      r.Counter("model_spend_total", "Cost of the model turns recorded, in the price table's unit."),
-		reaped:     r.Counter("runs_reaped_total", "Runs failed by the reaper at their deadline (each also counts in runs_total as failed)."),
-	}
-	if err := r.Err(); err != nil {
-		return nil, fmt.Errorf("orchestrator: %w", err)
-	}
-	return m, nil
+	return service.RegisterMetrics(reg, "orchestrator", func(r *service.Metrics, consumers *service.ConsumerMetrics) *metrics {
+		return &metrics{
+			consumers:  consumers,
+			runs:       r.CounterVec("runs_total", "Runs by final status (completed, failed, rejected).", "status"),
+			modelCalls: r.CounterVec("model_calls_total", "Model calls by provider and outcome (ok, error).", "provider", "outcome"),
+			modelDur:   r.Histogram("model_call_seconds", "Model call latency.", prometheus.ExponentialBuckets(0.0005, 4, 10)),
+			spend:      r.Counter("model_spend_total", "Cost of the model turns recorded, in the price table's unit."),
+			reaped:     r.Counter("runs_reaped_total", "Runs failed by the reaper at their deadline (each also counts in runs_total as failed)."),
+		}
+	})
 }

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -52,23 +51,16 @@ type Service struct {
 // d.Metrics (when set), reads no environment and does no I/O: Start connects
 // it.
 func New(d service.Deps, cfg Config) (*Service, error) {
-	if d.JS == nil {
-		return nil, errors.New("orchestrator: Deps.JS is required")
-	}
 	if cfg.TracesURLTemplate == "" {
 		cfg.TracesURLTemplate = d.Common.TracesURLTemplate
 	}
 	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	cfg.Providers = cfg.serving()
-	d = d.WithDefaults()
-	schemas, err := events.NewSchemas()
+	d, m, err := service.Prepare("orchestrator", d, cfg, newMetrics)
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(d.Metrics)
+	cfg.Providers = cfg.serving()
+	schemas, err := events.NewSchemas()
 	if err != nil {
 		return nil, err
 	}

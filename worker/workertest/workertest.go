@@ -32,6 +32,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/secrets"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 	"github.com/toolwire/toolwire/stack"
 	"github.com/toolwire/toolwire/worker"
 )
@@ -162,16 +163,10 @@ func StartWith(t testing.TB, o Options, cfg worker.Config, tools ...*worker.Tool
 
 // Turn is one answer of the scripted model: tool calls (Calls) or the final
 // answer (Answer).
-type Turn struct {
-	Content   string     `json:"content,omitempty"`
-	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
-}
+type Turn = scripted.Turn
 
 // ToolCall is a call the scripted model makes.
-type ToolCall struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-}
+type ToolCall = scripted.ToolCall
 
 // Call is a call of the tool name with input: a struct of the tool's input
 // type, a map, or raw JSON (json.RawMessage or a string of JSON).
@@ -229,7 +224,7 @@ func (r *Result) Envelopes(name string) []envelope.ToolEnvelope {
 // timeout.
 func (e *Env) Run(turns ...Turn) *Result {
 	e.t.Helper()
-	opts, err := json.Marshal(map[string]any{"script": turns})
+	opts, err := json.Marshal(scripted.Script{Turns: turns})
 	if err != nil {
 		e.t.Fatalf("workertest: script: %v", err)
 	}
@@ -242,7 +237,7 @@ func (e *Env) Run(turns ...Turn) *Result {
 		Tenant: envelope.Tenant{OrgID: OrgID, WorkspaceID: WorkspaceID, UserID: UserID},
 		Agent: envelope.Agent{
 			Name:         "workertest",
-			Model:        envelope.Model{Provider: "scripted", Name: "workertest", Options: opts},
+			Model:        envelope.Model{Provider: scripted.Name, Name: "workertest", Options: opts},
 			EnabledTools: e.enabled,
 			Policy:       e.opts.Policy,
 		},
