@@ -95,7 +95,7 @@ type Config struct {
 	// request sets no deadline_s (default DefaultRunDeadline, at most a
 	// day).
 	RunDeadline time.Duration
-	// InstanceID names this replica in the run state's model claims; default
+	// InstanceID names this replica in its logs ("orchestrator started"); default
 	// host name, process id and a random suffix.
 	InstanceID string
 	// Faults injects failures at named points: tests only.
