@@ -113,18 +113,16 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err e
 	}
 
 	// The run's deadline counts from its request's arrival in the stream,
-	// the same for every delivery. Its timer is sent before anything else
-	// happens, and the request is acknowledged only once the timer is
-	// stored (whatever the handler's outcome), so that a run whose events
-	// go nowhere is still ended: a crash before then redelivers the request,
-	// which arms it again. The timer's round trip overlaps the run's first
-	// turn instead of preceding it.
+	// the same for every delivery. Its timer is sent once the handler is
+	// done (or has run for armDeadlineWithin), and the request is
+	// acknowledged only once the timer is stored (whatever the handler's
+	// outcome), so that a run whose events go nowhere is still ended: a
+	// crash before then redelivers the request, which arms it again. The
+	// timer follows the run's first turn instead of preceding it on its
+	// way through the server.
 	deadline := s.deadlineOf(&req, d.Meta)
-	armed, err := s.startDeadline(req.RunID, deadline)
-	if err != nil {
-		return err
-	}
-	defer func() { err = s.deadlineArmed(ctx, req.RunID, armed, err) }()
+	armed := s.startDeadline(req.RunID, deadline)
+	defer func() { err = s.deadlineArmed(ctx, armed, err) }()
 	// A redelivered request: the run exists, or got as far as its first turn
 	// before its replica died. So may a request submitted again under a run
 	// id that has begun, unless the stream stored this one on the condition

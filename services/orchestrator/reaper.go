@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,30 +71,67 @@ func (s *Service) armDeadline(ctx context.Context, runID string, deadline time.T
 	return nil
 }
 
-// startDeadline sends the timer of the run's deadline; deadlineArmed waits
-// until it is stored.
-func (s *Service) startDeadline(runID string, deadline time.Time) (*events.ArmingTimer, error) {
-	a, err := events.StartTimer(s.js, timerRun, runID, deadline.Add(reapGrace))
-	if err != nil {
-		return nil, fmt.Errorf("run %s: %w", runID, err)
-	}
-	return a, nil
+// armDeadlineWithin bounds how long a run request's handler may run before
+// the run's deadline timer is sent (deadlineTimer). The timer goes out once
+// the handler has published the run's first turn, so that the server does
+// not store it ahead of the turn on the hop every run waits for (a quarter of
+// that hop's time on two CPUs); a model call still going after this long
+// sends it from a timer, so that a handler that hangs leaves its run without
+// a deadline for no longer than this.
+const armDeadlineWithin = 100 * time.Millisecond
+
+// deadlineTimer sends the timer of one run's deadline once, when send is
+// called or armDeadlineWithin after it was made, whichever comes first;
+// armed waits until the server has stored it.
+type deadlineTimer struct {
+	js    jetstream.JetStream
+	runID string
+	at    time.Time
+	late  *time.Timer
+	once  sync.Once
+	a     *events.ArmingTimer
+	err   error
 }
 
-// deadlineArmed waits until the timer of the run's deadline is stored and
+// startDeadline makes the run's deadline timer, to be sent at the latest
+// armDeadlineWithin from now; deadlineArmed sends it (if it has not gone
+// yet) and waits until it is stored.
+func (s *Service) startDeadline(runID string, deadline time.Time) *deadlineTimer {
+	t := &deadlineTimer{js: s.js, runID: runID, at: deadline.Add(reapGrace)}
+	t.late = time.AfterFunc(armDeadlineWithin, t.send)
+	return t
+}
+
+// send sends the timer, once.
+func (t *deadlineTimer) send() {
+	t.once.Do(func() {
+		if t.a, t.err = events.StartTimer(t.js, timerRun, t.runID, t.at); t.err != nil {
+			t.err = fmt.Errorf("run %s: %w", t.runID, t.err)
+		}
+	})
+}
+
+// deadlineArmed sends the run's deadline timer, waits until it is stored and
 // returns what the handler that armed it returns: herr, its own outcome,
 // when the timer is stored; else the timer's failure, which is never
 // permanent, so that the event is handled again (and the timer armed)
 // rather than dead-lettered without a deadline.
-func (s *Service) deadlineArmed(ctx context.Context, runID string, a *events.ArmingTimer, herr error) error {
-	err := a.Wait(ctx)
+func (s *Service) deadlineArmed(ctx context.Context, t *deadlineTimer, herr error) error {
+	t.late.Stop()
+	t.send()
+	err := t.err
+	if err == nil {
+		if err = t.a.Wait(ctx); err != nil {
+			err = fmt.Errorf("run %s: %w", t.runID, err)
+		}
+	}
 	switch {
 	case err == nil:
 		return herr
 	case herr == nil:
-		return fmt.Errorf("run %s: %w", runID, err)
+		return err
 	}
-	return fmt.Errorf("run %s: %w (and the handler failed: %v)", runID, err, herr)
+	return fmt.Errorf("%w (and the handler failed: %v)", err, herr)
 }
 
 // withDeadline bounds ctx by a run's deadline, when it has one.

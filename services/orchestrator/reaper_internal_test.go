@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -68,27 +69,31 @@ func TestDeadlineArmedBeforeTheRequestIsAcknowledged(t *testing.T) {
 	ctx := t.Context()
 	deadline := time.Now().Add(time.Minute)
 
-	armed, err := s.startDeadline("armed", deadline)
-	require.NoError(t, err)
 	poison := events.Permanent(errors.New("poison"))
-	require.Equal(t, poison, s.deadlineArmed(ctx, "armed", armed, poison), "the timer is stored: the handler's outcome stands")
+	require.Equal(t, poison, s.deadlineArmed(ctx, s.startDeadline("armed", deadline), poison), "the timer is stored: the handler's outcome stands")
 	stream, err := env.JS.Stream(ctx, events.StreamTimers)
 	require.NoError(t, err)
 	_, err = stream.GetLastMsgForSubject(ctx, "toolwire.timer.run.armed")
 	require.NoError(t, err, "stored before deadlineArmed returned")
 
+	// A handler still at work after armDeadlineWithin (a slow model call,
+	// or one that hangs) has its run's timer sent meanwhile.
+	slow := s.startDeadline("slow", deadline)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := stream.GetLastMsgForSubject(ctx, "toolwire.timer.run.slow")
+		require.NoError(c, err)
+	}, 10*time.Second, 10*time.Millisecond, "sent while the handler still runs")
+	require.NoError(t, s.deadlineArmed(ctx, slow, nil))
+
 	require.NoError(t, env.JS.DeleteStream(ctx, events.StreamTimers))
-	lost, err := s.startDeadline("lost", deadline)
-	require.NoError(t, err)
+	lost := s.startDeadline("lost", deadline)
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err = s.deadlineArmed(wctx, "lost", lost, poison)
+	err = s.deadlineArmed(wctx, lost, poison)
 	require.ErrorContains(t, err, "arm timer toolwire.timer.run.lost")
 	require.ErrorContains(t, err, "poison")
 	require.False(t, events.IsPermanent(err), "handled again, not dead-lettered without a deadline")
 
-	lost, err = s.startDeadline("lost", deadline)
-	require.NoError(t, err)
-	err = s.deadlineArmed(wctx, "lost", lost, nil)
+	err = s.deadlineArmed(wctx, s.startDeadline("lost", deadline), nil)
 	require.ErrorContains(t, err, "arm timer toolwire.timer.run.lost")
 }
