@@ -65,6 +65,7 @@ func TestLongRunWithLargeOutputsStaysBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
 	require.Equal(t, "read it all", final.Outputs.Response)
+	require.NotNil(t, final.OutputsBlob, "50 envelopes make the completed event too large: its outputs are a blob")
 	require.Len(t, final.Outputs.ToolOrder, turns)
 	whole := 0
 	for i, id := range final.Outputs.ToolOrder {

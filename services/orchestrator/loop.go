@@ -539,6 +539,15 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 	if err != nil {
 		return false, events.Permanent(err)
 	}
+	if end.Outputs != nil && len(o.Event.Data()) > maxInlineOutputs {
+		// Too large to carry: the outputs go to a blob the event names.
+		if err := s.outputsToBlob(ctx, st.RunID, &end); err != nil {
+			return false, err
+		}
+		if o, err = events.NewRunStatus(s.cfg.Source, end, "", st.Trace); err != nil {
+			return false, events.Permanent(err)
+		}
+	}
 	// One end of each kind: a second is refused, within the stream's
 	// duplicate window or after it.
 	published, err := s.pub.PublishFirst(events.ContextWithRunTrace(ctx, st.Trace), o)
@@ -553,14 +562,14 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 	return true, nil
 }
 
-// maxInlineOutputs is the largest outputs document a completed event carries;
-// a larger one is a blob the event names, so that no event grows with the
-// number of calls a run made.
+// maxInlineOutputs bounds the data of a completed event that carries its
+// run's outputs; when they would make it larger, they are a blob the event
+// names, so that no event grows with the number of calls a run made.
 const maxInlineOutputs = 64 << 10
 
 // outputs fills the completed event's AgentOutputs and pinned handles: the
-// final turn's answer and every envelope of the run, in call order, inline
-// or as a blob.
+// final turn's answer and every envelope of the run, in call order
+// (publishEnd moves them to a blob when they make the event too large).
 func (s *Service) outputs(ctx context.Context, st *RunState, end *events.RunStatus, final *events.Turn) error {
 	if final == nil {
 		t, _, err := s.history.turn(ctx, st.RunID, st.Iteration)
@@ -588,19 +597,22 @@ func (s *Service) outputs(ctx context.Context, st *RunState, end *events.RunStat
 		end.Status, end.Reason = events.StatusFailed, perr.Error()
 		return nil
 	}
-	doc, err := fastjson.Marshal(events.OutputsDocument{Outputs: &out, Pinned: pinned})
+	end.Outputs, end.Pinned = &out, pinned
+	return nil
+}
+
+// outputsToBlob stores end's outputs and pinned handles as the run's outputs
+// blob (an events.OutputsDocument), which end then names instead.
+func (s *Service) outputsToBlob(ctx context.Context, runID string, end *events.RunStatus) error {
+	doc, err := fastjson.Marshal(events.OutputsDocument{Outputs: end.Outputs, Pinned: end.Pinned})
 	if err != nil {
 		return events.Permanent(err)
 	}
-	if len(doc) <= maxInlineOutputs {
-		end.Outputs, end.Pinned = &out, pinned
-		return nil
-	}
-	att, err := blobs.Put(ctx, s.js, st.RunID+".outputs", doc, "application/json")
+	att, err := blobs.Put(ctx, s.js, runID+".outputs", doc, "application/json")
 	if err != nil {
 		return err
 	}
-	end.OutputsBlob = &att
+	end.Outputs, end.Pinned, end.OutputsBlob = nil, nil, &att
 	return nil
 }
 
