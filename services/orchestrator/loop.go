@@ -170,7 +170,7 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err e
 	}
 	st.Phase = PhaseCalling
 	s.convs.get(req.RunID).start(&req)
-	return s.takeTurn(ctx, st, warnings, false, triggerRequest)
+	return s.takeTurn(ctx, st, warnings, false, triggerRequest, nil)
 }
 
 // Triggers: the events whose handlers drive a model call (RunState.Trigger).
@@ -246,7 +246,7 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 		case st.Trigger != trigger:
 			return nil
 		case st.Phase == PhaseCalling:
-			return s.takeTurn(ctx, st, nil, true, trigger)
+			return s.takeTurn(ctx, st, nil, true, trigger, nil)
 		case st.Phase == PhaseAwaitingTools && st.allDone():
 			next, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
 				if cur.Iteration != st.Iteration || cur.Trigger != trigger || cur.Phase != PhaseAwaitingTools || !cur.allDone() {
@@ -272,9 +272,26 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 // when a crashed delivery published it already, else calls the model with
 // the conversation so far and publishes the turn; then it records the turn
 // and publishes what follows. exists says whether the run has a state in KV
-// (the first turn of a new run is recorded with it).
-func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string, exists bool, trigger string) error {
+// (the first turn of a new run is recorded with it). unwritten, when not
+// nil, is the change of the trigger's event that the state in KV does not
+// have yet (a turn's last envelope drives the next model call before it is
+// written: see earlyTurn); it is written with the run's end, or before a
+// turn of calls is published.
+func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string, exists bool, trigger string,
+	unwritten func(*RunState) bool) error {
 	n := st.Iteration
+	// Before the run fails here, or goes on to a turn of calls, its state
+	// catches up with the trigger: the envelopes of that turn's calls must
+	// find it calling the model (withCall), and a failure is written on it.
+	// Only a turn that ends the run is written with the trigger.
+	catchUp := func() (*RunState, error) {
+		if unwritten == nil {
+			return st, nil
+		}
+		cur, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) { return unwritten(cur), nil })
+		unwritten = nil
+		return cur, err
+	}
 	var t *events.Turn
 	err := fmt.Errorf("run %s: turn %d: %w", st.RunID, n, errNotRecorded)
 	// A new run's caller has just looked; a first delivery need not.
@@ -289,6 +306,9 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 	case st.pastDeadline(time.Now()):
 		// No model call past the deadline: the run ends here (the reaper
 		// would end it too, a moment later).
+		if _, err := catchUp(); err != nil {
+			return err
+		}
 		return s.failRun(ctx, st, exists, envelope.CodeTimeout, deadlineReason(st, nil))
 	default:
 		if err := s.fault(ctx, FaultBeforeModel, st.RunID, n); err != nil {
@@ -325,6 +345,9 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 				// redelivered to whichever replica gets it.
 				return fmt.Errorf("model call of run %s iteration %d interrupted: %w", st.RunID, n, ctx.Err())
 			}
+			if _, err := catchUp(); err != nil {
+				return err
+			}
 			if st.pastDeadline(time.Now()) {
 				return s.failRun(ctx, st, exists, envelope.CodeTimeout, deadlineReason(st, nil))
 			}
@@ -337,6 +360,19 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 		}
 		if err := s.fault(ctx, FaultAfterModel, st.RunID, n); err != nil {
 			return err
+		}
+		if len(t.Calls) > 0 && unwritten != nil {
+			cur, err := catchUp()
+			if err != nil {
+				return err
+			}
+			if cur.Iteration != n || cur.Phase != PhaseCalling || cur.Trigger != trigger {
+				// Not this handler's model call after all (a replica
+				// changed the run since this one's snapshot): its answer
+				// is dropped and the run goes on from its state.
+				s.log.Warn("model answer dropped: the run's state moved on meanwhile", "run_id", st.RunID, "iteration", n)
+				return s.goOn(ctx, cur, trigger)
+			}
 		}
 		if len(t.Calls) == 0 {
 			// The model's final answer rides on the run's end event.
@@ -359,7 +395,8 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 	var recorded *RunState
 	if exists {
 		recorded, _, err = s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
-			return cur.recordTurn(t), nil
+			caught := unwritten != nil && unwritten(cur)
+			return cur.recordTurn(t) || caught, nil
 		})
 	} else {
 		st.recordTurn(t)
@@ -668,7 +705,7 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 	var resumed bool
 	var iteration int
 	trigger := triggerCall(env.CallID)
-	st, known, err := s.withCall(ctx, subj.RunID, env.CallID, func(st *RunState, c *PendingCall) bool {
+	complete := func(st *RunState, c *PendingCall) bool {
 		// The call's turn: the pending calls are the current turn's, or the
 		// previous one's while the run calls the model.
 		resumed, iteration = false, st.Iteration
@@ -687,9 +724,13 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 		// The last result: this completion drives the next model call.
 		s.advance(st, trigger)
 		return true
-	})
-	if err != nil || !known {
-		return err
+	}
+	st, unwritten := s.earlyTurn(ctx, subj.RunID, env.CallID, trigger, complete)
+	if st == nil {
+		var known bool
+		if st, known, err = s.withCall(ctx, subj.RunID, env.CallID, complete); err != nil || !known {
+			return err
+		}
 	}
 	if env.Error != nil && env.Error.Code == envelope.CodeUnknown {
 		// The model sees the code and message only; the internals are here.
@@ -700,12 +741,76 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 	if err := s.fault(ctx, FaultAfterRecordEnvelope, subj.RunID, iteration); err != nil {
 		return err
 	}
+	if unwritten != nil {
+		resumed = false
+		if err := s.takeTurn(ctx, st, nil, true, trigger, unwritten); err != nil || !resumed {
+			return err
+		}
+		// The state had the call waiting for an approval after all (written
+		// by another replica since this one's snapshot): its resumption.
+		c := st.call(env.CallID)
+		return s.publishStatus(ctx, st, events.StatusResumed, resumedByCompletion(c, &env), c.CallID)
+	}
 	if c := st.call(env.CallID); c != nil && c.Approval == ApprovalResumed && (resumed || d.Attempt > 1) {
 		if err := s.publishStatus(ctx, st, events.StatusResumed, c.ResumedBy, c.CallID); err != nil {
 			return err
 		}
 	}
 	return s.goOn(ctx, st, trigger)
+}
+
+// earlyTurn lets the last envelope of a turn drive the run's next model call
+// before the state records it, when this replica's own last write of the
+// state says that nothing else can: the first delivery of the envelope of
+// the turn's only call still pending, in a run that has not ended and whose
+// policy makes no call wait for an approval. When the model then answers without calls, the run's
+// end is published first and the state records the envelope with it in one
+// write, instead of one write before the model call and one after the end;
+// a turn of calls is preceded by the envelope's write as usual, so that the
+// envelopes of its calls find the run calling the model. It returns the
+// state as complete makes it and the change to write (unwritten); nil when
+// the envelope takes the usual way (withCall), as it does on a redelivery,
+// so that a handler that died half way is taken up from the state in KV.
+//
+// The snapshot may be stale only if another replica wrote the run meanwhile:
+// the calls it says are done are done (done is never undone), and what else
+// could have changed (the run failed at its deadline) is what the model call
+// and its turn are checked against anyway (takeTurn); the write that
+// follows applies the envelope to the state as it then is.
+func (s *Service) earlyTurn(ctx context.Context, runID, callID, trigger string,
+	complete func(*RunState, *PendingCall) bool) (*RunState, func(*RunState) bool) {
+	snap := s.states.peek(runID)
+	if !firstDelivery(ctx) || snap == nil || snap.Done() || snap.Phase != PhaseAwaitingTools || mayWaitForApproval(snap.Policy) {
+		return nil, nil
+	}
+	for _, c := range snap.Pending {
+		if c.CallID == callID && (c.Done || c.Approval != "") || c.CallID != callID && !c.Done {
+			return nil, nil
+		}
+	}
+	next := snap.clone()
+	c := next.call(callID)
+	if c == nil || !complete(next, c) || next.Phase != PhaseCalling || next.Trigger != trigger {
+		return nil, nil // not of this turn, or the loop rules end the run: the usual way
+	}
+	turn := snap.Iteration
+	return next, func(cur *RunState) bool {
+		c := cur.call(callID)
+		if c == nil || cur.Phase != PhaseAwaitingTools || cur.Iteration != turn {
+			return false
+		}
+		return complete(cur, c)
+	}
+}
+
+// mayWaitForApproval reports whether a call of a run under p may have to wait
+// for an operator's approval (envelope.ApprovalPolicy). The approval events
+// of such a call change its state beside its envelope (approval_required
+// marks it waiting, and can be handled after the envelope that answers it),
+// so its envelope takes the usual way, whose write orders the two.
+func mayWaitForApproval(p envelope.Policy) bool {
+	ra := p.RequireApproval
+	return ra != nil && (ra.Writes || len(ra.Tools) > 0)
 }
 
 // withCall applies change to the pending call callID of the run, under

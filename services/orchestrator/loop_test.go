@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -597,4 +598,146 @@ func TestIntake(t *testing.T) {
 		info, err := in.Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	}, 10*time.Second, 20*time.Millisecond, "the intake is a work queue")
+}
+
+// The envelope of a turn's last call drives the next model call before the
+// run's state records it; when the model then answers, the run's end is
+// published and the state records the envelope with it in one write. A
+// one-call run writes its state twice (created with its first turn, then
+// ended); a turn of calls is still preceded by the write of the envelope
+// that led to it, so that its own envelopes find the run calling the model.
+// A snapshot gone stale (the state changed by another replica; here the
+// call's approval, written straight into KV) is caught by the end's write:
+// the envelope is applied to the state as it is, and the run's resumption is
+// published.
+func TestLastEnvelopeEndsTheRunInOneStateWrite(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	h.Start("o1", orchestrator.Config{})
+	kv, err := h.Env.JS.KeyValue(ctx, events.BucketRunState)
+	require.NoError(t, err)
+	// written is a state the run's key held, at its revision.
+	type written struct {
+		rev uint64
+		st  orchestrator.RunState
+	}
+	// watch collects the states written to the run's key, from the moment
+	// it returns (the watcher is in place: its initial values, none, are
+	// delivered). A watcher may skip a value overwritten quickly (seen under
+	// -race on a busy machine), so writes are counted by revision: the
+	// bucket's revisions are its stream's sequence, and only this run
+	// writes to it meanwhile.
+	watch := func(run string) func() []written {
+		w, err := kv.Watch(ctx, run)
+		require.NoError(t, err)
+		select {
+		case e := <-w.Updates():
+			require.Nil(t, e, "run %s has no state yet", run)
+		case <-ctx.Done():
+			t.Fatalf("the watch of run %s never started", run)
+		}
+		var got []written
+		return func() []written {
+			defer func() { require.NoError(t, w.Stop()) }()
+			for {
+				select {
+				case e := <-w.Updates():
+					var st orchestrator.RunState
+					require.NoError(t, json.Unmarshal(e.Value(), &st))
+					if got = append(got, written{e.Revision(), st}); st.Done() {
+						return got
+					}
+				case <-ctx.Done():
+					t.Fatalf("run %s: its state never ended; written %d times", run, len(got))
+				}
+			}
+		}
+	}
+	writes := func(ws []written) int { return int(ws[len(ws)-1].rev-ws[0].rev) + 1 }
+	echo := func(text string) map[string]any {
+		return map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": text})}}
+	}
+	answer := map[string]any{"content": "done"}
+	run := func(id string, turns ...map[string]any) func() []written {
+		req := orchestratortest.Scripted(t, id, []string{"echo@1.0.0"}, envelope.Policy{}, append(turns, answer)...)
+		written := watch(id)
+		h.Submit(ctx, req)
+		return written
+	}
+	// recorded waits until the run's state has turn n, and the handler
+	// that wrote it has returned (its event is acknowledged), so that the
+	// replica knows the state it wrote: the test's envelopes come quicker
+	// than a tool's, before the turn's record otherwise.
+	recorded := func(id string, n int) jetstream.KeyValueEntry {
+		var e jetstream.KeyValueEntry
+		require.Eventually(t, func() bool {
+			var st orchestrator.RunState
+			e, err = kv.Get(ctx, id)
+			if err != nil || json.Unmarshal(e.Value(), &st) != nil || st.Iteration != n || st.Phase != orchestrator.PhaseAwaitingTools {
+				return false
+			}
+			for _, durable := range []string{orchestrator.DurableRuns, orchestrator.DurableCalls} {
+				stream := events.StreamRuns
+				if durable == orchestrator.DurableCalls {
+					stream = events.StreamCalls
+				}
+				c, err := h.Env.JS.Consumer(ctx, stream, durable)
+				if err != nil {
+					return false
+				}
+				info, err := c.Info(ctx)
+				if err != nil || info.NumAckPending > 0 {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, time.Millisecond)
+		return e
+	}
+	complete := func(id, text string, seq int) string {
+		c := g.Request(id, "echo", map[string]any{"text": text}, seq)
+		recorded(id, seq)
+		g.Complete(c, json.RawMessage(`{"text":"`+text+`"}`))
+		return c.CallID
+	}
+
+	ended := run("early-one", echo("a"))
+	call := complete("early-one", "a", 1)
+	ws := ended()
+	require.Equal(t, 2, writes(ws), "created with its first turn, then ended with the envelope")
+	last := ws[len(ws)-1].st
+	require.Equal(t, orchestrator.PhaseComplete, last.Phase)
+	require.Equal(t, 2, last.Iteration)
+	require.Equal(t, "call/"+call, last.Trigger, "the envelope, which drove the last model call, is in the end's write")
+
+	ended = run("early-two", echo("a"), echo("b"))
+	complete("early-two", "a", 1)
+	complete("early-two", "b", 2)
+	ws = ended()
+	require.Equal(t, 4, writes(ws), "created; the first envelope before the second turn; that turn; the end")
+	second := slices.IndexFunc(ws, func(w written) bool {
+		return w.st.Iteration == 2 && w.st.Phase == orchestrator.PhaseAwaitingTools
+	})
+	require.NotEqual(t, -1, second, "the second turn recorded")
+	require.Equal(t, ws[0].rev+2, ws[second].rev,
+		"one write between the creation and the second turn's record: its envelopes find the run calling the model")
+	require.Equal(t, orchestrator.PhaseComplete, ws[len(ws)-1].st.Phase)
+
+	ended = run("early-stale", echo("a"))
+	c := g.Request("early-stale", "echo", map[string]any{"text": "a"}, 1)
+	e := recorded("early-stale", 1)
+	var st orchestrator.RunState
+	require.NoError(t, json.Unmarshal(e.Value(), &st))
+	st.Pending[0].Approval = orchestrator.ApprovalWaiting
+	b, err := json.Marshal(st)
+	require.NoError(t, err)
+	_, err = kv.Update(ctx, "early-stale", b, e.Revision())
+	require.NoError(t, err)
+	g.Complete(c, json.RawMessage(`{"text":"a"}`))
+	ws = ended()
+	require.Equal(t, orchestrator.PhaseComplete, ws[len(ws)-1].st.Phase)
+	resumed := h.Next(ctx, events.StreamRuns, "toolwire.run.early-stale.resumed")
+	require.Contains(t, string(resumed.Data), "call "+c.CallID+" (echo@1.0.0) completed")
 }

@@ -47,7 +47,7 @@ func (s *Service) deadlineFor(req *envelope.RunRequest) time.Duration {
 		return time.Duration(req.DeadlineS) * time.Second
 	}
 	d := s.cfg.RunDeadline
-	if ra := req.Agent.Policy.RequireApproval; ra != nil && (ra.Writes || len(ra.Tools) > 0) {
+	if mayWaitForApproval(req.Agent.Policy) {
 		d += req.Agent.Policy.ApprovalTimeout()
 	}
 	return d

@@ -124,6 +124,25 @@ func (sl *runSlot) remember(s *RunState, rev uint64) {
 	sl.mu.Unlock()
 }
 
+// peek returns the last state this replica read or wrote of the run, with
+// no I/O: nil when it knows none or a write of it is under way. It may be
+// stale (another replica may have written since): decide nothing on it that
+// a later compare-and-set does not confirm. Read it, never change it.
+func (st *stateStore) peek(runID string) *RunState {
+	st.mu.Lock()
+	sl := st.runs[runID]
+	st.mu.Unlock()
+	if sl == nil {
+		return nil
+	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.writing || len(sl.queue) > 0 {
+		return nil
+	}
+	return sl.st
+}
+
 // get reads the run's state from KV (nil when there is none).
 func (st *stateStore) get(ctx context.Context, runID string) (*RunState, uint64, error) {
 	sl := st.acquire(runID)
