@@ -235,7 +235,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 	}
-	if err := obs.recording(true); err != nil {
+	if err := obs.recording(true, 0); err != nil {
 		return nil, err
 	}
 	// The chains are measured in blocks between blocks of runs, so that both
@@ -275,7 +275,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			runIDs = append(runIDs, req.RunID)
 		}
 	}
-	if err := obs.recording(false); err != nil {
+	if err := obs.recording(false, len(runLat)); err != nil {
 		return nil, err
 	}
 	r.Baseline.Chain = distOf(chainLat)

@@ -129,12 +129,23 @@ func (o *observer) expect(runID string) chan string {
 	return ch
 }
 
-func (o *observer) recording(on bool) error {
-	if !on {
-		// The last run's envelope may still be on its way (see handle).
+// recording starts (or stops) timing calls. Stopping waits, for at most
+// callsLag, until calls envelopes have been timed (one per run measured):
+// the last run's envelope may still be on its way (see handle), and may
+// even not have been sent yet when the run's end was, so that a barrier
+// alone can pass before it.
+func (o *observer) recording(on bool, calls int) error {
+	for until := time.Now().Add(callsLag); !on; {
 		if err := o.barrier(); err != nil {
 			return err
 		}
+		o.mu.Lock()
+		n := len(o.callLat)
+		o.mu.Unlock()
+		if n >= calls || time.Now().After(until) {
+			break
+		}
+		time.Sleep(time.Millisecond)
 	}
 	o.mu.Lock()
 	o.record = on
@@ -145,6 +156,9 @@ func (o *observer) recording(on bool) error {
 	o.mu.Unlock()
 	return o.timeCalls(on)
 }
+
+// callsLag bounds the wait for the envelopes of the runs measured.
+const callsLag = 2 * time.Second
 
 // barrierSubject marks the observer's barrier in its channel; no server
 // subject has a space.
