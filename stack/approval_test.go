@@ -24,6 +24,7 @@ import (
 	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/orchestrator"
@@ -293,7 +294,9 @@ func TestApprovals(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, events.NewPublisher(st.JS).Publish(t.Context(), out))
 		waitUntil(t, 10*time.Second, "the guard saw the late decision and ignored it",
-			func() bool { return metricValue(t, st, "toolwire_policy_approvals_total", "outcome", "ignored") >= 1 })
+			func() bool {
+				return servicetest.CounterSum(t, st.Metrics, "toolwire_policy_approvals_total", map[string]string{"outcome": "ignored"}) >= 1
+			})
 		rec := approvalRecord(t, st.JS, "appr-timeout", d.CallID)
 		require.Equal(t, events.ApprovalExpired, rec.State)
 		subj, err := events.ApprovedSubject("appr-timeout", d.CallID, envelope.DefaultQueue)
@@ -313,27 +316,6 @@ func turnRecord(t *testing.T, js jetstream.JetStream, runID string, n int) (even
 	var tr events.Turn
 	ok := lastEventData(t, js, events.StreamRuns, subj, &tr)
 	return tr, ok
-}
-
-// metricValue sums a counter's series whose label has the value.
-func metricValue(t *testing.T, st *stack.Stack, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := st.Metrics.Gather()
-	require.NoError(t, err)
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
 }
 
 func approvalRecord(t *testing.T, js jetstream.JetStream, runID, callID string) events.ApprovalRecord {
