@@ -293,7 +293,7 @@ func TestApprovals(t *testing.T) {
 		out, err := events.NewDecided("/toolwire/cli", d, envelope.Tenant{OrgID: "org1"}, events.RunTrace{})
 		require.NoError(t, err)
 		require.NoError(t, events.NewPublisher(st.JS).Publish(t.Context(), out))
-		waitUntil(t, 10*time.Second, "the guard saw the late decision and ignored it",
+		servicetest.PollUntil(t, 10*time.Second, "the guard saw the late decision and ignored it",
 			func() bool {
 				return servicetest.CounterSum(t, st.Metrics, "toolwire_policy_approvals_total", map[string]string{"outcome": "ignored"}) >= 1
 			})

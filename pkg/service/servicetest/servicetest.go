@@ -142,3 +142,21 @@ func CounterSum(t testing.TB, g prometheus.Gatherer, name string, labels map[str
 	}
 	return sum
 }
+
+// PollUntil polls cond on the test's goroutine (so that cond may use
+// require) until it holds, or fails the test after limit, saying what it
+// waited for.
+func PollUntil(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("not within %s: %s", limit, what)
+		case <-tick.C:
+		}
+	}
+}
