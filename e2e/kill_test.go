@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -127,16 +126,9 @@ func TestKill9DuringABurst(t *testing.T) {
 			t.Logf("every run finished %s after the kill (bound %s)", time.Since(killedAt).Round(time.Millisecond), bound)
 
 			if tc.service == "recorder" {
-				rec := procs["recorder"].http
+				rec := procs["recorder"]
 				for _, id := range ids {
-					require.Eventually(t, func() bool {
-						resp, err := http.Get("http://" + rec + "/v1/runs/" + id + "/outputs")
-						if err != nil {
-							return false
-						}
-						resp.Body.Close()
-						return resp.StatusCode == http.StatusOK
-					}, max(time.Until(killedAt.Add(bound)), time.Second), 100*time.Millisecond, "the recorder never stored %s", id)
+					require.Eventually(t, func() bool { return rec.answers("/v1/runs/" + id + "/outputs") }, max(time.Until(killedAt.Add(bound)), time.Second), 100*time.Millisecond, "the recorder never stored %s", id)
 				}
 			}
 		})

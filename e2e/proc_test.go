@@ -61,16 +61,19 @@ func launch(t, owner *testing.T, bin, prog, name string, env ...string) *proc {
 // read then.
 func (p *proc) waitReady(t *testing.T, output func() string) {
 	t.Helper()
-	if !assert.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + p.http + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 50*time.Millisecond) {
+	if !assert.Eventually(t, func() bool { return p.answers("/readyz") }, 60*time.Second, 50*time.Millisecond) {
 		t.Fatalf("%s never became ready\n%s", p.name, output())
 	}
+}
+
+// answers says whether p's HTTP server answers a GET of path with 200.
+func (p *proc) answers(path string) bool {
+	resp, err := http.Get("http://" + p.http + path)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // kill ends the process with SIGKILL (kill -9): nothing it holds is handed

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -96,15 +95,8 @@ func runAsProcesses(t *testing.T, bin, url string, envFor func(name string) []st
 	require.Equal(t, demo.Response, final.Outputs.Response)
 	require.Len(t, final.Outputs.ToolOrder, 4)
 
-	recorderAddr := procs[len(procs)-1].http
-	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + recorderAddr + "/v1/runs/" + runID + "/outputs")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 20*time.Second, 50*time.Millisecond, "the recorder process never stored the run\n%s", dump())
+	recorder := procs[len(procs)-1]
+	require.Eventually(t, func() bool { return recorder.answers("/v1/runs/" + runID + "/outputs") }, 20*time.Second, 50*time.Millisecond, "the recorder process never stored the run\n%s", dump())
 
 	for _, p := range procs {
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))

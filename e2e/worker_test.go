@@ -21,6 +21,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/identity"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -66,28 +67,6 @@ func (p *proc) calls(t *testing.T, tool string) int {
 		n += int(v)
 	}
 	require.NoError(t, sc.Err())
-	return n
-}
-
-// defaultExecutorCalls counts the calls of tool the stack's own executors
-// (the default queue's) ran.
-func defaultExecutorCalls(t *testing.T, st *stack.Stack, tool string) int {
-	t.Helper()
-	mfs, err := st.Metrics.Gather()
-	require.NoError(t, err)
-	n := 0
-	for _, mf := range mfs {
-		if mf.GetName() != callsMetric {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "tool" && l.GetValue() == tool {
-					n += int(m.GetCounter().GetValue())
-				}
-			}
-		}
-	}
 	return n
 }
 
@@ -171,7 +150,7 @@ func TestWorkerProcessServesItsQueue(t *testing.T) {
 		require.JSONEq(t, fmt.Sprintf(`{"text":%q}`, strings.ToUpper(text)), string(env.Output))
 	}
 	require.Equal(t, 100, a.calls(t, "upper@1.0.0"), "every call ran in the worker\n%s", a.out.String())
-	require.Zero(t, defaultExecutorCalls(t, st, "upper@1.0.0"), "no call ran in the default executors")
+	require.Zero(t, servicetest.CounterSum(t, st.Metrics, callsMetric, map[string]string{"tool": "upper@1.0.0"}), "no call ran in the default executors")
 
 	b := startWorkerProc(t, bin, "worker", "worker-b", st.URL, concurrency, asExecutor)
 	upperRuns(t, st, "two-workers", 10, 10)
@@ -179,7 +158,7 @@ func TestWorkerProcessServesItsQueue(t *testing.T) {
 	require.Equal(t, 100, fromA+fromB, "each call ran once, in one of the workers")
 	require.Positive(t, fromA, "worker a took a share")
 	require.Positive(t, fromB, "worker b took a share")
-	require.Zero(t, defaultExecutorCalls(t, st, "upper@1.0.0"))
+	require.Zero(t, servicetest.CounterSum(t, st.Metrics, callsMetric, map[string]string{"tool": "upper@1.0.0"}))
 	t.Logf("two workers: a ran %d calls, b ran %d", fromA, fromB)
 	a.stop(t)
 	b.stop(t)

@@ -112,9 +112,9 @@ func TestSecretCanary(t *testing.T) {
 
 	// Wait until the recorder has every event of the run, then search.
 	want := countRunEvents(t, st.JS, runID)
-	waitUntil(t, 30*time.Second, fmt.Sprintf("the recorder has the run's %d events", want),
+	servicetest.PollUntil(t, 30*time.Second, fmt.Sprintf("the recorder has the run's %d events", want),
 		func() bool { return recordedEvents(t, st.HTTPURL, runID) >= want })
-	waitUntil(t, 10*time.Second, "the executor logged the panic",
+	servicetest.PollUntil(t, 10*time.Second, "the executor logged the panic",
 		func() bool { return strings.Contains(logs.String(), "tool panicked") })
 
 	sources := map[string]string{

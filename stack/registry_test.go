@@ -14,6 +14,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
@@ -63,23 +64,6 @@ func probeDef(version string) envelope.ToolDefinition {
 // within is the bound the issue sets on a registry change reaching the
 // running services.
 const within = time.Second
-
-// waitUntil polls cond on the test's goroutine (so that cond may use
-// require) until it holds, or fails the test after limit.
-func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("not within %s: %s", limit, what)
-		case <-tick.C:
-		}
-	}
-}
 
 // TestRegistryChangesReachRunningServices: deprecating and blocking a tool
 // version takes effect on the running services within a second, without a
@@ -158,7 +142,7 @@ func TestRegistryChangesReachRunningServices(t *testing.T) {
 	// still callable.
 	require.NoError(t, reg.SetState(ctx, v1, registry.StateDeprecated))
 	deprecatedAt := time.Now()
-	waitUntil(t, within, "a new run warns about the deprecated version", func() bool {
+	servicetest.PollUntil(t, within, "a new run warns about the deprecated version", func() bool {
 		final, warnings = probeRun("1.0.0")
 		return len(warnings) == 1
 	})
@@ -181,7 +165,7 @@ func TestRegistryChangesReachRunningServices(t *testing.T) {
 	blockedAt := time.Now()
 	released := 0
 	var refused envelope.ToolEnvelope
-	waitUntil(t, within, "a call of a blocked version is refused", func() bool {
+	servicetest.PollUntil(t, within, "a call of a blocked version is refused", func() bool {
 		i := released
 		released++
 		close(gate.gates[i])
@@ -198,7 +182,7 @@ func TestRegistryChangesReachRunningServices(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "tool probe@1.0.0 is blocked", envelopeAt(t, final, 2).Error.Message)
 	}
-	waitUntil(t, within, "a new run with the blocked version is refused", func() bool {
+	servicetest.PollUntil(t, within, "a new run with the blocked version is refused", func() bool {
 		final, _ = probeRun("1.0.0")
 		return final.Status == events.StatusFailed
 	})
@@ -209,7 +193,7 @@ func TestRegistryChangesReachRunningServices(t *testing.T) {
 
 	// And back.
 	require.NoError(t, reg.SetState(ctx, v1, registry.StateActive))
-	waitUntil(t, within, "an activated version runs again", func() bool {
+	servicetest.PollUntil(t, within, "an activated version runs again", func() bool {
 		final, _ = probeRun("1.0.0")
 		return final.Status == events.StatusCompleted && envelopeAt(t, final, 1).Error == nil
 	})

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -19,6 +18,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events/registry"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/stack"
 	"github.com/toolwire/toolwire/worker"
@@ -345,32 +345,6 @@ func TestTheBuiltInsPipeline(t *testing.T) {
 		require.Equal(t, "1.0.0", attrs["toolwire.tool.version"])
 		require.NotEmpty(t, attrs["gen_ai.tool.call.id"])
 	}
-	require.InDelta(t, 1, testutil.ToFloat64(counterWith(t, reg, "toolwire_executor_tool_calls_total", "limited@1.0.0", "ok")), 0)
-	require.InDelta(t, 1, testutil.ToFloat64(counterWith(t, reg, "toolwire_executor_tool_calls_total", "limited@1.0.0", "RATE_LIMIT")), 0)
-}
-
-// counterWith finds the counter of a metric family with the tool and code
-// labels given.
-func counterWith(t *testing.T, g prometheus.Gatherer, name, tool, code string) prometheus.Collector {
-	t.Helper()
-	mfs, err := g.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["tool"] == tool && labels["code"] == code {
-				c := prometheus.NewCounter(prometheus.CounterOpts{Name: "copy"})
-				c.Add(m.GetCounter().GetValue())
-				return c
-			}
-		}
-	}
-	t.Fatalf("no %s{tool=%q,code=%q}", name, tool, code)
-	return nil
+	require.InDelta(t, 1, servicetest.CounterSum(t, reg, "toolwire_executor_tool_calls_total", map[string]string{"tool": "limited@1.0.0", "code": "ok"}), 0)
+	require.InDelta(t, 1, servicetest.CounterSum(t, reg, "toolwire_executor_tool_calls_total", map[string]string{"tool": "limited@1.0.0", "code": "RATE_LIMIT"}), 0)
 }

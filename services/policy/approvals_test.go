@@ -13,6 +13,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 )
 
 // writer is a tool that writes, registered for the approval tests.
@@ -141,7 +142,7 @@ func TestApprovalDecisions(t *testing.T) {
 				require.Equal(t, tt.details, env.Error.Details)
 				require.Equal(t, req.CallID, env.CallID)
 			}
-			pollUntil(t, "the record is settled", func() bool {
+			servicetest.PollUntil(t, waitFor, "the record is settled", func() bool {
 				rec := h.record(runID, req.CallID)
 				return rec.State == tt.state && rec.Settled
 			})
@@ -302,7 +303,7 @@ func TestApprovalSweeperSettlesLeftovers(t *testing.T) {
 	ev := h.nextEvent(approved)
 	req.OperatorApproved = true
 	require.Equal(t, req, decode[events.CallRequest](t, ev))
-	pollUntil(t, "the record is settled", func() bool { return h.record(runID, req.CallID).Settled })
+	servicetest.PollUntil(t, waitFor, "the record is settled", func() bool { return h.record(runID, req.CallID).Settled })
 }
 
 func TestApprovalDeniedEnvelope(t *testing.T) {
@@ -351,21 +352,4 @@ func TestApprovalKVErrors(t *testing.T) {
 	rec := events.ApprovalRecord{State: events.ApprovalPending}
 	_, err = h.svc.update(t.Context(), key, &rec, 42)
 	require.True(t, errors.Is(err, jetstream.ErrKeyRevisionMismatch), "%v", err)
-}
-
-// pollUntil polls cond on the test's goroutine (cond may use require) until
-// it holds, or fails the test after waitFor.
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(waitFor)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("not within %s: %s", waitFor, what)
-		case <-tick.C:
-		}
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 )
 
 // servedQueues are the queues every harness has a live worker of.
@@ -67,7 +68,7 @@ func TestServiceAnswersCallsOfUnservedQueues(t *testing.T) {
 	lateTurn := newTurn(later, 1, envelope.Policy{}, enabled, call)
 	approvedLater := slow.watch(events.StreamCalls, "toolwire.call."+later+".*.approved.*")
 	slow.publishTurn(lateTurn)
-	pollUntil(t, "the guard holds the turn, waiting for a worker", func() bool {
+	servicetest.PollUntil(t, waitFor, "the guard holds the turn, waiting for a worker", func() bool {
 		c, err := slow.env.JS.Consumer(t.Context(), events.StreamRuns, DurableTurns)
 		require.NoError(t, err)
 		info, err := c.Info(t.Context())
@@ -119,7 +120,7 @@ func TestApprovedCallOfAnUnservedQueue(t *testing.T) {
 	require.NotNil(t, env.Error)
 	require.Equal(t, envelope.CodeProviderError, env.Error.Code)
 	require.Contains(t, env.Error.Message, `no live worker serves queue "outbox"`)
-	pollUntil(t, "the record is settled", func() bool { return h.record(runID, send.CallID).Settled })
+	servicetest.PollUntil(t, waitFor, "the record is settled", func() bool { return h.record(runID, send.CallID).Settled })
 	rec := h.record(runID, send.CallID)
 	require.True(t, rec.Routed)
 	require.Equal(t, "outbox", rec.Unserved)

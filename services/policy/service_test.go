@@ -26,6 +26,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/rules"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 )
 
 const waitFor = 10 * time.Second
@@ -227,7 +228,7 @@ func (h *harness) count(stream, filter string) uint64 {
 // on its stream so far: what it publishes for them is stored by then.
 func (h *harness) drained(stream, durable string) {
 	h.t.Helper()
-	pollUntil(h.t, durable+" has handled everything", func() bool {
+	servicetest.PollUntil(h.t, waitFor, durable+" has handled everything", func() bool {
 		c, err := h.env.JS.Consumer(h.t.Context(), stream, durable)
 		require.NoError(h.t, err)
 		info, err := c.Info(h.t.Context())
