@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -73,9 +72,7 @@ unreachable NATS and no answer within --timeout exit 1 without an envelope.`,
 			}); err != nil {
 				return err
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(env); err != nil {
+			if err := printJSON(cmd.OutOrStdout(), env); err != nil {
 				return err
 			}
 			if failOnError && env.Error != nil {
@@ -114,10 +111,8 @@ func buildCall(tool, input, inputFile string, stdin io.Reader, tenant envelope.T
 	switch {
 	case input != "" && inputFile != "":
 		return nil, errors.New("give the input with --input or --input-file, not both")
-	case inputFile == "-":
-		raw, err = readAll(stdin)
 	case inputFile != "":
-		raw, err = os.ReadFile(inputFile)
+		raw, err = readInput(inputFile, stdin)
 	case input != "":
 		raw = []byte(input)
 	default:

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,21 @@ import (
 )
 
 func readAll(r io.Reader) ([]byte, error) { return io.ReadAll(io.LimitReader(r, 16<<20)) }
+
+// readInput reads the file a command was given; "-" reads stdin.
+func readInput(path string, stdin io.Reader) ([]byte, error) {
+	if path == "-" {
+		return readAll(stdin)
+	}
+	return os.ReadFile(path)
+}
+
+// printJSON writes v to w as indented JSON, as every command's output.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 

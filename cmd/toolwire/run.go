@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -78,9 +77,7 @@ get_current_time) your own question.
 			if final.Status != events.StatusCompleted {
 				return fmt.Errorf("run %s %s: %s", req.RunID, final.Status, final.Reason)
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(final.Outputs)
+			return printJSON(cmd.OutOrStdout(), final.Outputs)
 		},
 	}
 	fl := cmd.Flags()
@@ -114,13 +111,7 @@ func buildRunRequest(f runFlags, stdin io.Reader, now time.Time) (envelope.RunRe
 	}
 	switch {
 	case f.file != "":
-		var b []byte
-		var err error
-		if f.file == "-" {
-			b, err = readAll(stdin)
-		} else {
-			b, err = os.ReadFile(f.file)
-		}
+		b, err := readInput(f.file, stdin)
 		if err != nil {
 			return req, err
 		}
