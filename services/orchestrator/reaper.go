@@ -64,7 +64,7 @@ func (s *Service) deadlineOf(req *envelope.RunRequest, meta *jetstream.MsgMetada
 
 // armDeadline sets the timer of the run's deadline.
 func (s *Service) armDeadline(ctx context.Context, runID string, deadline time.Time) error {
-	if err := events.ArmTimer(ctx, s.js, timerRun, runID, deadline.Add(reapGrace)); err != nil {
+	if err := events.ArmTimer(ctx, s.JS, timerRun, runID, deadline.Add(reapGrace)); err != nil {
 		return fmt.Errorf("run %s: %w", runID, err)
 	}
 	return nil
@@ -73,7 +73,7 @@ func (s *Service) armDeadline(ctx context.Context, runID string, deadline time.T
 // startDeadline sends the timer of the run's deadline; deadlineArmed waits
 // until it is stored.
 func (s *Service) startDeadline(runID string, deadline time.Time) (*events.ArmingTimer, error) {
-	a, err := events.StartTimer(s.js, timerRun, runID, deadline.Add(reapGrace))
+	a, err := events.StartTimer(s.JS, timerRun, runID, deadline.Add(reapGrace))
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", runID, err)
 	}
@@ -106,8 +106,8 @@ func withDeadline(ctx context.Context, deadline time.Time) (context.Context, con
 
 // startReaper starts the consumer of the deadline timers.
 func (s *Service) startReaper(ctx context.Context) error {
-	tr, err := events.NewTimerRunner(s.js, events.TimerConfig{
-		Durable: DurableDeadlines, Kind: timerRun, Handler: s.onDeadline, Logger: s.log,
+	tr, err := events.NewTimerRunner(s.JS, events.TimerConfig{
+		Durable: DurableDeadlines, Kind: timerRun, Handler: s.onDeadline, Logger: s.Log,
 	})
 	if err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
@@ -156,7 +156,7 @@ func (s *Service) onDeadline(ctx context.Context, _, runID string) error {
 		return err
 	}
 	s.metrics.reaped.Inc()
-	s.log.Warn("run failed at its deadline", "run_id", runID, "reason", failed.Reason)
+	s.Log.Warn("run failed at its deadline", "run_id", runID, "reason", failed.Reason)
 	return nil
 }
 
@@ -198,7 +198,7 @@ func (s *Service) reapUnstarted(ctx context.Context, runID string) error {
 		return err
 	}
 	s.metrics.reaped.Inc()
-	s.log.Warn("run failed at its deadline", "run_id", runID, "reason", st.Reason)
+	s.Log.Warn("run failed at its deadline", "run_id", runID, "reason", st.Reason)
 	return nil
 }
 
