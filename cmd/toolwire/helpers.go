@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,13 +27,6 @@ func readInput(path string, stdin io.Reader) ([]byte, error) {
 		return readAll(stdin)
 	}
 	return os.ReadFile(path)
-}
-
-// printJSON writes v to w as indented JSON, as every command's output.
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

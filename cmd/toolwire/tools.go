@@ -237,6 +237,13 @@ func printTools(w io.Writer, tools []listedTool) error {
 	return tw.Flush()
 }
 
+// printJSON writes v to w as indented JSON, as every command's output.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
 // readJSONOrYAML reads a file ("-": r) and returns it as JSON: YAML (by the
 // extension .yaml or .yml, or when the content is not JSON) is converted.
 func readJSONOrYAML(path string, r io.Reader) ([]byte, error) {
