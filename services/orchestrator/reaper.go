@@ -152,11 +152,17 @@ func (s *Service) onDeadline(ctx context.Context, _, runID string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.publishEnd(ctx, failed, nil); err != nil {
+	return s.reaped(ctx, runID, failed)
+}
+
+// reaped publishes the end of st, run runID failed at its deadline, and counts
+// and logs it.
+func (s *Service) reaped(ctx context.Context, runID string, st *RunState) error {
+	if _, err := s.publishEnd(ctx, st, nil); err != nil {
 		return err
 	}
 	s.metrics.reaped.Inc()
-	s.Log.Warn("run failed at its deadline", "run_id", runID, "reason", failed.Reason)
+	s.Log.Warn("run failed at its deadline", "run_id", runID, "reason", st.Reason)
 	return nil
 }
 
@@ -194,12 +200,7 @@ func (s *Service) reapUnstarted(ctx context.Context, runID string) error {
 	if err := s.createOrGet(ctx, st); err != nil {
 		return err
 	}
-	if _, err := s.publishEnd(ctx, st, nil); err != nil {
-		return err
-	}
-	s.metrics.reaped.Inc()
-	s.Log.Warn("run failed at its deadline", "run_id", runID, "reason", st.Reason)
-	return nil
+	return s.reaped(ctx, runID, st)
 }
 
 // endRecorded reports whether the run's end (completed or failed) is in its
