@@ -248,15 +248,7 @@ INSERT INTO runs AS r (run_id, org_id, workspace_id, user_id, agent, status, sta
 	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at, spend, outputs_blob)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?7, ?7, ?15, ?17, ?18)
 ON CONFLICT (run_id) DO UPDATE SET
-	org_id       = CASE WHEN ` + takeTenant + ` THEN excluded.org_id ELSE r.org_id END,
-	workspace_id = CASE WHEN ` + takeTenant + ` THEN excluded.workspace_id ELSE r.workspace_id END,
-	user_id      = CASE WHEN ` + takeTenant + ` THEN excluded.user_id ELSE r.user_id END,
-	agent        = CASE WHEN ` + takeAgent + ` THEN excluded.agent ELSE r.agent END,
-	status       = CASE WHEN ` + wins + ` THEN excluded.status ELSE r.status END,
-	status_at    = CASE WHEN ` + wins + ` THEN excluded.status_at ELSE r.status_at END,
-	reason       = CASE WHEN ` + wins + ` THEN excluded.reason ELSE r.reason END,
-	completed_at = CASE WHEN ` + wins + ` THEN excluded.completed_at ELSE r.completed_at END,
-	request      = COALESCE(r.request, excluded.request),
+` + sqlstore.RunTakeSet("excluded", takeTenant, takeAgent, wins) + `	request      = COALESCE(r.request, excluded.request),
 	outputs      = COALESCE(r.outputs, excluded.outputs),
 	pinned       = COALESCE(r.pinned, excluded.pinned),
 	outputs_blob = COALESCE(r.outputs_blob, excluded.outputs_blob),
