@@ -67,18 +67,29 @@ func (h *heartbeats) beat(ctx context.Context) error {
 
 func (h *heartbeats) run(life context.Context) {
 	defer close(h.done)
-	t := time.NewTicker(h.s.cfg.Heartbeat)
+	every(life, h.stop, h.s.cfg.Heartbeat, func() bool {
+		if err := h.beat(life); err != nil {
+			// The next beat may get through: a beat outlives two lost ones.
+			h.s.Log.Warn("heartbeat failed", "err", err)
+		}
+		return true
+	})
+}
+
+// every calls beat once a period until stop is closed, ctx ends or beat
+// returns false: the loop of the queues' heartbeats and of a claim's.
+func every(ctx context.Context, stop <-chan struct{}, period time.Duration, beat func() bool) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
-		case <-h.stop:
+		case <-stop:
 			return
-		case <-life.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := h.beat(life); err != nil {
-				// The next beat may get through: a beat outlives two lost ones.
-				h.s.Log.Warn("heartbeat failed", "err", err)
+			if !beat() {
+				return
 			}
 		}
 	}
