@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -168,31 +167,11 @@ func (c *chain) latency(ctx context.Context, n int, payload []byte) ([]time.Dura
 func (c *chain) throughput(ctx context.Context, inFlight int, d time.Duration, payload []byte) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	deadline := time.Now().Add(d)
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, inFlight)
-	start := time.Now()
-	for range inFlight {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				if err := c.once(ctx, payload); err != nil {
-					errs <- err
-					return
-				}
-				done.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	close(errs)
-	if err := errors.Join(collect(errs)...); err != nil {
+	n, elapsed, err := keepBusy(inFlight, d, func() error { return c.once(ctx, payload) })
+	if err != nil {
 		return 0, err
 	}
-	return float64(done.Load()) / elapsed.Seconds(), nil
+	return float64(n) / elapsed.Seconds(), nil
 }
 
 // kvRoundTrip measures a KV get plus a compare-and-set update.
@@ -218,12 +197,4 @@ func kvRoundTrip(ctx context.Context, js jetstream.JetStream, n int) ([]time.Dur
 		out = append(out, time.Since(t))
 	}
 	return out, nil
-}
-
-func collect(ch <-chan error) []error {
-	var out []error
-	for err := range ch {
-		out = append(out, err)
-	}
-	return out
 }

@@ -512,44 +512,55 @@ func throughput(ctx context.Context, run *runner, inFlight int, d time.Duration,
 	if tool == "sleep" {
 		args = sleepArgs(k, 20)
 	}
-	deadline := time.Now().Add(d)
-	var done atomic.Int64
 	var last atomic.Value
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
 	cpu0 := cpuSeconds()
+	n, elapsed, err := keepBusy(inFlight, d, func() error {
+		req := run.request(tool, args)
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		if _, err := run.run(cctx, req); err != nil {
+			return err
+		}
+		last.Store(req.RunID)
+		return nil
+	})
+	cpu := cpuSeconds() - cpu0
+	if err != nil {
+		return 0, 0, "", 0, err
+	}
+	lastRun, _ := last.Load().(string)
+	runs := float64(n) / elapsed.Seconds()
+	// CPU per call is reported over the window's length.
+	return runs, runs * float64(k), lastRun, cpu * d.Seconds() / elapsed.Seconds(), nil
+}
+
+// keepBusy runs once on inFlight goroutines, each calling it again and again
+// until d has passed or it fails; it returns how many calls succeeded, the
+// time they took and every failure.
+func keepBusy(inFlight int, d time.Duration, once func() error) (int64, time.Duration, error) {
+	deadline := time.Now().Add(d)
+	var (
+		done atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
 	start := time.Now()
 	for range inFlight {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for time.Now().Before(deadline) {
-				req := run.request(tool, args)
-				cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-				_, err := run.run(cctx, req)
-				cancel()
-				if err != nil {
+				if err := once(); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
 					return
 				}
 				done.Add(1)
-				last.Store(req.RunID)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start).Seconds()
-	cpu := cpuSeconds() - cpu0
-	if err := errors.Join(errs...); err != nil {
-		return 0, 0, "", 0, err
-	}
-	lastRun, _ := last.Load().(string)
-	runs := float64(done.Load()) / elapsed
-	// CPU per call is reported over the window's length.
-	return runs, runs * float64(k), lastRun, cpu * d.Seconds() / elapsed, nil
+	return done.Load(), time.Since(start), errors.Join(errs...)
 }
 
 // besideRuns returns measure's result, taken while one-call runs go on, one

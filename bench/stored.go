@@ -111,3 +111,103 @@ func countStored(ctx context.Context, js jetstream.JetStream, run *runner, n, k,
 	}
 	return s, nil
 }
+
+// Hop is one step of a one-call run, timed by the server: from the time the
+// stream stored the event that starts it to the time it stored the event
+// that ends it (so a hop counts its delivery, its service's work and its
+// publish).
+type Hop struct {
+	Name    string `json:"name"`
+	Latency Dist   `json:"latency"`
+}
+
+// Steps of a one-call run, each between two stored events.
+var hopSteps = []struct{ name, from, to string }{
+	{"request -> turn (orchestrator)", "requested", "turn"},
+	{"turn -> approved (policy)", "turn", "approved"},
+	{"approved -> completed (executor)", "approved", "completed"},
+	{"completed -> end (orchestrator)", "completed", "end"},
+}
+
+// runHops times the steps of the given one-call runs from the stored times
+// of their events: which hop a run's latency goes to, with no clock but the
+// server's.
+func runHops(ctx context.Context, js jetstream.JetStream, runIDs []string) ([]Hop, error) {
+	want := make(map[string]map[string]time.Time, len(runIDs))
+	for _, id := range runIDs {
+		want[id] = map[string]time.Time{}
+	}
+	for _, stream := range []string{events.StreamRuns, events.StreamCalls} {
+		if err := storedTimes(ctx, js, stream, want); err != nil {
+			return nil, err
+		}
+	}
+	hops := make([]Hop, 0, len(hopSteps))
+	for _, s := range hopSteps {
+		var lat []time.Duration
+		for _, at := range want {
+			from, ok1 := at[s.from]
+			to, ok2 := at[s.to]
+			if ok1 && ok2 {
+				lat = append(lat, to.Sub(from))
+			}
+		}
+		if len(lat) == 0 {
+			return nil, fmt.Errorf("bench: no run stored both its %s and its %s event", s.from, s.to)
+		}
+		hops = append(hops, Hop{Name: s.name, Latency: distOf(lat)})
+	}
+	return hops, nil
+}
+
+// storedTimes reads stream from its start up to its last message now and
+// notes, for each run of want, when each of its events was stored.
+func storedTimes(ctx context.Context, js jetstream.JetStream, stream string, want map[string]map[string]time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("bench: %s: %w", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("bench: %s: %w", stream, err)
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return fmt.Errorf("bench: %s: %w", stream, err)
+	}
+	for {
+		m, err := c.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return fmt.Errorf("bench: %s: read up to %d: %w", stream, last, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("bench: %s: %w", stream, err)
+		}
+		// toolwire.run.<run>.<...> and toolwire.call.<run>.<call>.<verb>[.<queue>]
+		t := strings.Split(m.Subject(), ".")
+		if at, ok := want[t[min(2, len(t)-1)]]; ok && len(t) >= 4 {
+			switch {
+			case t[1] == "run" && t[3] == "requested":
+				at["requested"] = md.Timestamp
+			case t[1] == "run" && t[3] == "turn":
+				at["turn"] = md.Timestamp
+			case t[1] == "run" && t[3] == "completed":
+				at["end"] = md.Timestamp
+			case t[1] == "call" && len(t) >= 5 && t[4] == "approved":
+				at["approved"] = md.Timestamp
+			case t[1] == "call" && len(t) >= 5 && t[4] == "completed":
+				at["completed"] = md.Timestamp
+			}
+		}
+		if md.Sequence.Stream >= last {
+			return nil
+		}
+	}
+}

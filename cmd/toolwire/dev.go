@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -156,9 +155,7 @@ func runDemo(ctx context.Context, st *stack.Stack, timeout time.Duration, stdout
 	if final.Status != events.StatusCompleted {
 		return fmt.Errorf("run %s %s: %s", runID, final.Status, final.Reason)
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(final.Outputs); err != nil {
+	if err := printJSON(stdout, final.Outputs); err != nil {
 		return err
 	}
 	if st.HTTPURL != "" {

@@ -77,7 +77,7 @@ func newDLQListCmd(f *dlqFlags) *cobra.Command {
 					return err
 				}
 				if f.jsonOut {
-					return dlqWriteJSON(cmd.OutOrStdout(), dls)
+					return printJSON(cmd.OutOrStdout(), dls)
 				}
 				if len(dls) == 0 {
 					fmt.Fprintln(cmd.ErrOrStderr(), "no dead letters")
@@ -119,7 +119,7 @@ func newDLQShowCmd(f *dlqFlags) *cobra.Command {
 					return err
 				}
 				if f.jsonOut {
-					return dlqWriteJSON(cmd.OutOrStdout(), d)
+					return printJSON(cmd.OutOrStdout(), d)
 				}
 				return printDeadLetter(cmd.OutOrStdout(), d)
 			})
@@ -191,7 +191,7 @@ func newDLQReplayCmd(f *dlqFlags) *cobra.Command {
 					if done == nil {
 						done = []events.Replayed{}
 					}
-					if err := dlqWriteJSON(cmd.OutOrStdout(), done); err != nil {
+					if err := printJSON(cmd.OutOrStdout(), done); err != nil {
 						return err
 					}
 				}
@@ -261,12 +261,6 @@ func dlqParseSeq(s string) (uint64, error) {
 		return 0, fmt.Errorf("%q is not a dead letter's sequence number (a whole number from 1; see toolwire dlq list)", s)
 	}
 	return seq, nil
-}
-
-func dlqWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func dlqOrDash(s string) string {

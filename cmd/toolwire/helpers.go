@@ -21,6 +21,14 @@ import (
 
 func readAll(r io.Reader) ([]byte, error) { return io.ReadAll(io.LimitReader(r, 16<<20)) }
 
+// readInput reads the file a command was given; "-" reads stdin.
+func readInput(path string, stdin io.Reader) ([]byte, error) {
+	if path == "-" {
+		return readAll(stdin)
+	}
+	return os.ReadFile(path)
+}
+
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -107,9 +106,7 @@ envelopes. Live tools run without the tenant's secrets.`,
 				return err
 			}
 			if jsonOut {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
+				if err := printJSON(cmd.OutOrStdout(), rep); err != nil {
 					return err
 				}
 			} else {

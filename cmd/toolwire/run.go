@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -78,9 +80,7 @@ get_current_time) your own question.
 			if final.Status != events.StatusCompleted {
 				return fmt.Errorf("run %s %s: %s", req.RunID, final.Status, final.Reason)
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(final.Outputs)
+			return printJSON(cmd.OutOrStdout(), final.Outputs)
 		},
 	}
 	fl := cmd.Flags()
@@ -114,13 +114,7 @@ func buildRunRequest(f runFlags, stdin io.Reader, now time.Time) (envelope.RunRe
 	}
 	switch {
 	case f.file != "":
-		var b []byte
-		var err error
-		if f.file == "-" {
-			b, err = readAll(stdin)
-		} else {
-			b, err = os.ReadFile(f.file)
-		}
+		b, err := readInput(f.file, stdin)
 		if err != nil {
 			return req, err
 		}
@@ -163,4 +157,182 @@ func formatSpend(v float64) string {
 	s := fmt.Sprintf("%.6f", v)
 	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 	return s
+}
+
+// `toolwire call`: one tool call, as a run of its own.
+
+// callAgent is the agent name of the calls `toolwire call` makes.
+const callAgent = "toolwire-call"
+
+// errCallFailed is returned with --fail-on-error when the envelope holds an
+// error.
+var errCallFailed = errors.New("tool call failed")
+
+func newCallCmd() *cobra.Command {
+	var (
+		natsURL     string
+		input       string
+		inputFile   string
+		tenant      envelope.Tenant
+		runID       string
+		timeout     time.Duration
+		failOnError bool
+	)
+	cmd := &cobra.Command{
+		Use:   "call NAME@VERSION --input JSON",
+		Short: "Run one tool call as a run of its own and print its ToolEnvelope",
+		Long: `call runs a single tool call (a "tool node") on a running toolwire (NATS_URL,
+default the dev server's nats://127.0.0.1:4223) and prints the call's
+ToolEnvelope as JSON. The call is a run of its own, of agent "toolwire-call",
+whose scripted model makes that one call: the Policy Guard judges it as any
+call of an agent (a blocked tool, a side-effect ceiling, an approval the
+tool requires: "toolwire approve" decides it while call waits), the workers of
+the tool's queue run it with the same validation, rate limits, cache,
+timeouts, truncation and exactly-once writes, and the recorder keeps it as a
+completed run.
+
+The run is "call-<random hex>" (or --run-id); the call has sequence number 1;
+the tenant is --org (default "default"), --workspace and --user.
+
+A call that fails is still an answer: its envelope (with error.code) is printed
+and the exit status is 0, unless --fail-on-error is given (then 1). Bad
+arguments, an unknown or blocked tool (the run is refused, with its reason), an
+unreachable NATS and no answer within --timeout exit 1 without an envelope.`,
+		Example: `  toolwire call calculator@1.0.0 --input '{"expression":"6*7"}'
+  echo '{"text":"hi"}' | toolwire call echo@1.0.0 --input-file - --org acme --user u1`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := buildCall(args[0], input, inputFile, cmd.InOrStdin(), tenant, runID)
+			if err != nil {
+				return err
+			}
+			var env *envelope.ToolEnvelope
+			if err := withJetStream(cmd.Context(), natsURL, timeout, func(ctx context.Context, js jetstream.JetStream) (err error) {
+				env, err = c.run(ctx, client.New(js, "/toolwire/cli"), cmd.ErrOrStderr())
+				return err
+			}); err != nil {
+				return err
+			}
+			if err := printJSON(cmd.OutOrStdout(), env); err != nil {
+				return err
+			}
+			if failOnError && env.Error != nil {
+				return fmt.Errorf("%w: %s: %s", errCallFailed, env.Error.Code, env.Error.Message)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	natsFlag(fl, &natsURL)
+	fl.StringVar(&input, "input", "", "the tool's input as JSON")
+	fl.StringVar(&inputFile, "input-file", "", `read the input from a file ("-" for standard input)`)
+	fl.StringVar(&tenant.OrgID, "org", "default", "tenant organisation id")
+	fl.StringVar(&tenant.WorkspaceID, "workspace", "", "tenant workspace id")
+	fl.StringVar(&tenant.UserID, "user", "", "tenant user id")
+	fl.StringVar(&runID, "run-id", "", `the call's run id (default "call-<random hex>")`)
+	fl.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the envelope")
+	fl.BoolVar(&failOnError, "fail-on-error", false, "exit 1 when the envelope holds an error")
+	return cmd
+}
+
+// oneCall is a tool call made by `toolwire call`: the run that makes it.
+type oneCall struct {
+	ref    envelope.ToolRef
+	callID string
+	req    envelope.RunRequest
+}
+
+// buildCall checks the arguments and builds the run that makes the call.
+func buildCall(tool, input, inputFile string, stdin io.Reader, tenant envelope.Tenant, runID string) (*oneCall, error) {
+	ref, err := envelope.ParseToolRef(tool)
+	if err != nil {
+		return nil, err
+	}
+	var raw []byte
+	switch {
+	case input != "" && inputFile != "":
+		return nil, errors.New("give the input with --input or --input-file, not both")
+	case inputFile != "":
+		raw, err = readInput(inputFile, stdin)
+	case input != "":
+		raw = []byte(input)
+	default:
+		return nil, errors.New("give the tool's input as JSON with --input (for example --input '{}')")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read input: %w", err)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		return nil, fmt.Errorf("input is not valid JSON: %w", err)
+	}
+	if strings.TrimSpace(tenant.OrgID) == "" {
+		return nil, errors.New("--org must not be empty")
+	}
+	if runID == "" {
+		b := make([]byte, 8)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		runID = "call-" + hex.EncodeToString(b)
+	}
+	if err := events.ValidateRunID(runID); err != nil {
+		return nil, err
+	}
+	in := json.RawMessage(compact.Bytes())
+	callID, err := envelope.CallID(ref.Name, ref.Version, in, 1)
+	if err != nil {
+		return nil, fmt.Errorf("input: %w", err)
+	}
+	script, err := json.Marshal(map[string]any{"script": []any{
+		map[string]any{"tool_calls": []any{map[string]any{"name": ref.Name, "arguments": in}}},
+		map[string]any{"content": "toolwire call " + ref.String() + ": done"},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	req := envelope.RunRequest{
+		RunID: runID, Tenant: tenant,
+		Agent: envelope.Agent{Name: callAgent, Model: envelope.Model{Provider: "scripted", Name: callAgent, Options: script},
+			EnabledTools: []string{ref.String()}},
+		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "toolwire call " + ref.String()}},
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return &oneCall{ref: ref, callID: callID, req: req}, nil
+}
+
+// run submits the call's run and waits for its end, telling w about the
+// steps in between; it returns the call's envelope.
+func (c *oneCall) run(ctx context.Context, cl *client.Client, w io.Writer) (*envelope.ToolEnvelope, error) {
+	if err := cl.Submit(ctx, c.req); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "call %s %s (run %s) requested\n", c.ref, c.callID[:12], c.req.RunID)
+	final, err := cl.Follow(ctx, c.req.RunID, func(e client.Event) bool {
+		p := e.Subject
+		if p.Kind != "call" {
+			return true
+		}
+		switch p.Verb {
+		case events.VerbApproved:
+			fmt.Fprintf(w, "  approved to queue %s\n", p.Queue)
+		case events.VerbApprovalRequired:
+			fmt.Fprintf(w, "  waiting for an operator's decision: toolwire approve %s %s (or deny, revise)\n", c.req.RunID, p.CallID)
+		case events.VerbCompleted:
+		default:
+			fmt.Fprintf(w, "  %s\n", p.Verb)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no envelope for call %s of run %s: %w", c.callID, c.req.RunID, err)
+	}
+	if final.Outputs != nil {
+		if env, ok := final.Outputs.ToolsByID[c.callID]; ok {
+			return &env, nil
+		}
+	}
+	return nil, fmt.Errorf("run %s %s without the call's envelope: %s", c.req.RunID, final.Status, final.Reason)
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -238,6 +237,7 @@ func printTools(w io.Writer, tools []listedTool) error {
 	return tw.Flush()
 }
 
+// printJSON writes v to w as indented JSON, as every command's output.
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -247,15 +247,7 @@ func printJSON(w io.Writer, v any) error {
 // readJSONOrYAML reads a file ("-": r) and returns it as JSON: YAML (by the
 // extension .yaml or .yml, or when the content is not JSON) is converted.
 func readJSONOrYAML(path string, r io.Reader) ([]byte, error) {
-	var (
-		b   []byte
-		err error
-	)
-	if path == "-" {
-		b, err = readAll(r)
-	} else {
-		b, err = os.ReadFile(path)
-	}
+	b, err := readInput(path, r)
 	if err != nil {
 		return nil, err
 	}

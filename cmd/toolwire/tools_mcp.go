@@ -16,26 +16,17 @@ import (
 )
 
 // newToolsGroupCmd is the `toolwire tools` command with its `mcp`
-// subcommand; newToolsCmd (tools.go) adds the registry commands to it.
+// subcommand (MCP servers whose tools the executor runs); newToolsCmd
+// (tools.go) adds the registry commands to it.
 func newToolsGroupCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "tools",
-		Short: "Manage the tool registry",
-		Args:  cobra.NoArgs,
-	}
-	cmd.AddCommand(newToolsMCPCmd())
-	return cmd
+	return groupCmd("tools", "Manage the tool registry",
+		groupCmd("mcp", "Register the tools of MCP servers", newToolsMCPAddCmd()))
 }
 
-// newToolsMCPCmd is `toolwire tools mcp`: MCP servers whose tools the
-// executor runs.
-func newToolsMCPCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "mcp",
-		Short: "Register the tools of MCP servers",
-		Args:  cobra.NoArgs,
-	}
-	cmd.AddCommand(newToolsMCPAddCmd())
+// groupCmd is a command that only holds its subcommands.
+func groupCmd(use, short string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs}
+	cmd.AddCommand(subs...)
 	return cmd
 }
 

@@ -49,25 +49,22 @@ func ValidateScope(scope string) error {
 
 // validateRequirements checks a tool definition's required secrets and scopes.
 func validateRequirements(secrets, scopes []string) []string {
+	return append(checkList("required_secrets", "names", secrets, maxSecretNames, ValidateSecretName),
+		checkList("required_scopes", "scopes", scopes, maxScopes, ValidateScope)...)
+}
+
+// checkList checks the list field of a definition: at most most items
+// (counted as what), each one valid and none listed twice.
+func checkList(field, what string, items []string, most int, valid func(string) error) []string {
 	var problems []string
-	if len(secrets) > maxSecretNames {
-		problems = append(problems, fmt.Sprintf("required_secrets holds %d names; at most %d", len(secrets), maxSecretNames))
+	if len(items) > most {
+		problems = append(problems, fmt.Sprintf("%s holds %d %s; at most %d", field, len(items), what, most))
 	}
-	for i, n := range secrets {
-		if err := ValidateSecretName(n); err != nil {
-			problems = append(problems, fmt.Sprintf("required_secrets[%d]: %v", i, err))
-		} else if slices.Index(secrets, n) != i {
-			problems = append(problems, fmt.Sprintf("required_secrets[%d]: %q is listed twice", i, n))
-		}
-	}
-	if len(scopes) > maxScopes {
-		problems = append(problems, fmt.Sprintf("required_scopes holds %d scopes; at most %d", len(scopes), maxScopes))
-	}
-	for i, s := range scopes {
-		if err := ValidateScope(s); err != nil {
-			problems = append(problems, fmt.Sprintf("required_scopes[%d]: %v", i, err))
-		} else if slices.Index(scopes, s) != i {
-			problems = append(problems, fmt.Sprintf("required_scopes[%d]: %q is listed twice", i, s))
+	for i, item := range items {
+		if err := valid(item); err != nil {
+			problems = append(problems, fmt.Sprintf("%s[%d]: %v", field, i, err))
+		} else if slices.Index(items, item) != i {
+			problems = append(problems, fmt.Sprintf("%s[%d]: %q is listed twice", field, i, item))
 		}
 	}
 	return problems

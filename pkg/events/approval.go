@@ -140,11 +140,7 @@ func (d Decision) Validate() error {
 // NewApprovalRequired builds the approval request of a call. Its id is
 // "<run_id>/<call_id>/approval_required": one request per call.
 func NewApprovalRequired(source string, a ApprovalRequest, trace RunTrace) (Outgoing, error) {
-	subj, err := CallSubject(a.RunID, a.CorrelationID, "approval_required")
-	if err != nil {
-		return Outgoing{}, err
-	}
-	return Build(TypeCallApprovalRequired, a.RunID+"/"+a.CorrelationID+"/approval_required", subj,
+	return buildCall(TypeCallApprovalRequired, "call", "approval_required",
 		Attrs{Source: source, RunID: a.RunID, CallID: a.CorrelationID, TenantID: a.Tenant.ID(), Trace: trace}, a)
 }
 
@@ -156,11 +152,7 @@ func NewDecided(source string, d Decision, tenant envelope.Tenant, trace RunTrac
 	if err := d.Validate(); err != nil {
 		return Outgoing{}, err
 	}
-	subj, err := CallSubject(d.RunID, d.CallID, "decided")
-	if err != nil {
-		return Outgoing{}, err
-	}
-	return Build(TypeCallDecided, d.RunID+"/"+d.CallID+"/decided", subj,
+	return buildCall(TypeCallDecided, "call", "decided",
 		Attrs{Source: source, RunID: d.RunID, CallID: d.CallID, TenantID: tenant.ID(), Trace: trace}, d)
 }
 

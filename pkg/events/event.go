@@ -114,6 +114,22 @@ func Build(typ, id, subject string, a Attrs, data any) (Outgoing, error) {
 	return Outgoing{Subject: subject, Event: e}, nil
 }
 
+// buildCall builds an event about call a.CallID of run a.RunID, on the
+// subject toolwire.<kind>.<run_id>.<call_id>.<verb> (kind: call or sandbox).
+// Its id is "<run_id>/<call_id>/<verb>", or "<run_id>/<call_id>/sandbox/<verb>"
+// for a sandbox event: one such event per call.
+func buildCall(typ, kind string, verb Verb, a Attrs, data any) (Outgoing, error) {
+	subj, err := callSubject(kind, a.RunID, a.CallID, verb)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	id := a.RunID + "/" + a.CallID + "/" + string(verb)
+	if kind != "call" {
+		id = a.RunID + "/" + a.CallID + "/" + kind + "/" + string(verb)
+	}
+	return Build(typ, id, subj, a, data)
+}
+
 // NewRunRequested builds a run request event. Its id is "<run_id>/requested",
 // so a request published twice is one request.
 func NewRunRequested(source string, req envelope.RunRequest, trace RunTrace) (Outgoing, error) {
@@ -184,21 +200,13 @@ func NewCallApproved(source string, c CallRequest, trace RunTrace) (Outgoing, er
 
 // NewCallStarted builds the announcement that an executor began a call.
 func NewCallStarted(source string, s CallStarted, tenant envelope.Tenant, trace RunTrace) (Outgoing, error) {
-	subj, err := CallSubject(s.RunID, s.CallID, "started")
-	if err != nil {
-		return Outgoing{}, err
-	}
-	return Build(TypeCallStarted, s.RunID+"/"+s.CallID+"/started", subj,
+	return buildCall(TypeCallStarted, "call", "started",
 		Attrs{Source: source, RunID: s.RunID, CallID: s.CallID, TenantID: tenant.ID(), Trace: trace}, s)
 }
 
 // NewCallCompleted builds the completion of a call; its data is the envelope.
 func NewCallCompleted(source, runID string, env envelope.ToolEnvelope, tenant envelope.Tenant, trace RunTrace) (Outgoing, error) {
-	subj, err := CallSubject(runID, env.CallID, "completed")
-	if err != nil {
-		return Outgoing{}, err
-	}
-	return Build(TypeCallCompleted, runID+"/"+env.CallID+"/completed", subj,
+	return buildCall(TypeCallCompleted, "call", "completed",
 		Attrs{Source: source, RunID: runID, CallID: env.CallID, TenantID: tenant.ID(), Trace: trace}, env)
 }
 

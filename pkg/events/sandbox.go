@@ -264,11 +264,7 @@ func NewSandboxJob(source string, j SandboxJob, trace RunTrace) (Outgoing, error
 	if err := j.Validate(); err != nil {
 		return Outgoing{}, err
 	}
-	subj, err := SandboxSubject(j.RunID, j.CallID, "requested")
-	if err != nil {
-		return Outgoing{}, err
-	}
-	return Build(TypeSandboxRequested, j.RunID+"/"+j.CallID+"/sandbox/requested", subj,
+	return buildCall(TypeSandboxRequested, "sandbox", "requested",
 		Attrs{Source: source, RunID: j.RunID, CallID: j.CallID, TenantID: j.TenantID, Trace: trace}, j)
 }
 
@@ -278,10 +274,6 @@ func NewSandboxResult(source string, r SandboxResult, tenantID string, trace Run
 	if err := r.Validate(); err != nil {
 		return Outgoing{}, err
 	}
-	subj, err := SandboxSubject(r.RunID, r.CallID, "completed")
-	if err != nil {
-		return Outgoing{}, err
-	}
-	return Build(TypeSandboxCompleted, r.RunID+"/"+r.CallID+"/sandbox/completed", subj,
+	return buildCall(TypeSandboxCompleted, "sandbox", "completed",
 		Attrs{Source: source, RunID: r.RunID, CallID: r.CallID, TenantID: tenantID, Trace: trace}, r)
 }

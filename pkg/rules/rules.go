@@ -98,17 +98,18 @@ func (c *Call) called() string {
 	return c.Ref().String()
 }
 
-// LoopRule is one rule of the loop check.
-type LoopRule struct {
+// Rule is one rule of a check of C (Loop or Call): its name, which a denial
+// names, and the check.
+type Rule[C any] struct {
 	Name  string
-	Check func(c *Loop) Decision
+	Check func(c *C) Decision
 }
 
+// LoopRule is one rule of the loop check.
+type LoopRule = Rule[Loop]
+
 // CallRule is one rule of the call check.
-type CallRule struct {
-	Name  string
-	Check func(c *Call) Decision
-}
+type CallRule = Rule[Call]
 
 // Rule names, also the "rule" label of the guard's denial metric.
 const (
@@ -161,31 +162,13 @@ func DefaultCallRules() []CallRule {
 }
 
 // CheckLoop decides whether model call c.Iteration of a run may happen.
-func (g *Guard) CheckLoop(c Loop) Decision {
-	var warnings []string
-	for _, r := range g.loop {
-		d := r.Check(&c)
-		warnings = append(warnings, d.Warnings...)
-		if !d.Allowed {
-			return denied(d, r.Name, warnings)
-		}
-	}
-	return Decision{Allowed: true, Warnings: warnings}
-}
+func (g *Guard) CheckLoop(c Loop) Decision { return check(g.loop, &c) }
 
 // CheckCall decides whether a tool call may run, and whether it must first
 // wait for an operator's approval.
 func (g *Guard) CheckCall(c Call) Decision {
-	var warnings []string
-	for _, r := range g.call {
-		d := r.Check(&c)
-		warnings = append(warnings, d.Warnings...)
-		if !d.Allowed {
-			return denied(d, r.Name, warnings)
-		}
-	}
-	dec := Decision{Allowed: true, Warnings: warnings}
-	if c.Tool != nil {
+	dec := check(g.call, &c)
+	if dec.Allowed && c.Tool != nil {
 		def := *c.Tool
 		def.Metadata.SideEffects = EffectiveSideEffects(&def)
 		if need, why := c.Policy.RequireApproval.Requires(&def); need {
@@ -193,6 +176,20 @@ func (g *Guard) CheckCall(c Call) Decision {
 		}
 	}
 	return dec
+}
+
+// check runs rules on c in order: the first that denies decides; the
+// warnings of every rule that ran are kept.
+func check[C any](rules []Rule[C], c *C) Decision {
+	var warnings []string
+	for _, r := range rules {
+		d := r.Check(c)
+		warnings = append(warnings, d.Warnings...)
+		if !d.Allowed {
+			return denied(d, r.Name, warnings)
+		}
+	}
+	return Decision{Allowed: true, Warnings: warnings}
 }
 
 func denied(d Decision, rule string, warnings []string) Decision {

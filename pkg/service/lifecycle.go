@@ -24,21 +24,19 @@ const (
 	stopped
 )
 
-// Lifecycle is the start/stop state machine every service embeds (the shape of
-// river's BaseStartStop). A service's Start begins with Starting, which hands
-// out the service's lifetime context, and ends with Started; everything Start
-// sets up that must be released registers an OnStop function. Stop runs them
-// in reverse order, then ends the lifetime context.
+// Lifecycle is the start/stop state machine every service embeds, in its
+// Core (the shape of river's BaseStartStop). A service's Start begins with
+// Starting, which hands out the service's lifetime context, and ends with
+// Started (Core.StartWith does both); everything Start sets up that must be
+// released registers an OnStop function. Stop runs them in reverse order,
+// then ends the lifetime context.
 //
-//	func (s *Service) Start(ctx context.Context) (err error) {
-//		life, err := s.Starting(ctx)
-//		if err != nil {
-//			return err
-//		}
-//		defer func() { err = s.Started(ctx, err) }()
-//		// ctx bounds the start-up I/O; life outlives it until Stop.
-//		...
-//		s.OnStop(runner.Stop)
+//	func (s *Service) Start(ctx context.Context) error {
+//		return s.StartWith(ctx, func(ctx, life context.Context) error {
+//			// ctx bounds the start-up I/O; life outlives it until Stop.
+//			...
+//			s.OnStop(runner.Stop)
+//		})
 //	}
 //
 // The rules it enforces, once for every service:

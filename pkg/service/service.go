@@ -1,6 +1,7 @@
-// Package service is the skeleton every toolwire service shares: the
-// Lifecycle each one embeds, the common configuration and the Env readers
-// every ConfigFromEnv uses, the Metrics helper and its naming scheme, the NATS
+// Package service is the skeleton every toolwire service shares: the Core
+// each one embeds (its Lifecycle, JetStream, logger, tracer, publisher and
+// consumers), the common configuration and the Env readers every
+// ConfigFromEnv uses, the Metrics helper and its naming scheme, the NATS
 // connection, provisioning, OpenTelemetry, the probe and metrics server, and
 // Run: signal-aware start and ordered shutdown of a service binary.
 //
@@ -512,6 +513,60 @@ func Prepare[C interface{ Validate() error }, M any](name string, d Deps, cfg C,
 		return d, zero, err
 	}
 	return d, m, nil
+}
+
+// Core is what every service's Service embeds: its Lifecycle, and what New
+// takes from Deps (see Deps.Core): the JetStream, the logger, the service's
+// tracer, a publisher of its events, and the group of its consumers, which
+// Consume starts and Stop drains.
+type Core struct {
+	Lifecycle
+	JS      jetstream.JetStream
+	Log     *slog.Logger
+	Tracer  trace.Tracer
+	Pub     *events.Publisher
+	Runners events.Runners
+
+	name string // the service's: prefixes the errors of StartWith and Consume
+}
+
+// Core returns the Core of the service name on d (as Prepare returned it):
+// its tracer is toolwire/<name>, and consumers (the service's
+// ConsumerMetrics) observes what its consumers go through.
+func (d Deps) Core(name string, consumers events.Observer) Core {
+	return Core{JS: d.JS, Log: d.Log, Tracer: d.Tracer.Tracer("toolwire/" + name), Pub: events.NewPublisher(d.JS),
+		Runners: events.Runners{Observer: consumers}, name: name}
+}
+
+// StartWith is a service's Start: it runs start between Starting and Started
+// (see Lifecycle), with ctx, which bounds the start, and the lifetime context
+// life, which outlives it until Stop. Starting's error (ErrAlreadyStarted,
+// ErrStopped) is prefixed with the service's name.
+func (c *Core) StartWith(ctx context.Context, start func(ctx, life context.Context) error) (err error) {
+	life, err := c.Starting(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.name, err)
+	}
+	defer func() { err = c.Started(ctx, err) }()
+	return start(ctx, life)
+}
+
+// Consume starts the service's consumers, a runner of each spec in order,
+// each with concurrency handlers and, unless it has a logger of its own, the
+// service's. Stop stops them before what Start registered earlier (which
+// their handlers may still read). Start calls it once.
+func (c *Core) Consume(ctx context.Context, concurrency int, specs ...events.RunnerConfig) error {
+	c.OnStop(c.Runners.Stop)
+	for _, rc := range specs {
+		rc.Concurrency = concurrency
+		if rc.Logger == nil {
+			rc.Logger = c.Log
+		}
+		if _, err := c.Runners.Start(ctx, c.JS, rc); err != nil {
+			return fmt.Errorf("%s: start %s: %w", c.name, rc.Spec.Durable, err)
+		}
+	}
+	return nil
 }
 
 // BuildFrom is every service's Build: its Config read from d.Getenv by

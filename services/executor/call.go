@@ -63,7 +63,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 		return events.Permanent(fmt.Errorf("executor: event %s: %w", d.Event.ID(), err))
 	}
 	rt := events.TraceOf(d.Event)
-	log := s.log.With("run_id", req.RunID, "call_id", req.CallID, "tool", req.Ref().String())
+	log := s.Log.With("run_id", req.RunID, "call_id", req.CallID, "tool", req.Ref().String())
 
 	if d.Attempt > 1 {
 		// A redelivery of a call whose completed event is stored (its ack
@@ -81,7 +81,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 
 	s.metrics.inFlight.Inc()
 	defer s.metrics.inFlight.Dec()
-	ctx, span := s.tracer.Start(ctx, "execute_tool "+req.Name,
+	ctx, span := s.Tracer.Start(ctx, "execute_tool "+req.Name,
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(
 			semconv.GenAIOperationNameExecuteTool,
@@ -158,7 +158,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	if err != nil {
 		return events.Permanent(err)
 	}
-	completedPub, err := s.pub.PublishAsync(pubCtx, completed)
+	completedPub, err := s.Pub.PublishAsync(pubCtx, completed)
 	if err != nil {
 		return err
 	}
@@ -214,7 +214,7 @@ func (p *pendingStarted) publish(ctx context.Context) (*events.Pending, error) {
 	if err != nil {
 		return nil, events.Permanent(err)
 	}
-	return p.s.pub.PublishAsync(ctx, o)
+	return p.s.Pub.PublishAsync(ctx, o)
 }
 
 // take returns the publish of started once the call has ended: the timer's,

@@ -159,7 +159,7 @@
 //
 // # Lifecycle
 //
-// Service embeds service.Lifecycle: New reads no environment and does no I/O
+// Service embeds service.Core (its Lifecycle among it): New reads no environment and does no I/O
 // (Build reads the Config from the environment, then calls New); Start's
 // context bounds the start only, and the registry watch, the MCP sessions,
 // the preview server, the claims' heartbeats and the consumer run until Stop,

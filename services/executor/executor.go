@@ -5,13 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -57,14 +55,10 @@ func DurableFor(queue string) string {
 
 // Service is the executor: Start it once, Stop it to drain.
 type Service struct {
-	service.Lifecycle
+	service.Core
 
 	cfg     Config
-	js      jetstream.JetStream
-	log     *slog.Logger
-	tracer  trace.Tracer
 	metrics *metrics
-	pub     *events.Publisher
 	tools   map[string]tool.Tool // by builtin key
 	defs    []envelope.ToolDefinition
 	schemas *schemaCache
@@ -88,7 +82,6 @@ type Service struct {
 	limiter  *rateLimiter
 	outcomes *outcomes
 	mcp      *mcp.Pool // the sessions of the MCP entries (resolve.go)
-	runners  events.Runners
 }
 
 // New builds the executor from the service's dependencies and cfg (zero
@@ -105,12 +98,9 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	s := &Service{
+		Core:         d.Core("executor", m.consumers),
 		cfg:          cfg,
-		js:           d.JS,
-		log:          d.Log,
-		tracer:       d.Tracer.Tracer("toolwire/executor"),
 		metrics:      m,
-		pub:          events.NewPublisher(d.JS),
 		tools:        map[string]tool.Tool{},
 		schemas:      newSchemaCache(),
 		now:          time.Now,
@@ -119,7 +109,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		web:          wc,
 		endpoints:    httptool.NewRunner(wc),
 	}
-	s.jobs = sandbox.NewJobs(d.JS, s.pub, cfg.Source)
+	s.jobs = sandbox.NewJobs(d.JS, s.Pub, cfg.Source)
 	s.circuits = newCircuits(cfg.CircuitFailures, cfg.CircuitOpen, func() time.Time { return s.now() }, m)
 	for _, t := range slices.Concat(builtin.Tools(), web.Tools(wc), cfg.Tools) {
 		if err := s.addTool(t); err != nil {
@@ -172,78 +162,75 @@ func (s *Service) Definitions() []envelope.ToolDefinition {
 // ctx bounds the start; the watch, the MCP sessions, the preview server and
 // the consumer run until Stop. A Start that fails releases what it started
 // and leaves the service stopped.
-func (s *Service) Start(ctx context.Context) (err error) {
-	life, err := s.Starting(ctx)
-	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	defer func() { err = s.Started(ctx, err) }()
-	// Released last: by then no call is in flight.
-	s.OnStopFunc(func() { s.log.Info("executor stopped", "id", s.cfg.ID) })
-	s.OnStopFunc(s.web.Close)
-	s.mcp = mcp.NewPool(life, s.log, s.cfg.MCPEnv)
-	s.OnStopFunc(s.mcp.Close)
+func (s *Service) Start(ctx context.Context) error {
+	return s.StartWith(ctx, func(ctx, life context.Context) error {
+		// Released last: by then no call is in flight.
+		s.OnStopFunc(func() { s.Log.Info("executor stopped", "id", s.cfg.ID) })
+		s.OnStopFunc(s.web.Close)
+		s.mcp = mcp.NewPool(life, s.Log, s.cfg.MCPEnv)
+		s.OnStopFunc(s.mcp.Close)
 
-	s.reg, err = registry.Open(ctx, s.js)
-	if err != nil {
-		return err
-	}
-	for i := range s.defs {
-		if err := s.reg.Ensure(ctx, s.defs[i]); err != nil {
-			return fmt.Errorf("register %s: %w", s.defs[i].Ref(), err)
+		var err error
+		if s.reg, err = registry.Open(ctx, s.JS); err != nil {
+			return err
 		}
-	}
-	// The catalog stays readable (frozen) after Stop, for a call that
-	// outlived a bounded Stop.
-	if s.catalog, err = s.reg.Watch(ctx); err != nil {
-		return err
-	}
-	s.OnStopFunc(s.catalog.Stop)
-	s.warmSchemas()
+		for i := range s.defs {
+			if err := s.reg.Ensure(ctx, s.defs[i]); err != nil {
+				return fmt.Errorf("register %s: %w", s.defs[i].Ref(), err)
+			}
+		}
+		// The catalog stays readable (frozen) after Stop, for a call that
+		// outlived a bounded Stop.
+		if s.catalog, err = s.reg.Watch(ctx); err != nil {
+			return err
+		}
+		s.OnStopFunc(s.catalog.Stop)
+		s.warmSchemas()
 
-	if err := s.openState(ctx, life); err != nil {
-		return err
-	}
-	previews, err := s.servePreviews(life)
-	if err != nil {
-		return err
-	}
-	s.OnStopFunc(previews.stop)
-	s.calls, err = s.js.Stream(ctx, events.StreamCalls)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", events.StreamCalls, err)
-	}
-	s.runners.Observer = s.metrics.consumers
-	s.OnStop(s.runners.Stop) // first at Stop: drains the calls in flight
-	for _, q := range s.cfg.Queues {
-		filter, err := events.ApprovedFilter(q)
+		if err := s.openState(ctx, life); err != nil {
+			return err
+		}
+		previews, err := s.servePreviews(life)
 		if err != nil {
 			return err
 		}
-		if _, err := s.runners.Start(ctx, s.js, events.RunnerConfig{
-			Spec: events.ConsumerSpec{
-				Stream:        events.StreamCalls,
-				Durable:       DurableFor(q),
-				Filters:       []string{filter},
-				MaxAckPending: maxAckPending,
-				AckWait:       s.cfg.AckWait,
-			},
-			Handler:     s.handle,
-			Concurrency: s.cfg.Concurrency,
-			Logger:      s.log.With("queue", q),
-		}); err != nil {
-			return fmt.Errorf("queue %s: %w", q, err)
+		s.OnStopFunc(previews.stop)
+		s.calls, err = s.JS.Stream(ctx, events.StreamCalls)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", events.StreamCalls, err)
 		}
-	}
-	// Announced last, once every queue's consumer runs; at Stop, withdrawn
-	// first (before the consumers drain), so that no new call is routed here.
-	beats, err := s.startHeartbeats(ctx, life)
-	if err != nil {
-		return err
-	}
-	s.OnStop(beats.end)
-	s.log.Info("executor started", "id", s.cfg.ID, "queues", s.cfg.Queues, "concurrency", s.cfg.Concurrency, "tools", len(s.defs))
-	return nil
+		specs := make([]events.RunnerConfig, 0, len(s.cfg.Queues))
+		for _, q := range s.cfg.Queues {
+			filter, err := events.ApprovedFilter(q)
+			if err != nil {
+				return err
+			}
+			specs = append(specs, events.RunnerConfig{
+				Spec: events.ConsumerSpec{
+					Stream:        events.StreamCalls,
+					Durable:       DurableFor(q),
+					Filters:       []string{filter},
+					MaxAckPending: maxAckPending,
+					AckWait:       s.cfg.AckWait,
+				},
+				Handler: s.handle,
+				Logger:  s.Log.With("queue", q),
+			})
+		}
+		// First at Stop: drains the calls in flight.
+		if err := s.Consume(ctx, s.cfg.Concurrency, specs...); err != nil {
+			return err
+		}
+		// Announced last, once every queue's consumer runs; at Stop, withdrawn
+		// first (before the consumers drain), so that no new call is routed here.
+		beats, err := s.startHeartbeats(ctx, life)
+		if err != nil {
+			return err
+		}
+		s.OnStop(beats.end)
+		s.Log.Info("executor started", "id", s.cfg.ID, "queues", s.cfg.Queues, "concurrency", s.cfg.Concurrency, "tools", len(s.defs))
+		return nil
+	})
 }
 
 // openState opens the KV buckets of the cache, the rate limits and the
@@ -251,7 +238,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 // life.
 func (s *Service) openState(ctx, life context.Context) error {
 	open := func(bucket string) (jetstream.KeyValue, error) {
-		kv, err := s.js.KeyValue(ctx, bucket)
+		kv, err := s.JS.KeyValue(ctx, bucket)
 		if err != nil {
 			return nil, fmt.Errorf("kv %s: %w", bucket, err)
 		}
@@ -274,10 +261,10 @@ func (s *Service) openState(ctx, life context.Context) error {
 		return fmt.Errorf("executor nonce: %w", err)
 	}
 	now := func() time.Time { return s.now() }
-	s.cache = &toolCache{kv: cache, js: s.js}
+	s.cache = &toolCache{kv: cache, js: s.JS}
 	s.limiter = &rateLimiter{kv: rate, now: now}
 	s.outcomes = &outcomes{kv: outs, owner: s.cfg.ID + "/" + hex.EncodeToString(nonce), lease: s.cfg.ClaimLease,
-		now: now, log: s.log, life: life}
+		now: now, log: s.Log, life: life}
 	return nil
 }
 
@@ -292,7 +279,7 @@ func (s *Service) warmSchemas() {
 			continue
 		}
 		if _, err := s.schemas.get(&e.Definition); err != nil {
-			s.log.Warn("registry entry has schemas that do not compile; its calls will fail",
+			s.Log.Warn("registry entry has schemas that do not compile; its calls will fail",
 				"tool", e.Definition.Ref().String(), "err", err)
 		}
 	}

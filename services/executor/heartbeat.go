@@ -57,7 +57,7 @@ func (h *heartbeats) beat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, h.s.cfg.Heartbeat)
 	defer cancel()
 	for _, w := range h.workers {
-		if err := registry.Beat(ctx, h.s.js, w, h.s.now()); err != nil {
+		if err := registry.Beat(ctx, h.s.JS, w, h.s.now()); err != nil {
 			h.s.metrics.heartbeatFailures.Inc()
 			return err
 		}
@@ -67,18 +67,29 @@ func (h *heartbeats) beat(ctx context.Context) error {
 
 func (h *heartbeats) run(life context.Context) {
 	defer close(h.done)
-	t := time.NewTicker(h.s.cfg.Heartbeat)
+	every(life, h.stop, h.s.cfg.Heartbeat, func() bool {
+		if err := h.beat(life); err != nil {
+			// The next beat may get through: a beat outlives two lost ones.
+			h.s.Log.Warn("heartbeat failed", "err", err)
+		}
+		return true
+	})
+}
+
+// every calls beat once a period until stop is closed, ctx ends or beat
+// returns false: the loop of the queues' heartbeats and of a claim's.
+func every(ctx context.Context, stop <-chan struct{}, period time.Duration, beat func() bool) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
-		case <-h.stop:
+		case <-stop:
 			return
-		case <-life.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := h.beat(life); err != nil {
-				// The next beat may get through: a beat outlives two lost ones.
-				h.s.log.Warn("heartbeat failed", "err", err)
+			if !beat() {
+				return
 			}
 		}
 	}
@@ -92,8 +103,8 @@ func (h *heartbeats) end(ctx context.Context) error {
 		close(h.stop)
 		<-h.done
 		for _, w := range h.workers {
-			if err := registry.Leave(ctx, h.s.js, w.Queue, w.Instance); err != nil {
-				h.s.log.Warn("could not withdraw the heartbeat of a queue; it expires by itself",
+			if err := registry.Leave(ctx, h.s.JS, w.Queue, w.Instance); err != nil {
+				h.s.Log.Warn("could not withdraw the heartbeat of a queue; it expires by itself",
 					"queue", w.Queue, "ttl", w.TTL, "err", err)
 			}
 		}

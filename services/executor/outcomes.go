@@ -157,22 +157,13 @@ func (o *outcomes) hold(key string, rev uint64, rec outcomeRecord) *heldClaim {
 
 func (h *heldClaim) beat(ctx context.Context) {
 	defer close(h.done)
-	t := time.NewTicker(h.o.lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-ctx.Done():
-			// The executor stopped while the tool still ran: no beat can
-			// reach the store any more.
-			return
-		case <-t.C:
-		}
+	// It ends with ctx too: the executor stopped while the tool still ran,
+	// and no beat can reach the store any more.
+	every(ctx, h.stop, h.o.lease/3, func() bool {
 		h.rec.Beats++
 		b, err := json.Marshal(h.rec)
 		if err != nil {
-			return
+			return false
 		}
 		h.mu.Lock()
 		rev := h.rev
@@ -188,11 +179,12 @@ func (h *heldClaim) beat(ctx context.Context) {
 		case isConflict(err):
 			h.o.log.Error("claim of a writes call was taken over: its outcome was declared unknown", "key", h.key)
 			close(h.lost)
-			return
+			return false
 		default:
 			h.o.log.Warn("claim heartbeat failed; retrying", "key", h.key, "err", err)
 		}
-	}
+		return true
+	})
 }
 
 // release stops the heartbeat and returns the claim's latest revision.

@@ -41,7 +41,7 @@ type previewServer struct {
 func (s *Service) servePreviews(life context.Context) (*previewServer, error) {
 	pctx, cancel := context.WithCancel(life)
 	p := &previewServer{ctx: pctx, cancel: cancel, sem: make(chan struct{}, maxConcurrentPreviews)}
-	sub, err := s.js.Conn().QueueSubscribe(events.SubjectPreview, events.QueuePreview, func(m *nats.Msg) {
+	sub, err := s.JS.Conn().QueueSubscribe(events.SubjectPreview, events.QueuePreview, func(m *nats.Msg) {
 		p.sem <- struct{}{}
 		p.wg.Add(1)
 		go func() {
@@ -72,7 +72,7 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) {
 			err = m.Respond(b)
 		}
 		if err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
-			s.log.Warn("preview reply failed", "err", err)
+			s.Log.Warn("preview reply failed", "err", err)
 		}
 	}
 	unavailable := func(format string, args ...any) {
@@ -88,11 +88,11 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	ctx = events.ExtractHop(ctx, m.Header)
-	ctx, span := s.tracer.Start(ctx, "preview_tool "+req.Name, trace.WithSpanKind(trace.SpanKindInternal),
+	ctx, span := s.Tracer.Start(ctx, "preview_tool "+req.Name, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(semconv.GenAIToolName(req.Name), semconv.GenAIToolCallID(req.CallID),
 			attrRunID.String(req.RunID), attrToolVersion.String(req.Version)))
 	defer span.End()
-	log := s.log.With("run_id", req.RunID, "call_id", req.CallID, "tool", req.Ref().String(), "preview", true)
+	log := s.Log.With("run_id", req.RunID, "call_id", req.CallID, "tool", req.Ref().String(), "preview", true)
 
 	ref := req.Ref()
 	entry, found, err := s.lookup(ctx, ref)

@@ -32,7 +32,7 @@ func blobName(runID, callID string) string { return runID + "." + callID + ".out
 // maxMessageBytes is the most a published event may weigh: the server's
 // max_payload as the connection learnt it.
 func (s *Service) maxMessageBytes() int {
-	if nc := s.js.Conn(); nc != nil {
+	if nc := s.JS.Conn(); nc != nil {
 		if mp := nc.MaxPayload(); mp > 0 {
 			return int(mp)
 		}
@@ -110,7 +110,7 @@ func (s *Service) setOutput(ctx context.Context, runID, callID string, env *enve
 			return nil
 		}
 	}
-	att, err := blobs.Put(ctx, s.js, blobName(runID, callID), out, OutputContentType)
+	att, err := blobs.Put(ctx, s.JS, blobName(runID, callID), out, OutputContentType)
 	if err != nil {
 		return err
 	}

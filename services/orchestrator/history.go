@@ -368,7 +368,7 @@ func (s *Service) resultContent(ctx context.Context, env *envelope.ToolEnvelope)
 		if !ok {
 			continue
 		}
-		b, _, err := blobs.Get(ctx, s.js, name)
+		b, _, err := blobs.Get(ctx, s.JS, name)
 		if errors.Is(err, blobs.ErrNotFound) {
 			break // expired: the preview is what is left
 		}

@@ -35,7 +35,7 @@ func (s *Service) handleIntake(ctx context.Context, d *events.Delivery) error {
 		return events.Permanent(fmt.Errorf("orchestrator: intake: %w", err))
 	}
 	refuse := func(err error) error {
-		s.log.Warn("intake refused", "subject", d.Subject, "run_id", in.RunID, "err", err)
+		s.Log.Warn("intake refused", "subject", d.Subject, "run_id", in.RunID, "err", err)
 		return events.Permanent(fmt.Errorf("orchestrator: intake %s refused: %w", d.Subject, err))
 	}
 	if d.Event.Type() != events.TypeRunRequested {
@@ -79,7 +79,7 @@ func (s *Service) handleIntake(ctx context.Context, d *events.Delivery) error {
 	events.InjectHop(ctx, m.Header)
 	// Only if the run has no request yet: two tenants handing in one run id
 	// at once get one run, whose tenant the other learns below.
-	_, err = s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+	_, err = s.JS.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
 	if !events.WrongLastSequence(err) {
 		return err
 	}

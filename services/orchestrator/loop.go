@@ -63,7 +63,7 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err e
 	}
 	var req envelope.RunRequest
 	reject := func(reason string) error {
-		s.log.Warn("run request rejected", "run_id", subj.RunID, "reason", reason)
+		s.Log.Warn("run request rejected", "run_id", subj.RunID, "reason", reason)
 		return s.failUnstarted(ctx, subj.RunID, req, reason)
 	}
 	if err := s.schemas.Validate(envelope.SchemaRunRequest, d.Event.Data()); err != nil {
@@ -150,7 +150,7 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err e
 
 	// The run's trace starts here: invoke_agent is the parent of every span of
 	// the run, carried by its events in the distributed-tracing extension.
-	ctx, span := s.tracer.Start(ctx, "invoke_agent "+req.Agent.Name, trace.WithAttributes(
+	ctx, span := s.Tracer.Start(ctx, "invoke_agent "+req.Agent.Name, trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "invoke_agent"),
 		attribute.String("gen_ai.agent.name", req.Agent.Name),
 		attribute.String("gen_ai.request.model", req.Agent.Model.Name),
@@ -370,7 +370,7 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 				// Not this handler's model call after all (a replica
 				// changed the run since this one's snapshot): its answer
 				// is dropped and the run goes on from its state.
-				s.log.Warn("model answer dropped: the run's state moved on meanwhile", "run_id", st.RunID, "iteration", n)
+				s.Log.Warn("model answer dropped: the run's state moved on meanwhile", "run_id", st.RunID, "iteration", n)
 				return s.goOn(ctx, cur, trigger)
 			}
 		}
@@ -444,7 +444,7 @@ func (s *Service) publishTurn(ctx context.Context, st *RunState, t *events.Turn)
 	if err != nil {
 		return nil, events.Permanent(err)
 	}
-	published, err := s.pub.PublishFirst(ctx, out)
+	published, err := s.Pub.PublishFirst(ctx, out)
 	if err != nil || published {
 		return t, err
 	}
@@ -475,7 +475,7 @@ func (s *Service) publishAnswers(ctx context.Context, tr events.RunTrace, t *eve
 	if len(outs) == 0 {
 		return nil
 	}
-	return s.pub.PublishAll(events.ContextWithRunTrace(ctx, tr), outs)
+	return s.Pub.PublishAll(events.ContextWithRunTrace(ctx, tr), outs)
 }
 
 // startedAfter publishes the run's started event if its first model call is
@@ -494,10 +494,10 @@ func (s *Service) publishStarted(ctx context.Context, st *RunState, warnings []s
 	started.Warnings = warnings
 	out, err := events.NewRunStatus(s.cfg.Source, started, "", st.Trace)
 	if err == nil {
-		err = s.pub.Publish(events.ContextWithRunTrace(ctx, st.Trace), out)
+		err = s.Pub.Publish(events.ContextWithRunTrace(ctx, st.Trace), out)
 	}
 	if err != nil {
-		s.log.Warn("run started event not published", "run_id", st.RunID, "err", err)
+		s.Log.Warn("run started event not published", "run_id", st.RunID, "err", err)
 	}
 }
 
@@ -587,7 +587,7 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 	}
 	// One end of each kind: a second is refused, within the stream's
 	// duplicate window or after it.
-	published, err := s.pub.PublishFirst(events.ContextWithRunTrace(ctx, st.Trace), o)
+	published, err := s.Pub.PublishFirst(events.ContextWithRunTrace(ctx, st.Trace), o)
 	if err != nil {
 		return false, err
 	}
@@ -645,7 +645,7 @@ func (s *Service) outputsToBlob(ctx context.Context, runID string, end *events.R
 	if err != nil {
 		return events.Permanent(err)
 	}
-	att, err := blobs.Put(ctx, s.js, runID+".outputs", doc, "application/json")
+	att, err := blobs.Put(ctx, s.JS, runID+".outputs", doc, "application/json")
 	if err != nil {
 		return err
 	}
@@ -681,7 +681,7 @@ func (s *Service) failUnstarted(ctx context.Context, runID string, req envelope.
 		return events.Permanent(err)
 	}
 	s.metrics.runs.WithLabelValues("rejected").Inc()
-	return s.pub.Publish(ctx, out)
+	return s.Pub.Publish(ctx, out)
 }
 
 // handleCallCompleted records a call's envelope in its run; when it is the
@@ -734,7 +734,7 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 	}
 	if env.Error != nil && env.Error.Code == envelope.CodeUnknown {
 		// The model sees the code and message only; the internals are here.
-		s.log.WarnContext(ctx, "tool call failed with an internal error", "run_id", subj.RunID, "call_id", env.CallID,
+		s.Log.WarnContext(ctx, "tool call failed with an internal error", "run_id", subj.RunID, "call_id", env.CallID,
 			"tool", env.Name+"@"+env.Version, "message", env.Error.Message, "details", env.Error.Details)
 	}
 	s.convs.remember(subj.RunID, &env)
@@ -846,7 +846,7 @@ func (s *Service) withCall(ctx context.Context, runID, callID string, change fun
 			if created == nil {
 				// A call outside any run of ours (a tool node run by
 				// `toolwire call`): its envelope is for whoever asked.
-				s.log.Debug("envelope of a call outside any run", "run_id", runID, "call_id", callID)
+				s.Log.Debug("envelope of a call outside any run", "run_id", runID, "call_id", callID)
 				return nil, false, nil
 			}
 			continue
@@ -896,7 +896,7 @@ func (s *Service) publishStatus(ctx context.Context, st *RunState, status, reaso
 	if err != nil {
 		return events.Permanent(err)
 	}
-	return s.pub.Publish(events.ContextWithRunTrace(ctx, st.Trace), o)
+	return s.Pub.Publish(events.ContextWithRunTrace(ctx, st.Trace), o)
 }
 
 // handleApproval follows the approvals of a run's calls: a call that needs an
@@ -935,7 +935,7 @@ func (s *Service) applyApproval(ctx context.Context, runID, callID string, verb 
 	}
 	if !known {
 		if verb == events.VerbApprovalRequired && st != nil && !st.Done() && st.Iteration > 0 {
-			s.log.Debug("approval required for a call the run's state does not hold", "run_id", runID, "call_id", callID)
+			s.Log.Debug("approval required for a call the run's state does not hold", "run_id", runID, "call_id", callID)
 		}
 		return nil
 	}
@@ -964,7 +964,7 @@ func (s *Service) applyApproval(ctx context.Context, runID, callID string, verb 
 // ctx bounds the start only: the watch follows the records until Stop, with
 // life (the service's lifetime) as the context of the run-state writes.
 func (s *Service) watchApprovals(ctx, life context.Context) error {
-	kv, err := s.js.KeyValue(ctx, events.BucketApprovals)
+	kv, err := s.JS.KeyValue(ctx, events.BucketApprovals)
 	if err != nil {
 		return fmt.Errorf("orchestrator: open approvals: %w", err)
 	}
@@ -993,13 +993,13 @@ func (s *Service) onApprovalRecord(ctx context.Context, e jetstream.KeyValueEntr
 	}
 	var rec events.ApprovalRecord
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		s.log.Warn("unreadable approval record", "key", e.Key(), "err", err)
+		s.Log.Warn("unreadable approval record", "key", e.Key(), "err", err)
 		return
 	}
 	if rec.State != events.ApprovalApproved || !rec.Settled {
 		return
 	}
 	if err := s.applyApproval(ctx, rec.Call.RunID, rec.Call.CallID, events.VerbApproved, false); err != nil && ctx.Err() == nil {
-		s.log.Warn("approval not applied; the call's completion resumes the run", "key", e.Key(), "err", err)
+		s.Log.Warn("approval not applied; the call's completion resumes the run", "key", e.Key(), "err", err)
 	}
 }

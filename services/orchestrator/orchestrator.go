@@ -3,11 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
-
-	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -26,13 +22,9 @@ const (
 // Service is the orchestrator. It keeps no run state in memory: any number
 // of replicas share its three durable consumers and the run state in KV.
 type Service struct {
-	service.Lifecycle
+	service.Core
 
 	cfg     Config
-	js      jetstream.JetStream
-	log     *slog.Logger
-	tracer  trace.Tracer
-	pub     *events.Publisher
 	schemas *envelope.Schemas
 	metrics *metrics
 
@@ -44,7 +36,6 @@ type Service struct {
 	history *history
 	reg     *registry.Registry
 	catalog *registry.Catalog
-	runners events.Runners
 }
 
 // New returns an orchestrator on d's JetStream. It registers its metrics on
@@ -65,11 +56,8 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{
+		Core:    d.Core("orchestrator", m.consumers),
 		cfg:     cfg,
-		js:      d.JS,
-		log:     d.Log,
-		tracer:  d.Tracer.Tracer("toolwire/orchestrator"),
-		pub:     events.NewPublisher(d.JS),
 		schemas: schemas,
 		metrics: m,
 		rules:   rules.NewGuard(),
@@ -105,63 +93,54 @@ func (s *Service) Config() Config { return s.cfg }
 // Start opens the run state and the registry, follows the approval records
 // and starts consuming. ctx bounds the start; the watches and the consumers
 // run until Stop.
-func (s *Service) Start(ctx context.Context) (err error) {
-	life, err := s.Starting(ctx)
-	if err != nil {
-		return fmt.Errorf("orchestrator: %w", err)
-	}
-	defer func() { err = s.Started(ctx, err) }()
-	kv, err := s.js.KeyValue(ctx, events.BucketRunState)
-	if err != nil {
-		return fmt.Errorf("orchestrator: open run state: %w", err)
-	}
-	s.states = newStateStore(kv)
-	if s.reg, err = registry.Open(ctx, s.js); err != nil {
-		return fmt.Errorf("orchestrator: %w", err)
-	}
-	if s.catalog, err = s.reg.Watch(ctx); err != nil {
-		return fmt.Errorf("orchestrator: %w", err)
-	}
-	s.OnStopFunc(s.catalog.Stop)
-	s.history = &history{js: s.js}
-	if s.history.runs, err = s.js.Stream(ctx, events.StreamRuns); err != nil {
-		return fmt.Errorf("orchestrator: stream %s: %w", events.StreamRuns, err)
-	}
-	if s.history.calls, err = s.js.Stream(ctx, events.StreamCalls); err != nil {
-		return fmt.Errorf("orchestrator: stream %s: %w", events.StreamCalls, err)
-	}
-	if err := s.watchApprovals(ctx, life); err != nil {
-		return err
-	}
-	// The consumers stop first (Stop runs in reverse order): their handlers
-	// read the catalog and may still be applying an approval.
-	s.runners.Observer = s.metrics.consumers
-	s.OnStop(s.runners.Stop)
-	specs := []events.RunnerConfig{
-		{Spec: events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableRuns,
-			Filters:       events.Filters(events.FilterRunRequested),
-			MaxAckPending: 4096, AckWait: s.cfg.AckWait}, Handler: s.handleRun},
-		// A completion may lead to the next model call: the same ack wait
-		// as a request (a live handler keeps extending it).
-		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableCalls,
-			Filters: events.Filters(events.FilterCallCompleted), MaxAckPending: 4096, AckWait: s.cfg.AckWait},
-			Handler: s.handleCallCompleted},
-		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableApprovals,
-			Filters:       events.Filters(events.FilterCallApprovalRequired),
-			MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()}, Handler: s.handleApproval},
-		s.intakeSpec(),
-	}
-	for _, rc := range specs {
-		rc.Concurrency, rc.Logger = s.cfg.Concurrency, s.log
-		if _, err := s.runners.Start(ctx, s.js, rc); err != nil {
-			return fmt.Errorf("orchestrator: start %s: %w", rc.Spec.Durable, err)
+func (s *Service) Start(ctx context.Context) error {
+	return s.StartWith(ctx, func(ctx, life context.Context) error {
+		kv, err := s.JS.KeyValue(ctx, events.BucketRunState)
+		if err != nil {
+			return fmt.Errorf("orchestrator: open run state: %w", err)
 		}
-	}
-	// The reaper of the runs past their deadline (reaper.go) stops first.
-	if err := s.startReaper(ctx); err != nil {
-		return err
-	}
-	s.log.Info("orchestrator started", "instance", s.cfg.InstanceID, "providers", s.cfg.Providers.Names(),
-		"model_timeout", s.cfg.ModelTimeout, "run_deadline", s.cfg.RunDeadline)
-	return nil
+		s.states = newStateStore(kv)
+		if s.reg, err = registry.Open(ctx, s.JS); err != nil {
+			return fmt.Errorf("orchestrator: %w", err)
+		}
+		if s.catalog, err = s.reg.Watch(ctx); err != nil {
+			return fmt.Errorf("orchestrator: %w", err)
+		}
+		s.OnStopFunc(s.catalog.Stop)
+		s.history = &history{js: s.JS}
+		if s.history.runs, err = s.JS.Stream(ctx, events.StreamRuns); err != nil {
+			return fmt.Errorf("orchestrator: stream %s: %w", events.StreamRuns, err)
+		}
+		if s.history.calls, err = s.JS.Stream(ctx, events.StreamCalls); err != nil {
+			return fmt.Errorf("orchestrator: stream %s: %w", events.StreamCalls, err)
+		}
+		if err := s.watchApprovals(ctx, life); err != nil {
+			return err
+		}
+		// The consumers stop first (Stop runs in reverse order): their
+		// handlers read the catalog and may still be applying an approval.
+		if err := s.Consume(ctx, s.cfg.Concurrency,
+			events.RunnerConfig{Spec: events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableRuns,
+				Filters:       events.Filters(events.FilterRunRequested),
+				MaxAckPending: 4096, AckWait: s.cfg.AckWait}, Handler: s.handleRun},
+			// A completion may lead to the next model call: the same ack
+			// wait as a request (a live handler keeps extending it).
+			events.RunnerConfig{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableCalls,
+				Filters: events.Filters(events.FilterCallCompleted), MaxAckPending: 4096, AckWait: s.cfg.AckWait},
+				Handler: s.handleCallCompleted},
+			events.RunnerConfig{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableApprovals,
+				Filters:       events.Filters(events.FilterCallApprovalRequired),
+				MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()}, Handler: s.handleApproval},
+			s.intakeSpec(),
+		); err != nil {
+			return err
+		}
+		// The reaper of the runs past their deadline (reaper.go) stops first.
+		if err := s.startReaper(ctx); err != nil {
+			return err
+		}
+		s.Log.Info("orchestrator started", "instance", s.cfg.InstanceID, "providers", s.cfg.Providers.Names(),
+			"model_timeout", s.cfg.ModelTimeout, "run_deadline", s.cfg.RunDeadline)
+		return nil
+	})
 }

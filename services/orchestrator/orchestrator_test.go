@@ -294,7 +294,8 @@ func TestEnvelopeOfALaggingTurnGroupedWithItsRecording(t *testing.T) {
 	kv, err := env.JS.KeyValue(ctx, events.BucketRunState)
 	require.NoError(t, err)
 	g := &gatedKV{KeyValue: kv, entered: make(chan struct{}, 1), open: make(chan struct{})}
-	s := &Service{states: newStateStore(g), history: &history{js: env.JS}, log: slog.New(slog.DiscardHandler)}
+	s := &Service{states: newStateStore(g), history: &history{js: env.JS}}
+	s.Log = slog.New(slog.DiscardHandler)
 	s.history.runs, err = env.JS.Stream(ctx, events.StreamRuns)
 	require.NoError(t, err)
 	s.history.calls, err = env.JS.Stream(ctx, events.StreamCalls)
@@ -384,7 +385,8 @@ func TestEnvelopeBeforeItsTurnIsStoredIsTriedAgain(t *testing.T) {
 	ctx := t.Context()
 	kv, err := env.JS.KeyValue(ctx, events.BucketRunState)
 	require.NoError(t, err)
-	s := &Service{states: newStateStore(kv), history: &history{js: env.JS}, log: slog.New(slog.DiscardHandler)}
+	s := &Service{states: newStateStore(kv), history: &history{js: env.JS}}
+	s.Log = slog.New(slog.DiscardHandler)
 	s.history.runs, err = env.JS.Stream(ctx, events.StreamRuns)
 	require.NoError(t, err)
 	const run = "early-1"

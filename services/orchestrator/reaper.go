@@ -65,7 +65,7 @@ func (s *Service) deadlineOf(req *envelope.RunRequest, meta *jetstream.MsgMetada
 
 // armDeadline sets the timer of the run's deadline.
 func (s *Service) armDeadline(ctx context.Context, runID string, deadline time.Time) error {
-	if err := events.ArmTimer(ctx, s.js, timerRun, runID, deadline.Add(reapGrace)); err != nil {
+	if err := events.ArmTimer(ctx, s.JS, timerRun, runID, deadline.Add(reapGrace)); err != nil {
 		return fmt.Errorf("run %s: %w", runID, err)
 	}
 	return nil
@@ -97,7 +97,7 @@ type deadlineTimer struct {
 // armDeadlineWithin from now; deadlineArmed sends it (if it has not gone
 // yet) and waits until it is stored.
 func (s *Service) startDeadline(runID string, deadline time.Time) *deadlineTimer {
-	t := &deadlineTimer{js: s.js, runID: runID, at: deadline.Add(reapGrace)}
+	t := &deadlineTimer{js: s.JS, runID: runID, at: deadline.Add(reapGrace)}
 	t.late = time.AfterFunc(armDeadlineWithin, t.send)
 	return t
 }
@@ -144,8 +144,8 @@ func withDeadline(ctx context.Context, deadline time.Time) (context.Context, con
 
 // startReaper starts the consumer of the deadline timers.
 func (s *Service) startReaper(ctx context.Context) error {
-	tr, err := events.NewTimerRunner(s.js, events.TimerConfig{
-		Durable: DurableDeadlines, Kind: timerRun, Handler: s.onDeadline, Logger: s.log,
+	tr, err := events.NewTimerRunner(s.JS, events.TimerConfig{
+		Durable: DurableDeadlines, Kind: timerRun, Handler: s.onDeadline, Logger: s.Log,
 	})
 	if err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
@@ -190,11 +190,17 @@ func (s *Service) onDeadline(ctx context.Context, _, runID string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.publishEnd(ctx, failed, nil); err != nil {
+	return s.reaped(ctx, runID, failed)
+}
+
+// reaped publishes the end of st, run runID failed at its deadline, and counts
+// and logs it.
+func (s *Service) reaped(ctx context.Context, runID string, st *RunState) error {
+	if _, err := s.publishEnd(ctx, st, nil); err != nil {
 		return err
 	}
 	s.metrics.reaped.Inc()
-	s.log.Warn("run failed at its deadline", "run_id", runID, "reason", failed.Reason)
+	s.Log.Warn("run failed at its deadline", "run_id", runID, "reason", st.Reason)
 	return nil
 }
 
@@ -232,12 +238,7 @@ func (s *Service) reapUnstarted(ctx context.Context, runID string) error {
 	if err := s.createOrGet(ctx, st); err != nil {
 		return err
 	}
-	if _, err := s.publishEnd(ctx, st, nil); err != nil {
-		return err
-	}
-	s.metrics.reaped.Inc()
-	s.log.Warn("run failed at its deadline", "run_id", runID, "reason", st.Reason)
-	return nil
+	return s.reaped(ctx, runID, st)
 }
 
 // endRecorded reports whether the run's end (completed or failed) is in its

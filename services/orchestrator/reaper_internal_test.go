@@ -65,7 +65,8 @@ func TestDeadlineReason(t *testing.T) {
 // request is handled again rather than dead-lettered without a deadline.
 func TestDeadlineArmedBeforeTheRequestIsAcknowledged(t *testing.T) {
 	env := eventstest.Start(t)
-	s := &Service{js: env.JS}
+	s := &Service{}
+	s.JS = env.JS
 	ctx := t.Context()
 	deadline := time.Now().Add(time.Minute)
 

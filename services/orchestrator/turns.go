@@ -90,7 +90,7 @@ func (s *Service) callModel(ctx context.Context, st *RunState, req *envelope.Run
 			defs[ref.Name] = &tools[len(tools)-1]
 		}
 	}
-	ctx, span := s.tracer.Start(ctx, "chat "+req.Agent.Model.Name, trace.WithSpanKind(trace.SpanKindClient),
+	ctx, span := s.Tracer.Start(ctx, "chat "+req.Agent.Model.Name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			attribute.String("gen_ai.operation.name", "chat"),
 			attribute.String("gen_ai.provider.name", req.Agent.Model.Provider),

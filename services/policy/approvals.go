@@ -98,7 +98,7 @@ func (s *Service) requestApproval(ctx context.Context, req *events.CallRequest, 
 			return err
 		}
 		s.metrics.approvals.WithLabelValues(approvalRequested).Inc()
-		s.log.InfoContext(ctx, "tool call awaits approval", "run_id", req.RunID, "call_id", req.CallID,
+		s.Log.InfoContext(ctx, "tool call awaits approval", "run_id", req.RunID, "call_id", req.CallID,
 			"tool", calledTool(req), "reason", reason, "deadline", deadline)
 		return nil
 	}
@@ -136,7 +136,7 @@ func (s *Service) publishApprovalRequired(ctx context.Context, rec *events.Appro
 	if err != nil {
 		return events.Permanent(fmt.Errorf("approval request: %w", err))
 	}
-	return s.pub.Publish(ctx, out)
+	return s.Pub.Publish(ctx, out)
 }
 
 // describeEffect is what an approval request says the call will change.
@@ -171,12 +171,12 @@ func (s *Service) preview(ctx context.Context, req *events.CallRequest) *events.
 	m := nats.NewMsg(events.SubjectPreview)
 	m.Data = b
 	events.InjectHop(pctx, m.Header)
-	resp, err := s.js.Conn().RequestMsgWithContext(pctx, m)
+	resp, err := s.JS.Conn().RequestMsgWithContext(pctx, m)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return &events.ApprovalPreview{Unavailable: "preview unavailable: no executor answers preview requests"}
 	case err != nil:
-		s.log.WarnContext(ctx, "preview request failed", "run_id", req.RunID, "call_id", req.CallID, "err", err)
+		s.Log.WarnContext(ctx, "preview request failed", "run_id", req.RunID, "call_id", req.CallID, "err", err)
 		return &events.ApprovalPreview{Unavailable: fmt.Sprintf("preview unavailable: no answer within %s", s.cfg.PreviewTimeout)}
 	}
 	if len(resp.Data) > maxPreviewBytes {
@@ -252,7 +252,7 @@ func (s *Service) handleDecision(ctx context.Context, d *events.Delivery) error 
 		if late {
 			s.ignoreDecision(ctx, span, &dec, "it came after the deadline "+rec.Deadline.Format(time.RFC3339))
 		} else {
-			s.log.InfoContext(ctx, "approval decided", "run_id", dec.RunID, "call_id", dec.CallID,
+			s.Log.InfoContext(ctx, "approval decided", "run_id", dec.RunID, "call_id", dec.CallID,
 				"decision", dec.Decision, "by", dec.By)
 		}
 		return s.settle(ctx, key, rec, rev)
@@ -263,7 +263,7 @@ func (s *Service) handleDecision(ctx context.Context, d *events.Delivery) error 
 func (s *Service) ignoreDecision(ctx context.Context, span trace.Span, dec *events.Decision, why string) {
 	s.metrics.approvals.WithLabelValues(approvalIgnored).Inc()
 	span.AddEvent("decision ignored", trace.WithAttributes(attribute.String(AttrReason, why)))
-	s.log.WarnContext(ctx, "decision ignored: "+why, "run_id", dec.RunID, "call_id", dec.CallID,
+	s.Log.WarnContext(ctx, "decision ignored: "+why, "run_id", dec.RunID, "call_id", dec.CallID,
 		"decision", dec.Decision, "by", dec.By)
 }
 
@@ -324,13 +324,13 @@ func (s *Service) settle(ctx context.Context, key string, rec events.ApprovalRec
 	if err != nil {
 		return events.Permanent(fmt.Errorf("approval %s outcome: %w", key, err))
 	}
-	if err := s.pub.Publish(ctx, out); err != nil {
+	if err := s.Pub.Publish(ctx, out); err != nil {
 		return err
 	}
 	rec.Settled = true
 	if _, err := s.update(ctx, key, &rec, rev); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		// The outcome is stored; the sweeper will mark the record later.
-		s.log.WarnContext(ctx, "approval outcome published but not marked settled", "key", key, "err", err)
+		s.Log.WarnContext(ctx, "approval outcome published but not marked settled", "key", key, "err", err)
 	}
 	return nil
 }
@@ -475,7 +475,7 @@ func (p *pendingIndex) stop() { p.watch.Stop() }
 func (s *Service) sweep(ctx context.Context, now time.Time) {
 	for _, key := range s.index.dueKeys(now) {
 		if err := s.expire(ctx, key, now); err != nil && ctx.Err() == nil {
-			s.log.WarnContext(ctx, "approval sweep", "key", key, "err", err)
+			s.Log.WarnContext(ctx, "approval sweep", "key", key, "err", err)
 		}
 	}
 }
@@ -507,7 +507,7 @@ func (s *Service) expire(ctx context.Context, key string, now time.Time) error {
 			return fail(span, err)
 		}
 		s.metrics.approvals.WithLabelValues(string(events.ApprovalExpired)).Inc()
-		s.log.InfoContext(ctx, "approval timed out: the call is denied", "run_id", rec.Call.RunID,
+		s.Log.InfoContext(ctx, "approval timed out: the call is denied", "run_id", rec.Call.RunID,
 			"call_id", rec.Call.CallID, "deadline", rec.Deadline)
 		return s.settle(ctx, key, rec, rev)
 	case !rec.Pending() && !rec.Settled:

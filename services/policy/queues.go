@@ -68,7 +68,7 @@ func (s *Service) toServedQueues(ctx context.Context, outs []events.Outgoing, ro
 		}
 		outs[r.out] = out
 		s.metrics.unserved.WithLabelValues(q).Inc()
-		s.log.WarnContext(ctx, "no live worker serves the queue of an approved call: answered PROVIDER_ERROR",
+		s.Log.WarnContext(ctx, "no live worker serves the queue of an approved call: answered PROVIDER_ERROR",
 			append(callArgs(&r.req), "queue", q, "waited", s.cfg.QueueWait)...)
 	}
 	return nil
@@ -132,7 +132,7 @@ func (s *Service) routeApproved(ctx context.Context, key string, rec events.Appr
 	}
 	if rec.Unserved != "" {
 		s.metrics.unserved.WithLabelValues(q).Inc()
-		s.log.WarnContext(ctx, "no live worker serves the queue of an operator-approved call: answered PROVIDER_ERROR",
+		s.Log.WarnContext(ctx, "no live worker serves the queue of an operator-approved call: answered PROVIDER_ERROR",
 			append(callArgs(&rec.Call), "queue", q, "waited", s.cfg.QueueWait)...)
 	}
 	return rec, n, nil

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"time"
 
@@ -31,18 +30,17 @@ const (
 	SpanCheckTurn     = "policy check_turn"
 	SpanCheckToolCall = "policy check_tool_call"
 
-	AttrRunID         = "toolwire.run_id"
-	AttrIteration     = "toolwire.iteration"
-	AttrTurnCalls     = "toolwire.turn.calls"
-	AttrToolName      = "gen_ai.tool.name"
-	AttrToolCallID    = "gen_ai.tool.call.id"
-	AttrToolVersion   = "toolwire.tool.version"
-	AttrCallSeq       = "toolwire.call.seq"
-	AttrQueue         = "toolwire.call.queue"
-	AttrAllowed       = "toolwire.policy.allowed"
-	AttrReason        = "toolwire.policy.reason"
-	AttrRule          = "toolwire.policy.rule"
-	instrumentationID = "toolwire/policy"
+	AttrRunID       = "toolwire.run_id"
+	AttrIteration   = "toolwire.iteration"
+	AttrTurnCalls   = "toolwire.turn.calls"
+	AttrToolName    = "gen_ai.tool.name"
+	AttrToolCallID  = "gen_ai.tool.call.id"
+	AttrToolVersion = "toolwire.tool.version"
+	AttrCallSeq     = "toolwire.call.seq"
+	AttrQueue       = "toolwire.call.queue"
+	AttrAllowed     = "toolwire.policy.allowed"
+	AttrReason      = "toolwire.policy.reason"
+	AttrRule        = "toolwire.policy.rule"
 )
 
 // Service is the Policy Guard service. It is stateless between events: each
@@ -50,21 +48,16 @@ const (
 // registry is read from a watched in-memory catalog. Any number of replicas
 // share its durable consumers.
 type Service struct {
-	service.Lifecycle
+	service.Core
 
 	cfg     Config
-	js      jetstream.JetStream
-	log     *slog.Logger
-	tracer  trace.Tracer
 	guard   *rules.Guard
-	pub     *events.Publisher
 	metrics *metrics
 
 	catalog   *registry.Catalog
 	workers   *registry.Workers
 	approvals jetstream.KeyValue
 	index     *pendingIndex
-	runners   events.Runners
 }
 
 // New returns a service on d's JetStream. It registers its metrics on
@@ -76,15 +69,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{
-		cfg:     cfg,
-		js:      d.JS,
-		log:     d.Log,
-		tracer:  d.Tracer.Tracer(instrumentationID),
-		guard:   rules.NewGuard(),
-		pub:     events.NewPublisher(d.JS),
-		metrics: m,
-	}, nil
+	return &Service{Core: d.Core("policy", m.consumers), cfg: cfg, guard: rules.NewGuard(), metrics: m}, nil
 }
 
 // Option adjusts the configuration Build read from the environment.
@@ -102,53 +87,40 @@ func (s *Service) Config() Config { return s.cfg }
 // Start loads the tool registry and the approval deadlines and starts
 // consuming model turns and decisions. ctx bounds the start; the watches,
 // the consumers and the sweep run until Stop.
-func (s *Service) Start(ctx context.Context) (err error) {
-	life, err := s.Starting(ctx)
-	if err != nil {
-		return fmt.Errorf("policy: %w", err)
-	}
-	defer func() { err = s.Started(ctx, err) }()
-	reg, err := registry.Open(ctx, s.js)
-	if err != nil {
-		return err
-	}
-	if s.catalog, err = reg.Watch(ctx); err != nil {
-		return err
-	}
-	s.OnStopFunc(s.catalog.Stop)
-	if s.workers, err = registry.WatchWorkers(ctx, s.js, nil); err != nil {
-		return fmt.Errorf("policy: %w", err)
-	}
-	s.OnStopFunc(s.workers.Stop)
-	kv, err := s.js.KeyValue(ctx, events.BucketApprovals)
-	if err != nil {
-		return fmt.Errorf("policy: open approvals: %w", err)
-	}
-	if s.index, err = watchApprovals(ctx, kv); err != nil {
-		return fmt.Errorf("policy: %w", err)
-	}
-	s.approvals = kv
-	s.OnStopFunc(s.index.stop)
-	s.Go(life, s.sweepLoop) // ends after the consumers have drained
-	s.runners.Observer = s.metrics.consumers
-	s.OnStop(s.runners.Stop)
-	specs := []events.RunnerConfig{
-		{
-			Spec:    events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableTurns, Filters: events.Filters(events.FilterTurnCompleted)},
-			Handler: s.handleTurn,
-		},
-		{
-			Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableDecisions, Filters: events.Filters(events.FilterCallDecided)},
-			Handler: s.handleDecision,
-		},
-	}
-	for _, rc := range specs {
-		rc.Concurrency, rc.Logger = s.cfg.Concurrency, s.log
-		if _, err := s.runners.Start(ctx, s.js, rc); err != nil {
-			return fmt.Errorf("policy: start %s: %w", rc.Spec.Durable, err)
+func (s *Service) Start(ctx context.Context) error {
+	return s.StartWith(ctx, func(ctx, life context.Context) error {
+		reg, err := registry.Open(ctx, s.JS)
+		if err != nil {
+			return err
 		}
-	}
-	return nil
+		if s.catalog, err = reg.Watch(ctx); err != nil {
+			return err
+		}
+		s.OnStopFunc(s.catalog.Stop)
+		if s.workers, err = registry.WatchWorkers(ctx, s.JS, nil); err != nil {
+			return fmt.Errorf("policy: %w", err)
+		}
+		s.OnStopFunc(s.workers.Stop)
+		kv, err := s.JS.KeyValue(ctx, events.BucketApprovals)
+		if err != nil {
+			return fmt.Errorf("policy: open approvals: %w", err)
+		}
+		if s.index, err = watchApprovals(ctx, kv); err != nil {
+			return fmt.Errorf("policy: %w", err)
+		}
+		s.approvals = kv
+		s.OnStopFunc(s.index.stop)
+		s.Go(life, s.sweepLoop) // ends after the consumers have drained
+		return s.Consume(ctx, s.cfg.Concurrency,
+			events.RunnerConfig{
+				Spec:    events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableTurns, Filters: events.Filters(events.FilterTurnCompleted)},
+				Handler: s.handleTurn,
+			},
+			events.RunnerConfig{
+				Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableDecisions, Filters: events.Filters(events.FilterCallDecided)},
+				Handler: s.handleDecision,
+			})
+	})
 }
 
 // verdict is the guard's answer on one call of a turn.
@@ -191,7 +163,7 @@ func (s *Service) handleTurn(ctx context.Context, d *events.Delivery) error {
 
 	var stored jetstream.Stream // the calls stream, read on a redelivery only
 	if d.Attempt > 1 {
-		if stored, err = s.js.Stream(ctx, events.StreamCalls); err != nil {
+		if stored, err = s.JS.Stream(ctx, events.StreamCalls); err != nil {
 			return fail(span, fmt.Errorf("turn: open %s: %w", events.StreamCalls, err))
 		}
 	}
@@ -240,7 +212,7 @@ func (s *Service) handleTurn(ctx context.Context, d *events.Delivery) error {
 	if err := s.toServedQueues(ctx, outs, routes, rt); err != nil {
 		return fail(span, err)
 	}
-	if err := s.pub.PublishAll(ctx, outs); err != nil {
+	if err := s.Pub.PublishAll(ctx, outs); err != nil {
 		return fail(span, err)
 	}
 	for _, v := range published {
@@ -258,7 +230,7 @@ func (s *Service) handleTurn(ctx context.Context, d *events.Delivery) error {
 
 // checkCall runs the call rules on one call of t, under its own span.
 func (s *Service) checkCall(ctx context.Context, t *events.Turn, c *events.TurnCall, costBefore float64, req events.CallRequest) verdict {
-	_, span := s.tracer.Start(ctx, SpanCheckToolCall, trace.WithAttributes(
+	_, span := s.Tracer.Start(ctx, SpanCheckToolCall, trace.WithAttributes(
 		attribute.String(AttrRunID, req.RunID),
 		attribute.String(AttrToolName, req.Name),
 		attribute.String(AttrToolVersion, req.Version),
@@ -413,7 +385,7 @@ func (s *Service) startSpan(ctx context.Context, name string, rt events.RunTrace
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		ctx = events.ContextWithRunTrace(ctx, rt)
 	}
-	return s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	return s.Tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 }
 
 func annotate(span trace.Span, dec rules.Decision) {
@@ -447,11 +419,11 @@ func calledTool(req *events.CallRequest) string {
 
 func (s *Service) logDecision(ctx context.Context, dec rules.Decision, msg string, args ...any) {
 	for _, w := range dec.Warnings {
-		s.log.WarnContext(ctx, "policy warning", slices.Concat(args, []any{"warning", w})...)
+		s.Log.WarnContext(ctx, "policy warning", slices.Concat(args, []any{"warning", w})...)
 	}
 	if dec.Allowed {
-		s.log.DebugContext(ctx, msg, slices.Concat(args, []any{"outcome", dec.Outcome()})...)
+		s.Log.DebugContext(ctx, msg, slices.Concat(args, []any{"outcome", dec.Outcome()})...)
 		return
 	}
-	s.log.InfoContext(ctx, msg, slices.Concat(args, []any{"outcome", dec.Outcome(), "rule", dec.Rule, "reason", dec.Reason})...)
+	s.Log.InfoContext(ctx, msg, slices.Concat(args, []any{"outcome", dec.Outcome(), "rule", dec.Rule, "reason", dec.Reason})...)
 }

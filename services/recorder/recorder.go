@@ -25,11 +25,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	fastjson "github.com/segmentio/encoding/json"
 
@@ -65,16 +63,13 @@ func ConsumerSpecs() []events.ConsumerSpec {
 // Recorder is the recorder service. It is stateless between events: any
 // number of replicas share its three durable consumers and its database.
 type Recorder struct {
-	service.Lifecycle
+	service.Core
 
 	cfg     Config
-	js      jetstream.JetStream
-	log     *slog.Logger
 	db      *backend
 	writer  *batchWriter
 	handler http.Handler
 	changes *api.Changes
-	runners events.Runners
 	// retention is the gauge of the retention watch (retention.go).
 	retention *prometheus.GaugeVec
 	tools     toolResolver  // set by Start; nil without a tool registry
@@ -98,8 +93,7 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Recorder{cfg: cfg, js: d.JS, log: d.Log, db: db, changes: api.NewChanges(), streams: make(chan struct{})}
-	r.runners.Observer = m.consumers
+	r := &Recorder{Core: d.Core("recorder", m.consumers), cfg: cfg, db: db, changes: api.NewChanges(), streams: make(chan struct{})}
 	r.retention = m.retention
 	// Released last, in this order, after what Start registers: the live
 	// streams end once the consumers have drained, then the database closes.
@@ -108,7 +102,7 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 
 	r.writer = newBatchWriter(db.store, cfg.Batch, d.Log)
 	r.writer.ping = db.ping
-	r.writer.tracer, r.writer.kind = d.Tracer.Tracer(instrumentationID), db.kind
+	r.writer.tracer, r.writer.kind = r.Tracer, db.kind
 	r.writer.onCommit = func(recs []store.Record) {
 		m.recorded.Add(float64(len(recs)))
 		r.changes.Notify(recs)
@@ -164,55 +158,52 @@ func (r *Recorder) DatabaseUp() bool { return !r.writer.holding() }
 // Start waits for the database (until ctx ends), migrates its schema, watches
 // the tool registry and starts consuming. ctx bounds the start; the consumers,
 // the writer and the registry watch run until Stop.
-func (r *Recorder) Start(ctx context.Context) (err error) {
-	life, err := r.Starting(ctx)
-	if err != nil {
-		return fmt.Errorf("recorder: %w", err)
-	}
-	defer func() { err = r.Started(ctx, err) }()
-	if r.db.prepare != nil {
-		if err := r.db.prepare(); err != nil {
-			return fmt.Errorf("recorder: %w", err)
+func (r *Recorder) Start(ctx context.Context) error {
+	return r.StartWith(ctx, func(ctx, life context.Context) error {
+		if r.db.prepare != nil {
+			if err := r.db.prepare(); err != nil {
+				return fmt.Errorf("recorder: %w", err)
+			}
 		}
-	}
-	if err := r.waitForDatabase(ctx); err != nil {
-		return err
-	}
-	res, err := r.db.migrate(ctx, r.log)
-	if err != nil {
-		return err
-	}
-	r.log.Info("schema ready", "store", r.db.kind, "at", r.db.where, "version", res.Version, "applied", res.Applied)
-	if tools, err := newRegistryResolver(ctx, r.js, r.log); err != nil {
-		r.log.Warn("no tool registry: replay bundles will lack tool definitions", "err", err)
-	} else {
-		r.tools = tools
-		r.OnStopFunc(tools.stop) // after the consumers, whose handlers read it
-	}
+		if err := r.waitForDatabase(ctx); err != nil {
+			return err
+		}
+		res, err := r.db.migrate(ctx, r.Log)
+		if err != nil {
+			return err
+		}
+		r.Log.Info("schema ready", "store", r.db.kind, "at", r.db.where, "version", res.Version, "applied", res.Applied)
+		if tools, err := newRegistryResolver(ctx, r.JS, r.Log); err != nil {
+			r.Log.Warn("no tool registry: replay bundles will lack tool definitions", "err", err)
+		} else {
+			r.tools = tools
+			r.OnStopFunc(tools.stop) // after the consumers, whose handlers read it
+		}
 
-	r.writer.start(life)
-	r.OnStop(r.stopWriter)    // once the consumers have drained: their batches commit first
-	r.OnStop(r.stopConsuming) // first
-	for _, spec := range ConsumerSpecs() {
-		rc := events.RunnerConfig{
-			Spec:        spec,
-			Handler:     r.handle,
-			Concurrency: min(r.cfg.Batch, maxConcurrency),
-			Logger:      r.log,
-			Poll:        max(r.cfg.Poll, 0),
+		r.writer.start(life)
+		r.OnStop(r.stopWriter)    // once the consumers have drained: their batches commit first
+		r.OnStop(r.stopConsuming) // first
+		for _, spec := range ConsumerSpecs() {
+			rc := events.RunnerConfig{
+				Spec:        spec,
+				Handler:     r.handle,
+				Concurrency: min(r.cfg.Batch, maxConcurrency),
+				Logger:      r.Log,
+				Poll:        max(r.cfg.Poll, 0),
+			}
+			if rc.Poll > 0 {
+				// Each fetch is decoded on one goroutine and written as one
+				// batch: the recorder never has hundreds of handlers runnable at
+				// once beside the services on the same CPUs.
+				rc.Batch = r.handleBatch
+			}
+			if _, err := r.Runners.Start(ctx, r.JS, rc); err != nil {
+				return fmt.Errorf("recorder: consumer %s: %w", spec.Durable, err)
+			}
 		}
-		if rc.Poll > 0 {
-			// Each fetch is decoded on one goroutine and written as one
-			// batch: the recorder never has hundreds of handlers runnable at
-			// once beside the services on the same CPUs.
-			rc.Batch = r.handleBatch
-		}
-		if _, err := r.runners.Start(ctx, r.js, rc); err != nil {
-			return fmt.Errorf("recorder: consumer %s: %w", spec.Durable, err)
-		}
-	}
-	r.Go(life, func(life context.Context) { r.watchRetention(life, r.retention) })
-	return nil
+		r.Go(life, func(life context.Context) { r.watchRetention(life, r.retention) })
+		return nil
+	})
 }
 
 // stopConsuming drains the consumers: the handlers in flight finish, their
@@ -223,10 +214,10 @@ func (r *Recorder) stopConsuming(ctx context.Context) error {
 		// drain would wait for them. Stop the writer first: they fail, and
 		// their messages are redelivered to the next recorder.
 		if err := r.stopWriter(ctx); err != nil {
-			return errors.Join(err, r.runners.Stop(ctx))
+			return errors.Join(err, r.Runners.Stop(ctx))
 		}
 	}
-	return r.runners.Stop(ctx)
+	return r.Runners.Stop(ctx)
 }
 
 // stopWriter stops the batch writer once its batch in progress is written.
@@ -252,7 +243,7 @@ func (r *Recorder) waitForDatabase(ctx context.Context) error {
 			return nil
 		}
 		if ctx.Err() == nil {
-			r.log.Warn("waiting for the database", "store", r.db.kind, "at", r.db.where, "retry_in", delay,
+			r.Log.Warn("waiting for the database", "store", r.db.kind, "at", r.db.where, "retry_in", delay,
 				"gives_up_in", wait, "err", err)
 			select {
 			case <-ctx.Done():

@@ -117,13 +117,13 @@ func (r *Recorder) watchRetention(life context.Context, gauge *prometheus.GaugeV
 	defer t.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(life, retentionAsk)
-		uses, err := checkRetention(ctx, r.js, ConsumerSpecs(), time.Now())
+		uses, err := checkRetention(ctx, r.JS, ConsumerSpecs(), time.Now())
 		cancel()
 		if err != nil && life.Err() == nil {
-			r.log.Debug("retention watch", "err", err)
+			r.Log.Debug("retention watch", "err", err)
 		}
 		for _, u := range uses {
-			reportRetention(r.log, gauge, u)
+			reportRetention(r.Log, gauge, u)
 		}
 		select {
 		case <-life.Done():

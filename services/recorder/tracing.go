@@ -17,7 +17,6 @@ const (
 	// records, linked to the runs' traces.
 	SpanWrite = "recorder write"
 
-	instrumentationID = "toolwire/recorder"
 	// maxSpanLinks bounds the links of a write span to the traces of its
 	// events' runs.
 	maxSpanLinks = 64

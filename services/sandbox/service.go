@@ -26,18 +26,13 @@ const (
 
 // Service is the sandbox service: Start it once, Stop it to drain.
 type Service struct {
-	service.Lifecycle
+	service.Core
 
 	cfg     Config
-	js      jetstream.JetStream
-	log     *slog.Logger
-	tracer  trace.Tracer
 	metrics *metrics
-	pub     *events.Publisher
 
-	engine  atomic.Pointer[Engine] // set by Start
-	stream  jetstream.Stream
-	runners events.Runners
+	engine atomic.Pointer[Engine] // set by Start
+	stream jetstream.Stream
 }
 
 // New returns a sandbox service on d's JetStream. Zero fields of cfg take
@@ -49,11 +44,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{
-		cfg: cfg, js: d.JS, log: d.Log, metrics: m,
-		tracer: d.Tracer.Tracer("toolwire/sandbox"),
-		pub:    events.NewPublisher(d.JS),
-	}, nil
+	return &Service{Core: d.Core("sandbox", m.consumers), cfg: cfg, metrics: m}, nil
 }
 
 // Option adjusts the configuration Build read from the environment.
@@ -74,54 +65,48 @@ func (s *Service) Engine() *Engine { return s.engine.Load() }
 // Start finds the runtimes that work here (a trial job in each), registers
 // python_exec, and starts consuming jobs. ctx bounds the start (the trial
 // jobs included); the consumer runs until Stop.
-func (s *Service) Start(ctx context.Context) (err error) {
-	if _, err := s.Starting(ctx); err != nil {
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	defer func() { err = s.Started(ctx, err) }()
-	engine, err := NewEngine(ctx, s.cfg, s.log)
-	if err != nil {
-		return err
-	}
-	s.engine.Store(engine)
-	// Registered first, so it runs last: after the consumer has drained.
-	s.OnStopFunc(engine.Close)
-	for _, n := range []string{RuntimeGVisor, RuntimeBwrap} {
-		v := 0.0
-		if engine.Problem(n) == nil {
-			v = 1
+func (s *Service) Start(ctx context.Context) error {
+	return s.StartWith(ctx, func(ctx, _ context.Context) error {
+		engine, err := NewEngine(ctx, s.cfg, s.Log)
+		if err != nil {
+			return err
 		}
-		s.metrics.available.WithLabelValues(n).Set(v)
-	}
-	reg, err := registry.Open(ctx, s.js)
-	if err != nil {
-		return err
-	}
-	if err := reg.Ensure(ctx, PythonExecDefinition()); err != nil {
-		return fmt.Errorf("register %s: %w", PythonExecRef, err)
-	}
-	s.stream, err = s.js.Stream(ctx, events.StreamSandbox)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", events.StreamSandbox, err)
-	}
-	s.runners.Observer = s.metrics.consumers
-	s.OnStop(s.runners.Stop)
-	if _, err := s.runners.Start(ctx, s.js, events.RunnerConfig{
-		Spec: events.ConsumerSpec{
-			Stream: events.StreamSandbox, Durable: Durable, Filters: events.Filters(events.FilterSandboxRequested),
-			// A job is code that may crash its sandbox: a few tries, then the
-			// dead letters.
-			MaxDeliver: 4,
-		},
-		Handler:     s.handle,
-		Concurrency: s.cfg.Concurrency,
-		Logger:      s.log,
-	}); err != nil {
-		return fmt.Errorf("sandbox: start %s: %w", Durable, err)
-	}
-	s.log.Info("sandbox started", "id", s.cfg.ID, "runtime", engine.Runtime(), "available", engine.Available(),
-		"concurrency", s.cfg.Concurrency, "cgroups", engine.Cgroups())
-	return nil
+		s.engine.Store(engine)
+		// Registered first, so it runs last: after the consumer has drained.
+		s.OnStopFunc(engine.Close)
+		for _, n := range []string{RuntimeGVisor, RuntimeBwrap} {
+			v := 0.0
+			if engine.Problem(n) == nil {
+				v = 1
+			}
+			s.metrics.available.WithLabelValues(n).Set(v)
+		}
+		reg, err := registry.Open(ctx, s.JS)
+		if err != nil {
+			return err
+		}
+		if err := reg.Ensure(ctx, PythonExecDefinition()); err != nil {
+			return fmt.Errorf("register %s: %w", PythonExecRef, err)
+		}
+		s.stream, err = s.JS.Stream(ctx, events.StreamSandbox)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", events.StreamSandbox, err)
+		}
+		if err := s.Consume(ctx, s.cfg.Concurrency, events.RunnerConfig{
+			Spec: events.ConsumerSpec{
+				Stream: events.StreamSandbox, Durable: Durable, Filters: events.Filters(events.FilterSandboxRequested),
+				// A job is code that may crash its sandbox: a few tries,
+				// then the dead letters.
+				MaxDeliver: 4,
+			},
+			Handler: s.handle,
+		}); err != nil {
+			return err
+		}
+		s.Log.Info("sandbox started", "id", s.cfg.ID, "runtime", engine.Runtime(), "available", engine.Available(),
+			"concurrency", s.cfg.Concurrency, "cgroups", engine.Cgroups())
+		return nil
+	})
 }
 
 // handle runs one job and publishes its result. It returns an error
@@ -140,7 +125,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	}
 	rt := events.TraceOf(d.Event)
 	tenantID := events.Ext(d.Event, events.ExtTenantID)
-	log := s.log.With("run_id", job.RunID, "call_id", job.CallID, "tool", job.Tool)
+	log := s.Log.With("run_id", job.RunID, "call_id", job.CallID, "tool", job.Tool)
 	if d.Attempt > 1 {
 		done, err := s.completed(ctx, &job)
 		if err != nil {
@@ -152,7 +137,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 		}
 	}
 
-	ctx, span := s.tracer.Start(ctx, "sandbox "+job.Tool, trace.WithAttributes(
+	ctx, span := s.Tracer.Start(ctx, "sandbox "+job.Tool, trace.WithAttributes(
 		attribute.String("toolwire.run_id", job.RunID),
 		attribute.String("gen_ai.tool.call.id", job.CallID),
 		attribute.String("toolwire.sandbox.language", job.Language),
@@ -189,7 +174,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	s.metrics.jobs.WithLabelValues(runtimeLabel(res.Runtime), outcome).Inc()
 	s.metrics.duration.WithLabelValues(runtimeLabel(res.Runtime)).Observe(float64(res.DurationMS) / 1000)
 
-	if err := s.pub.Publish(ctx, out); err != nil {
+	if err := s.Pub.Publish(ctx, out); err != nil {
 		return err
 	}
 	log.Debug("job done", "runtime", res.Runtime, "outcome", outcome, "duration_ms", res.DurationMS)
@@ -259,7 +244,7 @@ func (s *Service) messageSize(out events.Outgoing) (size, limit int) {
 
 // maxMessageBytes is the server's max_payload, as the connection learnt it.
 func (s *Service) maxMessageBytes() int {
-	if nc := s.js.Conn(); nc != nil {
+	if nc := s.JS.Conn(); nc != nil {
 		if mp := nc.MaxPayload(); mp > 0 {
 			return int(mp)
 		}

@@ -248,17 +248,21 @@ func consume(streams ...string) []string {
 	return out
 }
 
-// kvRead lets a role get and watch a bucket's keys. A watcher's consumer
-// is deleted when the watch stops; a bucket has no durable consumers, so
-// deleting consumers on it takes nothing from another role.
-func kvRead(buckets ...string) []string {
+// bucketRead lets a role get and watch the entries of buckets whose streams
+// are prefix+bucket (KV_, OBJ_). A watcher's consumer is deleted when the
+// watch stops; a bucket has no durable consumers, so deleting consumers on
+// it takes nothing from another role.
+func bucketRead(prefix string, buckets ...string) []string {
 	var out []string
 	for _, b := range buckets {
-		out = append(out, read("KV_"+b)...)
-		out = append(out, "$JS.API.CONSUMER.DELETE.KV_"+b+".>")
+		out = append(out, read(prefix+b)...)
+		out = append(out, "$JS.API.CONSUMER.DELETE."+prefix+b+".>")
 	}
 	return out
 }
+
+// kvRead lets a role get and watch a KV bucket's keys.
+func kvRead(buckets ...string) []string { return bucketRead("KV_", buckets...) }
 
 func kvWrite(buckets ...string) []string {
 	out := kvRead(buckets...)
@@ -268,14 +272,8 @@ func kvWrite(buckets ...string) []string {
 	return out
 }
 
-func objRead(buckets ...string) []string {
-	var out []string
-	for _, b := range buckets {
-		out = append(out, read("OBJ_"+b)...)
-		out = append(out, "$JS.API.CONSUMER.DELETE.OBJ_"+b+".>")
-	}
-	return out
-}
+// objRead lets a role get and watch an object store's objects.
+func objRead(buckets ...string) []string { return bucketRead("OBJ_", buckets...) }
 
 // objWrite also lets the role purge the bucket's stream: replacing or
 // deleting an object purges its old chunks.

@@ -155,13 +155,10 @@ func (p *pages) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	who := auth.FromContext(r.Context())
 	run, err := p.store.Run(r.Context(), runID)
-	if errors.Is(err, store.ErrRunNotFound) || (err == nil && !who.Sees(run.Tenant)) {
-		p.pageError(w, r, http.StatusNotFound, fmt.Sprintf("Run %q is not recorded (yet).", runID))
-		return
+	if err == nil && !who.Sees(run.Tenant) {
+		err = store.ErrRunNotFound // not there for this reader
 	}
-	if err != nil {
-		p.log.Error("decide", "run_id", runID, "err", err)
-		p.pageError(w, r, http.StatusInternalServerError, "The store did not answer; the recorder's log has the details.")
+	if p.runReadFailed(w, r, runID, err, "decide") {
 		return
 	}
 	if !who.Can(auth.RoleApprover) {

@@ -165,6 +165,26 @@ type errorPage struct {
 	Message string
 }
 
+// storeDidNotAnswer is the page of a store that failed.
+const storeDidNotAnswer = "The store did not answer; the recorder's log has the details."
+
+// runReadFailed answers a page whose read of run runID ended in err, unless
+// err is nil: a run that is not recorded (store.ErrRunNotFound, which is
+// also what a run the reader may not see is) is a 404, any other error a 500,
+// logged under msg. It reports whether it answered.
+func (p *pages) runReadFailed(w http.ResponseWriter, r *http.Request, runID string, err error, msg string) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, store.ErrRunNotFound):
+		p.pageError(w, r, http.StatusNotFound, fmt.Sprintf("Run %q is not recorded (yet).", runID))
+	default:
+		p.log.Error(msg, "run_id", runID, "err", err)
+		p.pageError(w, r, http.StatusInternalServerError, storeDidNotAnswer)
+	}
+	return true
+}
+
 func (p *pages) pageError(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	p.renderPage(w, r, p.runs, "base.html", status, runsPage{Title: http.StatusText(status), User: userOf(r), Error: &errorPage{
 		Title: http.StatusText(status), Message: msg}})
@@ -214,7 +234,7 @@ func (p *pages) runsPage(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		p.log.Error("runs page", "err", err)
-		p.pageError(w, r, http.StatusInternalServerError, "The store did not answer; the recorder's log has the details.")
+		p.pageError(w, r, http.StatusInternalServerError, storeDidNotAnswer)
 		return
 	}
 	for _, run := range runs {
@@ -309,13 +329,7 @@ func (p *pages) runPage(w http.ResponseWriter, r *http.Request, fragment bool) {
 	}
 	who := auth.FromContext(r.Context())
 	view, err := p.buildRunView(r.Context(), id, who)
-	if errors.Is(err, store.ErrRunNotFound) {
-		p.pageError(w, r, http.StatusNotFound, fmt.Sprintf("Run %q is not recorded (yet).", id))
-		return
-	}
-	if err != nil {
-		p.log.Error("run page", "run_id", id, "err", err)
-		p.pageError(w, r, http.StatusInternalServerError, "The store did not answer; the recorder's log has the details.")
+	if p.runReadFailed(w, r, id, err, "run page") {
 		return
 	}
 	data := runPage{Title: "Run " + id, Run: view, User: userOf(r)}

@@ -264,15 +264,7 @@ var updateRunsSQL = func() string {
 	takeAgent := "(u.agent IS NOT NULL AND (u.agent_forced OR r.agent IS NULL))"
 	return `
 UPDATE runs AS r SET
-	org_id       = CASE WHEN ` + takeTenant + ` THEN u.org_id ELSE r.org_id END,
-	workspace_id = CASE WHEN ` + takeTenant + ` THEN u.workspace_id ELSE r.workspace_id END,
-	user_id      = CASE WHEN ` + takeTenant + ` THEN u.user_id ELSE r.user_id END,
-	agent        = CASE WHEN ` + takeAgent + ` THEN u.agent ELSE r.agent END,
-	status       = CASE WHEN ` + wins + ` THEN u.status ELSE r.status END,
-	status_at    = CASE WHEN ` + wins + ` THEN u.status_at ELSE r.status_at END,
-	reason       = CASE WHEN ` + wins + ` THEN u.reason ELSE r.reason END,
-	completed_at = CASE WHEN ` + wins + ` THEN u.completed_at ELSE r.completed_at END,
-	request      = COALESCE(r.request, u.request::json),
+` + sqlstore.RunTakeSet("u", takeTenant, takeAgent, wins) + `	request      = COALESCE(r.request, u.request::json),
 	outputs      = COALESCE(r.outputs, u.outputs::json),
 	pinned       = COALESCE(r.pinned, u.pinned::json),
 	outputs_blob = COALESCE(r.outputs_blob, u.outputs_blob::json),

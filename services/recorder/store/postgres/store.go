@@ -156,17 +156,7 @@ func (s *Store) ToolCalls(ctx context.Context, runID string) ([]store.ToolCall, 
 
 // toolCalls returns a run's calls, or only callID's when it is set.
 func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.ToolCall, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT run_id, call_id, seq, iteration, name, version, status, error_code,
-		input, envelope, t_start, t_end, latency_ms, cached, truncated, queue, cost
-		FROM tool_calls WHERE run_id = $1 AND ($2 = '' OR call_id = $2) `+callOrder, runID, callID)
-	if err != nil {
-		return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
-	}
-	defer rows.Close()
-	out := []store.ToolCall{}
-	for rows.Next() {
+	return query(ctx, s.pool, fmt.Sprintf("tool calls of %q", runID), func(rows pgx.Rows) (store.ToolCall, error) {
 		var (
 			c                             store.ToolCall
 			seq, iter                     *int32
@@ -175,18 +165,16 @@ func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.To
 		)
 		if err := rows.Scan(&c.RunID, &c.CallID, &seq, &iter, &name, &version, &c.Status, &errCode,
 			&input, &env, &c.TStart, &c.TEnd, &c.LatencyMS, &c.Cached, &c.Truncated, &queue, &c.Cost); err != nil {
-			return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
+			return c, err
 		}
 		c.Seq, c.Iteration = intPtr(seq), intPtr(iter)
 		c.Name, c.Version, c.ErrorCode, c.Queue = deref(name), deref(version), deref(errCode), deref(queue)
 		c.Input, c.Envelope = input, env
 		c.TStart, c.TEnd = utcPtr(c.TStart), utcPtr(c.TEnd)
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
-	}
-	return out, nil
+		return c, nil
+	}, `SELECT run_id, call_id, seq, iteration, name, version, status, error_code,
+		input, envelope, t_start, t_end, latency_ms, cached, truncated, queue, cost
+		FROM tool_calls WHERE run_id = $1 AND ($2 = '' OR call_id = $2) `+callOrder, runID, callID)
 }
 
 // Envelopes implements Store.
@@ -205,8 +193,6 @@ func (s *Store) Events(ctx context.Context, runID string) ([]store.EventRow, err
 
 // EventsAfter implements Store; a limit below 1 means no limit.
 func (s *Store) EventsAfter(ctx context.Context, runID string, after int64, limit int) ([]store.EventRow, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
 	// Writers of one run commit in seq order (lockRuns), so paging by seq
 	// skips nothing.
 	q := `SELECT seq, event_id, run_id, call_id, type, subject, source, time, stream,
@@ -216,13 +202,7 @@ func (s *Store) EventsAfter(ctx context.Context, runID string, after int64, limi
 		q += ` LIMIT $3`
 		args = append(args, limit)
 	}
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("events of %q: %w", runID, err)
-	}
-	defer rows.Close()
-	out := []store.EventRow{}
-	for rows.Next() {
+	return query(ctx, s.pool, fmt.Sprintf("events of %q", runID), func(rows pgx.Rows) (store.EventRow, error) {
 		var (
 			e                 store.EventRow
 			run, call, stream *string
@@ -231,7 +211,7 @@ func (s *Store) EventsAfter(ctx context.Context, runID string, after int64, limi
 		)
 		if err := rows.Scan(&e.Seq, &e.ID, &run, &call, &e.Type, &e.Subject, &e.Source, &e.Time, &stream,
 			&seq, &exts, &data, &e.RecordedAt); err != nil {
-			return nil, fmt.Errorf("events of %q: %w", runID, err)
+			return e, err
 		}
 		e.RunID, e.CallID, e.Stream = deref(run), deref(call), deref(stream)
 		if seq != nil {
@@ -239,17 +219,13 @@ func (s *Store) EventsAfter(ctx context.Context, runID string, after int64, limi
 		}
 		if len(exts) > 0 {
 			if err := json.Unmarshal(exts, &e.Extensions); err != nil {
-				return nil, fmt.Errorf("events of %q: extensions of %s: %w", runID, e.ID, err)
+				return e, fmt.Errorf("extensions of %s: %w", e.ID, err)
 			}
 		}
 		e.Data = data
 		e.Time, e.RecordedAt = e.Time.UTC(), e.RecordedAt.UTC()
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("events of %q: %w", runID, err)
-	}
-	return out, nil
+		return e, nil
+	}, q, args...)
 }
 
 // ToolCall implements Store.

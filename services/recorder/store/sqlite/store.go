@@ -248,15 +248,7 @@ INSERT INTO runs AS r (run_id, org_id, workspace_id, user_id, agent, status, sta
 	outputs, pinned, trace_id, iterations, tool_calls, created_at, updated_at, completed_at, spend, outputs_blob)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?7, ?7, ?15, ?17, ?18)
 ON CONFLICT (run_id) DO UPDATE SET
-	org_id       = CASE WHEN ` + takeTenant + ` THEN excluded.org_id ELSE r.org_id END,
-	workspace_id = CASE WHEN ` + takeTenant + ` THEN excluded.workspace_id ELSE r.workspace_id END,
-	user_id      = CASE WHEN ` + takeTenant + ` THEN excluded.user_id ELSE r.user_id END,
-	agent        = CASE WHEN ` + takeAgent + ` THEN excluded.agent ELSE r.agent END,
-	status       = CASE WHEN ` + wins + ` THEN excluded.status ELSE r.status END,
-	status_at    = CASE WHEN ` + wins + ` THEN excluded.status_at ELSE r.status_at END,
-	reason       = CASE WHEN ` + wins + ` THEN excluded.reason ELSE r.reason END,
-	completed_at = CASE WHEN ` + wins + ` THEN excluded.completed_at ELSE r.completed_at END,
-	request      = COALESCE(r.request, excluded.request),
+` + sqlstore.RunTakeSet("excluded", takeTenant, takeAgent, wins) + `	request      = COALESCE(r.request, excluded.request),
 	outputs      = COALESCE(r.outputs, excluded.outputs),
 	pinned       = COALESCE(r.pinned, excluded.pinned),
 	outputs_blob = COALESCE(r.outputs_blob, excluded.outputs_blob),
@@ -426,17 +418,7 @@ func (s *Store) ToolCall(ctx context.Context, runID, callID string) (store.ToolC
 }
 
 func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.ToolCall, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT run_id, call_id, seq, iteration, name, version, status, error_code,
-		input, envelope, t_start, t_end, latency_ms, cached, truncated, queue, cost
-		FROM tool_calls WHERE run_id = ?1 AND (?2 = '' OR call_id = ?2) `+sqliteCallOrder, runID, callID)
-	if err != nil {
-		return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
-	}
-	defer func() { _ = rows.Close() }()
-	out := []store.ToolCall{}
-	for rows.Next() {
+	return query(ctx, s.db, fmt.Sprintf("tool calls of %q", runID), func(rows *sql.Rows) (store.ToolCall, error) {
 		var (
 			c                             store.ToolCall
 			seq, iter, latency            sql.NullInt64
@@ -445,9 +427,10 @@ func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.To
 			tStart, tEnd                  sql.NullString
 			cost                          sql.NullFloat64
 		)
-		if err := rows.Scan(&c.RunID, &c.CallID, &seq, &iter, &name, &version, &c.Status, &errCode,
-			&input, &env, &tStart, &tEnd, &latency, &c.Cached, &c.Truncated, &queue, &cost); err != nil {
-			return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
+		err := rows.Scan(&c.RunID, &c.CallID, &seq, &iter, &name, &version, &c.Status, &errCode,
+			&input, &env, &tStart, &tEnd, &latency, &c.Cached, &c.Truncated, &queue, &cost)
+		if err != nil {
+			return c, err
 		}
 		c.Seq, c.Iteration = nullInt(seq), nullInt(iter)
 		if latency.Valid {
@@ -461,17 +444,13 @@ func (s *Store) toolCalls(ctx context.Context, runID, callID string) ([]store.To
 		c.Name, c.Version, c.ErrorCode, c.Queue = name.String, version.String, errCode.String, queue.String
 		c.Input, c.Envelope = rawJSON(input), rawJSON(env)
 		if c.TStart, err = parseTimeNull(tStart); err != nil {
-			return nil, err
+			return c, err
 		}
-		if c.TEnd, err = parseTimeNull(tEnd); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tool calls of %q: %w", runID, err)
-	}
-	return out, nil
+		c.TEnd, err = parseTimeNull(tEnd)
+		return c, err
+	}, `SELECT run_id, call_id, seq, iteration, name, version, status, error_code,
+		input, envelope, t_start, t_end, latency_ms, cached, truncated, queue, cost
+		FROM tool_calls WHERE run_id = ?1 AND (?2 = '' OR call_id = ?2) `+sqliteCallOrder, runID, callID)
 }
 
 // Envelopes implements Store.
@@ -491,20 +470,10 @@ func (s *Store) Events(ctx context.Context, runID string) ([]store.EventRow, err
 
 // EventsAfter implements Store; a limit below 1 means no limit.
 func (s *Store) EventsAfter(ctx context.Context, runID string, after int64, limit int) ([]store.EventRow, error) {
-	ctx, cancel := sqlstore.WithTimeout(ctx, store.DefaultReadTimeout)
-	defer cancel()
 	if limit < 1 {
 		limit = -1 // SQLite: no limit
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, event_id, run_id, call_id, type, subject, source, time, stream,
-		stream_seq, extensions, data, recorded_at FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3`,
-		runID, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("events of %q: %w", runID, err)
-	}
-	defer func() { _ = rows.Close() }()
-	out := []store.EventRow{}
-	for rows.Next() {
+	return query(ctx, s.db, fmt.Sprintf("events of %q", runID), func(rows *sql.Rows) (store.EventRow, error) {
 		var (
 			e                 store.EventRow
 			run, call, stream sql.NullString
@@ -512,9 +481,10 @@ func (s *Store) EventsAfter(ctx context.Context, runID string, after int64, limi
 			exts, data        sql.NullString
 			evTime, recorded  string
 		)
-		if err := rows.Scan(&e.Seq, &e.ID, &run, &call, &e.Type, &e.Subject, &e.Source, &evTime, &stream,
-			&seq, &exts, &data, &recorded); err != nil {
-			return nil, fmt.Errorf("events of %q: %w", runID, err)
+		err := rows.Scan(&e.Seq, &e.ID, &run, &call, &e.Type, &e.Subject, &e.Source, &evTime, &stream,
+			&seq, &exts, &data, &recorded)
+		if err != nil {
+			return e, err
 		}
 		e.RunID, e.CallID, e.Stream = run.String, call.String, stream.String
 		if seq.Valid {
@@ -522,22 +492,18 @@ func (s *Store) EventsAfter(ctx context.Context, runID string, after int64, limi
 		}
 		if exts.Valid {
 			if err := json.Unmarshal([]byte(exts.String), &e.Extensions); err != nil {
-				return nil, fmt.Errorf("events of %q: extensions of %s: %w", runID, e.ID, err)
+				return e, fmt.Errorf("extensions of %s: %w", e.ID, err)
 			}
 		}
 		e.Data = rawJSON(data)
 		if e.Time, err = parseTime(evTime); err != nil {
-			return nil, err
+			return e, err
 		}
-		if e.RecordedAt, err = parseTime(recorded); err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("events of %q: %w", runID, err)
-	}
-	return out, nil
+		e.RecordedAt, err = parseTime(recorded)
+		return e, err
+	}, `SELECT seq, event_id, run_id, call_id, type, subject, source, time, stream,
+		stream_seq, extensions, data, recorded_at FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3`,
+		runID, after, limit)
 }
 
 // Turns implements Store.

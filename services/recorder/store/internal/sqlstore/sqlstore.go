@@ -56,6 +56,22 @@ func StatusWins(status, at, was, wasAt string) string {
 		" ELSE (" + at + ", " + status + ") > (" + wasAt + ", " + was + ") END))"
 }
 
+// RunTakeSet is the part of the SET list of a runs merge (the stored row is
+// r, the proposed one src: excluded, or an update's row) that takes the
+// proposed value whole or keeps the stored one: the tenant when takeTenant
+// holds, the agent when takeAgent does, and the status with its time,
+// reason and end when wins does.
+func RunTakeSet(src, takeTenant, takeAgent, wins string) string {
+	var b strings.Builder
+	for _, c := range []struct{ col, when string }{
+		{"org_id", takeTenant}, {"workspace_id", takeTenant}, {"user_id", takeTenant}, {"agent", takeAgent},
+		{"status", wins}, {"status_at", wins}, {"reason", wins}, {"completed_at", wins},
+	} {
+		fmt.Fprintf(&b, "\t%-12s = CASE WHEN %s THEN %s.%s ELSE r.%s END,\n", c.col, c.when, src, c.col, c.col)
+	}
+	return b.String()
+}
+
 // CallUpsertSet is the SET list of a tool_calls upsert (Postgres and SQLite
 // both read excluded, the proposed row, as c the stored one): the status
 // moves forward only; until the envelope arrives, the first event that names
