@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -528,5 +529,22 @@ func TestRunWithIdentity(t *testing.T) {
 		} else {
 			require.ErrorIs(t, err, nats.ErrAuthorization)
 		}
+	}
+}
+
+// FreeAddr draws loopback ports below the ephemeral range, which outbound
+// connections take their local ports from, and each is free when drawn.
+func TestFreeAddrBelowTheEphemeralRange(t *testing.T) {
+	for range 20 {
+		addr := servicetest.FreeAddr(t)
+		host, port, err := net.SplitHostPort(addr)
+		require.NoError(t, err)
+		require.Equal(t, "127.0.0.1", host)
+		n, err := strconv.Atoi(port)
+		require.NoError(t, err)
+		require.Less(t, n, 32768, "below the ephemeral range")
+		l, err := net.Listen("tcp", addr)
+		require.NoError(t, err, "free when drawn")
+		require.NoError(t, l.Close())
 	}
 }

@@ -5,8 +5,10 @@ package servicetest
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"net"
 	"reflect"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -53,19 +55,34 @@ func VarsTakeEffect[C any](t *testing.T, vars []service.Var, fromEnv func(getenv
 }
 
 // FreeAddr is a loopback address whose port was free a moment ago, for a
-// service's TOOLWIRE_HTTP_ADDR when the test must know it in advance.
+// service's TOOLWIRE_HTTP_ADDR when the test must know it in advance. The
+// port is drawn below Linux's ephemeral range (32768-60999): a port the
+// kernel handed out for ":0" is handed out again as the local port of some
+// outbound connection soon after it is closed, which then holds it when the
+// service binds (seen as "address already in use" beside other tests).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePortLow+rand.IntN(freePortSpan)))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // taken: draw again
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return addr
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
+	t.Fatalf("no free loopback port in %d-%d after 100 draws", freePortLow, freePortLow+freePortSpan-1)
+	return ""
 }
+
+// The ports FreeAddr draws from: below the ephemeral range, above the
+// registered services most machines run.
+const (
+	freePortLow  = 20000
+	freePortSpan = 12000
+)
 
 // Getenv reads the environment from env, as a binary's os.Getenv would.
 func Getenv(env map[string]string) func(string) string {
