@@ -121,8 +121,8 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err e
 	// timer follows the run's first turn instead of preceding it on its
 	// way through the server.
 	deadline := s.deadlineOf(&req, d.Meta)
-	armed := s.startDeadline(req.RunID, deadline)
-	defer func() { err = s.deadlineArmed(ctx, armed, err) }()
+	timer := s.startDeadline(req.RunID, deadline)
+	defer func() { err = timer.armed(ctx, err) }()
 	// A redelivered request: the run exists, or got as far as its first turn
 	// before its replica died. So may a request submitted again under a run
 	// id that has begun, unless the stream stored this one on the condition

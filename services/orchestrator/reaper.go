@@ -82,7 +82,7 @@ const armDeadlineWithin = 100 * time.Millisecond
 
 // deadlineTimer sends the timer of one run's deadline once, when send is
 // called or armDeadlineWithin after it was made, whichever comes first;
-// armed waits until the server has stored it.
+// armed sends it if it has not gone yet and waits until it is stored.
 type deadlineTimer struct {
 	js    jetstream.JetStream
 	runID string
@@ -94,8 +94,7 @@ type deadlineTimer struct {
 }
 
 // startDeadline makes the run's deadline timer, to be sent at the latest
-// armDeadlineWithin from now; deadlineArmed sends it (if it has not gone
-// yet) and waits until it is stored.
+// armDeadlineWithin from now.
 func (s *Service) startDeadline(runID string, deadline time.Time) *deadlineTimer {
 	t := &deadlineTimer{js: s.JS, runID: runID, at: deadline.Add(reapGrace)}
 	t.late = time.AfterFunc(armDeadlineWithin, t.send)
@@ -111,12 +110,12 @@ func (t *deadlineTimer) send() {
 	})
 }
 
-// deadlineArmed sends the run's deadline timer, waits until it is stored and
+// armed sends the run's deadline timer, waits until it is stored and
 // returns what the handler that armed it returns: herr, its own outcome,
 // when the timer is stored; else the timer's failure, which is never
 // permanent, so that the event is handled again (and the timer armed)
 // rather than dead-lettered without a deadline.
-func (s *Service) deadlineArmed(ctx context.Context, t *deadlineTimer, herr error) error {
+func (t *deadlineTimer) armed(ctx context.Context, herr error) error {
 	t.late.Stop()
 	t.send()
 	err := t.err

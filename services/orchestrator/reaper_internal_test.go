@@ -71,11 +71,11 @@ func TestDeadlineArmedBeforeTheRequestIsAcknowledged(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 
 	poison := events.Permanent(errors.New("poison"))
-	require.Equal(t, poison, s.deadlineArmed(ctx, s.startDeadline("armed", deadline), poison), "the timer is stored: the handler's outcome stands")
+	require.Equal(t, poison, s.startDeadline("armed", deadline).armed(ctx, poison), "the timer is stored: the handler's outcome stands")
 	stream, err := env.JS.Stream(ctx, events.StreamTimers)
 	require.NoError(t, err)
 	_, err = stream.GetLastMsgForSubject(ctx, "toolwire.timer.run.armed")
-	require.NoError(t, err, "stored before deadlineArmed returned")
+	require.NoError(t, err, "stored before armed returned")
 
 	// A handler still at work after armDeadlineWithin (a slow model call,
 	// or one that hangs) has its run's timer sent meanwhile.
@@ -84,17 +84,17 @@ func TestDeadlineArmedBeforeTheRequestIsAcknowledged(t *testing.T) {
 		_, err := stream.GetLastMsgForSubject(ctx, "toolwire.timer.run.slow")
 		require.NoError(c, err)
 	}, 10*time.Second, 10*time.Millisecond, "sent while the handler still runs")
-	require.NoError(t, s.deadlineArmed(ctx, slow, nil))
+	require.NoError(t, slow.armed(ctx, nil))
 
 	require.NoError(t, env.JS.DeleteStream(ctx, events.StreamTimers))
 	lost := s.startDeadline("lost", deadline)
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err = s.deadlineArmed(wctx, lost, poison)
+	err = lost.armed(wctx, poison)
 	require.ErrorContains(t, err, "arm timer toolwire.timer.run.lost")
 	require.ErrorContains(t, err, "poison")
 	require.False(t, events.IsPermanent(err), "handled again, not dead-lettered without a deadline")
 
-	err = s.deadlineArmed(wctx, s.startDeadline("lost", deadline), nil)
+	err = s.startDeadline("lost", deadline).armed(wctx, nil)
 	require.ErrorContains(t, err, "arm timer toolwire.timer.run.lost")
 }
