@@ -45,6 +45,59 @@ type Delivery struct {
 	Msg     jetstream.Msg
 	// Meta is Msg's metadata (stream, sequences, time), parsed once.
 	Meta *jetstream.MsgMetadata
+
+	// keep takes Msg out of its runner's keep-alive set; nil on a batch
+	// handler's delivery. held is set by Hold.
+	keep func()
+	held *Held
+}
+
+// Hold takes the message over from the runner: when the handler returns
+// nil the runner does not acknowledge it, and the returned Held does, when
+// its holder says (Ack), or hands it back for redelivery (Nak). Until then
+// the runner keeps it alive (InProgress), so it is redelivered only if this
+// process dies or the holder hands it back; a handler that fails voids the
+// hold, and the runner settles the message as usual. A holder that stays
+// while the runner stops must settle it itself: past Stop it is no longer
+// kept alive, and is redelivered after the consumer's AckWait.
+//
+// It returns nil on a batch handler's delivery (whose messages are settled
+// with their batch) and on a second call.
+func (d *Delivery) Hold() *Held {
+	if d.keep == nil || d.held != nil || d.Msg == nil {
+		return nil
+	}
+	d.held = &Held{msg: d.Msg, release: d.keep}
+	return d.held
+}
+
+// Held is a message a handler took over (Delivery.Hold). Its methods settle
+// it once; the first call wins, later ones do nothing and return nil.
+type Held struct {
+	msg     jetstream.Msg
+	release func()
+	once    sync.Once
+	void    bool // the handler failed: the runner settled it
+}
+
+// Ack acknowledges the held message.
+func (h *Held) Ack() error { return h.settle(func() error { return h.msg.Ack() }) }
+
+// Nak hands the held message back, to be redelivered after delay.
+func (h *Held) Nak(delay time.Duration) error {
+	return h.settle(func() error { return h.msg.NakWithDelay(delay) })
+}
+
+func (h *Held) settle(fn func() error) error {
+	var err error
+	h.once.Do(func() {
+		if h.void {
+			return
+		}
+		h.release()
+		err = fn()
+	})
+	return err
 }
 
 // Handler processes one event. Returning nil acknowledges it; an error
@@ -414,20 +467,45 @@ func (r *Runner) work(j job) {
 }
 
 func (r *Runner) run(j job) {
-	defer func() { j.done(); <-r.sem; r.wg.Done() }()
-	r.handle(j.m)
+	held := false
+	defer func() {
+		if !held {
+			j.done()
+		}
+		<-r.sem
+		r.wg.Done()
+	}()
+	held = r.handle(j)
 }
 
-func (r *Runner) handle(m jetstream.Msg) {
-	d, ctx, ok := r.delivery(m)
+// handle handles j's message and settles it, unless its handler held it
+// (Delivery.Hold) and succeeded: then it reports true, and the message
+// stays in the keep-alive set until its holder settles it.
+func (r *Runner) handle(j job) bool {
+	d, ctx, ok := r.delivery(j.m)
 	if !ok {
-		return
+		return false
 	}
+	d.keep = j.done
 	err := r.safeHandle(ctx, d)
 	if IsTransient(err) {
-		err = r.retryTransient(d, err, func() error { return r.safeHandle(ctx, d) })
+		err = r.retryTransient(d, err, func() error { d.voidHold(); return r.safeHandle(ctx, d) })
 	}
+	if d.held != nil && err == nil {
+		return true
+	}
+	d.voidHold()
 	r.settle(ctx, d, err)
+	return false
+}
+
+// voidHold makes a hold of a handler that failed settle nothing: the
+// runner settles the message (or the handler tries again).
+func (d *Delivery) voidHold() {
+	if d.held != nil {
+		d.held.once.Do(func() { d.held.void = true })
+		d.held = nil
+	}
 }
 
 // retryTransient calls again, with back-off, a handler that failed with a

@@ -747,3 +747,92 @@ func TestRunnerBatchRetriesTransientInPlace(t *testing.T) {
 		}
 	}
 }
+
+// A handler that holds its message (Delivery.Hold) and succeeds leaves it
+// unacknowledged, and kept alive past the ack wait, until its holder acks or
+// naks it; a nak redelivers it; a handler that holds and then fails voids
+// the hold (the runner retries the message as usual and the holder's ack
+// does nothing); a second Hold, and a hold on a batch delivery, are nil.
+func TestRunnerHold(t *testing.T) {
+	env := natstest.Start(t)
+	const ackWait = time.Second
+	type held struct {
+		seq     int
+		attempt uint64
+		h       *events.Held
+	}
+	got := make(chan held, 16)
+	startRunner(t, env, events.RunnerConfig{Spec: events.ConsumerSpec{
+		Stream: events.StreamCalls, Durable: durable, Filters: []string{"toolwire.call.>"}, AckWait: ackWait,
+	}, Handler: func(_ context.Context, d *events.Delivery) error {
+		h := d.Hold()
+		require.NotNil(t, h)
+		require.Nil(t, d.Hold(), "held once")
+		seq := int(d.Meta.Sequence.Stream)
+		got <- held{seq, d.Attempt, h}
+		if seq == 3 && d.Attempt == 1 {
+			return errors.New("failed after holding")
+		}
+		return nil
+	}})
+	next := func() held {
+		t.Helper()
+		select {
+		case h := <-got:
+			return h
+		case <-time.After(10 * time.Second):
+			t.Fatal("no delivery")
+		}
+		return held{}
+	}
+
+	publish(t, env, callStarted(t, 1))
+	first := next()
+	time.Sleep(5 * ackWait / 2) // past the ack wait twice: kept alive
+	info := consumerInfo(t, env)
+	require.EqualValues(t, 1, info.NumAckPending, "held: not acknowledged")
+	require.Zero(t, info.NumRedelivered, "held: kept alive")
+	require.NoError(t, first.h.Ack())
+	require.NoError(t, first.h.Nak(0), "settled once: the nak does nothing")
+	requireAllAcked(t, env, 1)
+
+	publish(t, env, callStarted(t, 2))
+	second := next()
+	require.NoError(t, second.h.Nak(0))
+	again := next()
+	require.Equal(t, second.seq, again.seq)
+	require.EqualValues(t, 2, again.attempt, "handed back: redelivered")
+	require.NoError(t, again.h.Ack())
+	requireAllAcked(t, env, 2)
+
+	publish(t, env, callStarted(t, 3))
+	failed := next()
+	retried := next()
+	require.Equal(t, failed.seq, retried.seq)
+	require.EqualValues(t, 2, retried.attempt, "the failure is retried as without a hold")
+	require.NoError(t, failed.h.Ack(), "a void hold settles nothing")
+	require.EqualValues(t, 1, consumerInfo(t, env).NumAckPending, "the retry's hold is pending")
+	require.NoError(t, retried.h.Ack())
+	requireAllAcked(t, env, 3)
+	require.Empty(t, got)
+}
+
+func TestHoldOnABatchDeliveryIsNil(t *testing.T) {
+	env := natstest.Start(t)
+	holds := make(chan *events.Held, 1)
+	startRunner(t, env, events.RunnerConfig{Poll: 10 * time.Millisecond, Spec: callsSpec(0),
+		Batch: func(_ context.Context, ds []*events.Delivery) []error {
+			for _, d := range ds {
+				holds <- d.Hold()
+			}
+			return make([]error, len(ds))
+		}})
+	publish(t, env, callStarted(t, 1))
+	select {
+	case h := <-holds:
+		require.Nil(t, h)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch")
+	}
+	requireAllAcked(t, env, 1)
+}

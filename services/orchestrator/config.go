@@ -24,6 +24,7 @@ const (
 	EnvModelOutputBytes = "TOOLWIRE_MODEL_OUTPUT_BYTES"
 	EnvRunDeadline      = "TOOLWIRE_RUN_DEADLINE"
 	EnvAckWait          = "TOOLWIRE_ORCHESTRATOR_ACK_WAIT"
+	EnvTimerAfter       = "TOOLWIRE_RUN_TIMER_AFTER"
 )
 
 // Defaults and bounds of Config.
@@ -51,6 +52,14 @@ const (
 	// in-progress heartbeat, every third of it.
 	DefaultAckWait = 30 * time.Second
 	maxAckWait     = time.Hour
+	// DefaultTimerAfter is how long a run goes before its deadline timer is
+	// stored (reaper.go): most runs end sooner and store none. Its request
+	// stays unacknowledged meanwhile (a crash redelivers it, which arms the
+	// timer), so it also bounds how long a request is held: with the runs
+	// consumer's 4,096 unacknowledged requests, a ceiling of 4,096 new runs
+	// per second that all last longer, well above what one replica serves.
+	DefaultTimerAfter = time.Second
+	maxTimerAfter     = time.Minute
 
 	maxStartedAfter     = time.Minute
 	maxRunDeadline      = envelope.MaxDeadlineS * time.Second
@@ -91,6 +100,11 @@ type Config struct {
 	// in-progress heartbeat), so it bounds only what a dead replica holds
 	// up. Default DefaultAckWait; at most 30s for approvals.
 	AckWait time.Duration
+	// TimerAfter is how long a run goes before its deadline timer is stored
+	// (default DefaultTimerAfter; negative: at once, with its first turn). A
+	// run that ends sooner stores none; its request is acknowledged when
+	// it ends, or when the timer is stored.
+	TimerAfter time.Duration
 	// RunDeadline is how long a run may take from its request when the
 	// request sets no deadline_s (default DefaultRunDeadline, at most a
 	// day).
@@ -111,17 +125,24 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	e := service.NewEnv(getenv)
 	e.Int(EnvConcurrency, 1, maxConcurrency, &c.Concurrency)
 	e.Duration(EnvModelTimeout, time.Millisecond, maxModelTimeout, &c.ModelTimeout)
-	if v, ok := e.Lookup(EnvStartedAfter); ok && v == "0" {
-		c.StartedAfter = -1 // at once
-	} else {
-		e.Duration(EnvStartedAfter, time.Millisecond, maxStartedAfter, &c.StartedAfter)
-	}
+	durationOrNow(e, EnvStartedAfter, maxStartedAfter, &c.StartedAfter)
 	e.Int(EnvModelOutputBytes, 1, maxModelOutputBytes, &c.ModelOutputBytes)
 	e.Duration(EnvRunDeadline, time.Second, maxRunDeadline, &c.RunDeadline)
 	e.Duration(EnvAckWait, time.Second, maxAckWait, &c.AckWait)
+	durationOrNow(e, EnvTimerAfter, maxTimerAfter, &c.TimerAfter)
 	readPrices(e, c.Prices)
 	readProviders(e, &c)
 	return c, e.Err()
+}
+
+// durationOrNow reads a wait of at most hi into dst, "0" meaning at once
+// (-1: zero is the default's).
+func durationOrNow(e *service.Env, name string, hi time.Duration, dst *time.Duration) {
+	if v, ok := e.Lookup(name); ok && v == "0" {
+		*dst = -1
+		return
+	}
+	e.Duration(name, time.Millisecond, hi, dst)
 }
 
 // EnvVars documents the variables ConfigFromEnv reads, besides the common
@@ -133,6 +154,7 @@ func EnvVars() []service.Var {
 		{Name: EnvStartedAfter, Help: "how long a run's first model call runs before the run's started event goes out; 0: at once (default 250ms)", Example: "1s"},
 		{Name: EnvModelOutputBytes, Help: "the most of one tool output the model is given; a larger output reaches it as its preview (default 262144)", Example: "65536"},
 		{Name: EnvRunDeadline, Help: "how long a run may take from its request when the request sets no deadline_s; a run still going then ends failed with code TIMEOUT and what it waited for (default 30m, at most 24h)", Example: "10m"},
+		{Name: EnvTimerAfter, Help: "how long a run goes before its deadline timer is stored; a run that ends sooner stores none, and its request stays unacknowledged until then; 0: at once (default 1s)", Example: "5s"},
 		{Name: EnvAckWait, Help: "how long a delivery stays with a replica that neither acknowledges nor extends it (a killed one) before another gets it; live handlers extend it (default 30s)", Example: "10s"},
 		{Name: EnvPrices, Help: "model price table, JSON or the path of a JSON file: {\"model\" or \"provider/model\": {\"input_per_mtok\": n, \"output_per_mtok\": n}}, over the built-in prices",
 			Example: `{"my-model": {"input_per_mtok": 1, "output_per_mtok": 2}}`},
@@ -146,6 +168,7 @@ func (c Config) withDefaults() Config {
 	c.StartedAfter = cmp.Or(c.StartedAfter, DefaultStartedAfter)
 	c.ModelOutputBytes = cmp.Or(c.ModelOutputBytes, DefaultModelOutputBytes)
 	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.TimerAfter = cmp.Or(c.TimerAfter, DefaultTimerAfter)
 	c.RunDeadline = cmp.Or(c.RunDeadline, DefaultRunDeadline)
 	if c.Prices == nil {
 		c.Prices = DefaultPrices()
@@ -180,6 +203,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckWait < 0 {
 		errs = append(errs, fmt.Errorf("ack wait %s: want a positive duration", c.AckWait))
+	}
+	if c.TimerAfter > maxTimerAfter {
+		errs = append(errs, fmt.Errorf("timer after %s: want up to %s", c.TimerAfter, maxTimerAfter))
 	}
 	if err := c.Prices.Validate(); err != nil {
 		errs = append(errs, err)

@@ -113,16 +113,15 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err e
 	}
 
 	// The run's deadline counts from its request's arrival in the stream,
-	// the same for every delivery. Its timer is sent once the handler is
-	// done (or has run for armDeadlineWithin), and the request is
-	// acknowledged only once the timer is stored (whatever the handler's
-	// outcome), so that a run whose events go nowhere is still ended: a
-	// crash before then redelivers the request, which arms it again. The
-	// timer follows the run's first turn instead of preceding it on its
-	// way through the server.
+	// the same for every delivery. The request is acknowledged only once
+	// the run has ended or its deadline timer is stored (whatever the
+	// handler's outcome), so that a run whose events go nowhere is still
+	// ended: a crash before then redelivers the request, which arms the
+	// timer. A run that ends within Config.TimerAfter stores none
+	// (reaper.go).
 	deadline := s.deadlineOf(&req, d.Meta)
 	timer := s.startDeadline(req.RunID, deadline)
-	defer func() { err = timer.armed(ctx, err) }()
+	defer func() { err = timer.armed(ctx, err, d) }()
 	// A redelivered request: the run exists, or got as far as its first turn
 	// before its replica died. So may a request submitted again under a run
 	// id that has begun, unless the stream stored this one on the condition
@@ -553,6 +552,7 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 	if final == nil || !firstDelivery(ctx) {
 		if _, err := last(ctx, s.history.runs, subj); err == nil {
 			s.convs.forget(st.RunID)
+			s.runEnded(st.RunID)
 			return false, nil // published by an earlier delivery
 		} else if !errors.Is(err, errNotRecorded) {
 			return false, err
@@ -592,6 +592,7 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 		return false, err
 	}
 	s.convs.forget(st.RunID)
+	s.runEnded(st.RunID)
 	if !published {
 		return false, nil
 	}

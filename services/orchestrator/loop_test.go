@@ -484,12 +484,14 @@ func TestRunFailsAtItsDeadlineWhenItsRequestIsDeadLettered(t *testing.T) {
 	require.Contains(t, final.Reason, "toolwire dlq list")
 }
 
-// A run that ends before its deadline is left alone when its timer fires.
+// A run that ends before its deadline is left alone when its timer fires
+// (stored with its first turn here: by default a run this quick stores
+// none).
 func TestDeadlineLeavesAnEndedRunAlone(t *testing.T) {
 	h := newHarness(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	h.Start("o1", orchestrator.Config{RunDeadline: time.Second})
+	h.Start("o1", orchestrator.Config{RunDeadline: time.Second, TimerAfter: -1})
 	req := orchestratortest.Scripted(t, "deadline-done", nil, envelope.Policy{}, map[string]any{"content": "quick"})
 	final := h.Run(req, 30*time.Second)
 	require.Equal(t, events.StatusCompleted, final.Status)

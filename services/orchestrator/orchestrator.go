@@ -28,8 +28,9 @@ type Service struct {
 	schemas *envelope.Schemas
 	metrics *metrics
 
-	rules *rules.Guard
-	convs *conversations
+	rules     *rules.Guard
+	convs     *conversations
+	deadlines *deadlines // of the run requests this replica handles
 
 	// Set up by Start.
 	states  *stateStore
@@ -56,12 +57,13 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{
-		Core:    d.Core("orchestrator", m.consumers),
-		cfg:     cfg,
-		schemas: schemas,
-		metrics: m,
-		rules:   rules.NewGuard(),
-		convs:   newConversations(),
+		Core:      d.Core("orchestrator", m.consumers),
+		cfg:       cfg,
+		schemas:   schemas,
+		metrics:   m,
+		rules:     rules.NewGuard(),
+		convs:     newConversations(),
+		deadlines: newDeadlines(),
 	}, nil
 }
 
@@ -117,6 +119,9 @@ func (s *Service) Start(ctx context.Context) error {
 		if err := s.watchApprovals(ctx, life); err != nil {
 			return err
 		}
+		// Once the consumers have stopped, the requests still held get
+		// their timers (Stop runs in reverse order).
+		s.OnStop(s.stopDeadlines)
 		// The consumers stop first (Stop runs in reverse order): their
 		// handlers read the catalog and may still be applying an approval.
 		if err := s.Consume(ctx, s.cfg.Concurrency,

@@ -71,59 +71,137 @@ func (s *Service) armDeadline(ctx context.Context, runID string, deadline time.T
 	return nil
 }
 
-// armDeadlineWithin bounds how long a run request's handler may run before
-// the run's deadline timer is sent (deadlineTimer). The timer goes out once
-// the handler has published the run's first turn, so that the server does
-// not store it ahead of the turn on the hop every run waits for (a quarter of
-// that hop's time on two CPUs); a model call still going after this long
-// sends it from a timer, so that a handler that hangs leaves its run without
-// a deadline for no longer than this.
-const armDeadlineWithin = 100 * time.Millisecond
+// A run's deadline timer is stored only for a run still going
+// Config.TimerAfter after its request's handler started (or at its deadline,
+// if that comes sooner). Until then the request stays unacknowledged: its
+// handler holds it (events.Delivery.Hold) once it has returned, and a crash
+// of this replica redelivers it, whose handler arms the timer. So at every
+// moment a run has a stored timer, or a request that will be handled again;
+// and a run that ends sooner (most do) costs no timer at all: no message to
+// store beside its first turn, none to fire and clear after its deadline.
+// A handler that fails, or is still at work then (a slow model call, or one
+// that hangs), has the timer sent meanwhile and waited for before its
+// request is settled, as every handler did before.
 
-// deadlineTimer sends the timer of one run's deadline once, when send is
-// called or armDeadlineWithin after it was made, whichever comes first;
-// armed sends it if it has not gone yet and waits until it is stored.
+// deadlineTimer is the deadline timer of one run, on the replica that
+// handles its request: sent once (send) when Config.TimerAfter has passed,
+// when its handler failed, or at Stop; not at all when the run ended first
+// (runEnded). The request is acknowledged once the timer is stored or the
+// run has ended.
 type deadlineTimer struct {
-	js    jetstream.JetStream
+	s     *Service
 	runID string
 	at    time.Time
 	late  *time.Timer
-	once  sync.Once
+
+	mu    sync.Mutex
+	sent  bool
 	a     *events.ArmingTimer
 	err   error
+	ended bool         // the run's end is stored
+	held  *events.Held // the request, when its handler returned and held it
+	// always: TimerAfter is negative, the timer goes out at once whether
+	// the run ends or not, and the request is never held.
+	always bool
 }
 
-// startDeadline makes the run's deadline timer, to be sent at the latest
-// armDeadlineWithin from now.
+// startDeadline makes the run's deadline timer, to be sent
+// Config.TimerAfter from now (at once when it is negative), or at the
+// deadline if that is sooner, unless the run ends first.
 func (s *Service) startDeadline(runID string, deadline time.Time) *deadlineTimer {
-	t := &deadlineTimer{js: s.JS, runID: runID, at: deadline.Add(reapGrace)}
-	t.late = time.AfterFunc(armDeadlineWithin, t.send)
+	t := &deadlineTimer{s: s, runID: runID, at: deadline.Add(reapGrace), always: s.cfg.TimerAfter < 0}
+	after := min(s.cfg.TimerAfter, time.Until(deadline))
+	s.deadlines.add(t)
+	t.late = time.AfterFunc(max(after, 0), t.fire)
 	return t
 }
 
-// send sends the timer, once.
+// send sends the timer, once; t.mu is held.
 func (t *deadlineTimer) send() {
-	t.once.Do(func() {
-		if t.a, t.err = events.StartTimer(t.js, timerRun, t.runID, t.at); t.err != nil {
-			t.err = fmt.Errorf("run %s: %w", t.runID, t.err)
-		}
-	})
+	if t.sent {
+		return
+	}
+	t.sent = true
+	if t.a, t.err = events.StartTimer(t.s.JS, timerRun, t.runID, t.at); t.err != nil {
+		t.err = fmt.Errorf("run %s: %w", t.runID, t.err)
+	}
 }
 
-// armed sends the run's deadline timer, waits until it is stored and
-// returns what the handler that armed it returns: herr, its own outcome,
-// when the timer is stored; else the timer's failure, which is never
-// permanent, so that the event is handled again (and the timer armed)
-// rather than dead-lettered without a deadline.
-func (t *deadlineTimer) armed(ctx context.Context, herr error) error {
-	t.late.Stop()
+// stored waits until the sent timer is stored.
+func (t *deadlineTimer) stored(ctx context.Context) error {
+	t.mu.Lock()
+	a, err := t.a, t.err
+	t.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := a.Wait(ctx); err != nil {
+		return fmt.Errorf("run %s: %w", t.runID, err)
+	}
+	return nil
+}
+
+// fire sends the timer when TimerAfter has passed; a request held by now
+// is acknowledged once the timer is stored.
+func (t *deadlineTimer) fire() {
+	t.mu.Lock()
+	if t.ended && !t.always {
+		t.mu.Unlock()
+		return
+	}
 	t.send()
-	err := t.err
+	held := t.held
+	t.mu.Unlock()
+	if held != nil {
+		t.settle(context.Background(), held)
+	}
+}
+
+// settle acknowledges the held request once the timer is stored, else
+// hands it back, so that a redelivery arms it.
+func (t *deadlineTimer) settle(ctx context.Context, held *events.Held) {
+	defer t.s.deadlines.remove(t)
+	err := t.stored(ctx)
 	if err == nil {
-		if err = t.a.Wait(ctx); err != nil {
-			err = fmt.Errorf("run %s: %w", t.runID, err)
+		err = held.Ack()
+	} else {
+		err = errors.Join(err, held.Nak(time.Second))
+	}
+	if err != nil {
+		t.s.Log.Warn("run request settled late: it is handled again, which arms the run's deadline", "run_id", t.runID, "err", err)
+	}
+}
+
+// armed ends the request's handler: it returns herr, the handler's own
+// outcome, after which the runner settles the request. A handler that
+// succeeded holds the request (d.Hold) until the timer is stored or the run
+// ends, unless either has happened. A handler that failed, or one whose
+// timer is sent, waits for the timer to be stored; a timer that could not
+// be stored is returned in place of herr, never as a permanent failure, so
+// that the request is handled again (and the timer armed) rather than
+// dead-lettered without a deadline.
+func (t *deadlineTimer) armed(ctx context.Context, herr error, d *events.Delivery) error {
+	t.mu.Lock()
+	if herr == nil && !t.sent && !t.always {
+		if t.ended {
+			t.mu.Unlock()
+			t.late.Stop()
+			t.s.deadlines.remove(t)
+			return nil
+		}
+		if d != nil {
+			t.held = d.Hold()
+		}
+		if t.held != nil {
+			t.mu.Unlock()
+			return nil
 		}
 	}
+	t.late.Stop()
+	t.send()
+	t.mu.Unlock()
+	defer t.s.deadlines.remove(t)
+	err := t.stored(ctx)
 	switch {
 	case err == nil:
 		return herr
@@ -131,6 +209,102 @@ func (t *deadlineTimer) armed(ctx context.Context, herr error) error {
 		return err
 	}
 	return fmt.Errorf("%w (and the handler failed: %v)", err, herr)
+}
+
+// runEnded says that the run's end is stored: it needs no deadline, and its
+// request, when held, is acknowledged.
+func (t *deadlineTimer) runEnded() {
+	t.mu.Lock()
+	t.ended = true
+	held := t.held
+	sent := t.sent
+	t.mu.Unlock()
+	if held == nil {
+		return // the handler sees ended when it returns
+	}
+	if sent {
+		return // fire acknowledges it once the timer is stored
+	}
+	t.late.Stop()
+	if err := held.Ack(); err != nil {
+		t.s.Log.Warn("run request not acknowledged after its run ended; a redelivery finds the run ended", "run_id", t.runID, "err", err)
+	}
+	t.s.deadlines.remove(t)
+}
+
+// deadlines are the deadline timers of the run requests this replica
+// handles, by run id.
+type deadlines struct {
+	mu sync.Mutex
+	m  map[string]map[*deadlineTimer]struct{}
+}
+
+func newDeadlines() *deadlines { return &deadlines{m: map[string]map[*deadlineTimer]struct{}{}} }
+
+func (ds *deadlines) add(t *deadlineTimer) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if ds.m[t.runID] == nil {
+		ds.m[t.runID] = map[*deadlineTimer]struct{}{}
+	}
+	ds.m[t.runID][t] = struct{}{}
+}
+
+func (ds *deadlines) remove(t *deadlineTimer) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	delete(ds.m[t.runID], t)
+	if len(ds.m[t.runID]) == 0 {
+		delete(ds.m, t.runID)
+	}
+}
+
+func (ds *deadlines) of(runID string) []*deadlineTimer {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	out := make([]*deadlineTimer, 0, len(ds.m[runID]))
+	for t := range ds.m[runID] {
+		out = append(out, t)
+	}
+	return out
+}
+
+// runEnded releases the run's timers on this replica (publishEnd).
+func (s *Service) runEnded(runID string) {
+	for _, t := range s.deadlines.of(runID) {
+		t.runEnded()
+	}
+}
+
+// stopDeadlines, at Stop once the consumers have stopped, sends the timers
+// of the requests still held and settles them: past Stop nothing keeps a
+// held request alive.
+func (s *Service) stopDeadlines(ctx context.Context) error {
+	s.deadlines.mu.Lock()
+	var held []*deadlineTimer
+	for _, ts := range s.deadlines.m {
+		for t := range ts {
+			held = append(held, t)
+		}
+	}
+	s.deadlines.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, t := range held {
+		t.mu.Lock()
+		h := t.held
+		if h == nil || t.ended {
+			h = nil
+		} else {
+			t.late.Stop()
+			t.send()
+		}
+		t.mu.Unlock()
+		if h != nil {
+			wg.Go(func() { t.settle(ctx, h) })
+		}
+	}
+	wg.Wait()
+	return nil
 }
 
 // withDeadline bounds ctx by a run's deadline, when it has one.
