@@ -98,16 +98,21 @@ func FuzzParsePrices(f *testing.F) {
 func TestConfigFromEnv(t *testing.T) {
 	c, err := orchestrator.ConfigFromEnv(env(map[string]string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY": "8", "TOOLWIRE_MODEL_TIMEOUT": "30s",
 		"OPENAI_API_KEY": "sk-x", "TOOLWIRE_PRICES": `{"x": {"input_per_mtok": 1, "output_per_mtok": 1}}`,
-		"TOOLWIRE_RUN_DEADLINE": "10m"}))
+		"TOOLWIRE_RUN_DEADLINE": "10m", "TOOLWIRE_RUN_TIMER_AFTER": "5s"}))
 	require.NoError(t, err)
 	require.Equal(t, 8, c.Concurrency)
 	require.Equal(t, 10*time.Minute, c.RunDeadline)
+	require.Equal(t, 5*time.Second, c.TimerAfter)
 	require.Equal(t, "sk-x", c.OpenAI.APIKey)
 	require.Contains(t, c.Prices, "x")
+	now, err := orchestrator.ConfigFromEnv(env(map[string]string{"TOOLWIRE_RUN_TIMER_AFTER": "0"}))
+	require.NoError(t, err)
+	require.Negative(t, now.TimerAfter, "0: at once")
 
 	_, err = orchestrator.ConfigFromEnv(env(map[string]string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY": "0", "TOOLWIRE_MODEL_TIMEOUT": "soon",
-		"TOOLWIRE_PRICES": "{", "OPENAI_BASE_URL": "nope", "TOOLWIRE_RUN_DEADLINE": "25h"}))
-	for _, s := range []string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY", "TOOLWIRE_MODEL_TIMEOUT", "TOOLWIRE_PRICES", "OPENAI_BASE_URL", "TOOLWIRE_RUN_DEADLINE"} {
+		"TOOLWIRE_PRICES": "{", "OPENAI_BASE_URL": "nope", "TOOLWIRE_RUN_DEADLINE": "25h", "TOOLWIRE_RUN_TIMER_AFTER": "2m"}))
+	for _, s := range []string{"TOOLWIRE_ORCHESTRATOR_CONCURRENCY", "TOOLWIRE_MODEL_TIMEOUT", "TOOLWIRE_PRICES", "OPENAI_BASE_URL", "TOOLWIRE_RUN_DEADLINE",
+		"TOOLWIRE_RUN_TIMER_AFTER"} {
 		require.ErrorContains(t, err, s, "every problem is reported at once")
 	}
 	var names []string
@@ -134,6 +139,7 @@ func TestConfigValidate(t *testing.T) {
 		{orchestrator.Config{AckWait: -time.Second}, "ack wait -1s: want a positive duration"},
 		{orchestrator.Config{RunDeadline: 25 * time.Hour}, "run deadline 25h0m0s: want 1s to 24h0m0s"},
 		{orchestrator.Config{RunDeadline: time.Millisecond}, "run deadline 1ms: want 1s to 24h0m0s"},
+		{orchestrator.Config{TimerAfter: 2 * time.Minute}, "timer after 2m0s: want up to 1m0s"},
 		{orchestrator.Config{OpenAI: provider.Config{BaseURL: "localhost:11434"}},
 			`OpenAI base URL "localhost:11434": want an http(s) URL such as http://localhost:11434/v1`},
 		{orchestrator.Config{Providers: orchestrator.Providers{"mine": nil}}, `provider "mine" is nil`},

@@ -441,6 +441,38 @@ func TestRunFailsAtItsDeadlineWhileWaitingForACall(t *testing.T) {
 	require.Len(t, failed, 1)
 }
 
+// A replica that crashes while it holds a run's request (the run outlasts
+// nothing yet, so no timer is stored) leaves the run its deadline all the
+// same: the request is redelivered to another replica, which arms the
+// timer, and the run fails at its deadline.
+func TestRunFailsAtItsDeadlineAfterTheReplicaHoldingItsRequestCrashed(t *testing.T) {
+	h, ctx, g := newGuarded(t)
+	cfg := orchestrator.Config{AckWait: time.Second, TimerAfter: time.Minute}
+	r1 := h.Start("o1", cfg)
+
+	req := orchestratortest.Scripted(t, "deadline-crash", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": "lost"})}},
+		map[string]any{"content": "never"},
+	)
+	req.DeadlineS = 3
+	h.Submit(ctx, req)
+	g.Request(req.RunID, "echo", map[string]any{"text": "lost"}, 1)
+	timers, err := h.Env.JS.Stream(ctx, events.StreamTimers)
+	require.NoError(t, err)
+	info, err := timers.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "held: no timer stored yet")
+	r1.Kill()
+	cfg.TimerAfter = 0 // the default
+	h.Start("o2", cfg)
+
+	final, err := h.Wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusFailed, final.Status)
+	require.Equal(t, envelope.CodeTimeout, final.Code)
+	require.Contains(t, final.Reason, "run deadline-crash passed its deadline")
+}
+
 // A model that does not answer by the deadline: the call is cut at the
 // deadline and the run fails with TIMEOUT, never completes afterwards.
 func TestRunFailsAtItsDeadlineWhileTheModelThinks(t *testing.T) {
