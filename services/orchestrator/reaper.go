@@ -111,8 +111,8 @@ type deadlineTimer struct {
 func (s *Service) startDeadline(runID string, deadline time.Time) *deadlineTimer {
 	t := &deadlineTimer{s: s, runID: runID, at: deadline.Add(reapGrace), always: s.cfg.TimerAfter < 0}
 	after := min(s.cfg.TimerAfter, time.Until(deadline))
-	s.deadlines.add(t)
-	t.late = time.AfterFunc(max(after, 0), t.fire)
+	t.late = time.AfterFunc(max(after, 0), func() { t.fire(context.Background()) })
+	s.deadlines.add(t) // with late set: runEnded and Stop may stop it from now on
 	return t
 }
 
@@ -141,9 +141,9 @@ func (t *deadlineTimer) stored(ctx context.Context) error {
 	return nil
 }
 
-// fire sends the timer when TimerAfter has passed; a request held by now
-// is acknowledged once the timer is stored.
-func (t *deadlineTimer) fire() {
+// fire sends the timer when TimerAfter has passed (or at Stop); a request
+// held by now is acknowledged once the timer is stored, bounded by ctx.
+func (t *deadlineTimer) fire(ctx context.Context) {
 	t.mu.Lock()
 	if t.ended && !t.always {
 		t.mu.Unlock()
@@ -153,7 +153,7 @@ func (t *deadlineTimer) fire() {
 	held := t.held
 	t.mu.Unlock()
 	if held != nil {
-		t.settle(context.Background(), held)
+		t.settle(ctx, held)
 	}
 }
 
@@ -259,12 +259,17 @@ func (ds *deadlines) remove(t *deadlineTimer) {
 	}
 }
 
+// of is the timers of runID, or of every run when runID is "".
 func (ds *deadlines) of(runID string) []*deadlineTimer {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
-	out := make([]*deadlineTimer, 0, len(ds.m[runID]))
-	for t := range ds.m[runID] {
-		out = append(out, t)
+	var out []*deadlineTimer
+	for id, ts := range ds.m {
+		if runID == "" || id == runID {
+			for t := range ts {
+				out = append(out, t)
+			}
+		}
 	}
 	return out
 }
@@ -276,31 +281,14 @@ func (s *Service) runEnded(runID string) {
 	}
 }
 
-// stopDeadlines, at Stop once the consumers have stopped, sends the timers
-// of the requests still held and settles them: past Stop nothing keeps a
-// held request alive.
+// stopDeadlines, at Stop once the consumers have stopped, fires at once
+// the timers not fired yet: the requests still held get theirs and are
+// settled, as past Stop nothing keeps them alive.
 func (s *Service) stopDeadlines(ctx context.Context) error {
-	s.deadlines.mu.Lock()
-	var held []*deadlineTimer
-	for _, ts := range s.deadlines.m {
-		for t := range ts {
-			held = append(held, t)
-		}
-	}
-	s.deadlines.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, t := range held {
-		t.mu.Lock()
-		h := t.held
-		if h == nil || t.ended {
-			h = nil
-		} else {
-			t.late.Stop()
-			t.send()
-		}
-		t.mu.Unlock()
-		if h != nil {
-			wg.Go(func() { t.settle(ctx, h) })
+	for _, t := range s.deadlines.of("") {
+		if t.late.Stop() {
+			wg.Go(func() { t.fire(ctx) })
 		}
 	}
 	wg.Wait()
