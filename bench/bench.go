@@ -16,8 +16,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
+	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -241,15 +245,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// The chains are measured in blocks between blocks of runs, so that both
 	// span the same minutes: on a shared VM speed drifts by tens of percent
 	// within a run. Each chain block starts once the pipeline has settled
-	// (the recorder fetches every 20 ms) and after a few chains that are not
-	// counted: chains run back to back, as the hops within a run do, and
-	// neither pays for the other's leftovers.
+	// (the recorder has written and acknowledged every event of the runs
+	// before: settled) and after a few chains that are not counted: chains
+	// run back to back, as the hops within a run do, and neither pays for
+	// the other's leftovers.
 	const block = 20
 	var runLat, chainLat, contractLat []time.Duration
 	var runIDs []string
 	for len(runLat) < o.Samples {
 		n := min(block, o.Samples-len(runLat))
-		time.Sleep(50 * time.Millisecond)
+		if err := settled(ctx, st.JS); err != nil {
+			return nil, err
+		}
 		if _, err := ch.latency(ctx, 5, payload); err != nil {
 			return nil, err
 		}
@@ -652,3 +659,41 @@ func waitRecorded(ctx context.Context, base, runID string) error {
 
 // JSON renders the report for machines.
 func (r *Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") }
+
+// settled waits until the recorder holds none of the events stored so far:
+// its consumers have nothing waiting and nothing unacknowledged (it
+// acknowledges an event once its transaction committed), and then 10 ms for
+// the acks' own tail. It gives up after 5 s: a chain block then measures
+// beside the recorder's work, which only flatters the pipeline's ratios
+// less.
+func settled(ctx context.Context, js jetstream.JetStream) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		busy := false
+		for _, c := range []struct{ stream, durable string }{
+			{events.StreamRuns, recorder.DurableRuns}, {events.StreamCalls, recorder.DurableCalls},
+		} {
+			cons, err := js.Consumer(ctx, c.stream, c.durable)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("bench: the recorder's consumer %s: %w", c.durable, err)
+			}
+			info := cons.CachedInfo()
+			if info.NumPending > 0 || info.NumAckPending > 0 {
+				busy = true
+			}
+		}
+		if !busy {
+			time.Sleep(10 * time.Millisecond)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

@@ -44,8 +44,17 @@ const (
 const (
 	DefaultBatch = 1024
 	maxBatch     = 4096
-	// DefaultPoll is how often the recorder fetches the events waiting.
-	DefaultPoll = 20 * time.Millisecond
+	// DefaultPoll is how often the recorder fetches the events waiting. Each
+	// fetch is one transaction, and a transaction's fixed work (its advisory
+	// locks, the gate's reads, the statements of every table touched, the
+	// commit) is most of what the recorder costs Postgres when runs come one
+	// at a time: measured with 1,000 one-call runs taken one at a time on two
+	// CPUs shared with Postgres, 100ms instead of 20ms cut Postgres's CPU by
+	// 55-65% and the pipeline's own by about 10%, and with them a one-call
+	// run's p50 by 5-15% (the CPUs the services wait for are less often
+	// busy with the recorder's writes). 250ms saved no more. It costs a live
+	// timeline at most 80ms more before an event shows.
+	DefaultPoll = 100 * time.Millisecond
 	maxPoll     = 5 * time.Second
 	// DefaultDatabaseWait is how long Start waits for the database.
 	DefaultDatabaseWait = 30 * time.Second
@@ -208,8 +217,8 @@ func EnvVars() []service.Var {
 		{Name: EnvDatabaseURL, Help: "the recorder's database (required): a Postgres URL, or sqlite:<path> for a SQLite file (one recorder process)",
 			Example: "postgres://toolwire@postgres:5432/toolwire?sslmode=disable"},
 		{Name: EnvBatch, Help: "most events written in one transaction (1 to 4096; default 1024)", Example: "256"},
-		{Name: EnvPoll, Help: "how often the recorder fetches the events waiting (up to 5s; default 20ms); 0 has each event pushed as it is stored",
-			Example: "100ms"},
+		{Name: EnvPoll, Help: "how often the recorder fetches the events waiting (up to 5s; default 100ms); 0 has each event pushed as it is stored",
+			Example: "20ms"},
 		{Name: EnvAdminToken, Help: "turns the registry's admin routes (/v1/admin/tools) on; they require it as a bearer token (default: off); it is an admin of every tenant",
 			Example: "an-admin-token"},
 		{Name: EnvDatabaseWait, Help: "how long start-up waits for the database to answer before it fails saying what to check (1s to 1h; default 30s)",
