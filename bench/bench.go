@@ -663,9 +663,9 @@ func (r *Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ")
 // settled waits until the recorder holds none of the events stored so far:
 // its consumers have nothing waiting and nothing unacknowledged (it
 // acknowledges an event once its transaction committed), and then 10 ms for
-// the acks' own tail. It gives up after 5 s: a chain block then measures
-// beside the recorder's work, which only flatters the pipeline's ratios
-// less.
+// the acks' own tail. It gives up after 5 s (a recorder that far behind
+// shows in the lag figures), and the chain block then runs beside the
+// recorder's writes.
 func settled(ctx context.Context, js jetstream.JetStream) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
