@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -259,17 +261,21 @@ func (ds *deadlines) remove(t *deadlineTimer) {
 	}
 }
 
-// of is the timers of runID, or of every run when runID is "".
+// of is the timers of runID: looked up, not searched for, as every run's
+// end asks while this replica may hold thousands of requests.
 func (ds *deadlines) of(runID string) []*deadlineTimer {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
+	return slices.Collect(maps.Keys(ds.m[runID]))
+}
+
+// all is the timers of every run.
+func (ds *deadlines) all() []*deadlineTimer {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
 	var out []*deadlineTimer
-	for id, ts := range ds.m {
-		if runID == "" || id == runID {
-			for t := range ts {
-				out = append(out, t)
-			}
-		}
+	for _, ts := range ds.m {
+		out = slices.AppendSeq(out, maps.Keys(ts))
 	}
 	return out
 }
@@ -286,7 +292,7 @@ func (s *Service) runEnded(runID string) {
 // settled, as past Stop nothing keeps them alive.
 func (s *Service) stopDeadlines(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, t := range s.deadlines.of("") {
+	for _, t := range s.deadlines.all() {
 		if t.late.Stop() {
 			wg.Go(func() { t.fire(ctx) })
 		}
