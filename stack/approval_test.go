@@ -457,7 +457,11 @@ func TestApproveFromTheTimelineInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS(`form.decide input[name=note]`), "reviewed, fine"),
 		chromedp.Click(chromedp.CSS(`form.decide button.approve`)),
 	)
-	poll("the run completes on the page", `!!document.querySelector(".run-head .status-completed")`)
+	// The run's end and its calls' steps are recorded by separate consumers
+	// (no order between them): the page shows the run completed and, on a
+	// later refresh, the decision on the call.
+	poll("the run completes on the page", `!!document.querySelector(".run-head .status-completed") && `+
+		`[...document.querySelectorAll("details.call .steps li")].some(li => li.textContent.includes("decision: approve"))`)
 	steps := page.Eval(`[...document.querySelectorAll("details.call .steps li")].map(li => li.textContent).join("\n")`)
 	require.Contains(t, steps, "decision: approve by approver-1 — reviewed, fine", "who decided and the note, on the timeline")
 	require.Regexp(t, `\d\d:\d\d:\d\d\.\d{3} decision: approve`, steps, "and when")
