@@ -129,6 +129,10 @@ envelopes. Live tools run without the tenant's secrets.`,
 	return cmd
 }
 
+// settleWait bounds how long a replay read from the database waits for the
+// last envelopes of a run recorded as ended.
+const settleWait = 5 * time.Second
+
 // bundleFromDatabase builds a run's replay bundle from a recorder's database
 // (a Postgres URL or sqlite:<path>), without a recorder running. It lives
 // here, not in package replay, so that replay needs no database driver.
@@ -141,6 +145,12 @@ func bundleFromDatabase(ctx context.Context, databaseURL, runID string) (replay.
 		return replay.Bundle{}, err
 	}
 	defer closeStore()
+	// A run recorded as ended may still have envelopes on their way (a
+	// recorder records its calls apart from the run): wait for them a while,
+	// as the recorder's API does.
+	if _, _, err := store.AwaitSettled(ctx, st, runID, settleWait, 50*time.Millisecond); err != nil && !errors.Is(err, store.ErrRunNotFound) {
+		return replay.Bundle{}, err
+	}
 	// No NATS here: outputs left in a blob stay out of the bundle.
 	b, err := store.ReplayBundle(ctx, st, runID, nil)
 	if errors.Is(err, store.ErrRunNotFound) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/events/blobs"
 	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 )
@@ -130,6 +132,93 @@ func TestRecorderReplayBundle(t *testing.T) {
 	}
 	if status, body = h.get("/v1/runs/nope/replay"); status != http.StatusNotFound {
 		t.Fatalf("replay of an unknown run: %d %s", status, body)
+	}
+}
+
+// TestRecorderReplayBundleWaitsForLateEnvelopes: a run's calls are recorded
+// apart from the run itself, so a run can read as ended before its last
+// envelope is recorded. The run says it has not settled, and its replay
+// bundle waits for the envelope instead of leaving it out; a run whose
+// envelope never comes gets its bundle after the bound, marked unsettled.
+func TestRecorderReplayBundleWaitsForLateEnvelopes(t *testing.T) {
+	h := newHarness(t)
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	fx := storetest.CompletedRun(t, "replay-late", "weather", storetest.TenantA, base)
+	var late events.Outgoing
+	var early []events.Outgoing
+	for _, o := range fx.Events {
+		if o.Event.Type() == events.TypeCallCompleted && late.Subject == "" {
+			late = o
+			continue
+		}
+		early = append(early, o)
+	}
+	if late.Subject == "" {
+		t.Fatal("the fixture has no completed call")
+	}
+	h.publish(early...)
+	h.waitRun(fx.RunID, events.StatusCompleted, 1)
+	h.waitIdle()
+	if run := h.getRun(fx.RunID); run.Settled {
+		t.Fatalf("a run with a call still waiting for its envelope reads as settled: %+v", run)
+	}
+
+	type answer struct {
+		settled string
+		bundle  envelope.ReplayBundle
+		err     error
+	}
+	fetchBundle := func(runID string) answer {
+		req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet, h.api.URL+"/v1/runs/"+runID+"/replay", nil)
+		if err != nil {
+			return answer{err: err}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return answer{err: err}
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var a answer
+		a.settled = resp.Header.Get(api.SettledHeader)
+		if resp.StatusCode != http.StatusOK {
+			return answer{err: fmt.Errorf("replay: %s", resp.Status)}
+		}
+		a.err = json.NewDecoder(resp.Body).Decode(&a.bundle)
+		return a
+	}
+	// The bundle asked for now comes once the late envelope is recorded.
+	got := make(chan answer, 1)
+	go func() { got <- fetchBundle(fx.RunID) }()
+	time.Sleep(300 * time.Millisecond) // the request is waiting meanwhile
+	select {
+	case a := <-got:
+		t.Fatalf("the bundle was served without the envelope: %+v", a)
+	default:
+	}
+	h.publish(late)
+	a := <-got
+	if a.err != nil || a.settled != "true" || len(a.bundle.Envelopes) != 2 {
+		t.Fatalf("bundle: err %v, %s %q, %d envelopes; want both, settled", a.err, api.SettledHeader, a.settled, len(a.bundle.Envelopes))
+	}
+	if run := h.getRun(fx.RunID); !run.Settled {
+		t.Fatalf("the run has every envelope but does not read as settled: %+v", run)
+	}
+
+	// A run one of whose envelopes never comes: the bundle after the bound,
+	// with what was recorded, marked unsettled.
+	lost := storetest.CompletedRun(t, "replay-lost", "weather", storetest.TenantA, base)
+	skipped := false
+	for _, o := range lost.Events {
+		if o.Event.Type() == events.TypeCallCompleted && !skipped {
+			skipped = true
+			continue
+		}
+		h.publish(o)
+	}
+	h.waitRun(lost.RunID, events.StatusCompleted, 1)
+	h.waitIdle()
+	if a := fetchBundle(lost.RunID); a.err != nil || a.settled != "false" || len(a.bundle.Envelopes) != 1 {
+		t.Fatalf("bundle: err %v, %s %q, %d envelopes; want the one recorded, unsettled", a.err, api.SettledHeader, a.settled, len(a.bundle.Envelopes))
 	}
 }
 

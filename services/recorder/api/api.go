@@ -313,7 +313,7 @@ func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := apitypes.RunDetailJSON{RunJSON: runJSON(run), Request: run.Request, Pinned: run.Pinned,
-		ToolCalls: make([]apitypes.ToolCallJSON, 0, len(calls))}
+		Settled: store.Settled(run, calls), ToolCalls: make([]apitypes.ToolCallJSON, 0, len(calls))}
 	if len(out.Request) == 0 {
 		out.Request = json.RawMessage("null")
 	}

@@ -249,12 +249,7 @@ func (a *api) settled(ctx context.Context, id string) (run store.Run, terminal, 
 	if err != nil {
 		return run, true, false
 	}
-	for _, c := range calls {
-		if c.Status != store.CallCompleted {
-			return run, true, false
-		}
-	}
-	return run, true, len(calls) >= run.ToolCalls
+	return run, true, store.Settled(run, calls)
 }
 
 // endedUnrecorded is settled for a run with events but no run: ended when

@@ -4,10 +4,21 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
+
+// SettledHeader, on a replay bundle, says whether the run had settled
+// (store.Settled) when the bundle was read: "false" for a run still going, or
+// one that ended with calls whose envelopes had not come within settleWait.
+const SettledHeader = "Toolwire-Run-Settled"
+
+// settlePoll is how often a replay bundle's read looks whether its run has
+// settled.
+const settlePoll = 25 * time.Millisecond
 
 // getReplay serves a run's replay bundle (envelope.ReplayBundle), as
 // store.ReplayBundle assembles it, its outputs read from their blob when the
@@ -17,6 +28,15 @@ func (a *api) getReplay(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// A run recorded as ended may still have envelopes on their way (its calls
+	// are recorded by another consumer): the bundle waits for them, within
+	// settleWait, and says in SettledHeader whether it holds them all.
+	_, settled, err := store.AwaitSettled(r.Context(), a.store, run.RunID, settleWait, settlePoll)
+	if err != nil {
+		a.internal(w, r, err)
+		return
+	}
+	w.Header().Set(SettledHeader, strconv.FormatBool(settled))
 	b, err := store.ReplayBundle(r.Context(), a.store, run.RunID, a.blobReader())
 	if errors.Is(err, store.ErrNoRequest) {
 		writeError(w, http.StatusConflict, apitypes.CodeNoRequest,

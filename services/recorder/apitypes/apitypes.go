@@ -93,7 +93,11 @@ type RunDetailJSON struct {
 	Request     json.RawMessage      `json:"request"`
 	Pinned      json.RawMessage      `json:"pinned,omitempty"`
 	OutputsBlob *envelope.Attachment `json:"outputs_blob,omitempty"`
-	ToolCalls   []ToolCallJSON       `json:"tool_calls"`
+	// Settled: the run has ended and every tool call it made has its
+	// envelope recorded. A run's calls are recorded apart from the run
+	// itself, so a run can read as ended a moment before its last calls do.
+	Settled   bool           `json:"settled"`
+	ToolCalls []ToolCallJSON `json:"tool_calls"`
 }
 
 // ToolCallJSON summarizes one tool call, for the timeline: the full receipt is

@@ -1,0 +1,62 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Settled reports whether a run has ended and every tool call it made has its
+// envelope recorded: nothing the run did is still on its way to the store.
+//
+// The recorder keeps a run's own events and its calls' events on separate
+// consumers, with no order between them, so a run can be recorded as ended
+// while the envelopes of its last calls are still being written (a fetch
+// interval or so later). A reader that wants the whole run (a replay bundle,
+// the end of a live stream) waits for Settled within a bound: a run one of
+// whose calls never gets its envelope never settles.
+func Settled(run Run, calls []ToolCall) bool {
+	if !IsTerminal(run.Status) {
+		return false
+	}
+	for _, c := range calls {
+		if c.Status != CallCompleted {
+			return false
+		}
+	}
+	return len(calls) >= run.ToolCalls
+}
+
+// AwaitSettled reads run runID until it is Settled, a non-terminal run is
+// read (a run still going is not waited for), or bound has passed, looking
+// again every poll. It returns the last run read, whether it is settled, and
+// the first read's error (ErrRunNotFound for a run s does not have).
+func AwaitSettled(ctx context.Context, s Store, runID string, bound, poll time.Duration) (Run, bool, error) {
+	deadline := time.Now().Add(bound)
+	for {
+		run, err := s.Run(ctx, runID)
+		if err != nil {
+			return Run{}, false, err
+		}
+		if !IsTerminal(run.Status) {
+			return run, false, nil
+		}
+		calls, err := s.ToolCalls(ctx, runID)
+		if err != nil {
+			return run, false, err
+		}
+		if Settled(run, calls) {
+			return run, true, nil
+		}
+		wait := min(poll, time.Until(deadline))
+		if wait <= 0 {
+			return run, false, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return run, false, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
