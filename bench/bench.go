@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -22,6 +21,7 @@ import (
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/recorder/apiclient"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -462,7 +462,7 @@ type Throughput struct {
 	CallsPerSec  float64 `json:"tool_calls_per_s"`
 	RatioToChain float64 `json:"ratio_calls_to_chains"`
 	// RecorderLag is how long after the last run ended the recorder served
-	// it.
+	// it whole (settled: the run ended and every call's envelope recorded).
 	RecorderLag  float64 `json:"recorder_lag_ms"`
 	CPUPerCallUS float64 `json:"cpu_per_tool_call_us"`
 }
@@ -481,8 +481,11 @@ func measureThroughput(ctx context.Context, st *stack.Stack, run *runner, o Opti
 	}
 	if st.HTTPURL != "" {
 		start := time.Now()
-		if err := waitRecorded(ctx, st.HTTPURL, lastRun); err != nil {
-			return t, err
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := apiclient.WaitSettled(wctx, st.HTTPURL, lastRun, 5*time.Millisecond)
+		cancel()
+		if err != nil {
+			return t, fmt.Errorf("the recorder: %w", err)
 		}
 		t.RecorderLag = float64(time.Since(start)) / float64(time.Millisecond)
 	}
@@ -622,39 +625,6 @@ func peakRSSMB() float64 {
 		return 0
 	}
 	return float64(ru.Maxrss) / 1024 // KiB on Linux
-}
-
-func waitRecorded(ctx context.Context, base, runID string) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	last := "no answer yet"
-	for {
-		// Each request has its own short deadline: one that hangs must not
-		// use up the whole wait.
-		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-		req, err := http.NewRequestWithContext(rctx, http.MethodGet, base+"/v1/runs/"+runID+"/outputs", nil)
-		if err != nil {
-			rcancel()
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				rcancel()
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		rcancel()
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("recorder never stored run %s (last answer: %s): %w", runID, last, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
 
 // JSON renders the report for machines.

@@ -18,6 +18,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/identity"
+	"github.com/toolwire/toolwire/services/recorder/apiclient"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -159,7 +160,9 @@ func runDemo(ctx context.Context, st *stack.Stack, timeout time.Duration, stdout
 		return err
 	}
 	if st.HTTPURL != "" {
-		if err := waitRecorded(ctx, st.HTTPURL, runID); err != nil {
+		// The timeline named below shows the run whole: its end and every
+		// call's steps.
+		if _, err := apiclient.WaitSettled(ctx, st.HTTPURL, runID, 50*time.Millisecond); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "recorded: %s/v1/runs/%s (timeline: %s/runs/%s)\n", st.HTTPURL, runID, st.HTTPURL, runID)

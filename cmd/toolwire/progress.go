@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/toolwire/toolwire/client"
@@ -92,26 +90,4 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// waitRecorded polls the recorder API until the run is there and completed.
-func waitRecorded(ctx context.Context, base, runID string) error {
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/runs/"+runID+"/outputs", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("run %s not recorded: %w", runID, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }

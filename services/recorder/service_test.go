@@ -1,9 +1,9 @@
 package recorder_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -15,6 +15,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/recorder"
+	"github.com/toolwire/toolwire/services/recorder/apiclient"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
@@ -116,18 +117,17 @@ func TestRecorderOnSQLite(t *testing.T) {
 	stop := runRecorder(t, binaryEnv(env.URL, addr, map[string]string{recorder.EnvDatabaseURL: sqlite.URL(path)}))
 	fx := storetest.CompletedRun(t, "sqlite-run", "weather", storetest.TenantA, time.Now())
 	publish(t, env.JS, fx.Events...)
-	eventually(t, "the run to be recorded in SQLite", func() (bool, string) {
-		resp, err := http.Get("http://" + addr + "/v1/runs/sqlite-run/envelopes")
-		if err != nil {
-			return false, err.Error()
-		}
-		defer func() { _ = resp.Body.Close() }()
-		var envs apitypes.EnvelopesJSON
-		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&envs) != nil {
-			return false, resp.Status
-		}
-		return len(envs.Envelopes) == 2, fmt.Sprintf("%d envelopes", len(envs.Envelopes))
-	})
+	// The run and its calls are recorded by separate consumers: wait for
+	// both (settled), not only for the envelopes.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	run, err := apiclient.WaitSettled(ctx, "http://"+addr, "sqlite-run", 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.ToolCalls) != 2 || run.Status != events.StatusCompleted {
+		t.Fatalf("settled run: status %s, %d calls", run.Status, len(run.ToolCalls))
+	}
 	stop()
 	// The file holds the run after the recorder has gone.
 	s, err := sqlite.Open(sqlite.URL(path))
