@@ -39,6 +39,9 @@ type Engine struct {
 	slots    chan int
 	uids     *uidClaim // nil when the service is not root: jobs share its uid
 	closed   sync.Once
+	// stopping counts the jobs answered before their stop ended (execute),
+	// which Close waits for.
+	stopping sync.WaitGroup
 }
 
 // NewEngine finds out what works on this host: cgroups, and each runtime by
@@ -139,13 +142,15 @@ func NewEngine(ctx context.Context, cfg Config, log *slog.Logger) (*Engine, erro
 	return e, nil
 }
 
-// Close ends the engine: it takes every job slot, so that no job starts
+// Close ends the engine: it waits (up to closeWait) for the jobs answered
+// TIMEOUT before their stop ended, then takes every job slot, so that no job starts
 // after it, and releases the job uids. A job still running (a drain that ran
 // out of time) keeps its slot, and then every uid stays claimed until the
 // process ends: another service process must not hand a uid to a new job
 // while processes of an old one may still run as it.
 func (e *Engine) Close() {
 	e.closed.Do(func() {
+		e.awaitStopping()
 		for range cap(e.slots) {
 			select {
 			case <-e.slots:
@@ -160,6 +165,27 @@ func (e *Engine) Close() {
 			e.uids.release()
 		}
 	})
+}
+
+// closeWait bounds how long Close waits for the jobs answered before their
+// stop ended: the stop grace, and the cleanup's own bounds.
+const closeWait = 30 * time.Second
+
+// awaitStopping waits, up to closeWait, for the jobs answered before their
+// stop ended.
+func (e *Engine) awaitStopping() {
+	stopped := make(chan struct{})
+	go func() {
+		e.stopping.Wait()
+		close(stopped)
+	}()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		e.log.Warn("sandbox jobs answered TIMEOUT are still being stopped", "waited", closeWait)
+	}
 }
 
 // UIDs lists the host uids of the job slots (none when the service is not
@@ -320,7 +346,9 @@ var errNoTimeLeft = errors.New("sandbox: no time left to run the job")
 
 // execute runs the job's code in rt, in a job slot, for timeout at most and
 // no longer than the job's deadline allows once it has its slot, and
-// classifies what happened.
+// classifies what happened. A job with a deadline is answered by then less
+// answerReserve, even when its stop has not ended (it goes on, holding the
+// slot, and Close waits for it).
 func (e *Engine) execute(ctx context.Context, rt runtime, job *events.SandboxJob, l Limits, timeout time.Duration) (outcome, procResult, error) {
 	var slot int
 	select {
@@ -328,9 +356,10 @@ func (e *Engine) execute(ctx context.Context, rt runtime, job *events.SandboxJob
 	case <-ctx.Done():
 		return outcome{}, procResult{}, fmt.Errorf("%w: waiting for a job slot: %w", errInterrupted, context.Cause(ctx))
 	}
-	defer func() { e.slots <- slot }()
-	timeout = runTimeout(timeout, job.Deadline, time.Now())
+	now := time.Now()
+	timeout = runTimeout(timeout, job.Deadline, now)
 	if timeout <= 0 {
+		e.slots <- slot
 		return outcome{}, procResult{}, errNoTimeLeft
 	}
 	x := &execution{
@@ -340,14 +369,76 @@ func (e *Engine) execute(ctx context.Context, rt runtime, job *events.SandboxJob
 	if e.uids != nil {
 		x.SlotUID = e.uids.uids[slot]
 	}
-	pr, err := rt.Run(ctx, x)
-	if pr.Leftovers != nil {
-		e.log.Error("processes of a sandbox job survived it", "runtime", rt.Name(), "job", x.ID, "err", pr.Leftovers)
+
+	// The job runs in its own goroutine, which gives its slot back once
+	// the runtime is done with it (processes killed, cgroup and container
+	// removed). Its answer waits for that, but no longer than answerBy: a
+	// job stopped at its timeout whose stop and cleanup outlast the answer
+	// margin (a loaded host) is answered TIMEOUT then, while its stop goes
+	// on (detached), so that the answer still reaches the caller in time.
+	type ran struct {
+		pr  procResult
+		err error
 	}
-	if err != nil {
-		return outcome{}, pr, err
+	var (
+		mu       sync.Mutex
+		detached bool
+		done     = make(chan ran, 1)
+	)
+	go func() {
+		pr, err := rt.Run(ctx, x)
+		e.slots <- slot
+		if pr.Leftovers != nil {
+			e.log.Error("processes of a sandbox job survived it", "runtime", rt.Name(), "job", x.ID, "err", pr.Leftovers)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if detached {
+			e.log.Info("a job answered before its stop ended is stopped", "runtime", rt.Name(), "job", x.ID,
+				"run_id", job.RunID, "call_id", job.CallID, "err", err)
+			e.stopping.Done()
+			return
+		}
+		done <- ran{pr, err}
+	}()
+	var answerBy <-chan time.Time
+	if !job.Deadline.IsZero() {
+		t := time.NewTimer(job.Deadline.Sub(now) - answerReserve(job.Deadline.Sub(now)))
+		defer t.Stop()
+		answerBy = t.C
 	}
-	return classify(job.Stdout, rt.Name(), l, timeout, &pr), pr, nil
+	var r ran
+	select {
+	case r = <-done:
+	case <-answerBy:
+		mu.Lock()
+		select {
+		case r = <-done: // it ended meanwhile
+			mu.Unlock()
+		default:
+			detached = true
+			e.stopping.Add(1)
+			mu.Unlock()
+			e.log.Warn("a job's stop outlasted its answer margin: answered TIMEOUT before its cleanup ended",
+				"runtime", rt.Name(), "job", x.ID, "run_id", job.RunID, "call_id", job.CallID, "timeout", timeout)
+			return outcome{err: envelope.NewToolError(envelope.CodeTimeout,
+				"the program ran longer than its timeout of %s and is being killed", timeout).
+				WithDetails(ErrorDetails{Limit: LimitWallTime, LimitValue: timeout.Milliseconds(), Runtime: rt.Name()})},
+				procResult{TimedOut: true, ExitCode: -1}, nil
+		}
+	}
+	if r.err != nil {
+		return outcome{}, r.pr, r.err
+	}
+	return classify(job.Stdout, rt.Name(), l, timeout, &r.pr), r.pr, nil
+}
+
+// answerReserve is the part of the time left before a job's deadline that
+// its answer keeps for itself whatever the job's stop costs: half the answer
+// margin, for the result's publication and delivery. A job stopped at its
+// timeout has the rest of the margin to end and be cleaned up.
+func answerReserve(left time.Duration) time.Duration {
+	return answerMargin(left) / 2
 }
 
 // newJobID returns a fresh id for a job's cgroup, bundle and container.

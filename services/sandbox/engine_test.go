@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -283,4 +284,87 @@ func TestDeadlineBoundsTheRun(t *testing.T) {
 		require.Less(t, d.LimitValue, int64(job.TimeoutMS)-answerMargin(job.Timeout()).Milliseconds()+1, rt)
 		require.Positive(t, d.LimitValue, rt)
 	}
+}
+
+// slowStop is a runtime whose jobs run to their timeout and then take stop
+// to end (a loaded host whose runtime stops and cleans up slowly).
+type slowStop struct {
+	stop  time.Duration
+	ended chan struct{} // closed when the job's stop has ended
+}
+
+func (s *slowStop) Name() string { return "slow-stop" }
+
+func (s *slowStop) Run(ctx context.Context, x *execution) (procResult, error) {
+	defer close(s.ended)
+	t := time.NewTimer(x.Timeout + s.stop)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return procResult{TimedOut: true, ExitCode: -1, Stderr: []byte("stopped")}, nil
+	case <-ctx.Done():
+		return procResult{}, errInterrupted
+	}
+}
+
+// TestAnswerBeforeTheDeadlineWhateverTheStopCosts: a job stopped at its
+// timeout whose stop outlasts the answer margin is answered TIMEOUT (its
+// wall_time limit) before its deadline less the reserve for the answer's
+// delivery; its slot comes back only once the stop has ended, and Close waits
+// for it. A stop within the margin is answered as it ends, with what the
+// runtime saw.
+func TestAnswerBeforeTheDeadlineWhateverTheStopCosts(t *testing.T) {
+	engine := func(rt runtime) *Engine {
+		e := &Engine{cfg: Config{Concurrency: 1}.withDefaults(), log: slog.New(slog.DiscardHandler),
+			runtimes: map[string]runtime{rt.Name(): rt}, problems: map[string]error{}, def: rt.Name(), slots: make(chan int, 1)}
+		e.slots <- 0
+		return e
+	}
+	job := func(left time.Duration) *events.SandboxJob {
+		j := testJob("", "pass", "", left)
+		j.Deadline = time.Now().Add(left)
+		return j
+	}
+
+	slow := &slowStop{stop: 1500 * time.Millisecond, ended: make(chan struct{})}
+	e := engine(slow)
+	j := job(2 * time.Second)
+	res, err := e.Run(t.Context(), j)
+	answered := time.Now()
+	require.NoError(t, err)
+	require.NoError(t, res.Validate())
+	require.NotNil(t, res.Error)
+	require.Equal(t, envelope.CodeTimeout, res.Error.Code, res.Error.Message)
+	require.Contains(t, res.Error.Message, "ran longer than its timeout")
+	d, ok := res.Error.Details.(ErrorDetails)
+	require.True(t, ok, "%T", res.Error.Details)
+	require.Equal(t, LimitWallTime, d.Limit)
+	require.Equal(t, "slow-stop", d.Runtime)
+	require.Positive(t, d.LimitValue)
+	require.False(t, answered.After(j.Deadline.Add(-answerReserve(2*time.Second)+50*time.Millisecond)),
+		"answered %s before the deadline; want at least the reserve, %s", j.Deadline.Sub(answered), answerReserve(2*time.Second))
+	select {
+	case <-slow.ended:
+		t.Fatal("the stop had ended: the test shows nothing")
+	default:
+	}
+	require.Empty(t, e.slots, "the slot is the stopping job's until its stop ends")
+	e.Close()
+	select {
+	case <-slow.ended:
+	default:
+		t.Fatal("Close returned before the stop it waits for ended")
+	}
+
+	// A stop that fits in the margin: the runtime's own result.
+	quick := &slowStop{stop: 10 * time.Millisecond, ended: make(chan struct{})}
+	e = engine(quick)
+	res, err = e.Run(t.Context(), job(2*time.Second))
+	require.NoError(t, err)
+	require.NotNil(t, res.Error)
+	require.Equal(t, envelope.CodeTimeout, res.Error.Code)
+	require.Contains(t, res.Error.Message, "and was killed")
+	require.Equal(t, "stopped", string(res.Stderr))
+	require.Len(t, e.slots, 1, "the slot is back")
+	e.Close()
 }
