@@ -28,11 +28,15 @@ func idleServiceRSS(ctx context.Context, dir string) (map[string]float64, error)
 		return nil, errors.New("idle memory per service needs the go tool to build the binaries")
 	}
 	bin := filepath.Join(dir, "bin")
-	args := []string{"build", "-o", bin + string(os.PathSeparator)}
+	// Built as the images build them (Dockerfile: static, CGO_ENABLED=0,
+	// -trimpath): the memory measured is the shipped binaries'.
+	args := []string{"build", "-trimpath", "-o", bin + string(os.PathSeparator)}
 	for _, s := range serviceNames {
 		args = append(args, "github.com/toolwire/toolwire/services/"+s+"/cmd/"+s)
 	}
-	if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
+	build := exec.CommandContext(ctx, "go", args...)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build (run bench from the source tree): %v: %s", err, out)
 	}
 	srv, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(dir, "idle-nats")})

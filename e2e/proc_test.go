@@ -15,11 +15,15 @@ import (
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 )
 
-// buildBinaries builds pkgs into a temporary folder and returns it.
+// buildBinaries builds pkgs into a temporary folder and returns it, as the
+// images build them (Dockerfile: static, CGO_ENABLED=0, -trimpath): the
+// tests run what ships, and the deploy module's check, which replays the
+// Dockerfile's go build, finds the packages compiled in the build cache.
 func buildBinaries(t *testing.T, pkgs ...string) string {
 	t.Helper()
 	bin := t.TempDir()
-	build := exec.CommandContext(t.Context(), "go", append([]string{"build", "-o", bin + string(os.PathSeparator)}, pkgs...)...)
+	build := exec.CommandContext(t.Context(), "go", append([]string{"build", "-trimpath", "-o", bin + string(os.PathSeparator)}, pkgs...)...)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	return bin
