@@ -30,7 +30,7 @@ func idleServiceRSS(ctx context.Context, dir string) (map[string]float64, error)
 	bin := filepath.Join(dir, "bin")
 	// Built as the images build them (Dockerfile: static, CGO_ENABLED=0,
 	// -trimpath): the memory measured is the shipped binaries'.
-	args := []string{"build", "-trimpath", "-o", bin + string(os.PathSeparator)}
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-o", bin + string(os.PathSeparator)}
 	for _, s := range serviceNames {
 		args = append(args, "github.com/toolwire/toolwire/services/"+s+"/cmd/"+s)
 	}

@@ -22,7 +22,7 @@ import (
 func buildBinaries(t *testing.T, pkgs ...string) string {
 	t.Helper()
 	bin := t.TempDir()
-	build := exec.CommandContext(t.Context(), "go", append([]string{"build", "-trimpath", "-o", bin + string(os.PathSeparator)}, pkgs...)...)
+	build := exec.CommandContext(t.Context(), "go", append([]string{"build", "-trimpath", "-buildvcs=false", "-o", bin + string(os.PathSeparator)}, pkgs...)...)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)

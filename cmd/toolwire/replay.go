@@ -77,7 +77,7 @@ envelopes. Live tools run without the tenant's secrets.`,
 			)
 			switch {
 			case databaseURL != "":
-				b, err = bundleFromDatabase(ctx, databaseURL, runID)
+				b, err = bundleFromDatabase(ctx, databaseURL, runID, cmd.ErrOrStderr())
 			case bundleFile != "":
 				b, err = bundleFromFile(bundleFile, runID, cmd.InOrStdin())
 			default:
@@ -136,7 +136,7 @@ const settleWait = 5 * time.Second
 // bundleFromDatabase builds a run's replay bundle from a recorder's database
 // (a Postgres URL or sqlite:<path>), without a recorder running. It lives
 // here, not in package replay, so that replay needs no database driver.
-func bundleFromDatabase(ctx context.Context, databaseURL, runID string) (replay.Bundle, error) {
+func bundleFromDatabase(ctx context.Context, databaseURL, runID string, warn io.Writer) (replay.Bundle, error) {
 	if err := events.ValidateRunID(runID); err != nil {
 		return replay.Bundle{}, err
 	}
@@ -148,8 +148,12 @@ func bundleFromDatabase(ctx context.Context, databaseURL, runID string) (replay.
 	// A run recorded as ended may still have envelopes on their way (a
 	// recorder records its calls apart from the run): wait for them a while,
 	// as the recorder's API does.
-	if _, _, err := store.AwaitSettled(ctx, st, runID, settleWait, 50*time.Millisecond); err != nil && !errors.Is(err, store.ErrRunNotFound) {
+	run, settled, err := store.AwaitSettled(ctx, st, runID, settleWait, 50*time.Millisecond)
+	if err != nil && !errors.Is(err, store.ErrRunNotFound) {
 		return replay.Bundle{}, err
+	}
+	if err == nil && store.IsTerminal(run.Status) && !settled {
+		fmt.Fprintf(warn, "warning: run %s ended, but not every call it made has its envelope in the database: the bundle lacks them\n", runID)
 	}
 	// No NATS here: outputs left in a blob stay out of the bundle.
 	b, err := store.ReplayBundle(ctx, st, runID, nil)

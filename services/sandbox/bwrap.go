@@ -98,6 +98,7 @@ func (b *bwrapRuntime) Run(ctx context.Context, x *execution) (procResult, error
 		Path: b.bin, Args: b.args(x), Env: runtimeEnv(), Dir: "/", Stdin: x.Stdin,
 		ExtraFiles: []*os.File{sec, src},
 		Timeout:    x.Timeout,
+		TimedOut:   &x.timedOut,
 		SignalExit: true,
 	}
 	// memory.max over everything the job holds: its processes and its tmpfs

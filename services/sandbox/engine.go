@@ -40,8 +40,10 @@ type Engine struct {
 	uids     *uidClaim // nil when the service is not root: jobs share its uid
 	closed   sync.Once
 	// stopping counts the jobs answered before their stop ended (execute),
-	// which Close waits for.
+	// which Close waits for; none is added once closing is set (stopMu).
 	stopping sync.WaitGroup
+	stopMu   sync.Mutex
+	closing  bool
 }
 
 // NewEngine finds out what works on this host: cgroups, and each runtime by
@@ -174,6 +176,9 @@ const closeWait = 30 * time.Second
 // awaitStopping waits, up to closeWait, for the jobs answered before their
 // stop ended.
 func (e *Engine) awaitStopping() {
+	e.stopMu.Lock()
+	e.closing = true
+	e.stopMu.Unlock()
 	stopped := make(chan struct{})
 	go func() {
 		e.stopping.Wait()
@@ -319,9 +324,10 @@ func (e *Engine) pick(name string) (runtime, *envelope.ToolError) {
 // its caller stops waiting) that the sandbox keeps to end the program and
 // answer: the runtime's graceful stop (stopGrace), the kill and the cleanup,
 // the result's publication. A tenth of the time left, at least 200 ms and at
-// most stopGrace and a second: a short job cannot spare the whole grace, and
-// its answer is late only when the stop takes longer than usual (its caller
-// then reports a TIMEOUT of its own). The executor keeps the same margin
+// most stopGrace and a second. A job stopped at its timeout whose stop takes
+// longer than a third of it is answered TIMEOUT without waiting for the stop
+// (answerReserve), without the program's last stderr: with gVisor, whose
+// graceful stop alone can take that long, often. The executor keeps the same margin
 // between a job's timeout and its deadline (services/executor/tools/sandbox).
 func answerMargin(left time.Duration) time.Duration {
 	return min(max(left/10, 200*time.Millisecond), stopGrace+time.Second)
@@ -386,7 +392,7 @@ func (e *Engine) execute(ctx context.Context, rt runtime, job *events.SandboxJob
 		done     = make(chan ran, 1)
 	)
 	go func() {
-		pr, err := rt.Run(ctx, x)
+		pr, err := runRecovered(ctx, rt, x)
 		e.slots <- slot
 		if pr.Leftovers != nil {
 			e.log.Error("processes of a sandbox job survived it", "runtime", rt.Name(), "job", x.ID, "err", pr.Leftovers)
@@ -411,19 +417,27 @@ func (e *Engine) execute(ctx context.Context, rt runtime, job *events.SandboxJob
 	select {
 	case r = <-done:
 	case <-answerBy:
+		// Only a job whose timeout has fired is answered before its stop
+		// ends: its outcome is known. One that finished, or is stopped
+		// because its output went past the limit or the service shuts down
+		// (ctx), is answered with what happened, when its stop ends.
 		mu.Lock()
 		select {
 		case r = <-done: // it ended meanwhile
 			mu.Unlock()
 		default:
+			if !x.timedOut.Load() || ctx.Err() != nil || !e.detach() {
+				mu.Unlock()
+				r = <-done
+				break
+			}
 			detached = true
-			e.stopping.Add(1)
 			mu.Unlock()
 			e.log.Warn("a job's stop outlasted its answer margin: answered TIMEOUT before its cleanup ended",
 				"runtime", rt.Name(), "job", x.ID, "run_id", job.RunID, "call_id", job.CallID, "timeout", timeout)
 			return outcome{err: envelope.NewToolError(envelope.CodeTimeout,
-				"the program ran longer than its timeout of %s and is being killed", timeout).
-				WithDetails(ErrorDetails{Limit: LimitWallTime, LimitValue: timeout.Milliseconds(), Runtime: rt.Name()})},
+					"the program ran longer than its timeout of %s and is being killed", timeout).
+					WithDetails(ErrorDetails{Limit: LimitWallTime, LimitValue: timeout.Milliseconds(), Runtime: rt.Name()})},
 				procResult{TimedOut: true, ExitCode: -1}, nil
 		}
 	}
@@ -431,6 +445,30 @@ func (e *Engine) execute(ctx context.Context, rt runtime, job *events.SandboxJob
 		return outcome{}, r.pr, r.err
 	}
 	return classify(job.Stdout, rt.Name(), l, timeout, &r.pr), r.pr, nil
+}
+
+// runRecovered runs x in rt; a panic in the runtime is an error (the job's
+// caller retries it), so that the goroutine that runs it still gives its slot
+// back.
+func runRecovered(ctx context.Context, rt runtime, x *execution) (pr procResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("sandbox runtime %s panicked: %v", rt.Name(), p)
+		}
+	}()
+	return rt.Run(ctx, x)
+}
+
+// detach counts a job answered before its stop ended, which Close waits for;
+// false once Close has begun (the job is then waited for where it runs).
+func (e *Engine) detach() bool {
+	e.stopMu.Lock()
+	defer e.stopMu.Unlock()
+	if e.closing {
+		return false
+	}
+	e.stopping.Add(1)
+	return true
 }
 
 // answerReserve is the part of the time left before a job's deadline that

@@ -289,22 +289,45 @@ func TestDeadlineBoundsTheRun(t *testing.T) {
 // slowStop is a runtime whose jobs run to their timeout and then take stop
 // to end (a loaded host whose runtime stops and cleans up slowly).
 type slowStop struct {
-	stop  time.Duration
-	ended chan struct{} // closed when the job's stop has ended
+	stop      time.Duration
+	finishes  bool          // the program ends by itself before its timeout
+	onTimeout func()        // called when the timeout fires, before the stop
+	ended     chan struct{} // closed when the job's stop has ended
 }
 
 func (s *slowStop) Name() string { return "slow-stop" }
 
 func (s *slowStop) Run(ctx context.Context, x *execution) (procResult, error) {
 	defer close(s.ended)
-	t := time.NewTimer(x.Timeout + s.stop)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return procResult{TimedOut: true, ExitCode: -1, Stderr: []byte("stopped")}, nil
-	case <-ctx.Done():
-		return procResult{}, errInterrupted
+	wait := func(d time.Duration) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			time.Sleep(s.stop) // a shutdown stops the job, as slowly
+			return errInterrupted
+		}
 	}
+	if s.finishes {
+		// The program exits just before its timeout; its cleanup is slow.
+		if err := wait(x.Timeout - 5*time.Millisecond + s.stop); err != nil {
+			return procResult{}, err
+		}
+		return procResult{Stdout: []byte(`{"done":true}`)}, nil
+	}
+	if err := wait(x.Timeout); err != nil {
+		return procResult{}, err
+	}
+	x.timedOut.Store(true)
+	if s.onTimeout != nil {
+		s.onTimeout()
+	}
+	if err := wait(s.stop); err != nil {
+		return procResult{}, err
+	}
+	return procResult{TimedOut: true, ExitCode: -1, Stderr: []byte("stopped")}, nil
 }
 
 // TestAnswerBeforeTheDeadlineWhateverTheStopCosts: a job stopped at its
@@ -366,5 +389,25 @@ func TestAnswerBeforeTheDeadlineWhateverTheStopCosts(t *testing.T) {
 	require.Contains(t, res.Error.Message, "and was killed")
 	require.Equal(t, "stopped", string(res.Stderr))
 	require.Len(t, e.slots, 1, "the slot is back")
+	e.Close()
+
+	// A program that ended before its timeout, with a slow cleanup: its
+	// own result, never a TIMEOUT, however late.
+	finished := &slowStop{stop: time.Second, finishes: true, ended: make(chan struct{})}
+	e = engine(finished)
+	res, err = e.Run(t.Context(), job(2*time.Second))
+	require.NoError(t, err)
+	require.Nil(t, res.Error, "a program that ended by itself is not a TIMEOUT: %+v", res.Error)
+	require.JSONEq(t, `{"done":true}`, string(res.Output))
+	e.Close()
+
+	// A job stopped by a shutdown is interrupted (run again elsewhere), not
+	// answered TIMEOUT, even when its stop passes the answer time.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stopped := &slowStop{stop: 1500 * time.Millisecond, onTimeout: cancel, ended: make(chan struct{})}
+	e = engine(stopped)
+	_, err = e.Run(ctx, job(2*time.Second))
+	require.ErrorIs(t, err, errInterrupted)
 	e.Close()
 }

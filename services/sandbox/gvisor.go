@@ -242,6 +242,7 @@ func (g *gvisorRuntime) Run(ctx context.Context, x *execution) (procResult, erro
 		UID: -1, GID: -1,
 		Cgroup:      cg,
 		Timeout:     x.Timeout,
+		TimedOut:    &x.timedOut,
 		OutputLimit: x.Limits.OutputBytes, StderrLimit: x.Limits.StderrBytes,
 		SignalExit: true,
 		Stop:       func(ctx context.Context) { g.kill(ctx, flags, x.ID) },

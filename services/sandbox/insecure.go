@@ -54,7 +54,8 @@ func (r *insecureRuntime) Run(ctx context.Context, x *execution) (procResult, er
 	}
 	spec := procSpec{
 		Path: x.Python, Args: pythonArgv(x.Python, main)[1:], Env: sandboxEnv(work), Dir: work, Stdin: x.Stdin,
-		Timeout: x.Timeout,
+		Timeout:  x.Timeout,
+		TimedOut: &x.timedOut,
 	}
 	if err := x.confine(&spec, 0); err != nil {
 		return procResult{}, err

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,6 +62,9 @@ type procSpec struct {
 	Timeout     time.Duration
 	OutputLimit int64
 	StderrLimit int
+	// TimedOut, when set, is set as soon as the timeout fires, before the
+	// stop: the job's outcome is then known (TIMEOUT) while it is stopped.
+	TimedOut *atomic.Bool
 	// Stop is the runtime's graceful way to end a job early (runsc kill): the
 	// runtime then exits by itself and cleans up. Without it, or when it does
 	// not work within stopGrace, every process of the job gets SIGKILL.
@@ -262,6 +266,9 @@ func runProcess(ctx context.Context, spec procSpec) (res procResult, err error) 
 	case waitErr = <-waited:
 	case <-timer.C:
 		res.TimedOut = true
+		if spec.TimedOut != nil {
+			spec.TimedOut.Store(true)
+		}
 		waitErr = stop()
 	case <-exceeded:
 		res.OutputExceeded = true

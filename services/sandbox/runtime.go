@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,6 +29,10 @@ type execution struct {
 	Slot    int
 	SlotUID int
 	Cgroups *cgroups // nil: rlimits only
+	// timedOut is set when the job's timeout has fired (the supervisor
+	// stops it): from then on its outcome is TIMEOUT, whatever its stop
+	// costs.
+	timedOut atomic.Bool
 }
 
 // runtime runs a job in one kind of isolation.

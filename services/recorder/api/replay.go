@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
@@ -32,20 +33,23 @@ func (a *api) getReplay(w http.ResponseWriter, r *http.Request) {
 	// are recorded by another consumer): the bundle waits for them, within
 	// settleWait, and says in SettledHeader whether it holds them all.
 	_, settled, err := store.AwaitSettled(r.Context(), a.store, run.RunID, settleWait, settlePoll)
-	if err != nil {
-		a.internal(w, r, err)
+	if err == nil {
+		var b envelope.ReplayBundle
+		b, err = store.ReplayBundle(r.Context(), a.store, run.RunID, a.blobReader())
+		if err == nil {
+			w.Header().Set(SettledHeader, strconv.FormatBool(settled))
+			writeJSON(w, http.StatusOK, b)
+			return
+		}
+	}
+	if errors.Is(err, store.ErrRunNotFound) { // deleted meanwhile (retention)
+		notFoundRun(w, run.RunID)
 		return
 	}
-	w.Header().Set(SettledHeader, strconv.FormatBool(settled))
-	b, err := store.ReplayBundle(r.Context(), a.store, run.RunID, a.blobReader())
 	if errors.Is(err, store.ErrNoRequest) {
 		writeError(w, http.StatusConflict, apitypes.CodeNoRequest,
 			fmt.Sprintf("run %q has no recorded request (yet): its replay bundle starts with it", run.RunID))
 		return
 	}
-	if err != nil {
-		a.blobError(w, r, run, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, b)
+	a.blobError(w, r, run, err)
 }

@@ -3,6 +3,7 @@
 package apiclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,15 +32,24 @@ const maxRunBytes = 64 << 20
 // whole run waits for this. It returns the settled run, or ctx's error with the
 // last answer when ctx ends first (ctx bounds the wait).
 func WaitSettled(ctx context.Context, base, runID string, poll time.Duration) (apitypes.RunDetailJSON, error) {
+	if err := events.ValidateRunID(runID); err != nil {
+		return apitypes.RunDetailJSON{}, err
+	}
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return apitypes.RunDetailJSON{}, fmt.Errorf("recorder URL %q: want http(s)://host:port", base)
+	}
+	if poll <= 0 {
+		poll = 50 * time.Millisecond
 	}
 	u = u.JoinPath("v1", "runs", runID)
 	last := "no answer yet"
 	for {
 		run, answer, err := getRun(ctx, u.String())
+		var refused *refusedError
 		switch {
+		case errors.As(err, &refused):
+			return apitypes.RunDetailJSON{}, fmt.Errorf("run %s: the recorder at %s refused: %w", runID, base, err)
 		case err != nil:
 			last = err.Error()
 		case run.Settled:
@@ -57,6 +67,11 @@ func WaitSettled(ctx context.Context, base, runID string, poll time.Duration) (a
 	}
 }
 
+// refusedError is an answer that waiting will not change.
+type refusedError struct{ status, body string }
+
+func (e *refusedError) Error() string { return e.status + ": " + e.body }
+
 // getRun reads a run; answer says how it stands when it has not settled.
 func getRun(ctx context.Context, u string) (apitypes.RunDetailJSON, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
@@ -72,7 +87,14 @@ func getRun(ctx context.Context, u string) (apitypes.RunDetailJSON, string, erro
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		// A run not recorded yet is 404, a recorder starting 5xx: wait on.
+		// Any other 4xx (a token missing or refused, a bad request) will not
+		// change by waiting.
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusNotFound &&
+			resp.StatusCode != http.StatusTooManyRequests {
+			return apitypes.RunDetailJSON{}, "", &refusedError{status: resp.Status, body: string(bytes.TrimSpace(body))}
+		}
 		return apitypes.RunDetailJSON{}, "", errors.New(resp.Status)
 	}
 	var run apitypes.RunDetailJSON

@@ -3,6 +3,7 @@ package apiclient_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -72,6 +73,22 @@ func TestWaitSettledBounded(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "status completed, 1 of 2 calls recorded completed") ||
 		!strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
 		t.Fatalf("err = %v; want the deadline, with the run's last state", err)
+	}
+
+	// An answer that waiting will not change ends the wait at once.
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":{"code":"unauthorized","message":"a token is required"}}`, http.StatusUnauthorized)
+	}))
+	defer refusing.Close()
+	rctx, rcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer rcancel()
+	_, err = apiclient.WaitSettled(rctx, refusing.URL, "run-1", time.Millisecond)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "401 Unauthorized") ||
+		!strings.Contains(err.Error(), "a token is required") {
+		t.Fatalf("err = %v; want the refusal, not a wait to the deadline", err)
+	}
+	if _, err := apiclient.WaitSettled(t.Context(), srv.URL, "../runs", time.Millisecond); err == nil {
+		t.Error("a run id with a path in it was accepted")
 	}
 
 	for _, base := range []string{"", "ftp://host", "http://", "::"} {

@@ -27,12 +27,18 @@ func Settled(run Run, calls []ToolCall) bool {
 }
 
 // AwaitSettled reads run runID until it is Settled, a non-terminal run is
-// read (a run still going is not waited for), or bound has passed, looking
-// again every poll. It returns the last run read, whether it is settled, and
-// the first read's error (ErrRunNotFound for a run s does not have).
+// read (a run still going is not waited for), or bound has passed since the
+// run's last update (its UpdatedAt, the time of its latest event: a run that
+// ended long ago and never settled is not waited for again at every read),
+// looking again every poll (25 ms when poll is not positive). It returns the
+// last run read, whether it is settled, and the error of a read that failed
+// (ErrRunNotFound for a run s does not have) or ctx's.
 func AwaitSettled(ctx context.Context, s Store, runID string, bound, poll time.Duration) (Run, bool, error) {
+	if poll <= 0 {
+		poll = 25 * time.Millisecond
+	}
 	deadline := time.Now().Add(bound)
-	for {
+	for first := true; ; first = false {
 		run, err := s.Run(ctx, runID)
 		if err != nil {
 			return Run{}, false, err
@@ -46,6 +52,11 @@ func AwaitSettled(ctx context.Context, s Store, runID string, bound, poll time.D
 		}
 		if Settled(run, calls) {
 			return run, true, nil
+		}
+		if first && !run.UpdatedAt.IsZero() {
+			if end := run.UpdatedAt.Add(bound); end.Before(deadline) {
+				deadline = end
+			}
 		}
 		wait := min(poll, time.Until(deadline))
 		if wait <= 0 {
