@@ -129,10 +129,6 @@ envelopes. Live tools run without the tenant's secrets.`,
 	return cmd
 }
 
-// settleWait bounds how long a replay read from the database waits for the
-// last envelopes of a run recorded as ended.
-const settleWait = 5 * time.Second
-
 // bundleFromDatabase builds a run's replay bundle from a recorder's database
 // (a Postgres URL or sqlite:<path>), without a recorder running. It lives
 // here, not in package replay, so that replay needs no database driver.
@@ -148,7 +144,7 @@ func bundleFromDatabase(ctx context.Context, databaseURL, runID string, warn io.
 	// A run recorded as ended may still have envelopes on their way (a
 	// recorder records its calls apart from the run): wait for them a while,
 	// as the recorder's API does.
-	run, settled, err := store.AwaitSettled(ctx, st, runID, settleWait, 50*time.Millisecond)
+	run, settled, err := store.AwaitSettled(ctx, st, runID, store.SettleWait, 50*time.Millisecond)
 	if err != nil && !errors.Is(err, store.ErrRunNotFound) {
 		return replay.Bundle{}, err
 	}

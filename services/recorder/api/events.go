@@ -228,7 +228,7 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 
 // settleWait is how long after its end a run whose calls are not all
 // completed is still watched for their envelopes.
-const settleWait = 5 * time.Second
+const settleWait = store.SettleWait
 
 // settled reports whether a run has ended (terminal) and whether every tool
 // call it made has its envelope (complete).

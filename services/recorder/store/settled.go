@@ -5,6 +5,11 @@ import (
 	"time"
 )
 
+// SettleWait is how long after its end a reader waits for a run to settle
+// (the envelopes of its last calls): several fetch intervals of a loaded
+// recorder. The live stream, the replay bundle and `toolwire replay` use it.
+const SettleWait = 5 * time.Second
+
 // Settled reports whether a run has ended and every tool call it made has its
 // envelope recorded: nothing the run did is still on its way to the store.
 //
