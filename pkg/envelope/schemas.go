@@ -123,7 +123,7 @@ func (s *Schemas) Validate(name string, raw []byte) error {
 	if !ok {
 		return fmt.Errorf("unknown schema %q", name)
 	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	v, err := decodeInstance(raw)
 	if err != nil {
 		return fmt.Errorf("%s: %w: %w", name, ErrInvalidJSON, err)
 	}
@@ -216,7 +216,7 @@ func CompileToolSchema(url string, doc []byte) (*jsonschema.Schema, error) {
 // ValidateAgainst validates raw JSON against a compiled tool schema and returns
 // a *SchemaError listing the problems.
 func ValidateAgainst(name string, sch *jsonschema.Schema, raw []byte) error {
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	v, err := decodeInstance(raw)
 	if err != nil {
 		return &SchemaError{Schema: name, Problems: []string{"not valid JSON: " + err.Error()}}
 	}
