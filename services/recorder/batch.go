@@ -51,9 +51,13 @@ type batchWriter struct {
 	tracer trace.Tracer
 	kind   string
 
-	in      chan []*writeReq // unbuffered: records sent are records the loop owns
+	// writers is how many transactions may be in progress at once (each
+	// loop writes one); default 1. See Recorder's use.
+	writers int
+
+	in      chan []*writeReq // unbuffered: records sent are records a loop owns
 	quit    chan struct{}
-	done    chan struct{}
+	done    chan struct{} // closed once every loop has returned
 	started atomic.Bool
 	once    sync.Once
 }
@@ -68,19 +72,25 @@ func newBatchWriter(st store.Store, size int, log *slog.Logger) *batchWriter {
 		in: make(chan []*writeReq), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
-// start runs the loop until stop. ctx is the base of every transaction's
+// start runs the loops until stop. ctx is the base of every transaction's
 // context: the recorder's lifetime, which ends only after stop, so that a
 // write still in progress when a bounded stop gave up is cancelled rather
 // than left running.
 func (w *batchWriter) start(ctx context.Context) {
-	if w.started.CompareAndSwap(false, true) {
-		go w.loop(ctx)
+	if !w.started.CompareAndSwap(false, true) {
+		return
 	}
+	var wg sync.WaitGroup
+	for range max(w.writers, 1) {
+		wg.Go(func() { w.loop(ctx) })
+	}
+	go func() { wg.Wait(); close(w.done) }()
 }
 
-// stop ends the loop once the batch in progress has been written; writes that
-// were not taken yet fail with errWriterStopped. Call it after the consumers
-// have drained, so that none is left. stop waits for the loop, bounded by ctx.
+// stop ends the loops once their batches in progress have been written;
+// writes that were not taken yet fail with errWriterStopped. Call it after the
+// consumers have drained, so that none is left. stop waits for the loops,
+// bounded by ctx.
 func (w *batchWriter) stop(ctx context.Context) error {
 	w.once.Do(func() { close(w.quit) })
 	if !w.started.Load() {
@@ -144,7 +154,6 @@ func (w *batchWriter) writeAll(ctx context.Context, recs []store.Record) []error
 }
 
 func (w *batchWriter) loop(ctx context.Context) {
-	defer close(w.done)
 	var batch []*writeReq
 	for {
 		select {

@@ -95,3 +95,67 @@ func TestBatchWriterIsolatesABadRecord(t *testing.T) {
 		t.Fatalf("write after stop: %v", err)
 	}
 }
+
+// overlapStore is a store whose writes wait, for a while, for another write
+// to be in progress, and count how many ever were at once.
+type overlapStore struct {
+	store.Store
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	closed   bool
+	another  chan struct{}
+}
+
+func (s *overlapStore) Write(ctx context.Context, _ ...store.Record) error {
+	s.mu.Lock()
+	s.inFlight++
+	s.most = max(s.most, s.inFlight)
+	if s.inFlight == 2 && s.most == 2 && !s.closed {
+		s.closed = true
+		close(s.another)
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.another:
+	case <-time.After(300 * time.Millisecond):
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	s.inFlight--
+	s.mu.Unlock()
+	return nil
+}
+
+// The writer keeps as many transactions in progress as it has writers, and
+// never more: the records of one handler go to one of them, and every record
+// is answered.
+func TestBatchWriterWritesInParallelUpToItsWriters(t *testing.T) {
+	for _, writers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("writers=%d", writers), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			st := &overlapStore{another: make(chan struct{})}
+			w := newBatchWriter(st, 1, slog.New(slog.DiscardHandler))
+			w.writers = writers
+			w.start(ctx)
+			var wg sync.WaitGroup
+			errs := make([]error, 4)
+			for i := range errs {
+				wg.Go(func() { errs[i] = w.write(ctx, store.Record{}) })
+			}
+			wg.Wait()
+			if err := w.stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("record %d: %v", i, err)
+				}
+			}
+			if st.most != writers {
+				t.Errorf("%d writes at once at most, want %d", st.most, writers)
+			}
+		})
+	}
+}

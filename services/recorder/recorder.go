@@ -101,7 +101,7 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 	r.OnStopFunc(func() { close(r.streams) })
 
 	r.writer = newBatchWriter(db.store, cfg.Batch, d.Log)
-	r.writer.ping = db.ping
+	r.writer.ping, r.writer.writers = db.ping, db.writers
 	r.writer.tracer, r.writer.kind = r.Tracer, db.kind
 	r.writer.onCommit = func(recs []store.Record) {
 		m.recorded.Add(float64(len(recs)))
