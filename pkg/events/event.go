@@ -168,7 +168,7 @@ func NewRunStatus(source string, s RunStatus, discriminator string, trace RunTra
 	if discriminator != "" {
 		id += "/" + discriminator
 	}
-	return Build(typ, id, subj, Attrs{Source: source, RunID: s.RunID, TenantID: s.Tenant.ID(), Trace: trace}, s)
+	return Build(typ, id, subj, Attrs{Source: source, RunID: s.RunID, TenantID: s.Tenant.ID(), Trace: trace}, s.dataOf())
 }
 
 // NewTurnCompleted builds the record of model turn t.Iteration. Its id is
