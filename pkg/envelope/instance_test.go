@@ -50,14 +50,7 @@ func FuzzAgentOutputsJSON(f *testing.F) {
 			return
 		}
 		type plain AgentOutputs
-		p := plain(o)
-		if p.ToolsByID == nil {
-			p.ToolsByID = map[string]ToolEnvelope{}
-		}
-		if p.ToolOrder == nil {
-			p.ToolOrder = []string{}
-		}
-		want, werr := json.Marshal(p)
+		want, werr := json.Marshal(plain(o.WithCollections()))
 		got, err := o.MarshalJSON()
 		if werr != nil {
 			require.Error(t, err)

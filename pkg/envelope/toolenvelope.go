@@ -107,6 +107,18 @@ func NewAgentOutputs(response string, ordered []ToolEnvelope, tracesURL string) 
 	return out
 }
 
+// WithCollections returns o with ToolsByID and ToolOrder set, empty, where
+// they are nil: the contract writes them as {} and [], never as null.
+func (o AgentOutputs) WithCollections() AgentOutputs {
+	if o.ToolsByID == nil {
+		o.ToolsByID = map[string]ToolEnvelope{}
+	}
+	if o.ToolOrder == nil {
+		o.ToolOrder = []string{}
+	}
+	return o
+}
+
 // MarshalJSON keeps tools_by_id and tool_order present (as {} and []) when empty,
 // so consumers never see null where the contract promises a map or a list.
 // It writes the bytes encoding/json writes (FuzzAgentOutputsJSON) with
@@ -114,12 +126,5 @@ func NewAgentOutputs(response string, ordered []ToolEnvelope, tracesURL string) 
 // on its end's critical path.
 func (o AgentOutputs) MarshalJSON() ([]byte, error) {
 	type plain AgentOutputs
-	p := plain(o)
-	if p.ToolsByID == nil {
-		p.ToolsByID = map[string]ToolEnvelope{}
-	}
-	if p.ToolOrder == nil {
-		p.ToolOrder = []string{}
-	}
-	return fastjson.Marshal(p)
+	return fastjson.Marshal(plain(o.WithCollections()))
 }

@@ -38,13 +38,7 @@ func (s *RunStatus) dataOf() runStatusData {
 		Spend: s.Spend, Code: s.Code, Turn: s.Turn,
 	}
 	if s.Outputs != nil {
-		o := plainOutputs(*s.Outputs)
-		if o.ToolsByID == nil {
-			o.ToolsByID = map[string]envelope.ToolEnvelope{}
-		}
-		if o.ToolOrder == nil {
-			o.ToolOrder = []string{}
-		}
+		o := plainOutputs(s.Outputs.WithCollections())
 		d.Outputs = &o
 	}
 	return d
