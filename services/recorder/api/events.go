@@ -169,7 +169,7 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 	// The streams of a run (runs, calls, sandbox) have no order between them
 	// and the recorder writes concurrently, so an event can be recorded after
 	// the run's end: the stream ends only once the run is settled and nothing
-	// new has come for settleQuiet, or settleWait after this stream first saw
+	// new has come for settleQuiet, or store.SettleWait after this stream first saw
 	// its end.
 	lastNew, endSeen := time.Now(), time.Time{}
 	for {
@@ -226,10 +226,6 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// settleWait is how long after its end a run whose calls are not all
-// completed is still watched for their envelopes.
-const settleWait = store.SettleWait
-
 // settled reports whether a run has ended (terminal) and whether every tool
 // call it made has its envelope (complete).
 //
@@ -273,13 +269,13 @@ const settleQuiet = 500 * time.Millisecond
 
 // streamEnds decides, for a run that has ended, whether its stream may end:
 // every call has its envelope and nothing new came for settleQuiet, or
-// settleWait passed since this stream first saw the end (measured on this
+// store.SettleWait passed since this stream first saw the end (measured on this
 // recorder's clock, not by event times).
 func (a *api) streamEnds(endSeen *time.Time, lastNew time.Time, complete bool) bool {
 	if endSeen.IsZero() {
 		*endSeen = time.Now()
 	}
-	if time.Since(*endSeen) > settleWait {
+	if time.Since(*endSeen) > store.SettleWait {
 		return true
 	}
 	return complete && time.Since(lastNew) >= settleQuiet

@@ -14,7 +14,7 @@ import (
 
 // SettledHeader, on a replay bundle, says whether the run had settled
 // (store.Settled) when the bundle was read: "false" for a run still going, or
-// one that ended with calls whose envelopes had not come within settleWait.
+// one that ended with calls whose envelopes had not come within store.SettleWait.
 const SettledHeader = "Toolwire-Run-Settled"
 
 // settlePoll is how often a replay bundle's read looks whether its run has
@@ -31,8 +31,8 @@ func (a *api) getReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	// A run recorded as ended may still have envelopes on their way (its calls
 	// are recorded by another consumer): the bundle waits for them, within
-	// settleWait, and says in SettledHeader whether it holds them all.
-	_, settled, err := store.AwaitSettled(r.Context(), a.store, run.RunID, settleWait, settlePoll)
+	// store.SettleWait, and says in SettledHeader whether it holds them all.
+	_, settled, err := store.AwaitSettled(r.Context(), a.store, run.RunID, store.SettleWait, settlePoll)
 	if err == nil {
 		var b envelope.ReplayBundle
 		b, err = store.ReplayBundle(r.Context(), a.store, run.RunID, a.blobReader())
