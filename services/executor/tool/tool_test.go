@@ -63,3 +63,42 @@ func TestDecodeInput(t *testing.T) {
 	require.Equal(t, envelope.CodeValidation, te.Code)
 	require.Contains(t, te.Message, "t: input is not the expected object")
 }
+
+// fuzzInput is a target of every kind a tool's input struct has.
+type fuzzInput struct {
+	Text    string             `json:"text"`
+	N       int                `json:"n"`
+	U       uint8              `json:"u,omitempty"`
+	F       float64            `json:"f"`
+	B       bool               `json:"b"`
+	P       *string            `json:"p"`
+	List    []string           `json:"list"`
+	Nums    []float64          `json:"nums"`
+	Map     map[string]any     `json:"map"`
+	Labels  map[string]string  `json:"labels"`
+	Raw     json.RawMessage    `json:"raw"`
+	Any     any                `json:"any"`
+	Inner   struct{ A, B int } `json:"inner"`
+	Ignored string             `json:"-"`
+}
+
+// FuzzUnmarshal holds unmarshal to encoding/json: the same error or none,
+// and the same value, for every document, into a struct and into any.
+func FuzzUnmarshal(f *testing.F) {
+	for _, s := range []string{`{"text":"hi"}`, `{"TEXT":"x","Text":"y"}`, `{"n":1e3}`, `{"n":1.5}`, `{"u":300}`,
+		`{"p":null,"list":["a",null],"map":{"k":[1,{"x":true}]},"labels":{"a":"b"}}`, `{"raw":  [1, 2 ] ,"any":{"z":null}}`,
+		`{"inner":{"a":1,"B":2},"-":"x"}`, "{\"text\":\"\xff\"}", `{"text":"\ud800"}`, `{"text":1}`, `{} x`, ` {"f":-0} `,
+		`[1]`, `null`, `{"text":"a","text":"b"}`, `{"map":{"a":1,"a":2}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got, want fuzzInput
+		errGot, errWant := unmarshal(data, &got), json.Unmarshal(data, &want)
+		require.Equal(t, errWant, errGot, "error for %q", data)
+		require.Equal(t, want, got, "value of %q", data)
+		var gotAny, wantAny any
+		errGot, errWant = unmarshal(data, &gotAny), json.Unmarshal(data, &wantAny)
+		require.Equal(t, errWant, errGot, "error for %q into any", data)
+		require.Equal(t, wantAny, gotAny, "value of %q into any", data)
+	})
+}
