@@ -27,12 +27,16 @@ func BenchmarkCacheHit(b *testing.B) {
 	s := startExecutor(b, env, Config{}, WithTools(cachedBenchTool()))
 	req := callRequest(b, "run-bench-cache", 1, "cached", "1.0.0", `{"city":"Lyon","fields":["population","area"]}`)
 	log := slog.New(slog.DiscardHandler)
-	res, err := s.execute(b.Context(), &req, s.now().UTC(), log)
+	entry, found, err := s.lookup(b.Context(), req.Ref())
+	if err != nil || !found {
+		b.Fatalf("lookup: %v (found %v)", err, found)
+	}
+	res, err := s.execute(b.Context(), &req, &entry, s.now().UTC(), log)
 	if err != nil || res.env.Error != nil || res.env.Cached {
 		b.Fatalf("warm-up: %v %+v cached=%v", err, res.env.Error, res.env.Cached)
 	}
 	for b.Loop() {
-		res, err := s.execute(b.Context(), &req, s.now().UTC(), log)
+		res, err := s.execute(b.Context(), &req, &entry, s.now().UTC(), log)
 		if err != nil || !res.env.Cached {
 			b.Fatalf("not a hit: %v %+v", err, res.env.Error)
 		}

@@ -95,7 +95,20 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 
 	// The tool's secrets (secrets.go): their scopes go on the timeline, their
 	// values only to the tool.
-	sec, err := s.resolveSecrets(ctx, &req, log)
+	// The registry is read once for the call: its secrets and its run.
+	entry, found, err := s.lookup(ctx, req.Ref())
+	if err != nil {
+		span.SetStatus(codes.Error, "infrastructure")
+		return err
+	}
+	var (
+		known *registry.Entry // nil: no such tool
+		def   *envelope.ToolDefinition
+	)
+	if found {
+		known, def = &entry, &entry.Definition
+	}
+	sec, err := s.resolveSecrets(ctx, &req, def, log)
 	if err != nil {
 		span.SetStatus(codes.Error, "secrets unavailable")
 		return err
@@ -115,7 +128,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	// quicker call publishes none, unless it has secret scopes to record
 	// (see Config.StartedAfter).
 	early := s.startStarted(ctx, started, len(sec.scopes) > 0 || len(sec.warnings) > 0)
-	res, err := s.execute(ctx, &req, tStart, log)
+	res, err := s.execute(ctx, &req, known, tStart, log)
 	if err != nil {
 		early.cancel()
 		span.SetStatus(codes.Error, "infrastructure")
@@ -260,15 +273,16 @@ type execResult struct {
 }
 
 // execute runs the call through the executor's pipeline and returns its
-// envelope: registry lookup; for a writes tool, its outcome record (a
+// envelope: the registry entry (entry, as handle read it; nil for a tool the
+// registry does not hold); for a writes tool, its outcome record (a
 // redelivery never runs it twice); input validation; the cache; the tool's
 // circuit; its rate limit; the claim of a writes call; the tool under its
 // timeout; output validation; truncation; the outcome record or the cache
 // entry. Every failure of the call is the envelope's error; err is only for
-// infrastructure that cannot be reached (the registry, the rate-limit or
-// outcomes bucket): the call is then redelivered rather than answered with an
-// outcome that says nothing about the tool.
-func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart time.Time, log *slog.Logger) (res execResult, err error) {
+// infrastructure that cannot be reached (the rate-limit or outcomes bucket):
+// the call is then redelivered rather than answered with an outcome that
+// says nothing about the tool.
+func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *registry.Entry, tStart time.Time, log *slog.Logger) (res execResult, err error) {
 	res = execResult{label: unknownTool, env: envelope.ToolEnvelope{
 		CallID:  req.CallID,
 		Name:    req.Name,
@@ -285,11 +299,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, tStart t
 	}
 
 	ref := req.Ref()
-	entry, found, err := s.lookup(ctx, ref)
-	if err != nil {
-		return res, err
-	}
-	if !found {
+	if entry == nil {
 		return fail(envelope.NewToolError(envelope.CodeValidation, "unknown tool %s", ref))
 	}
 	res.label = service.ToolLabel(req.Name, req.Version)

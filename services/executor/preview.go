@@ -128,7 +128,7 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) {
 		unavailable("the arguments do not match the input schema of %s", ref)
 		return
 	}
-	sec, err := s.resolveSecrets(ctx, &req, log)
+	sec, err := s.resolveSecrets(ctx, &req, def, log)
 	if err != nil {
 		unavailable("the tool's secrets cannot be read now")
 		return

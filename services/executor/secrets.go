@@ -85,17 +85,16 @@ func secretsOf(ctx context.Context) *callSecrets {
 // resolveSecrets resolves the secrets the called tool declares. An error is
 // an infrastructure failure (the call is redelivered); a missing secret is
 // the result's err.
-func (s *Service) resolveSecrets(ctx context.Context, req *events.CallRequest, log *slog.Logger) (*callSecrets, error) {
+func (s *Service) resolveSecrets(ctx context.Context, req *events.CallRequest, def *envelope.ToolDefinition, log *slog.Logger) (*callSecrets, error) {
 	cs := &callSecrets{}
-	entry, found, err := s.lookup(ctx, req.Ref())
-	if err != nil || !found || len(entry.Definition.RequiredSecrets) == 0 {
-		return cs, err
+	if def == nil || len(def.RequiredSecrets) == 0 {
+		return cs, nil
 	}
-	ref := entry.Definition.Ref()
+	ref := def.Ref()
 	if s.secrets == nil || s.secrets.keys == nil {
 		cs.err = envelope.NewToolError(envelope.CodeAuthRequired,
 			"tool %s needs secrets (%s), and this executor holds no master key to open them",
-			ref, strings.Join(entry.Definition.RequiredSecrets, ", "))
+			ref, strings.Join(def.RequiredSecrets, ", "))
 		return cs, nil
 	}
 	store, err := s.secrets.open(ctx)
@@ -104,7 +103,7 @@ func (s *Service) resolveSecrets(ctx context.Context, req *events.CallRequest, l
 	}
 	cs.auth, cs.scopes = map[string]string{}, map[string]string{}
 	var missing, broken []string
-	for _, name := range entry.Definition.RequiredSecrets {
+	for _, name := range def.RequiredSecrets {
 		r, err := store.Resolve(ctx, req.Tenant, name)
 		switch {
 		case errors.Is(err, secrets.ErrNotFound):
