@@ -128,7 +128,8 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err e
 	// that its subject held none (client.Submit and the intake publish so):
 	// then the first delivery's run is new, and its state is not read.
 	var st *RunState
-	if !firstDelivery(ctx) || d.Msg == nil || !events.FirstOnSubject(d.Msg.Headers()) {
+	again := !firstDelivery(ctx) || d.Msg == nil || !events.FirstOnSubject(d.Msg.Headers())
+	if again {
 		if st, _, err = s.states.get(ctx, req.RunID); err != nil {
 			return err
 		}
@@ -136,9 +137,17 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err e
 	if st != nil {
 		return s.goOn(ctx, st, triggerRequest)
 	}
-	// Only a redelivery can find the run's first turn stored without its
-	// state (a replica died between the two).
-	if !firstDelivery(ctx) {
+	if again {
+		// A run need not have its state in KV: one that ended before any
+		// write of it has none (stateStore.stash), and its end says all;
+		// one whose replica died before its request was settled has its
+		// first turn in the stream.
+		if ended, err := s.endRecorded(ctx, req.RunID); err != nil {
+			return err
+		} else if ended {
+			s.runEnded(req.RunID)
+			return nil
+		}
 		if st, err = s.stateFromStream(ctx, req.RunID); err != nil {
 			return err
 		}
@@ -270,9 +279,10 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 // takeTurn makes model call st.Iteration: it reads the turn from the stream
 // when a crashed delivery published it already, else calls the model with
 // the conversation so far and publishes the turn; then it records the turn
-// and publishes what follows. exists says whether the run has a state in KV
-// (the first turn of a new run is recorded with it). unwritten, when not
-// nil, is the change of the trigger's event that the state in KV does not
+// and publishes what follows. exists says whether the run has a state (in
+// KV, or kept here: stateStore.stash); the first turn of a new run is kept
+// with its new state. unwritten, when not nil, is the change of the
+// trigger's event that the state in KV does not
 // have yet (a turn's last envelope drives the next model call before it is
 // written: see earlyTurn); it is written with the run's end, or before a
 // turn of calls is published.
@@ -398,8 +408,14 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 			return cur.recordTurn(t) || caught, nil
 		})
 	} else {
+		// A new run: its state is kept here until a change of it is
+		// written or its request is settled (stateStore.stash); a run
+		// that ends sooner is never written.
 		st.recordTurn(t)
-		err = s.createOrGet(ctx, st)
+		err = nil
+		if !s.states.stash(st) {
+			err = s.createOrGet(ctx, st)
+		}
 		recorded = st
 	}
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -636,142 +635,139 @@ func TestIntake(t *testing.T) {
 
 // The envelope of a turn's last call drives the next model call before the
 // run's state records it; when the model then answers, the run's end is
-// published and the state records the envelope with it in one write. A
-// one-call run writes its state twice (created with its first turn, then
-// ended); a turn of calls is still preceded by the write of the envelope
-// that led to it, so that its own envelopes find the run calling the model.
-// A snapshot gone stale (the state changed by another replica; here the
-// call's approval, written straight into KV) is caught by the end's write:
-// the envelope is applied to the state as it is, and the run's resumption is
+// published and the state records the envelope with it in one write. A new
+// run's state is kept by the replica that started it until a change of it
+// is written (stateStore.stash), so a one-call run that ends before its
+// request is settled writes its state not at all; a turn of calls is still
+// preceded by the write of the envelope that led to it (which creates the
+// state), so that its own envelopes find the run calling the model. A
+// snapshot gone stale (the state changed by another replica; here the call's
+// approval, written straight into KV) is caught by the end's write: the
+// envelope is applied to the state as it is, and the run's resumption is
 // published.
 func TestLastEnvelopeEndsTheRunInOneStateWrite(t *testing.T) {
 	h := newHarness(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	g := orchestratortest.Guard{H: h, Ctx: ctx}
-	h.Start("o1", orchestrator.Config{})
+	// The requests are held (a run's state is its replica's) until the
+	// runs end: no timer, and no flush of a state, comes before.
+	h.Start("o1", orchestrator.Config{TimerAfter: time.Minute})
 	kv, err := h.Env.JS.KeyValue(ctx, events.BucketRunState)
 	require.NoError(t, err)
-	// written is a state the run's key held, at its revision.
-	type written struct {
-		rev uint64
-		st  orchestrator.RunState
-	}
-	// watch collects the states written to the run's key, from the moment
-	// it returns (the watcher is in place: its initial values, none, are
-	// delivered). A watcher may skip a value overwritten quickly (seen under
-	// -race on a busy machine), so writes are counted by revision: the
-	// bucket's revisions are its stream's sequence, and only this run
-	// writes to it meanwhile.
-	watch := func(run string) func() []written {
-		w, err := kv.Watch(ctx, run)
-		require.NoError(t, err)
-		select {
-		case e := <-w.Updates():
-			require.Nil(t, e, "run %s has no state yet", run)
-		case <-ctx.Done():
-			t.Fatalf("the watch of run %s never started", run)
+	bucket, err := h.Env.JS.Stream(ctx, "KV_"+events.BucketRunState)
+	require.NoError(t, err)
+	// writes counts the messages stored on the bucket (every write of a
+	// state is one, and only this test's runs write) while fn runs.
+	writes := func(fn func()) int {
+		seq := func() uint64 {
+			info, err := bucket.Info(ctx)
+			require.NoError(t, err)
+			return info.State.LastSeq
 		}
-		var got []written
-		return func() []written {
-			defer func() { require.NoError(t, w.Stop()) }()
-			for {
-				select {
-				case e := <-w.Updates():
-					var st orchestrator.RunState
-					require.NoError(t, json.Unmarshal(e.Value(), &st))
-					if got = append(got, written{e.Revision(), st}); st.Done() {
-						return got
-					}
-				case <-ctx.Done():
-					t.Fatalf("run %s: its state never ended; written %d times", run, len(got))
-				}
-			}
-		}
+		before := seq()
+		fn()
+		return int(seq() - before)
 	}
-	writes := func(ws []written) int { return int(ws[len(ws)-1].rev-ws[0].rev) + 1 }
 	echo := func(text string) map[string]any {
 		return map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": text})}}
 	}
 	answer := map[string]any{"content": "done"}
-	run := func(id string, turns ...map[string]any) func() []written {
-		req := orchestratortest.Scripted(t, id, []string{"echo@1.0.0"}, envelope.Policy{}, append(turns, answer)...)
-		written := watch(id)
-		h.Submit(ctx, req)
-		return written
+	// run submits a run of the turns and the answer, and waits for its end.
+	run := func(id string, calls func(), turns ...map[string]any) *events.RunStatus {
+		h.Submit(ctx, orchestratortest.Scripted(t, id, []string{"echo@1.0.0"}, envelope.Policy{}, append(turns, answer)...))
+		calls()
+		final, err := h.Wait(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+		return final
 	}
-	// recorded waits until the run's state has turn n, and the handler
-	// that wrote it has returned (its event is acknowledged), so that the
-	// replica knows the state it wrote: the test's envelopes come quicker
-	// than a tool's, before the turn's record otherwise.
-	recorded := func(id string, n int) jetstream.KeyValueEntry {
-		var e jetstream.KeyValueEntry
-		require.Eventually(t, func() bool {
-			var st orchestrator.RunState
-			e, err = kv.Get(ctx, id)
-			if err != nil || json.Unmarshal(e.Value(), &st) != nil || st.Iteration != n || st.Phase != orchestrator.PhaseAwaitingTools {
-				return false
-			}
-			for _, durable := range []string{orchestrator.DurableRuns, orchestrator.DurableCalls} {
-				stream := events.StreamRuns
-				if durable == orchestrator.DurableCalls {
-					stream = events.StreamCalls
-				}
-				c, err := h.Env.JS.Consumer(ctx, stream, durable)
-				if err != nil {
-					return false
-				}
-				info, err := c.Info(ctx)
-				if err != nil || info.NumAckPending > 0 {
-					return false
-				}
-			}
-			return true
-		}, 10*time.Second, time.Millisecond)
-		return e
-	}
+	// complete answers call seq once its replica has gone on from the
+	// turn: the test's envelopes come quicker than a tool's, which comes
+	// after its replica has kept (or written) the turn's state.
 	complete := func(id, text string, seq int) string {
 		c := g.Request(id, "echo", map[string]any{"text": text}, seq)
-		recorded(id, seq)
+		time.Sleep(100 * time.Millisecond)
 		g.Complete(c, json.RawMessage(`{"text":"`+text+`"}`))
 		return c.CallID
 	}
+	stateOf := func(id string) *orchestrator.RunState {
+		e, err := kv.Get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		require.NoError(t, err)
+		var st orchestrator.RunState
+		require.NoError(t, json.Unmarshal(e.Value(), &st))
+		return &st
+	}
 
-	ended := run("early-one", echo("a"))
-	call := complete("early-one", "a", 1)
-	ws := ended()
-	require.Equal(t, 2, writes(ws), "created with its first turn, then ended with the envelope")
-	last := ws[len(ws)-1].st
-	require.Equal(t, orchestrator.PhaseComplete, last.Phase)
-	require.Equal(t, 2, last.Iteration)
-	require.Equal(t, "call/"+call, last.Trigger, "the envelope, which drove the last model call, is in the end's write")
+	n := writes(func() { run("early-one", func() { complete("early-one", "a", 1) }, echo("a")) })
+	require.Zero(t, n, "a one-call run that ends before its request is settled writes no state")
+	require.Nil(t, stateOf("early-one"))
 
-	ended = run("early-two", echo("a"), echo("b"))
-	complete("early-two", "a", 1)
-	complete("early-two", "b", 2)
-	ws = ended()
-	require.Equal(t, 4, writes(ws), "created; the first envelope before the second turn; that turn; the end")
-	second := slices.IndexFunc(ws, func(w written) bool {
-		return w.st.Iteration == 2 && w.st.Phase == orchestrator.PhaseAwaitingTools
+	var call string
+	n = writes(func() {
+		run("early-two", func() {
+			complete("early-two", "a", 1)
+			call = complete("early-two", "b", 2)
+		}, echo("a"), echo("b"))
 	})
-	require.NotEqual(t, -1, second, "the second turn recorded")
-	require.Equal(t, ws[0].rev+2, ws[second].rev,
-		"one write between the creation and the second turn's record: its envelopes find the run calling the model")
-	require.Equal(t, orchestrator.PhaseComplete, ws[len(ws)-1].st.Phase)
+	require.Equal(t, 3, n, "created by the first envelope's write before the second turn; that turn; the end")
+	last := stateOf("early-two")
+	require.Equal(t, orchestrator.PhaseComplete, last.Phase)
+	require.Equal(t, 3, last.Iteration)
+	require.Equal(t, "call/"+call, last.Trigger, "the envelope, which drove the last model call, is in the end's write")
+}
 
-	ended = run("early-stale", echo("a"))
+// A state the replica wrote (here flushed as its request is settled, after
+// TimerAfter) and another replica changed since (the call's approval, written
+// straight into KV) is a stale snapshot: the end's write catches it, applies
+// the envelope to the state as it is, and the run's resumption is published.
+func TestLastEnvelopeOnAStaleSnapshot(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	g := orchestratortest.Guard{H: h, Ctx: ctx}
+	h.Start("o1", orchestrator.Config{TimerAfter: 20 * time.Millisecond})
+	kv, err := h.Env.JS.KeyValue(ctx, events.BucketRunState)
+	require.NoError(t, err)
+	req := orchestratortest.Scripted(t, "early-stale", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": "a"})}},
+		map[string]any{"content": "done"})
+	h.Submit(ctx, req)
 	c := g.Request("early-stale", "echo", map[string]any{"text": "a"}, 1)
-	e := recorded("early-stale", 1)
+	// The request settled: the state is written (and its writer knows it).
+	var e jetstream.KeyValueEntry
+	require.Eventually(t, func() bool {
+		e, err = kv.Get(ctx, "early-stale")
+		if err != nil {
+			return false
+		}
+		cons, err := h.Env.JS.Consumer(ctx, events.StreamRuns, orchestrator.DurableRuns)
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0
+	}, 10*time.Second, time.Millisecond)
 	var st orchestrator.RunState
 	require.NoError(t, json.Unmarshal(e.Value(), &st))
+	require.Equal(t, orchestrator.PhaseAwaitingTools, st.Phase)
 	st.Pending[0].Approval = orchestrator.ApprovalWaiting
 	b, err := json.Marshal(st)
 	require.NoError(t, err)
 	_, err = kv.Update(ctx, "early-stale", b, e.Revision())
 	require.NoError(t, err)
 	g.Complete(c, json.RawMessage(`{"text":"a"}`))
-	ws = ended()
-	require.Equal(t, orchestrator.PhaseComplete, ws[len(ws)-1].st.Phase)
+	final, err := h.Wait(ctx, "early-stale")
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
 	resumed := h.Next(ctx, events.StreamRuns, "toolwire.run.early-stale.resumed")
 	require.Contains(t, string(resumed.Data), "call "+c.CallID+" (echo@1.0.0) completed")
+	require.Eventually(t, func() bool {
+		e, err := kv.Get(ctx, "early-stale")
+		var st orchestrator.RunState
+		return err == nil && json.Unmarshal(e.Value(), &st) == nil && st.Phase == orchestrator.PhaseComplete
+	}, 10*time.Second, 10*time.Millisecond, "the end written on the state as it was")
 }

@@ -129,8 +129,13 @@ func (t *deadlineTimer) send() {
 	}
 }
 
-// stored waits until the sent timer is stored.
+// stored waits until the sent timer is stored, having written the run's
+// state if it is still a stash: the request is acknowledged next, and a run
+// whose request is settled has its state in KV.
 func (t *deadlineTimer) stored(ctx context.Context) error {
+	if err := t.s.states.flush(ctx, t.runID); err != nil {
+		return fmt.Errorf("run %s: %w", t.runID, err)
+	}
 	t.mu.Lock()
 	a, err := t.a, t.err
 	t.mu.Unlock()
@@ -332,6 +337,13 @@ func (s *Service) onDeadline(ctx context.Context, _, runID string) error {
 	st, _, err := s.states.get(ctx, runID)
 	if err != nil {
 		return err
+	}
+	if st == nil {
+		// A run whose state was never written (its replica died before its
+		// request was settled): rebuilt from its first turn, if it has one.
+		if st, err = s.stateFromStream(ctx, runID); err != nil {
+			return err
+		}
 	}
 	if st == nil {
 		return s.reapUnstarted(ctx, runID)

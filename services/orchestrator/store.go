@@ -26,6 +26,15 @@ import (
 // calls, say) are applied together in the next compare-and-set, instead of
 // racing and retrying one by one.
 //
+// A new run's state is kept here before it is in KV (stash): its first turn
+// is in the stream, and its request is held unacknowledged until the run
+// ends or its state is written (flush), so that a crash meanwhile hands the
+// request to a replica that rebuilds the state from the stream. Its first
+// write creates it; a run that ends before any write is never written at
+// all, as its end in the stream says all a later delivery needs. A one-call
+// run so costs no KV write: its state is read and written by this replica
+// alone, between the turn it published and the end it publishes.
+//
 // The states it hands out are snapshots shared between handlers: read them,
 // never change them.
 type stateStore struct {
@@ -48,16 +57,22 @@ type runSlot struct {
 	rev     uint64
 	queue   []*pendingChange
 	writing bool
+	// unwritten: st is a stash, the state of a run this replica started
+	// and has not written yet (rev is 0).
+	unwritten bool
 }
 
 // pendingChange is one handler's change, waiting for its group's write.
 type pendingChange struct {
-	change  func(*RunState) (bool, error)
-	done    chan struct{}
-	st      *RunState
-	rev     uint64
-	err     error
-	changed bool
+	change func(*RunState) (bool, error)
+	// materialize asks for a stash to be written even when change writes
+	// nothing (flush).
+	materialize bool
+	done        chan struct{}
+	st          *RunState
+	rev         uint64
+	err         error
+	changed     bool
 }
 
 var errStateExists = errors.New("run state exists")
@@ -103,25 +118,78 @@ func (st *stateStore) release(runID string, sl *runSlot) {
 	}
 }
 
-// evictLocked drops idle slots until a quarter of the room is free.
+// evictLocked drops idle slots until a quarter of the room is free; a stash
+// stays (there are at most as many as requests held).
 func (st *stateStore) evictLocked() {
 	for id, sl := range st.runs {
 		if len(st.runs) < st.max*3/4 {
 			return
 		}
-		if sl.users == 0 {
+		sl.mu.Lock()
+		stash := sl.unwritten
+		sl.mu.Unlock()
+		if sl.users == 0 && !stash {
 			delete(st.runs, id)
 		}
 	}
 }
 
-// remember records a state just read or written, unless a newer one is known.
+// remember records a state just read or written, unless a newer one is
+// known. A stash is replaced only by a state written (rev > 0): a failed
+// write or a read that found nothing leaves it.
 func (sl *runSlot) remember(s *RunState, rev uint64) {
 	sl.mu.Lock()
-	if s == nil || rev >= sl.rev {
-		sl.st, sl.rev = s, rev
+	defer sl.mu.Unlock()
+	if sl.unwritten && rev == 0 {
+		return
 	}
+	if s == nil || rev >= sl.rev {
+		sl.st, sl.rev, sl.unwritten = s, rev, false
+	}
+}
+
+// stash keeps s, the state of a run this replica has just started (its
+// first turn is in the stream), without writing it: the first change
+// written creates it in KV (flush writes it as it is). It reports false,
+// keeping nothing, when the slot knows a state of the run already (another
+// delivery's, read or written): the caller then creates or reads it.
+func (st *stateStore) stash(s *RunState) bool {
+	sl := st.acquire(s.RunID)
+	defer st.release(s.RunID, sl)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.st != nil || sl.rev != 0 || sl.writing || len(sl.queue) > 0 {
+		return false
+	}
+	sl.st, sl.unwritten = s, true
+	return true
+}
+
+// flush writes the run's stash, if it has one that has not ended: before the
+// run's request is acknowledged, after which nothing would hand the run to
+// another replica if this one died.
+func (st *stateStore) flush(ctx context.Context, runID string) error {
+	if st == nil {
+		return nil // a service without a store (a unit under test)
+	}
+	st.mu.Lock()
+	sl := st.runs[runID]
+	st.mu.Unlock()
+	if sl == nil {
+		return nil
+	}
+	sl.mu.Lock()
+	stash := sl.unwritten && sl.st != nil && !sl.st.Done()
 	sl.mu.Unlock()
+	if !stash {
+		return nil
+	}
+	_, _, err := st.change(ctx, runID, &pendingChange{materialize: true,
+		change: func(*RunState) (bool, error) { return false, nil }})
+	if errors.Is(err, errNoRunState) {
+		return nil // no stash by the time it was written: nothing to write
+	}
+	return err
 }
 
 // peek returns the last state this replica read or wrote of the run, with
@@ -143,15 +211,24 @@ func (st *stateStore) peek(runID string) *RunState {
 	return sl.st
 }
 
-// get reads the run's state from KV (nil when there is none).
+// get reads the run's state from KV (nil when there is none); a run whose
+// state is a stash here and not in KV has the stash, at revision 0.
 func (st *stateStore) get(ctx context.Context, runID string) (*RunState, uint64, error) {
 	sl := st.acquire(runID)
 	defer st.release(runID, sl)
 	s, rev, err := st.read(ctx, runID)
-	if err == nil {
-		sl.remember(s, rev)
+	if err != nil {
+		return s, rev, err
 	}
-	return s, rev, err
+	sl.remember(s, rev)
+	if s == nil {
+		sl.mu.Lock()
+		if sl.unwritten {
+			s = sl.st
+		}
+		sl.mu.Unlock()
+	}
+	return s, rev, nil
 }
 
 func (st *stateStore) read(ctx context.Context, runID string) (*RunState, uint64, error) {
@@ -195,9 +272,14 @@ func (st *stateStore) create(ctx context.Context, s *RunState) (uint64, error) {
 // state written (or, when nothing changed, the current one) and its
 // revision; errNoRunState when the run has no state.
 func (st *stateStore) update(ctx context.Context, runID string, change func(s *RunState) (bool, error)) (*RunState, uint64, error) {
+	return st.change(ctx, runID, &pendingChange{change: change})
+}
+
+// change queues pc and waits for its group's write (update).
+func (st *stateStore) change(ctx context.Context, runID string, pc *pendingChange) (*RunState, uint64, error) {
 	sl := st.acquire(runID)
 	defer st.release(runID, sl)
-	pc := &pendingChange{change: change, done: make(chan struct{})}
+	pc.done = make(chan struct{})
 	sl.mu.Lock()
 	sl.queue = append(sl.queue, pc)
 	lead := !sl.writing
@@ -229,15 +311,119 @@ func (st *stateStore) drain(ctx context.Context, runID string, sl *runSlot) {
 			sl.mu.Unlock()
 			return
 		}
-		base, rev := sl.st, sl.rev
+		base, rev, stash := sl.st, sl.rev, sl.unwritten
 		sl.mu.Unlock()
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		st.write(ctx, runID, sl, group, base, rev)
+		if stash {
+			st.writeStash(ctx, runID, sl, group, base)
+		} else {
+			st.write(ctx, runID, sl, group, base, rev)
+		}
 		cancel()
 		for _, pc := range group {
 			close(pc.done)
 		}
 	}
+}
+
+// writeStash applies a group of changes to the run's stash. A run they end is
+// not written (its end in the stream is what a later delivery reads), unless
+// its calls may wait for an approval; one they change otherwise, or a flush,
+// is created in KV. When KV holds the run already (another replica rebuilt it
+// from the stream), the group is applied to that state instead, as write
+// does after a conflict.
+func (st *stateStore) writeStash(ctx context.Context, runID string, sl *runSlot, group []*pendingChange, stash *RunState) {
+	next := stash.clone()
+	changed, materialize := false, false
+	for _, pc := range group {
+		ok, err := pc.change(next)
+		pc.changed, pc.err = ok && err == nil, err
+		changed = changed || pc.changed
+		materialize = materialize || pc.materialize
+	}
+	setAll := func(s *RunState, rev uint64) {
+		for _, pc := range group {
+			pc.st, pc.rev = s, rev
+		}
+	}
+	switch {
+	case !changed && !materialize:
+		if !stash.Done() {
+			// A decision not to write stands on the stash only while KV
+			// holds no state of the run: another replica may have rebuilt
+			// it from the stream and moved it on.
+			cur, _, err := st.read(ctx, runID)
+			if err != nil {
+				for _, pc := range group {
+					pc.st, pc.rev, pc.err = nil, 0, err
+				}
+				return
+			}
+			if cur != nil {
+				st.dropStash(sl)
+				st.write(ctx, runID, sl, group, nil, 0)
+				return
+			}
+		}
+		setAll(stash, 0)
+		return
+	case changed && next.Done() && !mayWaitForApproval(next.Policy):
+		// Not written if KV still holds no state of the run. A run whose
+		// calls may wait for an approval is written all the same: its
+		// approval events may be handled on another replica meanwhile,
+		// and only the write orders them after its end.
+		cur, _, err := st.read(ctx, runID)
+		switch {
+		case err != nil:
+			for _, pc := range group {
+				pc.st, pc.rev, pc.err = nil, 0, err
+			}
+		case cur != nil:
+			st.dropStash(sl)
+			st.write(ctx, runID, sl, group, nil, 0)
+		default:
+			sl.mu.Lock()
+			sl.st = next
+			sl.mu.Unlock()
+			setAll(next, 0)
+		}
+		return
+	}
+	if !changed {
+		next = stash
+	}
+	next.UpdatedAt = time.Now().UTC()
+	b, err := fastjson.Marshal(next)
+	if err != nil {
+		sl.remember(nil, 0)
+		for _, pc := range group {
+			pc.st, pc.rev, pc.err = nil, 0, err
+		}
+		return
+	}
+	// Revision 0: written only if KV holds no state of the run.
+	rev, err := st.kv.Update(ctx, runID, b, 0)
+	switch {
+	case err == nil:
+		sl.remember(next, rev)
+		setAll(next, rev)
+	case errors.Is(err, jetstream.ErrKeyExists):
+		// Rebuilt from the stream by another replica meanwhile: the stash
+		// gives way to it.
+		st.dropStash(sl)
+		st.write(ctx, runID, sl, group, nil, 0)
+	default:
+		for _, pc := range group {
+			pc.st, pc.rev, pc.err = nil, 0, fmt.Errorf("create run %s: %w", runID, err)
+		}
+	}
+}
+
+// dropStash forgets the slot's stash: KV holds the run.
+func (st *stateStore) dropStash(sl *runSlot) {
+	sl.mu.Lock()
+	sl.st, sl.rev, sl.unwritten = nil, 0, false
+	sl.mu.Unlock()
 }
 
 // write applies a group of changes to base (nil: read it) and writes the

@@ -122,3 +122,115 @@ func TestStoreGroupsConcurrentChanges(t *testing.T) {
 	a.mu.Unlock()
 	require.False(t, cached)
 }
+
+// stashedRun is a new run's state as the request's handler keeps it.
+func stashedRun(id string) *RunState {
+	return &RunState{V: stateVersion, RunID: id, Iteration: 1, Phase: PhaseAwaitingTools,
+		Pending: []PendingCall{{CallID: "c1", Seq: 1, Name: "echo", Version: "1.0.0"}}}
+}
+
+// kvRevision is the run's revision in KV; 0 when KV holds none.
+func kvRevision(t *testing.T, st *stateStore, runID string) uint64 {
+	t.Helper()
+	_, rev, err := st.read(t.Context(), runID)
+	require.NoError(t, err)
+	return rev
+}
+
+// A new run's state is kept in the replica until a change of it is written
+// (which creates it in KV) or it is flushed; a run that ends on the stash is
+// never written; a stash is refused where a state is known, and gives way to
+// the state another replica wrote.
+func TestStoreStash(t *testing.T) {
+	ctx := t.Context()
+	a, b := twoReplicas(t)
+	markDone := func(s *RunState) (bool, error) {
+		if s.Pending[0].Done {
+			return false, nil
+		}
+		s.Pending[0].Done = true
+		return true, nil
+	}
+
+	t.Run("a change creates it", func(t *testing.T) {
+		require.True(t, a.stash(stashedRun("s1")))
+		require.NotNil(t, a.peek("s1"), "the stash is the replica's snapshot")
+		require.Zero(t, kvRevision(t, a, "s1"), "nothing written yet")
+		got, rev, err := a.get(ctx, "s1")
+		require.NoError(t, err)
+		require.Zero(t, rev)
+		require.Equal(t, "s1", got.RunID, "get answers with the stash while KV has none")
+
+		st, rev, err := a.update(ctx, "s1", markDone)
+		require.NoError(t, err)
+		require.NotZero(t, rev)
+		require.True(t, st.Pending[0].Done)
+		require.Equal(t, rev, kvRevision(t, a, "s1"), "created in KV by the change")
+		require.False(t, a.stash(stashedRun("s1")), "a state is known: no stash over it")
+	})
+
+	t.Run("a run that ends on the stash is never written", func(t *testing.T) {
+		require.True(t, a.stash(stashedRun("s2")))
+		st, rev, err := a.update(ctx, "s2", func(s *RunState) (bool, error) {
+			s.Pending, s.Phase = nil, PhaseComplete
+			return true, nil
+		})
+		require.NoError(t, err)
+		require.Zero(t, rev)
+		require.True(t, st.Done())
+		require.Zero(t, kvRevision(t, a, "s2"))
+		require.NoError(t, a.flush(ctx, "s2"), "an ended run has nothing to flush")
+		require.Zero(t, kvRevision(t, a, "s2"))
+		require.Nil(t, a.peek("s2"), "an ended run is forgotten once no handler holds it")
+	})
+
+	t.Run("flush writes it as it is", func(t *testing.T) {
+		require.True(t, a.stash(stashedRun("s3")))
+		require.NoError(t, a.flush(ctx, "s3"))
+		rev := kvRevision(t, a, "s3")
+		require.NotZero(t, rev)
+		require.NoError(t, a.flush(ctx, "s3"), "once written, a flush writes nothing")
+		require.Equal(t, rev, kvRevision(t, a, "s3"))
+		got, _, err := b.get(ctx, "s3")
+		require.NoError(t, err)
+		require.Equal(t, PhaseAwaitingTools, got.Phase)
+		require.False(t, got.Pending[0].Done)
+	})
+
+	t.Run("gives way to another replica's state", func(t *testing.T) {
+		require.True(t, a.stash(stashedRun("s4")))
+		// b rebuilt the run from the stream and recorded the call.
+		other := stashedRun("s4")
+		_, err := b.create(ctx, other)
+		require.NoError(t, err)
+		_, _, err = b.update(ctx, "s4", markDone)
+		require.NoError(t, err)
+
+		// a's change is applied to b's state, not created over it.
+		var seen []bool
+		st, rev, err := a.update(ctx, "s4", func(s *RunState) (bool, error) {
+			seen = append(seen, s.Pending[0].Done)
+			s.Spend = 1
+			return true, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, []bool{false, true}, seen, "applied to the stash, refused, then to b's state")
+		require.True(t, st.Pending[0].Done)
+		require.Equal(t, rev, kvRevision(t, a, "s4"))
+
+		// A decision not to write on a stash is checked against KV too.
+		require.True(t, b.stash(stashedRun("s5")))
+		_, err = a.create(ctx, stashedRun("s5"))
+		require.NoError(t, err)
+		_, _, err = a.update(ctx, "s5", markDone)
+		require.NoError(t, err)
+		seen = nil
+		st, _, err = b.update(ctx, "s5", func(s *RunState) (bool, error) {
+			seen = append(seen, s.Pending[0].Done)
+			return false, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, []bool{false, true}, seen, "a no-op on the stash is confirmed on KV's state")
+		require.True(t, st.Pending[0].Done)
+	})
+}
