@@ -96,7 +96,6 @@ func followApprovals(t *testing.T, st *stack.Stack, req envelope.RunRequest, dec
 		res       approvalRun
 		echoDone  bool
 		pending   []events.ApprovalRequest
-		callNames = map[string]string{}
 		decideNow = func() {
 			for len(pending) > 0 && echoDone {
 				ar := pending[0]
@@ -114,20 +113,19 @@ func followApprovals(t *testing.T, st *stack.Stack, req envelope.RunRequest, dec
 		}
 	)
 	final, err := st.Client.Follow(ctx, req.RunID, func(e client.Event) bool {
+		// The run's and the calls' events come from two streams, each in
+		// order but not with each other: a quick call's envelope can come
+		// before the turn that made it. The envelope names its tool.
 		switch e.Event.Type() {
-		case events.TypeTurnCompleted:
-			var tr events.Turn
-			require.NoError(t, events.DecodeData(e.Event, &tr))
-			for _, c := range tr.Calls {
-				callNames[c.CallID] = c.Name
-			}
 		case events.TypeCallApprovalRequired:
 			var ar events.ApprovalRequest
 			require.NoError(t, events.DecodeData(e.Event, &ar))
 			res.requests = append(res.requests, ar)
 			pending = append(pending, ar)
 		case events.TypeCallCompleted:
-			if callNames[e.Subject.CallID] == "echo" {
+			var env envelope.ToolEnvelope
+			require.NoError(t, events.DecodeData(e.Event, &env))
+			if env.Name == "echo" {
 				echoDone = true
 			}
 		}
