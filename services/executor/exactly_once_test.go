@@ -393,7 +393,7 @@ func TestUnrecordedOutcomeIsRecordedOnRetry(t *testing.T) {
 	require.Equal(t, envelope.CodeUnknown, env.Error.Code)
 }
 
-// The unrecorded outcomes are bounded.
+// The unrecorded outcomes, and the claims sent unanswered, are bounded.
 func TestUnrecordedOutcomesAreBounded(t *testing.T) {
 	var o outcomes
 	for i := range maxUnrecorded + 10 {
@@ -402,4 +402,67 @@ func TestUnrecordedOutcomesAreBounded(t *testing.T) {
 	require.Len(t, o.unrecorded, maxUnrecorded)
 	_, ok := o.takeUnrecorded("nope")
 	require.False(t, ok)
+	for i := range maxUnrecorded + 10 {
+		o.keepUnconfirmed(time.Duration(i).String(), time.Now())
+	}
+	require.Len(t, o.unconfirmed, maxUnrecorded, "so are the claims sent unanswered")
+}
+
+// lostAnswerKV stores a Create and then answers it with an error, as a
+// connection cut after the write does.
+type lostAnswerKV struct {
+	jetstream.KeyValue
+	lose bool
+}
+
+func (kv *lostAnswerKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	rev, err := kv.KeyValue.Create(ctx, key, value, opts...)
+	if err == nil && kv.lose {
+		kv.lose = false
+		return 0, context.DeadlineExceeded
+	}
+	return rev, err
+}
+
+// A claim stored whose answer was lost is this process's: its retry takes it
+// over and runs the call, instead of waiting a lease for a heartbeat that
+// never comes and declaring the call unknown. Another process's claim, and a
+// claim of this process's that it did not send unanswered, are still taken.
+func TestClaimWhoseAnswerWasLostIsTakenOver(t *testing.T) {
+	o := testOutcomes(t, "exec-1/aa")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	kv := &lostAnswerKV{KeyValue: o.kv, lose: true}
+	o.kv = kv
+
+	first := time.Now().UTC()
+	_, _, err := o.claim(ctx, "run1.c1", first)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the claim is stored, its answer lost")
+	rec, _, found, err := o.get(ctx, "run1.c1")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.True(t, rec.ClaimedAt.Equal(first))
+
+	again := first.Add(time.Millisecond)
+	rev, got, err := o.claim(ctx, "run1.c1", again)
+	require.NoError(t, err, "taken over")
+	require.True(t, got.ClaimedAt.Equal(again))
+	rec, e, _, err := o.get(ctx, "run1.c1")
+	require.NoError(t, err)
+	require.Equal(t, rev, e.Revision())
+	require.True(t, rec.ClaimedAt.Equal(again))
+	_, _, err = o.claim(ctx, "run1.c1", again.Add(time.Millisecond))
+	require.ErrorIs(t, err, errClaimTaken, "a confirmed claim is not taken over, even by its own process")
+
+	// Another process's claim, with this one's lost answer for another
+	// claim time: taken, and left to its heartbeat.
+	other := &outcomes{kv: o.kv.(*lostAnswerKV).KeyValue, owner: "exec-2/bb", lease: o.lease, now: o.now, log: o.log, life: o.life}
+	_, _, err = other.claim(ctx, "run1.c2", first)
+	require.NoError(t, err)
+	o.keepUnconfirmed("run1.c2", first)
+	_, _, err = o.claim(ctx, "run1.c2", again)
+	require.ErrorIs(t, err, errClaimTaken)
+	rec, _, _, err = o.get(ctx, "run1.c2")
+	require.NoError(t, err)
+	require.Equal(t, "exec-2/bb", rec.Owner)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,6 +56,12 @@ type outcomes struct {
 	// of declaring it unknown. Bounded by maxUnrecorded.
 	mu         sync.Mutex
 	unrecorded map[string]envelope.ToolEnvelope
+	// unconfirmed holds, by key, the claims this process sent whose answer
+	// it did not get (the write may be stored or not): the tool did not run
+	// after them, so a retry here may take such a claim over rather than
+	// wait a lease for its heartbeat and declare the call unknown. Bounded
+	// by maxUnrecorded.
+	unconfirmed map[string][]time.Time
 }
 
 // maxUnrecorded bounds outcomes.unrecorded; past it, the oldest calls are
@@ -93,7 +100,9 @@ func outcomeKey(runID, callID string) string { return runID + "." + callID }
 var errClaimTaken = errors.New("claim taken")
 
 // claim creates the claim of key for this replica. errClaimTaken: a record
-// exists (another delivery claimed or finished the call).
+// exists (another delivery claimed or finished the call). A claim of this
+// process's own whose answer was lost (a node's loss cut the connection
+// after the write) is taken over (takeOver), not waited on.
 func (o *outcomes) claim(ctx context.Context, key string, at time.Time) (uint64, outcomeRecord, error) {
 	rec := outcomeRecord{State: outcomeClaimed, Owner: o.owner, ClaimedAt: at.UTC()}
 	b, err := json.Marshal(rec)
@@ -103,11 +112,78 @@ func (o *outcomes) claim(ctx context.Context, key string, at time.Time) (uint64,
 	rev, err := o.kv.Create(ctx, key, b)
 	switch {
 	case err == nil:
+		o.takeUnconfirmed(key)
 		return rev, rec, nil
 	case errors.Is(err, jetstream.ErrKeyExists):
+		if rev, ok, err := o.takeOver(ctx, key, b); err != nil || ok {
+			if err != nil {
+				o.keepUnconfirmed(key, rec.ClaimedAt)
+			}
+			return rev, rec, err
+		}
 		return 0, rec, errClaimTaken
 	}
+	o.keepUnconfirmed(key, rec.ClaimedAt)
 	return 0, rec, fmt.Errorf("claim %s: %w", key, err)
+}
+
+// takeOver replaces, by compare-and-set, a claim of key that is one this
+// process sent without learning whether it was stored (unconfirmed): as
+// nothing ran after it, the call is this delivery's to run. ok is false when
+// the record is anything else (another delivery's claim, or an outcome).
+func (o *outcomes) takeOver(ctx context.Context, key string, claim []byte) (rev uint64, ok bool, err error) {
+	sent := o.takeUnconfirmed(key)
+	if len(sent) == 0 {
+		return 0, false, nil
+	}
+	rec, e, found, err := o.get(ctx, key)
+	if err != nil || !found || rec.State != outcomeClaimed || rec.Owner != o.owner ||
+		!slices.ContainsFunc(sent, rec.ClaimedAt.Equal) {
+		if err != nil {
+			for _, at := range sent {
+				o.keepUnconfirmed(key, at)
+			}
+		}
+		return 0, false, err
+	}
+	rev, err = o.kv.Update(ctx, key, claim, e.Revision())
+	switch {
+	case err == nil:
+		o.log.Warn("a writes call's claim, sent by this process without an answer, is taken over: the tool did not run after it",
+			"key", key, "claimed_at", rec.ClaimedAt)
+		return rev, true, nil
+	case isConflict(err):
+		return 0, false, nil // changed meanwhile (declared unknown): taken
+	}
+	for _, at := range sent {
+		o.keepUnconfirmed(key, at)
+	}
+	return 0, false, fmt.Errorf("claim %s: %w", key, err)
+}
+
+// keepUnconfirmed remembers a claim of key sent at at whose answer was lost.
+func (o *outcomes) keepUnconfirmed(key string, at time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.unconfirmed == nil {
+		o.unconfirmed = map[string][]time.Time{}
+	}
+	if _, ok := o.unconfirmed[key]; !ok && len(o.unconfirmed) >= maxUnrecorded {
+		for k := range o.unconfirmed {
+			delete(o.unconfirmed, k)
+			break
+		}
+	}
+	o.unconfirmed[key] = append(o.unconfirmed[key], at.UTC())
+}
+
+// takeUnconfirmed returns (and forgets) the unanswered claims of key.
+func (o *outcomes) takeUnconfirmed(key string) []time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	at := o.unconfirmed[key]
+	delete(o.unconfirmed, key)
+	return at
 }
 
 // get reads the record of key; found false when there is none.
