@@ -742,17 +742,19 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 		s.advance(st, trigger)
 		return true
 	}
+	if env.Error != nil && env.Error.Code == envelope.CodeUnknown {
+		// The model sees the code and message only; the internals are
+		// here, logged before the envelope is recorded (and so before the
+		// run can end).
+		s.Log.WarnContext(ctx, "tool call failed with an internal error", "run_id", subj.RunID, "call_id", env.CallID,
+			"tool", env.Name+"@"+env.Version, "message", env.Error.Message, "details", env.Error.Details)
+	}
 	st, unwritten := s.earlyTurn(ctx, subj.RunID, env.CallID, trigger, complete)
 	if st == nil {
 		var known bool
 		if st, known, err = s.withCall(ctx, subj.RunID, env.CallID, complete); err != nil || !known {
 			return err
 		}
-	}
-	if env.Error != nil && env.Error.Code == envelope.CodeUnknown {
-		// The model sees the code and message only; the internals are here.
-		s.Log.WarnContext(ctx, "tool call failed with an internal error", "run_id", subj.RunID, "call_id", env.CallID,
-			"tool", env.Name+"@"+env.Version, "message", env.Error.Message, "details", env.Error.Details)
 	}
 	s.convs.remember(subj.RunID, &env)
 	if err := s.fault(ctx, FaultAfterRecordEnvelope, subj.RunID, iteration); err != nil {
