@@ -443,6 +443,16 @@ func TestClaimWhoseAnswerWasLostIsTakenOver(t *testing.T) {
 	require.True(t, found)
 	require.True(t, rec.ClaimedAt.Equal(first))
 
+	// The retry's look at the record does not wait for a heartbeat.
+	unknown := func(rec outcomeRecord) envelope.ToolEnvelope {
+		return unknownOutcome(envelope.ToolEnvelope{}, rec, time.Now())
+	}
+	start := time.Now()
+	_, _, found, err = o.resolve(ctx, "run1.c1", unknown)
+	require.NoError(t, err)
+	require.False(t, found, "its own unanswered claim: claimed again")
+	require.Less(t, time.Since(start), o.lease, "not waited on")
+
 	again := first.Add(time.Millisecond)
 	rev, got, err := o.claim(ctx, "run1.c1", again)
 	require.NoError(t, err, "taken over")

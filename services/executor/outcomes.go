@@ -177,6 +177,14 @@ func (o *outcomes) keepUnconfirmed(key string, at time.Time) {
 	o.unconfirmed[key] = append(o.unconfirmed[key], at.UTC())
 }
 
+// unanswered reports whether this process sent the claim of key made at at
+// and did not get its answer.
+func (o *outcomes) unanswered(key string, at time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.ContainsFunc(o.unconfirmed[key], at.Equal)
+}
+
 // takeUnconfirmed returns (and forgets) the unanswered claims of key.
 func (o *outcomes) takeUnconfirmed(key string) []time.Time {
 	o.mu.Lock()
@@ -321,10 +329,13 @@ func (o *outcomes) finish(ctx context.Context, key string, rev uint64, env envel
 }
 
 // resolve answers a delivery that found the call's record: a finished call's
-// envelope; for a claim, it waits while the claim's heartbeat goes on and,
-// once the heartbeat has stopped for a whole lease (the claimer crashed or
-// was cut off), records and returns an UNKNOWN envelope (unknown builds it).
-// It never runs the tool. found false: the record vanished (expired).
+// envelope; for another delivery's claim, it waits while the claim's
+// heartbeat goes on and, once the heartbeat has stopped for a whole lease
+// (the claimer crashed or was cut off), records and returns an UNKNOWN
+// envelope (unknown builds it). It never runs the tool. found false: the
+// record vanished (expired), or it is a claim this process sent without
+// getting its answer (the delivery claims the call again, and claim takes
+// it over).
 func (o *outcomes) resolve(ctx context.Context, key string, unknown func(rec outcomeRecord) envelope.ToolEnvelope) (env envelope.ToolEnvelope, recorded bool, found bool, err error) {
 	var seenRev uint64
 	var seenAt time.Time
@@ -336,6 +347,11 @@ func (o *outcomes) resolve(ctx context.Context, key string, unknown func(rec out
 		}
 		if rec.State == outcomeDone {
 			return *rec.Envelope, true, true, nil
+		}
+		if rec.Owner == o.owner && rec.State == outcomeClaimed && o.unanswered(key, rec.ClaimedAt) {
+			// This process's claim whose answer it lost: nothing ran after
+			// it, and claim takes it over.
+			return env, false, false, nil
 		}
 		if rec.Owner == o.owner {
 			if done, ok := o.takeUnrecorded(key); ok {
