@@ -368,25 +368,17 @@ func (st *stateStore) writeStash(ctx context.Context, runID string, sl *runSlot,
 		setAll(stash, 0)
 		return
 	case changed && next.Done() && !mayWaitForApproval(next.Policy):
-		// Not written if KV still holds no state of the run. A run whose
-		// calls may wait for an approval is written all the same: its
-		// approval events may be handled on another replica meanwhile,
+		// Not written. Nothing but a duplicate delivery can have taken
+		// the run to another replica meanwhile (its request is held here,
+		// and it has no approval events): that replica's handler writes
+		// what it makes of the run, from the stream, which holds this end.
+		// A run whose calls may wait for an approval is written all the
+		// same: its approval events may be handled on another replica,
 		// and only the write orders them after its end.
-		cur, _, err := st.read(ctx, runID)
-		switch {
-		case err != nil:
-			for _, pc := range group {
-				pc.st, pc.rev, pc.err = nil, 0, err
-			}
-		case cur != nil:
-			st.dropStash(sl)
-			st.write(ctx, runID, sl, group, nil, 0)
-		default:
-			sl.mu.Lock()
-			sl.st = next
-			sl.mu.Unlock()
-			setAll(next, 0)
-		}
+		sl.mu.Lock()
+		sl.st = next
+		sl.mu.Unlock()
+		setAll(next, 0)
 		return
 	}
 	if !changed {
