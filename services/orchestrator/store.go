@@ -165,6 +165,13 @@ func (st *stateStore) stash(s *RunState) bool {
 	return true
 }
 
+// slotOf returns the run's slot without holding it; nil when there is none.
+func (st *stateStore) slotOf(runID string) *runSlot {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.runs[runID]
+}
+
 // flush writes the run's stash, if it has one that has not ended: before the
 // run's request is acknowledged, after which nothing would hand the run to
 // another replica if this one died.
@@ -172,9 +179,7 @@ func (st *stateStore) flush(ctx context.Context, runID string) error {
 	if st == nil {
 		return nil // a service without a store (a unit under test)
 	}
-	st.mu.Lock()
-	sl := st.runs[runID]
-	st.mu.Unlock()
+	sl := st.slotOf(runID)
 	if sl == nil {
 		return nil
 	}
@@ -197,9 +202,7 @@ func (st *stateStore) flush(ctx context.Context, runID string) error {
 // stale (another replica may have written since): decide nothing on it that
 // a later compare-and-set does not confirm. Read it, never change it.
 func (st *stateStore) peek(runID string) *RunState {
-	st.mu.Lock()
-	sl := st.runs[runID]
-	st.mu.Unlock()
+	sl := st.slotOf(runID)
 	if sl == nil {
 		return nil
 	}
@@ -354,9 +357,7 @@ func (st *stateStore) writeStash(ctx context.Context, runID string, sl *runSlot,
 			// it from the stream and moved it on.
 			cur, _, err := st.read(ctx, runID)
 			if err != nil {
-				for _, pc := range group {
-					pc.st, pc.rev, pc.err = nil, 0, err
-				}
+				failAll(group, err)
 				return
 			}
 			if cur != nil {
@@ -387,10 +388,7 @@ func (st *stateStore) writeStash(ctx context.Context, runID string, sl *runSlot,
 	next.UpdatedAt = time.Now().UTC()
 	b, err := fastjson.Marshal(next)
 	if err != nil {
-		sl.remember(nil, 0)
-		for _, pc := range group {
-			pc.st, pc.rev, pc.err = nil, 0, err
-		}
+		failAll(group, err)
 		return
 	}
 	// Revision 0: written only if KV holds no state of the run.
@@ -405,9 +403,14 @@ func (st *stateStore) writeStash(ctx context.Context, runID string, sl *runSlot,
 		st.dropStash(sl)
 		st.write(ctx, runID, sl, group, nil, 0)
 	default:
-		for _, pc := range group {
-			pc.st, pc.rev, pc.err = nil, 0, fmt.Errorf("create run %s: %w", runID, err)
-		}
+		failAll(group, fmt.Errorf("create run %s: %w", runID, err))
+	}
+}
+
+// failAll sets err as the outcome of every change of group.
+func failAll(group []*pendingChange, err error) {
+	for _, pc := range group {
+		pc.st, pc.rev, pc.err = nil, 0, err
 	}
 }
 
@@ -425,9 +428,7 @@ func (st *stateStore) write(ctx context.Context, runID string, sl *runSlot, grou
 	fresh := base == nil
 	fail := func(err error) {
 		sl.remember(nil, 0)
-		for _, pc := range group {
-			pc.st, pc.rev, pc.err = nil, 0, err
-		}
+		failAll(group, err)
 	}
 	for attempt := 0; ; attempt++ {
 		if base == nil {
