@@ -382,10 +382,7 @@ func (st *stateStore) writeStash(ctx context.Context, runID string, sl *runSlot,
 		setAll(next, 0)
 		return
 	}
-	if !changed {
-		next = stash
-	}
-	next.UpdatedAt = time.Now().UTC()
+	next.UpdatedAt = time.Now().UTC() // next is a copy: the stash is shared
 	b, err := fastjson.Marshal(next)
 	if err != nil {
 		failAll(group, err)
