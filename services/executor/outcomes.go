@@ -76,13 +76,20 @@ func (o *outcomes) keepUnrecorded(key string, env envelope.ToolEnvelope) {
 	if o.unrecorded == nil {
 		o.unrecorded = map[string]envelope.ToolEnvelope{}
 	}
-	if len(o.unrecorded) >= maxUnrecorded {
-		for k := range o.unrecorded {
-			delete(o.unrecorded, k)
-			break
-		}
-	}
+	makeRoom(o.unrecorded, key)
 	o.unrecorded[key] = env
+}
+
+// makeRoom drops an entry of m, when it is full (maxUnrecorded), for key to be
+// added.
+func makeRoom[V any](m map[string]V, key string) {
+	if _, ok := m[key]; ok || len(m) < maxUnrecorded {
+		return
+	}
+	for k := range m {
+		delete(m, k)
+		return
+	}
 }
 
 // takeUnrecorded returns (and forgets) the unrecorded outcome of key.
@@ -132,31 +139,25 @@ func (o *outcomes) claim(ctx context.Context, key string, at time.Time) (uint64,
 // nothing ran after it, the call is this delivery's to run. ok is false when
 // the record is anything else (another delivery's claim, or an outcome).
 func (o *outcomes) takeOver(ctx context.Context, key string, claim []byte) (rev uint64, ok bool, err error) {
-	sent := o.takeUnconfirmed(key)
-	if len(sent) == 0 {
-		return 0, false, nil
+	o.mu.Lock()
+	sent := len(o.unconfirmed[key]) > 0
+	o.mu.Unlock()
+	if !sent {
+		return 0, false, nil // no read for the usual case: another delivery's claim
 	}
 	rec, e, found, err := o.get(ctx, key)
-	if err != nil || !found || rec.State != outcomeClaimed || rec.Owner != o.owner ||
-		!slices.ContainsFunc(sent, rec.ClaimedAt.Equal) {
-		if err != nil {
-			for _, at := range sent {
-				o.keepUnconfirmed(key, at)
-			}
-		}
+	if err != nil || !found || rec.State != outcomeClaimed || rec.Owner != o.owner || !o.unanswered(key, rec.ClaimedAt) {
 		return 0, false, err
 	}
 	rev, err = o.kv.Update(ctx, key, claim, e.Revision())
 	switch {
 	case err == nil:
+		o.takeUnconfirmed(key)
 		o.log.Warn("a writes call's claim, sent by this process without an answer, is taken over: the tool did not run after it",
 			"key", key, "claimed_at", rec.ClaimedAt)
 		return rev, true, nil
 	case isConflict(err):
 		return 0, false, nil // changed meanwhile (declared unknown): taken
-	}
-	for _, at := range sent {
-		o.keepUnconfirmed(key, at)
 	}
 	return 0, false, fmt.Errorf("claim %s: %w", key, err)
 }
@@ -168,12 +169,7 @@ func (o *outcomes) keepUnconfirmed(key string, at time.Time) {
 	if o.unconfirmed == nil {
 		o.unconfirmed = map[string][]time.Time{}
 	}
-	if _, ok := o.unconfirmed[key]; !ok && len(o.unconfirmed) >= maxUnrecorded {
-		for k := range o.unconfirmed {
-			delete(o.unconfirmed, k)
-			break
-		}
-	}
+	makeRoom(o.unconfirmed, key)
 	o.unconfirmed[key] = append(o.unconfirmed[key], at.UTC())
 }
 

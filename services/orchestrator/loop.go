@@ -282,10 +282,10 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 // and publishes what follows. exists says whether the run has a state (in
 // KV, or kept here: stateStore.stash); the first turn of a new run is kept
 // with its new state. unwritten, when not nil, is the change of the
-// trigger's event that the state in KV does not
-// have yet (a turn's last envelope drives the next model call before it is
-// written: see earlyTurn); it is written with the run's end, or before a
-// turn of calls is published.
+// trigger's event that the state in KV does not have yet (a turn's last
+// envelope drives the next model call before it is written: see
+// earlyTurn); it is written with the run's end, or before a turn of calls is
+// published.
 func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string, exists bool, trigger string,
 	unwritten func(*RunState) bool) error {
 	n := st.Iteration
