@@ -100,9 +100,13 @@ type Report struct {
 	} `json:"baseline"`
 
 	ToolCall struct {
-		Latency  Dist    `json:"latency"`
-		RatioP50 float64 `json:"ratio_p50_to_chain_p50"`
-		RatioP99 float64 `json:"ratio_p99_to_chain_p99"`
+		Latency Dist `json:"latency"`
+		// Misordered counts the calls of the measured runs that were not
+		// timed: the observer saw their envelope before their turn (see
+		// observer). Latency.N plus it is one per measured run.
+		Misordered int     `json:"misordered_calls"`
+		RatioP50   float64 `json:"ratio_p50_to_chain_p50"`
+		RatioP99   float64 `json:"ratio_p99_to_chain_p99"`
 		// The same against the contract chain: the services' own share.
 		ContractRatioP50 float64 `json:"ratio_p50_to_contract_chain_p50"`
 		ContractRatioP99 float64 `json:"ratio_p99_to_contract_chain_p99"`
@@ -286,7 +290,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	r.Baseline.Chain = distOf(chainLat)
-	r.ToolCall.Latency = distOf(obs.calls())
+	callLat, misordered := obs.calls()
+	r.ToolCall.Latency, r.ToolCall.Misordered = distOf(callLat), misordered
 	r.ToolCall.RatioP50 = ratio(r.ToolCall.Latency.P50, r.Baseline.Chain.P50)
 	r.ToolCall.RatioP99 = ratio(r.ToolCall.Latency.P99, r.Baseline.Chain.P99)
 	r.Baseline.ContractChain = distOf(contractLat)

@@ -22,9 +22,14 @@ import (
 // observer watches the pipeline's subjects with core subscriptions: it times
 // each call from the turn event that asks for it to its envelope, and wakes
 // whoever waits for a run's end. Every subscription feeds one channel, read
-// by one goroutine, so that a turn is always handled before the envelopes of
-// its calls (separate handlers of separate subscriptions would run in either
-// order).
+// by one goroutine, so that the copies are handled in the order the server
+// sent them (separate handlers of separate subscriptions would run in either
+// order). That order is almost always the turn's before its calls', not
+// always: the server hands a published turn to the stream and to this
+// connection one after the other, on the publisher's goroutine, and on a
+// loaded host that goroutine can be held up between the two for longer than
+// the whole call takes. Such a call has no latency to time (its envelope came
+// first); it is counted as misordered rather than timed or lost.
 type observer struct {
 	nc        *nats.Conn
 	handle    nats.MsgHandler
@@ -36,14 +41,18 @@ type observer struct {
 	mu        sync.Mutex
 	turnAt    map[string]time.Time // run -> when its last turn was seen
 	callLat   []time.Duration
-	record    bool
-	waiters   map[string]chan string // run id -> final status
-	passed    chan struct{}          // a barrier was handled
-	subs      []*nats.Subscription
+	// early holds the runs whose envelope came before their turn (see
+	// above); misordered counts them once their turn came.
+	early      map[string]bool
+	misordered int
+	record     bool
+	waiters    map[string]chan string // run id -> final status
+	passed     chan struct{}          // a barrier was handled
+	subs       []*nats.Subscription
 }
 
 func newObserver(nc *nats.Conn) (*observer, error) {
-	o := &observer{nc: nc, turnAt: map[string]time.Time{}, waiters: map[string]chan string{},
+	o := &observer{nc: nc, turnAt: map[string]time.Time{}, early: map[string]bool{}, waiters: map[string]chan string{},
 		in: make(chan *nats.Msg, 1<<16), quit: make(chan struct{}), done: make(chan struct{}), passed: make(chan struct{})}
 	go func() {
 		defer close(o.done)
@@ -70,10 +79,20 @@ func newObserver(nc *nats.Conn) (*observer, error) {
 		defer o.mu.Unlock()
 		switch {
 		case t[1] == "run" && len(t) == 6 && t[3] == "turn":
+			if o.early[t[2]] {
+				delete(o.early, t[2])
+				o.misordered++
+				break
+			}
 			o.turnAt[t[2]] = now
 		case t[1] == "call" && len(t) == 5 && t[4] == "completed":
-			if start, ok := o.turnAt[t[2]]; ok && o.record {
+			start, ok := o.turnAt[t[2]]
+			switch {
+			case !o.record:
+			case ok:
 				o.callLat = append(o.callLat, now.Sub(start))
+			default:
+				o.early[t[2]] = true
 			}
 		case t[1] == "run" && len(t) == 4 && (t[3] == "completed" || t[3] == "failed"):
 			// The run's turn stays known until recording ends: its call's
@@ -140,7 +159,7 @@ func (o *observer) recording(on bool, calls int) error {
 			return err
 		}
 		o.mu.Lock()
-		n := len(o.callLat)
+		n := len(o.callLat) + o.misordered
 		o.mu.Unlock()
 		if n >= calls || time.Now().After(until) {
 			break
@@ -150,9 +169,10 @@ func (o *observer) recording(on bool, calls int) error {
 	o.mu.Lock()
 	o.record = on
 	if on {
-		o.callLat = o.callLat[:0]
+		o.callLat, o.misordered = o.callLat[:0], 0
 	}
 	clear(o.turnAt)
+	clear(o.early)
 	o.mu.Unlock()
 	return o.timeCalls(on)
 }
@@ -181,10 +201,11 @@ func (o *observer) barrier() error {
 	}
 }
 
-func (o *observer) calls() []time.Duration {
+// calls returns the calls timed and how many more were misordered.
+func (o *observer) calls() ([]time.Duration, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return append([]time.Duration(nil), o.callLat...)
+	return append([]time.Duration(nil), o.callLat...), o.misordered
 }
 
 func (o *observer) close() {

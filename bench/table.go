@@ -45,6 +45,9 @@ func (r *Report) Table(w io.Writer) error {
 	p("    ratio to the chain\tp50 %.2fx (target <= 2x)\tp99 %.2fx (target <= 3x)\t", r.ToolCall.RatioP50, r.ToolCall.RatioP99)
 	p("    ratio to the contract-shaped chain\tp50 %.2fx\tp99 %.2fx\t", r.ToolCall.ContractRatioP50, r.ToolCall.ContractRatioP99)
 	p("    ratio to it beside one-call runs\tp50 %.2fx\tp99 %.2fx\t", r.ToolCall.LoadedContractRatioP50, r.ToolCall.LoadedContractRatioP99)
+	if r.ToolCall.Misordered > 0 {
+		p("    not timed: envelope seen before its turn\t%d of %d calls\t\t", r.ToolCall.Misordered, r.ToolCall.Misordered+r.ToolCall.Latency.N)
+	}
 	p("  one-call run: request -> outputs\t%s", d(r.Run.Latency))
 	p("    ratio to the chain\tp50 %.2fx (target <= 6x)\t\t", r.Run.RatioP50)
 	p("    %d hops: per hop p50\t%.0f µs (raw %.0f µs, %.2fx)\t\t", r.Run.Hops, r.Run.PerHopP50, r.Run.RawPerHopP50, r.Run.PerHopRatio)
