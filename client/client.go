@@ -33,6 +33,9 @@ type Client struct {
 	js     jetstream.JetStream
 	pub    *events.Publisher
 	source string
+	// drain is FollowDrain, and lastCall lastCallEvent, but in tests.
+	drain    time.Duration
+	lastCall func(ctx context.Context, filter string) (uint64, error)
 }
 
 // New returns a client on js; source names the caller in its events
@@ -41,7 +44,9 @@ func New(js jetstream.JetStream, source string) *Client {
 	if source == "" {
 		source = "/toolwire/client"
 	}
-	return &Client{js: js, pub: events.NewPublisher(js), source: source}
+	c := &Client{js: js, pub: events.NewPublisher(js), source: source, drain: FollowDrain}
+	c.lastCall = c.lastCallEvent
+	return c
 }
 
 // Submit validates a run request and publishes it, on the condition that
@@ -116,6 +121,15 @@ type Event struct {
 // the run's final status when it ended, a completed run's outputs and pinned
 // handles in it even when its event left them in a blob (an error wrapping
 // ErrOutputsUnreadable, with the status, when the blob cannot be read).
+//
+// Order: the run's own events (request, turns, end) come in the order they
+// were stored, and so do its call events (approved, started, completed), but
+// the two streams are read side by side with no order between them: a call's
+// envelope may come before the turn that asked for it, and the end before
+// the last envelopes. Follow still delivers, before it returns, every call
+// event stored by the time the end came (waiting at most FollowDrain for
+// them: past it, the status comes with an error wrapping ErrEventsMissed).
+// With a nil fn nothing is delivered and the end is returned at once.
 func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) (*events.RunStatus, error) {
 	runSubj, err := events.RunEvents(runID)
 	if err != nil {
@@ -128,8 +142,10 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type item struct {
-		ev  Event
-		err error
+		ev   Event
+		err  error
+		call bool   // from the calls stream
+		seq  uint64 // its stream sequence
 	}
 	ch := make(chan item, 64)
 	start := func(stream, filter string) (jetstream.ConsumeContext, error) {
@@ -139,7 +155,10 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 		}
 		return cons.Consume(func(m jetstream.Msg) {
 			e, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-			var it item
+			it := item{call: stream == events.StreamCalls}
+			if meta, merr := m.Metadata(); merr == nil {
+				it.seq = meta.Sequence.Stream
+			}
 			if err != nil {
 				it.err = err
 			} else if p, perr := events.ParseSubject(m.Subject()); perr != nil {
@@ -163,34 +182,94 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 		return nil, err
 	}
 	defer callsCC.Stop()
-	for {
+	var (
+		lastCall uint64 // the stream sequence of the last call event read
+		// end is the run's end once it came; callsUntil is the last call
+		// event stored by then (0: none), which Follow delivers first.
+		end        *events.RunStatus
+		callsUntil uint64
+		drain      <-chan time.Time
+	)
+	for end == nil || lastCall < callsUntil {
+		var it item
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case it := <-ch:
-			if it.err != nil {
-				continue // not ours to judge; the recorder dead-letters malformed events
+		case <-drain:
+			return end, fmt.Errorf("%w: run %s ended, and the calls stream did not deliver its events up to sequence %d within %s (last read: %d)",
+				ErrEventsMissed, runID, callsUntil, c.drain, lastCall)
+		case it = <-ch:
+		}
+		if it.call {
+			lastCall = max(lastCall, it.seq)
+		}
+		if it.err != nil {
+			continue // not ours to judge; the recorder dead-letters malformed events
+		}
+		if fn != nil && !fn(it.ev) {
+			return nil, nil
+		}
+		switch typ := it.ev.Event.Type(); {
+		case end != nil:
+		case typ == events.TypeRunCompleted || typ == events.TypeRunFailed:
+			var st events.RunStatus
+			if err := events.DecodeData(it.ev.Event, &st); err != nil {
+				return nil, err
 			}
-			if fn != nil && !fn(it.ev) {
-				return nil, nil
+			end = &st
+			if fn == nil {
+				break
 			}
-			switch it.ev.Event.Type() {
-			case events.TypeRunCompleted, events.TypeRunFailed:
-				var st events.RunStatus
-				if err := events.DecodeData(it.ev.Event, &st); err != nil {
-					return nil, err
-				}
-				if st.OutputsBlob != nil && st.Outputs == nil {
-					doc, err := c.Outputs(ctx, &st)
-					if err != nil {
-						return &st, err
-					}
-					st.Outputs, st.Pinned = doc.Outputs, doc.Pinned
-				}
-				return &st, nil
+			seq, err := c.lastCall(ctx, callSubj)
+			if err != nil {
+				return end, err
 			}
+			callsUntil = seq
+			t := time.NewTimer(c.drain)
+			defer t.Stop()
+			drain = t.C
 		}
 	}
+	return c.withOutputs(ctx, end)
+}
+
+// FollowDrain bounds how long Follow waits, once a run has ended, for the
+// call events stored before its end.
+const FollowDrain = 30 * time.Second
+
+// ErrEventsMissed is wrapped by Follow when the run ended but call events
+// stored before its end were not delivered within FollowDrain (they were
+// deleted meanwhile, or the server is unreachable); the status comes with it.
+var ErrEventsMissed = errors.New("follow: call events of the run were not delivered")
+
+// lastCallEvent returns the stream sequence of the last event on the calls
+// subjects of the run (filter), 0 when it has none.
+func (c *Client) lastCallEvent(ctx context.Context, filter string) (uint64, error) {
+	s, err := c.js.Stream(ctx, events.StreamCalls)
+	if err != nil {
+		return 0, fmt.Errorf("follow: %s: %w", events.StreamCalls, err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, filter)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("follow: last event on %s: %w", filter, err)
+	}
+	return m.Sequence, nil
+}
+
+// withOutputs returns st with a completed run's outputs read from their blob
+// when its event left them there.
+func (c *Client) withOutputs(ctx context.Context, st *events.RunStatus) (*events.RunStatus, error) {
+	if st.OutputsBlob != nil && st.Outputs == nil {
+		doc, err := c.Outputs(ctx, st)
+		if err != nil {
+			return st, err
+		}
+		st.Outputs, st.Pinned = doc.Outputs, doc.Pinned
+	}
+	return st, nil
 }
 
 // ErrRunFailed is wrapped by Wait when the run ended in failure.

@@ -1,9 +1,11 @@
 package client_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -104,13 +106,14 @@ func TestRunReturnsTheOutputsInlineOrFromTheirBlob(t *testing.T) {
 		require.Equal(t, outputs, final.Outputs)
 		require.Equal(t, pinned, final.Pinned)
 		require.Equal(t, &att, final.OutputsBlob)
-		// Follow saw the run's events in order on the runs stream (the calls
-		// stream has no order with it: the run may end before its call
-		// events are delivered).
-		runs := slices.DeleteFunc(slices.Clone(types), func(s string) bool {
-			return s == events.TypeCallApproved || s == events.TypeCallCompleted
-		})
+		// Follow saw the run's events in order on the runs stream, and its
+		// call's in order on the calls stream (the two streams have no order
+		// between them, but the call's come before Follow returns).
+		isCall := func(s string) bool { return s == events.TypeCallApproved || s == events.TypeCallCompleted }
+		runs := slices.DeleteFunc(slices.Clone(types), isCall)
 		require.Equal(t, []string{events.TypeRunRequested, events.TypeTurnCompleted, events.TypeRunCompleted}, runs)
+		calls := slices.DeleteFunc(slices.Clone(types), func(s string) bool { return !isCall(s) })
+		require.Equal(t, []string{events.TypeCallApproved, events.TypeCallCompleted}, calls)
 		require.NotNil(t, final.Turn, "the final answer rides on the end")
 		require.Equal(t, "said hi", final.Turn.Response.Content)
 	})
@@ -169,4 +172,77 @@ func TestSubmitOneRequestPerRunID(t *testing.T) {
 	err = c.Submit(ctx, req)
 	require.ErrorIs(t, err, client.ErrRunExists)
 	require.ErrorContains(t, err, "someone-else")
+}
+
+// TestFollowDeliversEveryCallEventBeforeTheEnd: Follow reads the runs and the
+// calls streams side by side, and the run's end may come first (followed
+// after the run, the runs stream has a handful of events where the calls
+// stream has hundreds). Whoever follows with fn still sees every call event
+// stored before the end, before Follow returns.
+func TestFollowDeliversEveryCallEventBeforeTheEnd(t *testing.T) {
+	env := eventstest.Start(t)
+	c := client.New(env.JS, "/test/client")
+	ctx := t.Context()
+	req := request("client-many-calls")
+	require.NoError(t, c.Submit(ctx, req))
+	const calls = 150
+	var outs []events.Outgoing
+	for i := range calls {
+		input := json.RawMessage(`{"text":"` + strconv.Itoa(i) + `"}`)
+		callID, err := envelope.CallID("echo", "1.0.0", input, i+1)
+		require.NoError(t, err)
+		approved, err := events.NewCallApproved("/test", events.CallRequest{RunID: req.RunID, CallID: callID, Seq: i + 1, Iteration: 1,
+			Name: "echo", Version: "1.0.0", Input: input, Tenant: req.Tenant, Agent: req.Agent.Name, Queue: envelope.DefaultQueue}, events.RunTrace{})
+		require.NoError(t, err)
+		now := time.Now()
+		completed, err := events.NewCallCompleted("/test", req.RunID, envelope.ToolEnvelope{CallID: callID, Name: "echo", Version: "1.0.0",
+			Input: input, Output: input, TStart: now, TEnd: now}, req.Tenant, events.RunTrace{})
+		require.NoError(t, err)
+		outs = append(outs, approved, completed)
+	}
+	env.Publish(t, outs...)
+	env.Publish(t, runEvents(t, req, events.RunStatus{Outputs: outputsOf(t, "said hi")})...)
+
+	for range 5 { // each Follow starts afresh; the race it guards against is likelier than not
+		seen := 0
+		final, err := c.Follow(ctx, req.RunID, func(e client.Event) bool {
+			if e.Subject.Kind == "call" {
+				seen++
+			}
+			return true
+		})
+		require.NoError(t, err)
+		require.Equal(t, events.StatusCompleted, final.Status)
+		require.Equal(t, 2*calls+2, seen, "every call event of the run, its scripted call's two included")
+	}
+}
+
+// TestFollowBoundsItsWaitForCallEvents: call events the end says were stored
+// but that never come (deleted meanwhile) hold Follow for FollowDrain at most;
+// it returns the status with ErrEventsMissed. A failure to read the last call
+// event returns the status with that error.
+func TestFollowBoundsItsWaitForCallEvents(t *testing.T) {
+	env := eventstest.Start(t)
+	ctx := t.Context()
+	req := request("client-drain")
+	require.NoError(t, client.New(env.JS, "/test/client").Submit(ctx, req))
+	env.Publish(t, runEvents(t, req, events.RunStatus{Outputs: outputsOf(t, "said hi")})...)
+
+	c := client.New(env.JS, "/test/client")
+	client.WithFollowDrain(c, 300*time.Millisecond, func(context.Context, string) (uint64, error) { return 1 << 40, nil })
+	final, err := c.Follow(ctx, req.RunID, func(client.Event) bool { return true })
+	require.ErrorIs(t, err, client.ErrEventsMissed)
+	require.NotNil(t, final)
+	require.Equal(t, events.StatusCompleted, final.Status)
+
+	broken := errors.New("stream unreachable")
+	client.WithFollowDrain(c, time.Minute, func(context.Context, string) (uint64, error) { return 0, broken })
+	final, err = c.Follow(ctx, req.RunID, func(client.Event) bool { return true })
+	require.ErrorIs(t, err, broken)
+	require.Equal(t, events.StatusCompleted, final.Status)
+
+	// Without fn there is nothing to deliver: the end is returned at once.
+	final, err = c.Follow(ctx, req.RunID, nil)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status)
 }
