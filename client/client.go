@@ -122,14 +122,16 @@ type Event struct {
 // handles in it even when its event left them in a blob (an error wrapping
 // ErrOutputsUnreadable, with the status, when the blob cannot be read).
 //
-// Order: the run's own events (request, turns, end) come in the order they
-// were stored, and so do its call events (approved, started, completed), but
-// the two streams are read side by side with no order between them: a call's
-// envelope may come before the turn that asked for it, and the end before
-// the last envelopes. Follow still delivers, before it returns, every call
-// event stored by the time the end came (waiting at most FollowDrain for
-// them: past it, the status comes with an error wrapping ErrEventsMissed).
-// With a nil fn nothing is delivered and the end is returned at once.
+// Order: fn sees the run's own events (request, turns, end) in the order they
+// were stored, and each call's events in theirs, after the turn that asked
+// for the call; the run's end comes last, after every call event stored by
+// then. The two streams are read side by side and either may be ahead (a
+// call's envelope can be stored before the turn that asked for it reaches a
+// reader, and the end before the last envelopes): Follow holds what came
+// early. It waits at most FollowDrain, once the end came, for the call
+// events stored before it; past that, the status comes with an error
+// wrapping ErrEventsMissed. With a nil fn nothing is delivered and the end is
+// returned at once.
 func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) (*events.RunStatus, error) {
 	runSubj, err := events.RunEvents(runID)
 	if err != nil {
@@ -141,13 +143,7 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type item struct {
-		ev   Event
-		err  error
-		call bool   // from the calls stream
-		seq  uint64 // its stream sequence
-	}
-	ch := make(chan item, 64)
+	ch := make(chan followed, 64)
 	start := func(stream, filter string) (jetstream.ConsumeContext, error) {
 		cons, err := c.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 		if err != nil {
@@ -155,7 +151,7 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 		}
 		return cons.Consume(func(m jetstream.Msg) {
 			e, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-			it := item{call: stream == events.StreamCalls}
+			it := followed{call: stream == events.StreamCalls}
 			if meta, merr := m.Metadata(); merr == nil {
 				it.seq = meta.Sequence.Stream
 			}
@@ -184,20 +180,24 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 	defer callsCC.Stop()
 	var (
 		lastCall uint64 // the stream sequence of the last call event read
-		// end is the run's end once it came; callsUntil is the last call
-		// event stored by then (0: none), which Follow delivers first.
+		// end is the run's end once it came, held back from fn until
+		// the calls reader has read callsUntil, the last call event
+		// stored by then (0: none).
 		end        *events.RunStatus
+		endEv      Event
 		callsUntil uint64
 		drain      <-chan time.Time
+		order      = newCallOrder()
 	)
 	for end == nil || lastCall < callsUntil {
-		var it item
+		var it followed
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-drain:
-			return end, fmt.Errorf("%w: run %s ended, and the calls stream did not deliver its events up to sequence %d within %s (last read: %d)",
-				ErrEventsMissed, runID, callsUntil, c.drain, lastCall)
+			out, err := c.withOutputs(ctx, end)
+			return out, errors.Join(fmt.Errorf("%w: run %s ended, and the calls stream did not deliver its events up to sequence %d within %s (last read: %d)",
+				ErrEventsMissed, runID, callsUntil, c.drain, lastCall), err)
 		case it = <-ch:
 		}
 		if it.call {
@@ -206,31 +206,110 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 		if it.err != nil {
 			continue // not ours to judge; the recorder dead-letters malformed events
 		}
-		if fn != nil && !fn(it.ev) {
-			return nil, nil
-		}
-		switch typ := it.ev.Event.Type(); {
-		case end != nil:
-		case typ == events.TypeRunCompleted || typ == events.TypeRunFailed:
+		typ := it.ev.Event.Type()
+		if end == nil && (typ == events.TypeRunCompleted || typ == events.TypeRunFailed) {
 			var st events.RunStatus
 			if err := events.DecodeData(it.ev.Event, &st); err != nil {
 				return nil, err
 			}
-			end = &st
+			end, endEv = &st, it.ev
 			if fn == nil {
-				break
+				return c.withOutputs(ctx, end)
 			}
 			seq, err := c.lastCall(ctx, callSubj)
 			if err != nil {
-				return end, err
+				out, oerr := c.withOutputs(ctx, end)
+				return out, errors.Join(err, oerr)
 			}
 			callsUntil = seq
 			t := time.NewTimer(c.drain)
 			defer t.Stop()
 			drain = t.C
+			continue
+		}
+		if fn != nil && !order.deliver(it.ev, fn) {
+			return nil, nil
 		}
 	}
+	if fn != nil && (!order.flush(fn) || !fn(endEv)) {
+		return nil, nil
+	}
 	return c.withOutputs(ctx, end)
+}
+
+// followed is an event Follow read, or why it could not.
+type followed struct {
+	ev   Event
+	err  error
+	call bool   // from the calls stream
+	seq  uint64 // its stream sequence
+}
+
+// callOrder holds a call's events until the turn that asked for the call
+// has been delivered.
+type callOrder struct {
+	asked map[string]bool    // call ids of the turns delivered
+	held  map[string][]Event // events of calls not asked for yet, in order
+	ids   []string           // the calls of held, in the order they came
+}
+
+func newCallOrder() *callOrder {
+	return &callOrder{asked: map[string]bool{}, held: map[string][]Event{}}
+}
+
+// deliver hands e to fn, or holds it: a call's event until its turn is
+// delivered; a turn is followed by its calls' events held so far. It
+// returns false when fn does.
+func (o *callOrder) deliver(e Event, fn func(Event) bool) bool {
+	if e.Subject.Kind == "call" && !o.asked[e.Subject.CallID] {
+		if _, ok := o.held[e.Subject.CallID]; !ok {
+			o.ids = append(o.ids, e.Subject.CallID)
+		}
+		o.held[e.Subject.CallID] = append(o.held[e.Subject.CallID], e)
+		return true
+	}
+	if !fn(e) {
+		return false
+	}
+	if e.Event.Type() != events.TypeTurnCompleted {
+		return true
+	}
+	var t events.Turn
+	if events.DecodeData(e.Event, &t) != nil {
+		return true // its calls' events come at the end
+	}
+	for _, c := range t.Calls {
+		o.asked[c.CallID] = true
+	}
+	kept := o.ids[:0]
+	for _, id := range o.ids {
+		if !o.asked[id] {
+			kept = append(kept, id)
+			continue
+		}
+		for _, ce := range o.held[id] {
+			if !fn(ce) {
+				return false
+			}
+		}
+		delete(o.held, id)
+	}
+	o.ids = kept
+	return true
+}
+
+// flush hands fn every event still held (calls no delivered turn asked for),
+// in the order they came.
+func (o *callOrder) flush(fn func(Event) bool) bool {
+	for _, id := range o.ids {
+		for _, e := range o.held[id] {
+			if !fn(e) {
+				return false
+			}
+		}
+	}
+	o.ids, o.held = nil, map[string][]Event{}
+	return true
 }
 
 // FollowDrain bounds how long Follow waits, once a run has ended, for the

@@ -205,16 +205,72 @@ func TestFollowDeliversEveryCallEventBeforeTheEnd(t *testing.T) {
 
 	for range 5 { // each Follow starts afresh; the race it guards against is likelier than not
 		seen := 0
+		var last string
 		final, err := c.Follow(ctx, req.RunID, func(e client.Event) bool {
 			if e.Subject.Kind == "call" {
 				seen++
 			}
+			last = e.Event.Type()
 			return true
 		})
 		require.NoError(t, err)
 		require.Equal(t, events.StatusCompleted, final.Status)
 		require.Equal(t, 2*calls+2, seen, "every call event of the run, its scripted call's two included")
+		require.Equal(t, events.TypeRunCompleted, last, "the end comes last")
 	}
+}
+
+// TestFollowDeliversACallAfterItsTurn: call events stored before the turn
+// that asked for them (a quicker pipeline, or a reader of the calls stream
+// ahead of the runs stream's) reach fn after that turn, in their own order.
+func TestFollowDeliversACallAfterItsTurn(t *testing.T) {
+	env := eventstest.Start(t)
+	c := client.New(env.JS, "/test/client")
+	ctx := t.Context()
+	req := request("client-call-order")
+	now := time.Now()
+	var (
+		turnCalls []events.TurnCall
+		callOuts  []events.Outgoing
+	)
+	for i := range 20 {
+		input := json.RawMessage(`{"text":"` + strconv.Itoa(i) + `"}`)
+		callID, err := envelope.CallID("echo", "1.0.0", input, i+1)
+		require.NoError(t, err)
+		turnCalls = append(turnCalls, events.TurnCall{CallID: callID, Seq: i + 1, Name: "echo", Version: "1.0.0", Input: input, Queue: envelope.DefaultQueue})
+		approved, err := events.NewCallApproved("/test", events.CallRequest{RunID: req.RunID, CallID: callID, Seq: i + 1, Iteration: 1,
+			Name: "echo", Version: "1.0.0", Input: input, Tenant: req.Tenant, Agent: req.Agent.Name, Queue: envelope.DefaultQueue}, events.RunTrace{})
+		require.NoError(t, err)
+		completed, err := events.NewCallCompleted("/test", req.RunID, envelope.ToolEnvelope{CallID: callID, Name: "echo", Version: "1.0.0",
+			Input: input, Output: input, TStart: now, TEnd: now}, req.Tenant, events.RunTrace{})
+		require.NoError(t, err)
+		callOuts = append(callOuts, approved, completed)
+	}
+	env.Publish(t, callOuts...) // the calls first
+	require.NoError(t, c.Submit(ctx, req))
+	turn, err := events.NewTurnCompleted("/test", events.Turn{RunID: req.RunID, Iteration: 1, Tenant: req.Tenant, Agent: req.Agent.Name,
+		Verdict: events.LoopVerdict{Allowed: true}, Model: events.ModelRef{Provider: "scripted", Name: "s"}, Response: &envelope.ModelResponse{},
+		TStart: now, TEnd: now, Policy: req.Agent.Policy, EnabledTools: req.Agent.EnabledTools, Calls: turnCalls}, events.RunTrace{})
+	require.NoError(t, err)
+	env.Publish(t, turn)
+	end, err := events.NewRunStatus("/test", events.RunStatus{RunID: req.RunID, Tenant: req.Tenant, Status: events.StatusCompleted,
+		Outputs: outputsOf(t, "done")}, "", events.RunTrace{})
+	require.NoError(t, err)
+	env.Publish(t, end)
+
+	var got []string
+	_, err = c.Follow(ctx, req.RunID, func(e client.Event) bool {
+		got = append(got, e.Event.Type()+" "+e.Subject.CallID)
+		return true
+	})
+	require.NoError(t, err)
+	want := []string{events.TypeRunRequested + " ", events.TypeTurnCompleted + " "}
+	for i := 0; i < len(callOuts); i += 2 {
+		id := turnCalls[i/2].CallID
+		want = append(want, events.TypeCallApproved+" "+id, events.TypeCallCompleted+" "+id)
+	}
+	want = append(want, events.TypeRunCompleted+" ")
+	require.Equal(t, want, got)
 }
 
 // TestFollowBoundsItsWaitForCallEvents: call events the end says were stored

@@ -113,9 +113,9 @@ func followApprovals(t *testing.T, st *stack.Stack, req envelope.RunRequest, dec
 		}
 	)
 	final, err := st.Client.Follow(ctx, req.RunID, func(e client.Event) bool {
-		// The run's and the calls' events come from two streams, each in
-		// order but not with each other: a quick call's envelope can come
-		// before the turn that made it. The envelope names its tool.
+		// Follow hands a call's events over after the turn that asked for
+		// the call (the two streams it reads have no order between them);
+		// the envelope names its tool.
 		switch e.Event.Type() {
 		case events.TypeCallApprovalRequired:
 			var ar events.ApprovalRequest
