@@ -219,3 +219,47 @@ func TestSandboxWithIdentities(t *testing.T) {
 	require.NoError(t, st.Stop(context.Background()))
 	require.Empty(t, errs.all(), "no service hit a permission it lacks, from start to stop")
 }
+
+// TestProducerFollowsItsRun: a producer (the role of an upstream system
+// trusted with every tenant) submits the demo run and follows it with a
+// callback: it sees the run's turns and every call's envelope within its
+// permissions (ordered consumers, the direct get of the last call event
+// that the end waits for), and the server refuses none of its requests.
+func TestProducerFollowsItsRun(t *testing.T) {
+	dir := t.TempDir()
+	st := startStack(t, stack.Options{DataDir: dir, Identities: true})
+	opts, err := identity.ConnectOptions(identity.Producer, st.Identities.SeedFile(identity.Producer))
+	require.NoError(t, err)
+	refused := make(chan error, 8)
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refused <- err }))
+	nc, err := nats.Connect(st.URL, opts...)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	producer := client.New(js, "/acme/upstream")
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	req := demo.Request("producer-follows")
+	require.NoError(t, producer.Submit(ctx, req))
+	var turns, envelopes int
+	final, err := producer.Follow(ctx, req.RunID, func(e client.Event) bool {
+		switch e.Event.Type() {
+		case events.TypeTurnCompleted:
+			turns++
+		case events.TypeCallCompleted:
+			envelopes++
+		}
+		return true
+	})
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	require.Positive(t, turns)
+	require.Equal(t, len(final.Outputs.ToolOrder), envelopes, "every call's envelope reached the callback")
+	select {
+	case err := <-refused:
+		t.Fatalf("the server refused a request of the producer: %v", err)
+	default:
+	}
+}
