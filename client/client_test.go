@@ -188,17 +188,8 @@ func TestFollowDeliversEveryCallEventBeforeTheEnd(t *testing.T) {
 	const calls = 150
 	var outs []events.Outgoing
 	for i := range calls {
-		input := json.RawMessage(`{"text":"` + strconv.Itoa(i) + `"}`)
-		callID, err := envelope.CallID("echo", "1.0.0", input, i+1)
-		require.NoError(t, err)
-		approved, err := events.NewCallApproved("/test", events.CallRequest{RunID: req.RunID, CallID: callID, Seq: i + 1, Iteration: 1,
-			Name: "echo", Version: "1.0.0", Input: input, Tenant: req.Tenant, Agent: req.Agent.Name, Queue: envelope.DefaultQueue}, events.RunTrace{})
-		require.NoError(t, err)
-		now := time.Now()
-		completed, err := events.NewCallCompleted("/test", req.RunID, envelope.ToolEnvelope{CallID: callID, Name: "echo", Version: "1.0.0",
-			Input: input, Output: input, TStart: now, TEnd: now}, req.Tenant, events.RunTrace{})
-		require.NoError(t, err)
-		outs = append(outs, approved, completed)
+		_, evs := echoCall(t, req, i+1)
+		outs = append(outs, evs...)
 	}
 	env.Publish(t, outs...)
 	env.Publish(t, runEvents(t, req, events.RunStatus{Outputs: outputsOf(t, "said hi")})...)
@@ -234,17 +225,9 @@ func TestFollowDeliversACallAfterItsTurn(t *testing.T) {
 		callOuts  []events.Outgoing
 	)
 	for i := range 20 {
-		input := json.RawMessage(`{"text":"` + strconv.Itoa(i) + `"}`)
-		callID, err := envelope.CallID("echo", "1.0.0", input, i+1)
-		require.NoError(t, err)
-		turnCalls = append(turnCalls, events.TurnCall{CallID: callID, Seq: i + 1, Name: "echo", Version: "1.0.0", Input: input, Queue: envelope.DefaultQueue})
-		approved, err := events.NewCallApproved("/test", events.CallRequest{RunID: req.RunID, CallID: callID, Seq: i + 1, Iteration: 1,
-			Name: "echo", Version: "1.0.0", Input: input, Tenant: req.Tenant, Agent: req.Agent.Name, Queue: envelope.DefaultQueue}, events.RunTrace{})
-		require.NoError(t, err)
-		completed, err := events.NewCallCompleted("/test", req.RunID, envelope.ToolEnvelope{CallID: callID, Name: "echo", Version: "1.0.0",
-			Input: input, Output: input, TStart: now, TEnd: now}, req.Tenant, events.RunTrace{})
-		require.NoError(t, err)
-		callOuts = append(callOuts, approved, completed)
+		call, evs := echoCall(t, req, i+1)
+		turnCalls = append(turnCalls, call)
+		callOuts = append(callOuts, evs...)
 	}
 	env.Publish(t, callOuts...) // the calls first
 	require.NoError(t, c.Submit(ctx, req))
@@ -301,4 +284,22 @@ func TestFollowBoundsItsWaitForCallEvents(t *testing.T) {
 	final, err = c.Follow(ctx, req.RunID, nil)
 	require.NoError(t, err)
 	require.Equal(t, events.StatusCompleted, final.Status)
+}
+
+// echoCall returns call seq of turn 1 of req's run (echo of seq) and its
+// approved and completed events.
+func echoCall(t *testing.T, req envelope.RunRequest, seq int) (events.TurnCall, []events.Outgoing) {
+	t.Helper()
+	input := json.RawMessage(`{"text":"` + strconv.Itoa(seq) + `"}`)
+	callID, err := envelope.CallID("echo", "1.0.0", input, seq)
+	require.NoError(t, err)
+	call := events.TurnCall{CallID: callID, Seq: seq, Name: "echo", Version: "1.0.0", Input: input, Queue: envelope.DefaultQueue}
+	approved, err := events.NewCallApproved("/test", events.CallRequest{RunID: req.RunID, CallID: callID, Seq: seq, Iteration: 1,
+		Name: "echo", Version: "1.0.0", Input: input, Tenant: req.Tenant, Agent: req.Agent.Name, Queue: envelope.DefaultQueue}, events.RunTrace{})
+	require.NoError(t, err)
+	now := time.Now()
+	completed, err := events.NewCallCompleted("/test", req.RunID, envelope.ToolEnvelope{CallID: callID, Name: "echo", Version: "1.0.0",
+		Input: input, Output: input, TStart: now, TEnd: now}, req.Tenant, events.RunTrace{})
+	require.NoError(t, err)
+	return call, []events.Outgoing{approved, completed}
 }

@@ -122,14 +122,7 @@ func TestTenantProducerRun(t *testing.T) {
 
 	opts, err := identity.TenantConnectOptions(keys.TenantSeedFile(tenant))
 	require.NoError(t, err)
-	refused := make(chan error, 8)
-	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refused <- err }))
-	nc, err := nats.Connect(st.URL, opts...)
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	producer := client.New(js, "/acme/upstream")
+	producer, refused := connectClient(t, st.URL, opts)
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -230,14 +223,7 @@ func TestProducerFollowsItsRun(t *testing.T) {
 	st := startStack(t, stack.Options{DataDir: dir, Identities: true})
 	opts, err := identity.ConnectOptions(identity.Producer, st.Identities.SeedFile(identity.Producer))
 	require.NoError(t, err)
-	refused := make(chan error, 8)
-	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refused <- err }))
-	nc, err := nats.Connect(st.URL, opts...)
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	producer := client.New(js, "/acme/upstream")
+	producer, refused := connectClient(t, st.URL, opts)
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -262,4 +248,18 @@ func TestProducerFollowsItsRun(t *testing.T) {
 		t.Fatalf("the server refused a request of the producer: %v", err)
 	default:
 	}
+}
+
+// connectClient connects to url with opts as an upstream system's client; the
+// channel receives each request the server refused.
+func connectClient(t *testing.T, url string, opts []nats.Option) (*client.Client, chan error) {
+	t.Helper()
+	refused := make(chan error, 8)
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refused <- err }))
+	nc, err := nats.Connect(url, opts...)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return client.New(js, "/acme/upstream"), refused
 }
