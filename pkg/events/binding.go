@@ -2,10 +2,12 @@ package events
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -85,13 +87,14 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: message on %s: %w", ErrInvalidEvent, m.Subject, err)
 	}
-	ct := attrs[HeaderContentType]
+	ct := attrs.get(HeaderContentType)
 	if strings.HasPrefix(strings.ToLower(ct), ContentTypeStructured) {
 		return decodeStructured(m)
 	}
 	e := event.New()
 	seen := false
-	for name, raw := range attrs {
+	for _, a := range attrs {
+		name, raw := a.name, a.value
 		if !strings.HasPrefix(name, HeaderPrefix) {
 			continue // content-type
 		}
@@ -134,7 +137,7 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 			}
 		}
 	}
-	if !seen || attrs[HeaderPrefix+"specversion"] == "" {
+	if !seen || attrs.get(HeaderPrefix+"specversion") == "" {
 		return nil, fmt.Errorf("%w: message on %s has neither ce-specversion nor content-type %s", ErrNotCloudEvent, m.Subject, ContentTypeStructured)
 	}
 	// An absent content-type stays absent (DecodeData reads such data as JSON,
@@ -151,43 +154,119 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 	return &e, nil
 }
 
+// attrHeader is a header that carries a CloudEvents attribute: its name in
+// lower case, and its value.
+type attrHeader struct{ name, value string }
+
+// attrHeaders are a message's attribute headers, one per attribute.
+type attrHeaders []attrHeader
+
+// get returns the value of the attribute header named name (lower case).
+func (a attrHeaders) get(name string) string {
+	for _, h := range a {
+		if h.name == name {
+			return h.value
+		}
+	}
+	return ""
+}
+
 // attributeHeaders returns the headers that carry CloudEvents attributes
-// (ce-* and content-type), keyed by their lower-case name. Header names are
+// (ce-* and content-type), named in lower case. Header names are
 // case-insensitive, and a message whose headers name one attribute twice, in
 // any spelling (ce-type and CE-TYPE, a header sent twice, content-type beside
 // ce-datacontenttype), is refused: which one to believe would depend on map
-// order, and identical messages would get different outcomes.
-func attributeHeaders(h nats.Header) (map[string]string, error) {
-	attrs := make(map[string]string, len(h))
-	spelled := make(map[string]string, len(h))
-	var dups []string
+// order, and identical messages would get different outcomes. Every decoded
+// event goes through here, so the usual case (each attribute once, with one
+// value) is read into one slice; any other goes the long way.
+func attributeHeaders(h nats.Header) (attrHeaders, error) {
+	out := make(attrHeaders, 0, len(h))
 	for k, vs := range h {
-		lk := strings.ToLower(k)
-		if !strings.HasPrefix(lk, HeaderPrefix) && lk != HeaderContentType {
+		if !isAttributeHeader(k) {
 			continue
 		}
-		if len(vs) > 1 {
-			dups = append(dups, fmt.Sprintf("%s is sent %d times", k, len(vs)))
+		if len(vs) != 1 {
+			return attributeHeadersChecked(h)
 		}
-		if prev, dup := spelled[lk]; dup {
-			a, b := min(prev, k), max(prev, k)
-			dups = append(dups, fmt.Sprintf("%s and %s name one attribute", a, b))
+		out = append(out, attrHeader{name: strings.ToLower(k), value: vs[0]})
+	}
+	if len(out) > maxScannedAttributes {
+		return attributeHeadersChecked(h) // a sort, not a scan of every pair
+	}
+	ct, dct := false, false
+	for i, a := range out {
+		for _, b := range out[:i] {
+			if a.name == b.name {
+				return attributeHeadersChecked(h)
+			}
 		}
-		spelled[lk] = k
-		if len(vs) > 0 {
-			attrs[lk] = vs[0]
+		ct = ct || a.name == HeaderContentType
+		dct = dct || a.name == HeaderPrefix+"datacontenttype"
+	}
+	if ct && dct {
+		return attributeHeadersChecked(h)
+	}
+	return out, nil
+}
+
+// maxScannedAttributes bounds the attribute headers whose names
+// attributeHeaders compares pair by pair: an event has about a dozen, and a
+// message with thousands goes the long way, in n log n.
+const maxScannedAttributes = 32
+
+// attributeHeadersChecked is attributeHeaders for headers that name an
+// attribute twice, or give one a number of values other than one: it says
+// why they are refused, in an order that depends on the headers alone.
+func attributeHeadersChecked(h nats.Header) (attrHeaders, error) {
+	type spelling struct {
+		name, key string
+		values    []string
+	}
+	found := make([]spelling, 0, len(h))
+	for k, vs := range h {
+		if isAttributeHeader(k) {
+			found = append(found, spelling{name: strings.ToLower(k), key: k, values: vs})
 		}
 	}
-	if _, ok := spelled[HeaderContentType]; ok {
-		if k, both := spelled[HeaderPrefix+"datacontenttype"]; both {
-			dups = append(dups, fmt.Sprintf("%s and %s both set datacontenttype", spelled[HeaderContentType], k))
+	slices.SortFunc(found, func(a, b spelling) int { return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.key, b.key)) })
+	var (
+		dups        []string
+		out         = make(attrHeaders, 0, len(found))
+		ctKey, dKey string
+	)
+	for i, f := range found {
+		if len(f.values) > 1 {
+			dups = append(dups, fmt.Sprintf("%s is sent %d times", f.key, len(f.values)))
 		}
+		if i > 0 && found[i-1].name == f.name {
+			dups = append(dups, fmt.Sprintf("%s and %s name one attribute", found[i-1].key, f.key))
+			continue
+		}
+		switch f.name {
+		case HeaderContentType:
+			ctKey = f.key
+		case HeaderPrefix + "datacontenttype":
+			dKey = f.key
+		}
+		if len(f.values) > 0 {
+			out = append(out, attrHeader{name: f.name, value: f.values[0]})
+		}
+	}
+	if ctKey != "" && dKey != "" {
+		dups = append(dups, fmt.Sprintf("%s and %s both set datacontenttype", ctKey, dKey))
 	}
 	if len(dups) > 0 {
 		sort.Strings(dups)
 		return nil, fmt.Errorf("an attribute appears more than once: %s", strings.Join(dups, "; "))
 	}
-	return attrs, nil
+	return out, nil
+}
+
+// isAttributeHeader reports whether header k carries a CloudEvents attribute:
+// ce-* or content-type, in any case.
+func isAttributeHeader(k string) bool {
+	return len(k) >= len(HeaderPrefix) && strings.EqualFold(k[:len(HeaderPrefix)], HeaderPrefix) ||
+		strings.EqualFold(k, HeaderContentType)
 }
 
 // decodeStructured reads a structured mode event: the JSON event format in
