@@ -117,7 +117,7 @@ func Decode(m *nats.Msg) (*event.Event, error) {
 		case "subject":
 			e.SetSubject(v)
 		case "dataschema":
-			e.SetDataSchema(v)
+			setDataSchema(&e, v)
 		case "time":
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {

@@ -2,12 +2,16 @@ package events
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
 )
 
 // attributeHeadersByMaps is attributeHeaders as it was written first, with
@@ -136,4 +140,26 @@ func TestAttributeHeadersOfManyHeaders(t *testing.T) {
 	h["CE-X17"] = []string{"w"}
 	_, err = attributeHeaders(h)
 	require.ErrorContains(t, err, "CE-X17 and ce-x17 name one attribute")
+}
+
+// TestSetDataSchemaAgreesWithTheSDK: the parsed dataschema URLs of the table
+// give an event the very attribute the SDK's setter gives it, and any other
+// value goes through the setter (its errors recorded as before).
+func TestSetDataSchemaAgreesWithTheSDK(t *testing.T) {
+	var values []string
+	for _, et := range table {
+		if et.Schema != "" {
+			values = append(values, envelope.SchemaURL(et.Schema))
+		}
+	}
+	require.NotEmpty(t, values)
+	require.Len(t, schemaURIs, len(slices.Compact(slices.Sorted(slices.Values(values)))), "every schema URL of the table is parsed once")
+	values = append(values, "https://example.com/other.json", " https://example.com/spaced.json ", "", "::not a url")
+	for _, v := range values {
+		want, got := event.New(), event.New()
+		want.SetDataSchema(v)
+		setDataSchema(&got, v)
+		require.Equal(t, want.Context, got.Context, "dataschema %q", v)
+		require.Equal(t, want.FieldErrors, got.FieldErrors, "dataschema %q", v)
+	}
 }

@@ -83,7 +83,7 @@ func Build(typ, id, subject string, a Attrs, data any) (Outgoing, error) {
 	}
 	e.SetTime(t.UTC())
 	if name := DataSchema(typ); name != "" {
-		e.SetDataSchema(envelope.SchemaURL(name))
+		setDataSchema(&e, envelope.SchemaURL(name))
 	}
 	if a.RunID != "" {
 		e.SetExtension(ExtRunID, a.RunID)

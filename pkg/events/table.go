@@ -2,7 +2,11 @@ package events
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
@@ -94,6 +98,33 @@ var byType = func() map[string]*EventType {
 	}
 	return m
 }()
+
+// schemaURIs are the dataschema URLs of the table's types, parsed: every
+// event carries one, and url.Parse was a sixth of decoding an event.
+var schemaURIs = func() map[string]url.URL {
+	m := make(map[string]url.URL, len(table))
+	for _, t := range table {
+		if t.Schema == "" {
+			continue
+		}
+		s := envelope.SchemaURL(t.Schema)
+		if u, err := url.Parse(s); err == nil && u.String() == s {
+			m[s] = *u
+		}
+	}
+	return m
+}()
+
+// setDataSchema is e.SetDataSchema(v), from schemaURIs when v is there.
+func setDataSchema(e *event.Event, v string) {
+	if ec, ok := e.Context.(*event.EventContextV1); ok {
+		if u, ok := schemaURIs[v]; ok {
+			ec.DataSchema = &types.URI{URL: u}
+			return
+		}
+	}
+	e.SetDataSchema(v)
+}
 
 // Table returns every event type, in the order of a run's life.
 func Table() []EventType { return append([]EventType(nil), table...) }
