@@ -45,8 +45,11 @@ func Encode(subject string, e *event.Event) (*nats.Msg, error) {
 	if err := checkUTF8(e); err != nil {
 		return nil, err
 	}
-	m := nats.NewMsg(subject)
-	h := m.Header
+	// Sized for every header at once, the hop's trace context (InjectHop)
+	// included: a map left to grow did so twice for each event.
+	exts := extensions(e)
+	h := make(nats.Header, 11+len(exts))
+	m := &nats.Msg{Subject: subject, Header: h}
 	set := func(name, v string) {
 		if v != "" {
 			h[HeaderPrefix+name] = []string{percentEncode(v)}
@@ -61,7 +64,7 @@ func Encode(subject string, e *event.Event) (*nats.Msg, error) {
 	if !e.Time().IsZero() {
 		set("time", e.Time().UTC().Format(time.RFC3339Nano))
 	}
-	for name, v := range extensions(e) {
+	for name, v := range exts {
 		s, ok := v.(string)
 		if !ok {
 			s = fmt.Sprint(v)
