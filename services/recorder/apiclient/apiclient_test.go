@@ -67,7 +67,9 @@ func TestWaitSettled(t *testing.T) {
 // saying how the run last stood; a bad URL is refused at once.
 func TestWaitSettledBounded(t *testing.T) {
 	srv, _ := recorderStub(t, runAt("completed", false, "completed", "approved"))
-	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	// Long enough for the stub's first answer on a loaded CI host (200 ms
+	// once ended the wait inside the first request, with no state to tell).
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	_, err := apiclient.WaitSettled(ctx, srv.URL, "run-1", 10*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "status completed, 1 of 2 calls recorded completed") ||
