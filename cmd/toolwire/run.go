@@ -118,10 +118,8 @@ func buildRunRequest(f runFlags, stdin io.Reader, now time.Time) (envelope.RunRe
 		if err != nil {
 			return req, err
 		}
-		dec := json.NewDecoder(bytesReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return req, fmt.Errorf("%s: %w", f.file, err)
+		if err := decodeStrict(b, &req); err != nil {
+			return req, fmt.Errorf("run request %s: %w", f.file, err)
 		}
 	case f.demo || f.prompt != "":
 		req = demo.Request(fmt.Sprintf("demo-%d", now.UnixNano()))

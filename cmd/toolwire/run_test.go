@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -30,6 +31,13 @@ func TestBuildRunRequest(t *testing.T) {
 	b, err := json.Marshal(fromFile)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(file, b, 0o600))
+	n := 0
+	write := func(content string) string {
+		n++
+		p := filepath.Join(t.TempDir(), fmt.Sprintf("req%d.json", n))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		return p
+	}
 
 	for _, tc := range []struct {
 		name  string
@@ -69,6 +77,11 @@ func TestBuildRunRequest(t *testing.T) {
 		{name: "deadline", f: runFlags{demo: true, deadline: 90*time.Second + time.Millisecond},
 			check: func(t *testing.T, r envelope.RunRequest) { require.Equal(t, 91, r.DeadlineS, "rounded up") }},
 		{name: "negative deadline", f: runFlags{demo: true, deadline: -time.Second}, err: "--deadline must not be negative"},
+		{name: "a file that ends early", f: runFlags{file: write(`{"run_id":"x"`)}, err: "invalid JSON: it ends before its value does"},
+		{name: "a file with more after the request", f: runFlags{file: write(string(b) + ` {"run_id":"another"}`)},
+			err: "invalid JSON: content after its value"},
+		{name: "a file that is not JSON", f: runFlags{file: write(`run_id: x`)}, err: "run request "},
+		{name: "a field a run request lacks", f: runFlags{file: write(`{"run_id":"x","colour":"red"}`)}, err: `unknown field "colour"`},
 		{name: "deadline past a day", f: runFlags{demo: true, deadline: 25 * time.Hour}, err: "deadline_s 90000 must be 1 to 86400 seconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

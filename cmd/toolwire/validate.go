@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -98,20 +96,9 @@ func decodeAgentConfig(b []byte) (envelope.Agent, error) {
 	if err := json.Unmarshal(b, &probe); err != nil {
 		return envelope.Agent{}, fmt.Errorf("not a JSON object: %w", err)
 	}
-	strict := func(v any) error {
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(v); err != nil {
-			return err
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			return fmt.Errorf("trailing content after the configuration")
-		}
-		return nil
-	}
 	var req envelope.RunRequest
 	if _, isRequest := probe["agent"]; isRequest {
-		if err := strict(&req); err != nil {
+		if err := decodeStrict(b, &req); err != nil {
 			return envelope.Agent{}, fmt.Errorf("run request: %w", err)
 		}
 		if err := req.Validate(); err != nil {
@@ -119,7 +106,7 @@ func decodeAgentConfig(b []byte) (envelope.Agent, error) {
 		}
 		return req.Agent, nil
 	}
-	if err := strict(&req.Agent); err != nil {
+	if err := decodeStrict(b, &req.Agent); err != nil {
 		return envelope.Agent{}, fmt.Errorf("agent: %w", err)
 	}
 	// Checked as the agent of a minimal run request; only the agent's

@@ -117,6 +117,8 @@ messages: [{role: user, content: hi}]
 		{agent(`"search"`, ""), `agent.enabled_tools[0]: invalid tool reference "search"`},
 		{agent(`"search@1.0.0"`, `"max_tool_calls":-1`), "agent.policy caps must not be negative"},
 		{`[1,2]`, "not a JSON object"},
+		{`{"name":"a"} {"name":"b"}`, "not a JSON object"},
+		{`{"name":"a","model":{"provider":"scripted","name":"m"},"enabled_tools":[],"policy":{}}]`, "not a JSON object"},
 	} {
 		_, err := cli(t, env.URL, "", "validate", write("m.json", tc.content))
 		require.ErrorContains(t, err, tc.err)
