@@ -44,16 +44,23 @@ func WaitSettled(ctx context.Context, base, runID string, poll time.Duration) (a
 	}
 	u = u.JoinPath("v1", "runs", runID)
 	last := "no answer yet"
+	ended := func() error {
+		return fmt.Errorf("run %s not recorded whole (last answer: %s): %w", runID, last, ctx.Err())
+	}
 	for {
 		run, answer, err := getRun(ctx, u.String())
 		var refused *refusedError
 		switch {
+		case err == nil && run.Settled:
+			return run, nil
+		case ctx.Err() != nil:
+			// The wait's own end cut the request short: the last answer
+			// is the one before, not this cancellation.
+			return apitypes.RunDetailJSON{}, ended()
 		case errors.As(err, &refused):
 			return apitypes.RunDetailJSON{}, fmt.Errorf("run %s: the recorder at %s refused: %w", runID, base, err)
 		case err != nil:
 			last = err.Error()
-		case run.Settled:
-			return run, nil
 		default:
 			last = answer
 		}
@@ -61,7 +68,7 @@ func WaitSettled(ctx context.Context, base, runID string, poll time.Duration) (a
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return apitypes.RunDetailJSON{}, fmt.Errorf("run %s not recorded whole (last answer: %s): %w", runID, last, ctx.Err())
+			return apitypes.RunDetailJSON{}, ended()
 		case <-t.C:
 		}
 	}

@@ -67,14 +67,34 @@ func TestWaitSettled(t *testing.T) {
 // saying how the run last stood; a bad URL is refused at once.
 func TestWaitSettledBounded(t *testing.T) {
 	srv, _ := recorderStub(t, runAt("completed", false, "completed", "approved"))
-	// Long enough for the stub's first answer on a loaded CI host (200 ms
-	// once ended the wait inside the first request, with no state to tell).
+	// Long enough for the stub's first answer on a loaded CI host.
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	_, err := apiclient.WaitSettled(ctx, srv.URL, "run-1", 10*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "status completed, 1 of 2 calls recorded completed") ||
 		!strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
 		t.Fatalf("err = %v; want the deadline, with the run's last state", err)
+	}
+
+	// The deadline in the middle of a request (here: every request after
+	// the first hangs) ends the wait with the answer before it, not with the
+	// cancelled request's error.
+	var asked atomic.Int32
+	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if asked.Add(1) > 1 {
+			<-r.Context().Done()
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(runAt("started", false, "approved"))
+	}))
+	defer hanging.Close()
+	hctx, hcancel := context.WithTimeout(t.Context(), time.Second)
+	defer hcancel()
+	_, err = apiclient.WaitSettled(hctx, hanging.URL, "run-1", time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "status started, 0 of 1 calls recorded completed") ||
+		!errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v; want the deadline, with the answer before the request it cut short", err)
 	}
 
 	// An answer that waiting will not change ends the wait at once.
