@@ -2,17 +2,6 @@ module github.com/toolwire/toolwire
 
 go 1.26.8
 
-replace (
-	github.com/toolwire/toolwire/pkg/envelope => ./pkg/envelope
-	github.com/toolwire/toolwire/pkg/events => ./pkg/events
-	github.com/toolwire/toolwire/pkg/rules => ./pkg/rules
-	github.com/toolwire/toolwire/pkg/service => ./pkg/service
-	github.com/toolwire/toolwire/services/executor => ./services/executor
-	github.com/toolwire/toolwire/services/orchestrator => ./services/orchestrator
-	github.com/toolwire/toolwire/services/policy => ./services/policy
-	github.com/toolwire/toolwire/services/recorder => ./services/recorder
-	github.com/toolwire/toolwire/services/sandbox => ./services/sandbox
-)
 
 require (
 	github.com/chromedp/chromedp v0.23.0
@@ -27,13 +16,13 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
-	github.com/toolwire/toolwire/pkg/envelope v0.0.0
-	github.com/toolwire/toolwire/pkg/events v0.0.0
-	github.com/toolwire/toolwire/services/executor v0.0.0-00010101000000-000000000000
-	github.com/toolwire/toolwire/services/orchestrator v0.0.0-00010101000000-000000000000
-	github.com/toolwire/toolwire/services/policy v0.0.0-00010101000000-000000000000
-	github.com/toolwire/toolwire/services/recorder v0.0.0-00010101000000-000000000000
-	github.com/toolwire/toolwire/services/sandbox v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/envelope v0.1.0
+	github.com/toolwire/toolwire/pkg/events v0.1.0
+	github.com/toolwire/toolwire/services/executor v0.1.0
+	github.com/toolwire/toolwire/services/orchestrator v0.1.0
+	github.com/toolwire/toolwire/services/policy v0.1.0
+	github.com/toolwire/toolwire/services/recorder v0.1.0
+	github.com/toolwire/toolwire/services/sandbox v0.1.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0
@@ -72,7 +61,7 @@ require (
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
-	github.com/toolwire/toolwire/pkg/rules v0.0.0-00010101000000-000000000000 // indirect
+	github.com/toolwire/toolwire/pkg/rules v0.1.0 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.opentelemetry.io/contrib/bridges/prometheus v0.72.0 // indirect
 	go.opentelemetry.io/contrib/exporters/autoexport v0.72.0 // indirect
@@ -127,7 +116,7 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/spf13/pflag v1.0.9
-	github.com/toolwire/toolwire/pkg/service v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/service v0.1.0
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/toolwire/toolwire/pkg/service/embedded"
+	"github.com/toolwire/toolwire/pkg/embedded"
 )
 
 var serviceNames = []string{"orchestrator", "policy", "executor", "sandbox"}

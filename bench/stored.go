@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 )
 
 // Stored is what a batch of runs stored, counted at the server: the messages
@@ -37,7 +38,7 @@ func serverCounts(ctx context.Context, js jetstream.JetStream) (map[string]uint6
 	for name := range names.Name() {
 		// The KV buckets and the timers (a run's deadline: one message
 		// per run) are the state writes.
-		if strings.HasPrefix(name, "KV_") || name == events.StreamTimers {
+		if strings.HasPrefix(name, "KV_") || name == provision.StreamTimers {
 			out[name] = 0
 		}
 	}
@@ -97,7 +98,7 @@ func countStored(ctx context.Context, js jetstream.JetStream, run *runner, n, k,
 	}
 	for name, seq := range after {
 		d := seq - before[name]
-		if strings.HasPrefix(name, "KV_") || name == events.StreamTimers {
+		if strings.HasPrefix(name, "KV_") || name == provision.StreamTimers {
 			s.KVWrites += d
 			continue
 		}

@@ -25,13 +25,14 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/blobs"
+	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 )
 
 // Client submits and follows runs.
 type Client struct {
 	js     jetstream.JetStream
-	pub    *events.Publisher
+	pub    *publish.Publisher
 	source string
 	// drain is FollowDrain, and lastCall lastCallEvent, but in tests.
 	drain    time.Duration
@@ -44,7 +45,7 @@ func New(js jetstream.JetStream, source string) *Client {
 	if source == "" {
 		source = "/toolwire/client"
 	}
-	c := &Client{js: js, pub: events.NewPublisher(js), source: source, drain: FollowDrain}
+	c := &Client{js: js, pub: publish.NewPublisher(js), source: source, drain: FollowDrain}
 	c.lastCall = c.lastCallEvent
 	return c
 }

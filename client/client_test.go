@@ -13,10 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/client"
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/blobs"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 )
 
 func request(runID string) envelope.RunRequest {
@@ -153,13 +154,13 @@ func TestSubmitOneRequestPerRunID(t *testing.T) {
 	out, err := events.NewRunRequested("/test/other", other, events.RunTrace{})
 	require.NoError(t, err)
 	out.Event.SetID(req.RunID + "/requested-again")
-	stored, err := events.NewPublisher(env.JS).PublishFirst(ctx, out)
+	stored, err := publish.NewPublisher(env.JS).PublishFirst(ctx, out)
 	require.NoError(t, err)
 	require.False(t, stored)
 
 	m, err := runs.GetLastMsgForSubject(ctx, "toolwire.run.client-once.requested")
 	require.NoError(t, err)
-	require.True(t, events.FirstOnSubject(m.Header), "the condition is stored with the request")
+	require.True(t, publish.FirstOnSubject(m.Header), "the condition is stored with the request")
 	info, err := runs.Info(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, info.State.Msgs, "one request stored")

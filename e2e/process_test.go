@@ -15,10 +15,11 @@ import (
 
 	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/demo"
+	"github.com/toolwire/toolwire/pkg/embedded"
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/embedded"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 )
@@ -54,7 +55,7 @@ func TestServicesAsProcesses(t *testing.T) {
 			return js
 		}
 		// As in production: the operator provisions, the services find it done.
-		require.NoError(t, events.Provision(t.Context(), connect(identity.Operator), events.StoreConfig{Replicas: 1}))
+		require.NoError(t, provision.Provision(t.Context(), connect(identity.Operator), provision.StoreConfig{Replicas: 1}))
 		logs := runAsProcesses(t, bin, s.ClientURL(), func(name string) []string {
 			return []string{service.EnvNATSSeedFile + "=" + keys.SeedFile(identity.Role(name))}
 		}, client.New(connect(identity.Producer), "/test"), "processes-ids")

@@ -11,6 +11,8 @@ import (
 	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 )
 
 // The answerer stands in for everything around the orchestrator: it reads
@@ -48,13 +50,13 @@ func (e *engine) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	specs := []events.RunnerConfig{
-		{Spec: events.ConsumerSpec{Stream: events.StreamRuns, Durable: durableRuns, Filters: runFilters}, Handler: e.onRun},
-		{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: durableCalls, Filters: callFilters}, Handler: e.onCall},
+	specs := []consume.RunnerConfig{
+		{Spec: provision.ConsumerSpec{Stream: events.StreamRuns, Durable: durableRuns, Filters: runFilters}, Handler: e.onRun},
+		{Spec: provision.ConsumerSpec{Stream: events.StreamCalls, Durable: durableCalls, Filters: callFilters}, Handler: e.onCall},
 	}
 	for _, rc := range specs {
 		rc.Concurrency = 1 // in order: the replay compares steps in the order they happen
-		r, err := events.NewRunner(e.js, rc)
+		r, err := consume.NewRunner(e.js, rc)
 		if err == nil {
 			err = r.Start(ctx)
 		}
@@ -76,18 +78,18 @@ func (e *engine) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (e *engine) onRun(ctx context.Context, d *events.Delivery) error {
+func (e *engine) onRun(ctx context.Context, d *consume.Delivery) error {
 	switch d.Event.Type() {
 	case events.TypeTurnCompleted:
 		var t events.Turn
 		if err := events.DecodeData(d.Event, &t); err != nil {
-			return events.Permanent(err)
+			return consume.Permanent(err)
 		}
 		return e.pub.PublishAll(ctx, e.onTurn(t, events.TraceOf(d.Event)))
 	case events.TypeRunCompleted, events.TypeRunFailed:
 		var s events.RunStatus
 		if err := events.DecodeData(d.Event, &s); err != nil {
-			return events.Permanent(err)
+			return consume.Permanent(err)
 		}
 		if s.Turn != nil {
 			// The turn that ended the run (the final answer, or a model call
@@ -107,13 +109,13 @@ func (e *engine) onRun(ctx context.Context, d *events.Delivery) error {
 	return nil
 }
 
-func (e *engine) onCall(_ context.Context, d *events.Delivery) error {
+func (e *engine) onCall(_ context.Context, d *consume.Delivery) error {
 	if d.Event.Type() != events.TypeCallCompleted || d.Event.Source() == Source {
 		return nil // the answerer's own answer
 	}
 	var env envelope.ToolEnvelope
 	if err := events.DecodeData(d.Event, &env); err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	e.onEnvelope(env)
 	return nil

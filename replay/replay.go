@@ -60,11 +60,14 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolwire/toolwire/client"
+	"github.com/toolwire/toolwire/pkg/embedded"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/embedded"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/orchestrator"
@@ -228,7 +231,7 @@ func Run(ctx context.Context, b Bundle, o Options) (rep *Report, err error) {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer nc.Close()
-	if err := events.Provision(ctx, js, events.StoreConfig{}); err != nil {
+	if err := provision.Provision(ctx, js, provision.StoreConfig{}); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defs, err := seedRegistry(ctx, js, b)
@@ -421,7 +424,7 @@ type engine struct {
 	defs map[string]envelope.ToolDefinition
 	live bool
 	js   jetstream.JetStream
-	pub  *events.Publisher
+	pub  *publish.Publisher
 
 	recorded map[string]envelope.ToolEnvelope // by call id
 	verdicts map[int]envelope.IterationVerdict
@@ -445,12 +448,12 @@ type engine struct {
 	progress   chan struct{}
 	done       chan struct{}
 	doneOnce   sync.Once
-	runners    []*events.Runner
+	runners    []*consume.Runner
 }
 
 func newEngine(b Bundle, defs map[string]envelope.ToolDefinition, live bool, js jetstream.JetStream) *engine {
 	e := &engine{
-		b: b, defs: defs, live: live, js: js, pub: events.NewPublisher(js),
+		b: b, defs: defs, live: live, js: js, pub: publish.NewPublisher(js),
 		recorded: map[string]envelope.ToolEnvelope{}, verdicts: map[int]envelope.IterationVerdict{},
 		turnStep: map[int]int{}, callStep: map[int]int{}, idStep: map[string]int{}, firstSeq: map[int]int{},
 		requested: map[string]requestedCall{}, answered: map[string]bool{}, kept: map[string]string{},

@@ -24,6 +24,8 @@ import (
 	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/approvals"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
@@ -91,7 +93,7 @@ func followApprovals(t *testing.T, st *stack.Stack, req envelope.RunRequest, dec
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	require.NoError(t, st.Client.Submit(ctx, req))
-	pub := events.NewPublisher(st.JS)
+	pub := publish.NewPublisher(st.JS)
 	var (
 		res       approvalRun
 		echoDone  bool
@@ -290,7 +292,7 @@ func TestApprovals(t *testing.T) {
 		d := events.Decision{RunID: "appr-timeout", CallID: res.requests[0].CorrelationID, Decision: events.DecisionApprove}
 		out, err := events.NewDecided("/toolwire/cli", d, envelope.Tenant{OrgID: "org1"}, events.RunTrace{})
 		require.NoError(t, err)
-		require.NoError(t, events.NewPublisher(st.JS).Publish(t.Context(), out))
+		require.NoError(t, publish.NewPublisher(st.JS).Publish(t.Context(), out))
 		servicetest.PollUntil(t, 10*time.Second, "the guard saw the late decision and ignored it",
 			func() bool {
 				return servicetest.CounterSum(t, st.Metrics, "toolwire_policy_approvals_total", map[string]string{"outcome": "ignored"}) >= 1
@@ -430,7 +432,7 @@ func TestApproveFromTheTimelineInBrowser(t *testing.T) {
 	sendSel := `details.call:has(form.decide)`
 	callID := page.Eval(`document.querySelector("form.decide").dataset.decide`)
 	require.Regexp(t, `^[0-9a-f]{64}$`, callID)
-	require.Contains(t, page.Eval(`document.querySelector(`+strconv.Quote(sendSel+" summary")+`).innerText`), events.ShortCallID(callID),
+	require.Contains(t, page.Eval(`document.querySelector(`+strconv.Quote(sendSel+" summary")+`).innerText`), approvals.ShortCallID(callID),
 		"the call shows its short id")
 
 	// A page of another origin posts a denial with the approver's session:
@@ -443,7 +445,7 @@ func TestApproveFromTheTimelineInBrowser(t *testing.T) {
 	defer evil.Close()
 	page.Do("visit a page of another origin", chromedp.Navigate(evil.URL))
 	poll("the cross-origin POST answered", `location.href.startsWith(`+strconv.Quote(st.HTTPURL)+`) && document.body.innerText.includes("cross-origin request refused")`)
-	_, err = events.PendingApproval(ctx, st.JS, runID, callID)
+	_, err = approvals.PendingApproval(ctx, st.JS, runID, callID)
 	require.NoError(t, err, "the cross-origin denial changed nothing")
 
 	// The approver approves with a note: the run completes.

@@ -21,7 +21,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/secrets"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
@@ -181,7 +182,7 @@ func dumpJetStream(t *testing.T, js jetstream.JetStream) string {
 	var b strings.Builder
 	names := js.StreamNames(ctx)
 	for name := range names.Name() {
-		if name == "KV_"+events.BucketSecrets {
+		if name == "KV_"+provision.BucketSecrets {
 			continue // sealed: the store's own tests check that no value is in clear
 		}
 		s, err := js.Stream(ctx, name)

@@ -14,9 +14,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/clustertest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/clustertest"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
@@ -169,7 +171,7 @@ func placeStores(t *testing.T, c *clustertest.Cluster, calls, rest int) {
 	on := func(i int) *jetstream.Placement {
 		return &jetstream.Placement{Tags: []string{fmt.Sprintf("node:n%d", i+1)}}
 	}
-	store := events.StoreConfig{Replicas: 1}
+	store := provision.StoreConfig{Replicas: 1}
 	// The cluster's meta leader may still be being elected: retry each
 	// creation for a while.
 	create := func(what string, f func(ctx context.Context) error) {
@@ -336,7 +338,7 @@ func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
 	require.Zero(t, logDeadLetters(ctx, t, st.JS), "no event dead-lettered for an infrastructure failure")
 	require.Equal(t, n, completed, "a 60s outage within a 120s deadline: every run completes")
 	// None is left running: every run's state has ended.
-	kv, err := st.JS.KeyValue(ctx, events.BucketRunState)
+	kv, err := st.JS.KeyValue(ctx, provision.BucketRunState)
 	require.NoError(t, err)
 	for _, id := range ids {
 		e, err := kv.Get(ctx, id)
@@ -370,7 +372,7 @@ func logDeadLetters(ctx context.Context, t *testing.T, js jetstream.JetStream) u
 		if err != nil {
 			continue
 		}
-		byCause[m.Header.Get(events.HeaderDLQConsumer)+": "+m.Header.Get(events.HeaderDLQError)]++
+		byCause[m.Header.Get(consume.HeaderDLQConsumer)+": "+m.Header.Get(consume.HeaderDLQError)]++
 	}
 	for cause, k := range byCause {
 		t.Logf("%d dead letters of %s", k, cause)

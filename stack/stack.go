@@ -24,9 +24,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolwire/toolwire/client"
-	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/embedded"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/embedded"
 	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/orchestrator"
@@ -203,7 +203,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if st.Server != nil {
 		store.Replicas = 1
 	}
-	if err := events.ProvisionRetrying(ctx, st.JS, store, func(attempt int, err error) {
+	if err := provision.ProvisionRetrying(ctx, st.JS, store, func(attempt int, err error) {
 		log.Warn("provisioning: JetStream not ready, retrying", "attempt", attempt, "err", err)
 	}); err != nil {
 		return st, err

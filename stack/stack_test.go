@@ -22,7 +22,9 @@ import (
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
@@ -300,8 +302,8 @@ func TestRejections(t *testing.T) {
 		_, err := st.JS.PublishMsg(ctx, m)
 		require.NoError(t, err)
 		dl := waitDLQ(ctx, t, st.JS, "toolwire.dlq.TOOLWIRE_RUNS.orchestrator-runs")
-		require.Equal(t, "toolwire.run.garbage-1.requested", dl.Headers().Get(events.HeaderDLQSubject))
-		require.Contains(t, dl.Headers().Get(events.HeaderDLQError), "decode")
+		require.Equal(t, "toolwire.run.garbage-1.requested", dl.Headers().Get(consume.HeaderDLQSubject))
+		require.Contains(t, dl.Headers().Get(consume.HeaderDLQError), "decode")
 		require.Equal(t, m.Data, dl.Data(), "the dead letter keeps the original body")
 	})
 
@@ -310,7 +312,7 @@ func TestRejections(t *testing.T) {
 			events.Attrs{Source: "/test", RunID: "schema-bad-1"},
 			map[string]any{"run_id": "schema-bad-1", "tenant": map[string]any{"org_id": "o"}, "agent": map[string]any{"name": 7}})
 		require.NoError(t, err)
-		require.NoError(t, events.NewPublisher(st.JS).Publish(ctx, e))
+		require.NoError(t, publish.NewPublisher(st.JS).Publish(ctx, e))
 		final, err := st.Client.Wait(ctx, "schema-bad-1")
 		require.ErrorIs(t, err, client.ErrRunFailed)
 		require.Equal(t, events.StatusFailed, final.Status)

@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 )
 
 // ToolError is an error the model sees with its code and message (and

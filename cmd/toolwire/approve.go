@@ -12,13 +12,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/approvals"
 )
 
 // Errors of the decision commands (package events decides for the CLI and
 // the recorder's page alike).
 var (
-	errNoApproval     = events.ErrNoApproval
-	errAlreadyDecided = events.ErrAlreadyDecided
+	errNoApproval     = approvals.ErrNoApproval
+	errAlreadyDecided = approvals.ErrAlreadyDecided
 )
 
 // newDecisionCmd is `toolwire approve|deny|revise RUN_ID CALL_ID`.
@@ -57,14 +58,14 @@ event toolwire.call.<run_id>.<call_id>.decided; the Policy Guard applies it.`,
 				return err
 			}
 			defer done()
-			if d.CallID, err = events.ResolveCallID(ctx, js, d.RunID, d.CallID); err != nil {
+			if d.CallID, err = approvals.ResolveCallID(ctx, js, d.RunID, d.CallID); err != nil {
 				return err
 			}
-			rec, err := events.PendingApproval(ctx, js, d.RunID, d.CallID)
+			rec, err := approvals.PendingApproval(ctx, js, d.RunID, d.CallID)
 			if err != nil {
 				return err
 			}
-			if err := events.PublishDecision(ctx, js, "/toolwire/cli", d, rec); err != nil {
+			if err := approvals.PublishDecision(ctx, js, "/toolwire/cli", d, rec); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: call %s of run %s (%s@%s, agent %s)\n", pastTense(kind), d.CallID, d.RunID,
@@ -140,7 +141,7 @@ func newApprovalsCmd() *cobra.Command {
 			fmt.Fprintln(tw, "RUN\tCALL\tTOOL\tAGENT\tSTATE\tDEADLINE\tARGUMENTS")
 			for _, r := range recs {
 				// The short call id: toolwire approve takes it.
-				fmt.Fprintf(tw, "%s\t%s\t%s@%s\t%s\t%s\t%s\t%s\n", r.Call.RunID, events.ShortCallID(r.Call.CallID), r.Request.ToolName,
+				fmt.Fprintf(tw, "%s\t%s\t%s@%s\t%s\t%s\t%s\t%s\n", r.Call.RunID, approvals.ShortCallID(r.Call.CallID), r.Request.ToolName,
 					r.Request.ToolVersion, r.Request.AgentName, r.State, r.Deadline.Format(time.RFC3339), clip(r.Request.ArgsSummary, 80))
 			}
 			return tw.Flush()

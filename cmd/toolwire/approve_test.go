@@ -9,9 +9,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/approvals"
 )
 
 // TestDecisionCommands: approve, deny and revise publish the decision for a
@@ -118,7 +119,7 @@ func TestDecisionCommands(t *testing.T) {
 	// A short call id is accepted when it names one call of the run, as
 	// approvals and the timeline page show it.
 	short := pending("cli-short", later)
-	out, err := cli(t, env.URL, "", "approve", "cli-short", events.ShortCallID(short), "--by", "carol")
+	out, err := cli(t, env.URL, "", "approve", "cli-short", approvals.ShortCallID(short), "--by", "carol")
 	require.NoError(t, err, out)
 	require.Equal(t, "approved: call "+short+" of run cli-short (send_email@1.0.0, agent mailer)\n", out)
 	require.Equal(t, short, decided("cli-short", short).CallID)
@@ -132,7 +133,7 @@ func TestDecisionCommands(t *testing.T) {
 		require.NoError(t, err)
 	}
 	_, err = cli(t, env.URL, "", "approve", "cli-twins", "abcdef0")
-	require.ErrorIs(t, err, events.ErrAmbiguousCall)
+	require.ErrorIs(t, err, approvals.ErrAmbiguousCall)
 	require.ErrorContains(t, err, "abcdef0123, abcdef0456")
 	_, err = cli(t, env.URL, "", "approve", "cli-twins", "abcd")
 	require.ErrorIs(t, err, errNoApproval)
@@ -145,7 +146,7 @@ func TestDecisionCommands(t *testing.T) {
 	// decisions are not applied, and those calls still wait).
 	out, err = cli(t, env.URL, "", "approvals")
 	require.NoError(t, err)
-	require.Contains(t, out, events.ShortCallID(callID)+" ", "approvals shows the short call id")
+	require.Contains(t, out, approvals.ShortCallID(callID)+" ", "approvals shows the short call id")
 	require.Contains(t, out, "cli-approve")
 	require.NotContains(t, out, "cli-decided", "a decided call does not wait")
 	require.NotContains(t, out, "cli-expired", "nor does an expired one")

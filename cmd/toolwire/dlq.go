@@ -15,7 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 )
 
 // dlqFlags are the flags every dlq subcommand shares.
@@ -72,7 +73,7 @@ func newDLQListCmd(f *dlqFlags) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return dlqWithJS(cmd, f, func(ctx context.Context, js jetstream.JetStream) error {
-				dls, err := events.ListDeadLetters(ctx, js, events.DeadLetterFilter{Stream: f.stream, Consumer: f.consumer, Limit: limit})
+				dls, err := consume.ListDeadLetters(ctx, js, consume.DeadLetterFilter{Stream: f.stream, Consumer: f.consumer, Limit: limit})
 				if err != nil {
 					return err
 				}
@@ -109,13 +110,13 @@ func newDLQShowCmd(f *dlqFlags) *cobra.Command {
 				return err
 			}
 			return dlqWithJS(cmd, f, func(ctx context.Context, js jetstream.JetStream) error {
-				d, err := events.GetDeadLetter(ctx, js, seq)
+				d, err := consume.GetDeadLetter(ctx, js, seq)
 				if err != nil {
 					return err
 				}
 				// An oversized dead letter's message and body are in the
 				// object store: show them.
-				if d, err = events.LoadDeadLetter(ctx, js, d); err != nil {
+				if d, err = consume.LoadDeadLetter(ctx, js, d); err != nil {
 					return err
 				}
 				if f.jsonOut {
@@ -155,7 +156,7 @@ func newDLQReplayCmd(f *dlqFlags) *cobra.Command {
 			}
 			return dlqWithJS(cmd, f, func(ctx context.Context, js jetstream.JetStream) error {
 				if all {
-					dls, err := events.ListDeadLetters(ctx, js, events.DeadLetterFilter{Stream: f.stream, Consumer: f.consumer})
+					dls, err := consume.ListDeadLetters(ctx, js, consume.DeadLetterFilter{Stream: f.stream, Consumer: f.consumer})
 					if err != nil {
 						return err
 					}
@@ -168,11 +169,11 @@ func newDLQReplayCmd(f *dlqFlags) *cobra.Command {
 					}
 				}
 				var (
-					done []events.Replayed
+					done []consume.Replayed
 					errs []error
 				)
 				for _, seq := range seqs {
-					r, err := events.ReplayDeadLetter(ctx, js, seq)
+					r, err := consume.ReplayDeadLetter(ctx, js, seq)
 					if err != nil {
 						errs = append(errs, err)
 						continue
@@ -189,7 +190,7 @@ func newDLQReplayCmd(f *dlqFlags) *cobra.Command {
 				}
 				if f.jsonOut {
 					if done == nil {
-						done = []events.Replayed{}
+						done = []consume.Replayed{}
 					}
 					if err := printJSON(cmd.OutOrStdout(), done); err != nil {
 						return err
@@ -204,7 +205,7 @@ func newDLQReplayCmd(f *dlqFlags) *cobra.Command {
 	return cmd
 }
 
-func printDeadLetter(w io.Writer, d events.DeadLetter) error {
+func printDeadLetter(w io.Writer, d consume.DeadLetter) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	rows := [][2]string{
 		{"seq", strconv.FormatUint(d.Seq, 10)},
@@ -220,7 +221,7 @@ func printDeadLetter(w io.Writer, d events.DeadLetter) error {
 	case d.Truncated:
 		rows = append(rows, [2]string{"stored", fmt.Sprintf("too large for a message and the object store failed: %d bytes of %d kept (sha256 %s); it cannot be replayed", len(d.Data), d.Bytes, d.SHA256)})
 	case d.Object != "":
-		rows = append(rows, [2]string{"stored", fmt.Sprintf("too large for a message: object %s in %s, %d bytes", d.Object, events.ObjectDeadLetters, d.Bytes)})
+		rows = append(rows, [2]string{"stored", fmt.Sprintf("too large for a message: object %s in %s, %d bytes", d.Object, provision.ObjectDeadLetters, d.Bytes)})
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])

@@ -12,9 +12,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 )
 
 // TestDLQCommands is the poison-message story told through the CLI: a handler
@@ -27,12 +30,12 @@ func TestDLQCommands(t *testing.T) {
 	var fault atomic.Bool
 	fault.Store(true)
 	handled := make(chan string, 4)
-	r, err := events.NewRunner(env.JS, events.RunnerConfig{
-		Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: "flaky-consumer",
+	r, err := consume.NewRunner(env.JS, consume.RunnerConfig{
+		Spec: provision.ConsumerSpec{Stream: events.StreamCalls, Durable: "flaky-consumer",
 			Filters: []string{events.SubjectsCalls}, MaxDeliver: 3},
 		Backoff: func(uint64) time.Duration { return 5 * time.Millisecond },
 		Logger:  discardLogger(),
-		Handler: func(_ context.Context, d *events.Delivery) error {
+		Handler: func(_ context.Context, d *consume.Delivery) error {
 			if fault.Load() {
 				return errors.New("the ledger service refused the write (attempt " + strconv.FormatUint(d.Attempt, 10) + ")")
 			}
@@ -48,11 +51,11 @@ func TestDLQCommands(t *testing.T) {
 	poison, err := events.NewCallStarted("/test", events.CallStarted{RunID: "dlq-run", CallID: callID, Name: "ledger_write",
 		Version: "1.0.0", TStart: time.Now()}, envelope.Tenant{OrgID: "o"}, events.RunTrace{})
 	require.NoError(t, err)
-	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), poison))
+	require.NoError(t, publish.NewPublisher(env.JS).Publish(t.Context(), poison))
 
-	var dls []events.DeadLetter
+	var dls []consume.DeadLetter
 	require.Eventually(t, func() bool {
-		dls, err = events.ListDeadLetters(t.Context(), env.JS, events.DeadLetterFilter{})
+		dls, err = consume.ListDeadLetters(t.Context(), env.JS, consume.DeadLetterFilter{})
 		require.NoError(t, err)
 		return len(dls) == 1
 	}, 10*time.Second, 10*time.Millisecond)
@@ -65,7 +68,7 @@ func TestDLQCommands(t *testing.T) {
 	}
 	out, _, err = runCLI(t, "", "dlq", "list", "--nats", env.URL, "--json", "--consumer", "flaky-consumer")
 	require.NoError(t, err)
-	var listed []events.DeadLetter
+	var listed []consume.DeadLetter
 	require.NoError(t, json.Unmarshal([]byte(out), &listed), out)
 	require.Len(t, listed, 1)
 	require.Equal(t, uint64(3), listed[0].Deliveries)
@@ -105,5 +108,5 @@ func TestDLQCommands(t *testing.T) {
 		require.Error(t, err, "%v", args)
 	}
 	_, _, err = runCLI(t, "", "dlq", "show", seq, "--nats", env.URL)
-	require.ErrorIs(t, err, events.ErrDeadLetterNotFound)
+	require.ErrorIs(t, err, consume.ErrDeadLetterNotFound)
 }

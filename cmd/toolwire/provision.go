@@ -8,14 +8,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/service"
 )
 
 func newProvisionCmd() *cobra.Command {
 	var (
 		natsURL  string
-		store    events.StoreConfig
+		store    provision.StoreConfig
 		maxMiB   int64
 		timeout  time.Duration
 		storeDef = service.Common{Replicas: 1}
@@ -30,7 +30,7 @@ lowers what exists: a service started with fewer replicas or a shorter
 retention than the streams have refuses to start and says so. Lowering is an
 operator's decision, made here with --lower.
 
-The server must be nats-server ` + events.MinServerVersion + ` or newer; on a cluster still forming,
+The server must be nats-server ` + provision.MinServerVersion + ` or newer; on a cluster still forming,
 provision waits for it (up to --timeout).`,
 		Example: `  toolwire provision --nats nats://nats:4222 --replicas 3 --max-age 720h
   toolwire provision --replicas 1 --lower   # back to one replica, on purpose`,
@@ -39,7 +39,7 @@ provision waits for it (up to --timeout).`,
 			store.MaxBytes = maxMiB << 20
 			return withJetStream(cmd.Context(), natsURL, timeout, func(ctx context.Context, js jetstream.JetStream) error {
 				w := cmd.ErrOrStderr()
-				if err := events.ProvisionRetrying(ctx, js, store, func(attempt int, err error) {
+				if err := provision.ProvisionRetrying(ctx, js, store, func(attempt int, err error) {
 					fmt.Fprintf(w, "provision: not ready yet (attempt %d): %v\n", attempt, err)
 				}); err != nil {
 					return err

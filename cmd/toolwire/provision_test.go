@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -39,7 +40,7 @@ func TestProvisionCommand(t *testing.T) {
 	require.Contains(t, out, "max bytes 512 MiB")
 
 	_, _, err = runCLI(t, "", "provision", "--nats", st.URL, "--max-age", "24h")
-	require.ErrorIs(t, err, events.ErrWouldLower)
+	require.ErrorIs(t, err, provision.ErrWouldLower)
 	require.ErrorContains(t, err, "TOOLWIRE_RUNS (max age 720h0m0s -> 24h0m0s")
 	require.ErrorContains(t, err, "--lower")
 	require.Equal(t, 720*time.Hour, maxAge(), "nothing changed")

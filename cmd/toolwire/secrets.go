@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/toolwire/toolwire/pkg/events/secrets"
+	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 )
 
 // scopeFlags are the flags naming a secret's scope.

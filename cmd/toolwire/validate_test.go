@@ -9,10 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 )
 
 func TestValidateCommand(t *testing.T) {
@@ -98,7 +98,7 @@ messages: [{role: user, content: hi}]
 
 	// An http tool stored before endpoints were checked cannot run: an
 	// error, like a blocked tool.
-	kv, err := env.JS.KeyValue(t.Context(), events.BucketTools)
+	kv, err := env.JS.KeyValue(t.Context(), provision.BucketTools)
 	require.NoError(t, err)
 	legacy := def("legacy_fetch", envelope.SideEffectsReads)
 	legacy.Implementation.Config = json.RawMessage(`{"url":"https://bob:pw@api.example/x"}`)

@@ -2,7 +2,6 @@ module github.com/toolwire/toolwire/pkg/events
 
 go 1.26.8
 
-replace github.com/toolwire/toolwire/pkg/envelope => ../envelope
 
 require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
@@ -10,7 +9,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/segmentio/encoding v0.5.4
 	github.com/stretchr/testify v1.12.1
-	github.com/toolwire/toolwire/pkg/envelope v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/envelope v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0

@@ -2,11 +2,10 @@ module github.com/toolwire/toolwire/pkg/rules
 
 go 1.26.8
 
-replace github.com/toolwire/toolwire/pkg/envelope => ../envelope
 
 require (
 	github.com/stretchr/testify v1.12.1
-	github.com/toolwire/toolwire/pkg/envelope v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/envelope v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 

@@ -2,10 +2,6 @@ module github.com/toolwire/toolwire/pkg/service
 
 go 1.26.8
 
-replace (
-	github.com/toolwire/toolwire/pkg/envelope => ../envelope
-	github.com/toolwire/toolwire/pkg/events => ../events
-)
 
 require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
@@ -14,7 +10,7 @@ require (
 	github.com/nats-io/nkeys v0.4.16
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
-	github.com/toolwire/toolwire/pkg/events v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/events v0.1.0
 	go.opentelemetry.io/contrib/exporters/autoexport v0.72.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -49,7 +45,7 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
-	github.com/toolwire/toolwire/pkg/envelope v0.0.0-00010101000000-000000000000 // indirect
+	github.com/toolwire/toolwire/pkg/envelope v0.1.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/bridges/prometheus v0.72.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc v0.23.0 // indirect

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 )
 
 // lagAsk bounds how long a scrape waits for the server's answer about the
@@ -26,9 +26,9 @@ type lagCollector struct {
 	pending, ackPending, redelivered *prometheus.Desc
 
 	mu      sync.Mutex
-	runners map[*events.Runner]struct{}
+	runners map[*consume.Runner]struct{}
 	at      time.Time // of lags
-	lags    []events.Lag
+	lags    []consume.Lag
 }
 
 func newLagCollector(m *Metrics) *lagCollector {
@@ -43,17 +43,17 @@ func newLagCollector(m *Metrics) *lagCollector {
 			"Events delivered to a consumer and not yet acknowledged (in its handlers, or held by a replica that died until their ack wait), by stream and consumer."),
 		redelivered: desc("consumer_redelivered",
 			"Events delivered to a consumer more than once and not yet acknowledged, by stream and consumer."),
-		runners: map[*events.Runner]struct{}{},
+		runners: map[*consume.Runner]struct{}{},
 	}
 }
 
-func (c *lagCollector) track(r *events.Runner) {
+func (c *lagCollector) track(r *consume.Runner) {
 	c.mu.Lock()
 	c.runners[r] = struct{}{}
 	c.mu.Unlock()
 }
 
-func (c *lagCollector) untrack(r *events.Runner) {
+func (c *lagCollector) untrack(r *consume.Runner) {
 	c.mu.Lock()
 	delete(c.runners, r)
 	c.mu.Unlock()
@@ -81,7 +81,7 @@ func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // current returns the lags, asked again when older than lagFresh.
-func (c *lagCollector) current() []events.Lag {
+func (c *lagCollector) current() []consume.Lag {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if time.Since(c.at) < lagFresh {

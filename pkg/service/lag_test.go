@@ -13,9 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 // TestConsumerLagIsScraped: the consumer metrics report each consumer's
@@ -37,7 +40,7 @@ func TestConsumerLagIsScraped(t *testing.T) {
 	// Handlers that hold what they get until released: two at once.
 	release := make(chan struct{})
 	held := make(chan struct{}, 16)
-	handler := func(ctx context.Context, _ *events.Delivery) error {
+	handler := func(ctx context.Context, _ *consume.Delivery) error {
 		held <- struct{}{}
 		select {
 		case <-release:
@@ -46,14 +49,14 @@ func TestConsumerLagIsScraped(t *testing.T) {
 			return ctx.Err()
 		}
 	}
-	g := &events.Runners{Observer: c}
-	spec := events.ConsumerSpec{Stream: "LAG", Durable: "lagger", Filters: []string{"lag.>"}, MaxAckPending: 2}
+	g := &consume.Runners{Observer: c}
+	spec := provision.ConsumerSpec{Stream: "LAG", Durable: "lagger", Filters: []string{"lag.>"}, MaxAckPending: 2}
 	for range 2 { // two replicas of one durable
-		_, err := g.Start(ctx, env.JS, events.RunnerConfig{Spec: spec, Handler: handler, Concurrency: 1,
+		_, err := g.Start(ctx, env.JS, consume.RunnerConfig{Spec: spec, Handler: handler, Concurrency: 1,
 			Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
 	}
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	for i := range 10 {
 		o, err := events.Build("dev.toolwire.test.v1", fmt.Sprintf("lag-%d", i), fmt.Sprintf("lag.%d", i),
 			events.Attrs{Source: "/test", Time: time.Now()}, map[string]int{"n": i})

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 )
 
 // Metric naming, one scheme for every service (the README's metrics table):
@@ -177,10 +177,10 @@ func NewConsumerMetrics(m *Metrics) *ConsumerMetrics {
 
 // Track follows a runner's lag (events.LagTracker): the runners of a group
 // whose Observer is c are tracked as they start.
-func (c *ConsumerMetrics) Track(r *events.Runner) { c.lag.track(r) }
+func (c *ConsumerMetrics) Track(r *consume.Runner) { c.lag.track(r) }
 
 // Untrack stops following a stopped runner.
-func (c *ConsumerMetrics) Untrack(r *events.Runner) { c.lag.untrack(r) }
+func (c *ConsumerMetrics) Untrack(r *consume.Runner) { c.lag.untrack(r) }
 
 // TransientRetried counts a retry in place after an infrastructure failure.
 func (c *ConsumerMetrics) TransientRetried(stream, consumer string) {

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 	"github.com/toolwire/toolwire/pkg/service"
 )
 
@@ -75,11 +75,11 @@ func TestConsumerMetricsObserveRunners(t *testing.T) {
 	m := service.NewMetrics(reg, "policy")
 	c := service.NewConsumerMetrics(m)
 	require.NoError(t, m.Err())
-	var obs events.Observer = c
+	var obs consume.Observer = c
 	obs.HandlerFailed("TOOLWIRE_CALLS", "policy-calls", false)
 	obs.HandlerFailed("TOOLWIRE_CALLS", "policy-calls", true)
 	obs.Redelivered("TOOLWIRE_CALLS", "policy-calls")
-	obs.DeadLettered("TOOLWIRE_CALLS", "policy-calls", events.DeadLetterObject)
+	obs.DeadLettered("TOOLWIRE_CALLS", "policy-calls", consume.DeadLetterObject)
 	n, err := testutil.GatherAndCount(reg, "toolwire_policy_handler_failures_total", "toolwire_policy_redeliveries_total",
 		"toolwire_policy_dead_letters_total")
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func TestConsumerMetricsCountRetriesInPlace(t *testing.T) {
 	m := service.NewMetrics(reg, "executor")
 	c := service.NewConsumerMetrics(m)
 	require.NoError(t, m.Err())
-	var retry events.TransientObserver = c
+	var retry consume.TransientObserver = c
 	retry.TransientRetried("TOOLWIRE_CALLS", "executor-default")
 	retry.TransientRetried("TOOLWIRE_CALLS", "executor-default")
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`

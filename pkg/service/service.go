@@ -37,7 +37,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/service/identity"
 )
 
@@ -100,8 +102,8 @@ type Common struct {
 }
 
 // StoreConfig is what the service provisions.
-func (c Common) StoreConfig() events.StoreConfig {
-	return events.StoreConfig{Replicas: c.Replicas, MaxAge: c.StreamMaxAge, MaxBytes: c.StreamMaxBytes}
+func (c Common) StoreConfig() provision.StoreConfig {
+	return provision.StoreConfig{Replicas: c.Replicas, MaxAge: c.StreamMaxAge, MaxBytes: c.StreamMaxBytes}
 }
 
 // CommonFromEnv reads Common from the environment, with defaults.
@@ -365,7 +367,7 @@ func Run(ctx context.Context, name, defaultHTTPAddr string, getenv func(string) 
 		return err
 	}
 	defer func() { err = errors.Join(err, nc.Drain()) }()
-	if err := events.ProvisionRetrying(startCtx, js, cfg.StoreConfig(), func(attempt int, err error) {
+	if err := provision.ProvisionRetrying(startCtx, js, cfg.StoreConfig(), func(attempt int, err error) {
 		log.Warn("provisioning: JetStream not ready, retrying", "attempt", attempt, "err", err)
 	}); err != nil {
 		return err
@@ -524,8 +526,8 @@ type Core struct {
 	JS      jetstream.JetStream
 	Log     *slog.Logger
 	Tracer  trace.Tracer
-	Pub     *events.Publisher
-	Runners events.Runners
+	Pub     *publish.Publisher
+	Runners consume.Runners
 
 	name string // the service's: prefixes the errors of StartWith and Consume
 }
@@ -533,9 +535,9 @@ type Core struct {
 // Core returns the Core of the service name on d (as Prepare returned it):
 // its tracer is toolwire/<name>, and consumers (the service's
 // ConsumerMetrics) observes what its consumers go through.
-func (d Deps) Core(name string, consumers events.Observer) Core {
-	return Core{JS: d.JS, Log: d.Log, Tracer: d.Tracer.Tracer("toolwire/" + name), Pub: events.NewPublisher(d.JS),
-		Runners: events.Runners{Observer: consumers}, name: name}
+func (d Deps) Core(name string, consumers consume.Observer) Core {
+	return Core{JS: d.JS, Log: d.Log, Tracer: d.Tracer.Tracer("toolwire/" + name), Pub: publish.NewPublisher(d.JS),
+		Runners: consume.Runners{Observer: consumers}, name: name}
 }
 
 // StartWith is a service's Start: it runs start between Starting and Started
@@ -555,7 +557,7 @@ func (c *Core) StartWith(ctx context.Context, start func(ctx, life context.Conte
 // each with concurrency handlers and, unless it has a logger of its own, the
 // service's. Stop stops them before what Start registered earlier (which
 // their handlers may still read). Start calls it once.
-func (c *Core) Consume(ctx context.Context, concurrency int, specs ...events.RunnerConfig) error {
+func (c *Core) Consume(ctx context.Context, concurrency int, specs ...consume.RunnerConfig) error {
 	c.OnStop(c.Runners.Stop)
 	for _, rc := range specs {
 		rc.Concurrency = concurrency

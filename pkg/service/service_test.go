@@ -26,10 +26,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
+	"github.com/toolwire/toolwire/pkg/embedded"
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/embedded"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 )
@@ -478,7 +479,7 @@ func TestRunWithIdentity(t *testing.T) {
 	defer op.Close()
 	ojs, err := jetstream.New(op)
 	require.NoError(t, err)
-	require.NoError(t, events.Provision(t.Context(), ojs, events.StoreConfig{Replicas: 1}))
+	require.NoError(t, provision.Provision(t.Context(), ojs, provision.StoreConfig{Replicas: 1}))
 
 	started := make(chan service.Deps, 1)
 	build := func(_ context.Context, d service.Deps) (service.Component, http.Handler, error) {

@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 )
 
 func cachedBenchTool() testTool {
@@ -48,7 +48,7 @@ func BenchmarkCacheHit(b *testing.B) {
 func BenchmarkCacheHitRoundTrip(b *testing.B) {
 	env := eventstest.Start(b)
 	startExecutor(b, env, Config{}, WithTools(cachedBenchTool()))
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	const runID = "run-bench-cache-rt"
 	w := watchRun(b, env.JS, runID)
 	seq := 1

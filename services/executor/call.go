@@ -16,7 +16,9 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor/tool"
 )
@@ -51,16 +53,16 @@ const attrCached = attribute.Key("toolwire.cached")
 // when the call runs past Config.StartedAfter. It returns an error
 // (redelivery) only when an event cannot be published or a shutdown
 // interrupts the call; a malformed event is dead-lettered at once.
-func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
+func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 	if typ := d.Event.Type(); typ != events.TypeCallApproved {
-		return events.Permanent(fmt.Errorf("executor: event %s on %s has type %q, want %s", d.Event.ID(), d.Subject, typ, events.TypeCallApproved))
+		return consume.Permanent(fmt.Errorf("executor: event %s on %s has type %q, want %s", d.Event.ID(), d.Subject, typ, events.TypeCallApproved))
 	}
 	var req events.CallRequest
 	if err := events.DecodeData(d.Event, &req); err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	if err := errors.Join(events.ValidateRunID(req.RunID), events.ValidateCallID(req.CallID)); err != nil {
-		return events.Permanent(fmt.Errorf("executor: event %s: %w", d.Event.ID(), err))
+		return consume.Permanent(fmt.Errorf("executor: event %s: %w", d.Event.ID(), err))
 	}
 	rt := events.TraceOf(d.Event)
 	log := s.Log.With("run_id", req.RunID, "call_id", req.CallID, "tool", req.Ref().String())
@@ -169,7 +171,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 
 	completed, err := events.NewCallCompleted(s.cfg.Source, req.RunID, env, req.Tenant, rt)
 	if err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	completedPub, err := s.Pub.PublishAsync(pubCtx, completed)
 	if err != nil {
@@ -200,7 +202,7 @@ type pendingStarted struct {
 	must  bool                            // published even for a quick call (secret scopes to record)
 	timer *time.Timer
 	done  chan struct{} // closed once the timer's publish returned
-	pub   *events.Pending
+	pub   *publish.Pending
 	err   error
 }
 
@@ -222,10 +224,10 @@ func (s *Service) startStarted(ctx context.Context, started func() (events.Outgo
 
 // publish builds the started event and publishes it, without waiting for
 // its PubAck.
-func (p *pendingStarted) publish(ctx context.Context) (*events.Pending, error) {
+func (p *pendingStarted) publish(ctx context.Context) (*publish.Pending, error) {
 	o, err := p.out()
 	if err != nil {
-		return nil, events.Permanent(err)
+		return nil, consume.Permanent(err)
 	}
 	return p.s.Pub.PublishAsync(ctx, o)
 }
@@ -234,7 +236,7 @@ func (p *pendingStarted) publish(ctx context.Context) (*events.Pending, error) {
 // or, when the call ended before the timer fired, none (nil), or a publish
 // made now when started must go out anyway. A publish made by take precedes
 // completed's on the same connection, so the stream stores started first.
-func (p *pendingStarted) take(ctx context.Context) (*events.Pending, error) {
+func (p *pendingStarted) take(ctx context.Context) (*publish.Pending, error) {
 	if p.timer != nil && p.timer.Stop() {
 		if !p.must {
 			return nil, nil
@@ -257,9 +259,9 @@ func (p *pendingStarted) cancel() {
 func (s *Service) completed(ctx context.Context, req *events.CallRequest) (bool, error) {
 	subj, err := events.CallSubject(req.RunID, req.CallID, "completed")
 	if err != nil {
-		return false, events.Permanent(err)
+		return false, consume.Permanent(err)
 	}
-	return events.Stored(ctx, s.calls, subj)
+	return publish.Stored(ctx, s.calls, subj)
 }
 
 // execResult is the outcome of execute.

@@ -19,9 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
@@ -207,7 +209,7 @@ func TestExactlyOnceWrites(t *testing.T) {
 	cfg := Config{Concurrency: 4, AckWait: time.Second, ClaimLease: 600 * time.Millisecond}
 	const runID = "run-exactly-once"
 	w := watchRun(t, env.JS, runID)
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	var reqs []events.CallRequest
 	newCall := func(hold bool) events.CallRequest {
 		req := callRequest(t, runID, len(reqs)+1, "append_line", "1.0.0", fmt.Sprintf(`{"hold":%t,"n":%d}`, hold, len(reqs)))
@@ -302,7 +304,7 @@ func TestExactlyOnceWrites(t *testing.T) {
 	require.Equal(t, 3.0, unknown, "the three crashed calls")
 
 	// The outcome records hold the final envelopes.
-	kv, err := env.JS.KeyValue(t.Context(), events.BucketOutcomes)
+	kv, err := env.JS.KeyValue(t.Context(), provision.BucketOutcomes)
 	require.NoError(t, err)
 	e, err := kv.Get(t.Context(), outcomeKey(runID, held[0].CallID))
 	require.NoError(t, err)
@@ -327,7 +329,7 @@ func TestClaimHeartbeatKeepsALongCallAlive(t *testing.T) {
 	const runID = "run-heartbeat"
 	w := watchRun(t, env.JS, runID)
 	req := callRequest(t, runID, 1, "append_line", "1.0.0", `{"hold":true}`)
-	publishApproved(t, events.NewPublisher(env.JS), req)
+	publishApproved(t, publish.NewPublisher(env.JS), req)
 	require.Equal(t, "hb-a", waitEntered(t, log).replica)
 
 	second := startReplica(t, env, "hb-b", cfg, log)
@@ -352,7 +354,7 @@ func TestClaimHeartbeatKeepsALongCallAlive(t *testing.T) {
 func testOutcomes(t *testing.T, owner string) *outcomes {
 	t.Helper()
 	env := eventstest.Start(t)
-	kv, err := env.JS.KeyValue(t.Context(), events.BucketOutcomes)
+	kv, err := env.JS.KeyValue(t.Context(), provision.BucketOutcomes)
 	require.NoError(t, err)
 	return &outcomes{kv: kv, owner: owner, lease: 300 * time.Millisecond, now: time.Now,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)), life: t.Context()}

@@ -13,7 +13,9 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/executor/tools/builtin"
@@ -199,14 +201,14 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", events.StreamCalls, err)
 		}
-		specs := make([]events.RunnerConfig, 0, len(s.cfg.Queues))
+		specs := make([]consume.RunnerConfig, 0, len(s.cfg.Queues))
 		for _, q := range s.cfg.Queues {
 			filter, err := events.ApprovedFilter(q)
 			if err != nil {
 				return err
 			}
-			specs = append(specs, events.RunnerConfig{
-				Spec: events.ConsumerSpec{
+			specs = append(specs, consume.RunnerConfig{
+				Spec: provision.ConsumerSpec{
 					Stream:        events.StreamCalls,
 					Durable:       DurableFor(q),
 					Filters:       []string{filter},
@@ -244,15 +246,15 @@ func (s *Service) openState(ctx, life context.Context) error {
 		}
 		return kv, nil
 	}
-	cache, err := open(events.BucketCache)
+	cache, err := open(provision.BucketCache)
 	if err != nil {
 		return err
 	}
-	rate, err := open(events.BucketRate)
+	rate, err := open(provision.BucketRate)
 	if err != nil {
 		return err
 	}
-	outs, err := open(events.BucketOutcomes)
+	outs, err := open(provision.BucketOutcomes)
 	if err != nil {
 		return err
 	}

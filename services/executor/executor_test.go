@@ -16,11 +16,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 )
@@ -70,7 +73,7 @@ func TestExecutorEndToEnd(t *testing.T) {
 
 	const runID = "run-e2e"
 	w := watchRun(t, env.JS, runID)
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	rt := events.RunTrace{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "vendor=1"}
 
 	tests := []struct {
@@ -212,7 +215,7 @@ func TestRedeliveryIsIdempotent(t *testing.T) {
 
 	const runID = "run-redeliver"
 	w := watchRun(t, env.JS, runID)
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	req := callRequest(t, runID, 1, "counting", "1.0.0", `{"n":1}`)
 	out := approved(t, req, events.RunTrace{})
 	require.NoError(t, pub.Publish(t.Context(), out))
@@ -224,12 +227,12 @@ func TestRedeliveryIsIdempotent(t *testing.T) {
 	require.Equal(t, int32(1), runs.Load())
 
 	// Redelivered after the completion was stored (say the ack was lost).
-	require.NoError(t, s.handle(t.Context(), &events.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: 2}))
+	require.NoError(t, s.handle(t.Context(), &consume.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: 2}))
 	require.Equal(t, int32(1), runs.Load(), "not run again")
 
 	// Run again anyway (say the completion's publish timed out after storing):
 	// the completed event is a duplicate of the stored one.
-	require.NoError(t, s.handle(t.Context(), &events.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: 1}))
+	require.NoError(t, s.handle(t.Context(), &consume.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: 1}))
 	require.Equal(t, int32(2), runs.Load())
 
 	started, err := events.CallSubject(runID, req.CallID, "started")
@@ -318,7 +321,7 @@ func TestStopDrainsCallsInFlight(t *testing.T) {
 	start(t, s)
 
 	req := callRequest(t, "run-drain", 1, "blocking", "1.0.0", `{}`)
-	publishApproved(t, events.NewPublisher(env.JS), req)
+	publishApproved(t, publish.NewPublisher(env.JS), req)
 	select {
 	case <-entered:
 	case <-time.After(waitLimit):
@@ -367,7 +370,7 @@ func TestToolIgnoringItsContext(t *testing.T) {
 	schemas := newEventSchemas(t)
 	w := watchRun(t, env.JS, "run-stubborn")
 	req := callRequest(t, "run-stubborn", 1, "stubborn", "1.0.0", `{}`)
-	publishApproved(t, events.NewPublisher(env.JS), req)
+	publishApproved(t, publish.NewPublisher(env.JS), req)
 	got := w.envelopeOf(t, schemas, req)
 	require.NotNil(t, got.Error)
 	require.Equal(t, envelope.CodeTimeout, got.Error.Code)
@@ -385,17 +388,17 @@ func TestMalformedCallIsDeadLettered(t *testing.T) {
 	out, err := events.Build(events.TypeCallApproved, "run-poison/abc123/approved", subj,
 		events.Attrs{Source: testSource, RunID: "run-poison", CallID: "abc123"}, map[string]any{"surprise": true})
 	require.NoError(t, err)
-	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+	require.NoError(t, publish.NewPublisher(env.JS).Publish(t.Context(), out))
 
 	cons, err := env.JS.OrderedConsumer(t.Context(), events.StreamDLQ, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.DLQSubject(events.StreamCalls, Durable)},
+		FilterSubjects: []string{consume.DLQSubject(events.StreamCalls, Durable)},
 	})
 	require.NoError(t, err)
 	m, err := cons.Next(jetstream.FetchMaxWait(waitLimit))
 	require.NoError(t, err)
-	require.Equal(t, subj, m.Headers().Get(events.HeaderDLQSubject))
-	require.Equal(t, "1", m.Headers().Get(events.HeaderDLQDeliveries), "not retried")
-	require.Contains(t, m.Headers().Get(events.HeaderDLQError), "surprise")
+	require.Equal(t, subj, m.Headers().Get(consume.HeaderDLQSubject))
+	require.Equal(t, "1", m.Headers().Get(consume.HeaderDLQDeliveries), "not retried")
+	require.Contains(t, m.Headers().Get(consume.HeaderDLQError), "surprise")
 }
 
 func TestLifecycle(t *testing.T) {
@@ -437,7 +440,7 @@ func TestLifecycle(t *testing.T) {
 		// An operator's state change survives a restart, and an unchanged
 		// definition is not written again.
 		require.NoError(t, reg.SetState(t.Context(), envelope.ToolRef{Name: "failing", Version: tool.BuiltinVersion}, registry.StateBlocked))
-		kv, err := env.JS.KeyValue(t.Context(), events.BucketTools)
+		kv, err := env.JS.KeyValue(t.Context(), provision.BucketTools)
 		require.NoError(t, err)
 		echoKey := registry.Key(envelope.ToolRef{Name: "echo", Version: tool.BuiltinVersion})
 		before, err := kv.Get(t.Context(), echoKey)
@@ -490,7 +493,7 @@ func TestNewRejects(t *testing.T) {
 func BenchmarkCallRoundTrip(b *testing.B) {
 	env := eventstest.Start(b)
 	startExecutor(b, env, Config{})
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	const runID = "run-bench"
 	w := watchRun(b, env.JS, runID)
 	seq := 0
@@ -511,7 +514,7 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 func TestRedeliveryOfACompletedCallPublishesNothing(t *testing.T) {
 	env := eventstest.Start(t)
 	s := startExecutor(t, env, Config{ID: "executor-started"})
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	req := callRequest(t, "run-started-missing", 1, "echo", "1.0.0", `{"x":1}`)
 	tStart := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	completed, err := events.NewCallCompleted(testSource, req.RunID, envelope.ToolEnvelope{
@@ -525,7 +528,7 @@ func TestRedeliveryOfACompletedCallPublishesNothing(t *testing.T) {
 
 	in := approved(t, req, events.RunTrace{})
 	for range 2 {
-		require.NoError(t, s.handle(t.Context(), &events.Delivery{Event: &in.Event, Subject: in.Subject, Attempt: 2}))
+		require.NoError(t, s.handle(t.Context(), &consume.Delivery{Event: &in.Event, Subject: in.Subject, Attempt: 2}))
 	}
 	require.Zero(t, count(t, env.JS, startedSubj), "no call.started for a completed call")
 	require.EqualValues(t, 1, count(t, env.JS, completedSubject(t, req)), "the tool did not run again")
@@ -544,7 +547,7 @@ func TestStartedOnlyForSlowCalls(t *testing.T) {
 		in := approved(t, req, events.RunTrace{})
 		done = make(chan error, 1)
 		go func() {
-			done <- s.handle(t.Context(), &events.Delivery{Event: &in.Event, Subject: in.Subject, Attempt: 1})
+			done <- s.handle(t.Context(), &consume.Delivery{Event: &in.Event, Subject: in.Subject, Attempt: 1})
 		}()
 		return subj, done
 	}
@@ -629,7 +632,7 @@ func TestOutlivesItsStartContext(t *testing.T) {
 
 	const runID = "run-life"
 	w := watchRun(t, env.JS, runID)
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	first := callRequest(t, runID, 1, "echo", "1.0.0", `{"text":"before"}`)
 	publishApproved(t, pub, first)
 	e := w.envelopeOf(t, schemas, first)
@@ -664,7 +667,7 @@ func TestOutlivesItsStartContext(t *testing.T) {
 // service is stopped.
 func TestFailedStartReleases(t *testing.T) {
 	env := eventstest.Start(t)
-	require.NoError(t, env.JS.DeleteKeyValue(t.Context(), events.BucketOutcomes))
+	require.NoError(t, env.JS.DeleteKeyValue(t.Context(), provision.BucketOutcomes))
 	d := testDeps(t, env, nil)
 	s := newExecutor(t, d, Config{})
 	// The connection's request multiplexer (one subscription for all its
@@ -673,7 +676,7 @@ func TestFailedStartReleases(t *testing.T) {
 	require.NoError(t, err)
 	before := goleak.IgnoreCurrent()
 	err = s.Start(t.Context())
-	require.ErrorContains(t, err, "kv "+events.BucketOutcomes)
+	require.ErrorContains(t, err, "kv "+provision.BucketOutcomes)
 	goleak.VerifyNone(t, before)
 	require.ErrorIs(t, s.Start(t.Context()), service.ErrStopped)
 	require.NoError(t, s.Stop(t.Context()))

@@ -2,11 +2,6 @@ module github.com/toolwire/toolwire/services/executor
 
 go 1.26.8
 
-replace (
-	github.com/toolwire/toolwire/pkg/envelope => ../../pkg/envelope
-	github.com/toolwire/toolwire/pkg/events => ../../pkg/events
-	github.com/toolwire/toolwire/pkg/service => ../../pkg/service
-)
 
 require (
 	code.dny.dev/ssrf v0.3.0
@@ -20,8 +15,8 @@ require (
 	github.com/segmentio/encoding v0.5.4
 	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/stretchr/testify v1.12.1
-	github.com/toolwire/toolwire/pkg/envelope v0.0.0-00010101000000-000000000000
-	github.com/toolwire/toolwire/pkg/events v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/envelope v0.1.0
+	github.com/toolwire/toolwire/pkg/events v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -75,7 +70,7 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
-	github.com/toolwire/toolwire/pkg/service v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/service v0.1.0
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 )
 
 // heartbeats announce the queues this process serves (registry.Beat): one

@@ -16,11 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/executor/tools/builtin"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
@@ -118,7 +119,7 @@ func approved(t testing.TB, req events.CallRequest, rt events.RunTrace) events.O
 	return out
 }
 
-func publishApproved(t testing.TB, pub *events.Publisher, req events.CallRequest) {
+func publishApproved(t testing.TB, pub *publish.Publisher, req events.CallRequest) {
 	t.Helper()
 	require.NoError(t, pub.Publish(t.Context(), approved(t, req, events.RunTrace{})))
 }
@@ -130,7 +131,7 @@ func publishAllApproved(t testing.TB, js jetstream.JetStream, reqs []events.Call
 	for i, req := range reqs {
 		outs[i] = approved(t, req, events.RunTrace{})
 	}
-	require.NoError(t, events.NewPublisher(js).PublishAll(t.Context(), outs))
+	require.NoError(t, publish.NewPublisher(js).PublishAll(t.Context(), outs))
 }
 
 // durableFilters maps each durable consumer of the calls stream to its

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 )
 
 // States of an outcome record.
@@ -290,7 +290,7 @@ func (o *outcomes) finish(ctx context.Context, key string, rev uint64, env envel
 		if err == nil {
 			return env, nil
 		}
-		if events.IsTransient(err) && ctx.Err() == nil {
+		if consume.IsTransient(err) && ctx.Err() == nil {
 			// The bucket did not answer (a leader election, a node
 			// restarting): the same write again, until ctx ends. The
 			// claim is ours meanwhile: its call is not redelivered while

@@ -13,18 +13,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/blobs"
-	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 )
 
 // call publishes one approved call and returns its envelope.
 func (w *watcher) call(t testing.TB, js jetstream.JetStream, schemas *envelope.Schemas, req events.CallRequest) envelope.ToolEnvelope {
 	t.Helper()
-	publishApproved(t, events.NewPublisher(js), req)
+	publishApproved(t, publish.NewPublisher(js), req)
 	return w.envelopeOf(t, schemas, req)
 }
 
@@ -105,7 +107,7 @@ func TestRateLimitSharedByReplicas(t *testing.T) {
 	}
 	require.Equal(t, 15.0, limitedTotal)
 
-	kv, err := env.JS.KeyValue(t.Context(), events.BucketRate)
+	kv, err := env.JS.KeyValue(t.Context(), provision.BucketRate)
 	require.NoError(t, err)
 	e, err := kv.Get(t.Context(), rateKey(acme.ID(), "limited"))
 	require.NoError(t, err)
@@ -118,7 +120,7 @@ func TestRateLimitSharedByReplicas(t *testing.T) {
 // the wait it reports is the time until the next token.
 func TestRateLimiterRefills(t *testing.T) {
 	env := eventstest.Start(t)
-	kv, err := env.JS.KeyValue(t.Context(), events.BucketRate)
+	kv, err := env.JS.KeyValue(t.Context(), provision.BucketRate)
 	require.NoError(t, err)
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	l := &rateLimiter{kv: kv, now: func() time.Time { return now }}
@@ -288,7 +290,7 @@ func TestCachePolicies(t *testing.T) {
 	require.False(t, call("reads_ttl", `{"q":"x"}`, acme).Cached)
 	require.True(t, call("reads_ttl", `{"q":"x"}`, acme).Cached)
 	// The entry carries its own TTL: after a second the key is gone.
-	kv, err := env.JS.KeyValue(t.Context(), events.BucketCache)
+	kv, err := env.JS.KeyValue(t.Context(), provision.BucketCache)
 	require.NoError(t, err)
 	key, err := envelope.CacheKey(acme.ID(), "reads_ttl", "1.0.0", []byte(`{"q":"x"}`))
 	require.NoError(t, err)
@@ -456,7 +458,7 @@ func TestInputTooLargeForItsResult(t *testing.T) {
 	maxPayload := int(env.Conn.MaxPayload())
 	input := `{"text":"` + strings.Repeat("x", maxPayload-messageHeadroom/2) + `"}`
 	req := callRequest(t, "run-big-input", 1, "echo_len", "1.0.0", input)
-	publishApproved(t, events.NewPublisher(env.JS), req)
+	publishApproved(t, publish.NewPublisher(env.JS), req)
 	ev := w.wait(t, completedSubject(t, req))
 	var got envelope.ToolEnvelope
 	require.NoError(t, events.DecodeData(ev, &got))
@@ -522,7 +524,7 @@ func TestCachedTruncatedOutput(t *testing.T) {
 	require.Equal(t, first.Attachments, hit.Attachments, "the hit points at the same blob")
 	require.Equal(t, int32(1), runs.Load())
 
-	obs, err := env.JS.ObjectStore(t.Context(), events.ObjectBlobs)
+	obs, err := env.JS.ObjectStore(t.Context(), provision.ObjectBlobs)
 	require.NoError(t, err)
 	require.NoError(t, obs.Delete(t.Context(), strings.TrimPrefix(first.Attachments[0].URL, blobs.URLPrefix)))
 	again := w.call(t, env.JS, schemas, callRequest(t, runID, 3, "cached_big", "1.0.0", `{}`))
@@ -652,7 +654,7 @@ func TestEnvelopeCost(t *testing.T) {
 				require.JSONEq(t, fmt.Sprint(tc.want), string(raw["cost"]))
 			}
 			if ref.Name == "costly_write" {
-				kv, err := env.JS.KeyValue(t.Context(), events.BucketOutcomes)
+				kv, err := env.JS.KeyValue(t.Context(), provision.BucketOutcomes)
 				require.NoError(t, err)
 				e, err := kv.Get(context.WithoutCancel(t.Context()), outcomeKey(req.RunID, req.CallID))
 				require.NoError(t, err)

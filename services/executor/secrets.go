@@ -13,7 +13,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/secrets"
+	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 )
 
 // Secrets (spec 4d, 5.2). A tool sees exactly the secrets its definition

@@ -12,10 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/secrets"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor/tool"
 )
@@ -72,7 +73,7 @@ func TestSecretsResolvedScopedAndScrubbed(t *testing.T) {
 	store, err := secrets.Open(t.Context(), env.JS, keys)
 	require.NoError(t, err)
 	schemas := newEventSchemas(t)
-	pub := events.NewPublisher(env.JetStream(t))
+	pub := publish.NewPublisher(env.JetStream(t))
 
 	tests := []struct {
 		name      string
@@ -165,7 +166,7 @@ func TestSecretsWithoutMasterKey(t *testing.T) {
 	schemas := newEventSchemas(t)
 	req := callRequest(t, "run-nokey", 1, "auth_echo", "1.0.0", `{}`)
 	w := watchRun(t, env.JS, req.RunID)
-	publishApproved(t, events.NewPublisher(env.JetStream(t)), req)
+	publishApproved(t, publish.NewPublisher(env.JetStream(t)), req)
 	got := w.envelopeOf(t, schemas, req)
 	require.Equal(t, &envelope.ToolError{Code: envelope.CodeAuthRequired,
 		Message: "tool auth_echo@1.0.0 needs secrets (API_KEY), and this executor holds no master key to open them"}, got.Error)
@@ -207,7 +208,7 @@ func TestSecretsTamperedValue(t *testing.T) {
 	schemas := newEventSchemas(t)
 	req := callRequest(t, "run-tamper", 1, "auth_echo", "1.0.0", `{}`)
 	w := watchRun(t, env.JS, req.RunID)
-	publishApproved(t, events.NewPublisher(env.JetStream(t)), req)
+	publishApproved(t, publish.NewPublisher(env.JetStream(t)), req)
 	got := w.envelopeOf(t, schemas, req)
 	require.Equal(t, envelope.CodeAuthRequired, got.Error.Code)
 	require.Equal(t, "tool auth_echo@1.0.0: secret API_KEY cannot be opened with this executor's master keys: set it again", got.Error.Message)

@@ -11,11 +11,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
-	"github.com/toolwire/toolwire/pkg/events/secrets"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor/tools/mcp"
 	"github.com/toolwire/toolwire/services/executor/tools/mcp/mcptest"
@@ -102,7 +104,7 @@ func TestWebToolsThroughTheExecutor(t *testing.T) {
 
 	const runID = "run-web"
 	w := watchRun(t, env.JS, runID)
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	ok := callRequest(t, runID, 1, "http_get", "1.0.0", input(map[string]any{"url": srv.URL + "/items"}))
 	denied := callRequest(t, runID, 2, "http_request", "1.0.0", input(map[string]any{"method": "POST", "url": "http://169.254.169.254/latest/api/token"}))
 	slow := callRequest(t, runID, 3, "http_get", "1.0.1-fast", input(map[string]any{"url": srv.URL + "/slow"}))
@@ -178,7 +180,7 @@ func TestHTTPSecretsFromTheSecretsService(t *testing.T) {
 	withSecret := callRequest(t, "run-http-secrets", 1, "http_get", "1.0.0-github", in)
 	without := callRequest(t, "run-http-secrets", 2, "http_get", "1.0.0", in)
 	w := watchRun(t, env.JS, withSecret.RunID)
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	publishApproved(t, pub, withSecret)
 	e := w.envelopeOf(t, schemas, withSecret)
 	require.Nil(t, e.Error)
@@ -292,7 +294,7 @@ func TestHTTPToolsThroughTheExecutor(t *testing.T) {
 	}
 	// An entry stored before configs were checked: its calls say why it
 	// cannot run.
-	kv, err := env.JS.KeyValue(t.Context(), events.BucketTools)
+	kv, err := env.JS.KeyValue(t.Context(), provision.BucketTools)
 	require.NoError(t, err)
 	legacy := httpDef("legacy", envelope.SideEffectsReads, "")
 	legacy.Implementation.Config = nil
@@ -411,7 +413,7 @@ func TestMCPTools(t *testing.T) {
 			startExecutor(t, env, Config{Concurrency: 8, ID: "executor-mcp"})
 			runID := "run-mcp-" + string(transport)
 			w := watchRun(t, env.JS, runID)
-			pub := events.NewPublisher(env.JS)
+			pub := publish.NewPublisher(env.JS)
 			calls := map[string]events.CallRequest{
 				"add":       callRequest(t, runID, 1, "calc_add", "2.0.0", `{"a":2,"b":3}`),
 				"greet":     callRequest(t, runID, 2, "calc_greet", "2.0.0", `{"name":"Ada"}`),

@@ -11,8 +11,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 )
 
 // spanSink hands every ended execute_tool span to the test.
@@ -37,7 +38,7 @@ func TestExecuteToolSpans(t *testing.T) {
 
 	const runID = "run-spans"
 	w := watchRun(t, env.JS, runID)
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	// The caller's span travels in the hop headers and parents the tool's span.
 	ctx, parent := tp.Tracer("test").Start(t.Context(), "policy")
 	ok := callRequest(t, runID, 1, "echo", "1.0.0", `{"text":"traced"}`)

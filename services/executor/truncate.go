@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events/blobs"
+	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
 )
 
 // Room left in a NATS message for the CloudEvents headers (ce-*, trace

@@ -2,12 +2,6 @@ module github.com/toolwire/toolwire/services/orchestrator
 
 go 1.26.8
 
-replace (
-	github.com/toolwire/toolwire/pkg/envelope => ../../pkg/envelope
-	github.com/toolwire/toolwire/pkg/events => ../../pkg/events
-	github.com/toolwire/toolwire/pkg/rules => ../../pkg/rules
-	github.com/toolwire/toolwire/pkg/service => ../../pkg/service
-)
 
 require (
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
@@ -17,10 +11,10 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/segmentio/encoding v0.5.4
 	github.com/stretchr/testify v1.12.1
-	github.com/toolwire/toolwire/pkg/envelope v0.0.0-00010101000000-000000000000
-	github.com/toolwire/toolwire/pkg/events v0.0.0-00010101000000-000000000000
-	github.com/toolwire/toolwire/pkg/rules v0.0.0-00010101000000-000000000000
-	github.com/toolwire/toolwire/pkg/service v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/envelope v0.1.0
+	github.com/toolwire/toolwire/pkg/events v0.1.0
+	github.com/toolwire/toolwire/pkg/rules v0.1.0
+	github.com/toolwire/toolwire/pkg/service v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0

@@ -9,6 +9,9 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 )
 
 // DurableIntake is the orchestrator's consumer of the intake stream: the
@@ -16,9 +19,9 @@ import (
 const DurableIntake = "orchestrator-intake"
 
 // intakeSpec is the consumer of the intake.
-func (s *Service) intakeSpec() events.RunnerConfig {
-	return events.RunnerConfig{
-		Spec: events.ConsumerSpec{Stream: events.StreamIntake, Durable: DurableIntake,
+func (s *Service) intakeSpec() consume.RunnerConfig {
+	return consume.RunnerConfig{
+		Spec: provision.ConsumerSpec{Stream: events.StreamIntake, Durable: DurableIntake,
 			Filters: []string{events.SubjectsIntake}, MaxAckPending: 1024, AckWait: s.cfg.shortAckWait()},
 		Handler: s.handleIntake,
 	}
@@ -29,14 +32,14 @@ func (s *Service) intakeSpec() events.RunnerConfig {
 // not another tenant's run; what is refused is dead-lettered with the
 // reason (the producer that sent it may have been limited to one tenant
 // for that very reason), and no run is made of it.
-func (s *Service) handleIntake(ctx context.Context, d *events.Delivery) error {
+func (s *Service) handleIntake(ctx context.Context, d *consume.Delivery) error {
 	in, err := events.ParseIntakeSubject(d.Subject)
 	if err != nil {
-		return events.Permanent(fmt.Errorf("orchestrator: intake: %w", err))
+		return consume.Permanent(fmt.Errorf("orchestrator: intake: %w", err))
 	}
 	refuse := func(err error) error {
 		s.Log.Warn("intake refused", "subject", d.Subject, "run_id", in.RunID, "err", err)
-		return events.Permanent(fmt.Errorf("orchestrator: intake %s refused: %w", d.Subject, err))
+		return consume.Permanent(fmt.Errorf("orchestrator: intake %s refused: %w", d.Subject, err))
 	}
 	if d.Event.Type() != events.TypeRunRequested {
 		return refuse(fmt.Errorf("event type %q: the intake takes %s only", d.Event.Type(), events.TypeRunRequested))
@@ -58,7 +61,7 @@ func (s *Service) handleIntake(ctx context.Context, d *events.Delivery) error {
 	settled := func() (bool, error) {
 		owner, err := s.requestTenant(ctx, subj)
 		switch {
-		case events.IsPermanent(err):
+		case consume.IsPermanent(err):
 			return true, refuse(err)
 		case err != nil:
 			return true, err
@@ -80,7 +83,7 @@ func (s *Service) handleIntake(ctx context.Context, d *events.Delivery) error {
 	// Only if the run has no request yet: two tenants handing in one run id
 	// at once get one run, whose tenant the other learns below.
 	_, err = s.JS.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
-	if !events.WrongLastSequence(err) {
+	if !publish.WrongLastSequence(err) {
 		return err
 	}
 	if done, err := settled(); done {
@@ -98,13 +101,13 @@ func (s *Service) requestTenant(ctx context.Context, subj string) (*envelope.Ten
 	case errors.Is(err, errNotRecorded):
 		return nil, nil
 	case errors.Is(err, errUnreadable):
-		return nil, events.Permanent(fmt.Errorf("%w: %s holds an unreadable request: %w", events.ErrIntakeTenant, subj, err))
+		return nil, consume.Permanent(fmt.Errorf("%w: %s holds an unreadable request: %w", events.ErrIntakeTenant, subj, err))
 	case err != nil:
 		return nil, fmt.Errorf("orchestrator: %w", err)
 	}
 	var req envelope.RunRequest
 	if err := events.DecodeData(e.data, &req); err != nil {
-		return nil, events.Permanent(fmt.Errorf("%w: %s holds an unreadable request: %w", events.ErrIntakeTenant, subj, err))
+		return nil, consume.Permanent(fmt.Errorf("%w: %s holds an unreadable request: %w", events.ErrIntakeTenant, subj, err))
 	}
 	return &req.Tenant, nil
 }

@@ -16,8 +16,11 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/blobs"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/kvwatch"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
@@ -29,9 +32,9 @@ import (
 // later one reads the stored turn and goes on from it).
 
 // handleRun handles the run requests.
-func (s *Service) handleRun(ctx context.Context, d *events.Delivery) error {
+func (s *Service) handleRun(ctx context.Context, d *consume.Delivery) error {
 	if d.Event.Type() != events.TypeRunRequested {
-		return events.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
+		return consume.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
 	}
 	return s.onRunRequested(withAttempt(ctx, d.Attempt), d)
 }
@@ -56,10 +59,10 @@ func firstDelivery(ctx context.Context) bool {
 
 // onRunRequested validates a run request, calls the model for its first turn
 // and publishes it.
-func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err error) {
+func (s *Service) onRunRequested(ctx context.Context, d *consume.Delivery) (err error) {
 	subj, err := events.ParseSubject(d.Subject)
 	if err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	var req envelope.RunRequest
 	reject := func(reason string) error {
@@ -128,7 +131,7 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err e
 	// that its subject held none (client.Submit and the intake publish so):
 	// then the first delivery's run is new, and its state is not read.
 	var st *RunState
-	again := !firstDelivery(ctx) || d.Msg == nil || !events.FirstOnSubject(d.Msg.Headers())
+	again := !firstDelivery(ctx) || d.Msg == nil || !publish.FirstOnSubject(d.Msg.Headers())
 	if again {
 		if st, _, err = s.states.get(ctx, req.RunID); err != nil {
 			return err
@@ -457,7 +460,7 @@ func (s *Service) publishTurn(ctx context.Context, st *RunState, t *events.Turn)
 	ctx = events.ContextWithRunTrace(ctx, st.Trace)
 	out, err := events.NewTurnCompleted(s.cfg.Source, *t, st.Trace)
 	if err != nil {
-		return nil, events.Permanent(err)
+		return nil, consume.Permanent(err)
 	}
 	published, err := s.Pub.PublishFirst(ctx, out)
 	if err != nil || published {
@@ -483,7 +486,7 @@ func (s *Service) publishAnswers(ctx context.Context, tr events.RunTrace, t *eve
 		s.convs.remember(t.RunID, &env)
 		o, err := events.NewCallCompleted(s.cfg.Source, t.RunID, env, t.Tenant, tr)
 		if err != nil {
-			return events.Permanent(err)
+			return consume.Permanent(err)
 		}
 		outs = append(outs, o)
 	}
@@ -561,7 +564,7 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 	}
 	subj, err := events.RunSubject(st.RunID, verb)
 	if err != nil {
-		return false, events.Permanent(err)
+		return false, consume.Permanent(err)
 	}
 	// The model's answer, just made by the first delivery of its trigger,
 	// cannot have ended the run before; another handler may have.
@@ -590,7 +593,7 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 	}
 	o, err := events.NewRunStatus(s.cfg.Source, end, "", st.Trace)
 	if err != nil {
-		return false, events.Permanent(err)
+		return false, consume.Permanent(err)
 	}
 	if end.Outputs != nil && len(o.Event.Data()) > maxInlineOutputs {
 		// Too large to carry: the outputs go to a blob the event names.
@@ -598,7 +601,7 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 			return false, err
 		}
 		if o, err = events.NewRunStatus(s.cfg.Source, end, "", st.Trace); err != nil {
-			return false, events.Permanent(err)
+			return false, consume.Permanent(err)
 		}
 	}
 	// One end of each kind: a second is refused, within the stream's
@@ -660,7 +663,7 @@ func (s *Service) outputs(ctx context.Context, st *RunState, end *events.RunStat
 func (s *Service) outputsToBlob(ctx context.Context, runID string, end *events.RunStatus) error {
 	doc, err := fastjson.Marshal(events.OutputsDocument{Outputs: end.Outputs, Pinned: end.Pinned})
 	if err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	att, err := blobs.Put(ctx, s.JS, runID+".outputs", doc, "application/json")
 	if err != nil {
@@ -676,13 +679,13 @@ func (s *Service) outputsToBlob(ctx context.Context, runID string, end *events.R
 // for every store.
 func (s *Service) failUnstarted(ctx context.Context, runID string, req envelope.RunRequest, reason string) error {
 	if events.ValidateRunID(runID) != nil {
-		return events.Permanent(errors.New(reason))
+		return consume.Permanent(errors.New(reason))
 	}
 	if existing, _, err := s.states.get(ctx, runID); err != nil {
 		return err
 	} else if existing != nil {
 		// Never let a bad request fail a run that already exists under its id.
-		return events.Permanent(fmt.Errorf("run %s exists; ignoring a second, invalid request: %s", runID, reason))
+		return consume.Permanent(fmt.Errorf("run %s exists; ignoring a second, invalid request: %s", runID, reason))
 	}
 	st := events.RunStatus{RunID: runID, Status: events.StatusFailed, Agent: req.Agent.Name, Tenant: req.Tenant, Reason: reason}
 	if envelope.ValidateName("agent.name", st.Agent) != nil {
@@ -695,7 +698,7 @@ func (s *Service) failUnstarted(ctx context.Context, runID string, req envelope.
 	}
 	out, err := events.NewRunStatus(s.cfg.Source, st, "", events.RunTrace{})
 	if err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	s.metrics.runs.WithLabelValues("rejected").Inc()
 	return s.Pub.Publish(ctx, out)
@@ -703,21 +706,21 @@ func (s *Service) failUnstarted(ctx context.Context, runID string, req envelope.
 
 // handleCallCompleted records a call's envelope in its run; when it is the
 // turn's last, the run goes on to its next model call (or its end).
-func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) error {
+func (s *Service) handleCallCompleted(ctx context.Context, d *consume.Delivery) error {
 	ctx = withAttempt(ctx, d.Attempt)
 	subj, err := events.ParseSubject(d.Subject)
 	if err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	var env envelope.ToolEnvelope
 	if err := events.DecodeData(d.Event, &env); err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	if env.CallID != subj.CallID {
-		return events.Permanent(fmt.Errorf("envelope call_id %s does not match subject %s", env.CallID, d.Subject))
+		return consume.Permanent(fmt.Errorf("envelope call_id %s does not match subject %s", env.CallID, d.Subject))
 	}
 	if env.Cost < 0 {
-		return events.Permanent(fmt.Errorf("envelope of call %s has a negative cost", env.CallID))
+		return consume.Permanent(fmt.Errorf("envelope of call %s has a negative cost", env.CallID))
 	}
 	var resumed bool
 	var iteration int
@@ -913,7 +916,7 @@ func resumedByCompletion(c *PendingCall, env *envelope.ToolEnvelope) string {
 func (s *Service) publishStatus(ctx context.Context, st *RunState, status, reason, callID string) error {
 	o, err := events.NewRunStatus(s.cfg.Source, s.status(st, status, reason), callID, st.Trace)
 	if err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	return s.Pub.Publish(events.ContextWithRunTrace(ctx, st.Trace), o)
 }
@@ -923,13 +926,13 @@ func (s *Service) publishStatus(ctx context.Context, st *RunState, status, reaso
 // (watchApprovals) or its completion (a denial is a POLICY_DENIED completion)
 // arrives, which resumes it. Nothing waits in memory meanwhile: the state is
 // in KV, and any replica handles whichever event comes next.
-func (s *Service) handleApproval(ctx context.Context, d *events.Delivery) error {
+func (s *Service) handleApproval(ctx context.Context, d *consume.Delivery) error {
 	subj, err := events.ParseSubject(d.Subject)
 	if err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	if subj.Verb != events.VerbApprovalRequired || d.Event.Type() != events.TypeCallApprovalRequired {
-		return events.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
+		return consume.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
 	}
 	return s.applyApproval(ctx, subj.RunID, subj.CallID, events.VerbApprovalRequired, d.Attempt > 1)
 }
@@ -992,7 +995,7 @@ func (s *Service) watchApprovals(ctx, life context.Context) error {
 	// before the watch stops, so that Stop does not wait for a write that
 	// cannot finish.
 	actx, cancel := context.WithCancel(life)
-	w, err := events.WatchKV(ctx, kv, false, func(e jetstream.KeyValueEntry) { s.onApprovalRecord(actx, e) })
+	w, err := kvwatch.WatchKV(ctx, kv, false, func(e jetstream.KeyValueEntry) { s.onApprovalRecord(actx, e) })
 	if err != nil {
 		cancel()
 		return fmt.Errorf("orchestrator: %w", err)

@@ -15,6 +15,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/orchestrator/orchestratortest"
 	"github.com/toolwire/toolwire/services/orchestrator/provider"
@@ -119,7 +121,7 @@ func TestFinalTurnRidesOnTheEnd(t *testing.T) {
 		"toolwire.call.lean-1." + c.CallID + ".approved.default": 1, "toolwire.call.lean-1." + c.CallID + ".completed": 1,
 	}, runs, "five events for a one-call run")
 	// The redelivered completion brings the run's state to its end.
-	kv, err := h.Env.JS.KeyValue(ctx, events.BucketRunState)
+	kv, err := h.Env.JS.KeyValue(ctx, provision.BucketRunState)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		e, err := kv.Get(ctx, req.RunID)
@@ -456,7 +458,7 @@ func TestRunFailsAtItsDeadlineAfterTheReplicaHoldingItsRequestCrashed(t *testing
 	req.DeadlineS = 3
 	h.Submit(ctx, req)
 	g.Request(req.RunID, "echo", map[string]any{"text": "lost"}, 1)
-	timers, err := h.Env.JS.Stream(ctx, events.StreamTimers)
+	timers, err := h.Env.JS.Stream(ctx, provision.StreamTimers)
 	require.NoError(t, err)
 	info, err := timers.Info(ctx)
 	require.NoError(t, err)
@@ -503,7 +505,7 @@ func TestRunFailsAtItsDeadlineWhenItsRequestIsDeadLettered(t *testing.T) {
 	h.Start("o1", orchestrator.Config{RunDeadline: time.Second, Faults: orchestrator.FaultsFunc(
 		func(_ context.Context, p orchestrator.FaultPoint, _ string, _ int) error {
 			if p == orchestrator.FaultBeforeModel {
-				return events.Permanent(errors.New("poison"))
+				return consume.Permanent(errors.New("poison"))
 			}
 			return nil
 		})})
@@ -530,7 +532,7 @@ func TestDeadlineLeavesAnEndedRunAlone(t *testing.T) {
 	completed, failed := endsOf(t, h, ctx, req.RunID)
 	require.Len(t, completed, 1)
 	require.Empty(t, failed)
-	s, err := h.Env.JS.Stream(ctx, events.StreamTimers)
+	s, err := h.Env.JS.Stream(ctx, provision.StreamTimers)
 	require.NoError(t, err)
 	info, err := s.Info(ctx)
 	require.NoError(t, err)
@@ -550,17 +552,17 @@ func intake(ctx context.Context, t *testing.T, h *orchestratortest.Harness, tena
 }
 
 // deadLetter waits for the dead letter of the intake on subject.
-func deadLetter(ctx context.Context, t *testing.T, h *orchestratortest.Harness, subject string) events.DeadLetter {
+func deadLetter(ctx context.Context, t *testing.T, h *orchestratortest.Harness, subject string) consume.DeadLetter {
 	t.Helper()
 	dlq, err := h.Env.JS.Stream(ctx, events.StreamDLQ)
 	require.NoError(t, err)
-	var dl events.DeadLetter
+	var dl consume.DeadLetter
 	require.Eventually(t, func() bool {
-		m, err := dlq.GetLastMsgForSubject(ctx, events.DLQSubject(events.StreamIntake, orchestrator.DurableIntake))
+		m, err := dlq.GetLastMsgForSubject(ctx, consume.DLQSubject(events.StreamIntake, orchestrator.DurableIntake))
 		if err != nil {
 			return false
 		}
-		dl = events.DeadLetterOf(m)
+		dl = consume.DeadLetterOf(m)
 		return dl.Subject == subject
 	}, 20*time.Second, 20*time.Millisecond, "dead letter of %s", subject)
 	return dl
@@ -653,9 +655,9 @@ func TestLastEnvelopeEndsTheRunInOneStateWrite(t *testing.T) {
 	// The requests are held (a run's state is its replica's) until the
 	// runs end: no timer, and no flush of a state, comes before.
 	h.Start("o1", orchestrator.Config{TimerAfter: time.Minute})
-	kv, err := h.Env.JS.KeyValue(ctx, events.BucketRunState)
+	kv, err := h.Env.JS.KeyValue(ctx, provision.BucketRunState)
 	require.NoError(t, err)
-	bucket, err := h.Env.JS.Stream(ctx, "KV_"+events.BucketRunState)
+	bucket, err := h.Env.JS.Stream(ctx, "KV_"+provision.BucketRunState)
 	require.NoError(t, err)
 	// writes counts the messages stored on the bucket (every write of a
 	// state is one, and only this test's runs write) while fn runs.
@@ -730,7 +732,7 @@ func TestLastEnvelopeOnAStaleSnapshot(t *testing.T) {
 	defer cancel()
 	g := orchestratortest.Guard{H: h, Ctx: ctx}
 	h.Start("o1", orchestrator.Config{TimerAfter: 20 * time.Millisecond})
-	kv, err := h.Env.JS.KeyValue(ctx, events.BucketRunState)
+	kv, err := h.Env.JS.KeyValue(ctx, provision.BucketRunState)
 	require.NoError(t, err)
 	req := orchestratortest.Scripted(t, "early-stale", []string{"echo@1.0.0"}, envelope.Policy{},
 		map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": "a"})}},

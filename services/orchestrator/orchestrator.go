@@ -7,7 +7,9 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/rules"
 	"github.com/toolwire/toolwire/pkg/service"
 )
@@ -97,7 +99,7 @@ func (s *Service) Config() Config { return s.cfg }
 // run until Stop.
 func (s *Service) Start(ctx context.Context) error {
 	return s.StartWith(ctx, func(ctx, life context.Context) error {
-		kv, err := s.JS.KeyValue(ctx, events.BucketRunState)
+		kv, err := s.JS.KeyValue(ctx, provision.BucketRunState)
 		if err != nil {
 			return fmt.Errorf("orchestrator: open run state: %w", err)
 		}
@@ -125,15 +127,15 @@ func (s *Service) Start(ctx context.Context) error {
 		// The consumers stop first (Stop runs in reverse order): their
 		// handlers read the catalog and may still be applying an approval.
 		if err := s.Consume(ctx, s.cfg.Concurrency,
-			events.RunnerConfig{Spec: events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableRuns,
+			consume.RunnerConfig{Spec: provision.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableRuns,
 				Filters:       events.Filters(events.FilterRunRequested),
 				MaxAckPending: 4096, AckWait: s.cfg.AckWait}, Handler: s.handleRun},
 			// A completion may lead to the next model call: the same ack
 			// wait as a request (a live handler keeps extending it).
-			events.RunnerConfig{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableCalls,
+			consume.RunnerConfig{Spec: provision.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableCalls,
 				Filters: events.Filters(events.FilterCallCompleted), MaxAckPending: 4096, AckWait: s.cfg.AckWait},
 				Handler: s.handleCallCompleted},
-			events.RunnerConfig{Spec: events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableApprovals,
+			consume.RunnerConfig{Spec: provision.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableApprovals,
 				Filters:       events.Filters(events.FilterCallApprovalRequired),
 				MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()}, Handler: s.handleApproval},
 			s.intakeSpec(),

@@ -12,11 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/rules"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
 
@@ -291,7 +292,7 @@ func TestEnvelopeOfALaggingTurnGroupedWithItsRecording(t *testing.T) {
 	env := eventstest.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	kv, err := env.JS.KeyValue(ctx, events.BucketRunState)
+	kv, err := env.JS.KeyValue(ctx, provision.BucketRunState)
 	require.NoError(t, err)
 	g := &gatedKV{KeyValue: kv, entered: make(chan struct{}, 1), open: make(chan struct{})}
 	s := &Service{states: newStateStore(g), history: &history{js: env.JS}}
@@ -383,7 +384,7 @@ func TestEnvelopeOfALaggingTurnGroupedWithItsRecording(t *testing.T) {
 func TestEnvelopeBeforeItsTurnIsStoredIsTriedAgain(t *testing.T) {
 	env := eventstest.Start(t)
 	ctx := t.Context()
-	kv, err := env.JS.KeyValue(ctx, events.BucketRunState)
+	kv, err := env.JS.KeyValue(ctx, provision.BucketRunState)
 	require.NoError(t, err)
 	s := &Service{states: newStateStore(kv), history: &history{js: env.JS}}
 	s.Log = slog.New(slog.DiscardHandler)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/timers"
 )
 
 // Deadlines. Every run has one: its request's arrival in the stream plus
@@ -67,7 +69,7 @@ func (s *Service) deadlineOf(req *envelope.RunRequest, meta *jetstream.MsgMetada
 
 // armDeadline sets the timer of the run's deadline.
 func (s *Service) armDeadline(ctx context.Context, runID string, deadline time.Time) error {
-	if err := events.ArmTimer(ctx, s.JS, timerRun, runID, deadline.Add(reapGrace)); err != nil {
+	if err := timers.ArmTimer(ctx, s.JS, timerRun, runID, deadline.Add(reapGrace)); err != nil {
 		return fmt.Errorf("run %s: %w", runID, err)
 	}
 	return nil
@@ -98,10 +100,10 @@ type deadlineTimer struct {
 
 	mu    sync.Mutex
 	sent  bool
-	a     *events.ArmingTimer
+	a     *timers.ArmingTimer
 	err   error
-	ended bool         // the run's end is stored
-	held  *events.Held // the request, when its handler returned and held it
+	ended bool          // the run's end is stored
+	held  *consume.Held // the request, when its handler returned and held it
 	// always: TimerAfter is negative, the timer goes out at once whether
 	// the run ends or not, and the request is never held.
 	always bool
@@ -124,7 +126,7 @@ func (t *deadlineTimer) send() {
 		return
 	}
 	t.sent = true
-	if t.a, t.err = events.StartTimer(t.s.JS, timerRun, t.runID, t.at); t.err != nil {
+	if t.a, t.err = timers.StartTimer(t.s.JS, timerRun, t.runID, t.at); t.err != nil {
 		t.err = fmt.Errorf("run %s: %w", t.runID, t.err)
 	}
 }
@@ -166,7 +168,7 @@ func (t *deadlineTimer) fire(ctx context.Context) {
 
 // settle acknowledges the held request once the timer is stored, else
 // hands it back, so that a redelivery arms it.
-func (t *deadlineTimer) settle(ctx context.Context, held *events.Held) {
+func (t *deadlineTimer) settle(ctx context.Context, held *consume.Held) {
 	defer t.s.deadlines.remove(t)
 	err := t.stored(ctx)
 	if err == nil {
@@ -187,7 +189,7 @@ func (t *deadlineTimer) settle(ctx context.Context, held *events.Held) {
 // be stored is returned in place of herr, never as a permanent failure, so
 // that the request is handled again (and the timer armed) rather than
 // dead-lettered without a deadline.
-func (t *deadlineTimer) armed(ctx context.Context, herr error, d *events.Delivery) error {
+func (t *deadlineTimer) armed(ctx context.Context, herr error, d *consume.Delivery) error {
 	t.mu.Lock()
 	if herr == nil && !t.sent && !t.always {
 		if t.ended {
@@ -316,7 +318,7 @@ func withDeadline(ctx context.Context, deadline time.Time) (context.Context, con
 
 // startReaper starts the consumer of the deadline timers.
 func (s *Service) startReaper(ctx context.Context) error {
-	tr, err := events.NewTimerRunner(s.JS, events.TimerConfig{
+	tr, err := timers.NewTimerRunner(s.JS, timers.TimerConfig{
 		Durable: DurableDeadlines, Kind: timerRun, Handler: s.onDeadline, Logger: s.Log,
 	})
 	if err != nil {

@@ -12,9 +12,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 )
 
 func TestDeadlineFor(t *testing.T) {
@@ -81,9 +84,9 @@ func TestDeadlineArmedBeforeTheRequestIsAcknowledged(t *testing.T) {
 	ctx := t.Context()
 	deadline := time.Now().Add(time.Minute)
 
-	poison := events.Permanent(errors.New("poison"))
+	poison := consume.Permanent(errors.New("poison"))
 	require.Equal(t, poison, s.startDeadline("armed", deadline).armed(ctx, poison, nil), "the timer is stored: the handler's outcome stands")
-	stream, err := env.JS.Stream(ctx, events.StreamTimers)
+	stream, err := env.JS.Stream(ctx, provision.StreamTimers)
 	require.NoError(t, err)
 	_, err = stream.GetLastMsgForSubject(ctx, "toolwire.timer.run.armed")
 	require.NoError(t, err, "stored before armed returned")
@@ -97,14 +100,14 @@ func TestDeadlineArmedBeforeTheRequestIsAcknowledged(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "sent while the handler still runs")
 	require.NoError(t, slow.armed(ctx, nil, nil))
 
-	require.NoError(t, env.JS.DeleteStream(ctx, events.StreamTimers))
+	require.NoError(t, env.JS.DeleteStream(ctx, provision.StreamTimers))
 	lost := s.startDeadline("lost", deadline)
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err = lost.armed(wctx, poison, nil)
 	require.ErrorContains(t, err, "arm timer toolwire.timer.run.lost")
 	require.ErrorContains(t, err, "poison")
-	require.False(t, events.IsPermanent(err), "handled again, not dead-lettered without a deadline")
+	require.False(t, consume.IsPermanent(err), "handled again, not dead-lettered without a deadline")
 
 	err = s.startDeadline("lost", deadline).armed(wctx, nil, nil)
 	require.ErrorContains(t, err, "arm timer toolwire.timer.run.lost")
@@ -120,7 +123,7 @@ func TestDeadlineTimerOnlyForARunThatOutlastsTimerAfter(t *testing.T) {
 	ctx := t.Context()
 	r := startHolding(t, s, env, "quick", "ends-in-handler", "long")
 	defer func() { require.NoError(t, r.Stop(context.Background())) }()
-	timers, err := env.JS.Stream(ctx, events.StreamTimers)
+	timers, err := env.JS.Stream(ctx, provision.StreamTimers)
 	require.NoError(t, err)
 	stored := func(runID string) bool {
 		_, err := timers.GetLastMsgForSubject(ctx, "toolwire.timer.run."+runID)
@@ -162,9 +165,9 @@ func TestDeadlineTimerOnlyForARunThatOutlastsTimerAfter(t *testing.T) {
 // orchestrator's does with a run's deadline, and nothing else; a run id
 // starting with "ends-in-handler" ends while its handler runs.
 type holding struct {
-	*events.Runner
+	*consume.Runner
 	t       *testing.T
-	pub     *events.Publisher
+	pub     *publish.Publisher
 	cons    jetstream.Consumer
 	handled chan struct{}
 }
@@ -177,12 +180,12 @@ func startHolding(t *testing.T, s *Service, env *eventstest.Env, runIDs ...strin
 		filters[i], _ = events.RunSubject(id, "requested")
 	}
 	durable := "test-" + runIDs[0]
-	h := &holding{t: t, pub: events.NewPublisher(env.JS), handled: make(chan struct{}, 8)}
+	h := &holding{t: t, pub: publish.NewPublisher(env.JS), handled: make(chan struct{}, 8)}
 	deadline := time.Now().Add(time.Minute)
 	var err error
-	h.Runner, err = events.NewRunner(env.JS, events.RunnerConfig{Spec: events.ConsumerSpec{
+	h.Runner, err = consume.NewRunner(env.JS, consume.RunnerConfig{Spec: provision.ConsumerSpec{
 		Stream: events.StreamRuns, Durable: durable, Filters: filters, AckWait: time.Second,
-	}, Logger: s.Log, Handler: func(ctx context.Context, d *events.Delivery) (err error) {
+	}, Logger: s.Log, Handler: func(ctx context.Context, d *consume.Delivery) (err error) {
 		runID := strings.Split(d.Subject, ".")[2]
 		timer := s.startDeadline(runID, deadline)
 		defer func() { err = timer.armed(ctx, err, d); h.handled <- struct{}{} }()

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 )
 
 // twoReplicas returns two state stores on one run-state bucket, as two
@@ -16,7 +16,7 @@ import (
 func twoReplicas(t *testing.T) (*stateStore, *stateStore) {
 	t.Helper()
 	env := eventstest.Start(t)
-	kv, err := env.JS.KeyValue(t.Context(), events.BucketRunState)
+	kv, err := env.JS.KeyValue(t.Context(), provision.BucketRunState)
 	require.NoError(t, err)
 	return newStateStore(kv), newStateStore(kv)
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/kvwatch"
 	"github.com/toolwire/toolwire/pkg/rules"
 )
 
@@ -66,7 +68,7 @@ const settleGrace = 5 * time.Second
 func (s *Service) requestApproval(ctx context.Context, req *events.CallRequest, def envelope.ToolDefinition, reason string, timeout time.Duration, rt events.RunTrace) error {
 	key, err := events.ApprovalKey(req.RunID, req.CallID)
 	if err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	for range 3 {
 		if held, err := s.followApproval(ctx, req); err != nil || held {
@@ -86,7 +88,7 @@ func (s *Service) requestApproval(ctx context.Context, req *events.CallRequest, 
 			RequestedAt: now, Deadline: deadline, Trace: rt}
 		b, err := json.Marshal(rec)
 		if err != nil {
-			return events.Permanent(fmt.Errorf("approval %s: %w", key, err))
+			return consume.Permanent(fmt.Errorf("approval %s: %w", key, err))
 		}
 		if _, err := s.approvals.Create(ctx, key, b); err != nil {
 			if errors.Is(err, jetstream.ErrKeyExists) {
@@ -112,7 +114,7 @@ func (s *Service) requestApproval(ctx context.Context, req *events.CallRequest, 
 func (s *Service) followApproval(ctx context.Context, req *events.CallRequest) (bool, error) {
 	key, err := events.ApprovalKey(req.RunID, req.CallID)
 	if err != nil {
-		return false, events.Permanent(err)
+		return false, consume.Permanent(err)
 	}
 	cur, err := s.approvals.Get(ctx, key)
 	switch {
@@ -123,7 +125,7 @@ func (s *Service) followApproval(ctx context.Context, req *events.CallRequest) (
 	}
 	rec, err := events.DecodeApprovalRecord(cur.Value())
 	if err != nil {
-		return true, events.Permanent(fmt.Errorf("approval %s: %w", key, err))
+		return true, consume.Permanent(fmt.Errorf("approval %s: %w", key, err))
 	}
 	if rec.Pending() {
 		return true, s.publishApprovalRequired(ctx, &rec)
@@ -134,7 +136,7 @@ func (s *Service) followApproval(ctx context.Context, req *events.CallRequest) (
 func (s *Service) publishApprovalRequired(ctx context.Context, rec *events.ApprovalRecord) error {
 	out, err := events.NewApprovalRequired(s.cfg.Source, rec.Request, rec.Trace)
 	if err != nil {
-		return events.Permanent(fmt.Errorf("approval request: %w", err))
+		return consume.Permanent(fmt.Errorf("approval request: %w", err))
 	}
 	return s.Pub.Publish(ctx, out)
 }
@@ -192,20 +194,20 @@ func (s *Service) preview(ctx context.Context, req *events.CallRequest) *events.
 // handleDecision applies an operator's decision to a pending call. A decision
 // for a call that awaits none (unknown, already decided, expired) is logged
 // and dropped.
-func (s *Service) handleDecision(ctx context.Context, d *events.Delivery) error {
+func (s *Service) handleDecision(ctx context.Context, d *consume.Delivery) error {
 	var dec events.Decision
 	if err := events.DecodeData(d.Event, &dec); err != nil {
-		return events.Permanent(fmt.Errorf("decision: %w", err))
+		return consume.Permanent(fmt.Errorf("decision: %w", err))
 	}
 	if err := matchSubject(d.Subject, dec.RunID, dec.CallID, 0); err != nil {
-		return events.Permanent(fmt.Errorf("decision: %w", err))
+		return consume.Permanent(fmt.Errorf("decision: %w", err))
 	}
 	if err := dec.Validate(); err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	key, err := events.ApprovalKey(dec.RunID, dec.CallID)
 	if err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	ctx, span := s.startSpan(ctx, SpanDecideApproval, events.TraceOf(d.Event),
 		attribute.String(AttrRunID, dec.RunID), attribute.String(AttrToolCallID, dec.CallID),
@@ -223,7 +225,7 @@ func (s *Service) handleDecision(ctx context.Context, d *events.Delivery) error 
 		}
 		rec, err := events.DecodeApprovalRecord(e.Value())
 		if err != nil {
-			return fail(span, events.Permanent(fmt.Errorf("approval %s: %w", key, err)))
+			return fail(span, consume.Permanent(fmt.Errorf("approval %s: %w", key, err)))
 		}
 		if !rec.Pending() {
 			if !rec.Settled && sameDecision(rec.Decision, &dec) {
@@ -295,7 +297,7 @@ func decidedState(k events.DecisionKind) events.ApprovalState {
 func (s *Service) update(ctx context.Context, key string, rec *events.ApprovalRecord, rev uint64) (uint64, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return 0, events.Permanent(fmt.Errorf("approval %s: %w", key, err))
+		return 0, consume.Permanent(fmt.Errorf("approval %s: %w", key, err))
 	}
 	n, err := s.approvals.Update(ctx, key, b, rev)
 	if err != nil {
@@ -322,7 +324,7 @@ func (s *Service) settle(ctx context.Context, key string, rec events.ApprovalRec
 	}
 	out, err := s.outcome(&rec)
 	if err != nil {
-		return events.Permanent(fmt.Errorf("approval %s outcome: %w", key, err))
+		return consume.Permanent(fmt.Errorf("approval %s outcome: %w", key, err))
 	}
 	if err := s.Pub.Publish(ctx, out); err != nil {
 		return err
@@ -416,14 +418,14 @@ func ApprovalDeniedEnvelope(rec *events.ApprovalRecord, at time.Time) envelope.T
 type pendingIndex struct {
 	mu    sync.Mutex
 	due   map[string]time.Time
-	watch *events.KVWatch
+	watch *kvwatch.KVWatch
 }
 
 // watchApprovals starts the index; ctx bounds the wait for the records there
 // are, and the index follows the bucket until stop.
 func watchApprovals(ctx context.Context, kv jetstream.KeyValue) (*pendingIndex, error) {
 	p := &pendingIndex{due: map[string]time.Time{}}
-	w, err := events.WatchKV(ctx, kv, true, p.apply)
+	w, err := kvwatch.WatchKV(ctx, kv, true, p.apply)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 )
 
@@ -207,7 +208,7 @@ func TestApprovalDecisionForUnknownCall(t *testing.T) {
 	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.approved.*"))
 	require.Zero(t, h.count(events.StreamCalls, "toolwire.call."+runID+".*.completed"))
 
-	dlq := h.watch(events.StreamDLQ, events.DLQSubject(events.StreamCalls, DurableDecisions))
+	dlq := h.watch(events.StreamDLQ, consume.DLQSubject(events.StreamCalls, DurableDecisions))
 	subj, err := events.CallSubject(runID, "abcdef", "decided")
 	require.NoError(t, err)
 	out, err := events.Build(events.TypeCallDecided, "bad-decision", subj, events.Attrs{Source: "/test", RunID: runID, CallID: "abcdef"},
@@ -215,7 +216,7 @@ func TestApprovalDecisionForUnknownCall(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, h.pub.Publish(t.Context(), out))
 	m := h.next(dlq)
-	require.Contains(t, m.Headers().Get(events.HeaderDLQError), `decision "maybe" is not one of approve, deny, revise`)
+	require.Contains(t, m.Headers().Get(consume.HeaderDLQError), `decision "maybe" is not one of approve, deny, revise`)
 }
 
 // A turn handled again publishes its approval request once, and does not
@@ -241,7 +242,7 @@ func TestApprovalRequestIsIdempotent(t *testing.T) {
 	require.NoError(t, h.pub.Publish(t.Context(), again))
 	h.drained(events.StreamRuns, DurableTurns)
 	// And redelivered.
-	require.NoError(t, h.svc.handleTurn(t.Context(), &events.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: 2}))
+	require.NoError(t, h.svc.handleTurn(t.Context(), &consume.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: 2}))
 
 	require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+".*.approval_required"))
 	require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+".>"), "nothing else is published for the call")

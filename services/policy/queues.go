@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 )
 
 // Queues nobody serves (DESIGN.md, "Queues"). The guard routes each approved
@@ -64,7 +65,7 @@ func (s *Service) toServedQueues(ctx context.Context, outs []events.Outgoing, ro
 		env := UnservedEnvelope(&r.req, q, s.cfg.QueueWait, now)
 		out, err := events.NewCallCompleted(s.cfg.Source, r.req.RunID, env, r.req.Tenant, rt)
 		if err != nil {
-			return events.Permanent(fmt.Errorf("turn: call %s on unserved queue %s: %w", r.req.CallID, q, err))
+			return consume.Permanent(fmt.Errorf("turn: call %s on unserved queue %s: %w", r.req.CallID, q, err))
 		}
 		outs[r.out] = out
 		s.metrics.unserved.WithLabelValues(q).Inc()
@@ -120,7 +121,7 @@ func (s *Service) routeApproved(ctx context.Context, key string, rec events.Appr
 		}
 		stored, derr := events.DecodeApprovalRecord(cur.Value())
 		if derr != nil {
-			return rec, rev, events.Permanent(fmt.Errorf("approval %s: %w", key, derr))
+			return rec, rev, consume.Permanent(fmt.Errorf("approval %s: %w", key, derr))
 		}
 		if !stored.Routed && !stored.Settled {
 			return rec, rev, fmt.Errorf("approval %s changed while its queue was checked; retrying", key)

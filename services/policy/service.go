@@ -15,7 +15,9 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/rules"
 	"github.com/toolwire/toolwire/pkg/service"
 )
@@ -112,12 +114,12 @@ func (s *Service) Start(ctx context.Context) error {
 		s.OnStopFunc(s.index.stop)
 		s.Go(life, s.sweepLoop) // ends after the consumers have drained
 		return s.Consume(ctx, s.cfg.Concurrency,
-			events.RunnerConfig{
-				Spec:    events.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableTurns, Filters: events.Filters(events.FilterTurnCompleted)},
+			consume.RunnerConfig{
+				Spec:    provision.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableTurns, Filters: events.Filters(events.FilterTurnCompleted)},
 				Handler: s.handleTurn,
 			},
-			events.RunnerConfig{
-				Spec:    events.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableDecisions, Filters: events.Filters(events.FilterCallDecided)},
+			consume.RunnerConfig{
+				Spec:    provision.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableDecisions, Filters: events.Filters(events.FilterCallDecided)},
 				Handler: s.handleDecision,
 			})
 	})
@@ -143,14 +145,14 @@ type verdict struct {
 // judged already: a call whose outcome is in the stream, or that is held
 // for approval, keeps it, even if the registry changed meanwhile, and only
 // the missing outcomes are published.
-func (s *Service) handleTurn(ctx context.Context, d *events.Delivery) error {
+func (s *Service) handleTurn(ctx context.Context, d *consume.Delivery) error {
 	var t events.Turn
 	if err := events.DecodeData(d.Event, &t); err != nil {
-		return events.Permanent(fmt.Errorf("turn: %w", err))
+		return consume.Permanent(fmt.Errorf("turn: %w", err))
 	}
 	calls, err := callsToJudge(d.Subject, &t)
 	if err != nil {
-		return events.Permanent(fmt.Errorf("turn: %w", err))
+		return consume.Permanent(fmt.Errorf("turn: %w", err))
 	}
 	if len(calls) == 0 {
 		return nil // a denied turn, or one without calls the guard must judge
@@ -196,14 +198,14 @@ func (s *Service) handleTurn(ctx context.Context, d *events.Delivery) error {
 		case v.dec.Allowed:
 			out, err := events.NewCallApproved(s.cfg.Source, req, rt)
 			if err != nil {
-				return fail(span, events.Permanent(fmt.Errorf("turn: call %s approved: %w", req.CallID, err)))
+				return fail(span, consume.Permanent(fmt.Errorf("turn: call %s approved: %w", req.CallID, err)))
 			}
 			routes = append(routes, route{out: len(outs), req: req})
 			outs = append(outs, out)
 		default:
 			out, err := events.NewCallCompleted(s.cfg.Source, req.RunID, DeniedEnvelope(&req, v.dec, time.Now()), req.Tenant, rt)
 			if err != nil {
-				return fail(span, events.Permanent(fmt.Errorf("turn: call %s denied: %w", req.CallID, err)))
+				return fail(span, consume.Permanent(fmt.Errorf("turn: call %s denied: %w", req.CallID, err)))
 			}
 			outs = append(outs, out)
 		}
@@ -266,11 +268,11 @@ func (s *Service) checkCall(ctx context.Context, t *events.Turn, c *events.TurnC
 func (s *Service) judgedBefore(ctx context.Context, stored jetstream.Stream, req *events.CallRequest) (bool, error) {
 	approved, err := events.ApprovedSubject(req.RunID, req.CallID, req.Queue)
 	if err != nil {
-		return false, events.Permanent(err)
+		return false, consume.Permanent(err)
 	}
 	completed, err := events.CallSubject(req.RunID, req.CallID, "completed")
 	if err != nil {
-		return false, events.Permanent(err)
+		return false, consume.Permanent(err)
 	}
 	for _, subj := range []string{approved, completed} {
 		_, err := stored.GetLastMsgForSubject(ctx, subj)

@@ -20,12 +20,14 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/rules"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 )
 
@@ -39,7 +41,7 @@ var tenant = envelope.Tenant{OrgID: "acme", WorkspaceID: "ws", UserID: "u1"}
 type harness struct {
 	t       *testing.T
 	env     *eventstest.Env
-	pub     *events.Publisher
+	pub     *publish.Publisher
 	reg     *registry.Registry
 	svc     *Service
 	spans   *tracetest.SpanRecorder
@@ -59,7 +61,7 @@ func newHarnessConfig(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	h := &harness{t: t, env: eventstest.Start(t), spans: tracetest.NewSpanRecorder(), metrics: prometheus.NewRegistry()}
 	ctx := t.Context()
-	h.pub = events.NewPublisher(h.env.JetStream(t))
+	h.pub = publish.NewPublisher(h.env.JetStream(t))
 	var err error
 	h.reg, err = registry.Open(ctx, h.env.JS)
 	require.NoError(t, err)
@@ -543,7 +545,7 @@ func TestServiceSeesRegistryChanges(t *testing.T) {
 func TestServiceDeadLettersMalformedTurns(t *testing.T) {
 	h := newHarness(t)
 	const runID = "run-dlq"
-	dlq := h.watch(events.StreamDLQ, events.DLQSubject(events.StreamRuns, DurableTurns))
+	dlq := h.watch(events.StreamDLQ, consume.DLQSubject(events.StreamRuns, DurableTurns))
 	enabled := []string{"web_search@1.0.0"}
 	good := turnCall(t, "web_search", "1.0.0", 1)
 	other := turnCall(t, "web_search", "1.0.0", 2)
@@ -614,10 +616,10 @@ func TestServiceDeadLettersMalformedTurns(t *testing.T) {
 	got := map[string]string{}
 	for range tests {
 		m := h.next(dlq)
-		require.Equal(t, "1", m.Headers().Get(events.HeaderDLQDeliveries), "a permanent failure is not retried")
-		require.Equal(t, events.StreamRuns, m.Headers().Get(events.HeaderDLQStream))
-		require.Equal(t, DurableTurns, m.Headers().Get(events.HeaderDLQConsumer))
-		got[m.Headers().Get(events.HeaderDLQSubject)] = m.Headers().Get(events.HeaderDLQError)
+		require.Equal(t, "1", m.Headers().Get(consume.HeaderDLQDeliveries), "a permanent failure is not retried")
+		require.Equal(t, events.StreamRuns, m.Headers().Get(consume.HeaderDLQStream))
+		require.Equal(t, DurableTurns, m.Headers().Get(consume.HeaderDLQConsumer))
+		got[m.Headers().Get(consume.HeaderDLQSubject)] = m.Headers().Get(consume.HeaderDLQError)
 	}
 	require.Equal(t, want, got)
 	require.Zero(t, h.count(events.StreamCalls, "toolwire.call.>"), "nothing of a malformed turn is published")
@@ -671,7 +673,7 @@ func TestServiceRedeliveredTurnPublishesWhatIsMissing(t *testing.T) {
 
 	completed := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.completed")
 	redeliver := func(attempt uint64) {
-		require.NoError(t, h.svc.handleTurn(t.Context(), &events.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: attempt}))
+		require.NoError(t, h.svc.handleTurn(t.Context(), &consume.Delivery{Event: &out.Event, Subject: out.Subject, Attempt: attempt}))
 	}
 	redeliver(2)
 	require.Equal(t, map[string]string{

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolwire/toolwire/pkg/events/blobs"
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/api/apitest"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
@@ -48,8 +48,8 @@ func TestAuthMatrix(t *testing.T) {
 	now := time.Now()
 	fxA := storetest.CompletedRun(t, "matrix-run-a", "weather", storetest.TenantA, now)
 	fxB := storetest.CompletedRun(t, "matrix-run-b", "weather", storetest.TenantB, now)
-	publish(t, env.JS, fxA.Events...)
-	publish(t, env.JS, fxB.Events...)
+	publishEvents(t, env.JS, fxA.Events...)
+	publishEvents(t, env.JS, fxB.Events...)
 	callA := fxA.Envelopes[0].CallID
 	blobA := "matrix-run-a." + callA + ".output"
 	if _, err := blobs.Put(testCtx(t), env.JS, blobA, []byte(`{"secret":"of tenant A"}`), "application/json"); err != nil {

@@ -14,8 +14,8 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/segmentio/encoding v0.5.4
 	github.com/stretchr/testify v1.12.1
-	github.com/toolwire/toolwire/pkg/envelope v0.0.0
-	github.com/toolwire/toolwire/pkg/events v0.0.0
+	github.com/toolwire/toolwire/pkg/envelope v0.1.0
+	github.com/toolwire/toolwire/pkg/events v0.1.0
 	go.uber.org/goleak v1.3.0
 	modernc.org/sqlite v1.62.0
 )
@@ -77,7 +77,7 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
-	github.com/toolwire/toolwire/pkg/service v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/service v0.1.0
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
@@ -105,8 +105,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 )
 
-replace (
-	github.com/toolwire/toolwire/pkg/envelope => ../../pkg/envelope
-	github.com/toolwire/toolwire/pkg/events => ../../pkg/events
-	github.com/toolwire/toolwire/pkg/service => ../../pkg/service
-)

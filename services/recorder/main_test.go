@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/recorder"
@@ -31,10 +32,10 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// publish publishes outs on js, as the services do.
-func publish(t testing.TB, js jetstream.JetStream, outs ...events.Outgoing) {
+// publishEvents publishes outs on js, as the services do.
+func publishEvents(t testing.TB, js jetstream.JetStream, outs ...events.Outgoing) {
 	t.Helper()
-	pub := events.NewPublisher(js)
+	pub := publish.NewPublisher(js)
 	for _, o := range outs {
 		if err := pub.Publish(testCtx(t), o); err != nil {
 			t.Fatal(err)

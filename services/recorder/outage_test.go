@@ -17,9 +17,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
@@ -167,7 +169,7 @@ func TestRecorderPostgresOutage(t *testing.T) {
 	startUntilCleanup(t, rec)
 	api := httptest.NewServer(rec.Handler())
 	t.Cleanup(api.Close)
-	h := &harness{t: t, env: env, dsn: dsn, pool: pool, pub: events.NewPublisher(env.JS), rec: rec, api: api}
+	h := &harness{t: t, env: env, dsn: dsn, pool: pool, pub: publish.NewPublisher(env.JS), rec: rec, api: api}
 
 	const before, during = 8, 32
 	base := time.Now().Add(-time.Hour)
@@ -267,7 +269,7 @@ func TestRecorderPostgresOutage(t *testing.T) {
 	}
 }
 
-func consumerInfo(t *testing.T, js jetstream.JetStream, spec events.ConsumerSpec) *jetstream.ConsumerInfo {
+func consumerInfo(t *testing.T, js jetstream.JetStream, spec provision.ConsumerSpec) *jetstream.ConsumerInfo {
 	t.Helper()
 	c, err := js.Consumer(testCtx(t), spec.Stream, spec.Durable)
 	if err != nil {
@@ -304,7 +306,7 @@ func TestRecorderStopsDuringAnOutage(t *testing.T) {
 	rec := newRec()
 	fx := storetest.CompletedRun(t, "stop-outage", "weather", storetest.TenantA, time.Now())
 	proxy.cut()
-	publish(t, env.JS, fx.Events...)
+	publishEvents(t, env.JS, fx.Events...)
 	eventually(t, "the recorder to notice the outage", func() (bool, string) { return !rec.DatabaseUp(), "up" })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -325,7 +327,7 @@ func TestRecorderStopsDuringAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	h := &harness{t: t, env: env, dsn: dsn, pool: pool, pub: events.NewPublisher(env.JS), rec: rec, api: api}
+	h := &harness{t: t, env: env, dsn: dsn, pool: pool, pub: publish.NewPublisher(env.JS), rec: rec, api: api}
 	h.waitRun(fx.RunID, events.StatusCompleted, 2)
 	h.waitIdle()
 	h.noDeadLetters()

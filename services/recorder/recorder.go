@@ -33,6 +33,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/auth"
@@ -52,8 +54,8 @@ const (
 const maxConcurrency = 512
 
 // ConsumerSpecs returns the recorder's consumers.
-func ConsumerSpecs() []events.ConsumerSpec {
-	return []events.ConsumerSpec{
+func ConsumerSpecs() []provision.ConsumerSpec {
+	return []provision.ConsumerSpec{
 		{Stream: events.StreamRuns, Durable: DurableRuns, Filters: []string{events.SubjectsRuns}},
 		{Stream: events.StreamCalls, Durable: DurableCalls, Filters: []string{events.SubjectsCalls}},
 		{Stream: events.StreamSandbox, Durable: DurableSandbox, Filters: []string{events.SubjectsSandbox}},
@@ -184,7 +186,7 @@ func (r *Recorder) Start(ctx context.Context) error {
 		r.OnStop(r.stopWriter)    // once the consumers have drained: their batches commit first
 		r.OnStop(r.stopConsuming) // first
 		for _, spec := range ConsumerSpecs() {
-			rc := events.RunnerConfig{
+			rc := consume.RunnerConfig{
 				Spec:        spec,
 				Handler:     r.handle,
 				Concurrency: min(r.cfg.Batch, maxConcurrency),
@@ -280,7 +282,7 @@ func (e *DatabaseUnreachableError) Unwrap() error { return e.Err }
 // handle records one event. An event that cannot be decoded, or whose data
 // the database refuses, is dead-lettered at once (Permanent); any other
 // failure is retried.
-func (r *Recorder) handle(ctx context.Context, d *events.Delivery) error {
+func (r *Recorder) handle(ctx context.Context, d *consume.Delivery) error {
 	rec, err := r.recordOf(ctx, d)
 	if err != nil {
 		return err
@@ -291,7 +293,7 @@ func (r *Recorder) handle(ctx context.Context, d *events.Delivery) error {
 // handleBatch records a fetch's events: each decoded as handle does, all
 // handed to the writer at once; errs[i] is what handle would return for
 // ds[i].
-func (r *Recorder) handleBatch(ctx context.Context, ds []*events.Delivery) []error {
+func (r *Recorder) handleBatch(ctx context.Context, ds []*consume.Delivery) []error {
 	errs := make([]error, len(ds))
 	recs := make([]store.Record, 0, len(ds))
 	idx := make([]int, 0, len(ds))
@@ -312,10 +314,10 @@ func (r *Recorder) handleBatch(ctx context.Context, ds []*events.Delivery) []err
 
 // recordOf is the record of one delivery, with its stream position and, for
 // a model turn, the definitions of the tools it offered.
-func (r *Recorder) recordOf(ctx context.Context, d *events.Delivery) (store.Record, error) {
+func (r *Recorder) recordOf(ctx context.Context, d *consume.Delivery) (store.Record, error) {
 	rec, err := store.RecordOf(d.Event, d.Subject) //nolint:contextcheck // RecordOf does no I/O; it only parses
 	if err != nil {
-		return store.Record{}, events.Permanent(err)
+		return store.Record{}, consume.Permanent(err)
 	}
 	switch {
 	case d.Meta != nil:
@@ -335,7 +337,7 @@ func (r *Recorder) recordOf(ctx context.Context, d *events.Delivery) (store.Reco
 // refuses is dead-lettered, anything else retried.
 func writeOutcome(err error) error {
 	if errors.Is(err, store.ErrUnstorable) {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	return err
 }

@@ -15,10 +15,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/api/apitest"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
@@ -34,7 +36,7 @@ type harness struct {
 	env  *eventstest.Env
 	dsn  string
 	pool *pgxpool.Pool
-	pub  *events.Publisher
+	pub  *publish.Publisher
 	rec  *recorder.Recorder
 	api  *httptest.Server
 }
@@ -48,7 +50,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	t.Cleanup(pool.Close)
 	h.pool = pool
-	h.pub = events.NewPublisher(h.env.JS)
+	h.pub = publish.NewPublisher(h.env.JS)
 	h.start()
 	return h
 }
@@ -548,14 +550,14 @@ func TestRecorderDeadLettersUndecodableEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := dlq.GetLastMsgForSubject(testCtx(t), events.DLQSubject(events.StreamRuns, recorder.DurableRuns))
+	msg, err := dlq.GetLastMsgForSubject(testCtx(t), consume.DLQSubject(events.StreamRuns, recorder.DurableRuns))
 	if err != nil {
 		t.Fatalf("no dead letter: %v", err)
 	}
-	if got := msg.Header.Get(events.HeaderDLQDeliveries); got != "1" {
+	if got := msg.Header.Get(consume.HeaderDLQDeliveries); got != "1" {
 		t.Errorf("dead-lettered after %s deliveries, want 1 (permanent)", got)
 	}
-	if got := msg.Header.Get(events.HeaderDLQError); !strings.Contains(got, "bogus") {
+	if got := msg.Header.Get(consume.HeaderDLQError); !strings.Contains(got, "bogus") {
 		t.Errorf("dead-letter error %q does not say what is wrong", got)
 	}
 	var n int

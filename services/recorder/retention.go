@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/service"
 )
 
@@ -48,7 +48,7 @@ func newRetentionGauge(m *service.Metrics) *prometheus.GaugeVec {
 }
 
 // checkRetention measures retentionUse for the recorder's consumers at now.
-func checkRetention(ctx context.Context, js jetstream.JetStream, specs []events.ConsumerSpec, now time.Time) ([]retentionUse, error) {
+func checkRetention(ctx context.Context, js jetstream.JetStream, specs []provision.ConsumerSpec, now time.Time) ([]retentionUse, error) {
 	var (
 		out  []retentionUse
 		errs []error
@@ -64,7 +64,7 @@ func checkRetention(ctx context.Context, js jetstream.JetStream, specs []events.
 	return out, errors.Join(errs...)
 }
 
-func retentionOf(ctx context.Context, js jetstream.JetStream, spec events.ConsumerSpec, now time.Time) (retentionUse, error) {
+func retentionOf(ctx context.Context, js jetstream.JetStream, spec provision.ConsumerSpec, now time.Time) (retentionUse, error) {
 	u := retentionUse{Stream: spec.Stream, Consumer: spec.Durable}
 	s, err := js.Stream(ctx, spec.Stream)
 	if err != nil {

@@ -11,9 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 )
 
@@ -39,12 +41,12 @@ func TestRetentionWatchWarnsBeforeEventsAreLost(t *testing.T) {
 	}
 	specs := ConsumerSpecs()
 	for _, spec := range specs {
-		if _, err := events.EnsureConsumer(ctx, env.JS, spec); err != nil {
+		if _, err := provision.EnsureConsumer(ctx, env.JS, spec); err != nil {
 			t.Fatal(err)
 		}
 	}
 	fx := storetest.CompletedRun(t, "behind", "weather", storetest.TenantA, time.Now())
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	for _, o := range fx.Events {
 		if err := pub.Publish(ctx, o); err != nil {
 			t.Fatal(err)

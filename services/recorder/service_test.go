@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/apiclient"
@@ -42,7 +42,7 @@ func TestServiceRun(t *testing.T) {
 	})
 
 	fx := storetest.StartedRun(t, "svc-run", "weather", storetest.TenantA, time.Now())
-	publish(t, env.JS, fx.Events...)
+	publishEvents(t, env.JS, fx.Events...)
 	eventually(t, "the run to be recorded", func() (bool, string) {
 		resp, err := http.Get(base + "/v1/runs/svc-run")
 		if err != nil {
@@ -116,7 +116,7 @@ func TestRecorderOnSQLite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nested", "recorder.db")
 	stop := runRecorder(t, binaryEnv(env.URL, addr, map[string]string{recorder.EnvDatabaseURL: sqlite.URL(path)}))
 	fx := storetest.CompletedRun(t, "sqlite-run", "weather", storetest.TenantA, time.Now())
-	publish(t, env.JS, fx.Events...)
+	publishEvents(t, env.JS, fx.Events...)
 	// The run and its calls are recorded by separate consumers: wait for
 	// both (settled), not only for the envelopes.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

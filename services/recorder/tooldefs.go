@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
 
@@ -44,7 +44,7 @@ type registryResolver struct {
 // NATS that toolwire did not provision) it returns an error: the recorder
 // then records turns without definitions.
 func newRegistryResolver(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*registryResolver, error) {
-	kv, err := js.KeyValue(ctx, events.BucketTools)
+	kv, err := js.KeyValue(ctx, provision.BucketTools)
 	if err != nil {
 		return nil, fmt.Errorf("open tool registry: %w", err)
 	}

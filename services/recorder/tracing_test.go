@@ -9,9 +9,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
@@ -32,7 +32,7 @@ func TestRecorderWritesAreSpans(t *testing.T) {
 	}
 	startUntilCleanup(t, rec)
 	fx := storetest.CompletedRun(t, "traced-run", "weather", storetest.TenantA, time.Now())
-	publish(t, env.JS, fx.Events...)
+	publishEvents(t, env.JS, fx.Events...)
 	runTrace := trace.SpanContextFromContext(events.ContextWithRunTrace(t.Context(), fx.Trace)).TraceID()
 	eventually(t, "write spans of every event, linked to the run's trace", func() (bool, string) {
 		recorded, linked := 0, false

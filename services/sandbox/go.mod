@@ -2,11 +2,6 @@ module github.com/toolwire/toolwire/services/sandbox
 
 go 1.26.8
 
-replace (
-	github.com/toolwire/toolwire/pkg/envelope => ../../pkg/envelope
-	github.com/toolwire/toolwire/pkg/events => ../../pkg/events
-	github.com/toolwire/toolwire/pkg/service => ../../pkg/service
-)
 
 require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
@@ -15,8 +10,8 @@ require (
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
-	github.com/toolwire/toolwire/pkg/envelope v0.0.0-00010101000000-000000000000
-	github.com/toolwire/toolwire/pkg/events v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/envelope v0.1.0
+	github.com/toolwire/toolwire/pkg/events v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0
@@ -69,7 +64,7 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
-	github.com/toolwire/toolwire/pkg/service v0.0.0-00010101000000-000000000000
+	github.com/toolwire/toolwire/pkg/service v0.1.0
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0 // indirect

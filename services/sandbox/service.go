@@ -14,7 +14,10 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 )
 
@@ -92,8 +95,8 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", events.StreamSandbox, err)
 		}
-		if err := s.Consume(ctx, s.cfg.Concurrency, events.RunnerConfig{
-			Spec: events.ConsumerSpec{
+		if err := s.Consume(ctx, s.cfg.Concurrency, consume.RunnerConfig{
+			Spec: provision.ConsumerSpec{
 				Stream: events.StreamSandbox, Durable: Durable, Filters: events.Filters(events.FilterSandboxRequested),
 				// A job is code that may crash its sandbox: a few tries,
 				// then the dead letters.
@@ -112,16 +115,16 @@ func (s *Service) Start(ctx context.Context) error {
 // handle runs one job and publishes its result. It returns an error
 // (redelivery) only when the result cannot be published or a shutdown
 // interrupts the job; a malformed event is dead-lettered at once.
-func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
+func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 	if typ := d.Event.Type(); typ != events.TypeSandboxRequested {
-		return events.Permanent(fmt.Errorf("sandbox: event %s on %s has type %q, want %s", d.Event.ID(), d.Subject, typ, events.TypeSandboxRequested))
+		return consume.Permanent(fmt.Errorf("sandbox: event %s on %s has type %q, want %s", d.Event.ID(), d.Subject, typ, events.TypeSandboxRequested))
 	}
 	var job events.SandboxJob
 	if err := events.DecodeData(d.Event, &job); err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	if err := errors.Join(events.ValidateRunID(job.RunID), events.ValidateCallID(job.CallID)); err != nil {
-		return events.Permanent(fmt.Errorf("sandbox: event %s: %w", d.Event.ID(), err))
+		return consume.Permanent(fmt.Errorf("sandbox: event %s: %w", d.Event.ID(), err))
 	}
 	rt := events.TraceOf(d.Event)
 	tenantID := events.Ext(d.Event, events.ExtTenantID)
@@ -160,7 +163,7 @@ func (s *Service) handle(ctx context.Context, d *events.Delivery) error {
 	}
 	out, err := s.fitResult(&res, tenantID, rt, log)
 	if err != nil {
-		return events.Permanent(err)
+		return consume.Permanent(err)
 	}
 	outcome := "ok"
 	if res.Error != nil {
@@ -256,7 +259,7 @@ func (s *Service) maxMessageBytes() int {
 func (s *Service) completed(ctx context.Context, job *events.SandboxJob) (bool, error) {
 	subj, err := events.SandboxSubject(job.RunID, job.CallID, "completed")
 	if err != nil {
-		return false, events.Permanent(err)
+		return false, consume.Permanent(err)
 	}
-	return events.Stored(ctx, s.stream, subj)
+	return publish.Stored(ctx, s.stream, subj)
 }

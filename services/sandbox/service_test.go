@@ -15,11 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 )
 
 // startService starts a sandbox service on env, registering its metrics on
@@ -77,7 +79,7 @@ func publishJob(t *testing.T, js jetstream.JetStream, job events.SandboxJob) {
 	t.Helper()
 	out, err := events.NewSandboxJob("/test", job, events.RunTrace{})
 	require.NoError(t, err)
-	require.NoError(t, events.NewPublisher(js).Publish(t.Context(), out))
+	require.NoError(t, publish.NewPublisher(js).Publish(t.Context(), out))
 }
 
 func serviceJob(callID, source string) events.SandboxJob {
@@ -153,7 +155,7 @@ func TestServiceRejects(t *testing.T) {
 	require.NoError(t, err)
 	out, err := events.Build(events.TypeSandboxRequested, "bad1", subj, events.Attrs{RunID: bad.RunID, CallID: bad.CallID}, json.RawMessage(b))
 	require.NoError(t, err)
-	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+	require.NoError(t, publish.NewPublisher(env.JS).Publish(t.Context(), out))
 	res, _ := awaitResult(t, env.JS, bad.RunID, bad.CallID)
 	require.NotNil(t, res.Error)
 	require.Equal(t, envelope.CodeSandboxError, res.Error.Code)
@@ -165,16 +167,16 @@ func TestServiceRejects(t *testing.T) {
 	require.NoError(t, err)
 	out, err = events.Build(events.TypeCallStarted, "bad2", subj2, events.Attrs{}, map[string]string{"x": "y"})
 	require.NoError(t, err)
-	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+	require.NoError(t, publish.NewPublisher(env.JS).Publish(t.Context(), out))
 	dlq, err := env.JS.Stream(t.Context(), events.StreamDLQ)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		info, err := dlq.Info(t.Context())
 		return err == nil && info.State.Msgs == 1
 	}, 30*time.Second, 20*time.Millisecond)
-	m, err := dlq.GetLastMsgForSubject(t.Context(), events.DLQSubject(events.StreamSandbox, Durable))
+	m, err := dlq.GetLastMsgForSubject(t.Context(), consume.DLQSubject(events.StreamSandbox, Durable))
 	require.NoError(t, err)
-	require.Contains(t, m.Header.Get(events.HeaderDLQError), `want `+events.TypeSandboxRequested)
+	require.Contains(t, m.Header.Get(consume.HeaderDLQError), `want `+events.TypeSandboxRequested)
 
 	// And the service still answers.
 	publishJob(t, env.JS, serviceJob("600d", "print(7)"))

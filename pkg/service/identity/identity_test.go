@@ -18,8 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/toolwire/toolwire/pkg/embedded"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/embedded"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/service/identity"
 )
 
@@ -37,7 +38,7 @@ func serve(t *testing.T) (*server.Server, *identity.Keys) {
 	op := connectAs(t, s, keys, identity.Operator)
 	js, err := jetstream.New(op.nc)
 	require.NoError(t, err)
-	require.NoError(t, events.Provision(t.Context(), js, events.StoreConfig{Replicas: 1}))
+	require.NoError(t, provision.Provision(t.Context(), js, provision.StoreConfig{Replicas: 1}))
 	return s, keys
 }
 
@@ -148,30 +149,30 @@ func TestPermissionMatrix(t *testing.T) {
 		{"toolwire.sandbox.r1." + call + ".completed", []identity.Role{sbx}},
 		{"toolwire.dlq.toolwire.run.r1.requested", []identity.Role{orch, pol, exe, sbx, rec}},
 		// State: each bucket's writers.
-		{"$KV." + events.BucketRunState + ".r1", []identity.Role{orch}},
+		{"$KV." + provision.BucketRunState + ".r1", []identity.Role{orch}},
 		{"$KV." + events.BucketApprovals + ".r1." + call, []identity.Role{pol}},
-		{"$KV." + events.BucketSecrets + ".t1.token", nil},
-		{"$KV." + events.BucketTools + ".echo.1", []identity.Role{exe, sbx}},
-		{"$KV." + events.BucketOutcomes + ".x", []identity.Role{exe}},
-		{"$KV." + events.BucketWorkers + ".default.x", []identity.Role{exe}},
-		{"$JS.API.DIRECT.GET.KV_" + events.BucketWorkers + ".x", []identity.Role{pol, exe}},
+		{"$KV." + provision.BucketSecrets + ".t1.token", nil},
+		{"$KV." + provision.BucketTools + ".echo.1", []identity.Role{exe, sbx}},
+		{"$KV." + provision.BucketOutcomes + ".x", []identity.Role{exe}},
+		{"$KV." + provision.BucketWorkers + ".default.x", []identity.Role{exe}},
+		{"$JS.API.DIRECT.GET.KV_" + provision.BucketWorkers + ".x", []identity.Role{pol, exe}},
 		// JetStream's API: reading, consuming, and what only operators do.
 		{"$JS.API.INFO", []identity.Role{orch, pol, exe, sbx, rec, prod}},
 		{"$JS.API.STREAM.INFO." + events.StreamCalls, []identity.Role{orch, pol, exe, sbx, rec, prod}},
 		{"$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamCalls + ".x", []identity.Role{orch, pol, exe, rec}},
 		{"$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamIntake + ".x", []identity.Role{orch}},
 		{"$JS.API.CONSUMER.CREATE." + events.StreamSandbox + ".x", []identity.Role{exe, sbx, rec}},
-		{"$JS.API.DIRECT.GET.KV_" + events.BucketSecrets + ".x", []identity.Role{exe}},
+		{"$JS.API.DIRECT.GET.KV_" + provision.BucketSecrets + ".x", []identity.Role{exe}},
 		{"$JS.API.STREAM.PURGE." + events.StreamDLQ, nil},
 		{"$JS.API.STREAM.DELETE.none", nil},
 		{"$JS.API.STREAM.CREATE.other", nil},
 		{"$JS.API.STREAM.CREATE." + events.StreamRuns, []identity.Role{orch, pol, exe, sbx, rec}},
 		{"$JS.API.STREAM.UPDATE." + events.StreamRuns, nil},
-		{"$JS.API.STREAM.UPDATE.KV_" + events.BucketRunState, nil},
+		{"$JS.API.STREAM.UPDATE.KV_" + provision.BucketRunState, nil},
 		{"$JS.API.CONSUMER.DELETE." + events.StreamCalls + ".orchestrator", nil},
 		{"$JS.API.CONSUMER.DELETE." + events.StreamSandbox + ".x", []identity.Role{exe}},
 		{"$JS.API.CONSUMER.DELETE." + events.StreamSandbox + "." + identity.SandboxDurable, nil},
-		{"$JS.API.CONSUMER.DELETE.KV_" + events.BucketTools + ".x", []identity.Role{orch, pol, exe, sbx, rec}},
+		{"$JS.API.CONSUMER.DELETE.KV_" + provision.BucketTools + ".x", []identity.Role{orch, pol, exe, sbx, rec}},
 		{"elsewhere.anything", nil},
 	}
 	subs := []struct {
@@ -293,7 +294,7 @@ func TestTenantProducers(t *testing.T) {
 	op := connectAs(t, s, keys, identity.Operator)
 	ojs, err := jetstream.New(op.nc)
 	require.NoError(t, err)
-	require.NoError(t, events.Provision(t.Context(), ojs, events.StoreConfig{Replicas: 1}))
+	require.NoError(t, provision.Provision(t.Context(), ojs, provision.StoreConfig{Replicas: 1}))
 
 	const call = "0123456789abcdef"
 	cases := []struct {
@@ -311,7 +312,7 @@ func TestTenantProducers(t *testing.T) {
 		"$JS.API.INFO", "$JS.API.STREAM.INFO." + events.StreamRuns, "$JS.API.STREAM.INFO." + events.StreamIntake,
 		"$JS.API.CONSUMER.CREATE." + events.StreamRuns, "$JS.API.CONSUMER.CREATE." + events.StreamIntake + ".x",
 		"$JS.API.DIRECT.GET." + events.StreamRuns + ".toolwire.run.r1.requested",
-		"$JS.API.STREAM.MSG.GET." + events.StreamCalls, "$KV." + events.BucketRunState + ".r1",
+		"$JS.API.STREAM.MSG.GET." + events.StreamCalls, "$KV." + provision.BucketRunState + ".r1",
 	}
 	for _, tc := range cases {
 		t.Run(tc.tenant.String(), func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 )
 
 // Role is one kind of NATS client of toolwire.
@@ -128,29 +129,29 @@ func (r Role) Permissions() Permissions {
 			consume(events.StreamRuns, events.StreamCalls),
 			// The intake of tenant producers, handed over as run requests.
 			consume(events.StreamIntake),
-			kvRead(events.BucketTools, events.BucketApprovals),
-			kvWrite(events.BucketRunState),
-			objWrite(events.ObjectBlobs),
+			kvRead(provision.BucketTools, events.BucketApprovals),
+			kvWrite(provision.BucketRunState),
+			objWrite(provision.ObjectBlobs),
 			// Runs' deadlines: armed on the timer stream, fired through its
 			// durable consumer, deleted once handled.
-			[]string{events.SubjectsTimers, "$JS.API.STREAM.MSG.DELETE." + events.StreamTimers},
-			consume(events.StreamTimers),
+			[]string{provision.SubjectsTimers, "$JS.API.STREAM.MSG.DELETE." + provision.StreamTimers},
+			consume(provision.StreamTimers),
 		)
 	case Policy:
 		return r.service(
 			pub(events.FilterCallApproved, events.FilterCallApprovalRequired, events.FilterCallCompleted),
 			[]string{events.SubjectPreview},
 			consume(events.StreamRuns, events.StreamCalls),
-			kvRead(events.BucketTools, events.BucketWorkers),
+			kvRead(provision.BucketTools, provision.BucketWorkers),
 			kvWrite(events.BucketApprovals),
 		)
 	case Executor:
 		p := r.service(
 			pub(events.FilterCallStarted, events.FilterCallCompleted, events.FilterSandboxRequested),
 			consume(events.StreamCalls, events.StreamSandbox),
-			kvRead(events.BucketSecrets),
-			kvWrite(events.BucketTools, events.BucketCache, events.BucketRate, events.BucketOutcomes, events.BucketWorkers),
-			objWrite(events.ObjectBlobs),
+			kvRead(provision.BucketSecrets),
+			kvWrite(provision.BucketTools, provision.BucketCache, provision.BucketRate, provision.BucketOutcomes, provision.BucketWorkers),
+			objWrite(provision.ObjectBlobs),
 		)
 		// The consumer of a sandbox job's result, deleted once read; never
 		// the sandbox service's own durable consumer.
@@ -164,14 +165,14 @@ func (r Role) Permissions() Permissions {
 		return r.service(
 			pub(events.FilterSandboxCompleted),
 			consume(events.StreamSandbox),
-			kvWrite(events.BucketTools),
+			kvWrite(provision.BucketTools),
 		)
 	case Recorder:
 		return r.service(
 			pub(events.FilterCallDecided),
 			consume(events.StreamRuns, events.StreamCalls, events.StreamSandbox, events.StreamDLQ),
-			kvRead(events.BucketTools, events.BucketApprovals),
-			objRead(events.ObjectBlobs, events.ObjectDeadLetters),
+			kvRead(provision.BucketTools, events.BucketApprovals),
+			objRead(provision.ObjectBlobs, provision.ObjectDeadLetters),
 		)
 	case Producer:
 		return Permissions{
@@ -179,7 +180,7 @@ func (r Role) Permissions() Permissions {
 				pub(events.FilterRunRequested),
 				[]string{events.SubjectsIntake, "$JS.API.INFO", "$JS.FC.>"},
 				read(events.StreamRuns, events.StreamCalls),
-				objRead(events.ObjectBlobs),
+				objRead(provision.ObjectBlobs),
 			),
 			Subscribe: []string{r.InboxPrefix() + ".>"},
 		}
@@ -198,7 +199,7 @@ func (r Role) service(lists ...[]string) Permissions {
 	for _, s := range provisioned() {
 		pubs = append(pubs, "$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.CREATE."+s)
 	}
-	pubs = append(pubs, objWrite(events.ObjectDeadLetters)...)
+	pubs = append(pubs, objWrite(provision.ObjectDeadLetters)...)
 	return Permissions{Publish: dedupe(pubs), Subscribe: []string{r.InboxPrefix() + ".>"}}
 }
 
@@ -206,13 +207,13 @@ func (r Role) service(lists ...[]string) Permissions {
 // those under its buckets.
 func provisioned() []string {
 	var out []string
-	for _, s := range (events.StoreConfig{}).StreamConfigs() {
+	for _, s := range (provision.StoreConfig{}).StreamConfigs() {
 		out = append(out, s.Name)
 	}
-	for _, kv := range (events.StoreConfig{}).KVConfigs() {
+	for _, kv := range (provision.StoreConfig{}).KVConfigs() {
 		out = append(out, "KV_"+kv.Bucket)
 	}
-	for _, o := range (events.StoreConfig{}).ObjectConfigs() {
+	for _, o := range (provision.StoreConfig{}).ObjectConfigs() {
 		out = append(out, "OBJ_"+o.Bucket)
 	}
 	return out

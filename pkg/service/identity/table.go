@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 )
 
 // Markdown is the README's table of the roles: the events each may publish,
@@ -28,7 +29,7 @@ func Markdown() string {
 				pubs = append(pubs, "`"+s+"`")
 			case strings.HasPrefix(s, "$KV."):
 				writes = append(writes, "KV `"+strings.TrimSuffix(strings.TrimPrefix(s, "$KV."), ".>")+"`")
-			case strings.HasPrefix(s, "$O.") && s != "$O."+events.ObjectDeadLetters+".>":
+			case strings.HasPrefix(s, "$O.") && s != "$O."+provision.ObjectDeadLetters+".>":
 				writes = append(writes, "objects `"+strings.TrimSuffix(strings.TrimPrefix(s, "$O."), ".>")+"`")
 			case strings.HasPrefix(s, "$JS.ACK."):
 				consumes = append(consumes, "`"+strings.TrimSuffix(strings.TrimPrefix(s, "$JS.ACK."), ".>")+"`")
@@ -40,7 +41,7 @@ func Markdown() string {
 		// service writes.
 		reads = slices.DeleteFunc(reads, func(s string) bool {
 			bucket := strings.TrimPrefix(strings.TrimPrefix(strings.Trim(s, "`"), "KV_"), "OBJ_")
-			return slices.Contains(consumes, s) || bucket == events.ObjectDeadLetters ||
+			return slices.Contains(consumes, s) || bucket == provision.ObjectDeadLetters ||
 				slices.Contains(writes, "KV `"+bucket+"`") || slices.Contains(writes, "objects `"+bucket+"`")
 		})
 		if r.Permissions().Responses {

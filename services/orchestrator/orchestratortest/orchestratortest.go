@@ -21,11 +21,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
 	"github.com/toolwire/toolwire/services/orchestrator"
 )
 
@@ -34,14 +35,14 @@ import (
 type Harness struct {
 	T   *testing.T
 	Env *eventstest.Env
-	Pub *events.Publisher
+	Pub *publish.Publisher
 }
 
 // New starts an embedded JetStream with toolwire's streams and buckets.
 func New(t *testing.T) *Harness {
 	t.Helper()
 	env := eventstest.Start(t)
-	return &Harness{T: t, Env: env, Pub: events.NewPublisher(env.JS)}
+	return &Harness{T: t, Env: env, Pub: publish.NewPublisher(env.JS)}
 }
 
 // QuietLogger discards the services' logs; TOOLWIRE_TEST_LOG=1 shows them.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 )
 
 // Error codes of the HTTP API, in {"error": {"code": ..., "message": ...}}.

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/events/blobs"
+	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
 )
 
 // A completed run whose outputs are too large for its event names the blob

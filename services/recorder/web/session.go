@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/approvals"
 	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
@@ -186,18 +187,18 @@ func (p *pages) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), decideTimeout)
 	defer cancel()
-	rec, err := events.PendingApproval(ctx, p.opts.JS, runID, callID)
+	rec, err := approvals.PendingApproval(ctx, p.opts.JS, runID, callID)
 	if err == nil && !who.Sees(rec.Call.Tenant) {
-		err = fmt.Errorf("%w: call %s of run %s", events.ErrNoApproval, callID, runID)
+		err = fmt.Errorf("%w: call %s of run %s", approvals.ErrNoApproval, callID, runID)
 	}
 	if err == nil {
-		err = events.PublishDecision(ctx, p.opts.JS, decisionSource, d, rec)
+		err = approvals.PublishDecision(ctx, p.opts.JS, decisionSource, d, rec)
 	}
 	switch {
-	case errors.Is(err, events.ErrNoApproval):
+	case errors.Is(err, approvals.ErrNoApproval):
 		p.pageError(w, r, http.StatusNotFound, "This call does not await approval.")
 		return
-	case errors.Is(err, events.ErrAlreadyDecided):
+	case errors.Is(err, approvals.ErrAlreadyDecided):
 		p.pageError(w, r, http.StatusConflict, "Already decided: "+err.Error())
 		return
 	case err != nil:

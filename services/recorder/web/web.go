@@ -27,6 +27,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/approvals"
 	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
@@ -485,7 +486,7 @@ func (p *pages) buildRunView(ctx context.Context, id string, who auth.Principal)
 func callViewOf(runID string, c store.ToolCall, asked *time.Time, evs []store.EventRow) callView {
 	base := "/v1/runs/" + url.PathEscape(runID) + "/calls/" + url.PathEscape(c.CallID)
 	cv := callView{
-		Key: c.CallID, Short: events.ShortCallID(c.CallID), Name: c.Name, Version: c.Version, Status: c.Status,
+		Key: c.CallID, Short: approvals.ShortCallID(c.CallID), Name: c.Name, Version: c.Version, Status: c.Status,
 		ErrorCode: c.ErrorCode, Cached: c.Cached, Truncated: c.Truncated, Input: prettyJSON(c.Input),
 		MaterializeURL: base + "/materialize", JSONURL: base, Pending: c.Status != store.CallCompleted,
 		DecideURL: "/runs/" + url.PathEscape(runID) + "/calls/" + url.PathEscape(c.CallID) + "/decision",

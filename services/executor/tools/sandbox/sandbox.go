@@ -16,6 +16,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/services/executor/tool"
 )
 
@@ -29,13 +31,13 @@ import (
 // Jobs sends sandbox jobs on one JetStream connection.
 type Jobs struct {
 	js     jetstream.JetStream
-	pub    *events.Publisher
+	pub    *publish.Publisher
 	source string
 }
 
 // NewJobs returns the sender of jobs whose events have the CloudEvents source
 // source (the executor's).
-func NewJobs(js jetstream.JetStream, pub *events.Publisher, source string) *Jobs {
+func NewJobs(js jetstream.JetStream, pub *publish.Publisher, source string) *Jobs {
 	return &Jobs{js: js, pub: pub, source: source}
 }
 
@@ -194,7 +196,7 @@ func retryTransient(ctx context.Context, f func() error) error {
 	backoff := 20 * time.Millisecond
 	for {
 		err := f()
-		if err == nil || !events.IsTransient(err) {
+		if err == nil || !consume.IsTransient(err) {
 			return err
 		}
 		t := time.NewTimer(backoff)

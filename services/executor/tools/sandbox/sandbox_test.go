@@ -12,9 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/service/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/services/executor/tool"
 	"github.com/toolwire/toolwire/services/executor/tools/sandbox"
 )
@@ -29,7 +30,7 @@ func sandboxDef(config string) *envelope.ToolDefinition {
 // error. The answer is published here as the sandbox service publishes it.
 func TestJobRoundTrip(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandbox.NewJobs(env.JS, events.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandbox.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
 	tl, err := jobs.Tool(sandboxDef(`{"language":"python","source":"print(1)"}`))
 	require.NoError(t, err)
 
@@ -38,7 +39,7 @@ func TestJobRoundTrip(t *testing.T) {
 	cons, err := env.JS.OrderedConsumer(t.Context(), events.StreamSandbox, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.Prefix + ".sandbox.*.*.requested"}})
 	require.NoError(t, err)
-	pub := events.NewPublisher(env.JS)
+	pub := publish.NewPublisher(env.JS)
 	answer := func(output json.RawMessage, te *envelope.ToolError) events.SandboxJob {
 		t.Helper()
 		m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
@@ -119,7 +120,7 @@ func TestNoTimeLeft(t *testing.T) {
 // error, not an error of the wait.
 func TestWaitOutlastsTheJob(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandbox.NewJobs(env.JS, events.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandbox.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
 	def := sandboxDef(`{"language":"python","source":"while True: pass"}`)
 	def.TimeoutMS = 5_000
 	tl, err := jobs.Tool(def)
@@ -159,7 +160,7 @@ func TestWaitOutlastsTheJob(t *testing.T) {
 	res := events.SandboxResult{RunID: job.RunID, CallID: job.CallID, Error: te, DurationMS: int64(job.TimeoutMS)}
 	out, err := events.NewSandboxResult("/toolwire/sandbox", res, job.TenantID, events.RunTrace{})
 	require.NoError(t, err)
-	require.NoError(t, events.NewPublisher(env.JS).Publish(t.Context(), out))
+	require.NoError(t, publish.NewPublisher(env.JS).Publish(t.Context(), out))
 
 	r := <-done
 	var got *envelope.ToolError
@@ -174,7 +175,7 @@ func TestWaitOutlastsTheJob(t *testing.T) {
 // and the limit.
 func TestJobTooLargeForOneMessage(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandbox.NewJobs(env.JS, events.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandbox.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
 	limit := env.Conn.MaxPayload()
 	for _, c := range []struct {
 		name, config string
