@@ -198,7 +198,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	say("starting the pipeline (embedded NATS, file storage, recorder: %s)", r.Recorder)
-	st, err := stack.Start(ctx, stack.Options{DataDir: dir + "/main", DatabaseURL: o.DatabaseURL, ExecutorOptions: benchTools()})
+	st, err := stack.Start(ctx, stack.Options{DataDir: dir + "/main", Recorder: recorder.ForStack(o.DatabaseURL), ExecutorOptions: benchTools()})
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ func TestServicesAsProcesses(t *testing.T) {
 	t.Run("identities", func(t *testing.T) {
 		keys, err := identity.LoadOrCreate(filepath.Join(t.TempDir(), "ids"))
 		require.NoError(t, err)
-		s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: keys.ServerUsers()})
+		s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: embedded.Users(keys)})
 		require.NoError(t, err)
 		t.Cleanup(func() { embedded.Stop(s) })
 		connect := func(r identity.Role) jetstream.JetStream {

@@ -118,7 +118,7 @@ func record(t *testing.T) *recording {
 	r := &recording{lookup: &lookupTool{}, write: &appendTool{}}
 	dir := t.TempDir()
 	r.dbURL = sqlite.URL(filepath.Join(dir, "recorder.db"))
-	st, err := stack.Start(t.Context(), stack.Options{DataDir: dir, DatabaseURL: r.dbURL,
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: dir, Recorder: recorder.ForStack(r.dbURL),
 		ExecutorOptions: []executor.Option{executor.WithTools(r.lookup, r.write)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })

@@ -359,8 +359,8 @@ func TestApproveFromTheTimelineInBrowser(t *testing.T) {
 	// Every service on its own NATS identity: the recorder decides with
 	// its own (the approvals bucket, the decided subject).
 	st := startStack(t, stack.Options{
-		Identities:  true,
-		DatabaseURL: db, ExecutorOptions: []executor.Option{executor.WithTools(mail)},
+		Identities: true,
+		Recorder:   recorder.ForStack(db), ExecutorOptions: []executor.Option{executor.WithTools(mail)},
 		Getenv: func(k string) string {
 			if k == recorder.EnvAuth {
 				return "on"

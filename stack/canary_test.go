@@ -26,6 +26,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -81,7 +82,7 @@ func TestSecretCanary(t *testing.T) {
 	keys, err := secrets.ParseKeyring("k1:"+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{42}, 32)), "")
 	require.NoError(t, err)
 	st := startStack(t, stack.Options{
-		DatabaseURL: dsn, Tracer: tp,
+		Recorder: recorder.ForStack(dsn), Tracer: tp,
 		Logger:          slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		ExecutorOptions: []executor.Option{executor.WithTools(leakyTool{}), executor.WithKeyring(keys)},
 	})

@@ -43,7 +43,7 @@ func serviceConfigs() []serviceConfig {
 			func(st *stack.Stack) any { return st.Orchestrator.Config() }},
 		{"recorder", recorder.EnvVars(),
 			func(g func(string) string) (any, error) { return recorder.ConfigFromEnv(g) },
-			func(st *stack.Stack) any { return st.Recorder.Config() }},
+			func(st *stack.Stack) any { return st.Recorder.(*recorder.Recorder).Config() }},
 	}
 }
 
@@ -95,7 +95,7 @@ func TestEveryDocumentedVariableTakesEffectUnderDev(t *testing.T) {
 	}
 	getenv := func(k string) string { return env[k] }
 
-	st, err := stack.Start(t.Context(), stack.Options{DataDir: dir, Getenv: getenv, DatabaseURL: getenv(recorder.EnvDatabaseURL)})
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: dir, Getenv: getenv, Recorder: recorder.ForStack(getenv(recorder.EnvDatabaseURL))})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
 

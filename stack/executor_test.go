@@ -19,6 +19,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -201,7 +202,7 @@ func TestTruncatedOutputServedByURL(t *testing.T) {
 	dump := newStackTool("dump", envelope.ToolMetadata{
 		Category: envelope.CategoryData, SideEffects: envelope.SideEffectsReads, Cache: envelope.CacheNone,
 	}, func(context.Context, json.RawMessage) (json.RawMessage, error) { return payload, nil })
-	st := startStack(t, stack.Options{DatabaseURL: pgtest.Schema(t), ExecutorOptions: []executor.Option{executor.WithTools(dump)}})
+	st := startStack(t, stack.Options{Recorder: recorder.ForStack(pgtest.Schema(t)), ExecutorOptions: []executor.Option{executor.WithTools(dump)}})
 
 	final := runToEnd(t, st, scripted(t, "truncate-1", []string{"dump@1.0.0"},
 		map[string]any{"tool_calls": []any{call("dump", map[string]any{})}}, map[string]any{"content": "done"}))

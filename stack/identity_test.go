@@ -19,6 +19,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/sandbox"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -62,7 +63,7 @@ func TestRunWithIdentities(t *testing.T) {
 	mail := &mailTool{}
 	st, err := stack.Start(t.Context(), stack.Options{
 		DataDir: dir, Identities: true, Logger: slog.New(errs),
-		DatabaseURL:     "sqlite:" + filepath.Join(dir, "recorder.db"),
+		Recorder:        recorder.ForStack("sqlite:" + filepath.Join(dir, "recorder.db")),
 		ExecutorOptions: []executor.Option{executor.WithTools(mail)},
 	})
 	require.NoError(t, err)

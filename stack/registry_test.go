@@ -17,6 +17,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
@@ -75,7 +76,7 @@ func TestRegistryChangesReachRunningServices(t *testing.T) {
 	for range inFlight {
 		gate.gates = append(gate.gates, make(chan struct{}))
 	}
-	st := startStack(t, stack.Options{DatabaseURL: pgtest.Schema(t), ExecutorOptions: []executor.Option{executor.WithTools(gate)}})
+	st := startStack(t, stack.Options{Recorder: recorder.ForStack(pgtest.Schema(t)), ExecutorOptions: []executor.Option{executor.WithTools(gate)}})
 	ctx := t.Context()
 	reg, err := registry.Open(ctx, st.JS)
 	require.NoError(t, err)

@@ -1,7 +1,12 @@
 // Package stack runs the whole toolwire pipeline in one process: an embedded
 // nats-server with JetStream (or an external NATS), the orchestrator, the
-// Policy Guard, the executor, the sandbox and, given a database, the recorder.
-// It is what `toolwire dev` runs, and what users' integration tests embed.
+// Policy Guard, the executor and the sandbox, and, when Options.Recorder is
+// given one (recorder.ForStack), the recorder with its HTTP API. It is what
+// `toolwire dev` runs, and what users' integration tests embed.
+//
+// The stack does not import the recorder: a worker's tests (package
+// workertest) run the pipeline without the recorder's databases and browser
+// in their module graph.
 package stack
 
 import (
@@ -31,7 +36,6 @@ import (
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"
-	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/sandbox"
 )
 
@@ -46,9 +50,10 @@ type Options struct {
 	NATSListen string
 	// NATSURL connects to an existing NATS server instead of embedding one.
 	NATSURL string
-	// DatabaseURL is the recorder's database: a Postgres URL, or sqlite:<path>
-	// for the embedded SQLite store; "" runs without the recorder.
-	DatabaseURL string
+	// Recorder runs the recorder beside the pipeline, on a connection of its
+	// own, and serves its HTTP API on HTTPListen: recorder.ForStack(url), with
+	// a Postgres URL or sqlite:<path>. nil runs without the recorder.
+	Recorder Recorder
 	// HTTPListen is the recorder API's host:port; "" picks a free port.
 	HTTPListen string
 	// Logger receives every service's logs; default: discard.
@@ -107,7 +112,7 @@ type Stack struct {
 	Sandbox      *sandbox.Service
 	Policy       *policy.Service
 	Orchestrator *orchestrator.Service
-	Recorder     *recorder.Recorder // nil without a database
+	Recorder     service.HTTPComponent // nil without Options.Recorder
 
 	components []service.Component
 	conns      []*nats.Conn // one per service, as separate processes would have
@@ -141,15 +146,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 			st = nil
 		}
 	}()
-	if o.DatabaseURL != "" {
+	if o.Recorder != nil {
 		// On loopback the recorder needs no configuration; elsewhere it
-		// needs authentication (TOOLWIRE_AUTH) or the loud opt-out. Checked
-		// before anything starts.
-		cfg, err := recorder.ConfigFromEnv(o.Getenv)
-		if err != nil {
-			return st, fmt.Errorf("stack: recorder configuration: %w", err)
-		}
-		if err := recorder.CheckExposure(cmp.Or(o.HTTPListen, "127.0.0.1:0"), cfg); err != nil {
+		// needs authentication or the loud opt-out. Checked before anything
+		// starts.
+		if err := o.Recorder.Check(cmp.Or(o.HTTPListen, "127.0.0.1:0"), o.Getenv); err != nil {
 			return st, err
 		}
 	}
@@ -168,7 +169,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 			if st.Identities, err = identity.LoadOrCreate(IdentitiesDir(o.DataDir)); err != nil {
 				return st, fmt.Errorf("stack: %w", err)
 			}
-			eo.Users = st.Identities.ServerUsers()
+			eo.Users = embedded.Users(st.Identities)
 		}
 		st.Server, err = embedded.Start(eo)
 		if err != nil {
@@ -290,13 +291,12 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return st, fmt.Errorf("orchestrator: %w", err)
 	}
-	if o.DatabaseURL != "" {
+	if o.Recorder != nil {
 		d, err := deps("recorder")
 		if err != nil {
 			return st, err
 		}
-		// The recorder as its binary builds it, on the stack's database.
-		if st.Recorder, err = recorder.Build(d, func(c *recorder.Config) { c.DatabaseURL = o.DatabaseURL }); err == nil {
+		if st.Recorder, err = o.Recorder.Build(d); err == nil {
 			err = start(st.Recorder)
 		}
 		if err != nil {
@@ -318,6 +318,17 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		go func() { _ = st.httpSrv.Serve(ln) }()
 	}
 	return st, nil
+}
+
+// A Recorder is a service the stack runs after the pipeline's, as the
+// recorder's role, and whose Handler it serves on Options.HTTPListen.
+// recorder.ForStack makes the recorder one.
+type Recorder interface {
+	// Check says, before anything starts, whether the service may serve
+	// listen with the configuration getenv gives it.
+	Check(listen string, getenv func(string) string) error
+	// Build builds the service as its binary does, from d.
+	Build(d service.Deps) (service.HTTPComponent, error)
 }
 
 // newExecutor builds an executor as its binary does (executor.Build: the

@@ -87,7 +87,7 @@ func TestDemoRunEndToEnd(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	st := startStack(t, stack.Options{
-		DatabaseURL: pgtest.Schema(t), Tracer: tp,
+		Recorder: recorder.ForStack(pgtest.Schema(t)), Tracer: tp,
 		TracesURLTemplate: "http://traces.example/trace/{trace_id}",
 	})
 
@@ -407,7 +407,7 @@ func TestRecorderExposure(t *testing.T) {
 	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 	db := func() string { return "sqlite:" + filepath.Join(t.TempDir(), "recorder.db") }
 
-	_, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir(), DatabaseURL: db(), HTTPListen: "0.0.0.0:0", Getenv: env(nil)})
+	_, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir(), Recorder: recorder.ForStack(db()), HTTPListen: "0.0.0.0:0", Getenv: env(nil)})
 	require.ErrorIs(t, err, recorder.ErrExposed)
 	require.ErrorContains(t, err, "TOOLWIRE_AUTH=on")
 	require.ErrorContains(t, err, "TOOLWIRE_INSECURE_NO_AUTH=1")
@@ -417,7 +417,7 @@ func TestRecorderExposure(t *testing.T) {
 		if vars == nil {
 			listen = "" // loopback by default
 		}
-		st := startStack(t, stack.Options{DatabaseURL: db(), HTTPListen: listen, Getenv: env(vars)})
+		st := startStack(t, stack.Options{Recorder: recorder.ForStack(db()), HTTPListen: listen, Getenv: env(vars)})
 		require.NotEmpty(t, st.HTTPURL, "%v", vars)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
+	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -26,7 +27,7 @@ import (
 // is sent.
 func TestCallCommand(t *testing.T) {
 	dir := t.TempDir()
-	st, err := stack.Start(t.Context(), stack.Options{DataDir: dir, DatabaseURL: sqlite.URL(filepath.Join(dir, "recorder.db")),
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: dir, Recorder: recorder.ForStack(sqlite.URL(filepath.Join(dir, "recorder.db"))),
 		ExecutorOptions: []executor.Option{executor.WithTools(testtools.Failing())}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })

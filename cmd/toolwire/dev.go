@@ -18,6 +18,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/identity"
+	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/apiclient"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/stack"
@@ -105,7 +106,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 		say("%s: the recorder stores runs in SQLite (%s)", why, filepath.Join(f.dataDir, "recorder.db"))
 	}
 	st, err := stack.Start(ctx, stack.Options{
-		DataDir: f.dataDir, NATSListen: f.natsListen, DatabaseURL: dbURL, HTTPListen: f.httpListen,
+		DataDir: f.dataDir, NATSListen: f.natsListen, Recorder: recorder.ForStack(dbURL), HTTPListen: f.httpListen,
 		Identities:        f.natsAuth,
 		Logger:            slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 		Tracer:            tp,
@@ -127,7 +128,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	}
 	if st.HTTPURL != "" {
 		say("recorder on %s; API at %s/v1/runs, timeline at %s/", redact(dbURL), st.HTTPURL, st.HTTPURL)
-		if st.Recorder.Config().Auth().On() {
+		if rec, ok := st.Recorder.(*recorder.Recorder); ok && rec.Config().Auth().On() {
 			say("authentication on: make a token with toolwire tokens create --database-url %q --name me --org ORG --role approver", redact(dbURL))
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/replay"
+	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -25,7 +26,7 @@ import (
 func TestReplayCommand(t *testing.T) {
 	dir := t.TempDir()
 	dbURL := sqlite.URL(filepath.Join(dir, "recorder.db"))
-	st, err := stack.Start(t.Context(), stack.Options{DataDir: dir, DatabaseURL: dbURL})
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: dir, Recorder: recorder.ForStack(dbURL)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
 	runID := "replay-cli-demo"

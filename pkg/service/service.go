@@ -322,6 +322,13 @@ type Component interface {
 	Stop(ctx context.Context) error
 }
 
+// HTTPComponent is a component that also serves HTTP (the recorder's API and
+// pages), as package stack runs one.
+type HTTPComponent interface {
+	Component
+	Handler() http.Handler
+}
+
 // Build constructs a service's component; it may return an extra HTTP handler
 // mounted on the service's HTTP server (the recorder's API), or nil.
 type Build func(ctx context.Context, d Deps) (Component, http.Handler, error)

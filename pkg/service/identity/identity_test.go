@@ -32,7 +32,7 @@ func serve(t *testing.T) (*server.Server, *identity.Keys) {
 	t.Helper()
 	keys, err := identity.LoadOrCreate(filepath.Join(t.TempDir(), "ids"))
 	require.NoError(t, err)
-	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: keys.ServerUsers()})
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: embedded.Users(keys)})
 	require.NoError(t, err)
 	t.Cleanup(func() { embedded.Stop(s) })
 	op := connectAs(t, s, keys, identity.Operator)
@@ -288,7 +288,7 @@ func TestTenantProducers(t *testing.T) {
 	require.Equal(t, []identity.Tenant{acme, globex}, again.Tenants())
 	require.Equal(t, keys.TenantPublic(acme), again.TenantPublic(acme))
 
-	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: keys.ServerUsers()})
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: embedded.Users(keys)})
 	require.NoError(t, err)
 	t.Cleanup(func() { embedded.Stop(s) })
 	op := connectAs(t, s, keys, identity.Operator)
@@ -471,7 +471,7 @@ func TestServerConfig(t *testing.T) {
 	require.NoError(t, keys.AddTenant(identity.Tenant{Org: "acme", Workspace: "ws1"}))
 	var o server.Options
 	require.NoError(t, o.ProcessConfigString(keys.ServerConfig()+"\njetstream {}\n"))
-	want := keys.ServerUsers()
+	want := embedded.Users(keys)
 	require.Len(t, o.Nkeys, len(want))
 	require.Len(t, want, len(identity.Roles())+1, "the roles and the tenant")
 	for i, u := range o.Nkeys {

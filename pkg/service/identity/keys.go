@@ -6,11 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
@@ -119,12 +116,22 @@ func (k *Keys) Public(r Role) string { return k.public[r] }
 // SeedFile is where the role's seed is.
 func (k *Keys) SeedFile(r Role) string { return SeedFile(k.Dir, r) }
 
-// ServerUsers are the nkey users a nats-server takes (server.Options.Nkeys),
-// each with its role's permissions, then the tenant producers.
-func (k *Keys) ServerUsers() []*server.NkeyUser {
-	var out []*server.NkeyUser
+// User is one nkey user of the server: a role's, or a tenant producer's.
+type User struct {
+	// Doc says whose it is, for a configuration file's comment.
+	Doc string
+	// PublicKey is the nkey the server lets in; Permissions are its
+	// subjects (package embedded turns them into the server's options).
+	PublicKey   string
+	Permissions Permissions
+}
+
+// Users are the roles' users, then the tenant producers', each with its
+// permissions: what a nats-server must let in (embedded.Users, ServerConfig).
+func (k *Keys) Users() []User {
+	var out []User
 	for _, u := range k.users() {
-		out = append(out, &server.NkeyUser{Nkey: u.public, Permissions: u.perms.server()})
+		out = append(out, User{Doc: u.doc, PublicKey: u.public, Permissions: u.perms})
 	}
 	return out
 }
@@ -149,17 +156,6 @@ func (k *Keys) users() []user {
 		out = append(out, user{doc: "tenant " + t.String() + ": " + t.Doc(), public: k.tenants[t], perms: p})
 	}
 	return out
-}
-
-func (p Permissions) server() *server.Permissions {
-	sp := &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: slices.Clone(p.Publish), Deny: slices.Clone(p.PublishDeny)},
-		Subscribe: &server.SubjectPermission{Allow: slices.Clone(p.Subscribe)},
-	}
-	if p.Responses {
-		sp.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
-	}
-	return sp
 }
 
 // ConnectOptions sign a connection in as the role with the seed in
