@@ -88,8 +88,8 @@ lint: ## gofmt check, go vet per module, golangci-lint per module when installed
 	@scripts/check-dockerfile-modules.sh
 
 .PHONY: docs
-docs: ## Regenerate the README's tables of environment variables and metrics from the code
-	TOOLWIRE_UPDATE_README=1 $(GO) test -count=1 -run TestREADMETablesAreCurrent ./stack/
+docs: ## Regenerate the docs' generated tables from the code: environment, metrics, roles (docs/operations.md)
+	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestDocTablesAreCurrent$$' ./stack/
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module, then go work sync
