@@ -88,8 +88,9 @@ lint: ## gofmt check, go vet per module, golangci-lint per module when installed
 	@scripts/check-dockerfile-modules.sh
 
 .PHONY: docs
-docs: ## Regenerate the docs' generated tables from the code: environment, metrics, roles (docs/operations.md)
+docs: ## Regenerate the docs' generated tables from the code: environment, metrics, roles (docs/operations.md), events (docs/architecture.md)
 	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestDocTablesAreCurrent$$' ./stack/
+	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestEventTableIsCurrent$$' ./pkg/events/
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module, then go work sync
