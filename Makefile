@@ -17,7 +17,7 @@ export GOFLAGS := -buildvcs=false
 GO            ?= go
 GOLANGCI_LINT ?= golangci-lint
 BIN_DIR       ?= bin
-# Extra arguments for `toolwire bench`, e.g. make bench BENCH_ARGS='--runs 50'.
+# Extra arguments for `toolwire bench`, e.g. make bench BENCH_ARGS='--samples 200'.
 BENCH_ARGS    ?=
 
 # The binaries: the CLI and one per service (services/<name>/cmd/<name>).
