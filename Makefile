@@ -17,7 +17,7 @@ export GOFLAGS := -buildvcs=false
 GO            ?= go
 GOLANGCI_LINT ?= golangci-lint
 BIN_DIR       ?= bin
-# Extra arguments for `toolwire bench`, e.g. make bench BENCH_ARGS='--runs 50'.
+# Extra arguments for `toolwire bench`, e.g. make bench BENCH_ARGS='--samples 200'.
 BENCH_ARGS    ?=
 
 # The binaries: the CLI and one per service (services/<name>/cmd/<name>).
@@ -88,8 +88,9 @@ lint: ## gofmt check, go vet per module, golangci-lint per module when installed
 	@scripts/check-dockerfile-modules.sh
 
 .PHONY: docs
-docs: ## Regenerate the README's tables of environment variables and metrics from the code
-	TOOLWIRE_UPDATE_README=1 $(GO) test -count=1 -run TestREADMETablesAreCurrent ./stack/
+docs: ## Regenerate the docs' generated tables from the code: environment, metrics, roles (docs/operations.md), events (docs/architecture.md)
+	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestDocTablesAreCurrent$$' ./stack/
+	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestEventTableIsCurrent$$' ./pkg/events/
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module, then go work sync

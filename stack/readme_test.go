@@ -23,10 +23,10 @@ import (
 	"github.com/toolwire/toolwire/services/sandbox"
 )
 
-// envUpdateREADME regenerates the README's generated tables instead of
-// checking them: TOOLWIRE_UPDATE_README=1 go test ./stack -run TestREADME
+// envUpdateDocs regenerates the docs' generated tables instead of checking
+// them: TOOLWIRE_UPDATE_DOCS=1 go test ./stack -run TestDocTablesAreCurrent
 // (make docs).
-const envUpdateREADME = "TOOLWIRE_UPDATE_README"
+const envUpdateDocs = "TOOLWIRE_UPDATE_DOCS"
 
 // documenter is a registry that also keeps the description of every metric
 // registered through service.Metrics.
@@ -100,30 +100,31 @@ func envTable() string {
 	return b.String()
 }
 
-// TestREADMETablesAreCurrent: the README's environment and metrics tables
-// are generated from the code (the services' EnvVars and the metrics they
-// register), so that they cannot drift from it.
-func TestREADMETablesAreCurrent(t *testing.T) {
-	path := filepath.Join("..", "README.md")
+// TestDocTablesAreCurrent: the environment, metrics and roles tables of
+// docs/operations.md are generated from the code (the services' EnvVars,
+// the metrics they register, the identity package's roles), so that they
+// cannot drift from it.
+func TestDocTablesAreCurrent(t *testing.T) {
+	path := filepath.Join("..", "docs", "operations.md")
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	readme := string(b)
+	doc := string(b)
 	for _, sec := range []struct{ name, body string }{
 		{"env", envTable()},
 		{"metrics", metricsTable(t)},
 		{"roles", identity.Markdown()},
 	} {
 		begin, end := "<!-- generated:"+sec.name+" -->\n", "<!-- end:"+sec.name+" -->"
-		i, j := strings.Index(readme, begin), strings.Index(readme, end)
-		require.True(t, i >= 0 && j > i, "README.md has no %q ... %q section", strings.TrimSpace(begin), end)
-		if os.Getenv(envUpdateREADME) == "1" {
-			readme = readme[:i+len(begin)] + sec.body + readme[j:]
+		i, j := strings.Index(doc, begin), strings.Index(doc, end)
+		require.True(t, i >= 0 && j > i, "docs/operations.md has no %q ... %q section", strings.TrimSpace(begin), end)
+		if os.Getenv(envUpdateDocs) == "1" {
+			doc = doc[:i+len(begin)] + sec.body + doc[j:]
 			continue
 		}
-		require.Equal(t, sec.body, readme[i+len(begin):j],
-			"README.md's %s table is out of date: run `make docs` (%s=1 go test ./stack -run TestREADME)", sec.name, envUpdateREADME)
+		require.Equal(t, sec.body, doc[i+len(begin):j],
+			"docs/operations.md's %s table is out of date: run `make docs` (%s=1 go test ./stack -run TestDocTablesAreCurrent)", sec.name, envUpdateDocs)
 	}
-	if os.Getenv(envUpdateREADME) == "1" {
-		require.NoError(t, os.WriteFile(path, []byte(readme), 0o644)) //nolint:gosec // the repository's README
+	if os.Getenv(envUpdateDocs) == "1" {
+		require.NoError(t, os.WriteFile(path, []byte(doc), 0o644)) //nolint:gosec // the repository's docs
 	}
 }

@@ -177,7 +177,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		}
 		st.URL = st.Server.ClientURL()
 	} else if o.Identities {
-		return st, errors.New("stack: Identities provisions the embedded server: leave NATSURL empty, or give the services their credentials on your own server (README: Who may publish what)")
+		return st, errors.New("stack: Identities provisions the embedded server: leave NATSURL empty, or give the services their credentials on your own server (docs/operations.md: Who may publish what)")
 	}
 	// as signs a connection in as role when the stack has identities.
 	as := func(role identity.Role) ([]nats.Option, error) {

@@ -21,6 +21,9 @@
 //	})
 //	err := worker.New(worker.Config{}, upper).Run(ctx) // NATS_URL from the environment
 //
+// or, as a program's whole main function, worker.New(worker.Config{},
+// upper).Main(), which runs until SIGINT or SIGTERM and exits 1 on an error.
+//
 // Run registers each definition in the tool registry, refusing a version
 // already registered with another definition (as `toolwire tools register`
 // does: a changed tool is a new version), and serves the calls the Policy

@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -139,6 +142,24 @@ func (w *Worker) Run(ctx context.Context) error {
 		func(_ context.Context, d service.Deps) (service.Component, http.Handler, error) {
 			return &component{w: w, d: d}, nil, nil
 		})
+}
+
+// Main runs the worker as a program's main function, as the service binaries
+// run (package service's Main): Run until SIGINT or SIGTERM, then drain the
+// calls in flight and return. When Run fails (a bad declaration, no NATS, a
+// registry conflict), Main prints the error on standard error and exits
+// with status 1.
+func (w *Worker) Main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := w.Run(ctx); err != nil {
+		msg := err.Error()
+		if !strings.HasPrefix(msg, Name+": ") {
+			msg = Name + ": " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
+		os.Exit(1)
+	}
 }
 
 // Start registers the tools and starts serving their calls on js, a

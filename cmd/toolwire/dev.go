@@ -119,7 +119,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	say("embedded NATS with JetStream at %s (store in %s)", st.URL, f.dataDir)
 	if st.Identities != nil {
 		say("NATS lets in only toolwire's roles, each with its nkey seed in %s: the CLI run from this folder finds the operator's; "+
-			"a worker needs %s=%s (README: Who may publish what; --nats-auth=false turns this off)",
+			"a worker needs %s=%s (docs/operations.md: Who may publish what; --nats-auth=false turns this off)",
 			st.Identities.Dir, service.EnvNATSSeedFile, st.Identities.SeedFile(identity.Executor))
 		for _, t := range st.Identities.Tenants() {
 			say("a producer limited to tenant %s may hand in run requests on its intake: %s=%s %s=%s",

@@ -21,7 +21,7 @@ func newIdentitiesCmd() *cobra.Command {
 sandbox, recorder, operator, producer) in --dir, each seed in <role>.nk (mode
 0600; existing seeds are kept), and prints the authorization block of a
 nats-server configuration that lets in exactly these users, each limited to
-its role's subjects (README: Who may publish what).
+its role's subjects (docs/operations.md: Who may publish what).
 
 Give each binary its role's seed: ` + service.EnvNATSSeedFile + `=/path/<role>.nk
 (a worker uses executor.nk; an upstream system producer.nk; the CLI of the

@@ -22,19 +22,20 @@ import (
 	"github.com/toolwire/toolwire/stack"
 )
 
-// readmeHTTPTool is the README's example of an http tool definition.
+// readmeHTTPTool is the docs' example of an http tool definition
+// (docs/tools.md, "Your HTTP endpoint as a tool").
 func readmeHTTPTool(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "tools.md"))
 	require.NoError(t, err)
 	_, rest, ok := strings.Cut(string(b), "```yaml\n# weather.yaml")
-	require.True(t, ok, "the README shows an http tool (```yaml # weather.yaml)")
+	require.True(t, ok, "docs/tools.md shows an http tool (```yaml # weather.yaml)")
 	block, _, ok := strings.Cut(rest, "```")
 	require.True(t, ok)
 	return "# weather.yaml" + block
 }
 
-// TestHTTPToolRun registers the README's http tool with `toolwire tools
+// TestHTTPToolRun registers the docs' http tool with `toolwire tools
 // register`, stores its secret with `toolwire secrets set`, checks an agent
 // with `toolwire validate`, and runs a scripted agent through the whole
 // pipeline that calls it against a loopback endpoint the executor is told to

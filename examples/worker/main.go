@@ -11,8 +11,8 @@
 // Every call of upper@1.0.0, from a run or from `toolwire call`, is routed to
 // the queue "text" and runs here, through the same pipeline as the built-in
 // tools (validation, cache, timeouts, truncation, spans, metrics). Start it
-// twice and the two share the calls. Stop it with Ctrl-C: it finishes the
-// calls in flight first.
+// twice and the two share the calls. Stop it with Ctrl-C or SIGTERM: it
+// finishes the calls in flight first.
 //
 // It is the program of the README's "Your own tool in 20 lines", with
 // comments (worker/readme_test.go checks that the two stay the same).
@@ -20,11 +20,7 @@ package main
 
 import (
 	"context"
-	"log"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/toolwire/toolwire/worker"
 )
@@ -35,13 +31,14 @@ type In struct {
 	Text string `json:"text" jsonschema:"the text to upper-case"`
 }
 
-// Out is upper's output.
+// Out is upper's output; its JSON Schema is derived from it too, and the
+// pipeline checks every output against it.
 type Out struct {
 	Text string `json:"text"`
 }
 
 // upper declares the tool: what the model sees, and what the Policy Guard
-// and the pipeline enforce.
+// and the pipeline enforce (SideEffects has no default: it must be said).
 var upper = worker.Func(worker.Def{
 	Name: "upper", Version: "1.0.0", Description: "Upper-cases a text.",
 	SideEffects: worker.SideEffectsNone, Queue: "text",
@@ -49,11 +46,6 @@ var upper = worker.Func(worker.Def{
 	return Out{Text: strings.ToUpper(in.Text)}, nil
 })
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// Run registers upper@1.0.0 and serves its calls until ctx ends.
-	if err := worker.New(worker.Config{}, upper).Run(ctx); err != nil {
-		log.Fatal(err)
-	}
-}
+// main registers upper@1.0.0 and serves its calls until SIGINT or SIGTERM,
+// then drains the calls in flight; a bad declaration or no NATS exits 1.
+func main() { worker.New(worker.Config{}, upper).Main() }

@@ -25,7 +25,8 @@ import (
 //  4. a constructor New<Event> that builds its id, subject and attributes;
 //  5. the recorder's decoder for it (services/recorder/store: RecordOf's
 //     map; a test fails until every row has one);
-//  6. the README's event table.
+//  6. the event table of docs/architecture.md, which `make docs`
+//     regenerates from this table (TestEventTableIsCurrent).
 type EventType struct {
 	// Type is the CloudEvents type.
 	Type string

@@ -12,7 +12,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 )
 
-// Metric naming, one scheme for every service (the README's metrics table):
+// Metric naming, one scheme for every service (docs/operations.md, Metrics):
 //
 //   - toolwire_<service>_<what>[_<unit>], lower snake case;
 //   - counters end in _total; durations are histograms in _seconds;
@@ -81,8 +81,8 @@ type MetricDoc struct {
 }
 
 // Documenter hears of every metric registered through a Metrics whose
-// registerer is one (the README's metrics table is made this way, from the
-// services themselves).
+// registerer is one (the metrics table of docs/operations.md is made this
+// way, from the services themselves).
 type Documenter interface{ Document(MetricDoc) }
 
 // doc names a metric after the scheme and tells a Documenter registerer.

@@ -66,7 +66,7 @@ const (
 func CommonEnvVars() []Var {
 	return []Var{
 		{EnvNATSURL, "NATS server URL(s), comma-separated", "nats://nats:4222"},
-		{EnvNATSSeedFile, "file with the service's NATS nkey seed (a user seed, SU..., mode 0600): it connects as that user, whose permissions the server checks (README: Who may publish what)", "/run/secrets/toolwire-nats.nk"},
+		{EnvNATSSeedFile, "file with the service's NATS nkey seed (a user seed, SU..., mode 0600): it connects as that user, whose permissions the server checks (docs/operations.md: Who may publish what)", "/run/secrets/toolwire-nats.nk"},
 		{EnvNATSCreds, "a NATS .creds file (user JWT and seed, for an operator/account setup) to connect with, instead of a seed file", "/run/secrets/toolwire.creds"},
 		{EnvNATSInbox, "prefix of the service's NATS reply subjects; default with credentials `_INBOX_<role>` (what the role may subscribe to; `_INBOX_executor` for a worker), else `_INBOX`", "_INBOX_executor"},
 		{EnvHTTPAddr, "host:port of the service's HTTP server (probes, /metrics, the recorder's API)", "127.0.0.1:9999"},

@@ -3,7 +3,7 @@
 // publish to and subscribe on, and the nkey users a nats-server checks them
 // with. The table is the one place these permissions are written; the
 // embedded server of `toolwire dev`, the production config that `toolwire
-// identities` prints and the README's table all read it.
+// identities` prints and the roles table of docs/operations.md all read it.
 //
 // An event's subject says who may publish it: the server refuses a forged
 // call `completed` from anything but the services that complete calls, an
@@ -45,7 +45,7 @@ const SandboxDurable = "sandbox"
 // ErrUnknownRole is wrapped when a name is not a role.
 var ErrUnknownRole = errors.New("unknown NATS role")
 
-// Roles lists every role, in the order of the README's table.
+// Roles lists every role, in the order of the docs' roles table.
 func Roles() []Role {
 	return []Role{Orchestrator, Policy, Executor, Sandbox, Recorder, Operator, Producer}
 }
@@ -93,7 +93,7 @@ type Permissions struct {
 	Responses bool
 }
 
-// Doc says what the role is, for the README and the server config.
+// Doc says what the role is, for the docs and the server config.
 func (r Role) Doc() string {
 	switch r {
 	case Orchestrator:

@@ -9,9 +9,9 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 )
 
-// Markdown is the README's table of the roles: the events each may publish,
-// the buckets it may write, the streams it consumes and what else it may
-// read, summarized from Permissions.
+// Markdown is the table of the roles in docs/operations.md: the events each
+// may publish, the buckets it may write, the streams it consumes and what
+// else it may read, summarized from Permissions.
 func Markdown() string {
 	var b strings.Builder
 	b.WriteString("| role | what it is | may publish (events) | may write (KV, objects) | consumes (durable) | may read |\n|---|---|---|---|---|---|\n")
