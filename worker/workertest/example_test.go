@@ -81,8 +81,8 @@ func (t *exampleTB) Helper()                   {}
 func (t *exampleTB) Name() string              { return t.name }
 func (t *exampleTB) Cleanup(f func())          { t.cleanups = append(t.cleanups, f) }
 func (t *exampleTB) Logf(string, ...any)       {}
-func (t *exampleTB) Errorf(f string, a ...any) { fmt.Printf("error: "+f+"\n", a...) } // in the output: fails the example
-func (t *exampleTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }        // fails the example, after the deferred cleanup
+func (t *exampleTB) Errorf(f string, a ...any) { fmt.Println("error:", fmt.Sprintf(f, a...)) } // in the output: fails the example
+func (t *exampleTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }                 // fails the example, after the deferred cleanup
 
 func (t *exampleTB) TempDir() string {
 	dir, err := os.MkdirTemp("", "workertest-example-")
