@@ -290,7 +290,7 @@ func TestSchemasRejectBrokenPayloads(t *testing.T) {
 		{"outputs: cached is a string", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + cachedID + "/cached", "yes"}}, "at /tools_by_id/" + cachedID + "/cached:", "want boolean"},
 		{"outputs: truncated without blob", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + truncID + "/attachments/0/kind", "image"}}, "at /tools_by_id/" + truncID + "/attachments/0/kind:", "blob"},
 		{"outputs: truncated without attachments", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + truncID + "/attachments", deleted{}}}, "at /tools_by_id/" + truncID + ":", "attachments"},
-		{"outputs: last_tool failed", envelope.SchemaAgentOutputs, outputs, []edit{{"/last_tool", mustDecode(t, failedRaw)}}, "at /last_tool/error:", "false schema"},
+		{"outputs: last_tool failed", envelope.SchemaAgentOutputs, outputs, []edit{{"/last_tool", mustDecode(t, failedRaw)}}, "at /last_tool/error:", "'not' failed"},
 		{"outputs: extra property", envelope.SchemaAgentOutputs, outputs, []edit{{"/status", "ok"}}, "at /:", "status"},
 		{"outputs: response is a number", envelope.SchemaAgentOutputs, outputs, []edit{{"/response", 42}}, "at /response:", "want string"},
 
@@ -361,7 +361,7 @@ func TestSchemasRejectBrokenPayloads(t *testing.T) {
 		{"pin: name starts with a digit", envelope.SchemaPinnedHandle, pin, []edit{{"/name", "1st"}}, "at /name:", "pattern"},
 		{"pin: missing selector.tool", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/tool", deleted{}}}, "at /selector:", "tool"},
 		{"pin: unknown strategy", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/strategy", "oldest"}}, "at /selector/strategy:", "first_success"},
-		{"pin: call_id with latest", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/call_id", okID}}, "at /selector/call_id:", "false schema"},
+		{"pin: call_id with latest", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/call_id", okID}}, "at /selector/call_id:", "'not' failed"},
 		{"pin: by_call_id with bad call_id", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/strategy", "by_call_id"}, {"/selector/call_id", "xyz"}}, "at /selector/call_id:", "pattern"},
 		{"pin: extra property", envelope.SchemaPinnedHandle, pin, []edit{{"/label", "Weather"}}, "at /:", "label"},
 
