@@ -4,11 +4,24 @@
 //
 // Writes OUT_DIR/<name>.ts for each <name>.schema.json. Each file is compiled
 // with json-schema-to-typescript from its place on disk: a $ref is resolved
-// against the file's folder, and the ref parser's http resolver is off, so a
-// $ref that would need the network fails instead of downloading.
+// against the file's folder, and the ref parser's http resolver is off (and
+// fetch and http(s) requests throw), so a $ref that would need the network fails
+// instead of downloading.
 import { mkdirSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import https from "node:https";
 import path from "node:path";
 import { compileFromFile } from "json-schema-to-typescript";
+
+// No network, whatever a resolver tries: a schema must load from disk alone.
+const offline = (what) => () => {
+  throw new Error(`gen.mjs: ${what} is disabled: every $ref must resolve from disk`);
+};
+globalThis.fetch = offline("fetch");
+for (const mod of [http, https]) {
+  mod.request = offline("http(s).request");
+  mod.get = offline("http(s).get");
+}
 
 const [outDir, ...files] = process.argv.slice(2);
 if (!outDir || files.length === 0) {
