@@ -202,9 +202,24 @@ func checkRef(from, ref string, docs map[string]any) string {
 	if !strings.HasPrefix(u.Fragment, "/") {
 		return ": the fragment is not a JSON Pointer"
 	}
+	if _, ok := lookupPointer(doc, u.Fragment); !ok {
+		return fmt.Sprintf(": no node %s in %s", u.Fragment, target)
+	}
+	return ""
+}
+
+// lookupPointer finds the node at a JSON Pointer ("" or "/a/b") in a document.
+func lookupPointer(doc any, ptr string) (any, bool) {
+	if ptr == "" {
+		return doc, true
+	}
+	if !strings.HasPrefix(ptr, "/") {
+		return nil, false
+	}
 	node := doc
-	for _, tok := range strings.Split(u.Fragment, "/")[1:] {
+	for _, tok := range strings.Split(ptr, "/")[1:] {
 		tok = strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
+		var ok bool
 		switch n := node.(type) {
 		case map[string]any:
 			node, ok = n[tok]
@@ -214,14 +229,12 @@ func checkRef(from, ref string, docs map[string]any) string {
 			if ok {
 				node = n[i]
 			}
-		default:
-			ok = false
 		}
 		if !ok {
-			return fmt.Sprintf(": no node %s in %s", u.Fragment, target)
+			return nil, false
 		}
 	}
-	return ""
+	return node, true
 }
 
 func pointer(tokens []string) string {
