@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"sort"
 	"strings"
 
@@ -30,12 +31,33 @@ const (
 	SchemaReplayBundle   = "replay_bundle"
 )
 
-// SchemaBaseURL is the $id prefix of every contract schema; a schema named n has
-// the id SchemaBaseURL + n + ".schema.json".
+// SchemaBaseURL is the prefix of every schema's URL; a schema named n has the URL
+// SchemaBaseURL + n + ".schema.json", and its file is n + ".schema.json".
 const SchemaBaseURL = "https://toolwire.dev/schemas/"
 
-// SchemaURL is the $id (and CloudEvents dataschema) of the named schema.
+// SchemaURL is the URL that names the schema: the CloudEvents dataschema of an
+// event whose data it describes, and the URL it is compiled at here.
+//
+// The files carry no $id: a schema's base is where it lies, and its $refs are
+// relative to that (a sibling by file name, a contract from pkg/events/schemas/
+// as ../../envelope/schemas/<name>.schema.json), so that a code generator reading
+// the files from disk resolves every $ref without a network.
 func SchemaURL(name string) string { return SchemaBaseURL + name + ".schema.json" }
+
+// eventsToContracts is the path by which the event data schemas of pkg/events,
+// in pkg/events/schemas/ on disk, reach a contract in pkg/envelope/schemas/.
+const eventsToContracts = "../../envelope/schemas/"
+
+// contractAliasURL is where a $ref of eventsToContracts + n + ".schema.json" from
+// an extra schema compiled at SchemaURL lands; each contract is registered there
+// too, so that such a $ref resolves to it.
+func contractAliasURL(name string) string {
+	u, err := url.Parse(SchemaURL("x"))
+	if err != nil {
+		panic(err) // SchemaBaseURL is a valid URL
+	}
+	return u.ResolveReference(&url.URL{Path: eventsToContracts + name + ".schema.json"}).String()
+}
 
 // SchemaFS returns the contract schema files, for serving or copying.
 func SchemaFS() fs.FS {
@@ -69,7 +91,10 @@ type Schemas struct {
 }
 
 // NewSchemas compiles the contract schemas plus any extra files, given as name
-// to schema document (for example the event data schemas of pkg/events).
+// to schema document (for example the event data schemas of pkg/events). An
+// extra schema named n is compiled at SchemaURL(n), and reaches a contract by a
+// $ref to its file name (a sibling), to ../../envelope/schemas/ and its file name
+// (the path from pkg/events/schemas/), or to its SchemaURL.
 //
 // Formats (date-time, uri-reference, ...) are asserted, not just annotations as
 // draft 2020-12 makes them by default: a t_start that is not an RFC 3339
@@ -79,6 +104,7 @@ func NewSchemas(extra map[string][]byte) (*Schemas, error) {
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
 	docs := map[string][]byte{}
+	contracts := map[string]bool{}
 	entries, err := fs.ReadDir(schemaFiles, "schemas")
 	if err != nil {
 		return nil, fmt.Errorf("read embedded schemas: %w", err)
@@ -88,10 +114,13 @@ func NewSchemas(extra map[string][]byte) (*Schemas, error) {
 		if err != nil {
 			return nil, err
 		}
-		docs[strings.TrimSuffix(e.Name(), ".schema.json")] = b
+		n := strings.TrimSuffix(e.Name(), ".schema.json")
+		docs[n] = b
+		contracts[n] = true
 	}
 	for n, b := range extra {
 		docs[n] = b
+		delete(contracts, n)
 	}
 	names := make([]string, 0, len(docs))
 	for n, b := range docs {
@@ -101,6 +130,13 @@ func NewSchemas(extra map[string][]byte) (*Schemas, error) {
 		}
 		if err := c.AddResource(SchemaURL(n), doc); err != nil {
 			return nil, fmt.Errorf("schema %s: %w", n, err)
+		}
+		if contracts[n] {
+			// Another resource of the same document: the contracts have no $id,
+			// so the two do not clash.
+			if err := c.AddResource(contractAliasURL(n), doc); err != nil {
+				return nil, fmt.Errorf("schema %s: %w", n, err)
+			}
 		}
 		names = append(names, n)
 	}

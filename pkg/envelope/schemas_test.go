@@ -67,8 +67,11 @@ func TestSchemaFilesAreComplete(t *testing.T) {
 		t.Run(n, func(t *testing.T) {
 			doc := readSchema(t, n)
 			require.Equal(t, "https://json-schema.org/draft/2020-12/schema", doc["$schema"])
-			require.Equal(t, envelope.SchemaURL(n), doc["$id"])
-			require.Equal(t, "https://toolwire.dev/schemas/"+n+".schema.json", doc["$id"])
+			// The URL names the schema (it is the dataschema of the events its
+			// data fills); the file has no $id, so that its relative $refs resolve
+			// against where it lies, on disk as well as at that URL.
+			require.Equal(t, "https://toolwire.dev/schemas/"+n+".schema.json", envelope.SchemaURL(n))
+			require.NotContains(t, doc, "$id")
 			require.NotEmpty(t, doc["title"])
 			require.NotEmpty(t, doc["description"])
 			require.Equal(t, "object", doc["type"])
@@ -290,7 +293,7 @@ func TestSchemasRejectBrokenPayloads(t *testing.T) {
 		{"outputs: cached is a string", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + cachedID + "/cached", "yes"}}, "at /tools_by_id/" + cachedID + "/cached:", "want boolean"},
 		{"outputs: truncated without blob", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + truncID + "/attachments/0/kind", "image"}}, "at /tools_by_id/" + truncID + "/attachments/0/kind:", "blob"},
 		{"outputs: truncated without attachments", envelope.SchemaAgentOutputs, outputs, []edit{{"/tools_by_id/" + truncID + "/attachments", deleted{}}}, "at /tools_by_id/" + truncID + ":", "attachments"},
-		{"outputs: last_tool failed", envelope.SchemaAgentOutputs, outputs, []edit{{"/last_tool", mustDecode(t, failedRaw)}}, "at /last_tool/error:", "false schema"},
+		{"outputs: last_tool failed", envelope.SchemaAgentOutputs, outputs, []edit{{"/last_tool", mustDecode(t, failedRaw)}}, "at /last_tool/error:", "'not' failed"},
 		{"outputs: extra property", envelope.SchemaAgentOutputs, outputs, []edit{{"/status", "ok"}}, "at /:", "status"},
 		{"outputs: response is a number", envelope.SchemaAgentOutputs, outputs, []edit{{"/response", 42}}, "at /response:", "want string"},
 
@@ -361,7 +364,7 @@ func TestSchemasRejectBrokenPayloads(t *testing.T) {
 		{"pin: name starts with a digit", envelope.SchemaPinnedHandle, pin, []edit{{"/name", "1st"}}, "at /name:", "pattern"},
 		{"pin: missing selector.tool", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/tool", deleted{}}}, "at /selector:", "tool"},
 		{"pin: unknown strategy", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/strategy", "oldest"}}, "at /selector/strategy:", "first_success"},
-		{"pin: call_id with latest", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/call_id", okID}}, "at /selector/call_id:", "false schema"},
+		{"pin: call_id with latest", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/call_id", okID}}, "at /selector/call_id:", "'not' failed"},
 		{"pin: by_call_id with bad call_id", envelope.SchemaPinnedHandle, pin, []edit{{"/selector/strategy", "by_call_id"}, {"/selector/call_id", "xyz"}}, "at /selector/call_id:", "pattern"},
 		{"pin: extra property", envelope.SchemaPinnedHandle, pin, []edit{{"/label", "Weather"}}, "at /:", "label"},
 
@@ -450,6 +453,28 @@ func TestNewSchemasExtra(t *testing.T) {
 	var se *envelope.SchemaError
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, "call_completed", se.Schema)
+
+	// An extra schema reaches a contract the way the files do: as a sibling, or
+	// by its path from pkg/events/schemas/.
+	s, err = envelope.NewSchemas(map[string][]byte{
+		"sibling":   []byte(`{"$ref": "tool_envelope.schema.json"}`),
+		"from_pkg":  []byte(`{"$ref": "../../envelope/schemas/tool_envelope.schema.json"}`),
+		"call_id":   []byte(`{"$ref": "../../envelope/schemas/tool_envelope.schema.json#/$defs/call_id"}`),
+		"not_there": []byte(`{"$ref": "../../events/schemas/tool_envelope.schema.json"}`),
+	})
+	require.ErrorContains(t, err, "not_there")
+	s, err = envelope.NewSchemas(map[string][]byte{
+		"sibling":  []byte(`{"$ref": "tool_envelope.schema.json"}`),
+		"from_pkg": []byte(`{"$ref": "../../envelope/schemas/tool_envelope.schema.json"}`),
+		"call_id":  []byte(`{"$ref": "../../envelope/schemas/tool_envelope.schema.json#/$defs/call_id"}`),
+	})
+	require.NoError(t, err)
+	for _, n := range []string{"sibling", "from_pkg"} {
+		require.NoError(t, s.ValidateValue(n, envs[0]), n)
+		require.ErrorAs(t, s.Validate(n, patch(t, marshal(t, envs[0]), edit{"/call_id", "nope"})), &se, n)
+	}
+	require.NoError(t, s.ValidateValue("call_id", envs[0].CallID))
+	require.ErrorAs(t, s.ValidateValue("call_id", "nope"), &se)
 
 	_, err = envelope.NewSchemas(map[string][]byte{"broken": []byte(`{`)})
 	require.ErrorContains(t, err, "schema broken")

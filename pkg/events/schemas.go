@@ -12,8 +12,11 @@ import (
 //go:embed schemas/*.schema.json
 var schemaFiles embed.FS
 
-// Names of the event data schemas shipped in schemas/ (their $id is
-// envelope.SchemaURL(name)).
+// Names of the event data schemas shipped in schemas/ (the dataschema of an
+// event they describe is envelope.SchemaURL(name)). The files have no $id: a
+// $ref names another event schema by its file name and a contract by its path
+// on disk, ../../envelope/schemas/<name>.schema.json, so that the files resolve
+// offline where they lie.
 const (
 	SchemaRunStatus   = "event_run_status"
 	SchemaTurn        = "event_turn"
