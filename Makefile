@@ -89,7 +89,7 @@ lint: ## gofmt check, go vet per module, golangci-lint per module when installed
 
 .PHONY: docs
 docs: ## Regenerate the docs' generated tables from the code: environment, metrics, roles (docs/operations.md), events (docs/architecture.md)
-	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestDocTablesAreCurrent$$' ./stack/
+	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestDocTablesAreCurrent$$' ./docs/
 	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestEventTableIsCurrent$$' ./pkg/events/
 
 .PHONY: tidy

@@ -1,4 +1,4 @@
-package stack_test
+package docs_test
 
 import (
 	"io/fs"
@@ -82,7 +82,7 @@ var goPath = regexp.MustCompile(`[A-Za-z0-9_./-]+`)
 
 // TestDocsCiteExistingGoFiles: every Go file the README, the root's other
 // Markdown files (but the changelog, which may name files that are gone) and
-// docs/ name exists: a path (stack/orchestrator_test.go) at that path from the
+// docs/ name exists: a path (e2e/stack/orchestrator_test.go) at that path from the
 // repository's root, or from the page when it starts with ./ or ../; a bare
 // name (table.go) somewhere in the repository. Module paths
 // (github.com/nats-io/nats.go) are not files.

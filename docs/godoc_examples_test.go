@@ -1,4 +1,4 @@
-package stack_test
+package docs_test
 
 import (
 	"go/doc"

@@ -1,4 +1,4 @@
-package stack_test
+package docs_test
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 )
 
 // envUpdateDocs regenerates the docs' generated tables instead of checking
-// them: TOOLWIRE_UPDATE_DOCS=1 go test ./stack -run TestDocTablesAreCurrent
+// them: TOOLWIRE_UPDATE_DOCS=1 go test ./docs -run TestDocTablesAreCurrent
 // (make docs).
 const envUpdateDocs = "TOOLWIRE_UPDATE_DOCS"
 
@@ -122,7 +122,7 @@ func TestDocTablesAreCurrent(t *testing.T) {
 			continue
 		}
 		require.Equal(t, sec.body, doc[i+len(begin):j],
-			"docs/operations.md's %s table is out of date: run `make docs` (%s=1 go test ./stack -run TestDocTablesAreCurrent)", sec.name, envUpdateDocs)
+			"docs/operations.md's %s table is out of date: run `make docs` (%s=1 go test ./docs -run TestDocTablesAreCurrent)", sec.name, envUpdateDocs)
 	}
 	if os.Getenv(envUpdateDocs) == "1" {
 		require.NoError(t, os.WriteFile(path, []byte(doc), 0o644)) //nolint:gosec // the repository's docs
