@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 )
 
 const (
@@ -62,8 +61,6 @@ func TestSubjectFilters(t *testing.T) {
 	got, err = events.CallEvents(runID)
 	require.NoError(t, err)
 	require.Equal(t, "toolwire.call."+runID+".>", got)
-
-	require.Equal(t, "toolwire.dlq.TOOLWIRE_CALLS.executor", consume.DLQSubject(events.StreamCalls, "executor"))
 
 	_, err = events.RunEvents("a.b")
 	require.ErrorIs(t, err, events.ErrUnsafeID)

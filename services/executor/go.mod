@@ -2,7 +2,6 @@ module github.com/toolwire/toolwire/services/executor
 
 go 1.26.8
 
-
 require (
 	code.dny.dev/ssrf v0.3.0
 	github.com/JohannesKaufmann/html-to-markdown/v2 v2.5.2
@@ -70,6 +69,8 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
+	github.com/toolwire/toolwire/pkg/embedded v0.1.0
+	github.com/toolwire/toolwire/pkg/jetstream v0.1.0
 	github.com/toolwire/toolwire/pkg/service v0.1.0
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect

@@ -2,7 +2,6 @@ module github.com/toolwire/toolwire/services/orchestrator
 
 go 1.26.8
 
-
 require (
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
 	github.com/cloudevents/sdk-go/v2 v2.16.2
@@ -58,6 +57,8 @@ require (
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
+	github.com/toolwire/toolwire/pkg/embedded v0.1.0
+	github.com/toolwire/toolwire/pkg/jetstream v0.1.0
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/bridges/prometheus v0.72.0 // indirect
 	go.opentelemetry.io/contrib/exporters/autoexport v0.72.0 // indirect

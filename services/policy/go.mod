@@ -2,7 +2,6 @@ module github.com/toolwire/toolwire/services/policy
 
 go 1.26.8
 
-
 require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/nats-io/nats.go v1.55.0
@@ -61,6 +60,8 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
+	github.com/toolwire/toolwire/pkg/embedded v0.1.0
+	github.com/toolwire/toolwire/pkg/jetstream v0.1.0
 	github.com/toolwire/toolwire/pkg/rules v0.1.0
 	github.com/toolwire/toolwire/pkg/service v0.1.0
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect

@@ -77,6 +77,8 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
+	github.com/toolwire/toolwire/pkg/embedded v0.1.0
+	github.com/toolwire/toolwire/pkg/jetstream v0.1.0
 	github.com/toolwire/toolwire/pkg/service v0.1.0
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0
@@ -104,4 +106,3 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-

@@ -827,3 +827,7 @@ func TestHoldOnABatchDeliveryIsNil(t *testing.T) {
 	}
 	requireAllAcked(t, env, 1)
 }
+
+func TestDLQSubject(t *testing.T) {
+	require.Equal(t, "toolwire.dlq.TOOLWIRE_CALLS.executor", consume.DLQSubject(events.StreamCalls, "executor"))
+}
