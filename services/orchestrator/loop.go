@@ -176,7 +176,7 @@ func (s *Service) onRunRequested(ctx context.Context, d *events.Delivery) (err e
 	}
 	st.Phase = PhaseCalling
 	s.convs.get(req.RunID).start(&req)
-	return s.takeTurn(ctx, st, warnings, false, triggerRequest, nil)
+	return s.startRun(ctx, st, warnings)
 }
 
 // Triggers: the events whose handlers drive a model call (RunState.Trigger).
@@ -252,7 +252,7 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 		case st.Trigger != trigger:
 			return nil
 		case st.Phase == PhaseCalling:
-			return s.takeTurn(ctx, st, nil, true, trigger, nil)
+			return s.continueRun(ctx, st, trigger)
 		case st.Phase == PhaseAwaitingTools && st.allDone():
 			next, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
 				if cur.Iteration != st.Iteration || cur.Trigger != trigger || cur.Phase != PhaseAwaitingTools || !cur.allDone() {
@@ -274,35 +274,89 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 	}
 }
 
-// takeTurn makes model call st.Iteration: it reads the turn from the stream
-// when a crashed delivery published it already, else calls the model with
-// the conversation so far and publishes the turn; then it records the turn
-// and publishes what follows. exists says whether the run has a state (in
-// KV, or kept here: stateStore.stash); the first turn of a new run is kept
-// with its new state. unwritten, when not nil, is the change of the
-// trigger's event that the state in KV does not have yet (a turn's last
-// envelope drives the next model call before it is written: see
-// earlyTurn); it is written with the run's end, or before a turn of calls is
-// published.
-func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string, exists bool, trigger string,
-	unwritten func(*RunState) bool) error {
+// Where the state a model call starts from comes from. It says how that
+// state is written once the turn is in the stream, or the run has failed.
+type stateSource int
+
+const (
+	// fromRequest: a new run's state, just made from its request by the
+	// handler of the request's first delivery, and in no store. The first
+	// turn is recorded on it, which is then kept here unwritten
+	// (stateStore.stash), or created in KV when this replica knows a state
+	// of the run already (createOrGet); a failure creates it failed.
+	fromRequest stateSource = iota
+	// fromStore: the run's state as the store holds it (in KV, or this
+	// replica's stash). The turn, or the failure, is applied to it through
+	// stateStore.update, by compare-and-set.
+	fromStore
+	// fromSnapshot: this replica's last snapshot of the run with the
+	// trigger's envelope applied in memory only (earlyTurn); the store does
+	// not have that change (turnStart.unwritten) yet. It is written in the
+	// same compare-and-set as a turn that ends the run, or on its own
+	// (catchUp) before a turn of calls is published or a failure written,
+	// after which the state is fromStore.
+	fromSnapshot
+)
+
+// turnStart is what a model call starts from: the run's state, the trigger
+// whose handler makes the call, and where the state comes from.
+type turnStart struct {
+	st      *RunState
+	trigger string
+	from    stateSource
+	// warnings are the request's, for the started event and turn 1
+	// (fromRequest).
+	warnings []string
+	// unwritten is the change of the trigger's event that the stored state
+	// does not have yet (fromSnapshot), nil otherwise.
+	unwritten func(*RunState) bool
+}
+
+// startRun makes the first model call of a new run, whose state st
+// (iteration 1, calling) is in no store yet: onRunRequested, on the
+// request's first delivery.
+func (s *Service) startRun(ctx context.Context, st *RunState, warnings []string) error {
+	return s.takeTurn(ctx, turnStart{st: st, trigger: triggerRequest, from: fromRequest, warnings: warnings})
+}
+
+// continueRun makes model call st.Iteration of a run whose state st is
+// stored and calling, for the handler of trigger (goOn).
+func (s *Service) continueRun(ctx context.Context, st *RunState, trigger string) error {
+	return s.takeTurn(ctx, turnStart{st: st, trigger: trigger, from: fromStore})
+}
+
+// continueEarly makes model call st.Iteration for the last envelope of a
+// turn before the store records it (handleCallCompleted, when earlyTurn
+// allows it): st is the snapshot with the envelope applied, unwritten the
+// change that applies it to the stored state.
+func (s *Service) continueEarly(ctx context.Context, st *RunState, trigger string, unwritten func(*RunState) bool) error {
+	return s.takeTurn(ctx, turnStart{st: st, trigger: trigger, from: fromSnapshot, unwritten: unwritten})
+}
+
+// takeTurn makes model call ts.st.Iteration (the entry points above set ts
+// up): it reads the turn from the stream when a crashed delivery published
+// it already, else calls the model with the conversation so far and
+// publishes the turn; then it records the turn in the run's state, written
+// as ts.from says, and publishes what follows.
+func (s *Service) takeTurn(ctx context.Context, ts turnStart) error {
+	st, trigger, warnings := ts.st, ts.trigger, ts.warnings
 	n := st.Iteration
 	// Before the run fails here, or goes on to a turn of calls, its state
 	// catches up with the trigger: the envelopes of that turn's calls must
 	// find it calling the model (withCall), and a failure is written on it.
 	// Only a turn that ends the run is written with the trigger.
 	catchUp := func() (*RunState, error) {
-		if unwritten == nil {
+		if ts.from != fromSnapshot {
 			return st, nil
 		}
-		cur, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) { return unwritten(cur), nil })
-		unwritten = nil
+		cur, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) { return ts.unwritten(cur), nil })
+		ts.from, ts.unwritten = fromStore, nil
 		return cur, err
 	}
 	var t *events.Turn
 	err := fmt.Errorf("run %s: turn %d: %w", st.RunID, n, errNotRecorded)
 	// A new run's caller has just looked; a first delivery need not.
-	if exists && !firstDelivery(ctx) {
+	if ts.from != fromRequest && !firstDelivery(ctx) {
 		t, _, err = s.history.turn(ctx, st.RunID, n)
 	}
 	ended := false
@@ -316,7 +370,7 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 		if _, err := catchUp(); err != nil {
 			return err
 		}
-		return s.failRun(ctx, st, exists, envelope.CodeTimeout, deadlineReason(st, nil))
+		return s.failRun(ctx, st, ts.from, envelope.CodeTimeout, deadlineReason(st, nil))
 	default:
 		if err := s.fault(ctx, FaultBeforeModel, st.RunID, n); err != nil {
 			return err
@@ -356,11 +410,11 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 				return err
 			}
 			if st.pastDeadline(time.Now()) {
-				return s.failRun(ctx, st, exists, envelope.CodeTimeout, deadlineReason(st, nil))
+				return s.failRun(ctx, st, ts.from, envelope.CodeTimeout, deadlineReason(st, nil))
 			}
 			// A model failure ends the run with a clear reason; the
 			// adapter's retries already happened.
-			return s.failRun(ctx, st, exists, envelope.CodeProviderError, "model call failed: "+err.Error())
+			return s.failRun(ctx, st, ts.from, envelope.CodeProviderError, "model call failed: "+err.Error())
 		}
 		if n == 1 {
 			t.Warnings = warnings
@@ -368,7 +422,7 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 		if err := s.fault(ctx, FaultAfterModel, st.RunID, n); err != nil {
 			return err
 		}
-		if len(t.Calls) > 0 && unwritten != nil {
+		if len(t.Calls) > 0 && ts.from == fromSnapshot {
 			cur, err := catchUp()
 			if err != nil {
 				return err
@@ -400,9 +454,9 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 	}
 	// The turn is recorded: the run's state follows it.
 	var recorded *RunState
-	if exists {
+	if ts.from != fromRequest {
 		recorded, _, err = s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
-			caught := unwritten != nil && unwritten(cur)
+			caught := ts.from == fromSnapshot && ts.unwritten(cur)
 			return cur.recordTurn(t) || caught, nil
 		})
 	} else {
@@ -514,9 +568,11 @@ func (s *Service) publishStarted(ctx context.Context, st *RunState, warnings []s
 	}
 }
 
-// failRun ends a run that cannot go on (its model failed).
-func (s *Service) failRun(ctx context.Context, st *RunState, exists bool, code envelope.ErrorCode, reason string) error {
-	if !exists {
+// failRun ends a run that cannot go on (its model failed, or its deadline
+// passed): a new run's state (fromRequest) is created failed, a stored one
+// failed by compare-and-set.
+func (s *Service) failRun(ctx context.Context, st *RunState, from stateSource, code envelope.ErrorCode, reason string) error {
+	if from == fromRequest {
 		st.fail(code, reason)
 		if err := s.createOrGet(ctx, st); err != nil {
 			return err
@@ -760,7 +816,7 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 	}
 	if unwritten != nil {
 		resumed = false
-		if err := s.takeTurn(ctx, st, nil, true, trigger, unwritten); err != nil || !resumed {
+		if err := s.continueEarly(ctx, st, trigger, unwritten); err != nil || !resumed {
 			return err
 		}
 		// The state had the call waiting for an approval after all (written
@@ -785,7 +841,8 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *events.Delivery) e
 // write, instead of one write before the model call and one after the end;
 // a turn of calls is preceded by the envelope's write as usual, so that the
 // envelopes of its calls find the run calling the model. It returns the
-// state as complete makes it and the change to write (unwritten); nil when
+// state as complete makes it and the change to write (unwritten), for
+// continueEarly; nil when
 // the envelope takes the usual way (withCall), as it does on a redelivery,
 // so that a handler that died half way is taken up from the state in KV.
 //
