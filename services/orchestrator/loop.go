@@ -19,12 +19,95 @@ import (
 	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
-// The agent loop on contract v2. The run's stream is its record (its
-// request, each turn, each call's envelope); the run state in KV only says
-// what comes next. Every publish has a deterministic id, so that a handler
-// redelivered after a crash publishes exactly what is missing; a turn is
-// recorded once, whichever replica's model call reaches the stream first (a
-// later one reads the stored turn and goes on from it).
+// The agent loop on contract v2, as a state machine.
+//
+// A run's state (RunState, state.go) is in the run-state KV bucket, changed
+// only by compare-and-set (stateStore, store.go); its record is the run's
+// stream: its request, each turn, each call's envelope, its end. The state
+// says what comes next, the stream what has happened, so any replica can
+// handle any event of any run. The events arrive on the consumers Start sets
+// up (orchestrator.go): run requests (handleRun), call completions
+// (handleCallCompleted), approval_required (handleApproval), the guard's
+// approval records (watchApprovals) and the deadline timers (onDeadline,
+// reaper.go).
+//
+// The states are the run's phases (RunState.Phase), n its iteration:
+//
+//	(none)              requested; no state yet
+//	calling n           model call n is due, or running
+//	awaiting_tools n    turn n is recorded; its calls are pending
+//	completed, failed   ended; the end event is published once
+//
+// The transitions, the events that make them, and where they are made:
+//
+//	(none) -> calling 1
+//	    the run is requested: onRunRequested, then startRun. An invalid
+//	    request gets a failed event and no state (failUnstarted).
+//	(none) -> failed
+//	    the loop rules refuse iteration 1: onRunRequested.
+//	calling n -> awaiting_tools n
+//	    the model answers with tool calls: takeTurn publishes the turn,
+//	    RunState.recordTurn (state.go) records it.
+//	calling n -> completed
+//	    the model answers without calls: takeTurn, publishFinal.
+//	calling n -> failed
+//	    the model fails, or the deadline passes before or during its call:
+//	    takeTurn, failRun.
+//	awaiting_tools n -> awaiting_tools n
+//	    a call's envelope, not the turn's last (handleCallCompleted,
+//	    withCall); an approval event of a call, which suspends or resumes
+//	    the run without changing its phase (approvals.go).
+//	awaiting_tools n -> calling n+1
+//	    the envelope of the turn's last pending call: Service.advance
+//	    (turns.go), which makes that envelope the trigger of call n+1. A
+//	    turn whose calls the orchestrator answered all itself (no tool can
+//	    take them) goes on at once, with the same trigger (goOn).
+//	awaiting_tools n -> failed
+//	    the same, when the loop rules (iteration cap, budget) refuse model
+//	    call n+1: Service.advance.
+//	calling n, awaiting_tools n -> failed
+//	    the deadline timer fires: onDeadline (reaper.go).
+//	completed, failed
+//	    the end event (the outputs, or the failure) is published, unless
+//	    the stream has it: publishEnd.
+//
+// Only one handler makes model call n: the trigger's (RunState.Trigger), the
+// run request's for n = 1 and the handler of the envelope that answered turn
+// n-1's last call after that, or the same event redelivered when that
+// handler died. Any other handler that finds the run calling leaves it
+// (goOn). A model call starts from one of three entry points, by where its
+// state comes from (stateSource): startRun (a new run's state, in no store),
+// continueRun (the stored state, from goOn) and continueEarly (a snapshot
+// ahead of the store, when earlyTurn allows it); all three run takeTurn. A
+// redelivered request reads the state, or rebuilds it from the first turn in
+// the stream (stateFromStream), and goes on from it (goOn).
+//
+// What is written when. Every publish has a deterministic event id, and the
+// turns and the end go only onto an empty subject, so that a redelivered
+// event publishes exactly what is missing. The order of the writes makes a
+// crash at any point (faults.go names them) safe:
+//
+//   - A turn of calls: its turn event first (publishTurn), then the state
+//     records it. The trigger redelivered between the two reads the turn
+//     back (history.turn) instead of calling the model again; the turn is
+//     the first one published, whichever replica's model call made it.
+//   - The model's final answer: the completed event, which carries the turn,
+//     first (publishFinal), then the state records it.
+//   - A failure (the model's, the deadline's, the loop rules'): the state
+//     first, then the failed event (publishEnd), which a redelivery
+//     publishes from the state (goOn) when the first attempt did not.
+//   - An envelope: the state first (withCall), then what it drives (goOn).
+//     The first delivery of a turn's last envelope, in a run none of whose
+//     calls may wait for an approval, drives the next model call from this
+//     replica's snapshot before it is written (earlyTurn): the envelope is
+//     then written in one compare-and-set with the turn that ends the run,
+//     or on its own before a turn of calls is published.
+//   - A new run's state is not written with its first turn: this replica
+//     keeps it (stateStore.stash) until a change of it is written, or its
+//     request is acknowledged (flush, called by the deadline timer in
+//     reaper.go). A run that ends sooner is not written at all (store.go
+//     says when it is): its end in the stream is all a later delivery
+//     needs.
 
 // handleRun handles the run requests.
 func (s *Service) handleRun(ctx context.Context, d *events.Delivery) error {
