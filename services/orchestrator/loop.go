@@ -2,14 +2,12 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	fastjson "github.com/segmentio/encoding/json"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -18,18 +16,100 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
-	"github.com/toolwire/toolwire/pkg/jetstream/kvwatch"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/services/orchestrator/provider/scripted"
 )
 
-// The agent loop on contract v2. The run's stream is its record (its
-// request, each turn, each call's envelope); the run state in KV only says
-// what comes next. Every publish has a deterministic id, so that a handler
-// redelivered after a crash publishes exactly what is missing; a turn is
-// recorded once, whichever replica's model call reaches the stream first (a
-// later one reads the stored turn and goes on from it).
+// The agent loop on contract v2, as a state machine.
+//
+// A run's state (RunState, state.go) is in the run-state KV bucket, changed
+// only by compare-and-set (stateStore, store.go); its record is the run's
+// stream: its request, each turn, each call's envelope, its end. The state
+// says what comes next, the stream what has happened, so any replica can
+// handle any event of any run. The events arrive on the consumers Start sets
+// up (orchestrator.go): run requests (handleRun), call completions
+// (handleCallCompleted), approval_required (handleApproval), the guard's
+// approval records (watchApprovals) and the deadline timers (onDeadline,
+// reaper.go).
+//
+// The states are the run's phases (RunState.Phase), n its iteration:
+//
+//	(none)              requested; no state yet
+//	calling n           model call n is due, or running
+//	awaiting_tools n    turn n is recorded; its calls are pending
+//	completed, failed   ended; the end event is published once
+//
+// The transitions, the events that make them, and where they are made:
+//
+//	(none) -> calling 1
+//	    the run is requested: onRunRequested, then startRun. An invalid
+//	    request gets a failed event and no state (failUnstarted).
+//	(none) -> failed
+//	    the loop rules refuse iteration 1: onRunRequested.
+//	calling n -> awaiting_tools n
+//	    the model answers with tool calls: takeTurn publishes the turn,
+//	    RunState.recordTurn (state.go) records it.
+//	calling n -> completed
+//	    the model answers without calls: takeTurn, publishFinal.
+//	calling n -> failed
+//	    the model fails, or the deadline passes before or during its call:
+//	    takeTurn, failRun.
+//	awaiting_tools n -> awaiting_tools n
+//	    a call's envelope, not the turn's last (handleCallCompleted,
+//	    withCall); an approval event of a call, which suspends or resumes
+//	    the run without changing its phase (approvals.go).
+//	awaiting_tools n -> calling n+1
+//	    the envelope of the turn's last pending call: Service.advance
+//	    (turns.go), which makes that envelope the trigger of call n+1. A
+//	    turn whose calls the orchestrator answered all itself (no tool can
+//	    take them) goes on at once, with the same trigger (goOn).
+//	awaiting_tools n -> failed
+//	    the same, when the loop rules (iteration cap, budget) refuse model
+//	    call n+1: Service.advance.
+//	calling n, awaiting_tools n -> failed
+//	    the deadline timer fires: onDeadline (reaper.go).
+//	completed, failed
+//	    the end event (the outputs, or the failure) is published, unless
+//	    the stream has it: publishEnd.
+//
+// Only one handler makes model call n: the trigger's (RunState.Trigger), the
+// run request's for n = 1 and the handler of the envelope that answered turn
+// n-1's last call after that, or the same event redelivered when that
+// handler died. Any other handler that finds the run calling leaves it
+// (goOn). A model call starts from one of three entry points, by where its
+// state comes from (stateSource): startRun (a new run's state, in no store),
+// continueRun (the stored state, from goOn) and continueEarly (a snapshot
+// ahead of the store, when earlyTurn allows it); all three run takeTurn. A
+// redelivered request reads the state, or rebuilds it from the first turn in
+// the stream (stateFromStream), and goes on from it (goOn).
+//
+// What is written when. Every publish has a deterministic event id, and the
+// turns and the end go only onto an empty subject, so that a redelivered
+// event publishes exactly what is missing. The order of the writes makes a
+// crash at any point (faults.go names them) safe:
+//
+//   - A turn of calls: its turn event first (publishTurn), then the state
+//     records it. The trigger redelivered between the two reads the turn
+//     back (history.turn) instead of calling the model again; the turn is
+//     the first one published, whichever replica's model call made it.
+//   - The model's final answer: the completed event, which carries the turn,
+//     first (publishFinal), then the state records it.
+//   - A failure (the model's, the deadline's, the loop rules'): the state
+//     first, then the failed event (publishEnd), which a redelivery
+//     publishes from the state (goOn) when the first attempt did not.
+//   - An envelope: the state first (withCall), then what it drives (goOn).
+//     The first delivery of a turn's last envelope, in a run none of whose
+//     calls may wait for an approval, drives the next model call from this
+//     replica's snapshot before it is written (earlyTurn): the envelope is
+//     then written in one compare-and-set with the turn that ends the run,
+//     or on its own before a turn of calls is published.
+//   - A new run's state is not written with its first turn: this replica
+//     keeps it (stateStore.stash) until a change of it is written, or its
+//     request is acknowledged (flush, called by the deadline timer in
+//     reaper.go). A run that ends sooner is not written at all (store.go
+//     says when it is): its end in the stream is all a later delivery
+//     needs.
 
 // handleRun handles the run requests.
 func (s *Service) handleRun(ctx context.Context, d *consume.Delivery) error {
@@ -181,7 +261,7 @@ func (s *Service) onRunRequested(ctx context.Context, d *consume.Delivery) (err 
 	}
 	st.Phase = PhaseCalling
 	s.convs.get(req.RunID).start(&req)
-	return s.takeTurn(ctx, st, warnings, false, triggerRequest, nil)
+	return s.startRun(ctx, st, warnings)
 }
 
 // Triggers: the events whose handlers drive a model call (RunState.Trigger).
@@ -257,7 +337,7 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 		case st.Trigger != trigger:
 			return nil
 		case st.Phase == PhaseCalling:
-			return s.takeTurn(ctx, st, nil, true, trigger, nil)
+			return s.continueRun(ctx, st, trigger)
 		case st.Phase == PhaseAwaitingTools && st.allDone():
 			next, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
 				if cur.Iteration != st.Iteration || cur.Trigger != trigger || cur.Phase != PhaseAwaitingTools || !cur.allDone() {
@@ -279,35 +359,89 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 	}
 }
 
-// takeTurn makes model call st.Iteration: it reads the turn from the stream
-// when a crashed delivery published it already, else calls the model with
-// the conversation so far and publishes the turn; then it records the turn
-// and publishes what follows. exists says whether the run has a state (in
-// KV, or kept here: stateStore.stash); the first turn of a new run is kept
-// with its new state. unwritten, when not nil, is the change of the
-// trigger's event that the state in KV does not have yet (a turn's last
-// envelope drives the next model call before it is written: see
-// earlyTurn); it is written with the run's end, or before a turn of calls is
-// published.
-func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string, exists bool, trigger string,
-	unwritten func(*RunState) bool) error {
+// Where the state a model call starts from comes from. It says how that
+// state is written once the turn is in the stream, or the run has failed.
+type stateSource int
+
+const (
+	// fromRequest: a new run's state, just made from its request by the
+	// handler of the request's first delivery, and in no store. The first
+	// turn is recorded on it, which is then kept here unwritten
+	// (stateStore.stash), or created in KV when this replica knows a state
+	// of the run already (createOrGet); a failure creates it failed.
+	fromRequest stateSource = iota
+	// fromStore: the run's state as the store holds it (in KV, or this
+	// replica's stash). The turn, or the failure, is applied to it through
+	// stateStore.update, by compare-and-set.
+	fromStore
+	// fromSnapshot: this replica's last snapshot of the run with the
+	// trigger's envelope applied in memory only (earlyTurn); the store does
+	// not have that change (turnStart.unwritten) yet. It is written in the
+	// same compare-and-set as a turn that ends the run, or on its own
+	// (catchUp) before a turn of calls is published or a failure written,
+	// after which the state is fromStore.
+	fromSnapshot
+)
+
+// turnStart is what a model call starts from: the run's state, the trigger
+// whose handler makes the call, and where the state comes from.
+type turnStart struct {
+	st      *RunState
+	trigger string
+	from    stateSource
+	// warnings are the request's, for the started event and turn 1
+	// (fromRequest).
+	warnings []string
+	// unwritten is the change of the trigger's event that the stored state
+	// does not have yet (fromSnapshot), nil otherwise.
+	unwritten func(*RunState) bool
+}
+
+// startRun makes the first model call of a new run, whose state st
+// (iteration 1, calling) is in no store yet: onRunRequested, on the
+// request's first delivery.
+func (s *Service) startRun(ctx context.Context, st *RunState, warnings []string) error {
+	return s.takeTurn(ctx, turnStart{st: st, trigger: triggerRequest, from: fromRequest, warnings: warnings})
+}
+
+// continueRun makes model call st.Iteration of a run whose state st is
+// stored and calling, for the handler of trigger (goOn).
+func (s *Service) continueRun(ctx context.Context, st *RunState, trigger string) error {
+	return s.takeTurn(ctx, turnStart{st: st, trigger: trigger, from: fromStore})
+}
+
+// continueEarly makes model call st.Iteration for the last envelope of a
+// turn before the store records it (handleCallCompleted, when earlyTurn
+// allows it): st is the snapshot with the envelope applied, unwritten the
+// change that applies it to the stored state.
+func (s *Service) continueEarly(ctx context.Context, st *RunState, trigger string, unwritten func(*RunState) bool) error {
+	return s.takeTurn(ctx, turnStart{st: st, trigger: trigger, from: fromSnapshot, unwritten: unwritten})
+}
+
+// takeTurn makes model call ts.st.Iteration (the entry points above set ts
+// up): it reads the turn from the stream when a crashed delivery published
+// it already, else calls the model with the conversation so far and
+// publishes the turn; then it records the turn in the run's state, written
+// as ts.from says, and publishes what follows.
+func (s *Service) takeTurn(ctx context.Context, ts turnStart) error {
+	st, trigger, warnings := ts.st, ts.trigger, ts.warnings
 	n := st.Iteration
 	// Before the run fails here, or goes on to a turn of calls, its state
 	// catches up with the trigger: the envelopes of that turn's calls must
 	// find it calling the model (withCall), and a failure is written on it.
 	// Only a turn that ends the run is written with the trigger.
 	catchUp := func() (*RunState, error) {
-		if unwritten == nil {
+		if ts.from != fromSnapshot {
 			return st, nil
 		}
-		cur, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) { return unwritten(cur), nil })
-		unwritten = nil
+		cur, _, err := s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) { return ts.unwritten(cur), nil })
+		ts.from, ts.unwritten = fromStore, nil
 		return cur, err
 	}
 	var t *events.Turn
 	err := fmt.Errorf("run %s: turn %d: %w", st.RunID, n, errNotRecorded)
 	// A new run's caller has just looked; a first delivery need not.
-	if exists && !firstDelivery(ctx) {
+	if ts.from != fromRequest && !firstDelivery(ctx) {
 		t, _, err = s.history.turn(ctx, st.RunID, n)
 	}
 	ended := false
@@ -321,7 +455,7 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 		if _, err := catchUp(); err != nil {
 			return err
 		}
-		return s.failRun(ctx, st, exists, envelope.CodeTimeout, deadlineReason(st, nil))
+		return s.failRun(ctx, st, ts.from, envelope.CodeTimeout, deadlineReason(st, nil))
 	default:
 		if err := s.fault(ctx, FaultBeforeModel, st.RunID, n); err != nil {
 			return err
@@ -361,11 +495,11 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 				return err
 			}
 			if st.pastDeadline(time.Now()) {
-				return s.failRun(ctx, st, exists, envelope.CodeTimeout, deadlineReason(st, nil))
+				return s.failRun(ctx, st, ts.from, envelope.CodeTimeout, deadlineReason(st, nil))
 			}
 			// A model failure ends the run with a clear reason; the
 			// adapter's retries already happened.
-			return s.failRun(ctx, st, exists, envelope.CodeProviderError, "model call failed: "+err.Error())
+			return s.failRun(ctx, st, ts.from, envelope.CodeProviderError, "model call failed: "+err.Error())
 		}
 		if n == 1 {
 			t.Warnings = warnings
@@ -373,7 +507,7 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 		if err := s.fault(ctx, FaultAfterModel, st.RunID, n); err != nil {
 			return err
 		}
-		if len(t.Calls) > 0 && unwritten != nil {
+		if len(t.Calls) > 0 && ts.from == fromSnapshot {
 			cur, err := catchUp()
 			if err != nil {
 				return err
@@ -405,9 +539,9 @@ func (s *Service) takeTurn(ctx context.Context, st *RunState, warnings []string,
 	}
 	// The turn is recorded: the run's state follows it.
 	var recorded *RunState
-	if exists {
+	if ts.from != fromRequest {
 		recorded, _, err = s.states.update(ctx, st.RunID, func(cur *RunState) (bool, error) {
-			caught := unwritten != nil && unwritten(cur)
+			caught := ts.from == fromSnapshot && ts.unwritten(cur)
 			return cur.recordTurn(t) || caught, nil
 		})
 	} else {
@@ -519,9 +653,11 @@ func (s *Service) publishStarted(ctx context.Context, st *RunState, warnings []s
 	}
 }
 
-// failRun ends a run that cannot go on (its model failed).
-func (s *Service) failRun(ctx context.Context, st *RunState, exists bool, code envelope.ErrorCode, reason string) error {
-	if !exists {
+// failRun ends a run that cannot go on (its model failed, or its deadline
+// passed): a new run's state (fromRequest) is created failed, a stored one
+// failed by compare-and-set.
+func (s *Service) failRun(ctx context.Context, st *RunState, from stateSource, code envelope.ErrorCode, reason string) error {
+	if from == fromRequest {
 		st.fail(code, reason)
 		if err := s.createOrGet(ctx, st); err != nil {
 			return err
@@ -765,7 +901,7 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *consume.Delivery) 
 	}
 	if unwritten != nil {
 		resumed = false
-		if err := s.takeTurn(ctx, st, nil, true, trigger, unwritten); err != nil || !resumed {
+		if err := s.continueEarly(ctx, st, trigger, unwritten); err != nil || !resumed {
 			return err
 		}
 		// The state had the call waiting for an approval after all (written
@@ -790,7 +926,8 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *consume.Delivery) 
 // write, instead of one write before the model call and one after the end;
 // a turn of calls is preceded by the envelope's write as usual, so that the
 // envelopes of its calls find the run calling the model. It returns the
-// state as complete makes it and the change to write (unwritten); nil when
+// state as complete makes it and the change to write (unwritten), for
+// continueEarly; nil when
 // the envelope takes the usual way (withCall), as it does on a redelivery,
 // so that a handler that died half way is taken up from the state in KV.
 //
@@ -823,16 +960,6 @@ func (s *Service) earlyTurn(ctx context.Context, runID, callID, trigger string,
 		}
 		return complete(cur, c)
 	}
-}
-
-// mayWaitForApproval reports whether a call of a run under p may have to wait
-// for an operator's approval (envelope.ApprovalPolicy). The approval events
-// of such a call change its state beside its envelope (approval_required
-// marks it waiting, and can be handled after the envelope that answers it),
-// so its envelope takes the usual way, whose write orders the two.
-func mayWaitForApproval(p envelope.Policy) bool {
-	ra := p.RequireApproval
-	return ra != nil && (ra.Writes || len(ra.Tools) > 0)
 }
 
 // withCall applies change to the pending call callID of the run, under
@@ -901,127 +1028,5 @@ func (s *Service) withCall(ctx context.Context, runID, callID string, change fun
 		}); err != nil {
 			return nil, false, err
 		}
-	}
-}
-
-func resumedByCompletion(c *PendingCall, env *envelope.ToolEnvelope) string {
-	if env.Error != nil {
-		return fmt.Sprintf("call %s (%s) completed without approval: %s: %s", c.CallID, c.ref(), env.Error.Code, env.Error.Message)
-	}
-	return fmt.Sprintf("call %s (%s) completed", c.CallID, c.ref())
-}
-
-// publishStatus publishes a suspension or resumption of the run about one
-// of its calls.
-func (s *Service) publishStatus(ctx context.Context, st *RunState, status, reason, callID string) error {
-	o, err := events.NewRunStatus(s.cfg.Source, s.status(st, status, reason), callID, st.Trace)
-	if err != nil {
-		return consume.Permanent(err)
-	}
-	return s.Pub.Publish(events.ContextWithRunTrace(ctx, st.Trace), o)
-}
-
-// handleApproval follows the approvals of a run's calls: a call that needs an
-// operator's decision (approval_required) suspends the run until its approval
-// (watchApprovals) or its completion (a denial is a POLICY_DENIED completion)
-// arrives, which resumes it. Nothing waits in memory meanwhile: the state is
-// in KV, and any replica handles whichever event comes next.
-func (s *Service) handleApproval(ctx context.Context, d *consume.Delivery) error {
-	subj, err := events.ParseSubject(d.Subject)
-	if err != nil {
-		return consume.Permanent(err)
-	}
-	if subj.Verb != events.VerbApprovalRequired || d.Event.Type() != events.TypeCallApprovalRequired {
-		return consume.Permanent(fmt.Errorf("orchestrator: unexpected event type %q on %s", d.Event.Type(), d.Subject))
-	}
-	return s.applyApproval(ctx, subj.RunID, subj.CallID, events.VerbApprovalRequired, d.Attempt > 1)
-}
-
-// applyApproval records an approval event of a call (approval_required, or
-// its approval) and publishes the suspension or resumption it causes.
-func (s *Service) applyApproval(ctx context.Context, runID, callID string, verb events.Verb, again bool) error {
-	changed := false
-	st, known, err := s.withCall(ctx, runID, callID, func(st *RunState, c *PendingCall) bool {
-		changed = false
-		switch {
-		case st.Done():
-		case verb == events.VerbApprovalRequired && c.Approval == "" && !c.Done:
-			c.Approval, changed = ApprovalWaiting, true
-		case verb == events.VerbApproved && c.Approval == ApprovalWaiting:
-			c.Approval, c.ResumedBy, changed = ApprovalResumed, fmt.Sprintf("call %s (%s) approved", c.CallID, c.ref()), true
-		}
-		return changed
-	})
-	if err != nil {
-		return err
-	}
-	if !known {
-		if verb == events.VerbApprovalRequired && st != nil && !st.Done() && st.Iteration > 0 {
-			s.Log.Debug("approval required for a call the run's state does not hold", "run_id", runID, "call_id", callID)
-		}
-		return nil
-	}
-	c := st.call(callID)
-	if c == nil || c.Approval == "" || (!changed && !again) {
-		return nil
-	}
-	reason := fmt.Sprintf("waiting for approval of call %s (%s)", c.CallID, c.ref())
-	if err := s.publishStatus(ctx, st, events.StatusSuspended, reason, c.CallID); err != nil {
-		return err
-	}
-	if c.Approval == ApprovalResumed {
-		return s.publishStatus(ctx, st, events.StatusResumed, c.ResumedBy, c.CallID)
-	}
-	return nil
-}
-
-// watchApprovals follows the guard's approval records and resumes a run when
-// an operator's approval of its waiting call has been sent on to the
-// executor (the record is approved and settled). Watching the records, rather
-// than consuming every approved call, costs nothing for the calls that need
-// no approval. On start the watch goes through the records there are, so an
-// approval given while no orchestrator ran is seen too; a run whose approval
-// is missed anyway resumes when the call completes.
-//
-// ctx bounds the start only: the watch follows the records until Stop, with
-// life (the service's lifetime) as the context of the run-state writes.
-func (s *Service) watchApprovals(ctx, life context.Context) error {
-	kv, err := s.JS.KeyValue(ctx, events.BucketApprovals)
-	if err != nil {
-		return fmt.Errorf("orchestrator: open approvals: %w", err)
-	}
-	// The records there are now are applied in the background, as later
-	// changes are: a start need not wait for them. The writes' context ends
-	// before the watch stops, so that Stop does not wait for a write that
-	// cannot finish.
-	actx, cancel := context.WithCancel(life)
-	w, err := kvwatch.WatchKV(ctx, kv, false, func(e jetstream.KeyValueEntry) { s.onApprovalRecord(actx, e) })
-	if err != nil {
-		cancel()
-		return fmt.Errorf("orchestrator: %w", err)
-	}
-	s.OnStopFunc(func() {
-		cancel()
-		w.Stop()
-	})
-	return nil
-}
-
-// onApprovalRecord resumes the run of a call whose approval record is
-// approved and settled.
-func (s *Service) onApprovalRecord(ctx context.Context, e jetstream.KeyValueEntry) {
-	if e.Operation() != jetstream.KeyValuePut {
-		return // a deleted record
-	}
-	var rec events.ApprovalRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		s.Log.Warn("unreadable approval record", "key", e.Key(), "err", err)
-		return
-	}
-	if rec.State != events.ApprovalApproved || !rec.Settled {
-		return
-	}
-	if err := s.applyApproval(ctx, rec.Call.RunID, rec.Call.CallID, events.VerbApproved, false); err != nil && ctx.Err() == nil {
-		s.Log.Warn("approval not applied; the call's completion resumes the run", "key", e.Key(), "err", err)
 	}
 }

@@ -21,8 +21,9 @@ const (
 	DurableApprovals = "orchestrator-approvals"
 )
 
-// Service is the orchestrator. It keeps no run state in memory: any number
-// of replicas share its three durable consumers and the run state in KV.
+// Service is the orchestrator. Any number of replicas share its durable
+// consumers and the run state in KV; what one keeps in memory between events
+// is a cache, or a request it holds (doc.go says what, and why that is safe).
 type Service struct {
 	service.Core
 
