@@ -98,7 +98,7 @@ func (s *Service) applyApproval(ctx context.Context, runID, callID string, verb 
 // ctx bounds the start only: the watch follows the records until Stop, with
 // life (the service's lifetime) as the context of the run-state writes.
 func (s *Service) watchApprovals(ctx, life context.Context) error {
-	kv, err := s.JS.KeyValue(ctx, provision.BucketApprovals)
+	kv, err := s.JS.KeyValue(ctx, events.BucketApprovals)
 	if err != nil {
 		return fmt.Errorf("orchestrator: open approvals: %w", err)
 	}
