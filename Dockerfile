@@ -28,6 +28,8 @@ COPY go.work go.work.sum* ./
 COPY go.mod go.sum* ./
 COPY pkg/envelope/go.mod pkg/envelope/go.sum* pkg/envelope/
 COPY pkg/events/go.mod pkg/events/go.sum* pkg/events/
+COPY pkg/jetstream/go.mod pkg/jetstream/go.sum* pkg/jetstream/
+COPY pkg/embedded/go.mod pkg/embedded/go.sum* pkg/embedded/
 COPY pkg/service/go.mod pkg/service/go.sum* pkg/service/
 COPY pkg/rules/go.mod pkg/rules/go.sum* pkg/rules/
 COPY services/orchestrator/go.mod services/orchestrator/go.sum* services/orchestrator/
@@ -35,6 +37,9 @@ COPY services/policy/go.mod services/policy/go.sum* services/policy/
 COPY services/executor/go.mod services/executor/go.sum* services/executor/
 COPY services/sandbox/go.mod services/sandbox/go.sum* services/sandbox/
 COPY services/recorder/go.mod services/recorder/go.sum* services/recorder/
+COPY client/go.mod client/go.sum* client/
+COPY worker/go.mod worker/go.sum* worker/
+COPY stack/go.mod stack/go.sum* stack/
 # deploy/ holds the tests of these deploy files (Kubernetes and Docker
 # libraries); the workspace needs its go.mod, no binary needs its modules.
 COPY deploy/go.mod deploy/go.sum* deploy/

@@ -53,8 +53,9 @@ run: ## Run everything in one process with an embedded NATS and demo data (toolw
 	$(GO) run ./cmd/toolwire dev --demo
 
 .PHONY: test
-test: ## go vet, then go test -race -count=1 in every module; stops at the first failing module
+test: ## go vet, then go test -race -count=1 in every module (stops at the first failing module), then the release check
 	@$(call for_each_module,$(GO) vet ./... && $(GO) test -race -count=1 -timeout 15m ./...)
+	@$(MAKE) release-check
 
 .PHONY: test-race
 test-race: ## Like test, but every test three times (-count=3) to shake out flaky races
@@ -93,12 +94,17 @@ docs: ## Regenerate the docs' generated tables from the code: environment, metri
 	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestEventTableIsCurrent$$' ./pkg/events/
 
 .PHONY: tidy
-tidy: ## go mod tidy in every module, then go work sync
-	@for dir in $$($(GO) list -m -f '{{.Dir}}'); do \
-		echo "==> go mod tidy in $$dir"; \
-		(cd "$$dir" && $(GO) mod tidy) || { echo "FAILED: go mod tidy in $$dir" >&2; exit 1; }; \
-	done
-	$(GO) work sync
+tidy: ## go mod tidy in every module, as a dependent module sees it (siblings served from the checkout)
+	$(GO) run ./scripts/release tidy
+
+.PHONY: set-version
+set-version: ## Require every sibling module at VERSION (make set-version VERSION=v0.2.0) and point go.work's replacements at it
+	@test -n "$(VERSION)" || { echo "usage: make set-version VERSION=vX.Y.Z" >&2; exit 2; }
+	$(GO) run ./scripts/release version $(VERSION)
+
+.PHONY: release-check
+release-check: ## Pack every module into a local module proxy; a fresh module outside the checkout requires, builds and tests the worker and the client
+	$(GO) run ./scripts/release check
 
 .PHONY: build
 build: ## Build the CLI and the five service binaries into ./bin/
