@@ -97,6 +97,12 @@ func (ws *workspace) check(ctx context.Context, keep bool) (err error) {
 	env := dependentEnv(proxy)
 
 	var report []string
+	r0, err := dependent(ctx, env, filepath.Join(tmp, "program"), "example.com/upper",
+		map[string]string{"main.go": program}, []string{modulePrefix + "/worker@" + version}, false)
+	if err != nil {
+		return fmt.Errorf("the README's tool program: %w", err)
+	}
+	report = append(report, "worker (README tool program alone): "+r0)
 	toolDir := filepath.Join(tmp, "tool")
 	files := map[string]string{"main.go": program, "main_test.go": test}
 	r, err := dependent(ctx, env, toolDir, "example.com/upper", files, []string{
