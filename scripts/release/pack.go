@@ -163,4 +163,3 @@ func moduleGraphPaths(graph string) map[string]bool {
 	}
 	return paths
 }
-
