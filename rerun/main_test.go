@@ -1,4 +1,4 @@
-package replay_test
+package rerun_test
 
 import (
 	"testing"
