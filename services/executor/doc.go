@@ -59,7 +59,7 @@
 //     (one stored before configs were checked) fails with UNKNOWN, saying
 //     why.
 //   - sandbox: code, sent to the sandbox service as a job; the executor holds
-//     the call until the job's result comes back (package tools/sandbox).
+//     the call until the job's result comes back (package tools/sandboxtool).
 //
 // # Tools
 //
@@ -73,7 +73,7 @@
 //     other special-purpose addresses after DNS resolution, on every
 //     connection: a refusal is POLICY_DENIED and nothing is sent.
 //     TOOLWIRE_HTTP_ALLOW_HOSTS names the host[:port]s an operator trusts.
-//   - httptool, mcp and sandbox: the runners of those kinds of registry
+//   - httptool, mcp and sandboxtool: the runners of those kinds of registry
 //     entries.
 //   - testtools: failing and sleep, which only tests and benchmarks register
 //     (Config.Tools, WithTools); a production executor never runs them.

@@ -21,7 +21,7 @@ import (
 	"github.com/toolwire/toolwire/services/executor/tools/builtin"
 	"github.com/toolwire/toolwire/services/executor/tools/httptool"
 	"github.com/toolwire/toolwire/services/executor/tools/mcp"
-	"github.com/toolwire/toolwire/services/executor/tools/sandbox"
+	"github.com/toolwire/toolwire/services/executor/tools/sandboxtool"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
@@ -74,7 +74,7 @@ type Service struct {
 	// on it, and jobs sends the sandbox entries' jobs (resolve.go).
 	web       *web.Client
 	endpoints *httptool.Runner
-	jobs      *sandbox.Jobs
+	jobs      *sandboxtool.Jobs
 
 	// Set by Start, before the consumer and the preview server run.
 	reg      *registry.Registry
@@ -111,7 +111,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		web:          wc,
 		endpoints:    httptool.NewRunner(wc),
 	}
-	s.jobs = sandbox.NewJobs(d.JS, s.Pub, cfg.Source)
+	s.jobs = sandboxtool.NewJobs(d.JS, s.Pub, cfg.Source)
 	s.circuits = newCircuits(cfg.CircuitFailures, cfg.CircuitOpen, func() time.Time { return s.now() }, m)
 	for _, t := range slices.Concat(builtin.Tools(), web.Tools(wc), cfg.Tools) {
 		if err := s.addTool(t); err != nil {

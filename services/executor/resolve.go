@@ -8,8 +8,8 @@ import (
 // toolFor returns the Tool that runs a registry entry, by its implementation
 // kind: the in-process tool of its builtin key (package builtin, web, or a
 // Config.Tools one), the HTTP endpoint (package httptool), the MCP server's
-// tool (package mcp) or a sandbox job (package sandbox); or the error that
-// explains why this executor cannot run it.
+// tool (package mcp) or a sandbox job (package sandboxtool); or the error
+// that explains why this executor cannot run it.
 func (s *Service) toolFor(def *envelope.ToolDefinition) (tool.Tool, *envelope.ToolError) {
 	ref := def.Ref()
 	switch def.Implementation.Kind {

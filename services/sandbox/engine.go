@@ -328,7 +328,7 @@ func (e *Engine) pick(name string) (runtime, *envelope.ToolError) {
 // longer than a third of it is answered TIMEOUT without waiting for the stop
 // (answerReserve), without the program's last stderr: with gVisor, whose
 // graceful stop alone can take that long, often. The executor keeps the same margin
-// between a job's timeout and its deadline (services/executor/tools/sandbox).
+// between a job's timeout and its deadline (services/executor/tools/sandboxtool).
 func answerMargin(left time.Duration) time.Duration {
 	return min(max(left/10, 200*time.Millisecond), stopGrace+time.Second)
 }

@@ -1,4 +1,4 @@
-package sandbox_test
+package sandboxtool_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/services/executor/tool"
-	"github.com/toolwire/toolwire/services/executor/tools/sandbox"
+	"github.com/toolwire/toolwire/services/executor/tools/sandboxtool"
 )
 
 func sandboxDef(config string) *envelope.ToolDefinition {
@@ -30,7 +30,7 @@ func sandboxDef(config string) *envelope.ToolDefinition {
 // error. The answer is published here as the sandbox service publishes it.
 func TestJobRoundTrip(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandbox.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
 	tl, err := jobs.Tool(sandboxDef(`{"language":"python","source":"print(1)"}`))
 	require.NoError(t, err)
 
@@ -91,7 +91,7 @@ func TestJobRoundTrip(t *testing.T) {
 // TestToolRefusesABadConfig: an entry whose config the sandbox cannot run
 // is refused before any job is sent.
 func TestToolRefusesABadConfig(t *testing.T) {
-	jobs := sandbox.NewJobs(nil, nil, "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(nil, nil, "/toolwire/executor")
 	_, err := jobs.Tool(sandboxDef(`{"language":"cobol","source":"x"}`))
 	require.ErrorContains(t, err, `language "cobol" is not supported`)
 	_, err = jobs.Tool(sandboxDef(`{"language":"python","source":"x","extra":1}`))
@@ -101,7 +101,7 @@ func TestToolRefusesABadConfig(t *testing.T) {
 // TestNoTimeLeft: a call whose deadline leaves the sandbox no time is a
 // TIMEOUT without a job.
 func TestNoTimeLeft(t *testing.T) {
-	jobs := sandbox.NewJobs(nil, nil, "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(nil, nil, "/toolwire/executor")
 	tl, err := jobs.Tool(sandboxDef(`{"language":"python","source":"x"}`))
 	require.NoError(t, err)
 	ctx, cancel := context.WithDeadline(t.Context(), time.Now())
@@ -120,7 +120,7 @@ func TestNoTimeLeft(t *testing.T) {
 // error, not an error of the wait.
 func TestWaitOutlastsTheJob(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandbox.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
 	def := sandboxDef(`{"language":"python","source":"while True: pass"}`)
 	def.TimeoutMS = 5_000
 	tl, err := jobs.Tool(def)
@@ -175,7 +175,7 @@ func TestWaitOutlastsTheJob(t *testing.T) {
 // and the limit.
 func TestJobTooLargeForOneMessage(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandbox.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
 	limit := env.Conn.MaxPayload()
 	for _, c := range []struct {
 		name, config string

@@ -1,7 +1,7 @@
-// Package sandbox runs the registry entries of kind sandbox (python_exec and
-// the operators' code tools) by sending each call to the sandbox service as a
-// job and waiting for its result: the executor does not run code itself.
-package sandbox
+// Package sandboxtool runs the registry entries of kind sandbox (python_exec
+// and the operators' code tools) by sending each call to the sandbox service
+// as a job and waiting for its result: the executor does not run code itself.
+package sandboxtool
 
 import (
 	"bytes"
