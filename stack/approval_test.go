@@ -32,8 +32,8 @@ import (
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/auth"
+	"github.com/toolwire/toolwire/services/recorder/pages/browsertest"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
-	"github.com/toolwire/toolwire/services/recorder/web/browsertest"
 	"github.com/toolwire/toolwire/stack"
 )
 

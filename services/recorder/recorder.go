@@ -3,7 +3,7 @@
 // materializes runs, tool calls, model turns, verdicts and the tool
 // definitions of replay bundles from them, and serves them over HTTP: the JSON
 // API with its live event stream (package api) and the timeline pages
-// (package web).
+// (package pages).
 //
 // Where things are: this package is the service (Config, Build and New, the
 // consumers, the batch writer, the tool definitions read from the registry);
@@ -38,8 +38,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/auth"
+	"github.com/toolwire/toolwire/services/recorder/pages"
 	"github.com/toolwire/toolwire/services/recorder/store"
-	"github.com/toolwire/toolwire/services/recorder/web"
 )
 
 // The recorder's three durable consumers: one per stream (runs, calls,
@@ -131,7 +131,7 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.New(db.store, api.Options{Log: d.Log, Changes: r.changes, JS: d.JS, Done: r.streams,
 		AdminToken: cfg.AdminToken, Auth: authn}))
-	mux.Handle("/", web.New(db.store, web.Options{Log: d.Log, Auth: authn, JS: d.JS}))
+	mux.Handle("/", pages.New(db.store, pages.Options{Log: d.Log, Auth: authn, JS: d.JS}))
 	r.handler = mux
 	return r, nil
 }
@@ -150,7 +150,7 @@ func Build(d service.Deps, opts ...Option) (*Recorder, error) {
 func (r *Recorder) Config() Config { return r.cfg }
 
 // Handler returns the recorder's HTTP server: the JSON API under /v1/
-// (package api) and the timeline pages at / (package web).
+// (package api) and the timeline pages at / (package pages).
 func (r *Recorder) Handler() http.Handler { return r.handler }
 
 // DatabaseUp reports whether the database answered the last write: false while
