@@ -69,7 +69,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/orchestrator/provider"
 	"github.com/toolwire/toolwire/services/orchestrator/provider/replay"
@@ -399,7 +399,7 @@ func standIn(ref envelope.ToolRef, why string) envelope.ToolDefinition {
 		Name: ref.Name, Version: ref.Version, Description: standInPrefix + why,
 		InputSchema:    json.RawMessage(`{}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
-		Implementation: tool.BuiltinImplementation("replay-stand-in"),
+		Implementation: toolapi.BuiltinImplementation("replay-stand-in"),
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/rerun"
 	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/orchestrator/provider"
 	"github.com/toolwire/toolwire/services/recorder"
@@ -36,7 +36,7 @@ func dataToolDefinition(name, description, field string, effects envelope.SideEf
 	return envelope.ToolDefinition{Name: name, Version: "1.0.0", Description: description,
 		InputSchema:    json.RawMessage(`{"type":"object","properties":{"` + field + `":{"type":"string"}},"required":["` + field + `"]}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryData, SideEffects: effects, Cache: envelope.CacheNone},
-		Implementation: tool.BuiltinImplementation(name)}
+		Implementation: toolapi.BuiltinImplementation(name)}
 }
 
 // lookupTool reads something that changes: each execution answers the next
@@ -47,7 +47,7 @@ func (*lookupTool) Definition() envelope.ToolDefinition {
 	return dataToolDefinition("lookup", "reads a counter", "key", envelope.SideEffectsReads)
 }
 
-func (l *lookupTool) Execute(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (l *lookupTool) Execute(_ context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	var in struct {
 		Key string `json:"key"`
 	}
@@ -65,7 +65,7 @@ func (*appendTool) Definition() envelope.ToolDefinition {
 	return dataToolDefinition("append_note", "appends a note", "note", envelope.SideEffectsWrites)
 }
 
-func (a *appendTool) Execute(_ context.Context, _ json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (a *appendTool) Execute(_ context.Context, _ json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	n := a.runs.Add(1)
 	return json.Marshal(map[string]any{"appended": true, "line": n})
 }

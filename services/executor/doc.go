@@ -44,8 +44,8 @@
 // (resolve.go):
 //
 //   - builtin: Implementation{Kind: "builtin", Config: {"builtin": "<key>"}}
-//     is run by the in-process tool.Tool whose own definition carries that key
-//     (no config means the key is the tool's name). Several registry entries
+//     is run by the in-process toolapi.Tool whose own definition carries that
+//     key (no config means the key is the tool's name). Several registry entries
 //     may therefore share one implementation: an operator can register
 //     echo@0.0.1-test with a 50ms timeout, and the echo built-in runs it
 //     under that definition's schemas and timeout.
@@ -65,7 +65,7 @@
 //
 // The pipeline (this package) runs every tool the same way; the tools live in
 // one package per family under services/executor/tools, and implement
-// tool.Tool (package tool), which imports nothing of the pipeline:
+// toolapi.Tool (package toolapi), which imports nothing of the pipeline:
 //
 //   - builtin: echo, calculator, get_current_time, json_query.
 //   - web: http_request (writes), http_get and web_fetch (reads), on one HTTP

@@ -16,7 +16,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/sandboxtool"
 )
 
@@ -62,7 +62,7 @@ func TestJobRoundTrip(t *testing.T) {
 	run := func(callID, input string) chan result {
 		done := make(chan result, 1)
 		go func() {
-			out, err := tl.Execute(t.Context(), json.RawMessage(input), tool.Context{TenantID: "acme", RunID: "run-sb", CallID: callID})
+			out, err := tl.Execute(t.Context(), json.RawMessage(input), toolapi.Context{TenantID: "acme", RunID: "run-sb", CallID: callID})
 			done <- result{out, err}
 		}()
 		return done
@@ -106,7 +106,7 @@ func TestNoTimeLeft(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithDeadline(t.Context(), time.Now())
 	defer cancel()
-	_, err = tl.Execute(ctx, json.RawMessage(`1`), tool.Context{RunID: "run-sb", CallID: "c0ffee03"})
+	_, err = tl.Execute(ctx, json.RawMessage(`1`), toolapi.Context{RunID: "run-sb", CallID: "c0ffee03"})
 	var te *envelope.ToolError
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, envelope.CodeTimeout, te.Code)
@@ -139,7 +139,7 @@ func TestWaitOutlastsTheJob(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := tl.Execute(ctx, json.RawMessage(`1`), tool.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee04"})
+		out, err := tl.Execute(ctx, json.RawMessage(`1`), toolapi.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee04"})
 		done <- result{out, err}
 	}()
 
@@ -190,7 +190,7 @@ func TestJobTooLargeForOneMessage(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			tl, err := jobs.Tool(sandboxDef(c.config))
 			require.NoError(t, err)
-			_, err = tl.Execute(t.Context(), c.input, tool.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee05"})
+			_, err = tl.Execute(t.Context(), c.input, toolapi.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee05"})
 			var te *envelope.ToolError
 			require.ErrorAs(t, err, &te)
 			require.Equal(t, envelope.CodeValidation, te.Code, te.Message)
