@@ -50,7 +50,7 @@ type Engine struct {
 // running a trial job in it. A runtime that does not work is kept out, with
 // the reason, and jobs that ask for it are refused with that reason.
 func NewEngine(ctx context.Context, cfg Config, log *slog.Logger) (*Engine, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sandbox config: %w", err)
 	}
