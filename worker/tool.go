@@ -12,7 +12,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // The vocabulary of a tool definition, so that a program needs no other
@@ -172,7 +172,7 @@ func definition[In, Out any](d Def) (envelope.ToolDefinition, error) {
 		Queue:           d.Queue,
 		// Run in process by the worker's executor, under a key no built-in
 		// has (built-in keys hold no '@'), one per version.
-		Implementation: tool.BuiltinImplementation(d.Name + "@" + d.Version),
+		Implementation: toolapi.BuiltinImplementation(d.Name + "@" + d.Version),
 	}
 	if def.Metadata.Category == "" {
 		def.Metadata.Category = envelope.CategoryUtility
@@ -224,7 +224,7 @@ func definition[In, Out any](d Def) (envelope.ToolDefinition, error) {
 	}
 	if len(problems) == 0 {
 		// The schemas compile as the executor compiles them.
-		if _, err := tool.CompileSchemas(&def); err != nil {
+		if _, err := toolapi.CompileSchemas(&def); err != nil {
 			problems = append(problems, err)
 		}
 	}
@@ -284,7 +284,7 @@ type adapter struct{ t *Tool }
 
 func (a adapter) Definition() envelope.ToolDefinition { return a.t.def }
 
-func (a adapter) Execute(ctx context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
+func (a adapter) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	log := tc.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

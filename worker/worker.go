@@ -21,7 +21,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // Name is the service name of a worker: its logs' "service", its spans'
@@ -226,7 +226,7 @@ func (c *component) Start(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	tools := make([]tool.Tool, 0, len(w.tools))
+	tools := make([]toolapi.Tool, 0, len(w.tools))
 	for i, t := range w.tools {
 		cp := *t
 		cp.def = defs[i] // with its queue

@@ -19,7 +19,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/stack"
 	"github.com/toolwire/toolwire/worker"
 	"github.com/toolwire/toolwire/worker/workertest"
@@ -66,7 +66,7 @@ func TestGeneratedSchemasValidateRealInputs(t *testing.T) {
 		"required": ["text"],
 		"additionalProperties": false
 	}`, string(def.InputSchema))
-	schemas, err := tool.CompileSchemas(&def)
+	schemas, err := toolapi.CompileSchemas(&def)
 	require.NoError(t, err)
 
 	for _, c := range []struct {

@@ -128,7 +128,7 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	}
 	if st.HTTPURL != "" {
 		say("recorder on %s; API at %s/v1/runs, timeline at %s/", redact(dbURL), st.HTTPURL, st.HTTPURL)
-		if rec, ok := st.Recorder.(*recorder.Recorder); ok && rec.Config().Auth().On() {
+		if rec, ok := st.Recorder.(*recorder.Service); ok && rec.Config().Auth().On() {
 			say("authentication on: make a token with toolwire tokens create --database-url %q --name me --org ORG --role approver", redact(dbURL))
 		}
 	}

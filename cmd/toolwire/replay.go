@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/replay"
+	"github.com/toolwire/toolwire/rerun"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
@@ -72,7 +72,7 @@ envelopes. Live tools run without the tenant's secrets.`,
 			ctx, cancel := contextWithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			var (
-				b   replay.Bundle
+				b   rerun.Bundle
 				err error
 			)
 			switch {
@@ -84,7 +84,7 @@ envelopes. Live tools run without the tenant's secrets.`,
 				if recorderURL == "" {
 					recorderURL = "http://127.0.0.1:8088"
 				}
-				b, err = replay.FromRecorder(ctx, recorderURL, runID)
+				b, err = rerun.FromRecorder(ctx, recorderURL, runID)
 			}
 			if err != nil {
 				return err
@@ -101,7 +101,7 @@ envelopes. Live tools run without the tenant's secrets.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "replaying run %s (%d model turns, %d tool calls, %s) - %s\n",
 					runID, len(b.Turns), calls, b.Status, mode)
 			}
-			rep, err := replay.Run(ctx, b, replay.Options{Live: live, Stall: stall})
+			rep, err := rerun.Run(ctx, b, rerun.Options{Live: live, Stall: stall})
 			if err != nil {
 				return err
 			}
@@ -124,21 +124,21 @@ envelopes. Live tools run without the tenant's secrets.`,
 	fl.StringVar(&bundleFile, "bundle", "", `read the bundle from a file (JSON, as GET /v1/runs/{run_id}/replay serves it; "-" for standard input)`)
 	fl.BoolVar(&live, "live", false, "execute none and reads tools again and report changed outputs (writes never run again)")
 	fl.BoolVar(&jsonOut, "json", false, "print the report as JSON")
-	fl.DurationVar(&stall, "stall", replay.DefaultStall, "how long to wait for the orchestrator's next step")
+	fl.DurationVar(&stall, "stall", rerun.DefaultStall, "how long to wait for the orchestrator's next step")
 	fl.DurationVar(&timeout, "timeout", 5*time.Minute, "bound on the whole replay")
 	return cmd
 }
 
 // bundleFromDatabase builds a run's replay bundle from a recorder's database
 // (a Postgres URL or sqlite:<path>), without a recorder running. It lives
-// here, not in package replay, so that replay needs no database driver.
-func bundleFromDatabase(ctx context.Context, databaseURL, runID string, warn io.Writer) (replay.Bundle, error) {
+// here, not in package rerun, so that rerun needs no database driver.
+func bundleFromDatabase(ctx context.Context, databaseURL, runID string, warn io.Writer) (rerun.Bundle, error) {
 	if err := events.ValidateRunID(runID); err != nil {
-		return replay.Bundle{}, err
+		return rerun.Bundle{}, err
 	}
 	st, closeStore, err := recorder.OpenStore(databaseURL) //nolint:contextcheck // OpenStore does no I/O: the first query connects, under ctx
 	if err != nil {
-		return replay.Bundle{}, err
+		return rerun.Bundle{}, err
 	}
 	defer closeStore()
 	// A run recorded as ended may still have envelopes on their way (a
@@ -146,7 +146,7 @@ func bundleFromDatabase(ctx context.Context, databaseURL, runID string, warn io.
 	// as the recorder's API does.
 	run, settled, err := store.AwaitSettled(ctx, st, runID, store.SettleWait, 50*time.Millisecond)
 	if err != nil && !errors.Is(err, store.ErrRunNotFound) {
-		return replay.Bundle{}, err
+		return rerun.Bundle{}, err
 	}
 	if err == nil && store.IsTerminal(run.Status) && !settled {
 		fmt.Fprintf(warn, "warning: run %s ended, but not every call it made has its envelope in the database: the bundle lacks them\n", runID)
@@ -154,34 +154,34 @@ func bundleFromDatabase(ctx context.Context, databaseURL, runID string, warn io.
 	// No NATS here: outputs left in a blob stay out of the bundle.
 	b, err := store.ReplayBundle(ctx, st, runID, nil)
 	if errors.Is(err, store.ErrRunNotFound) {
-		return replay.Bundle{}, fmt.Errorf("run %q is not in the database: %w", runID, err)
+		return rerun.Bundle{}, fmt.Errorf("run %q is not in the database: %w", runID, err)
 	}
 	return b, err
 }
 
 // bundleFromFile reads a saved bundle ("-": from stdin), which must be
 // runID's.
-func bundleFromFile(path, runID string, stdin io.Reader) (replay.Bundle, error) {
+func bundleFromFile(path, runID string, stdin io.Reader) (rerun.Bundle, error) {
 	r := stdin
 	if path != "-" {
 		f, err := os.Open(path) //nolint:gosec // G304: the user names the file to read
 		if err != nil {
-			return replay.Bundle{}, err
+			return rerun.Bundle{}, err
 		}
 		defer func() { _ = f.Close() }()
 		r = f
 	}
-	b, err := replay.ReadBundle(r)
+	b, err := rerun.ReadBundle(r)
 	if err != nil {
-		return replay.Bundle{}, fmt.Errorf("%s: %w", path, err)
+		return rerun.Bundle{}, fmt.Errorf("%s: %w", path, err)
 	}
 	if b.RunID != runID {
-		return replay.Bundle{}, fmt.Errorf("%s holds the bundle of run %q, not %q", path, b.RunID, runID)
+		return rerun.Bundle{}, fmt.Errorf("%s holds the bundle of run %q, not %q", path, b.RunID, runID)
 	}
 	return b, nil
 }
 
-func printReplay(w io.Writer, rep *replay.Report) {
+func printReplay(w io.Writer, rep *rerun.Report) {
 	for _, s := range rep.Steps {
 		mark := "✓"
 		switch {
@@ -230,6 +230,6 @@ func printReplay(w io.Writer, rep *replay.Report) {
 	}
 }
 
-func printDivergence(w io.Writer, d *replay.Divergence) {
+func printDivergence(w io.Writer, d *rerun.Divergence) {
 	fmt.Fprintf(w, "      %s\n      recorded: %s\n      replayed: %s\n", d.What, d.Recorded, d.Replayed)
 }

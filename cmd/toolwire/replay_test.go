@@ -14,7 +14,7 @@ import (
 
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/replay"
+	"github.com/toolwire/toolwire/rerun"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/stack"
@@ -42,7 +42,7 @@ func TestReplayCommand(t *testing.T) {
 			return false
 		}
 		defer func() { _ = resp.Body.Close() }()
-		var b replay.Bundle
+		var b rerun.Bundle
 		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&b) == nil &&
 			len(b.Envelopes) == 4 && b.Status == events.StatusCompleted && len(b.Tools) == 3
 	}, 30*time.Second, 20*time.Millisecond)
@@ -56,7 +56,7 @@ func TestReplayCommand(t *testing.T) {
 
 	out, errOut, err = runCLI(t, "", "replay", runID, "--database-url", dbURL, "--json")
 	require.NoError(t, err, errOut)
-	var rep replay.Report
+	var rep rerun.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
 	require.True(t, rep.Clean)
 	require.Len(t, rep.Steps, 8)
@@ -103,22 +103,22 @@ func TestReplayCommand(t *testing.T) {
 // bundle (recorded before contract v2) too; a newer version is refused with
 // both versions named, before anything runs.
 func TestReplayBundleFiles(t *testing.T) {
-	out, errOut, err := runCLI(t, "", "replay", "replay-v1-demo", "--bundle", "../../replay/testdata/v1-demo-bundle.json")
+	out, errOut, err := runCLI(t, "", "replay", "replay-v1-demo", "--bundle", "../../rerun/testdata/v1-demo-bundle.json")
 	require.NoError(t, err, errOut+out)
 	require.Contains(t, errOut, "replaying run replay-v1-demo (3 model turns, 4 tool calls, completed)")
 	require.Contains(t, out, "clean: this build makes the same decisions (8 steps, run completed)")
 
-	b, err := os.ReadFile("../../replay/testdata/v1-demo-bundle.json")
+	b, err := os.ReadFile("../../rerun/testdata/v1-demo-bundle.json")
 	require.NoError(t, err)
 	out, errOut, err = runCLI(t, string(b), "replay", "replay-v1-demo", "--bundle", "-", "--json")
 	require.NoError(t, err, errOut)
-	var rep replay.Report
+	var rep rerun.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
 	require.True(t, rep.Clean)
 
-	_, _, err = runCLI(t, "", "replay", "replay-v3-demo", "--bundle", "../../replay/testdata/v3-bundle.json")
-	require.ErrorIs(t, err, replay.ErrBundleVersion)
+	_, _, err = runCLI(t, "", "replay", "replay-v3-demo", "--bundle", "../../rerun/testdata/v3-bundle.json")
+	require.ErrorIs(t, err, rerun.ErrBundleVersion)
 	require.ErrorContains(t, err, "of version 3, newer than this build reads (versions 1 to 2)")
-	_, _, err = runCLI(t, "", "replay", "another-run", "--bundle", "../../replay/testdata/v1-demo-bundle.json")
+	_, _, err = runCLI(t, "", "replay", "another-run", "--bundle", "../../rerun/testdata/v1-demo-bundle.json")
 	require.ErrorContains(t, err, `holds the bundle of run "replay-v1-demo", not "another-run"`)
 }

@@ -28,12 +28,12 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/auth"
+	"github.com/toolwire/toolwire/services/recorder/pages/browsertest"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
-	"github.com/toolwire/toolwire/services/recorder/web/browsertest"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -48,11 +48,11 @@ func (m *mailTool) Definition() envelope.ToolDefinition {
 		Name: "send_email", Version: "1.0.0", Description: "Sends an email",
 		InputSchema:    json.RawMessage(`{"type":"object","required":["to","body"],"properties":{"to":{"type":"string"},"body":{"type":"string"},"api_token":{"type":"string"}}}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
-		Implementation: tool.BuiltinImplementation("stack_send_email"), SupportsPreview: true,
+		Implementation: toolapi.BuiltinImplementation("stack_send_email"), SupportsPreview: true,
 	}
 }
 
-func (m *mailTool) Execute(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (m *mailTool) Execute(_ context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	var in struct{ To string }
 	if err := json.Unmarshal(input, &in); err != nil {
 		return nil, err
@@ -63,7 +63,7 @@ func (m *mailTool) Execute(_ context.Context, input json.RawMessage, _ tool.Cont
 	return json.Marshal(map[string]any{"sent": true, "to": in.To})
 }
 
-func (m *mailTool) Preview(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (m *mailTool) Preview(_ context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	var in struct{ To, Body string }
 	if err := json.Unmarshal(input, &in); err != nil {
 		return nil, err

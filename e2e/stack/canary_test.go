@@ -25,7 +25,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
@@ -44,12 +44,12 @@ func (leakyTool) Definition() envelope.ToolDefinition {
 		Name: "leaky", Version: "1.0.0", Description: "Calls an API with API_KEY, carelessly",
 		InputSchema:     json.RawMessage(`{"type":"object","required":["mode"],"properties":{"mode":{"enum":["echo","fail","boom","panic"]}}}`),
 		Metadata:        envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsReads, Cache: envelope.CacheNone},
-		Implementation:  tool.BuiltinImplementation("stack_leaky"),
+		Implementation:  toolapi.BuiltinImplementation("stack_leaky"),
 		RequiredSecrets: []string{"API_KEY"},
 	}
 }
 
-func (leakyTool) Execute(_ context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
+func (leakyTool) Execute(_ context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	var in struct{ Mode string }
 	if err := json.Unmarshal(input, &in); err != nil {
 		return nil, err

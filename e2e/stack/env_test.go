@@ -43,7 +43,7 @@ func serviceConfigs() []serviceConfig {
 			func(st *stack.Stack) any { return st.Orchestrator.Config() }},
 		{"recorder", recorder.EnvVars(),
 			func(g func(string) string) (any, error) { return recorder.ConfigFromEnv(g) },
-			func(st *stack.Stack) any { return st.Recorder.(*recorder.Recorder).Config() }},
+			func(st *stack.Stack) any { return st.Recorder.(*recorder.Service).Config() }},
 	}
 }
 

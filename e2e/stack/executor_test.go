@@ -18,7 +18,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
@@ -39,7 +39,7 @@ func newStackTool(name string, meta envelope.ToolMetadata, run func(ctx context.
 		def: envelope.ToolDefinition{
 			Name: name, Version: "1.0.0", Description: "stack test tool " + name,
 			InputSchema: json.RawMessage(`{"type":"object"}`), Metadata: meta,
-			Implementation: tool.BuiltinImplementation("stack_" + name),
+			Implementation: toolapi.BuiltinImplementation("stack_" + name),
 		},
 		run:  run,
 		runs: map[string]int{},
@@ -48,7 +48,7 @@ func newStackTool(name string, meta envelope.ToolMetadata, run func(ctx context.
 
 func (s *stackTool) Definition() envelope.ToolDefinition { return s.def }
 
-func (s *stackTool) Execute(ctx context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
+func (s *stackTool) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	s.mu.Lock()
 	s.runs[tc.RunID+" "+tc.CallID]++
 	s.mu.Unlock()

@@ -31,7 +31,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/builtin"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 	"github.com/toolwire/toolwire/services/orchestrator"
@@ -365,7 +365,7 @@ func TestSuspensionWithTheRealGuard(t *testing.T) {
 // newPipeline starts the executor (with the built-in tools, the test tools
 // failing and sleep, and tools) and the Policy Guard on a harness;
 // orchestrators are started by the test.
-func newPipeline(t *testing.T, tools ...tool.Tool) *orchestratortest.Harness {
+func newPipeline(t *testing.T, tools ...toolapi.Tool) *orchestratortest.Harness {
 	t.Helper()
 	h := orchestratortest.New(t)
 	cfg := executor.Config{Concurrency: 64, ID: "executor-0"}.With(executor.WithTools(append(testtools.Tools(), tools...)...))

@@ -16,7 +16,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
@@ -34,11 +34,11 @@ func (g *gateTool) Definition() envelope.ToolDefinition {
 		Name: "gate", Version: "1.0.0", Description: "waits for the test",
 		InputSchema:    json.RawMessage(`{"type":"object","required":["n"],"properties":{"n":{"type":"integer"}}}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsNone, Cache: envelope.CacheNone},
-		Implementation: tool.BuiltinImplementation("stack_gate"),
+		Implementation: toolapi.BuiltinImplementation("stack_gate"),
 	}
 }
 
-func (g *gateTool) Execute(ctx context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (g *gateTool) Execute(ctx context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	var in struct{ N int }
 	if err := json.Unmarshal(input, &in); err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func probeDef(version string) envelope.ToolDefinition {
 		Name: "probe", Version: version, Description: "echoes, under another name",
 		InputSchema:    json.RawMessage(`{"type":"object","required":["text"],"properties":{"text":{"type":"string"}}}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsNone, Cache: envelope.CacheNone},
-		Implementation: tool.BuiltinImplementation("echo"),
+		Implementation: toolapi.BuiltinImplementation("echo"),
 	}
 }
 

@@ -5,9 +5,16 @@
 // connection, provisioning, OpenTelemetry, the probe and metrics server, and
 // Run: signal-aware start and ordered shutdown of a service binary.
 //
-// A service package offers New(Deps, Config), which reads no environment, and
-// Build(Deps, ...Option), which reads its Config from Deps.Getenv and calls
-// New; its binary's main and `toolwire dev` (package stack) both use Build.
+// A service package offers the same constructors as every other: a Config
+// with WithDefaults() Config (every zero field set to its default) and
+// Validate() error (after defaults); ConfigFromEnv(getenv), which reads it
+// from the environment, and EnvVars, which documents what that reads;
+// New(Deps, Config) (*Service, error), which applies the defaults, reads no
+// environment and does no I/O (Prepare is its common part); and an Option
+// type, func(*Config), with Build(Deps, ...Option) (*Service, error), which
+// reads its Config from Deps.Getenv, applies the options and calls New
+// (BuildFrom). Its binary's main and `toolwire dev` (package stack) both use
+// Build.
 package service
 
 import (

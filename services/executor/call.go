@@ -20,7 +20,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // Span attributes of toolwire beside the GenAI semantic conventions.
@@ -480,7 +480,7 @@ func priceEnvelope(env *envelope.ToolEnvelope, def *envelope.ToolDefinition) {
 
 // checkOutput checks a tool's output: JSON, and valid against the tool's
 // output schema. An empty output is null.
-func (s *Service) checkOutput(ref envelope.ToolRef, schemas *tool.Schemas, out *json.RawMessage) *envelope.ToolError {
+func (s *Service) checkOutput(ref envelope.ToolRef, schemas *toolapi.Schemas, out *json.RawMessage) *envelope.ToolError {
 	if len(*out) == 0 {
 		*out = json.RawMessage("null")
 	}
@@ -545,12 +545,12 @@ type toolResult struct {
 }
 
 // invoke runs the tool under its timeout and classifies its failure.
-func (s *Service) invoke(ctx context.Context, impl tool.Tool, def *envelope.ToolDefinition, req *events.CallRequest, log *slog.Logger) (json.RawMessage, *envelope.ToolError) {
+func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.ToolDefinition, req *events.CallRequest, log *slog.Logger) (json.RawMessage, *envelope.ToolError) {
 	ref := def.Ref()
 	timeout := def.Timeout()
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errToolTimeout)
 	defer cancel()
-	tc := tool.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), Log: log}
+	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), Log: log}
 
 	done := make(chan toolResult, 1)
 	go func() {

@@ -13,7 +13,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/mcp"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
@@ -181,7 +181,7 @@ type Config struct {
 	// package testtools). Each is keyed by its definition's builtin
 	// implementation key, and its definition is ensured in the registry at
 	// Start like the built-ins'.
-	Tools []tool.Tool
+	Tools []toolapi.Tool
 }
 
 // Option adjusts a Config: the one Build read from the environment, or any
@@ -203,7 +203,7 @@ func WithQueues(queues ...string) Option {
 }
 
 // WithTools adds in-process tools beside the built-ins (Config.Tools).
-func WithTools(tools ...tool.Tool) Option {
+func WithTools(tools ...toolapi.Tool) Option {
 	return func(c *Config) { c.Tools = append(c.Tools, tools...) }
 }
 

@@ -44,8 +44,8 @@
 // (resolve.go):
 //
 //   - builtin: Implementation{Kind: "builtin", Config: {"builtin": "<key>"}}
-//     is run by the in-process tool.Tool whose own definition carries that key
-//     (no config means the key is the tool's name). Several registry entries
+//     is run by the in-process toolapi.Tool whose own definition carries that
+//     key (no config means the key is the tool's name). Several registry entries
 //     may therefore share one implementation: an operator can register
 //     echo@0.0.1-test with a 50ms timeout, and the echo built-in runs it
 //     under that definition's schemas and timeout.
@@ -59,13 +59,13 @@
 //     (one stored before configs were checked) fails with UNKNOWN, saying
 //     why.
 //   - sandbox: code, sent to the sandbox service as a job; the executor holds
-//     the call until the job's result comes back (package tools/sandbox).
+//     the call until the job's result comes back (package tools/sandboxtool).
 //
 // # Tools
 //
 // The pipeline (this package) runs every tool the same way; the tools live in
 // one package per family under services/executor/tools, and implement
-// tool.Tool (package tool), which imports nothing of the pipeline:
+// toolapi.Tool (package toolapi), which imports nothing of the pipeline:
 //
 //   - builtin: echo, calculator, get_current_time, json_query.
 //   - web: http_request (writes), http_get and web_fetch (reads), on one HTTP
@@ -73,7 +73,7 @@
 //     other special-purpose addresses after DNS resolution, on every
 //     connection: a refusal is POLICY_DENIED and nothing is sent.
 //     TOOLWIRE_HTTP_ALLOW_HOSTS names the host[:port]s an operator trusts.
-//   - httptool, mcp and sandbox: the runners of those kinds of registry
+//   - httptool, mcp and sandboxtool: the runners of those kinds of registry
 //     entries.
 //   - testtools: failing and sleep, which only tests and benchmarks register
 //     (Config.Tools, WithTools); a production executor never runs them.

@@ -24,7 +24,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // appendLog is the external state of the writes tool: a file that every run
@@ -51,11 +51,11 @@ func (appender) Definition() envelope.ToolDefinition {
 		InputSchema:  json.RawMessage(`{"type":"object","properties":{"hold":{"type":"boolean"},"n":{"type":"integer"}}}`),
 		OutputSchema: json.RawMessage(`{"type":"object","required":["ok"]}`),
 		Metadata:     envelope.ToolMetadata{Category: envelope.CategoryData, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
-		TimeoutMS:    60_000, Implementation: tool.BuiltinImplementation("test_append_line"),
+		TimeoutMS:    60_000, Implementation: toolapi.BuiltinImplementation("test_append_line"),
 	}
 }
 
-func (a appender) Execute(ctx context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
+func (a appender) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	var in struct {
 		Hold bool `json:"hold"`
 	}

@@ -17,11 +17,11 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/builtin"
 	"github.com/toolwire/toolwire/services/executor/tools/httptool"
 	"github.com/toolwire/toolwire/services/executor/tools/mcp"
-	"github.com/toolwire/toolwire/services/executor/tools/sandbox"
+	"github.com/toolwire/toolwire/services/executor/tools/sandboxtool"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
@@ -61,7 +61,7 @@ type Service struct {
 
 	cfg     Config
 	metrics *metrics
-	tools   map[string]tool.Tool // by builtin key
+	tools   map[string]toolapi.Tool // by builtin key
 	defs    []envelope.ToolDefinition
 	schemas *schemaCache
 	now     func() time.Time
@@ -74,7 +74,7 @@ type Service struct {
 	// on it, and jobs sends the sandbox entries' jobs (resolve.go).
 	web       *web.Client
 	endpoints *httptool.Runner
-	jobs      *sandbox.Jobs
+	jobs      *sandboxtool.Jobs
 
 	// Set by Start, before the consumer and the preview server run.
 	reg      *registry.Registry
@@ -103,7 +103,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		Core:         d.Core("executor", m.consumers),
 		cfg:          cfg,
 		metrics:      m,
-		tools:        map[string]tool.Tool{},
+		tools:        map[string]toolapi.Tool{},
 		schemas:      newSchemaCache(),
 		now:          time.Now,
 		abandonAfter: defaultAbandonAfter,
@@ -111,7 +111,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		web:          wc,
 		endpoints:    httptool.NewRunner(wc),
 	}
-	s.jobs = sandbox.NewJobs(d.JS, s.Pub, cfg.Source)
+	s.jobs = sandboxtool.NewJobs(d.JS, s.Pub, cfg.Source)
 	s.circuits = newCircuits(cfg.CircuitFailures, cfg.CircuitOpen, func() time.Time { return s.now() }, m)
 	for _, t := range slices.Concat(builtin.Tools(), web.Tools(wc), cfg.Tools) {
 		if err := s.addTool(t); err != nil {
@@ -133,12 +133,12 @@ func (s *Service) Config() Config { return s.cfg }
 
 // addTool checks a tool's definition (fields, builtin key, schemas) and keys
 // it by its builtin key.
-func (s *Service) addTool(t tool.Tool) error {
+func (s *Service) addTool(t toolapi.Tool) error {
 	def := t.Definition()
 	if err := def.Validate(); err != nil {
 		return fmt.Errorf("executor: tool %s: %w", def.Ref(), err)
 	}
-	key, err := tool.BuiltinKey(&def)
+	key, err := toolapi.BuiltinKey(&def)
 	if err != nil {
 		return fmt.Errorf("executor: tool %s: %w", def.Ref(), err)
 	}
@@ -273,7 +273,7 @@ func (s *Service) openState(ctx, life context.Context) error {
 // warmSchemas compiles the schemas of every registry entry this executor runs.
 func (s *Service) warmSchemas() {
 	for _, e := range s.catalog.Entries() {
-		key, err := tool.BuiltinKey(&e.Definition)
+		key, err := toolapi.BuiltinKey(&e.Definition)
 		if err != nil {
 			continue
 		}

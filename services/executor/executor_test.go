@@ -24,7 +24,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 )
 
@@ -68,7 +68,7 @@ func TestExecutorEndToEnd(t *testing.T) {
 		d.Name, d.Implementation = "remote", envelope.Implementation{Kind: envelope.ImplHTTP, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/hook"}`)}
 	})
 	putEntry(t, reg, builtinDef(t, "echo"), registry.StateActive, func(d *envelope.ToolDefinition) {
-		d.Name, d.Implementation = "ghost", tool.BuiltinImplementation("no_such_builtin")
+		d.Name, d.Implementation = "ghost", toolapi.BuiltinImplementation("no_such_builtin")
 	})
 
 	const runID = "run-e2e"
@@ -439,17 +439,17 @@ func TestLifecycle(t *testing.T) {
 		}
 		// An operator's state change survives a restart, and an unchanged
 		// definition is not written again.
-		require.NoError(t, reg.SetState(t.Context(), envelope.ToolRef{Name: "failing", Version: tool.BuiltinVersion}, registry.StateBlocked))
+		require.NoError(t, reg.SetState(t.Context(), envelope.ToolRef{Name: "failing", Version: toolapi.BuiltinVersion}, registry.StateBlocked))
 		kv, err := env.JS.KeyValue(t.Context(), provision.BucketTools)
 		require.NoError(t, err)
-		echoKey := registry.Key(envelope.ToolRef{Name: "echo", Version: tool.BuiltinVersion})
+		echoKey := registry.Key(envelope.ToolRef{Name: "echo", Version: toolapi.BuiltinVersion})
 		before, err := kv.Get(t.Context(), echoKey)
 		require.NoError(t, err)
 		startExecutor(t, env, Config{})
 		after, err := kv.Get(t.Context(), echoKey)
 		require.NoError(t, err)
 		require.Equal(t, before.Revision(), after.Revision())
-		e, err := reg.Get(t.Context(), envelope.ToolRef{Name: "failing", Version: tool.BuiltinVersion})
+		e, err := reg.Get(t.Context(), envelope.ToolRef{Name: "failing", Version: toolapi.BuiltinVersion})
 		require.NoError(t, err)
 		require.Equal(t, registry.StateBlocked, e.State)
 	})
@@ -457,7 +457,7 @@ func TestLifecycle(t *testing.T) {
 
 func TestNewRejects(t *testing.T) {
 	env := eventstest.Start(t)
-	mk := func(name string, change func(*envelope.ToolDefinition)) tool.Tool {
+	mk := func(name string, change func(*envelope.ToolDefinition)) toolapi.Tool {
 		tt := newTestTool(name, okOutput)
 		change(&tt.def)
 		return tt
@@ -466,17 +466,17 @@ func TestNewRejects(t *testing.T) {
 	tests := []struct {
 		name    string
 		cfg     Config
-		tools   []tool.Tool
+		tools   []toolapi.Tool
 		noJS    bool
 		wantErr string
 	}{
 		{name: "bad config", cfg: Config{Concurrency: -1}, wantErr: "concurrency"},
 		{name: "no JetStream", noJS: true, wantErr: "executor: Deps.JS is required"},
-		{name: "two tools, one key", tools: []tool.Tool{mk("a", nop), mk("a", nop)}, wantErr: `two tools have the builtin key "test_a"`},
-		{name: "a key of a built-in", tools: []tool.Tool{mk("b", func(d *envelope.ToolDefinition) { d.Implementation = tool.BuiltinImplementation("echo") })}, wantErr: `builtin key "echo"`},
-		{name: "invalid definition", tools: []tool.Tool{mk("c", func(d *envelope.ToolDefinition) { d.Metadata.Category = "misc" })}, wantErr: "metadata.category"},
-		{name: "not builtin", tools: []tool.Tool{mk("d", func(d *envelope.ToolDefinition) { d.Implementation.Kind = envelope.ImplMCP })}, wantErr: "not builtin"},
-		{name: "schema does not compile", tools: []tool.Tool{mk("e", func(d *envelope.ToolDefinition) { d.InputSchema = json.RawMessage(`{"type":12}`) })}, wantErr: "tool schema"},
+		{name: "two tools, one key", tools: []toolapi.Tool{mk("a", nop), mk("a", nop)}, wantErr: `two tools have the builtin key "test_a"`},
+		{name: "a key of a built-in", tools: []toolapi.Tool{mk("b", func(d *envelope.ToolDefinition) { d.Implementation = toolapi.BuiltinImplementation("echo") })}, wantErr: `builtin key "echo"`},
+		{name: "invalid definition", tools: []toolapi.Tool{mk("c", func(d *envelope.ToolDefinition) { d.Metadata.Category = "misc" })}, wantErr: "metadata.category"},
+		{name: "not builtin", tools: []toolapi.Tool{mk("d", func(d *envelope.ToolDefinition) { d.Implementation.Kind = envelope.ImplMCP })}, wantErr: "not builtin"},
+		{name: "schema does not compile", tools: []toolapi.Tool{mk("e", func(d *envelope.ToolDefinition) { d.InputSchema = json.RawMessage(`{"type":12}`) })}, wantErr: "tool schema"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/builtin"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 )
@@ -262,7 +262,7 @@ func newTestTool(name string, run func(ctx context.Context, input json.RawMessag
 			InputSchema:    json.RawMessage(`{"type":"object"}`),
 			OutputSchema:   json.RawMessage(`{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}`),
 			Metadata:       envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsNone, Cache: envelope.CacheNone},
-			Implementation: tool.BuiltinImplementation("test_" + name),
+			Implementation: toolapi.BuiltinImplementation("test_" + name),
 		},
 		run: run,
 	}
@@ -270,7 +270,7 @@ func newTestTool(name string, run func(ctx context.Context, input json.RawMessag
 
 func (tt testTool) Definition() envelope.ToolDefinition { return tt.def }
 
-func (tt testTool) Execute(ctx context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (tt testTool) Execute(ctx context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	return tt.run(ctx, input)
 }
 

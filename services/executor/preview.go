@@ -15,10 +15,10 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
-// Previews: a tool that implements tool.Previewer and whose definition
+// Previews: a tool that implements toolapi.Previewer and whose definition
 // declares supports_preview gets a dry run when the Policy Guard asks for one
 // (a call that needs an operator's approval carries it).
 
@@ -114,7 +114,7 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) {
 		unavailable("%s", te.Message)
 		return
 	}
-	pv, ok := impl.(tool.Previewer)
+	pv, ok := impl.(toolapi.Previewer)
 	if !ok {
 		unavailable("tool %s has no dry run in this executor", ref)
 		return
@@ -141,7 +141,7 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) {
 
 	tctx, cancel := context.WithTimeout(ctx, def.Timeout())
 	defer cancel()
-	tc := tool.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: sec.authMap(), Log: log}
+	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: sec.authMap(), Log: log}
 	out, perr := func() (out json.RawMessage, err error) {
 		defer func() {
 			if p := recover(); p != nil {

@@ -2,15 +2,15 @@ package executor
 
 import (
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // toolFor returns the Tool that runs a registry entry, by its implementation
 // kind: the in-process tool of its builtin key (package builtin, web, or a
 // Config.Tools one), the HTTP endpoint (package httptool), the MCP server's
-// tool (package mcp) or a sandbox job (package sandbox); or the error that
-// explains why this executor cannot run it.
-func (s *Service) toolFor(def *envelope.ToolDefinition) (tool.Tool, *envelope.ToolError) {
+// tool (package mcp) or a sandbox job (package sandboxtool); or the error
+// that explains why this executor cannot run it.
+func (s *Service) toolFor(def *envelope.ToolDefinition) (toolapi.Tool, *envelope.ToolError) {
 	ref := def.Ref()
 	switch def.Implementation.Kind {
 	case envelope.ImplHTTP:
@@ -32,7 +32,7 @@ func (s *Service) toolFor(def *envelope.ToolDefinition) (tool.Tool, *envelope.To
 		}
 		return t, nil
 	}
-	key, err := tool.BuiltinKey(def)
+	key, err := toolapi.BuiltinKey(def)
 	if err != nil {
 		return nil, envelope.NewToolError(envelope.CodeUnknown, "tool %s cannot run in this executor: %v", ref, err)
 	}

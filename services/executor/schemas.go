@@ -5,14 +5,14 @@ import (
 	"sync"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // compiledSchemas are the compiled schemas of one registry entry, with the
 // documents they were compiled from.
 type compiledSchemas struct {
 	inputDoc, outputDoc []byte
-	schemas             *tool.Schemas
+	schemas             *toolapi.Schemas
 	err                 error // the definition's schemas do not compile
 }
 
@@ -27,7 +27,7 @@ type schemaCache struct {
 func newSchemaCache() *schemaCache { return &schemaCache{m: map[string]*compiledSchemas{}} }
 
 // get returns def's compiled schemas; err says that they do not compile.
-func (c *schemaCache) get(def *envelope.ToolDefinition) (*tool.Schemas, error) {
+func (c *schemaCache) get(def *envelope.ToolDefinition) (*toolapi.Schemas, error) {
 	key := def.Ref().String()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -35,7 +35,7 @@ func (c *schemaCache) get(def *envelope.ToolDefinition) (*tool.Schemas, error) {
 		return cs.schemas, cs.err
 	}
 	cs := &compiledSchemas{inputDoc: bytes.Clone(def.InputSchema), outputDoc: bytes.Clone(def.OutputSchema)}
-	cs.schemas, cs.err = tool.CompileSchemas(def)
+	cs.schemas, cs.err = toolapi.CompileSchemas(def)
 	c.m[key] = cs
 	return cs.schemas, cs.err
 }

@@ -19,7 +19,7 @@ import (
 // Secrets (spec 4d, 5.2). A tool sees exactly the secrets its definition
 // declares in required_secrets, no other: before a call runs, the executor
 // resolves each for the call's tenant, narrowest scope first (user, then
-// workspace, then org; package secrets), into tool.Context.Auth. A secret
+// workspace, then org; package secrets), into toolapi.Context.Auth. A secret
 // found in no scope fails the call with AUTH_REQUIRED before the tool runs.
 // The scope each came from, never the value, is in the call's started event
 // (secret_scopes), with a warning when it was the broad org scope.
@@ -28,8 +28,8 @@ import (
 // details) are scrubbed of every resolved value before anything else sees
 // them (validation, truncation blobs, the cache, writes outcomes, the
 // envelope, spans), and the call's logger, which the tool gets as
-// tool.Context.Log, scrubs every record. A tool that logs through a logger of
-// its own is not covered.
+// toolapi.Context.Log, scrubs every record. A tool that logs through a logger
+// of its own is not covered.
 
 // secretResolver opens the secrets bucket on first use, with the keyring of
 // Config.Keyring (nil: no master key, and a tool that needs a secret fails
@@ -149,7 +149,7 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// authMap is the tool's tool.Context.Auth: a copy, so that a tool cannot
+// authMap is the tool's toolapi.Context.Auth: a copy, so that a tool cannot
 // change what the scrubber knows.
 func (cs *callSecrets) authMap() map[string]string {
 	out := make(map[string]string, len(cs.auth))

@@ -18,7 +18,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // authTool uses its secret API_KEY: it echoes its auth, logs it, and with
@@ -30,13 +30,13 @@ func (a authTool) Definition() envelope.ToolDefinition {
 		Name: a.name, Version: "1.0.0", Description: "uses API_KEY",
 		InputSchema:     json.RawMessage(`{"type":"object","properties":{"fail":{"type":"boolean"}}}`),
 		Metadata:        envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsReads, Cache: envelope.CacheNone},
-		Implementation:  tool.BuiltinImplementation("test_" + a.name),
+		Implementation:  toolapi.BuiltinImplementation("test_" + a.name),
 		RequiredSecrets: []string{"API_KEY"},
 		SupportsPreview: true,
 	}
 }
 
-func (a authTool) Execute(_ context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
+func (a authTool) Execute(_ context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	var in struct {
 		Fail bool `json:"fail"`
 	}
@@ -50,7 +50,7 @@ func (a authTool) Execute(_ context.Context, input json.RawMessage, tc tool.Cont
 	return json.Marshal(map[string]any{"ok": true, "auth": tc.Auth, "note": "used " + key})
 }
 
-func (a authTool) Preview(_ context.Context, _ json.RawMessage, tc tool.Context) (json.RawMessage, error) {
+func (a authTool) Preview(_ context.Context, _ json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	return json.Marshal(map[string]any{"would_send_with": tc.Auth["API_KEY"], "changes": "nothing"})
 }
 

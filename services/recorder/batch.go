@@ -52,7 +52,7 @@ type batchWriter struct {
 	kind   string
 
 	// writers is how many transactions may be in progress at once (each
-	// loop writes one); default 1. See Recorder's use.
+	// loop writes one); default 1. See Service's use.
 	writers int
 
 	in      chan []*writeReq // unbuffered: records sent are records a loop owns

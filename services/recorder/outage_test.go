@@ -294,7 +294,7 @@ func TestRecorderStopsDuringAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := startProxy(t, target.Host)
-	newRec := func() *recorder.Recorder {
+	newRec := func() *recorder.Service {
 		rec, err := recorder.New(service.Deps{JS: env.JetStream(t), Log: quietLog()},
 			recorder.Config{DatabaseURL: viaProxy(t, dsn, proxy), Batch: 8})
 		if err != nil {

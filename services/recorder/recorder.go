@@ -3,7 +3,7 @@
 // materializes runs, tool calls, model turns, verdicts and the tool
 // definitions of replay bundles from them, and serves them over HTTP: the JSON
 // API with its live event stream (package api) and the timeline pages
-// (package web).
+// (package pages).
 //
 // Where things are: this package is the service (Config, Build and New, the
 // consumers, the batch writer, the tool definitions read from the registry);
@@ -38,8 +38,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/auth"
+	"github.com/toolwire/toolwire/services/recorder/pages"
 	"github.com/toolwire/toolwire/services/recorder/store"
-	"github.com/toolwire/toolwire/services/recorder/web"
 )
 
 // The recorder's three durable consumers: one per stream (runs, calls,
@@ -62,9 +62,9 @@ func ConsumerSpecs() []provision.ConsumerSpec {
 	}
 }
 
-// Recorder is the recorder service. It is stateless between events: any
+// Service is the recorder service. It is stateless between events: any
 // number of replicas share its three durable consumers and its database.
-type Recorder struct {
+type Service struct {
 	service.Core
 
 	cfg     Config
@@ -82,7 +82,7 @@ type Recorder struct {
 // no environment and does no I/O: the database handle it opens connects on
 // first use, in Start, which also migrates and starts consuming. Stop
 // releases the handle whether or not Start ran.
-func New(d service.Deps, cfg Config) (*Recorder, error) {
+func New(d service.Deps, cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
 	d, m, err := service.Prepare("recorder", d, cfg, newMetrics)
 	if err != nil {
@@ -95,7 +95,7 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Recorder{Core: d.Core("recorder", m.consumers), cfg: cfg, db: db, changes: api.NewChanges(), streams: make(chan struct{})}
+	r := &Service{Core: d.Core("recorder", m.consumers), cfg: cfg, db: db, changes: api.NewChanges(), streams: make(chan struct{})}
 	r.retention = m.retention
 	// Released last, in this order, after what Start registers: the live
 	// streams end once the consumers have drained, then the database closes.
@@ -131,7 +131,7 @@ func New(d service.Deps, cfg Config) (*Recorder, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.New(db.store, api.Options{Log: d.Log, Changes: r.changes, JS: d.JS, Done: r.streams,
 		AdminToken: cfg.AdminToken, Auth: authn}))
-	mux.Handle("/", web.New(db.store, web.Options{Log: d.Log, Auth: authn, JS: d.JS}))
+	mux.Handle("/", pages.New(db.store, pages.Options{Log: d.Log, Auth: authn, JS: d.JS}))
 	r.handler = mux
 	return r, nil
 }
@@ -142,25 +142,25 @@ type Option func(*Config)
 
 // Build reads the configuration from d.Getenv, applies opts and calls New. It
 // is what the recorder binary and `toolwire dev` run.
-func Build(d service.Deps, opts ...Option) (*Recorder, error) {
+func Build(d service.Deps, opts ...Option) (*Service, error) {
 	return service.BuildFrom("recorder", d, ConfigFromEnv, New, opts...)
 }
 
 // Config returns the configuration the recorder runs with.
-func (r *Recorder) Config() Config { return r.cfg }
+func (r *Service) Config() Config { return r.cfg }
 
 // Handler returns the recorder's HTTP server: the JSON API under /v1/
-// (package api) and the timeline pages at / (package web).
-func (r *Recorder) Handler() http.Handler { return r.handler }
+// (package api) and the timeline pages at / (package pages).
+func (r *Service) Handler() http.Handler { return r.handler }
 
 // DatabaseUp reports whether the database answered the last write: false while
 // the recorder holds events for it.
-func (r *Recorder) DatabaseUp() bool { return !r.writer.holding() }
+func (r *Service) DatabaseUp() bool { return !r.writer.holding() }
 
 // Start waits for the database (until ctx ends), migrates its schema, watches
 // the tool registry and starts consuming. ctx bounds the start; the consumers,
 // the writer and the registry watch run until Stop.
-func (r *Recorder) Start(ctx context.Context) error {
+func (r *Service) Start(ctx context.Context) error {
 	return r.StartWith(ctx, func(ctx, life context.Context) error {
 		if r.db.prepare != nil {
 			if err := r.db.prepare(); err != nil {
@@ -210,7 +210,7 @@ func (r *Recorder) Start(ctx context.Context) error {
 
 // stopConsuming drains the consumers: the handlers in flight finish, their
 // batches commit and they are acknowledged.
-func (r *Recorder) stopConsuming(ctx context.Context) error {
+func (r *Service) stopConsuming(ctx context.Context) error {
 	if r.writer.holding() {
 		// The database is down: the handlers in flight wait for it and the
 		// drain would wait for them. Stop the writer first: they fail, and
@@ -223,7 +223,7 @@ func (r *Recorder) stopConsuming(ctx context.Context) error {
 }
 
 // stopWriter stops the batch writer once its batch in progress is written.
-func (r *Recorder) stopWriter(ctx context.Context) error {
+func (r *Service) stopWriter(ctx context.Context) error {
 	if err := r.writer.stop(ctx); err != nil {
 		return fmt.Errorf("recorder: stop writer: %w", err)
 	}
@@ -234,7 +234,7 @@ func (r *Recorder) stopWriter(ctx context.Context) error {
 // Config.DatabaseWait (and within ctx, the start's): a database that never
 // answers fails the start with what to check, rather than a recorder that
 // waits forever, saying only that it waits.
-func (r *Recorder) waitForDatabase(ctx context.Context) error {
+func (r *Service) waitForDatabase(ctx context.Context) error {
 	wait := r.cfg.DatabaseWait
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -282,7 +282,7 @@ func (e *DatabaseUnreachableError) Unwrap() error { return e.Err }
 // handle records one event. An event that cannot be decoded, or whose data
 // the database refuses, is dead-lettered at once (Permanent); any other
 // failure is retried.
-func (r *Recorder) handle(ctx context.Context, d *consume.Delivery) error {
+func (r *Service) handle(ctx context.Context, d *consume.Delivery) error {
 	rec, err := r.recordOf(ctx, d)
 	if err != nil {
 		return err
@@ -293,7 +293,7 @@ func (r *Recorder) handle(ctx context.Context, d *consume.Delivery) error {
 // handleBatch records a fetch's events: each decoded as handle does, all
 // handed to the writer at once; errs[i] is what handle would return for
 // ds[i].
-func (r *Recorder) handleBatch(ctx context.Context, ds []*consume.Delivery) []error {
+func (r *Service) handleBatch(ctx context.Context, ds []*consume.Delivery) []error {
 	errs := make([]error, len(ds))
 	recs := make([]store.Record, 0, len(ds))
 	idx := make([]int, 0, len(ds))
@@ -314,7 +314,7 @@ func (r *Recorder) handleBatch(ctx context.Context, ds []*consume.Delivery) []er
 
 // recordOf is the record of one delivery, with its stream position and, for
 // a model turn, the definitions of the tools it offered.
-func (r *Recorder) recordOf(ctx context.Context, d *consume.Delivery) (store.Record, error) {
+func (r *Service) recordOf(ctx context.Context, d *consume.Delivery) (store.Record, error) {
 	rec, err := store.RecordOf(d.Event, d.Subject) //nolint:contextcheck // RecordOf does no I/O; it only parses
 	if err != nil {
 		return store.Record{}, consume.Permanent(err)

@@ -37,7 +37,7 @@ type harness struct {
 	dsn  string
 	pool *pgxpool.Pool
 	pub  *publish.Publisher
-	rec  *recorder.Recorder
+	rec  *recorder.Service
 	api  *httptest.Server
 }
 
@@ -74,7 +74,7 @@ func (h *harness) start() {
 }
 
 // startUntilCleanup starts rec (start) and stops it when the test ends.
-func startUntilCleanup(t *testing.T, rec *recorder.Recorder) {
+func startUntilCleanup(t *testing.T, rec *recorder.Service) {
 	t.Helper()
 	start(t, rec)
 	t.Cleanup(func() {
@@ -90,7 +90,7 @@ func startUntilCleanup(t *testing.T, rec *recorder.Recorder) {
 // every test of the package does: the consumers, the writer and the registry
 // watch hang off the recorder's lifetime, never off the start-up context, so
 // every event a test publishes afterwards is still recorded.
-func start(t *testing.T, rec *recorder.Recorder) {
+func start(t *testing.T, rec *recorder.Service) {
 	t.Helper()
 	ctx, endStart := context.WithCancel(testCtx(t))
 	defer endStart()

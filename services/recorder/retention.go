@@ -112,7 +112,7 @@ func retentionOf(ctx context.Context, js jetstream.JetStream, spec provision.Con
 // watchRetention checks the recorder's streams every retentionEvery until
 // life ends, setting the gauge and warning about a backlog that uses
 // retentionWarn of a limit or more.
-func (r *Recorder) watchRetention(life context.Context, gauge *prometheus.GaugeVec) {
+func (r *Service) watchRetention(life context.Context, gauge *prometheus.GaugeVec) {
 	t := time.NewTicker(retentionEvery)
 	defer t.Stop()
 	for {

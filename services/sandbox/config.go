@@ -116,12 +116,8 @@ type Config struct {
 	Limits Limits
 }
 
-// DefaultConfig returns the configuration with every default filled in.
-func DefaultConfig() Config {
-	return Config{}.withDefaults()
-}
-
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
 	c.Runtime = cmp.Or(c.Runtime, RuntimeAuto)
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.Source = cmp.Or(c.Source, DefaultSource)
@@ -143,7 +139,7 @@ func (c Config) withDefaults() Config {
 
 // Validate checks the configuration; zero fields mean their defaults.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	var errs []error
 	if !slices.Contains(runtimes, c.Runtime) {
 		errs = append(errs, fmt.Errorf("runtime %q: want one of %s", c.Runtime, strings.Join(runtimes, ", ")))
@@ -201,7 +197,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	e.Scaled(EnvOutputKB, 1, 1<<20, 1<<10, &l.OutputBytes)
 	e.Int(EnvStderrKB, 1, 1<<10, &l.StderrBytes)
 	l.StderrBytes <<= 10 // counted in KiB; an int, where Scaled sets an int64
-	return c.withDefaults(), e.Err()
+	return c.WithDefaults(), e.Err()
 }
 
 // absolute sets dst to the variable's value, an absolute path.

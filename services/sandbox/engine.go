@@ -50,7 +50,7 @@ type Engine struct {
 // running a trial job in it. A runtime that does not work is kept out, with
 // the reason, and jobs that ask for it are refused with that reason.
 func NewEngine(ctx context.Context, cfg Config, log *slog.Logger) (*Engine, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sandbox config: %w", err)
 	}
@@ -328,7 +328,7 @@ func (e *Engine) pick(name string) (runtime, *envelope.ToolError) {
 // longer than a third of it is answered TIMEOUT without waiting for the stop
 // (answerReserve), without the program's last stderr: with gVisor, whose
 // graceful stop alone can take that long, often. The executor keeps the same margin
-// between a job's timeout and its deadline (services/executor/tools/sandbox).
+// between a job's timeout and its deadline (services/executor/tools/sandboxtool).
 func answerMargin(left time.Duration) time.Duration {
 	return min(max(left/10, 200*time.Millisecond), stopGrace+time.Second)
 }

@@ -338,7 +338,7 @@ func (s *slowStop) Run(ctx context.Context, x *execution) (procResult, error) {
 // runtime saw.
 func TestAnswerBeforeTheDeadlineWhateverTheStopCosts(t *testing.T) {
 	engine := func(rt runtime) *Engine {
-		e := &Engine{cfg: Config{Concurrency: 1}.withDefaults(), log: slog.New(slog.DiscardHandler),
+		e := &Engine{cfg: Config{Concurrency: 1}.WithDefaults(), log: slog.New(slog.DiscardHandler),
 			runtimes: map[string]runtime{rt.Name(): rt}, problems: map[string]error{}, def: rt.Name(), slots: make(chan int, 1)}
 		e.slots <- 0
 		return e

@@ -42,7 +42,7 @@ type Service struct {
 // their defaults. It registers its metrics on d.Metrics (when set), reads no
 // environment and does no I/O: Start finds the runtimes and connects it.
 func New(d service.Deps, cfg Config) (*Service, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	d, m, err := service.Prepare("sandbox", d, cfg, newMetrics)
 	if err != nil {
 		return nil, err

@@ -13,13 +13,13 @@ import (
 	_ "time/tzdata"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // Tools returns the built-in tools every executor runs: echo, calculator,
 // get_current_time and json_query. They reach nothing outside the process.
-func Tools() []tool.Tool {
-	return []tool.Tool{echoTool{}, calculatorTool{}, currentTimeTool{now: time.Now}, jsonQueryTool{}}
+func Tools() []toolapi.Tool {
+	return []toolapi.Tool{echoTool{}, calculatorTool{}, currentTimeTool{now: time.Now}, jsonQueryTool{}}
 }
 
 // --- echo -----------------------------------------------------------------
@@ -31,7 +31,7 @@ type echoIO struct {
 }
 
 func (echoTool) Definition() envelope.ToolDefinition {
-	return tool.BuiltinDefinition("echo", "Returns the given text unchanged.", envelope.CategoryUtility,
+	return toolapi.BuiltinDefinition("echo", "Returns the given text unchanged.", envelope.CategoryUtility,
 		`{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
@@ -48,9 +48,9 @@ func (echoTool) Definition() envelope.ToolDefinition {
 }`)
 }
 
-func (echoTool) Execute(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (echoTool) Execute(_ context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	var in echoIO
-	if err := tool.DecodeInput("echo", input, &in); err != nil {
+	if err := toolapi.DecodeInput("echo", input, &in); err != nil {
 		return nil, err
 	}
 	return json.Marshal(in)
@@ -80,7 +80,7 @@ type currentTimeOut struct {
 }
 
 func (currentTimeTool) Definition() envelope.ToolDefinition {
-	return tool.BuiltinDefinition("get_current_time",
+	return toolapi.BuiltinDefinition("get_current_time",
 		"Returns the current time in a time zone (IANA name, default UTC) as ISO 8601, Unix seconds or a human-readable string.",
 		envelope.CategoryUtility,
 		`{
@@ -107,9 +107,9 @@ func (currentTimeTool) Definition() envelope.ToolDefinition {
 }`)
 }
 
-func (t currentTimeTool) Execute(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (t currentTimeTool) Execute(_ context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	var in currentTimeIn
-	if err := tool.DecodeInput("get_current_time", input, &in); err != nil {
+	if err := toolapi.DecodeInput("get_current_time", input, &in); err != nil {
 		return nil, err
 	}
 	if in.Timezone == "" {

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool/tooltest"
+	"github.com/toolwire/toolwire/services/executor/toolapi/tooltest"
 )
 
 func TestBuiltinDefinitions(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // maxExpressionLen bounds a calculator expression, in bytes; it also bounds the
@@ -27,7 +27,7 @@ type calculatorOut struct {
 }
 
 func (calculatorTool) Definition() envelope.ToolDefinition {
-	return tool.BuiltinDefinition("calculator",
+	return toolapi.BuiltinDefinition("calculator",
 		"Evaluates an arithmetic expression: decimal numbers, + - * / % ^ (power, right-associative), unary minus and parentheses.",
 		envelope.CategoryUtility,
 		`{
@@ -49,9 +49,9 @@ func (calculatorTool) Definition() envelope.ToolDefinition {
 }`)
 }
 
-func (calculatorTool) Execute(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (calculatorTool) Execute(_ context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	var in calculatorIn
-	if err := tool.DecodeInput("calculator", input, &in); err != nil {
+	if err := toolapi.DecodeInput("calculator", input, &in); err != nil {
 		return nil, err
 	}
 	v, err := Evaluate(in.Expression)

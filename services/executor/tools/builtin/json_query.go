@@ -10,7 +10,7 @@ import (
 	"github.com/itchyny/gojq"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // json_query runs a jq expression over JSON input with github.com/itchyny/gojq
@@ -33,7 +33,7 @@ type jsonQueryIn struct {
 }
 
 func (jsonQueryTool) Definition() envelope.ToolDefinition {
-	return tool.BuiltinDefinition("json_query",
+	return toolapi.BuiltinDefinition("json_query",
 		"Runs a jq expression over a JSON value and returns every value it emits, in order (for example "+
 			`query ".items[] | select(.price < 10) | .name").`,
 		envelope.CategoryData,
@@ -56,10 +56,10 @@ func (jsonQueryTool) Definition() envelope.ToolDefinition {
 }`)
 }
 
-func (jsonQueryTool) Execute(ctx context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (jsonQueryTool) Execute(ctx context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	const name = "json_query"
 	var in jsonQueryIn
-	if err := tool.DecodeInput(name, input, &in); err != nil {
+	if err := toolapi.DecodeInput(name, input, &in); err != nil {
 		return nil, err
 	}
 	q, err := gojq.Parse(in.Query)

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 func TestJSONQuery(t *testing.T) {
@@ -41,7 +41,7 @@ func TestJSONQuery(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			out, err := jsonQueryTool{}.Execute(t.Context(), json.RawMessage(c.in), tool.Context{})
+			out, err := jsonQueryTool{}.Execute(t.Context(), json.RawMessage(c.in), toolapi.Context{})
 			if c.want != "" {
 				require.NoError(t, err)
 				require.JSONEq(t, c.want, string(out))
@@ -55,7 +55,7 @@ func TestJSONQuery(t *testing.T) {
 	}
 
 	// The parse error points at the query's offset.
-	_, err := jsonQueryTool{}.Execute(t.Context(), json.RawMessage(`{"query":"[1, 2"}`), tool.Context{})
+	_, err := jsonQueryTool{}.Execute(t.Context(), json.RawMessage(`{"query":"[1, 2"}`), toolapi.Context{})
 	var te *envelope.ToolError
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, map[string]any{"offset": 5, "token": "", "query": "[1, 2"}, te.Details)
@@ -68,7 +68,7 @@ func TestJSONQueryHonoursItsContext(t *testing.T) {
 	for _, q := range []string{`def f: f; f`, `last(range(infinite))`, `[repeat(1)] | length`} {
 		cause := context.DeadlineExceeded
 		ctx, cancel := context.WithTimeoutCause(t.Context(), 100*time.Millisecond, errToolTimeout)
-		_, err := jsonQueryTool{}.Execute(ctx, json.RawMessage(`{"query":`+mustJSON(q)+`}`), tool.Context{})
+		_, err := jsonQueryTool{}.Execute(ctx, json.RawMessage(`{"query":`+mustJSON(q)+`}`), toolapi.Context{})
 		cancel()
 		require.Error(t, err, q)
 		require.ErrorIs(t, err, errToolTimeout, "%s: %v (not %v)", q, err, cause)

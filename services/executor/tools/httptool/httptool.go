@@ -17,7 +17,7 @@
 //   - the config's headers, and its secret headers with each
 //     {{secret:NAME}} replaced by the secret resolved for the call's tenant
 //     (the definition's required_secrets, which the executor resolves into
-//     tool.Context.Auth);
+//     toolapi.Context.Auth);
 //   - Idempotency-Key: <run_id>.<call_id> when the tool's side_effects is
 //     writes (envelope.IdempotencyKey; the executor runs such a call at most
 //     once, and the key lets the endpoint recognise a request it has already
@@ -43,7 +43,7 @@ import (
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
@@ -60,7 +60,7 @@ func NewRunner(c *web.Client) *Runner {
 
 // Tool returns the Tool that runs def, or the error that says why its
 // config cannot run (an entry stored before its config was checked).
-func (r *Runner) Tool(def *envelope.ToolDefinition) (tool.Tool, error) {
+func (r *Runner) Tool(def *envelope.ToolDefinition) (toolapi.Tool, error) {
 	cfg, err := def.HTTPConfig()
 	if err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ type endpoint struct {
 
 func (e *endpoint) Definition() envelope.ToolDefinition { return e.def }
 
-func (e *endpoint) Execute(ctx context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
+func (e *endpoint) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	name := e.def.Ref().String()
 	hdr, secretNames, _, te := web.BuildHeaders(name, e.cfg.Headers, e.cfg.SecretHeaders, tc.Auth)
 	if te != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/httptool"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
@@ -102,7 +102,7 @@ func run(t *testing.T, r *httptool.Runner, def envelope.ToolDefinition, input st
 	tl, err := r.Tool(&def)
 	require.NoError(t, err)
 	require.Equal(t, def, tl.Definition())
-	return tl.Execute(t.Context(), json.RawMessage(input), tool.Context{TenantID: "acme", RunID: "run-1", CallID: callID, Auth: auth})
+	return tl.Execute(t.Context(), json.RawMessage(input), toolapi.Context{TenantID: "acme", RunID: "run-1", CallID: callID, Auth: auth})
 }
 
 func toolError(t *testing.T, err error) *envelope.ToolError {
@@ -314,7 +314,7 @@ func TestContextEndsTheCall(t *testing.T) {
 		<-arrived
 		cancel(cause)
 	}()
-	_, err = tl.Execute(ctx, json.RawMessage(`{}`), tool.Context{CallID: callID})
+	_, err = tl.Execute(ctx, json.RawMessage(`{}`), toolapi.Context{CallID: callID})
 	require.ErrorIs(t, err, cause)
 }
 

@@ -18,7 +18,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // Bounds of MCP sessions.
@@ -330,7 +330,7 @@ func contentText(cs []sdk.Content) string {
 
 // Tool returns the Tool that runs a registry entry of kind mcp on this
 // pool's sessions, or why its implementation config cannot run.
-func (p *Pool) Tool(def *envelope.ToolDefinition) (tool.Tool, error) {
+func (p *Pool) Tool(def *envelope.ToolDefinition) (toolapi.Tool, error) {
 	cfg, err := ParseConfig(def.Implementation.Config)
 	if err != nil {
 		return nil, err
@@ -347,7 +347,7 @@ type mcpTool struct {
 
 func (t mcpTool) Definition() envelope.ToolDefinition { return t.def }
 
-func (t mcpTool) Execute(ctx context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (t mcpTool) Execute(ctx context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	return t.pool.call(ctx, t.cfg, input, t.def.Metadata.SideEffects != envelope.SideEffectsWrites)
 }
 

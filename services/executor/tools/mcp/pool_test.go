@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/mcp"
 	"github.com/toolwire/toolwire/services/executor/tools/mcp/mcptest"
 )
@@ -30,7 +30,7 @@ func call(t *testing.T, pool *mcp.Pool, cfg mcp.Config, input json.RawMessage, w
 	}
 	tl, err := pool.Tool(&def)
 	require.NoError(t, err)
-	return tl.Execute(t.Context(), input, tool.Context{})
+	return tl.Execute(t.Context(), input, toolapi.Context{})
 }
 
 // TestReconnects: a stdio server that dies is a NETWORK_ERROR for the

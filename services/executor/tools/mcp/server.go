@@ -20,7 +20,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // MCP servers' tools in the registry.
@@ -309,7 +309,7 @@ func definition(srv Server, t *sdk.Tool, opts RegisterOptions) (envelope.ToolDef
 	}
 	// Compiled as the executor will, so that a registration never stores a
 	// definition that cannot run.
-	if _, err := tool.CompileSchemas(&def); err != nil {
+	if _, err := toolapi.CompileSchemas(&def); err != nil {
 		return envelope.ToolDefinition{}, err
 	}
 	return def, nil

@@ -11,18 +11,18 @@ import (
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // Tools returns failing and sleep.
-func Tools() []tool.Tool { return []tool.Tool{Failing(), Sleep()} }
+func Tools() []toolapi.Tool { return []toolapi.Tool{Failing(), Sleep()} }
 
 // Failing returns failing@1.0.0: it always fails with PROVIDER_ERROR and the
 // message of its input.
-func Failing() tool.Tool { return failingTool{} }
+func Failing() toolapi.Tool { return failingTool{} }
 
 // Sleep returns sleep@1.0.0: it waits the milliseconds of its input.
-func Sleep() tool.Tool { return sleepTool{} }
+func Sleep() toolapi.Tool { return sleepTool{} }
 
 // --- failing ----------------------------------------------------------------
 
@@ -36,7 +36,7 @@ type failingIn struct {
 }
 
 func (failingTool) Definition() envelope.ToolDefinition {
-	return tool.BuiltinDefinition("failing",
+	return toolapi.BuiltinDefinition("failing",
 		"A test tool: always fails with PROVIDER_ERROR and the given message.",
 		envelope.CategoryUtility,
 		`{
@@ -52,9 +52,9 @@ func (failingTool) Definition() envelope.ToolDefinition {
 }`)
 }
 
-func (failingTool) Execute(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (failingTool) Execute(_ context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	var in failingIn
-	if err := tool.DecodeInput("failing", input, &in); err != nil {
+	if err := toolapi.DecodeInput("failing", input, &in); err != nil {
 		return nil, err
 	}
 	msg := strings.TrimSpace(in.Message)
@@ -81,7 +81,7 @@ type sleepOut struct {
 }
 
 func (sleepTool) Definition() envelope.ToolDefinition {
-	d := tool.BuiltinDefinition("sleep",
+	d := toolapi.BuiltinDefinition("sleep",
 		"Waits the given number of milliseconds, then returns. For tests of timeouts and parallelism.",
 		envelope.CategoryUtility,
 		`{
@@ -102,9 +102,9 @@ func (sleepTool) Definition() envelope.ToolDefinition {
 	return d
 }
 
-func (sleepTool) Execute(ctx context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (sleepTool) Execute(ctx context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	var in sleepIn
-	if err := tool.DecodeInput("sleep", input, &in); err != nil {
+	if err := toolapi.DecodeInput("sleep", input, &in); err != nil {
 		return nil, err
 	}
 	if in.MS < 0 {

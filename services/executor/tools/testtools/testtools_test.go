@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
-	"github.com/toolwire/toolwire/services/executor/tool/tooltest"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
+	"github.com/toolwire/toolwire/services/executor/toolapi/tooltest"
 )
 
 func TestDefinitions(t *testing.T) {
@@ -51,14 +51,14 @@ func TestSleep(t *testing.T) {
 	t.Run("honours cancellation", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		_, err := Sleep().Execute(ctx, json.RawMessage(`{"ms":600000}`), tool.Context{})
+		_, err := Sleep().Execute(ctx, json.RawMessage(`{"ms":600000}`), toolapi.Context{})
 		require.ErrorIs(t, err, context.Canceled)
 	})
 	t.Run("reports the cause of its deadline", func(t *testing.T) {
 		errToolTimeout := errors.New("tool timeout") // the executor's cause
 		ctx, cancel := context.WithTimeoutCause(t.Context(), time.Millisecond, errToolTimeout)
 		defer cancel()
-		_, err := Sleep().Execute(ctx, json.RawMessage(`{"ms":600000}`), tool.Context{})
+		_, err := Sleep().Execute(ctx, json.RawMessage(`{"ms":600000}`), toolapi.Context{})
 		require.ErrorIs(t, err, errToolTimeout)
 	})
 }

@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // http_request and http_get call HTTP APIs through the SSRF-guarded client.
@@ -28,7 +28,7 @@ import (
 //
 // Secrets are injected by name: secret_headers {"Authorization": "Bearer
 // {{secret:GITHUB_TOKEN}}"} takes the value of GITHUB_TOKEN from the call's
-// tool.Context.Auth. The executor fills Auth with the secrets the registry
+// toolapi.Context.Auth. The executor fills Auth with the secrets the registry
 // entry lists in required_secrets, so an operator registers a version of
 // http_request (or http_get) that names the secrets it may use, for example
 // http_get@1.0.0-github with required_secrets ["GITHUB_TOKEN"]. A secret that
@@ -80,7 +80,7 @@ func (t httpTool) name() string {
 
 func (t httpTool) Definition() envelope.ToolDefinition {
 	if t.getOnly {
-		d := tool.BuiltinDefinition("http_get",
+		d := toolapi.BuiltinDefinition("http_get",
 			"Fetches a URL with HTTP GET and returns the status, headers and body (JSON bodies parsed). "+
 				"Private, loopback and metadata addresses are refused.",
 			envelope.CategoryAPI,
@@ -98,7 +98,7 @@ func (t httpTool) Definition() envelope.ToolDefinition {
 		d.Metadata.SideEffects = envelope.SideEffectsReads
 		return d
 	}
-	d := tool.BuiltinDefinition("http_request",
+	d := toolapi.BuiltinDefinition("http_request",
 		"Sends an HTTP request (any method) and returns the status, headers and body (JSON bodies parsed). "+
 			"Can change remote state. Private, loopback and metadata addresses are refused.",
 		envelope.CategoryAPI,
@@ -137,10 +137,10 @@ type httpOut struct {
 	Truncated    bool              `json:"truncated"`
 }
 
-func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
+func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	name := t.name()
 	var in httpIn
-	if err := tool.DecodeInput(name, input, &in); err != nil {
+	if err := toolapi.DecodeInput(name, input, &in); err != nil {
 		return nil, err
 	}
 	if t.getOnly || in.Method == "" {

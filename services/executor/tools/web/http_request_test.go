@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // testResolver maps test names to addresses. Every other name fails as not
@@ -83,11 +83,11 @@ func (c *counted) hostPort() string { return c.Listener.Addr().String() }
 
 // runTool runs a tool's Execute with a test deadline and returns its output
 // or its ToolError.
-func runTool(t *testing.T, tl tool.Tool, input string, auth map[string]string) (map[string]any, *envelope.ToolError) {
+func runTool(t *testing.T, tl toolapi.Tool, input string, auth map[string]string) (map[string]any, *envelope.ToolError) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	out, err := tl.Execute(ctx, json.RawMessage(input), tool.Context{TenantID: "acme", Auth: auth})
+	out, err := tl.Execute(ctx, json.RawMessage(input), toolapi.Context{TenantID: "acme", Auth: auth})
 	if err != nil {
 		var te *envelope.ToolError
 		require.ErrorAs(t, err, &te, "a ToolError, got %v", err)
@@ -176,7 +176,7 @@ func TestSSRFBypassesAreRefused(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			hitsBefore := allowed.hits.Load()
-			for _, tl := range []tool.Tool{get, req} {
+			for _, tl := range []toolapi.Tool{get, req} {
 				_, te := runTool(t, tl, input(map[string]any{"url": c.url}), nil)
 				require.NotNil(t, te, "%s must be refused", c.url)
 				require.Equal(t, envelope.CodePolicyDenied, te.Code, te.Message)

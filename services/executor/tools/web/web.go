@@ -12,12 +12,12 @@ package web
 import (
 	"time"
 
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // Tools returns the web tools, all on client c.
-func Tools(c *Client) []tool.Tool {
-	return []tool.Tool{
+func Tools(c *Client) []toolapi.Tool {
+	return []toolapi.Tool{
 		httpTool{web: c, now: time.Now},
 		httpTool{web: c, getOnly: true, now: time.Now},
 		webFetchTool{web: c, now: time.Now},

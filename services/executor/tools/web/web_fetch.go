@@ -22,7 +22,7 @@ import (
 	"golang.org/x/net/html/charset"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // web_fetch fetches a page as readable text: HTML becomes Markdown (by
@@ -57,7 +57,7 @@ type webFetchOut struct {
 }
 
 func (t webFetchTool) Definition() envelope.ToolDefinition {
-	d := tool.BuiltinDefinition("web_fetch",
+	d := toolapi.BuiltinDefinition("web_fetch",
 		"Fetches a web page and returns its readable content as Markdown (or the text of a text, JSON or XML document), with its title. "+
 			"Private, loopback and metadata addresses are refused.",
 		envelope.CategorySearch,
@@ -90,10 +90,10 @@ func (t webFetchTool) Definition() envelope.ToolDefinition {
 	return d
 }
 
-func (t webFetchTool) Execute(ctx context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (t webFetchTool) Execute(ctx context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	const name = "web_fetch"
 	var in webFetchIn
-	if err := tool.DecodeInput(name, input, &in); err != nil {
+	if err := toolapi.DecodeInput(name, input, &in); err != nil {
 		return nil, err
 	}
 	if in.MaxChars == 0 {

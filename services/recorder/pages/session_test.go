@@ -1,4 +1,4 @@
-package web_test
+package pages_test
 
 import (
 	"log/slog"
@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/toolwire/toolwire/services/recorder/auth"
+	"github.com/toolwire/toolwire/services/recorder/pages"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite/sqlitetest"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
-	"github.com/toolwire/toolwire/services/recorder/web"
 )
 
 // authPages serves the pages with authentication on, and a viewer's token
@@ -33,7 +33,7 @@ func authPages(t *testing.T) (srv *httptest.Server, viewer string, st *sqlite.St
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv = httptest.NewServer(web.New(st, web.Options{Log: log, Auth: a}))
+	srv = httptest.NewServer(pages.New(st, pages.Options{Log: log, Auth: a}))
 	t.Cleanup(srv.Close)
 	return srv, tok, st
 }

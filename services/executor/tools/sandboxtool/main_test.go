@@ -1,4 +1,4 @@
-package tool
+package sandboxtool_test
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package replay_test
+package rerun_test
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/replay"
+	"github.com/toolwire/toolwire/rerun"
 	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/orchestrator/provider"
 	"github.com/toolwire/toolwire/services/recorder"
@@ -36,7 +36,7 @@ func dataToolDefinition(name, description, field string, effects envelope.SideEf
 	return envelope.ToolDefinition{Name: name, Version: "1.0.0", Description: description,
 		InputSchema:    json.RawMessage(`{"type":"object","properties":{"` + field + `":{"type":"string"}},"required":["` + field + `"]}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryData, SideEffects: effects, Cache: envelope.CacheNone},
-		Implementation: tool.BuiltinImplementation(name)}
+		Implementation: toolapi.BuiltinImplementation(name)}
 }
 
 // lookupTool reads something that changes: each execution answers the next
@@ -47,7 +47,7 @@ func (*lookupTool) Definition() envelope.ToolDefinition {
 	return dataToolDefinition("lookup", "reads a counter", "key", envelope.SideEffectsReads)
 }
 
-func (l *lookupTool) Execute(_ context.Context, input json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (l *lookupTool) Execute(_ context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	var in struct {
 		Key string `json:"key"`
 	}
@@ -65,14 +65,14 @@ func (*appendTool) Definition() envelope.ToolDefinition {
 	return dataToolDefinition("append_note", "appends a note", "note", envelope.SideEffectsWrites)
 }
 
-func (a *appendTool) Execute(_ context.Context, _ json.RawMessage, _ tool.Context) (json.RawMessage, error) {
+func (a *appendTool) Execute(_ context.Context, _ json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
 	n := a.runs.Add(1)
 	return json.Marshal(map[string]any{"appended": true, "line": n})
 }
 
 // recording is a run recorded by a whole stack, and the tools it used.
 type recording struct {
-	bundle replay.Bundle
+	bundle rerun.Bundle
 	lookup *lookupTool
 	write  *appendTool
 	dbURL  string
@@ -135,7 +135,7 @@ func record(t *testing.T) *recording {
 
 	// Wait until the recorder has all of it.
 	require.Eventually(t, func() bool {
-		b, err := replay.FromRecorder(ctx, r.apiURL, req.RunID)
+		b, err := rerun.FromRecorder(ctx, r.apiURL, req.RunID)
 		if err != nil || b.Status != events.StatusCompleted || len(b.Envelopes) != 5 || len(b.Turns) != 3 || len(b.Tools) != 4 {
 			return false
 		}
@@ -147,7 +147,7 @@ func record(t *testing.T) *recording {
 	return r
 }
 
-func stepTitles(steps []replay.Step) []string {
+func stepTitles(steps []rerun.Step) []string {
 	var out []string
 	for _, s := range steps {
 		out = append(out, fmt.Sprintf("%d %s ok=%t", s.N, s.Title(), s.OK))
@@ -160,14 +160,14 @@ func stepTitles(steps []replay.Step) []string {
 // the outcome match; the bundle read from the database replays the same.
 func TestReplayClean(t *testing.T) {
 	rec := record(t)
-	rep, err := replay.Run(t.Context(), rec.bundle, replay.Options{})
+	rep, err := rerun.Run(t.Context(), rec.bundle, rerun.Options{})
 	require.NoError(t, err)
 	require.True(t, rep.Clean, "divergence: %v", rep.Divergence)
 	require.Equal(t, events.StatusCompleted, rep.Status)
 	require.Len(t, rep.Steps, 1+2+1+3+1+1, stepTitles(rep.Steps))
 	for _, s := range rep.Steps {
 		require.True(t, s.Checked && s.OK, "step %s", s.Title())
-		if s.Kind == replay.StepToolCall {
+		if s.Kind == rerun.StepToolCall {
 			require.Equal(t, "recorded", s.Source)
 			require.NotEmpty(t, s.CallID)
 		}
@@ -188,7 +188,7 @@ func TestReplayClean(t *testing.T) {
 	fromDB, err := store.ReplayBundle(t.Context(), db, rec.bundle.RunID, nil)
 	require.NoError(t, err)
 	require.Equal(t, mustJSON(t, rec.bundle), mustJSON(t, fromDB))
-	rep, err = replay.Run(t.Context(), fromDB, replay.Options{})
+	rep, err = rerun.Run(t.Context(), fromDB, rerun.Options{})
 	require.NoError(t, err)
 	require.True(t, rep.Clean, "divergence: %v", rep.Divergence)
 }
@@ -227,7 +227,7 @@ func (p narrowProvider) Complete(ctx context.Context, req provider.Request) (env
 	return p.inner.Complete(ctx, req)
 }
 
-func changedOrchestrator(wrap func(provider.Provider) provider.Provider) replay.OrchestratorFactory {
+func changedOrchestrator(wrap func(provider.Provider) provider.Provider) rerun.OrchestratorFactory {
 	return func(d service.Deps, cfg orchestrator.Config) (service.Component, error) {
 		ps := orchestrator.Providers{}
 		for name, p := range cfg.Providers {
@@ -240,9 +240,9 @@ func changedOrchestrator(wrap func(provider.Provider) provider.Provider) replay.
 
 // divergence replays b against an orchestrator whose model is wrapped by
 // wrap and returns the divergence it must report.
-func divergence(t *testing.T, b replay.Bundle, wrap func(provider.Provider) provider.Provider) *replay.Divergence {
+func divergence(t *testing.T, b rerun.Bundle, wrap func(provider.Provider) provider.Provider) *rerun.Divergence {
 	t.Helper()
-	rep, err := replay.Run(t.Context(), b, replay.Options{Orchestrator: changedOrchestrator(wrap)})
+	rep, err := rerun.Run(t.Context(), b, rerun.Options{Orchestrator: changedOrchestrator(wrap)})
 	require.NoError(t, err)
 	require.NotNil(t, rep.Divergence, "the replay is clean")
 	return rep.Divergence
@@ -255,7 +255,7 @@ func TestReplayReportsDivergence(t *testing.T) {
 	order := rec.bundle.Outputs.ToolOrder
 
 	t.Run("parallel calls reordered", func(t *testing.T) {
-		rep, err := replay.Run(t.Context(), rec.bundle, replay.Options{
+		rep, err := rerun.Run(t.Context(), rec.bundle, rerun.Options{
 			Orchestrator: changedOrchestrator(func(p provider.Provider) provider.Provider { return reorderingProvider{p} }),
 		})
 		require.NoError(t, err)
@@ -264,7 +264,7 @@ func TestReplayReportsDivergence(t *testing.T) {
 		require.NotNil(t, d)
 		// Steps: 1 turn 1, 2-3 its calls, 4 turn 2, 5 call #3 (lookup), ...
 		require.Equal(t, 5, d.Step.N, d.Error())
-		require.Equal(t, replay.StepToolCall, d.Step.Kind)
+		require.Equal(t, rerun.StepToolCall, d.Step.Kind)
 		require.Equal(t, 3, d.Step.Seq)
 		require.Equal(t, 2, d.Step.Iteration)
 		require.Equal(t, order[2], d.Step.CallID)
@@ -282,7 +282,7 @@ func TestReplayReportsDivergence(t *testing.T) {
 	t.Run("conversation changed", func(t *testing.T) {
 		d := divergence(t, rec.bundle, func(p provider.Provider) provider.Provider { return forgetfulProvider{p} })
 		require.Equal(t, 4, d.Step.N, d.Error())
-		require.Equal(t, replay.StepModelTurn, d.Step.Kind)
+		require.Equal(t, rerun.StepModelTurn, d.Step.Kind)
 		require.Equal(t, 2, d.Step.Iteration)
 		// The results of turn 1's calls, the first of which is the calculator's.
 		require.Contains(t, d.What, "the conversation sent to the model lacks the result of tool call #1 (iteration 1, calculator@1.0.0)")
@@ -303,12 +303,12 @@ func TestReplayReportsDivergence(t *testing.T) {
 		// allowed.
 		b := rec.bundle
 		b.Request.Agent.Policy.MaxIterations = 1
-		rep, err := replay.Run(t.Context(), b, replay.Options{})
+		rep, err := rerun.Run(t.Context(), b, rerun.Options{})
 		require.NoError(t, err)
 		d := rep.Divergence
 		require.NotNil(t, d)
 		require.Equal(t, 4, d.Step.N, d.Error())
-		require.Equal(t, replay.StepModelTurn, d.Step.Kind)
+		require.Equal(t, rerun.StepModelTurn, d.Step.Kind)
 		require.Equal(t, "the loop rules' verdict on iteration 2 differs", d.What)
 		require.Equal(t, "allowed", d.Recorded)
 		require.Contains(t, d.Replayed, "denied POLICY_DENIED")
@@ -324,7 +324,7 @@ func TestReplayLive(t *testing.T) {
 	order := rec.bundle.Outputs.ToolOrder
 	lookupID, appendID := order[2], order[3]
 
-	rep, err := replay.Run(t.Context(), rec.bundle, replay.Options{Live: true,
+	rep, err := rerun.Run(t.Context(), rec.bundle, rerun.Options{Live: true,
 		ExecutorOptions: []executor.Option{executor.WithTools(rec.lookup, rec.write)}})
 	require.NoError(t, err)
 	require.True(t, rep.Clean, "divergence: %v", rep.Divergence)
@@ -358,29 +358,29 @@ func TestReplayLive(t *testing.T) {
 // TestReplayRefusesBadBundles: a bundle that cannot be replayed is refused
 // with what is wrong, before anything runs.
 func TestReplayRefusesBadBundles(t *testing.T) {
-	good := replay.Bundle{Status: events.StatusCompleted}
+	good := rerun.Bundle{Status: events.StatusCompleted}
 	good.RunID = "r1"
 	good.Request = scriptedRequest(t, "r1")
 	good.Turns = []envelope.ModelTurn{{Iteration: 1, Response: envelope.ModelResponse{Content: "hi"}}}
-	cases := map[string]func(b *replay.Bundle){
-		"no turns":           func(b *replay.Bundle) { b.Turns = nil },
-		"turns out of order": func(b *replay.Bundle) { b.Turns[0].Iteration = 2 },
-		"another run":        func(b *replay.Bundle) { b.Request.RunID = "r2" },
-		"invalid request":    func(b *replay.Bundle) { b.Request.Messages = nil },
-		"no status":          func(b *replay.Bundle) { b.Status = "" },
+	cases := map[string]func(b *rerun.Bundle){
+		"no turns":           func(b *rerun.Bundle) { b.Turns = nil },
+		"turns out of order": func(b *rerun.Bundle) { b.Turns[0].Iteration = 2 },
+		"another run":        func(b *rerun.Bundle) { b.Request.RunID = "r2" },
+		"invalid request":    func(b *rerun.Bundle) { b.Request.Messages = nil },
+		"no status":          func(b *rerun.Bundle) { b.Status = "" },
 	}
 	for name, spoil := range cases {
 		t.Run(name, func(t *testing.T) {
 			b := good
 			b.Turns = slices.Clone(good.Turns)
 			spoil(&b)
-			_, err := replay.Run(t.Context(), b, replay.Options{})
-			require.ErrorIs(t, err, replay.ErrBundle)
+			_, err := rerun.Run(t.Context(), b, rerun.Options{})
+			require.ErrorIs(t, err, rerun.ErrBundle)
 		})
 	}
-	_, err := replay.FromRecorder(t.Context(), "ftp://x", "r1")
+	_, err := rerun.FromRecorder(t.Context(), "ftp://x", "r1")
 	require.Error(t, err)
-	_, err = replay.FromRecorder(t.Context(), "http://127.0.0.1:1", "bad id!")
+	_, err = rerun.FromRecorder(t.Context(), "http://127.0.0.1:1", "bad id!")
 	require.Error(t, err)
 }
 
@@ -391,7 +391,7 @@ func TestReplayVersion1Bundle(t *testing.T) {
 	b := readBundle(t, "testdata/v1-demo-bundle.json")
 	require.Zero(t, b.Version)
 	require.NotEmpty(t, b.Turns[1].Messages, "a version 1 bundle has its messages")
-	rep, err := replay.Run(t.Context(), b, replay.Options{})
+	rep, err := rerun.Run(t.Context(), b, rerun.Options{})
 	require.NoError(t, err)
 	require.True(t, rep.Clean, "divergence: %v", rep.Divergence)
 	require.Equal(t, events.StatusCompleted, rep.Status)
@@ -408,9 +408,9 @@ func TestReplayRefusesANewerVersion(t *testing.T) {
 	f, err := os.Open("testdata/v3-bundle.json")
 	require.NoError(t, err)
 	defer func() { _ = f.Close() }()
-	_, err = replay.ReadBundle(f)
-	require.ErrorIs(t, err, replay.ErrBundle)
-	require.ErrorIs(t, err, replay.ErrBundleVersion)
+	_, err = rerun.ReadBundle(f)
+	require.ErrorIs(t, err, rerun.ErrBundle)
+	require.ErrorIs(t, err, rerun.ErrBundleVersion)
 	require.ErrorContains(t, err, "of version 3, newer than this build reads (versions 1 to 2)")
 
 	// The same refusal from Run, whatever else the bundle holds.
@@ -418,22 +418,22 @@ func TestReplayRefusesANewerVersion(t *testing.T) {
 	for v, want := range map[int]string{3: "of version 3, newer than this build reads (versions 1 to 2)",
 		-1: "of version -1; versions start at 1"} {
 		b.Version = v
-		_, err = replay.Run(t.Context(), b, replay.Options{})
-		require.ErrorIs(t, err, replay.ErrBundleVersion)
+		_, err = rerun.Run(t.Context(), b, rerun.Options{})
+		require.ErrorIs(t, err, rerun.ErrBundleVersion)
 		require.ErrorContains(t, err, want)
 	}
 	for _, v := range []int{0, 1, envelope.ReplayBundleVersion} {
 		b.Version = v
-		require.NoError(t, replay.CheckVersion(b), "version %d", v)
+		require.NoError(t, rerun.CheckVersion(b), "version %d", v)
 	}
 }
 
-func readBundle(t *testing.T, path string) replay.Bundle {
+func readBundle(t *testing.T, path string) rerun.Bundle {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer func() { _ = f.Close() }()
-	b, err := replay.ReadBundle(f)
+	b, err := rerun.ReadBundle(f)
 	require.NoError(t, err)
 	return b
 }
@@ -441,7 +441,7 @@ func readBundle(t *testing.T, path string) replay.Bundle {
 // TestFromRecorderErrors: the recorder's error is passed on.
 func TestFromRecorderErrors(t *testing.T) {
 	rec := record(t)
-	_, err := replay.FromRecorder(t.Context(), rec.apiURL, "no-such-run")
+	_, err := rerun.FromRecorder(t.Context(), rec.apiURL, "no-such-run")
 	require.ErrorContains(t, err, "is not recorded")
 	resp, err := http.Get(rec.apiURL + "/v1/runs/" + rec.bundle.RunID + "/replay")
 	require.NoError(t, err)

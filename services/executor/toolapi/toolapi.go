@@ -1,9 +1,9 @@
-// Package tool is what every tool the executor runs in process implements,
-// and the helpers the tool families (package builtin, web, httptool, mcp,
-// sandbox under services/executor/tools) share. It imports nothing of the
-// executor's pipeline: the pipeline imports the tools, never the other way
-// round.
-package tool
+// Package toolapi is what every tool the executor runs in process
+// implements, and the helpers the tool families (package builtin, web,
+// httptool, mcp, sandboxtool under services/executor/tools) share. It imports
+// nothing of the executor's pipeline: the pipeline imports the tools, never
+// the other way round.
+package toolapi
 
 import (
 	"bytes"

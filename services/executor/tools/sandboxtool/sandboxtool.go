@@ -1,7 +1,7 @@
-// Package sandbox runs the registry entries of kind sandbox (python_exec and
-// the operators' code tools) by sending each call to the sandbox service as a
-// job and waiting for its result: the executor does not run code itself.
-package sandbox
+// Package sandboxtool runs the registry entries of kind sandbox (python_exec
+// and the operators' code tools) by sending each call to the sandbox service
+// as a job and waiting for its result: the executor does not run code itself.
+package sandboxtool
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // For each call of a sandbox entry, the executor publishes a sandbox job
@@ -43,7 +43,7 @@ func NewJobs(js jetstream.JetStream, pub *publish.Publisher, source string) *Job
 
 // Tool returns the Tool that runs a sandbox registry entry, or the error that
 // explains why its implementation config cannot run.
-func (j *Jobs) Tool(def *envelope.ToolDefinition) (tool.Tool, error) {
+func (j *Jobs) Tool(def *envelope.ToolDefinition) (toolapi.Tool, error) {
 	cfg, err := events.ParseSandboxToolConfig(def)
 	if err != nil {
 		return nil, err
@@ -72,7 +72,7 @@ func answerMargin(left time.Duration) time.Duration {
 	return min(max(left/10, 200*time.Millisecond), 3*time.Second)
 }
 
-func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc tool.Context) (json.RawMessage, error) {
+func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	ref := t.def.Ref()
 	job := events.SandboxJob{
 		RunID: tc.RunID, CallID: tc.CallID, Tool: ref.String(), TenantID: tc.TenantID,

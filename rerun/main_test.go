@@ -1,4 +1,4 @@
-package sandbox_test
+package rerun_test
 
 import (
 	"testing"
@@ -6,4 +6,5 @@ import (
 	"go.uber.org/goleak"
 )
 
+// TestMain fails the package's tests when one leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,4 +1,4 @@
-package sandbox_test
+package sandboxtool_test
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
-	"github.com/toolwire/toolwire/services/executor/tool"
-	"github.com/toolwire/toolwire/services/executor/tools/sandbox"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
+	"github.com/toolwire/toolwire/services/executor/tools/sandboxtool"
 )
 
 func sandboxDef(config string) *envelope.ToolDefinition {
@@ -30,7 +30,7 @@ func sandboxDef(config string) *envelope.ToolDefinition {
 // error. The answer is published here as the sandbox service publishes it.
 func TestJobRoundTrip(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandbox.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
 	tl, err := jobs.Tool(sandboxDef(`{"language":"python","source":"print(1)"}`))
 	require.NoError(t, err)
 
@@ -62,7 +62,7 @@ func TestJobRoundTrip(t *testing.T) {
 	run := func(callID, input string) chan result {
 		done := make(chan result, 1)
 		go func() {
-			out, err := tl.Execute(t.Context(), json.RawMessage(input), tool.Context{TenantID: "acme", RunID: "run-sb", CallID: callID})
+			out, err := tl.Execute(t.Context(), json.RawMessage(input), toolapi.Context{TenantID: "acme", RunID: "run-sb", CallID: callID})
 			done <- result{out, err}
 		}()
 		return done
@@ -91,7 +91,7 @@ func TestJobRoundTrip(t *testing.T) {
 // TestToolRefusesABadConfig: an entry whose config the sandbox cannot run
 // is refused before any job is sent.
 func TestToolRefusesABadConfig(t *testing.T) {
-	jobs := sandbox.NewJobs(nil, nil, "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(nil, nil, "/toolwire/executor")
 	_, err := jobs.Tool(sandboxDef(`{"language":"cobol","source":"x"}`))
 	require.ErrorContains(t, err, `language "cobol" is not supported`)
 	_, err = jobs.Tool(sandboxDef(`{"language":"python","source":"x","extra":1}`))
@@ -101,12 +101,12 @@ func TestToolRefusesABadConfig(t *testing.T) {
 // TestNoTimeLeft: a call whose deadline leaves the sandbox no time is a
 // TIMEOUT without a job.
 func TestNoTimeLeft(t *testing.T) {
-	jobs := sandbox.NewJobs(nil, nil, "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(nil, nil, "/toolwire/executor")
 	tl, err := jobs.Tool(sandboxDef(`{"language":"python","source":"x"}`))
 	require.NoError(t, err)
 	ctx, cancel := context.WithDeadline(t.Context(), time.Now())
 	defer cancel()
-	_, err = tl.Execute(ctx, json.RawMessage(`1`), tool.Context{RunID: "run-sb", CallID: "c0ffee03"})
+	_, err = tl.Execute(ctx, json.RawMessage(`1`), toolapi.Context{RunID: "run-sb", CallID: "c0ffee03"})
 	var te *envelope.ToolError
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, envelope.CodeTimeout, te.Code)
@@ -120,7 +120,7 @@ func TestNoTimeLeft(t *testing.T) {
 // error, not an error of the wait.
 func TestWaitOutlastsTheJob(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandbox.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
 	def := sandboxDef(`{"language":"python","source":"while True: pass"}`)
 	def.TimeoutMS = 5_000
 	tl, err := jobs.Tool(def)
@@ -139,7 +139,7 @@ func TestWaitOutlastsTheJob(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := tl.Execute(ctx, json.RawMessage(`1`), tool.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee04"})
+		out, err := tl.Execute(ctx, json.RawMessage(`1`), toolapi.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee04"})
 		done <- result{out, err}
 	}()
 
@@ -175,7 +175,7 @@ func TestWaitOutlastsTheJob(t *testing.T) {
 // and the limit.
 func TestJobTooLargeForOneMessage(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandbox.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
 	limit := env.Conn.MaxPayload()
 	for _, c := range []struct {
 		name, config string
@@ -190,7 +190,7 @@ func TestJobTooLargeForOneMessage(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			tl, err := jobs.Tool(sandboxDef(c.config))
 			require.NoError(t, err)
-			_, err = tl.Execute(t.Context(), c.input, tool.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee05"})
+			_, err = tl.Execute(t.Context(), c.input, toolapi.Context{TenantID: "acme", RunID: "run-sb", CallID: "c0ffee05"})
 			var te *envelope.ToolError
 			require.ErrorAs(t, err, &te)
 			require.Equal(t, envelope.CodeValidation, te.Code, te.Message)

@@ -1,4 +1,4 @@
-// Package replay re-runs a recorded agent run against this build's
+// Package rerun re-runs a recorded agent run against this build's
 // orchestrator and checks that it makes the same decisions.
 //
 // A replay runs in process, on its own embedded NATS in a temporary folder:
@@ -37,7 +37,7 @@
 // bundle has no definition for are never executed: they get their recorded
 // envelopes. A live tool runs without the tenant's secrets (the replay has
 // none), so a tool that needs one answers AUTH_REQUIRED: a changed output.
-package replay
+package rerun
 
 import (
 	"context"
@@ -69,10 +69,10 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/orchestrator/provider"
-	replayprovider "github.com/toolwire/toolwire/services/orchestrator/provider/replay"
+	"github.com/toolwire/toolwire/services/orchestrator/provider/replay"
 )
 
 // Bundle is what a replay needs: the run's replay bundle, with its outcome
@@ -276,7 +276,7 @@ func Run(ctx context.Context, b Bundle, o Options) (rep *Report, err error) {
 	if err := start("answerer", e, nil); err != nil {
 		return nil, err
 	}
-	rp, err := replayprovider.New(b)
+	rp, err := replay.New(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBundle, err)
 	}
@@ -399,7 +399,7 @@ func standIn(ref envelope.ToolRef, why string) envelope.ToolDefinition {
 		Name: ref.Name, Version: ref.Version, Description: standInPrefix + why,
 		InputSchema:    json.RawMessage(`{}`),
 		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
-		Implementation: tool.BuiltinImplementation("replay-stand-in"),
+		Implementation: toolapi.BuiltinImplementation("replay-stand-in"),
 	}
 }
 
@@ -408,7 +408,7 @@ const standInPrefix = "stand-in: "
 // checkingProvider checks each model request against the recorded turn, then
 // answers with the recorded response.
 type checkingProvider struct {
-	inner *replayprovider.Provider
+	inner *replay.Provider
 	e     *engine
 }
 

@@ -1,4 +1,4 @@
-package tool
+package toolapi
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package replay_test
+package toolapi
 
 import (
 	"testing"
@@ -6,5 +6,4 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMain fails the package's tests when one leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

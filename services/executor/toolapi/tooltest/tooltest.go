@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/services/executor/tool"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // Case is one call of a tool.
@@ -29,10 +29,10 @@ type Case struct {
 }
 
 // RunCases runs each case as a subtest of t.
-func RunCases(t *testing.T, tl tool.Tool, cases []Case) {
+func RunCases(t *testing.T, tl toolapi.Tool, cases []Case) {
 	t.Helper()
 	def := tl.Definition()
-	schemas, err := tool.CompileSchemas(&def)
+	schemas, err := toolapi.CompileSchemas(&def)
 	require.NoError(t, err)
 	for _, tc := range cases {
 		t.Run(tc.Name, func(t *testing.T) {
@@ -47,7 +47,7 @@ func RunCases(t *testing.T, tl tool.Tool, cases []Case) {
 				return
 			}
 			require.NoError(t, err, "the input schema accepts the input")
-			out, err := tl.Execute(t.Context(), json.RawMessage(tc.Input), tool.Context{TenantID: "acme//", Auth: map[string]string{}})
+			out, err := tl.Execute(t.Context(), json.RawMessage(tc.Input), toolapi.Context{TenantID: "acme//", Auth: map[string]string{}})
 			if tc.WantCode != "" {
 				var te *envelope.ToolError
 				require.True(t, errors.As(err, &te), "want a ToolError, got %v", err)
@@ -72,10 +72,10 @@ func CheckBuiltinDefinition(t *testing.T, def envelope.ToolDefinition) {
 	require.NoError(t, err)
 	require.NoError(t, def.Validate())
 	require.NoError(t, contracts.ValidateValue(envelope.SchemaToolDefinition, def))
-	require.Equal(t, tool.BuiltinVersion, def.Version)
+	require.Equal(t, toolapi.BuiltinVersion, def.Version)
 	require.NotEmpty(t, def.Description)
 
-	key, err := tool.BuiltinKey(&def)
+	key, err := toolapi.BuiltinKey(&def)
 	require.NoError(t, err)
 	require.Equal(t, def.Name, key)
 
@@ -85,7 +85,7 @@ func CheckBuiltinDefinition(t *testing.T, def envelope.ToolDefinition) {
 	require.Equal(t, false, in["additionalProperties"], "input schemas are strict")
 	require.NotEmpty(t, def.OutputSchema)
 
-	schemas, err := tool.CompileSchemas(&def)
+	schemas, err := toolapi.CompileSchemas(&def)
 	require.NoError(t, err)
 	require.NotNil(t, schemas.Output)
 }

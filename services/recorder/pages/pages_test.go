@@ -1,4 +1,4 @@
-package web_test
+package pages_test
 
 import (
 	"context"
@@ -19,11 +19,11 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/recorder/api"
+	"github.com/toolwire/toolwire/services/recorder/pages"
+	"github.com/toolwire/toolwire/services/recorder/pages/browsertest"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite/sqlitetest"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
-	"github.com/toolwire/toolwire/services/recorder/web"
-	"github.com/toolwire/toolwire/services/recorder/web/browsertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -46,7 +46,7 @@ func newHarness(t *testing.T) *harness {
 	done := make(chan struct{})
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.New(st, api.Options{Log: log, Changes: h.changes, Done: done}))
-	mux.Handle("/", web.New(st, web.Options{Log: log}))
+	mux.Handle("/", pages.New(st, pages.Options{Log: log}))
 	h.srv = httptest.NewServer(mux)
 	t.Cleanup(func() {
 		close(done) // ends the live streams, as a stopping recorder does

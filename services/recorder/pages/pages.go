@@ -1,10 +1,10 @@
-// Package web is the recorder's pages: the runs list and a run's timeline,
+// Package pages holds the recorder's pages: the runs list and a run's timeline,
 // plain server-rendered HTML (html/template, embedded), one stylesheet and one
 // small script. The run page follows the run's live event stream (package
 // api) and, on each event, fetches its timeline fragment again from the
 // server (GET /runs/{run_id}/timeline), so that the page shows what the store
 // holds and nothing is rendered twice.
-package web
+package pages
 
 import (
 	"bytes"
