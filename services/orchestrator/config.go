@@ -161,7 +161,7 @@ func EnvVars() []service.Var {
 	}, providerEnvVars()...)
 }
 
-func (c Config) withDefaults() Config {
+func (c Config) WithDefaults() Config {
 	c.Source = cmp.Or(c.Source, DefaultSource)
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.ModelTimeout = cmp.Or(c.ModelTimeout, DefaultModelTimeout)
@@ -184,7 +184,7 @@ func (c Config) withDefaults() Config {
 
 // Validate checks c (after defaults).
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	var errs []error
 	if c.Concurrency < 1 || c.Concurrency > maxConcurrency {
 		errs = append(errs, fmt.Errorf("concurrency %d: want 1 to %d", c.Concurrency, maxConcurrency))

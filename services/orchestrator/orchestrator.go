@@ -49,7 +49,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	if cfg.TracesURLTemplate == "" {
 		cfg.TracesURLTemplate = d.Common.TracesURLTemplate
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	d, m, err := service.Prepare("orchestrator", d, cfg, newMetrics)
 	if err != nil {
 		return nil, err

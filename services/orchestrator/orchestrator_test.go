@@ -47,7 +47,7 @@ func TestToolResultContent(t *testing.T) {
 // newTestService is a service enough for the turn-building code: its
 // configuration and rules, no NATS.
 func newTestService(cfg Config) *Service {
-	s := &Service{cfg: cfg.withDefaults(), rules: rules.NewGuard(), convs: newConversations()}
+	s := &Service{cfg: cfg.WithDefaults(), rules: rules.NewGuard(), convs: newConversations()}
 	return s
 }
 
