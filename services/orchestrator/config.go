@@ -161,6 +161,7 @@ func EnvVars() []service.Var {
 	}, providerEnvVars()...)
 }
 
+// WithDefaults fills the zero fields with their defaults.
 func (c Config) WithDefaults() Config {
 	c.Source = cmp.Or(c.Source, DefaultSource)
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
