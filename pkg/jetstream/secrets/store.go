@@ -1,4 +1,4 @@
-// Package secrets keeps scoped secrets (spec 5.2) sealed in the JetStream KV
+// Package secrets keeps scoped secrets (org, workspace, user) sealed in the JetStream KV
 // bucket events.BucketSecrets.
 //
 // A secret lives at org, workspace or user scope under a name such as
