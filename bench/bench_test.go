@@ -20,7 +20,8 @@ import (
 // TestHarnessFillsEveryFigure runs the harness with tiny settings: it checks
 // that every measurement runs and reports something, not how fast it is.
 func TestHarnessFillsEveryFigure(t *testing.T) {
-	// The recorder on Postgres, as the figures in the README are taken.
+	// The recorder on Postgres, as the figures of docs/performance.md (The
+	// latest figures) are taken.
 	dsn := pgtest.Schema(t)
 	before := benchSchemas(t, dsn)
 	r, err := Run(t.Context(), Options{Samples: 5, Duration: 300 * time.Millisecond, InFlight: 4, DatabaseURL: dsn})

@@ -20,8 +20,9 @@ func atLeast(name string, v, bound float64) Target {
 	return Target{Name: name, Value: v, Op: ">=", Bound: bound, Met: v >= bound}
 }
 
-// targets checks the report's figures against the design's budgets
-// (DESIGN.md, contract v2) and the performance issue's targets.
+// targets checks the report's figures against the hot path's budgets
+// (contract v2: docs/architecture.md, A run's flow) and the performance
+// targets (docs/performance.md, The method).
 func (r *Report) targets() []Target {
 	ts := []Target{
 		atMost("stored events per tool call, turns of "+fmt.Sprint(r.TurnCalls)+" calls", r.Stored.Turn.PerCall, 2.2),

@@ -25,8 +25,8 @@ var godocExamples = map[string][]string{
 // TestGodocExamples fails when one of those examples is gone, or has no
 // output to check, so that go test would compile it but never run it. (go
 // vet checks that each names an identifier that exists.) It reads the other
-// packages' example_test.go from the repository, as TestREADMETablesAreCurrent
-// reads its README.
+// packages' example_test.go from the repository, as TestDocTablesAreCurrent
+// reads docs/operations.md.
 func TestGodocExamples(t *testing.T) {
 	for dir, want := range godocExamples {
 		path := filepath.Join("..", filepath.FromSlash(dir), "example_test.go")

@@ -30,9 +30,9 @@ func Canonicalize(raw []byte) ([]byte, error) {
 	return out, nil
 }
 
-// CallID is the deterministic id of a tool call (spec 6.1): the hex SHA-256 of
-// "name@version", the canonical JSON of the input and the call's sequence number
-// in its run, separated by newlines:
+// CallID is the deterministic id of a tool call (docs/architecture.md, Events:
+// Ids): the hex SHA-256 of "name@version", the canonical JSON of the input and
+// the call's sequence number in its run, separated by newlines:
 //
 //	sha256("name@version" "\n" canonical(input) "\n" decimal(seq))
 func CallID(name, version string, input []byte, seq int) (string, error) {

@@ -8,7 +8,7 @@ import (
 // PinStrategy selects which call of a tool populates a pinned handle.
 type PinStrategy string
 
-// Pin strategies (spec 4.2.1).
+// Pin strategies (docs/architecture.md, Contracts: PinnedHandle).
 const (
 	PinLatest       PinStrategy = "latest"        // the last call to the tool (default)
 	PinFirstSuccess PinStrategy = "first_success" // the first successful call
@@ -18,7 +18,7 @@ const (
 // OnMissing is a pinned handle's behaviour when no call matches.
 type OnMissing string
 
-// On-missing behaviours (spec 4.2.1).
+// On-missing behaviours (docs/architecture.md, Contracts: PinnedHandle).
 const (
 	// MissingNull outputs null: the default and the safest; saved graph
 	// connections never break.
@@ -38,7 +38,8 @@ type PinSelector struct {
 	CallID   string      `json:"call_id,omitempty"`
 }
 
-// PinnedHandle is a named output handle configured on an agent node (spec 4.2).
+// PinnedHandle is a named output handle configured on an agent node
+// (docs/architecture.md, Contracts).
 // It never disappears: when its tool is disabled or not called, it outputs null
 // (or what OnMissing says).
 type PinnedHandle struct {

@@ -31,12 +31,13 @@ type ModelTurn struct {
 	TEnd      time.Time     `json:"t_end"`
 }
 
-// ReplayBundle is everything needed to replay a run deterministically (spec
-// 6.4): the initial request (prompt and messages), the tool definitions as they
-// were called, every model turn and every envelope in order; and how the run
-// ended, with the Policy Guard's iteration verdicts, which a replay plays back
-// too. The recorder serves it (GET /v1/runs/{run_id}/replay) and `toolwire
-// replay` reads it: both need nothing but this type.
+// ReplayBundle is everything needed to replay a run deterministically
+// (docs/architecture.md, Contracts; docs/recorder.md, Replay): the initial
+// request (prompt and messages), the tool definitions as they were called,
+// every model turn and every envelope in order; and how the run ended, with
+// the Policy Guard's iteration verdicts, which a replay plays back too. The
+// recorder serves it (GET /v1/runs/{run_id}/replay) and `toolwire replay`
+// reads it: both need nothing but this type.
 type ReplayBundle struct {
 	// Version is the bundle's format: ReplayBundleVersion for a bundle
 	// recorded by this contract; absent (0) for one recorded before it

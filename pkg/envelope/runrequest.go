@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Default policy caps (spec 5.1).
+// Default policy caps (docs/policy.md, Guard).
 const (
 	DefaultMaxIterations = 10
 	DefaultMaxToolCalls  = 25
@@ -63,8 +63,8 @@ type Tenant struct {
 // CloudEvents tenantid extension and to scope caches.
 func (t Tenant) ID() string { return t.OrgID + "/" + t.WorkspaceID + "/" + t.UserID }
 
-// Policy is the Policy Guard configuration of an agent node (spec 5.1). Zero
-// values mean the defaults.
+// Policy is the Policy Guard configuration of an agent node (docs/policy.md,
+// Guard). Zero values mean the defaults.
 type Policy struct {
 	MaxIterations int         `json:"max_iterations,omitempty"`
 	MaxToolCalls  int         `json:"max_tool_calls,omitempty"`

@@ -12,7 +12,7 @@ import (
 // Category is a tool's high-level category for the tool selector.
 type Category string
 
-// Categories (spec 3.3).
+// Categories (docs/architecture.md, Contracts: the tool definition).
 const (
 	CategoryAPI     Category = "api"
 	CategoryCode    Category = "code"
@@ -25,7 +25,7 @@ const (
 // ordered: none < reads < writes.
 type SideEffects string
 
-// Side-effect classes (spec 3.3).
+// Side-effect classes (docs/architecture.md, Contracts: the tool definition).
 const (
 	SideEffectsNone   SideEffects = "none"
 	SideEffectsReads  SideEffects = "reads"
@@ -48,7 +48,7 @@ func (s SideEffects) Rank() int {
 // CachePolicy is a tool's caching policy.
 type CachePolicy string
 
-// Cache policies (spec 3.3).
+// Cache policies (docs/architecture.md, Contracts: the tool definition).
 const (
 	CacheNone    CachePolicy = "none"
 	CacheTTL     CachePolicy = "ttl"
@@ -75,7 +75,8 @@ type Implementation struct {
 	Config json.RawMessage    `json:"config,omitempty"`
 }
 
-// ToolMetadata is the BaseTool metadata of spec 3.3.
+// ToolMetadata is a tool definition's metadata (docs/architecture.md,
+// Contracts).
 type ToolMetadata struct {
 	Category    Category    `json:"category"`
 	SideEffects SideEffects `json:"side_effects"`
@@ -117,7 +118,8 @@ type ToolDefinition struct {
 	Queue string `json:"queue,omitempty"`
 }
 
-// ToolState is a tool version's lifecycle state in the registry (spec 7.2).
+// ToolState is a tool version's lifecycle state in the registry
+// (docs/policy.md, Registry).
 type ToolState string
 
 // Lifecycle states.

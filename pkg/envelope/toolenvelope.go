@@ -10,7 +10,7 @@ import (
 // AttachmentKind is the kind of a ToolEnvelope attachment.
 type AttachmentKind string
 
-// Attachment kinds (spec 3.2).
+// Attachment kinds (docs/architecture.md, Contracts: ToolEnvelope).
 const (
 	AttachmentBlob  AttachmentKind = "blob"
 	AttachmentImage AttachmentKind = "image"
@@ -26,7 +26,8 @@ type Attachment struct {
 	Bytes       int64          `json:"bytes,omitempty"`
 }
 
-// ToolEnvelope is the receipt of a single tool call (spec 3.2).
+// ToolEnvelope is the receipt of a single tool call (docs/architecture.md,
+// Contracts).
 //
 // Input and Output are kept as raw JSON so that the receipt carries exactly what
 // the tool saw and returned. Output is absent when Error is set.
@@ -76,8 +77,9 @@ func (e *ToolEnvelope) Latency() time.Duration { return e.TEnd.Sub(e.TStart) }
 // ToolRef returns "name@version".
 func (e *ToolEnvelope) ToolRef() string { return e.Name + "@" + e.Version }
 
-// AgentOutputs is the stable output contract of every agent node (spec 3.1). Its
-// shape never depends on node configuration.
+// AgentOutputs is the stable output contract of every agent node
+// (docs/architecture.md, Contracts). Its shape never depends on node
+// configuration.
 type AgentOutputs struct {
 	Response  string                  `json:"response"`
 	ToolsByID map[string]ToolEnvelope `json:"tools_by_id"`

@@ -9,7 +9,8 @@ import (
 // may branch on it; the set is closed and never changes meaning.
 type ErrorCode string
 
-// The nine codes of the error taxonomy (spec 3.4).
+// The nine codes of the error taxonomy (docs/architecture.md, Contracts:
+// ToolError).
 const (
 	CodeValidation    ErrorCode = "VALIDATION_ERROR" // input failed the tool's JSON Schema
 	CodeTimeout       ErrorCode = "TIMEOUT"          // execution exceeded the tool's timeout
@@ -40,8 +41,9 @@ func (c ErrorCode) Valid() bool {
 	return false
 }
 
-// ToolError is the structured error of a failed tool call (spec 3.4). It is data,
-// not an exception: it goes back to the model as the tool's result.
+// ToolError is the structured error of a failed tool call (docs/architecture.md,
+// Contracts). It is data, not an exception: it goes back to the model as the
+// tool's result.
 //
 // ToolError implements error, so tool implementations can return one and keep
 // its code; errors.As finds it through any wrapping.

@@ -11,7 +11,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
 
-// Approvals (DESIGN.md: a call that needs an operator's decision).
+// Approvals: a call that needs an operator's decision (docs/policy.md,
+// Approvals).
 //
 // When the run's policy requires approval for a call, the Policy Guard stores
 // an ApprovalRecord in the KV bucket BucketApprovals (key ApprovalKey) and

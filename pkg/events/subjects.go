@@ -9,7 +9,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
 
-// Subject prefixes and stream names (DESIGN.md).
+// Subject prefixes and stream names (docs/architecture.md, Events: Subjects,
+// Streams).
 const (
 	Prefix = "toolwire"
 

@@ -14,14 +14,17 @@ const (
 	callID = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 )
 
-// subjectCase is one builder call and the exact subject DESIGN.md names for it.
+// subjectCase is one builder call and the exact subject it must build: the
+// subject of docs/architecture.md's event table (Events), with each '*'
+// filled in.
 type subjectCase struct {
 	name  string
 	build func() (string, error)
 	want  string
 }
 
-// designSubjects covers every subject of DESIGN.md ("Subjects").
+// designSubjects covers every subject of the event table of
+// docs/architecture.md (Events).
 func designSubjects() []subjectCase {
 	var cs []subjectCase
 	for _, verb := range []events.Verb{"requested", "started", "suspended", "resumed", "completed", "failed"} {

@@ -203,8 +203,8 @@ func denied(d Decision, rule string, warnings []string) Decision {
 	return d
 }
 
-// MaxIterations caps the model calls of a run (spec 5.1, max_iterations,
-// default 10): call n is allowed while n <= the cap.
+// MaxIterations caps the model calls of a run (max_iterations, default 10;
+// docs/policy.md, Guard): call n is allowed while n <= the cap.
 func MaxIterations(c *Loop) Decision {
 	limit := c.Policy.Iterations()
 	if c.Iteration > limit {
@@ -217,9 +217,9 @@ func MaxIterations(c *Loop) Decision {
 // is within it.
 const budgetSlack = 1e-9
 
-// MaxBudgetLoop enforces max_budget before a model call (spec 5.1): the call
-// is refused when the run's spend plus the least the call will cost would
-// pass the budget. A zero budget means no limit.
+// MaxBudgetLoop enforces max_budget before a model call (docs/agent-loop.md,
+// Budget): the call is refused when the run's spend plus the least the call
+// will cost would pass the budget. A zero budget means no limit.
 func MaxBudgetLoop(c *Loop) Decision {
 	limit := c.Policy.MaxBudget
 	if limit <= 0 || c.Spend+c.MinCost <= limit+budgetSlack {
@@ -233,11 +233,11 @@ func MaxBudgetLoop(c *Loop) Decision {
 		money(limit), c.Iteration, money(c.Spend), money(c.MinCost))
 }
 
-// EnabledTools is the strict allow-list (spec 5.1, enabled_tools): the called
-// name@version must be one of the agent's enabled tools. The model calls
-// tools by bare name and the orchestrator fills in the enabled version, so a
-// tool that is not enabled at all arrives without a version and never
-// matches.
+// EnabledTools is the strict allow-list (enabled_tools; docs/policy.md,
+// Guard): the called name@version must be one of the agent's enabled tools.
+// The model calls tools by bare name and the orchestrator fills in the enabled
+// version, so a tool that is not enabled at all arrives without a version and
+// never matches.
 func EnabledTools(c *Call) Decision {
 	if c.Version != "" && slices.Contains(c.EnabledTools, c.Ref().String()) {
 		return Allow()
@@ -249,11 +249,11 @@ func EnabledTools(c *Call) Decision {
 	return Deny("tool %s is not enabled for this agent (enabled: %s)", c.called(), enabled)
 }
 
-// MaxToolCalls caps the tool calls of a run (spec 5.1, max_tool_calls,
-// default 25). The orchestrator numbers a run's calls 1, 2, ... in order, also
-// across the parallel calls of one turn, so call #n is allowed while n <= the
-// cap and a turn that would cross it runs its first calls and is refused the
-// rest.
+// MaxToolCalls caps the tool calls of a run (max_tool_calls, default 25;
+// docs/policy.md, Guard). The orchestrator numbers a run's calls 1, 2, ... in
+// order, also across the parallel calls of one turn, so call #n is allowed
+// while n <= the cap and a turn that would cross it runs its first calls and
+// is refused the rest.
 func MaxToolCalls(c *Call) Decision {
 	limit := c.Policy.ToolCalls()
 	if c.Seq > limit {
@@ -262,7 +262,8 @@ func MaxToolCalls(c *Call) Decision {
 	return Allow()
 }
 
-// Registered refuses a version the tool registry does not hold (spec 7.1).
+// Registered refuses a version the tool registry does not hold
+// (docs/policy.md, Guard).
 func Registered(c *Call) Decision {
 	if c.Tool == nil {
 		return Deny("unknown tool %s: it is not in the tool registry", c.called())
@@ -270,9 +271,9 @@ func Registered(c *Call) Decision {
 	return Allow()
 }
 
-// Lifecycle applies the registry state of the version (spec 7.2): blocked is
-// refused, deprecated runs with a warning, active runs. Any other state is
-// refused: the guard fails closed.
+// Lifecycle applies the registry state of the version (docs/policy.md,
+// Registry): blocked is refused, deprecated runs with a warning, active runs.
+// Any other state is refused: the guard fails closed.
 func Lifecycle(c *Call) Decision {
 	switch c.State {
 	case envelope.ToolActive:
@@ -286,10 +287,11 @@ func Lifecycle(c *Call) Decision {
 	}
 }
 
-// SideEffects applies the agent's side-effect ceiling (spec 5.1,
-// side_effects): a tool whose declared side effects rank above the ceiling is
-// refused, so a read-only node (ceiling reads) never runs a tool that writes.
-// No ceiling means writes. A tool whose side effects are unknown is refused.
+// SideEffects applies the agent's side-effect ceiling (side_effects;
+// docs/policy.md, Guard): a tool whose declared side effects rank above the
+// ceiling is refused, so a read-only node (ceiling reads) never runs a tool
+// that writes. No ceiling means writes. A tool whose side effects are unknown
+// is refused.
 func SideEffects(c *Call) Decision {
 	ceiling := c.Policy.SideEffectCeiling()
 	got := EffectiveSideEffects(c.Tool)

@@ -13,10 +13,10 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
 )
 
-// toolCache is the executor's result cache (spec 4c): envelopes of successful
-// calls in the KV bucket toolwire_cache, keyed by envelope.CacheKey (the
-// tenant, name@version and the canonical input), each with its own time to
-// live.
+// toolCache is the executor's result cache (docs/tools.md, Cache): envelopes
+// of successful calls in the KV bucket toolwire_cache, keyed by
+// envelope.CacheKey (the tenant, name@version and the canonical input), each
+// with its own time to live.
 type toolCache struct {
 	kv jetstream.KeyValue
 	js jetstream.JetStream

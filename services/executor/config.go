@@ -113,13 +113,13 @@ type Config struct {
 	Source string
 	// ID names this replica in call.started events; default hostname-pid.
 	ID string
-	// MaxOutputBytes is the spec's max_output_bytes: a larger output is
-	// stored whole as a blob and the envelope keeps a preview, so that the
-	// envelope's output never weighs more than this. An output is also
-	// truncated when its envelope would not fit in one NATS message (the
-	// server's max_payload, 1 MiB by default; a large input can do that).
-	// Default 64 KiB (DefaultMaxOutputBytes), at most 192 KiB
-	// (MaxMaxOutputBytes).
+	// MaxOutputBytes is max_output_bytes (docs/tools.md, Truncation): a
+	// larger output is stored whole as a blob and the envelope keeps a
+	// preview, so that the envelope's output never weighs more than this.
+	// An output is also truncated when its envelope would not fit in one
+	// NATS message (the server's max_payload, 1 MiB by default; a large
+	// input can do that). Default 64 KiB (DefaultMaxOutputBytes), at most
+	// 192 KiB (MaxMaxOutputBytes).
 	MaxOutputBytes int
 	// PreviewBytes is how many bytes of a truncated output its preview keeps
 	// (cut back so that the preview, escaped as a JSON string, stays within

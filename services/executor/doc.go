@@ -1,5 +1,6 @@
-// Package executor is toolwire's Tool Executor (spec 2.2.3): it runs the tool
-// calls that the Policy Guard approved and answers each with a ToolEnvelope.
+// Package executor is toolwire's Tool Executor (docs/architecture.md, The
+// services; docs/tools.md, The pipeline): it runs the tool calls that the
+// Policy Guard approved and answers each with a ToolEnvelope.
 //
 // # Wiring
 //
@@ -29,8 +30,8 @@
 // from the cache), else 0 (refused, invalid, rate limited, missing secrets,
 // cached). Billing reads tool costs there; contract v2 has no usage event.
 //
-// Calls run in parallel (spec 6.3): up to Config.Concurrency per replica and
-// queue, and as many replicas as are deployed.
+// Calls run in parallel (docs/tools.md, Scale-out): up to Config.Concurrency
+// per replica and queue, and as many replicas as are deployed.
 //
 // # Catalog
 //

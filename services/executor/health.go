@@ -44,8 +44,8 @@ type ToolHealth struct {
 // tool's health (the circuit neither counts it as a failure nor as a success).
 var errNotAHealthOutcome = errors.New("not a health outcome")
 
-// circuits holds a circuit breaker per tool version (spec: tool health),
-// keyed by its metrics label, name@version.
+// circuits holds a circuit breaker per tool version (docs/tools.md, Tool
+// health), keyed by its metrics label, name@version.
 // Consecutive failures open the circuit for a while; then one trial call
 // decides whether it closes again. Each replica keeps its own.
 type circuits struct {

@@ -16,10 +16,10 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 )
 
-// Secrets (spec 4d, 5.2). A tool sees exactly the secrets its definition
-// declares in required_secrets, no other: before a call runs, the executor
-// resolves each for the call's tenant, narrowest scope first (user, then
-// workspace, then org; package secrets), into toolapi.Context.Auth. A secret
+// Secrets (docs/policy.md, Secrets). A tool sees exactly the secrets its
+// definition declares in required_secrets, no other: before a call runs, the
+// executor resolves each for the call's tenant, narrowest scope first (user,
+// then workspace, then org; package secrets), into toolapi.Context.Auth. A secret
 // found in no scope fails the call with AUTH_REQUIRED before the tool runs.
 // The scope each came from, never the value, is in the call's started event
 // (secret_scopes), with a warning when it was the broad org scope.

@@ -1,5 +1,6 @@
-// Package policy is the Policy Guard service (spec 2.2.4, 5.1, 7.2): the
-// gate every tool call of an agent run passes before it is executed.
+// Package policy is the Policy Guard service (docs/policy.md, Guard and
+// Registry): the gate every tool call of an agent run passes before it is
+// executed.
 //
 // The rules themselves are pure functions in pkg/rules, shared with the
 // orchestrator: the loop rules (max_iterations, and max_budget before a

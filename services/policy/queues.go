@@ -15,13 +15,13 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 )
 
-// Queues nobody serves (DESIGN.md, "Queues"). The guard routes each approved
-// call to its tool's queue; a queue with no live worker (no heartbeat of a
-// process serving it: registry.Workers) would hold the call until its run's
-// deadline, and the run with it. So before the approvals of a turn go out,
-// the guard waits, at most Config.QueueWait, for a live worker of each of
-// their queues, and answers each call whose queue still has none with a
-// PROVIDER_ERROR envelope that names the queue: the model gets it as the
+// Queues nobody serves (docs/tools.md, Queues nobody serves). The guard routes
+// each approved call to its tool's queue; a queue with no live worker (no
+// heartbeat of a process serving it: registry.Workers) would hold the call
+// until its run's deadline, and the run with it. So before the approvals of a
+// turn go out, the guard waits, at most Config.QueueWait, for a live worker of
+// each of their queues, and answers each call whose queue still has none with
+// a PROVIDER_ERROR envelope that names the queue: the model gets it as the
 // call's result, as any failed call's, and the run goes on.
 //
 // A call an operator approved is checked the same way when its approval is

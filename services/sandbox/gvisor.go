@@ -193,7 +193,7 @@ func gvisorSeccomp() *specs.LinuxSeccomp {
 }
 
 // flags are runsc's global flags. --oci-seccomp makes gVisor's kernel apply
-// the spec's seccomp filter (runsc ignores it otherwise).
+// the OCI bundle's seccomp filter (runsc ignores it otherwise).
 func (g *gvisorRuntime) flags(ownCgroup bool) []string {
 	f := []string{"--root", g.root, "--network=none", "--platform=" + g.platform, "--oci-seccomp"}
 	if ownCgroup {

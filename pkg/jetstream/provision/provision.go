@@ -14,7 +14,6 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 )
 
-// KV buckets and the object store (DESIGN.md, "State").
 // The timers' stream (package timers): one message per armed timer with a
 // per-message TTL on its own subject; when the TTL runs out the server stores
 // a subject delete marker in its place, which fires the timer.
@@ -23,6 +22,7 @@ const (
 	SubjectsTimers = events.Prefix + ".timer.>"
 )
 
+// KV buckets and the object stores (docs/architecture.md, State).
 const (
 	BucketRunState = "toolwire_run_state" // orchestrator run state, CAS on revision
 	BucketTools    = "toolwire_tools"     // tool registry, name.version keys

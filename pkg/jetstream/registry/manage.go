@@ -18,7 +18,8 @@ import (
 )
 
 // ErrConflict is returned when a registered version is registered again with
-// another definition: a changed tool is a new version (spec 7.1).
+// another definition: a changed tool is a new version (docs/architecture.md,
+// Contracts: Versions).
 var ErrConflict = errors.New("tool version already registered with another definition")
 
 // ParseState parses a lifecycle state.
@@ -155,10 +156,10 @@ type Findings struct {
 }
 
 // CheckTools checks enabled tool references (name@version) against the
-// registry, as the orchestrator does when a run starts (spec 7.2: deprecated
-// warns, blocked is refused). An entry whose definition breaks the rules that
-// registration checks now (one stored before, such as an http tool without
-// a valid endpoint) is a problem too: its calls cannot run.
+// registry, as the orchestrator does when a run starts (docs/policy.md,
+// Registry: deprecated warns, blocked is refused). An entry whose definition
+// breaks the rules that registration checks now (one stored before, such as an
+// http tool without a valid endpoint) is a problem too: its calls cannot run.
 func CheckTools(lookup func(envelope.ToolRef) (Entry, bool), enabled []string) Findings {
 	f := Findings{Warnings: []string{}, Problems: []string{}}
 	for _, s := range enabled {

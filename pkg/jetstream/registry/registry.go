@@ -19,8 +19,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 )
 
-// State is a tool version's lifecycle state (spec 7.2): envelope.ToolState,
-// which the Policy Guard's rules judge.
+// State is a tool version's lifecycle state (docs/policy.md, Registry):
+// envelope.ToolState, which the Policy Guard's rules judge.
 type State = envelope.ToolState
 
 // Lifecycle states.

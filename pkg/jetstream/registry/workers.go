@@ -17,13 +17,13 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 )
 
-// Queue liveness (DESIGN.md, "Queues"): every process that serves a queue
-// (the executor, a user's worker) heartbeats it in the bucket
-// events.BucketWorkers, one key per queue and process, each beat carrying
-// its own TTL, so that a process that dies drops out within its TTL and one
-// that stops drops out at once (Leave). The Policy Guard routes a call to a
-// queue only while a worker of it is live, and `toolwire tools list` and
-// `toolwire validate` show which queues have none.
+// Queue liveness (docs/tools.md, Queues nobody serves): every process that
+// serves a queue (the executor, a user's worker) heartbeats it in the bucket
+// events.BucketWorkers, one key per queue and process, each beat carrying its
+// own TTL, so that a process that dies drops out within its TTL and one that
+// stops drops out at once (Leave). The Policy Guard routes a call to a queue
+// only while a worker of it is live, and `toolwire tools list` and `toolwire
+// validate` show which queues have none.
 
 // Worker is one process serving one queue, as its last heartbeat says.
 type Worker struct {

@@ -14,7 +14,7 @@ import (
 type Level string
 
 // Levels, from the narrowest; a secret resolves at the narrowest level that
-// holds it (spec 5.2: user, then workspace, then org).
+// holds it: user, then workspace, then org (docs/policy.md, Secrets).
 const (
 	LevelUser      Level = "user"
 	LevelWorkspace Level = "workspace"

@@ -1,5 +1,5 @@
-// Package secrets keeps scoped secrets (org, workspace, user) sealed in the JetStream KV
-// bucket events.BucketSecrets.
+// Package secrets keeps scoped secrets (docs/policy.md, Secrets) sealed in the
+// JetStream KV bucket events.BucketSecrets.
 //
 // A secret lives at org, workspace or user scope under a name such as
 // OPENAI_API_KEY. Its value is sealed with AES-256-GCM under a master key

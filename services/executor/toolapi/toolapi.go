@@ -43,8 +43,8 @@ type Previewer interface {
 	Preview(ctx context.Context, input json.RawMessage, tc Context) (json.RawMessage, error)
 }
 
-// Context is what a tool learns about the call besides its input (spec
-// 3.3).
+// Context is what a tool learns about the call besides its input
+// (docs/architecture.md, Contracts: the tool definition).
 type Context struct {
 	TenantID string
 	RunID    string

@@ -228,10 +228,10 @@ type CallJSON struct {
 }
 
 // MaterializedCallJSON is GET /v1/runs/{run_id}/calls/{call_id}/materialize:
-// one tool call of an agent run "ejected" as a standalone tool node (spec
-// 8.1) - the exact tool version, its input, the tenant it ran for and the
-// secret scopes it resolved - ready to paste into a graph as a node's
-// configuration, or to run again with Command.
+// one tool call of an agent run "ejected" as a standalone tool node
+// (docs/recorder.md, HTTP API) - the exact tool version, its input, the tenant
+// it ran for and the secret scopes it resolved - ready to paste into a graph
+// as a node's configuration, or to run again with Command.
 type MaterializedCallJSON struct {
 	Kind    string          `json:"kind"` // "tool_node"
 	Tool    string          `json:"tool"`

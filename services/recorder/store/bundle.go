@@ -14,10 +14,11 @@ import (
 // without it there is nothing to replay, and no pinned handle to resolve.
 var ErrNoRequest = errors.New("run request not recorded")
 
-// ReplayBundle assembles a run's replay bundle (spec 6.4) from what s
-// recorded: the request, the tool definitions as the model was offered them,
-// the turns by iteration, the envelopes in call order (by seq), the outputs
-// of a completed run, how the run stands and the loop rules' verdicts.
+// ReplayBundle assembles a run's replay bundle (docs/recorder.md, HTTP API and
+// Replay) from what s recorded: the request, the tool definitions as the model
+// was offered them, the turns by iteration, the envelopes in call order (by
+// seq), the outputs of a completed run, how the run stands and the loop rules'
+// verdicts.
 //
 // The bundle is of version envelope.ReplayBundleVersion: its turns carry no
 // messages (the conversation is the request, the turns and the envelopes),

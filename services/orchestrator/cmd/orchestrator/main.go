@@ -1,5 +1,5 @@
 // Command orchestrator runs toolwire's agent loop as its own process.
-// Configuration comes from the environment: see the README.
+// Configuration comes from the environment: docs/operations.md, Environment.
 package main
 
 import (

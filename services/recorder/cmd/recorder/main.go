@@ -1,7 +1,7 @@
 // Command recorder runs the recorder service: it records every event in the
 // database of DATABASE_URL (Postgres, or a SQLite file) and serves the API
 // and the timeline pages on TOOLWIRE_HTTP_ADDR. Configuration comes from the
-// environment: see the README.
+// environment: docs/operations.md, Environment.
 package main
 
 import (

@@ -1,7 +1,7 @@
 // Command sandbox runs toolwire's sandbox service as its own process: it runs
 // the code of sandbox jobs in gVisor (runsc) or bubblewrap, configured by the
-// TOOLWIRE_SANDBOX_* environment (see the README's "Sandbox" section, and
-// sandbox.EnvVars).
+// TOOLWIRE_SANDBOX_* environment (docs/sandbox.md, Runtimes; docs/operations.md,
+// Environment; sandbox.EnvVars).
 package main
 
 import (
