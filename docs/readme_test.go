@@ -16,7 +16,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/identity"
-	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/standard"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"
 	"github.com/toolwire/toolwire/services/recorder"
@@ -55,7 +55,7 @@ func metricsTable(t *testing.T) string {
 		require.NoError(t, err)
 		comps = append(comps, c)
 	}
-	add(executor.Build(d))
+	add(standard.Build(d))
 	add(sandbox.Build(d))
 	add(policy.Build(d))
 	add(orchestrator.Build(d))
@@ -94,7 +94,7 @@ func envTable() string {
 	row("every service", service.CommonEnvVars())
 	row("orchestrator", orchestrator.EnvVars())
 	row("policy", policy.EnvVars())
-	row("executor", executor.EnvVars())
+	row("executor", standard.EnvVars())
 	row("sandbox", sandbox.EnvVars())
 	row("recorder", recorder.EnvVars())
 	return b.String()

@@ -16,6 +16,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/standard"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"
 	"github.com/toolwire/toolwire/services/recorder"
@@ -36,7 +37,7 @@ func knownEnv() map[string]bool {
 			m[v] = true
 		}
 	}
-	for _, v := range slices.Concat(policy.EnvVars(), orchestrator.EnvVars(), sandbox.EnvVars(), executor.EnvVars(), recorder.EnvVars()) {
+	for _, v := range slices.Concat(policy.EnvVars(), orchestrator.EnvVars(), sandbox.EnvVars(), standard.EnvVars(), recorder.EnvVars()) {
 		m[v.Name] = true
 	}
 	return m

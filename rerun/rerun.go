@@ -69,6 +69,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/standard"
 	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/orchestrator/provider"
@@ -268,7 +269,7 @@ func Run(ctx context.Context, b Bundle, o Options) (rep *Report, err error) {
 		return nil
 	}
 	if o.Live {
-		ex, err := executor.New(deps("executor"), executor.Config{ID: "replay-executor"}.With(o.ExecutorOptions...))
+		ex, err := executor.New(deps("executor"), executor.Config{ID: "replay-executor"}.With(standard.WithConfig(standard.Config{})).With(o.ExecutorOptions...))
 		if err := start("executor", ex, err); err != nil {
 			return nil, err
 		}

@@ -34,6 +34,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/standard"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"
 	"github.com/toolwire/toolwire/services/sandbox"
@@ -331,12 +332,12 @@ type Recorder interface {
 	Build(d service.Deps) (service.HTTPComponent, error)
 }
 
-// newExecutor builds an executor as its binary does (executor.Build: the
+// newExecutor builds an executor as its binary does (standard.Build: the
 // TOOLWIRE_EXECUTOR_* variables apply); the replicas are told apart by their
 // ids unless the environment names one, and Options.ExecutorConcurrency,
 // when set, wins.
 func newExecutor(d service.Deps, concurrency int, id string, opts []executor.Option) (*executor.Service, error) {
-	return executor.Build(d, append([]executor.Option{func(c *executor.Config) {
+	return standard.Build(d, append([]executor.Option{func(c *executor.Config) {
 		if concurrency > 0 {
 			c.Concurrency = concurrency
 		}

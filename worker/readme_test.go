@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"go/parser"
 	"go/printer"
 	"go/token"
@@ -112,6 +113,25 @@ func TestREADMEWorkerExample(t *testing.T) {
 		work.WriteString("\t" + m + "\n")
 	}
 	work.WriteString(")\n")
+	// The checkout's replacements, which point the siblings' release
+	// version at the checkout until that version is published.
+	edit := exec.CommandContext(t.Context(), "go", "work", "edit", "-json")
+	edit.Dir = repo
+	js, err := edit.Output()
+	require.NoError(t, err)
+	var ws struct {
+		Replace []struct {
+			Old, New struct{ Path, Version string }
+		}
+	}
+	require.NoError(t, json.Unmarshal(js, &ws))
+	for _, r := range ws.Replace {
+		to := r.New.Path
+		if r.New.Version == "" && !filepath.IsAbs(to) {
+			to = filepath.Join(repo, to)
+		}
+		fmt.Fprintf(&work, "replace %s %s => %s %s\n", r.Old.Path, r.Old.Version, to, r.New.Version)
+	}
 	write("go.work", work.String())
 	if sum, err := os.ReadFile(filepath.Join(repo, "go.work.sum")); err == nil {
 		write("go.work.sum", string(sum))

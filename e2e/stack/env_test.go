@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/standard"
 	"github.com/toolwire/toolwire/services/orchestrator"
 	"github.com/toolwire/toolwire/services/policy"
 	"github.com/toolwire/toolwire/services/recorder"
@@ -32,6 +33,10 @@ func serviceConfigs() []serviceConfig {
 		{"executor", executor.EnvVars(),
 			func(g func(string) string) (any, error) { return executor.ConfigFromEnv(g) },
 			func(st *stack.Stack) any { return st.Executors[0].Config() }},
+		// The executor's standard families: the web tools, the MCP servers.
+		{"executor's standard families", standard.FamilyEnvVars(),
+			func(g func(string) string) (any, error) { return standard.ConfigFromEnv(g) },
+			func(st *stack.Stack) any { c, _ := standard.ConfigOf(st.Executors[0]); return c }},
 		{"sandbox", sandbox.EnvVars(),
 			func(g func(string) string) (any, error) { return sandbox.ConfigFromEnv(g) },
 			func(st *stack.Stack) any { return st.Sandbox.Config() }},

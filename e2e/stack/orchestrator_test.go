@@ -31,6 +31,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/standard"
 	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/builtin"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
@@ -368,7 +369,7 @@ func TestSuspensionWithTheRealGuard(t *testing.T) {
 func newPipeline(t *testing.T, tools ...toolapi.Tool) *orchestratortest.Harness {
 	t.Helper()
 	h := orchestratortest.New(t)
-	cfg := executor.Config{Concurrency: 64, ID: "executor-0"}.With(executor.WithTools(append(testtools.Tools(), tools...)...))
+	cfg := executor.Config{Concurrency: 64, ID: "executor-0"}.With(standard.WithConfig(standard.Config{}), executor.WithTools(append(testtools.Tools(), tools...)...))
 	ex, err := executor.New(orchestratortest.Deps("executor", h.Env.Conn, h.Env.JS), cfg)
 	require.NoError(t, err)
 	require.NoError(t, ex.Start(t.Context()))

@@ -14,13 +14,12 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor/toolapi"
-	"github.com/toolwire/toolwire/services/executor/tools/mcp"
-	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
-// Environment variables read by ConfigFromEnv, besides the web tools' (see
-// package web), the master keys' (see package secrets) and those passed to
-// stdio MCP servers (mcp.InheritedEnv): EnvVars lists them all.
+// Environment variables read by ConfigFromEnv, besides the master keys' (see
+// package secrets): EnvVars lists them all. Those of the standard families
+// (the web tools', those passed to stdio MCP servers) are package
+// standard's.
 const (
 	EnvConcurrency = "TOOLWIRE_EXECUTOR_CONCURRENCY" // tool calls in flight per replica
 	EnvID          = "TOOLWIRE_EXECUTOR_ID"          // replica id; default hostname-pid
@@ -161,8 +160,6 @@ type Config struct {
 	// tools list` shows each queue's workers. Default 5s; 1s to 3m.
 	Heartbeat time.Duration
 
-	// Web configures the web tools (http_request, http_get, web_fetch).
-	Web web.Config
 	// Keyring holds the master keys that open the secrets tools declare
 	// (required_secrets); nil: a tool that needs a secret fails with
 	// AUTH_REQUIRED. ConfigFromEnv reads it from TOOLWIRE_MASTER_KEYS.
@@ -172,16 +169,17 @@ type Config struct {
 	// key sealed them; the id matters only in reading several keys, where
 	// the keyring needs it.
 	MasterKeyID string
-	// MCPEnv is the whole environment ("NAME=value") of the stdio MCP
-	// servers the executor starts: the executor's own values of
-	// mcp.InheritedEnv (PATH, HOME, ...), never the rest of its environment,
-	// which may hold secrets.
-	MCPEnv []string
-	// Tools are in-process tools run beside the built-ins (a test's tools;
-	// package testtools). Each is keyed by its definition's builtin
+	// Tools are in-process tools (a worker's, a test's; package testtools),
+	// run beside the families'. Each is keyed by its definition's builtin
 	// implementation key, and its definition is ensured in the registry at
-	// Start like the built-ins'.
+	// Start.
 	Tools []toolapi.Tool
+	// Families are the tool families the executor runs beside Tools: their
+	// in-process tools and the kinds that run registry entries of kind
+	// http, mcp or sandbox. None: the executor runs only Tools, and answers
+	// a call of an entry of those kinds with an error envelope (a worker).
+	// The executor binary's are package standard's.
+	Families []Family
 }
 
 // Option adjusts a Config: the one Build read from the environment, or any
@@ -202,15 +200,14 @@ func WithQueues(queues ...string) Option {
 	return func(c *Config) { c.Queues = append([]string(nil), queues...) }
 }
 
-// WithTools adds in-process tools beside the built-ins (Config.Tools).
+// WithTools adds in-process tools (Config.Tools).
 func WithTools(tools ...toolapi.Tool) Option {
 	return func(c *Config) { c.Tools = append(c.Tools, tools...) }
 }
 
-// WithWebConfig sets the web tools' settings (Config.Web), replacing those
-// read from the environment.
-func WithWebConfig(w web.Config) Option {
-	return func(c *Config) { c.Web = w }
+// WithFamilies adds tool families (Config.Families).
+func WithFamilies(fams ...Family) Option {
+	return func(c *Config) { c.Families = append(c.Families, fams...) }
 }
 
 // WithKeyring gives the executor the master keys that open secrets
@@ -291,9 +288,6 @@ func (c Config) Validate() error {
 	if c.StartedAfter > maxStartedAfter {
 		errs = append(errs, fmt.Errorf("started after %s: want at most %s", c.StartedAfter, maxStartedAfter))
 	}
-	if err := c.Web.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("web tools: %w", err))
-	}
 	return errors.Join(errs...)
 }
 
@@ -350,23 +344,12 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		c.StartedAfter = startedAfter
 	}
 
-	if v, ok := e.Lookup(web.EnvAllowHosts); ok {
-		e.List(web.EnvAllowHosts, &c.Web.AllowHosts)
-		e.Check(web.EnvAllowHosts, v, web.Config{AllowHosts: c.Web.AllowHosts}.Validate())
-	}
-	e.Scaled(web.EnvMaxResponseBytes, 1, web.MaxResponseBytesLimit, 1, &c.Web.MaxResponseBytes)
-
 	e.String(secrets.EnvMasterKeyID, &c.MasterKeyID)
 	if _, ok := e.Lookup(secrets.EnvMasterKeys); ok {
 		k, err := secrets.ParseKeyring(e.Raw(secrets.EnvMasterKeys), c.MasterKeyID)
 		// The keys are secret: the problem is named, the value never shown.
 		e.Check(secrets.EnvMasterKeys, "(not shown)", err)
 		c.Keyring = k
-	}
-	for _, name := range mcp.InheritedEnv() {
-		if v := e.Raw(name); v != "" {
-			c.MCPEnv = append(c.MCPEnv, name+"="+v)
-		}
 	}
 	c = c.WithDefaults()
 	if err := e.Err(); err != nil {
@@ -376,9 +359,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 }
 
 // EnvVars documents the variables ConfigFromEnv reads, besides the common
-// ones of every service (service.CommonEnvVars).
+// ones of every service (service.CommonEnvVars). The executor binary reads
+// those of the standard families too: standard.EnvVars lists them all.
 func EnvVars() []service.Var {
-	vars := []service.Var{
+	return []service.Var{
 		{Name: EnvQueues, Help: "the queues whose approved calls this executor runs, comma-separated (default \"default\", the queue of every tool that names none)", Example: "default,gpu"},
 		{Name: EnvConcurrency, Help: "tool calls one replica runs at once on each of its queues (default 64)", Example: "16"},
 		{Name: EnvID, Help: "this replica's name in call.started events (default hostname-pid)", Example: "executor-7"},
@@ -390,17 +374,7 @@ func EnvVars() []service.Var {
 		{Name: EnvAckWait, Help: "the shared consumer's ack wait, the same on every replica (default 30s)", Example: "10s"},
 		{Name: EnvHeartbeat, Help: "how often the executor heartbeats the queues it serves; a beat holds for three (default 5s, 1s to 3m)", Example: "2s"},
 		{Name: EnvStartedAfter, Help: "how long a call runs before its call.started is published; a quicker call publishes none (its envelope has t_start); 0: before the tool runs, for every call (default 250ms)", Example: "0"},
-		{Name: web.EnvAllowHosts, Help: "host[:port] entries, comma-separated, the web tools may reach although the SSRF guard refuses their addresses", Example: "api.internal:8443,127.0.0.1:9000"},
-		{Name: web.EnvMaxResponseBytes, Help: "bytes of a response body the web tools read; the rest is dropped (default 2097152)", Example: "65536"},
 		{Name: secrets.EnvMasterKeys, Help: "the master keys that open the tools' secrets, id:base64key,... (unset: tools that need secrets fail with AUTH_REQUIRED)", Example: "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="},
 		{Name: secrets.EnvMasterKeyID, Help: "the current one of several master keys", Example: "k1"},
 	}
-	examples := map[string]string{
-		"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/executor", "LANG": "C.UTF-8",
-		"LC_ALL": "C.UTF-8", "TMPDIR": "/var/tmp",
-	}
-	for _, name := range mcp.InheritedEnv() {
-		vars = append(vars, service.Var{Name: name, Help: "passed on to the stdio MCP servers the executor starts (nothing else of its environment is)", Example: examples[name]})
-	}
-	return vars
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
-	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -109,26 +108,8 @@ func TestConfigFromEnv(t *testing.T) {
 			env:     map[string]string{EnvConcurrency: "x", EnvID: strings.Repeat("i", 200)},
 			wantErr: []string{EnvConcurrency, EnvID},
 		},
-		{
-			name: "web tools",
-			env:  map[string]string{web.EnvAllowHosts: "a:1, b", web.EnvMaxResponseBytes: "4096"},
-			want: func(t *testing.T, c Config) {
-				require.Equal(t, []string{"a:1", "b"}, c.Web.AllowHosts)
-				require.EqualValues(t, 4096, c.Web.MaxResponseBytes)
-			},
-		},
-		{
-			name:    "web tools refused",
-			env:     map[string]string{web.EnvAllowHosts: "ok:1,bad:0", web.EnvMaxResponseBytes: "-3"},
-			wantErr: []string{"bad:0", web.EnvMaxResponseBytes},
-		},
-		{
-			name: "what MCP servers inherit",
-			env:  map[string]string{"PATH": "/bin", "HOME": "/home/x", "NATS_URL": "nats://secret@x"},
-			want: func(t *testing.T, c Config) {
-				require.Equal(t, []string{"PATH=/bin", "HOME=/home/x"}, c.MCPEnv)
-			},
-		},
+		// The web tools' and the MCP servers' variables: package standard's
+		// TestConfigFromEnv.
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -62,11 +62,19 @@
 //   - sandbox: code, sent to the sandbox service as a job; the executor holds
 //     the call until the job's result comes back (package tools/sandboxtool).
 //
+// The kinds other than builtin are run by the Kinds of Config.Families; an
+// executor without them (a worker's) answers a call of such an entry with
+// UNKNOWN ("this worker runs only its own Go tools") and runs nothing.
+//
 // # Tools
 //
 // The pipeline (this package) runs every tool the same way; the tools live in
 // one package per family under services/executor/tools, and implement
-// toolapi.Tool (package toolapi), which imports nothing of the pipeline:
+// toolapi.Tool (package toolapi), which imports nothing of the pipeline. This
+// package imports none of them: it runs Config.Tools and the tools and kinds
+// of Config.Families (Family, Kind), and package standard assembles the
+// families of the executor binary (standard.Build), so that a worker, which
+// builds this package's core with its own tools (Build), links none of them:
 //
 //   - builtin: echo, calculator, get_current_time, json_query.
 //   - web: http_request (writes), http_get and web_fetch (reads), on one HTTP

@@ -18,11 +18,6 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/executor/toolapi"
-	"github.com/toolwire/toolwire/services/executor/tools/builtin"
-	"github.com/toolwire/toolwire/services/executor/tools/httptool"
-	"github.com/toolwire/toolwire/services/executor/tools/mcp"
-	"github.com/toolwire/toolwire/services/executor/tools/sandboxtool"
-	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
 // Consumer settings: one durable consumer per queue, shared by every replica
@@ -70,11 +65,10 @@ type Service struct {
 	circuits     *circuits
 	// secrets opens the secrets of the tools that need some (secrets.go).
 	secrets *secretResolver
-	// web is the client of the web tools; endpoints runs the http entries
-	// on it, and jobs sends the sandbox entries' jobs (resolve.go).
-	web       *web.Client
-	endpoints *httptool.Runner
-	jobs      *sandboxtool.Jobs
+	// opened are the opened Config.Families; kinds run the registry
+	// entries that are not builtin (resolve.go).
+	opened []Opened
+	kinds  map[envelope.ImplementationKind]Kind
 
 	// Set by Start, before the consumer and the preview server run.
 	reg      *registry.Registry
@@ -83,7 +77,6 @@ type Service struct {
 	cache    *toolCache
 	limiter  *rateLimiter
 	outcomes *outcomes
-	mcp      *mcp.Pool // the sessions of the MCP entries (resolve.go)
 }
 
 // New builds the executor from the service's dependencies and cfg (zero
@@ -95,10 +88,6 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	wc, err := web.NewClient(cfg.Web)
-	if err != nil {
-		return nil, fmt.Errorf("executor: %w", err)
-	}
 	s := &Service{
 		Core:         d.Core("executor", m.consumers),
 		cfg:          cfg,
@@ -108,12 +97,26 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		now:          time.Now,
 		abandonAfter: defaultAbandonAfter,
 		secrets:      &secretResolver{js: d.JS, keys: cfg.Keyring},
-		web:          wc,
-		endpoints:    httptool.NewRunner(wc),
+		kinds:        map[envelope.ImplementationKind]Kind{},
 	}
-	s.jobs = sandboxtool.NewJobs(d.JS, s.Pub, cfg.Source)
 	s.circuits = newCircuits(cfg.CircuitFailures, cfg.CircuitOpen, func() time.Time { return s.now() }, m)
-	for _, t := range slices.Concat(builtin.Tools(), web.Tools(wc), cfg.Tools) {
+	var tools []toolapi.Tool
+	host := Host{JS: s.JS, Pub: s.Pub, Source: cfg.Source, Log: s.Log}
+	for _, f := range cfg.Families {
+		o, err := f.Open(host)
+		if err != nil {
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+		s.opened = append(s.opened, o)
+		tools = append(tools, o.Tools...)
+		for k, kind := range o.Kinds {
+			if _, dup := s.kinds[k]; dup {
+				return nil, fmt.Errorf("executor: two families run the implementation kind %q", k)
+			}
+			s.kinds[k] = kind
+		}
+	}
+	for _, t := range slices.Concat(tools, cfg.Tools) {
 		if err := s.addTool(t); err != nil {
 			return nil, err
 		}
@@ -122,8 +125,10 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Build reads the configuration from d.Getenv, applies opts and calls New. It
-// is what the executor binary and `toolwire dev` run.
+// Build reads the configuration from d.Getenv, applies opts and calls New:
+// an executor of the tools the options give it, and no others (what a
+// worker runs). The executor binary and `toolwire dev` run standard.Build,
+// which adds the standard families.
 func Build(d service.Deps, opts ...Option) (*Service, error) {
 	return service.BuildFrom("executor", d, ConfigFromEnv, New, opts...)
 }
@@ -161,16 +166,23 @@ func (s *Service) Definitions() []envelope.ToolDefinition {
 
 // Start publishes the executor's tool definitions in the registry, starts
 // watching the registry, answering previews and consuming approved calls.
-// ctx bounds the start; the watch, the MCP sessions, the preview server and
+// ctx bounds the start; the watch, the families (an MCP server's sessions), the preview server and
 // the consumer run until Stop. A Start that fails releases what it started
 // and leaves the service stopped.
 func (s *Service) Start(ctx context.Context) error {
 	return s.StartWith(ctx, func(ctx, life context.Context) error {
 		// Released last: by then no call is in flight.
 		s.OnStopFunc(func() { s.Log.Info("executor stopped", "id", s.cfg.ID) })
-		s.OnStopFunc(s.web.Close)
-		s.mcp = mcp.NewPool(life, s.Log, s.cfg.MCPEnv)
-		s.OnStopFunc(s.mcp.Close)
+		for _, o := range s.opened {
+			if o.Close != nil {
+				s.OnStopFunc(o.Close)
+			}
+			if o.Start != nil {
+				if err := o.Start(life); err != nil {
+					return err
+				}
+			}
+		}
 
 		var err error
 		if s.reg, err = registry.Open(ctx, s.JS); err != nil {

@@ -405,13 +405,13 @@ func TestLifecycle(t *testing.T) {
 	env := eventstest.Start(t)
 
 	t.Run("stop before start", func(t *testing.T) {
-		s, err := New(testDeps(t, env, nil), Config{})
+		s, err := New(testDeps(t, env, nil), Config{}.With(withStandard()))
 		require.NoError(t, err)
 		require.NoError(t, s.Stop(t.Context()))
 		require.ErrorIs(t, s.Start(t.Context()), service.ErrStopped)
 	})
 	t.Run("start twice, stop twice", func(t *testing.T) {
-		s, err := New(testDeps(t, env, nil), Config{})
+		s, err := New(testDeps(t, env, nil), Config{}.With(withStandard()))
 		require.NoError(t, err)
 		require.NoError(t, s.Start(t.Context()))
 		require.ErrorIs(t, s.Start(t.Context()), service.ErrAlreadyStarted)
@@ -420,7 +420,7 @@ func TestLifecycle(t *testing.T) {
 		require.ErrorIs(t, s.Start(t.Context()), service.ErrStopped)
 	})
 	t.Run("start with an ended context", func(t *testing.T) {
-		s, err := New(testDeps(t, env, nil), Config{})
+		s, err := New(testDeps(t, env, nil), Config{}.With(withStandard()))
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
@@ -484,7 +484,7 @@ func TestNewRejects(t *testing.T) {
 			if tc.noJS {
 				d.JS = nil
 			}
-			_, err := New(d, tc.cfg.With(WithTools(tc.tools...)))
+			_, err := New(d, tc.cfg.With(withStandard(), WithTools(tc.tools...)))
 			require.ErrorContains(t, err, tc.wantErr)
 		})
 	}

@@ -50,21 +50,27 @@ func startExecutor(t testing.TB, env *eventstest.Env, cfg Config, opts ...Option
 	return startExecutorWith(t, testDeps(t, env, nil), cfg, opts...)
 }
 
-// startExecutorWith starts an executor of cfg with the test tools (failing,
-// sleep) and opts, on a start context that ends right after Start: every
+// startExecutorWith starts an executor of cfg with the standard families,
+// the test tools (failing, sleep) and opts, on a start context that ends right after Start: every
 // test shows that nothing the executor runs (the registry watch, the MCP
 // sessions, the preview server, the consumer) hangs off its start-up
 // context.
 func startExecutorWith(t testing.TB, d service.Deps, cfg Config, opts ...Option) *Service {
 	t.Helper()
 	s := newExecutor(t, d, cfg, opts...)
+	startStopping(t, s)
+	return s
+}
+
+// startStopping starts s and stops it (draining) at cleanup.
+func startStopping(t testing.TB, s *Service) {
+	t.Helper()
 	start(t, s)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
 		require.NoError(t, s.Stop(ctx))
 	})
-	return s
 }
 
 // start starts s on a start context that ends right after Start.
@@ -75,11 +81,11 @@ func start(t testing.TB, s *Service) {
 	endStart()
 }
 
-// newExecutor builds an executor of cfg with the test tools (failing, sleep)
-// and opts.
+// newExecutor builds an executor of cfg with the standard families, the
+// test tools (failing, sleep) and opts.
 func newExecutor(t testing.TB, d service.Deps, cfg Config, opts ...Option) *Service {
 	t.Helper()
-	s, err := New(d, cfg.With(append([]Option{WithTools(testtools.Tools()...)}, opts...)...))
+	s, err := New(d, cfg.With(append([]Option{withStandard(), WithTools(testtools.Tools()...)}, opts...)...))
 	require.NoError(t, err)
 	return s
 }

@@ -6,31 +6,27 @@ import (
 )
 
 // toolFor returns the Tool that runs a registry entry, by its implementation
-// kind: the in-process tool of its builtin key (package builtin, web, or a
-// Config.Tools one), the HTTP endpoint (package httptool), the MCP server's
-// tool (package mcp) or a sandbox job (package sandboxtool); or the error
-// that explains why this executor cannot run it.
+// kind: the in-process tool of its builtin key (Config.Tools or a family's),
+// or the tool the Kind of its implementation kind makes of it (the standard
+// families' http, mcp and sandbox kinds); or the error that explains why
+// this executor cannot run it.
 func (s *Service) toolFor(def *envelope.ToolDefinition) (toolapi.Tool, *envelope.ToolError) {
 	ref := def.Ref()
-	switch def.Implementation.Kind {
-	case envelope.ImplHTTP:
-		t, err := s.endpoints.Tool(def)
-		if err != nil {
-			return nil, envelope.NewToolError(envelope.CodeUnknown, "tool %s cannot run: %v", ref, err)
+	switch kind := def.Implementation.Kind; kind {
+	case envelope.ImplBuiltin:
+	case envelope.ImplHTTP, envelope.ImplMCP, envelope.ImplSandbox:
+		k, ok := s.kinds[kind]
+		if !ok {
+			// Only an executor built without the standard families (a
+			// worker's) lacks these kinds.
+			return nil, envelope.NewToolError(envelope.CodeUnknown,
+				"tool %s cannot run here: it is a %s tool, and this worker runs only its own Go tools (the toolwire executor runs %s tools)", ref, kind, kind)
 		}
-		return t, nil
-	case envelope.ImplSandbox:
-		t, err := s.jobs.Tool(def)
-		if err != nil {
-			return nil, envelope.NewToolError(envelope.CodeSandboxError, "%v", err)
+		return k.Tool(def)
+	default:
+		if k, ok := s.kinds[kind]; ok {
+			return k.Tool(def)
 		}
-		return t, nil
-	case envelope.ImplMCP:
-		t, err := s.mcp.Tool(def)
-		if err != nil {
-			return nil, envelope.NewToolError(envelope.CodeUnknown, "tool %s cannot run in this executor: %v", ref, err)
-		}
-		return t, nil
 	}
 	key, err := toolapi.BuiltinKey(def)
 	if err != nil {

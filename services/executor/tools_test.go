@@ -21,6 +21,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor/tools/mcp"
 	"github.com/toolwire/toolwire/services/executor/tools/mcp/mcptest"
+	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
@@ -84,10 +85,9 @@ func TestWebToolsThroughTheExecutor(t *testing.T) {
 	schemas := newEventSchemas(t)
 	d := testDeps(t, env, nil)
 	d.Getenv = servicetest.Getenv(map[string]string{web.EnvAllowHosts: srv.Listener.Addr().String()})
-	cfg, err := ConfigFromEnv(d.Getenv)
+	s, err := std.build(d, WithTools(testtools.Tools()...), func(c *Config) { c.Concurrency, c.ID = 4, "executor-web" })
 	require.NoError(t, err)
-	cfg.Concurrency, cfg.ID = 4, "executor-web"
-	s := startExecutorWith(t, d, cfg)
+	startStopping(t, s)
 	names := map[string]envelope.SideEffects{}
 	for _, def := range s.Definitions() {
 		names[def.Name] = def.Metadata.SideEffects
@@ -137,17 +137,17 @@ func TestWebConfigRejected(t *testing.T) {
 	env := eventstest.Start(t)
 	d := testDeps(t, env, nil)
 	d.Getenv = servicetest.Getenv(map[string]string{web.EnvAllowHosts: "ok.example, http://bad.example/"})
-	_, err := Build(d)
+	_, err := std.build(d)
 	require.ErrorContains(t, err, `TOOLWIRE_HTTP_ALLOW_HOSTS="ok.example, http://bad.example/": allow-list entry "http://bad.example/"`)
 
-	_, err = Build(testDeps(t, env, nil), WithWebConfig(web.Config{MaxRedirects: 99}))
+	_, err = std.build(testDeps(t, env, nil), std.withWeb(web.Config{MaxRedirects: 99}))
 	require.ErrorContains(t, err, "max redirects 99")
 
 	// The option wins over the environment.
 	d.Getenv = servicetest.Getenv(map[string]string{web.EnvAllowHosts: "ok.example"})
-	s, err := Build(d, WithWebConfig(web.Config{AllowHosts: []string{"127.0.0.1:9"}}))
+	s, err := std.build(d, std.withWeb(web.Config{AllowHosts: []string{"127.0.0.1:9"}}))
 	require.NoError(t, err)
-	require.Equal(t, []string{"127.0.0.1:9"}, s.Config().Web.AllowHosts)
+	require.Equal(t, []string{"127.0.0.1:9"}, std.webOf(s).AllowHosts)
 	require.NoError(t, err)
 	require.NoError(t, s.Stop(t.Context()))
 }
@@ -166,7 +166,7 @@ func TestHTTPSecretsFromTheSecretsService(t *testing.T) {
 	})
 	env := eventstest.Start(t)
 	keys := testKeyring(t)
-	s := startExecutor(t, env, Config{}, WithKeyring(keys), WithWebConfig(web.Config{AllowHosts: []string{srv.Listener.Addr().String()}}))
+	s := startExecutor(t, env, Config{}, WithKeyring(keys), std.withWeb(web.Config{AllowHosts: []string{srv.Listener.Addr().String()}}))
 	store, err := secrets.Open(t.Context(), env.JS, keys)
 	require.NoError(t, err)
 	require.NoError(t, store.Set(t.Context(), secrets.OrgScope("acme"), "GITHUB_TOKEN", []byte(token)))
@@ -268,7 +268,7 @@ func TestHTTPToolsThroughTheExecutor(t *testing.T) {
 	env := eventstest.Start(t)
 	keys := testKeyring(t)
 	startExecutor(t, env, Config{ID: "executor-http"},
-		WithWebConfig(web.Config{AllowHosts: []string{srv.Listener.Addr().String()}}), WithKeyring(keys))
+		std.withWeb(web.Config{AllowHosts: []string{srv.Listener.Addr().String()}}), WithKeyring(keys))
 	store, err := secrets.Open(t.Context(), env.JS, keys)
 	require.NoError(t, err)
 	require.NoError(t, store.Set(t.Context(), secrets.WorkspaceScope("acme", "ws"), "WEATHER_KEY", []byte(canaryValue)))

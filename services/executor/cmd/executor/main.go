@@ -4,7 +4,7 @@ package main
 
 import (
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/standard"
 )
 
-func main() { service.Main("executor", ":8083", service.Builder(executor.Build)) }
+func main() { service.Main("executor", ":8083", service.Builder(standard.Build)) }

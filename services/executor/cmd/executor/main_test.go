@@ -14,6 +14,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor"
+	"github.com/toolwire/toolwire/services/executor/standard"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -26,7 +27,7 @@ func TestRun(t *testing.T) {
 		service.EnvNATSURL:      env.URL,
 		service.EnvHTTPAddr:     "127.0.0.1:0",
 		executor.EnvConcurrency: "4",
-	}, service.Builder(executor.Build))
+	}, service.Builder(standard.Build))
 
 	input := json.RawMessage(`{"expression":"6*7"}`)
 	callID, err := envelope.CallID("calculator", "1.0.0", input, 1)
@@ -57,6 +58,6 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		service.EnvHTTPAddr:     "127.0.0.1:0",
 		executor.EnvConcurrency: "lots",
 	})
-	err := service.Run(t.Context(), "executor", ":8083", getenv, service.Builder(executor.Build))
+	err := service.Run(t.Context(), "executor", ":8083", getenv, service.Builder(standard.Build))
 	require.ErrorContains(t, err, executor.EnvConcurrency)
 }
