@@ -32,6 +32,7 @@ func specialEvent(t testing.TB) *event.Event {
 	e.SetExtension(events.ExtTenantID, `acme/R&D "west"/zoë`)
 	e.SetExtension(events.ExtRunID, runID)
 	e.SetExtension("emoji", "🚀 launch")
+	e.SetExtension("empty", "")
 	require.NoError(t, e.SetData("text/plain; charset=utf-8", []byte("plain text ✓")))
 	return &e
 }
