@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 )
 
 // tidy runs `go mod tidy` in every module as a dependent would see it
@@ -16,7 +18,7 @@ import (
 // proxy at the release version, until no go.mod changes. go.sum keeps no
 // line of a sibling: their sums are those of the release's zips, which the
 // proxy and the checksum database serve once it is tagged.
-func (ws *workspace) tidy(ctx context.Context) error {
+func (ws *workspace) tidy(ctx context.Context) (err error) {
 	if err := ws.requireImportedSiblings(ctx); err != nil {
 		return err
 	}
@@ -25,21 +27,36 @@ func (ws *workspace) tidy(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	defer purgeModCache(ctx)
+	defer func() { err = errors.Join(err, purgeModCache(ctx)) }()
+	// Each pass packs the checkout at a version of its own: the go command
+	// indexes a module's files by path and version (in the build cache) and
+	// never looks again, so a version packed twice would be read as the
+	// first pack had it. The go.mod files require that version while tidy
+	// runs, and the release version again after.
+	defer func() {
+		for _, m := range ws.modules {
+			err = errors.Join(err, ws.rewriteMod(m, ws.version))
+		}
+	}()
+	stamp := time.Now().Unix()
 	for pass := 1; pass <= 4; pass++ {
 		before := ws.modFiles()
+		version := fmt.Sprintf("%s-tidy.%d.%d", ws.version, stamp, pass)
 		proxy := filepath.Join(tmp, fmt.Sprintf("proxy%d", pass))
-		if err := ws.pack(proxy, ws.version); err != nil {
-			return err
-		}
-		if err := purgeModCache(ctx); err != nil {
+		if err := ws.pack(proxy, version); err != nil {
 			return err
 		}
 		env := dependentEnv(proxy)
 		for _, m := range ws.modules {
+			if err := ws.rewriteMod(m, version); err != nil {
+				return err
+			}
 			fmt.Printf("==> pass %d: go mod tidy in %s\n", pass, m.rel)
 			if err := goCmd(ctx, m.dir, env, "mod", "tidy"); err != nil {
 				return fmt.Errorf("%s: %w", m.rel, err)
+			}
+			if err := ws.rewriteMod(m, ws.version); err != nil {
+				return err
 			}
 			if err := ws.stripSiblingSums(m); err != nil {
 				return err
