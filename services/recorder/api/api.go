@@ -134,7 +134,10 @@ func Unauthenticated(w http.ResponseWriter, _ *http.Request, err error) {
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="toolwire"`)
 	msg := "authentication required: send Authorization: Bearer <token> (an API token from `toolwire tokens create`, or an OIDC ID token)"
-	if errors.Is(err, auth.ErrBadCredentials) {
+	switch {
+	case errors.Is(err, auth.ErrBadClaim):
+		msg = err.Error() // which claim is malformed: the token's holder can fix it
+	case errors.Is(err, auth.ErrBadCredentials):
 		msg = "invalid credentials: the bearer token is unknown, revoked, expired or not valid for this recorder"
 	}
 	writeError(w, http.StatusUnauthorized, apitypes.CodeUnauthorized, msg)
