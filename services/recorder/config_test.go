@@ -92,7 +92,7 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want the OIDC variables named", bad.OIDC, err)
 		}
 	}
-	if got := recorder.EnvVars(); len(got) != 12 {
+	if got := recorder.EnvVars(); len(got) != 13 {
 		t.Errorf("EnvVars = %v", got)
 	}
 }
