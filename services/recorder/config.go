@@ -32,6 +32,9 @@ const (
 	// EnvInsecureNoAuth sets Config.InsecureNoAuth: 1 serves every tenant's
 	// runs without authentication on a non-loopback address.
 	EnvInsecureNoAuth = "TOOLWIRE_INSECURE_NO_AUTH"
+	// EnvInsecureCookie sets Config.InsecureCookie: 1 sends the pages'
+	// session cookie without Secure.
+	EnvInsecureCookie = "TOOLWIRE_INSECURE_COOKIE"
 	// The OIDC settings (Config.OIDC).
 	EnvOIDCIssuer         = "TOOLWIRE_OIDC_ISSUER"
 	EnvOIDCAudience       = "TOOLWIRE_OIDC_AUDIENCE"
@@ -106,6 +109,13 @@ type Config struct {
 	// reads every tenant's runs. For a private network you trust, on
 	// purpose; the recorder warns at every start.
 	InsecureNoAuth bool
+	// InsecureCookie sends the pages' session cookie, which carries the
+	// credential itself, without Secure, so that browsers keep it over
+	// plain HTTP: for a private network without TLS that you trust, on
+	// purpose. Without it the cookie is Secure, except to a browser on
+	// plain HTTP at a loopback address (`toolwire dev` at
+	// http://127.0.0.1:...), where it never leaves the machine.
+	InsecureCookie bool
 }
 
 // Auth is the authentication the configuration asks for.
@@ -202,6 +212,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	e.Enum(EnvAuth, []string{"on", "off"}, &mode)
 	c.AuthRequired = mode == "on"
 	e.Bool(EnvInsecureNoAuth, &c.InsecureNoAuth)
+	e.Bool(EnvInsecureCookie, &c.InsecureCookie)
 	e.String(EnvOIDCIssuer, &c.OIDC.Issuer)
 	e.String(EnvOIDCAudience, &c.OIDC.Audience)
 	e.String(EnvOIDCOrgClaim, &c.OIDC.OrgClaim)
@@ -226,6 +237,8 @@ func EnvVars() []service.Var {
 		{Name: EnvAuth, Help: "on: the API, live stream, blobs and pages require a token (toolwire tokens create) and scope reads to its tenant (default off; off is refused on a non-loopback address)",
 			Example: "on"},
 		{Name: EnvInsecureNoAuth, Help: "1: serve without authentication on a non-loopback address anyway (everyone who reaches the port reads every tenant's runs)",
+			Example: "1"},
+		{Name: EnvInsecureCookie, Help: "1: the pages' session cookie is sent without Secure, for plain HTTP beyond loopback (default: Secure, but to a browser at http://127.0.0.1 or http://localhost)",
 			Example: "1"},
 		{Name: EnvOIDCIssuer, Help: "accept OpenID Connect ID tokens of this issuer as bearer tokens (turns authentication on; needs " + EnvOIDCAudience + ")",
 			Example: "https://accounts.example.com"},

@@ -73,6 +73,13 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || !c.AuthRequired || !c.InsecureNoAuth || c.OIDC.Issuer != "https://id.example" || c.OIDC.Audience != "tw" {
 		t.Errorf("auth settings: %+v %v", c, err)
 	}
+	c, err = recorder.ConfigFromEnv(env(map[string]string{"TOOLWIRE_INSECURE_COOKIE": "1"}))
+	if err != nil || !c.InsecureCookie {
+		t.Errorf("TOOLWIRE_INSECURE_COOKIE=1: %+v %v", c, err)
+	}
+	if c, err := recorder.ConfigFromEnv(env(nil)); err != nil || c.InsecureCookie {
+		t.Errorf("the session cookie is Secure by default: %+v %v", c, err)
+	}
 	if _, err := recorder.ConfigFromEnv(env(map[string]string{"TOOLWIRE_AUTH": "maybe"})); err == nil || !strings.Contains(err.Error(), "TOOLWIRE_AUTH") {
 		t.Errorf("TOOLWIRE_AUTH=maybe: %v", err)
 	}
@@ -85,7 +92,7 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want the OIDC variables named", bad.OIDC, err)
 		}
 	}
-	if got := recorder.EnvVars(); len(got) != 12 {
+	if got := recorder.EnvVars(); len(got) != 13 {
 		t.Errorf("EnvVars = %v", got)
 	}
 }

@@ -79,7 +79,10 @@ type Options struct {
 // Every route but /v1/openapi.yaml authenticates the request (o.Auth) when
 // authentication is on (401 otherwise), and every read is scoped to the
 // principal's tenant: a run, its events, calls, blobs, bundle or stream of
-// another tenant answer 404 exactly as a run never recorded does.
+// another tenant answer 404 exactly as a run never recorded does. A
+// state-changing request authenticated by the pages' session cookie must
+// come from the recorder's own origin (403 otherwise); bearer tokens need
+// no such check.
 func New(st store.Store, o Options) http.Handler {
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -118,7 +121,27 @@ func New(st store.Store, o Options) http.Handler {
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("no such resource: %s", r.URL.Path))
 	})
-	return o.Auth.Middleware(mux, isPublic, Unauthenticated)
+	return a.sameOrigin(o.Auth.Middleware(mux, isPublic, Unauthenticated))
+}
+
+// sameOrigin refuses (403) a state-changing request (POST, PUT, PATCH,
+// DELETE) authenticated by the session cookie that a browser sent from
+// another origin than the recorder's own (auth.CheckOrigin: scheme, host and
+// port exactly). The cookie is SameSite=Lax, which a page of another port
+// or of a sibling subdomain is not kept from: it is the same site. A
+// request with a bearer token carries no ambient credential and is not
+// checked.
+func (a *api) sameOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if auth.StateChanging(r) && auth.CookieAuthenticated(r) {
+			if err := auth.CheckOrigin(r); err != nil {
+				a.log.Warn("api: cross-origin request refused", "method", r.Method, "path", r.URL.Path, "err", err)
+				writeError(w, http.StatusForbidden, apitypes.CodeForbidden, err.Error())
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // isPublic says which requests need no credentials: the OpenAPI document.
@@ -134,7 +157,10 @@ func Unauthenticated(w http.ResponseWriter, _ *http.Request, err error) {
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="toolwire"`)
 	msg := "authentication required: send Authorization: Bearer <token> (an API token from `toolwire tokens create`, or an OIDC ID token)"
-	if errors.Is(err, auth.ErrBadCredentials) {
+	switch {
+	case errors.Is(err, auth.ErrBadClaim):
+		msg = err.Error() // which claim is malformed: the token's holder can fix it
+	case errors.Is(err, auth.ErrBadCredentials):
 		msg = "invalid credentials: the bearer token is unknown, revoked, expired or not valid for this recorder"
 	}
 	writeError(w, http.StatusUnauthorized, apitypes.CodeUnauthorized, msg)

@@ -22,8 +22,9 @@ const staleLookbackRuns = 50
 // envelopes recorded so far for a run that did not complete). When nothing is
 // selected, on_missing decides: null and error give null (error also says the
 // node fails), and stale_last_success serves the value from the last
-// successful run of the same agent node (same tenant org and agent name)
-// whose calls the handle selects from, looking back over at most 50 earlier
+// successful run of the same agent node (the same agent name in the same
+// tenant: org, workspace and user, each exactly as the run has them) whose
+// calls the handle selects from, looking back over at most 50 earlier
 // completed runs. Outputs a completed event left in a blob are read with
 // read (nil: such a run's own outputs are an error; an earlier run's are
 // skipped).
@@ -115,13 +116,19 @@ func completedOutputs(ctx context.Context, st store.Store, run store.Run, read s
 	if run.Tenant.OrgID == "" || run.Agent == "" {
 		return nil, nil, nil
 	}
-	runs, err := st.CompletedRuns(ctx, run.Tenant.OrgID, run.Agent, run.CreatedAt, staleLookbackRuns)
+	// Only the runs of the run's own tenant, whole (org, workspace and
+	// user): another workspace's or user's run of the same agent name is
+	// not this node's, and its outputs are not this reader's to see.
+	runs, err := st.CompletedRuns(ctx, run.Tenant, run.Agent, run.CreatedAt, staleLookbackRuns)
 	if err != nil {
 		return nil, nil, err
 	}
 	ids := make([]string, 0, len(runs))
 	outs := make([]envelope.AgentOutputs, 0, len(runs))
 	for _, r := range runs {
+		if r.Tenant != run.Tenant {
+			continue // never another tenant's, whatever the store returned
+		}
 		raw, _, err := store.RunOutputs(ctx, r, read)
 		if err != nil || len(raw) == 0 {
 			continue // an earlier run whose outputs cannot be read selects nothing

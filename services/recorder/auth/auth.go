@@ -100,6 +100,11 @@ var (
 	// ErrBadCredentials: the credentials are not valid (unknown, revoked,
 	// expired, badly signed, or lacking the claims that bind a tenant).
 	ErrBadCredentials = errors.New("invalid credentials")
+	// ErrBadClaim wraps ErrBadCredentials: a signed token carries a claim
+	// that binds its scope (org, workspace, role) or names its holder, and
+	// the claim is malformed (another JSON type, empty, characters an id
+	// does not have). Its message says which claim and is safe to show.
+	ErrBadClaim = fmt.Errorf("%w: malformed claim", ErrBadCredentials)
 	// ErrUnavailable: the credentials could not be checked now (the store
 	// or the identity provider did not answer); retrying may help.
 	ErrUnavailable = errors.New("credentials cannot be checked now")

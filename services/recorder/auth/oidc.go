@@ -2,12 +2,15 @@ package auth
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 )
@@ -26,14 +29,18 @@ type OIDCConfig struct {
 	// Audience is the client id tokens must be issued to (their aud).
 	Audience string
 	// OrgClaim names the claim holding the tenant's org (required in every
-	// token); default "org_id".
+	// token, a string); default "org_id".
 	OrgClaim string
-	// WorkspaceClaim names the claim holding the workspace; absent or empty:
-	// every workspace of the org. Default "workspace_id".
+	// WorkspaceClaim names the claim holding the workspace; absent: every
+	// workspace of the org. Present, it must be a workspace id (a string):
+	// any other value (a list, an object, a number, null, "") refuses the
+	// token rather than widen it to the whole org. Default "workspace_id".
 	WorkspaceClaim string
 	// RoleClaim names the claim holding the role: a string, or a list of
-	// which the most powerful known role wins (a groups claim works);
-	// default "toolwire_role". A token without a known role is refused.
+	// which the most powerful known role wins (a groups claim works: other
+	// names are ignored); default "toolwire_role". A token without a known
+	// role, or with a role claim of another type (a list holding anything
+	// but strings, a number, an object), is refused.
 	RoleClaim string
 	// HTTPClient fetches discovery and keys; default http.DefaultClient.
 	HTTPClient *http.Client
@@ -137,28 +144,95 @@ func (v *oidcVerifier) verify(ctx context.Context, raw string) (Principal, error
 	if err := tok.Claims(&claims); err != nil {
 		return Principal{}, fmt.Errorf("%w: OIDC token claims: %w", ErrBadCredentials, err)
 	}
-	org, _ := claims[v.cfg.OrgClaim].(string)
-	if org == "" || org == AllTenants || !tenantPartRE.MatchString(org) {
-		return Principal{}, fmt.Errorf("%w: OIDC token of %s has no valid %q claim (the tenant's org)", ErrBadCredentials, tok.Subject, v.cfg.OrgClaim)
+	who := tok.Subject
+	org, present, err := stringClaim(claims, v.cfg.OrgClaim)
+	if err == nil && (!present || org == "" || org == AllTenants || !tenantPartRE.MatchString(org)) {
+		err = fmt.Errorf("has no valid %q claim (the tenant's org): want an org id (letters, digits, '.', '_', ':', '@', '-')", v.cfg.OrgClaim)
 	}
-	ws, _ := claims[v.cfg.WorkspaceClaim].(string)
-	if ws != "" && !tenantPartRE.MatchString(ws) {
-		return Principal{}, fmt.Errorf("%w: OIDC token of %s: %q claim %q is not a workspace id", ErrBadCredentials, tok.Subject, v.cfg.WorkspaceClaim, ws)
+	if err != nil {
+		return Principal{}, fmt.Errorf("%w: OIDC token of %q: %w", ErrBadClaim, who, err)
 	}
-	role := roleOfClaim(claims[v.cfg.RoleClaim])
-	if role == "" {
-		return Principal{}, fmt.Errorf("%w: OIDC token of %s has no %q claim naming viewer, approver or admin", ErrBadCredentials, tok.Subject, v.cfg.RoleClaim)
+	// An absent workspace claim is the whole org; one present must name a
+	// workspace: read as absent, a malformed one would widen the token to
+	// every workspace of its org.
+	ws, present, err := stringClaim(claims, v.cfg.WorkspaceClaim)
+	if err == nil && present && !tenantPartRE.MatchString(ws) {
+		err = fmt.Errorf("%q claim %q is not a workspace id (letters, digits, '.', '_', ':', '@', '-'); leave the claim out for the whole org", v.cfg.WorkspaceClaim, ws)
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("%w: OIDC token of %q: %w", ErrBadClaim, who, err)
+	}
+	role, err := roleOfClaim(claims, v.cfg.RoleClaim)
+	if err != nil {
+		return Principal{}, fmt.Errorf("%w: OIDC token of %q: %w", ErrBadClaim, who, err)
 	}
 	name := tok.Subject
-	if email, _ := claims["email"].(string); email != "" {
+	email, present, err := stringClaim(claims, "email")
+	if err == nil && present && !printable(email) {
+		err = fmt.Errorf("claim \"email\" %q is not an address", email)
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("%w: OIDC token of %q: %w", ErrBadClaim, who, err)
+	}
+	if email != "" {
 		name = email
 	}
 	return Principal{Name: name, Via: "oidc", OrgID: org, WorkspaceID: ws, Role: role}, nil
 }
 
-// roleOfClaim reads a role claim: a role name, or a list of which the most
-// powerful role wins; "" when none is a role.
-func roleOfClaim(v any) Role {
+// stringClaim reads a claim that must be a string when present: present
+// false when the token does not carry it, an error when it carries anything
+// else (a list, an object, a number, a boolean or null).
+func stringClaim(claims map[string]any, name string) (val string, present bool, err error) {
+	v, ok := claims[name]
+	if !ok {
+		return "", false, nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", true, fmt.Errorf("claim %q is %s, not a string", name, jsonKind(v))
+	}
+	return s, true, nil
+}
+
+// jsonKind names the JSON type of a decoded value, for errors.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case float64, json.Number:
+		return "a number"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// printable reports whether s has no control characters.
+func printable(s string) bool {
+	for _, r := range s {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return false
+		}
+	}
+	return true
+}
+
+// roleOfClaim reads the role claim: a role name, or a list of strings (a
+// groups claim) of which the most powerful role wins, other names being
+// ignored. It is an error when the claim is absent, of another JSON type, a
+// list holding anything but strings, or names no role.
+func roleOfClaim(claims map[string]any, name string) (Role, error) {
+	v, ok := claims[name]
+	if !ok {
+		return "", fmt.Errorf("has no %q claim naming viewer, approver or admin", name)
+	}
 	var best Role
 	consider := func(s string) {
 		if r, err := ParseRole(s); err == nil && r.rank() > best.rank() {
@@ -169,11 +243,18 @@ func roleOfClaim(v any) Role {
 	case string:
 		consider(c)
 	case []any:
-		for _, e := range c {
-			if s, ok := e.(string); ok {
-				consider(s)
+		for i, e := range c {
+			s, ok := e.(string)
+			if !ok {
+				return "", fmt.Errorf("claim %q: element %d is %s, not a string", name, i, jsonKind(e))
 			}
+			consider(s)
 		}
+	default:
+		return "", fmt.Errorf("claim %q is %s, not a role or a list of them", name, jsonKind(v))
 	}
-	return best
+	if best == "" {
+		return "", fmt.Errorf("claim %q names none of viewer, approver, admin", name)
+	}
+	return best, nil
 }

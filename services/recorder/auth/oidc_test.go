@@ -8,12 +8,14 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/auth"
 )
 
@@ -151,4 +153,118 @@ func unsigned(t *testing.T, iss string, claims map[string]any) string {
 	}
 	enc := base64.RawURLEncoding.EncodeToString
 	return enc([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + enc(body) + "."
+}
+
+// TestOIDCMalformedScopeClaims: a claim that binds the token's scope (org,
+// workspace, role) or names its holder (email) and is present but malformed
+// refuses the token with ErrBadClaim, saying which claim: never read as
+// absent, which for the workspace would widen the token to the whole org.
+// Absent stays absent.
+func TestOIDCMalformedScopeClaims(t *testing.T) {
+	is := newIssuer(t)
+	a, err := auth.New(auth.Config{OIDC: auth.OIDCConfig{Issuer: is.srv.URL, Audience: "toolwire"}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := func(kv ...any) map[string]any {
+		c := map[string]any{"org_id": "acme", "workspace_id": "eu", "toolwire_role": "viewer"}
+		for i := 0; i < len(kv); i += 2 {
+			if kv[i+1] == absent {
+				delete(c, kv[i].(string))
+				continue
+			}
+			c[kv[i].(string)] = kv[i+1]
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name   string
+		claims map[string]any
+		claim  string // named by the error
+	}{
+		{"workspace as a list", with("workspace_id", []string{"eu"}), "workspace_id"},
+		{"workspace as an object", with("workspace_id", map[string]any{"id": "eu"}), "workspace_id"},
+		{"workspace as a number", with("workspace_id", 7), "workspace_id"},
+		{"workspace as a boolean", with("workspace_id", true), "workspace_id"},
+		{"workspace null", with("workspace_id", nil), "workspace_id"},
+		{"workspace empty", with("workspace_id", ""), "workspace_id"},
+		{"workspace with a slash", with("workspace_id", "eu/us"), "workspace_id"},
+		{"workspace with a newline", with("workspace_id", "eu\nus"), "workspace_id"},
+		{"workspace with a space", with("workspace_id", "eu us"), "workspace_id"},
+		{"workspace with a star", with("workspace_id", "*"), "workspace_id"},
+		{"org as a list", with("org_id", []string{"acme"}), "org_id"},
+		{"org as an object", with("org_id", map[string]any{"id": "acme"}), "org_id"},
+		{"org as a number", with("org_id", 7), "org_id"},
+		{"org null", with("org_id", nil), "org_id"},
+		{"org empty", with("org_id", ""), "org_id"},
+		{"org with a slash", with("org_id", "acme/eu"), "org_id"},
+		{"org absent", with("org_id", absent), "org_id"},
+		{"role as a number", with("toolwire_role", 3), "toolwire_role"},
+		{"role as an object", with("toolwire_role", map[string]any{"role": "admin"}), "toolwire_role"},
+		{"role null", with("toolwire_role", nil), "toolwire_role"},
+		{"role empty", with("toolwire_role", ""), "toolwire_role"},
+		{"role list with a number", with("toolwire_role", []any{"viewer", 7}), "toolwire_role"},
+		{"role list with a list", with("toolwire_role", []any{[]string{"admin"}}), "toolwire_role"},
+		{"role list empty", with("toolwire_role", []string{}), "toolwire_role"},
+		{"role unknown", with("toolwire_role", "root"), "toolwire_role"},
+		{"role absent", with("toolwire_role", absent), "toolwire_role"},
+		{"email as a list", with("email", []string{"ann@acme.example"}), "email"},
+		{"email with a newline", with("email", "ann@acme.example\nadmin"), "email"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := a.Check(ctxT(t), is.sign(t, tc.claims, nil, nil))
+			if !errors.Is(err, auth.ErrBadClaim) || !errors.Is(err, auth.ErrBadCredentials) {
+				t.Fatalf("%+v, %v; want ErrBadClaim", p, err)
+			}
+			if !strings.Contains(err.Error(), `"`+tc.claim+`"`) {
+				t.Errorf("error %q does not name the claim %q", err, tc.claim)
+			}
+		})
+	}
+	// Absent stays absent: no workspace claim is the whole org, no email the
+	// subject; an empty email is no email.
+	for _, tc := range []struct {
+		name   string
+		claims map[string]any
+		want   auth.Principal
+	}{
+		{"no workspace", with("workspace_id", absent), auth.Principal{Name: "user-42", Via: "oidc", OrgID: "acme", Role: auth.RoleViewer}},
+		{"workspace", with(), auth.Principal{Name: "user-42", Via: "oidc", OrgID: "acme", WorkspaceID: "eu", Role: auth.RoleViewer}},
+		{"empty email", with("email", ""), auth.Principal{Name: "user-42", Via: "oidc", OrgID: "acme", WorkspaceID: "eu", Role: auth.RoleViewer}},
+		{"groups with other names", with("toolwire_role", []string{"staff", "admin"}), auth.Principal{Name: "user-42", Via: "oidc", OrgID: "acme", WorkspaceID: "eu", Role: auth.RoleAdmin}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := a.Check(ctxT(t), is.sign(t, tc.claims, nil, nil))
+			if err != nil || p != tc.want {
+				t.Fatalf("%+v, %v; want %+v", p, err, tc.want)
+			}
+		})
+	}
+}
+
+// absent, as a claim's value in TestOIDCMalformedScopeClaims, removes it.
+var absent = &struct{ absent bool }{true}
+
+// TestOIDCMalformedClaimOverHTTP: the API (its Unauthenticated) refuses a token whose workspace
+// claim is malformed with 401, saying which claim, instead of serving the
+// whole org.
+func TestOIDCMalformedClaimOverHTTP(t *testing.T) {
+	is := newIssuer(t)
+	a, err := auth.New(auth.Config{OIDC: auth.OIDCConfig{Issuer: is.srv.URL, Audience: "toolwire"}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := a.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("served %+v", auth.FromContext(r.Context()))
+	}), nil, api.Unauthenticated)
+	for _, ws := range []any{[]string{"eu"}, map[string]any{"id": "eu"}, 7} {
+		tok := is.sign(t, map[string]any{"org_id": "acme", "workspace_id": ws, "toolwire_role": "viewer"}, nil, nil)
+		req := httptest.NewRequest(http.MethodGet, "/v1/runs", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "workspace_id") {
+			t.Errorf("workspace claim %v: %d %s", ws, rec.Code, rec.Body)
+		}
+	}
 }

@@ -62,6 +62,11 @@ type Options struct {
 	// JS is where the approval buttons publish decisions (and read the
 	// approval records); nil: the timeline shows no buttons.
 	JS jetstream.JetStream
+	// InsecureCookie sends the session cookie without Secure, so that a
+	// browser keeps it over plain HTTP beyond loopback (a private network
+	// you trust, on purpose). Without it the cookie is Secure, except to a
+	// browser on http:// at a loopback address (see secureCookie).
+	InsecureCookie bool
 }
 
 // New returns the pages on st:

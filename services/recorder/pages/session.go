@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -132,14 +133,56 @@ func (p *pages) loginSubmit(w http.ResponseWriter, r *http.Request) {
 		p.renderLogin(w, r, http.StatusUnauthorized, next, "That token is not valid here: unknown, revoked or expired.")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: auth.SessionCookie, Value: tok, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: auth.SessionCookie, Value: tok, Path: "/", HttpOnly: true, Secure: p.secureCookie(r),
 		SameSite: http.SameSiteLaxMode, MaxAge: int(sessionMaxAge.Seconds())})
 	p.log.Info("web: signed in", "who", who.Name, "role", who.Role, "org", who.OrgID)
 	http.Redirect(w, r, safeNext(next), http.StatusSeeOther)
 }
 
+// secureCookie says whether the session cookie, which carries the bearer
+// credential itself, is Secure (sent over HTTPS only). It is, always, but
+// in two cases: Options.InsecureCookie says otherwise, or the browser is on
+// plain HTTP at a loopback address, as with `toolwire dev` at
+// http://127.0.0.1:8080: the request arrived without TLS, at a loopback
+// Host, and the browser's own Origin (else its Referer) is http:// at a
+// loopback host, so the cookie never leaves the machine. Behind a proxy that
+// terminates TLS the browser's origin is https://, and the cookie Secure,
+// whatever Host the proxy forwards.
+func (p *pages) secureCookie(r *http.Request) bool {
+	if p.opts.InsecureCookie {
+		return false
+	}
+	if r.TLS != nil || !isLoopbackHost(r.Host) {
+		return true
+	}
+	from := r.Header.Get("Origin")
+	if from == "" || from == "null" {
+		from = r.Referer()
+	}
+	u, err := url.Parse(from)
+	if err != nil || u.Scheme != "http" || !isLoopbackHost(u.Host) {
+		return true
+	}
+	return false
+}
+
+// isLoopbackHost reports whether host[:port] names the loopback interface:
+// localhost, 127.0.0.0/8 or ::1.
+func isLoopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func (p *pages) logout(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: auth.SessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: auth.SessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: p.secureCookie(r),
 		SameSite: http.SameSiteLaxMode, MaxAge: -1})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }

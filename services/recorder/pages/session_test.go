@@ -142,3 +142,90 @@ func TestLogin(t *testing.T) {
 		t.Errorf("logout: %d, cookies %v", resp.StatusCode, resp.Cookies())
 	}
 }
+
+// TestSessionCookieSecure: the session cookie carries the credential, so it
+// is Secure (sent over HTTPS only) whatever the recorder terminates itself:
+// behind a proxy, to a client that says nothing about where it is, to a
+// plain-HTTP page beyond loopback. It is not Secure only to a browser on
+// plain HTTP at a loopback address (`toolwire dev` at http://127.0.0.1),
+// or with Options.InsecureCookie (TOOLWIRE_INSECURE_COOKIE=1). Signing out
+// clears it with the same attributes.
+func TestSessionCookieSecure(t *testing.T) {
+	st := sqlitetest.Store(t)
+	log := slog.New(slog.DiscardHandler)
+	tok, row, err := auth.NewToken(auth.TokenSpec{Name: "viewer-a", OrgID: storetest.TenantA.OrgID, Role: auth.RoleViewer}, time.Now())
+	if err == nil {
+		err = st.CreateToken(testCtx(t), row)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := auth.New(auth.Config{Required: true}, st, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(insecure bool) *httptest.Server {
+		srv := httptest.NewServer(pages.New(st, pages.Options{Log: log, Auth: a, InsecureCookie: insecure}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	secure, insecure := serve(false), serve(true)
+	port := func(srv *httptest.Server) string { u, _ := url.Parse(srv.URL); return u.Port() }
+
+	for _, tc := range []struct {
+		name    string
+		srv     *httptest.Server
+		host    string
+		headers map[string]string
+		secure  bool
+	}{
+		{"no origin (curl)", secure, "", nil, true},
+		{"a browser at http://127.0.0.1 (toolwire dev)", secure, "", map[string]string{"Origin": secure.URL}, false},
+		{"a browser at http://localhost", secure, "localhost:" + port(secure), map[string]string{"Origin": "http://localhost:" + port(secure)}, false},
+		{"a browser at http://[::1]", secure, "[::1]:" + port(secure), map[string]string{"Origin": "http://[::1]:" + port(secure)}, false},
+		{"a browser at 127.0.0.1, by its Referer", secure, "", map[string]string{"Referer": secure.URL + "/login"}, false},
+		{"a browser at https:// behind a proxy", secure, "recorder.example.com",
+			map[string]string{"Origin": "https://recorder.example.com", "X-Forwarded-Proto": "https"}, true},
+		{"a proxy forwarding a loopback Host", secure, "",
+			map[string]string{"Origin": "https://recorder.example.com", "Sec-Fetch-Site": "same-origin"}, true},
+		{"a browser on plain HTTP beyond loopback", secure, "recorder.example.com", map[string]string{"Origin": "http://recorder.example.com"}, true},
+		{"InsecureCookie, plain HTTP beyond loopback", insecure, "recorder.example.com", map[string]string{"Origin": "http://recorder.example.com"}, false},
+		{"InsecureCookie, no origin", insecure, "", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, path := range []string{"/login", "/logout"} {
+				req, err := http.NewRequestWithContext(testCtx(t), http.MethodPost, tc.srv.URL+path, strings.NewReader(url.Values{"token": {tok}}.Encode()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				if tc.host != "" {
+					req.Host = tc.host
+				}
+				for k, v := range tc.headers {
+					req.Header.Set(k, v)
+				}
+				if path == "/logout" {
+					req.AddCookie(&http.Cookie{Name: auth.SessionCookie, Value: tok})
+				}
+				resp, err := noRedirects().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = resp.Body.Close()
+				var c *http.Cookie
+				for _, rc := range resp.Cookies() {
+					if rc.Name == auth.SessionCookie {
+						c = rc
+					}
+				}
+				if resp.StatusCode != http.StatusSeeOther || c == nil {
+					t.Fatalf("%s: %d, cookies %v", path, resp.StatusCode, resp.Cookies())
+				}
+				if c.Secure != tc.secure || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode {
+					t.Errorf("%s: cookie %+v: Secure %t, want %t", path, c, c.Secure, tc.secure)
+				}
+			}
+		})
+	}
+}

@@ -105,10 +105,14 @@ type Store interface {
 	// RunTools returns the tool definitions a run's model was offered, as they
 	// were when it was offered them, by name then version.
 	RunTools(ctx context.Context, runID string) ([]ToolDefRow, error)
-	// CompletedRuns returns the completed runs of one agent node (org and
-	// agent name) created before before, newest first, at most limit, with
-	// their Outputs, Pinned and OutputsBlob (not their Request).
-	CompletedRuns(ctx context.Context, orgID, agent string, before time.Time, limit int) ([]Run, error)
+	// CompletedRuns returns the completed runs of one agent node, the agent
+	// name within one tenant, created before before, newest first, at most
+	// limit, with their Outputs, Pinned and OutputsBlob (not their Request).
+	// The tenant is matched whole: its org, its workspace and its user, each
+	// exactly ("" matches only a run without one), so that a run's
+	// stale_last_success pins never read another workspace's or user's
+	// outputs.
+	CompletedRuns(ctx context.Context, tenant envelope.Tenant, agent string, before time.Time, limit int) ([]Run, error)
 }
 
 // ErrRunNotFound is wrapped when a run is not in the store.

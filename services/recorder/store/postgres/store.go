@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/services/recorder/store"
 	"github.com/toolwire/toolwire/services/recorder/store/internal/sqlstore"
 )
@@ -268,16 +269,17 @@ func (s *Store) RunTools(ctx context.Context, runID string) ([]store.ToolDefRow,
 }
 
 // CompletedRuns implements Store.
-func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before time.Time, limit int) ([]store.Run, error) {
+func (s *Store) CompletedRuns(ctx context.Context, tenant envelope.Tenant, agent string, before time.Time, limit int) ([]store.Run, error) {
 	limit = max(limit, 1)
-	return query(ctx, s.pool, "completed runs of "+orgID+"/"+agent, func(rows pgx.Rows) (store.Run, error) {
+	return query(ctx, s.pool, "completed runs of "+tenant.ID()+" "+agent, func(rows pgx.Rows) (store.Run, error) {
 		var outputs, pinned, blob []byte
 		run, err := scanRun(rows, &outputs, &pinned, &blob)
 		run.Outputs, run.Pinned, run.OutputsBlob = outputs, pinned, blob
 		return run, err
 	}, `SELECT `+runColumns+`, r.outputs, r.pinned, r.outputs_blob FROM runs r
-		WHERE r.status = 'completed' AND r.org_id = $1 AND r.agent = $2 AND r.created_at < $3
-		ORDER BY r.created_at DESC, r.run_id DESC LIMIT $4`, orgID, agent, before, limit)
+		WHERE r.status = 'completed' AND r.org_id = $1 AND COALESCE(r.workspace_id, '') = $2
+			AND COALESCE(r.user_id, '') = $3 AND r.agent = $4 AND r.created_at < $5
+		ORDER BY r.created_at DESC, r.run_id DESC LIMIT $6`, tenant.OrgID, tenant.WorkspaceID, tenant.UserID, agent, before, limit)
 }
 
 // query runs a read, bounded by the read deadline unless ctx has one, and

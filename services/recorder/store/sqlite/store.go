@@ -18,6 +18,7 @@ import (
 	msqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/services/recorder/store"
 	"github.com/toolwire/toolwire/services/recorder/store/internal/sqlstore"
 )
@@ -392,16 +393,17 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 }
 
 // CompletedRuns implements Store.
-func (s *Store) CompletedRuns(ctx context.Context, orgID, agent string, before time.Time, limit int) ([]store.Run, error) {
+func (s *Store) CompletedRuns(ctx context.Context, tenant envelope.Tenant, agent string, before time.Time, limit int) ([]store.Run, error) {
 	limit = max(limit, 1)
-	return query(ctx, s.db, "completed runs of "+orgID+"/"+agent, func(rows *sql.Rows) (store.Run, error) {
+	return query(ctx, s.db, "completed runs of "+tenant.ID()+" "+agent, func(rows *sql.Rows) (store.Run, error) {
 		var outputs, pinned, blob sql.NullString
 		run, err := sqliteScanRun(rows, &outputs, &pinned, &blob)
 		run.Outputs, run.Pinned, run.OutputsBlob = rawJSON(outputs), rawJSON(pinned), rawJSON(blob)
 		return run, err
 	}, `SELECT `+sqliteRunColumns+`, r.outputs, r.pinned, r.outputs_blob FROM runs r
-		WHERE r.status = 'completed' AND r.org_id = ?1 AND r.agent = ?2 AND r.created_at < ?3
-		ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?4`, orgID, agent, fmtTime(before), limit)
+		WHERE r.status = 'completed' AND r.org_id = ?1 AND COALESCE(r.workspace_id, '') = ?2
+			AND COALESCE(r.user_id, '') = ?3 AND r.agent = ?4 AND r.created_at < ?5
+		ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?6`, tenant.OrgID, tenant.WorkspaceID, tenant.UserID, agent, fmtTime(before), limit)
 }
 
 const sqliteCallOrder = `ORDER BY seq IS NULL, seq, t_start IS NULL, t_start, call_id`

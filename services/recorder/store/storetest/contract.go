@@ -243,7 +243,7 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 			t.Fatalf("run = status %s outputs %s pinned %s blob %s; want completed, its outputs in the blob", run.Status,
 				run.Outputs, run.Pinned, run.OutputsBlob)
 		}
-		got, err := s.CompletedRuns(ctx(t), TenantA.OrgID, "weather", Base.Add(time.Hour), 1)
+		got, err := s.CompletedRuns(ctx(t), TenantA, "weather", Base.Add(time.Hour), 1)
 		if err != nil || len(got) != 1 || !jsonEqual(got[0].OutputsBlob, mustJSON(t, blob)) {
 			t.Fatalf("CompletedRuns = %+v, %v; want the run with its outputs blob", got, err)
 		}
@@ -610,7 +610,7 @@ func runContractExtras(t *testing.T, newStore func(t *testing.T) store.Store) {
 		for _, r := range runs {
 			mustWrite(t, s, r.Records(t)...)
 		}
-		got, err := s.CompletedRuns(ctx(t), TenantA.OrgID, "weather", Base.Add(5*time.Minute), 10)
+		got, err := s.CompletedRuns(ctx(t), TenantA, "weather", Base.Add(5*time.Minute), 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -620,11 +620,56 @@ func runContractExtras(t *testing.T, newStore func(t *testing.T) store.Store) {
 		if got[0].Outputs == nil || got[0].Pinned == nil {
 			t.Fatalf("CompletedRuns without outputs or pinned: %+v", got[0])
 		}
-		if got, err := s.CompletedRuns(ctx(t), TenantA.OrgID, "weather", Base.Add(2*time.Minute), 10); err != nil || !slices.Equal(runIDs(got), []string{"node-1"}) {
+		if got, err := s.CompletedRuns(ctx(t), TenantA, "weather", Base.Add(2*time.Minute), 10); err != nil || !slices.Equal(runIDs(got), []string{"node-1"}) {
 			t.Fatalf("CompletedRuns before node-3 = %v %v, want [node-1]", runIDs(got), err)
 		}
-		if got, err := s.CompletedRuns(ctx(t), TenantA.OrgID, "weather", Base.Add(time.Hour), 1); err != nil || !slices.Equal(runIDs(got), []string{"node-3"}) {
+		if got, err := s.CompletedRuns(ctx(t), TenantA, "weather", Base.Add(time.Hour), 1); err != nil || !slices.Equal(runIDs(got), []string{"node-3"}) {
 			t.Fatalf("CompletedRuns limit 1 = %v %v", runIDs(got), err)
+		}
+	})
+
+	t.Run("CompletedRunsOfOneTenantWhole", func(t *testing.T) {
+		// The runs a stale_last_success pin reads from: the agent node is
+		// the agent name within one tenant, org, workspace and user each
+		// matched exactly, so that a reader of one workspace (or user)
+		// never gets another's outputs through a pin.
+		s := newStore(t)
+		otherWS := envelope.Tenant{OrgID: TenantA.OrgID, WorkspaceID: "ws-other", UserID: TenantA.UserID}
+		otherUser := envelope.Tenant{OrgID: TenantA.OrgID, WorkspaceID: TenantA.WorkspaceID, UserID: "user-other"}
+		orgOnly := envelope.Tenant{OrgID: TenantA.OrgID}
+		wsOnly := envelope.Tenant{OrgID: TenantA.OrgID, WorkspaceID: TenantA.WorkspaceID}
+		for _, r := range []*Run{
+			CompletedRun(t, "w-a", "weather", TenantA, Base),
+			CompletedRun(t, "w-ws", "weather", otherWS, Base.Add(time.Minute)),
+			CompletedRun(t, "w-user", "weather", otherUser, Base.Add(2*time.Minute)),
+			CompletedRun(t, "w-org", "weather", orgOnly, Base.Add(3*time.Minute)),
+			CompletedRun(t, "w-wsonly", "weather", wsOnly, Base.Add(4*time.Minute)),
+			CompletedRun(t, "w-b", "weather", TenantB, Base.Add(5*time.Minute)),
+		} {
+			mustWrite(t, s, r.Records(t)...)
+		}
+		for _, tc := range []struct {
+			tenant envelope.Tenant
+			want   []string
+		}{
+			{TenantA, []string{"w-a"}},
+			{otherWS, []string{"w-ws"}},
+			{otherUser, []string{"w-user"}},
+			{orgOnly, []string{"w-org"}},
+			{wsOnly, []string{"w-wsonly"}},
+			{TenantB, []string{"w-b"}},
+			{envelope.Tenant{OrgID: TenantA.OrgID, WorkspaceID: "ws-none"}, nil},
+			{envelope.Tenant{OrgID: "org-none"}, nil},
+		} {
+			got, err := s.CompletedRuns(ctx(t), tc.tenant, "weather", Base.Add(time.Hour), 10)
+			if err != nil || !slices.Equal(runIDs(got), tc.want) {
+				t.Errorf("CompletedRuns(%+v) = %v, %v; want %v", tc.tenant, runIDs(got), err, tc.want)
+			}
+			for _, r := range got {
+				if r.Tenant != tc.tenant {
+					t.Errorf("CompletedRuns(%+v) returned run %s of %+v", tc.tenant, r.RunID, r.Tenant)
+				}
+			}
 		}
 	})
 
