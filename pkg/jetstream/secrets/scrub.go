@@ -271,6 +271,14 @@ func (h *scrubHandler) attr(a slog.Attr) slog.Attr {
 		}
 		a.Value = slog.GroupValue(clean...)
 	case slog.KindAny:
+		if b, ok := v.Any().([]byte); ok {
+			if str := string(b); h.s.Contains(str) {
+				a.Value = slog.StringValue(h.s.String(str))
+				break
+			}
+			a.Value = v
+			break
+		}
 		if err, ok := v.Any().(error); ok {
 			a.Value = slog.AnyValue(h.s.Error(err))
 			break
