@@ -36,7 +36,8 @@ const MinCoreSize = 8
 // lower-case hex digits; and its JSON string escapes as common encoders
 // write them.
 func forms(v string) []string {
-	out := []string{v}
+	out := make([]string, 1, 48)
+	out[0] = v
 	b := []byte(v)
 
 	// Percent-encoding.
@@ -69,6 +70,9 @@ func forms(v string) []string {
 	goJSON, noHTML := jsonEscape(v), jsonEscapeNoHTML(v)
 	out = append(out, goJSON, jsonEscape(goJSON), noHTML,
 		strings.ReplaceAll(goJSON, "/", `\/`), strings.ReplaceAll(noHTML, "/", `\/`))
+	if jsonPlain(v) {
+		return out // every JSON escape of v is v
+	}
 	for o := jsonOpts(0); o < jsonOptsAll; o++ {
 		out = append(out, jsonQuote(v, o))
 	}
@@ -152,6 +156,16 @@ const (
 	jsonSlash
 	jsonOptsAll
 )
+
+// jsonPlain reports whether no JSON encoder escapes a byte of v.
+func jsonPlain(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c >= 0x7f || strings.IndexByte(`"\\<>&='/`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
 
 // jsonQuote is v between the quotes of a JSON string written with o.
 func jsonQuote(v string, o jsonOpts) string {
