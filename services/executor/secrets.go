@@ -24,9 +24,10 @@ import (
 // The scope each came from, never the value, is in the call's started event
 // (secret_scopes), with a warning when it was the broad org scope.
 //
-// Values never leave the tool: the tool's output and error (message and
-// details) are scrubbed of every resolved value before anything else sees
-// them (validation, truncation blobs, the cache, writes outcomes, the
+// Values never leave the tool: the tool's output (with any response headers
+// it echoes) and error (message and details) are scrubbed of every resolved
+// value, in its common encodings too (secrets.Scrubber), before anything else
+// sees them (validation, truncation blobs, the cache, writes outcomes, the
 // envelope, spans), and the call's logger, which the tool gets as
 // toolapi.Context.Log, scrubs every record. A tool that logs through a logger
 // of its own is not covered.

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -22,13 +24,15 @@ import (
 )
 
 // authTool uses its secret API_KEY: it echoes its auth, logs it, and with
-// {"fail": true} fails with it in its message and details. It can preview.
+// {"fail": true} fails with it in its message and details; with
+// {"encoded": true} it does so with the key encoded (encodedKey). It can
+// preview.
 type authTool struct{ name string }
 
 func (a authTool) Definition() envelope.ToolDefinition {
 	return envelope.ToolDefinition{
 		Name: a.name, Version: "1.0.0", Description: "uses API_KEY",
-		InputSchema:     json.RawMessage(`{"type":"object","properties":{"fail":{"type":"boolean"}}}`),
+		InputSchema:     json.RawMessage(`{"type":"object","properties":{"fail":{"type":"boolean"},"encoded":{"type":"boolean"}}}`),
 		Metadata:        envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsReads, Cache: envelope.CacheNone},
 		Implementation:  toolapi.BuiltinImplementation("test_" + a.name),
 		RequiredSecrets: []string{"API_KEY"},
@@ -38,10 +42,23 @@ func (a authTool) Definition() envelope.ToolDefinition {
 
 func (a authTool) Execute(_ context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	var in struct {
-		Fail bool `json:"fail"`
+		Fail    bool `json:"fail"`
+		Encoded bool `json:"encoded"`
 	}
 	_ = json.Unmarshal(input, &in)
 	key := tc.Auth["API_KEY"]
+	if in.Encoded {
+		e := encodedKey(key)
+		tc.Log.Info("calling upstream", "authorization", e.basic, "raw", []byte(key), "hex", strings.ToUpper(e.hex))
+		if in.Fail {
+			return nil, envelope.NewToolError(envelope.CodeProviderError, "upstream rejected Authorization: %s", e.basic).
+				WithDetails(map[string]any{"sent_hex": e.hex, "url": e.url})
+		}
+		return json.Marshal(map[string]any{
+			"headers": map[string]string{"Authorization": e.basic, "X-Key": e.hex},
+			"body":    e.body, "url": e.url, "escaped": e.escaped,
+		})
+	}
 	tc.Log.Info("calling upstream with key "+key, "key", key, "header", "Bearer "+key)
 	if in.Fail {
 		return nil, envelope.NewToolError(envelope.CodeProviderError, "upstream rejected key %s", key).
@@ -52,6 +69,33 @@ func (a authTool) Execute(_ context.Context, input json.RawMessage, tc toolapi.C
 
 func (a authTool) Preview(_ context.Context, _ json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	return json.Marshal(map[string]any{"would_send_with": tc.Auth["API_KEY"], "changes": "nothing"})
+}
+
+// encoded is a key as a tool may echo it: in a basic-auth header (base64 at
+// an offset), in a binary body shown as base64, in hex, in a URL with every
+// byte percent-encoded in lower case, and in upper case.
+type encoded struct{ basic, body, hex, url, escaped string }
+
+func encodedKey(key string) encoded {
+	var pct strings.Builder
+	for _, c := range []byte(key) {
+		fmt.Fprintf(&pct, "%%%02x", c)
+	}
+	return encoded{
+		basic:   "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+key)),
+		body:    base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n" + key + "\x00\x01")),
+		hex:     hex.EncodeToString([]byte(key)),
+		url:     "https://api.example.com/v1?p=" + pct.String(),
+		escaped: "k=" + strings.ToUpper(pct.String()),
+	}
+}
+
+// leaks are spellings of key that nothing published or logged may hold.
+func leaks(key string) []string {
+	e := encodedKey(key)
+	mid := func(s string) string { return s[len(s)/2-8 : len(s)/2+8] }
+	return []string{key, base64.StdEncoding.EncodeToString([]byte(key)), base64.RawURLEncoding.EncodeToString([]byte(key)),
+		mid(e.basic), mid(e.body), e.hex, strings.ToUpper(e.hex), e.url[len("https://api.example.com/v1?p="):], e.escaped[2:]}
 }
 
 func testKeyring(t testing.TB) *secrets.Keyring {
@@ -84,12 +128,16 @@ func TestSecretsResolvedScopedAndScrubbed(t *testing.T) {
 		code      envelope.ErrorCode
 		message   string
 		toolNotRn bool
+		encoded   bool
 	}{
 		{name: "org key: a warning", set: []secrets.Scope{secrets.OrgScope("acme")}, input: `{}`, scope: "org", warned: true},
 		{name: "workspace key wins", set: []secrets.Scope{secrets.OrgScope("acme"), secrets.WorkspaceScope("acme", "ws")}, input: `{}`, scope: "workspace"},
 		{name: "user key wins", set: []secrets.Scope{secrets.OrgScope("acme"), secrets.UserScope("acme", "u1")}, input: `{}`, scope: "user"},
 		{name: "failure with the key in it", set: []secrets.Scope{secrets.UserScope("acme", "u1")}, input: `{"fail":true}`, scope: "user",
 			code: envelope.CodeProviderError, message: "upstream rejected key [REDACTED:API_KEY]"},
+		{name: "encoded spellings", set: []secrets.Scope{secrets.UserScope("acme", "u1")}, input: `{"encoded":true}`, scope: "user", encoded: true},
+		{name: "failure with the key encoded in it", set: []secrets.Scope{secrets.UserScope("acme", "u1")}, input: `{"encoded":true,"fail":true}`, scope: "user",
+			code: envelope.CodeProviderError, encoded: true},
 		{name: "missing", input: `{}`, code: envelope.CodeAuthRequired,
 			message: "tool auth_echo@1.0.0 needs secret API_KEY, set for none of this tenant's scopes (user, workspace, org): set it with `toolwire secrets set`"},
 	}
@@ -125,10 +173,19 @@ func TestSecretsResolvedScopedAndScrubbed(t *testing.T) {
 				require.Zero(t, count(t, env.JS, startedSubj))
 			}
 
-			switch tt.code {
-			case "":
+			switch {
+			case tt.code == "" && tt.encoded:
+				require.Nil(t, got.Error)
+				require.Equal(t, 5, strings.Count(string(got.Output), "[REDACTED:API_KEY]"), "%s", got.Output)
+			case tt.code == "":
 				require.Nil(t, got.Error)
 				require.JSONEq(t, `{"ok":true,"auth":{"API_KEY":"[REDACTED:API_KEY]"},"note":"used [REDACTED:API_KEY]"}`, string(got.Output))
+			case tt.encoded:
+				require.Equal(t, tt.code, got.Error.Code)
+				require.Contains(t, got.Error.Message, "[REDACTED:API_KEY]")
+				details, err := json.Marshal(got.Error.Details)
+				require.NoError(t, err)
+				require.Equal(t, 2, strings.Count(string(details), "[REDACTED:API_KEY]"), "%s", details)
 			default:
 				require.NotNil(t, got.Error)
 				require.Equal(t, tt.code, got.Error.Code)
@@ -151,13 +208,18 @@ func TestSecretsResolvedScopedAndScrubbed(t *testing.T) {
 				subjects = append(subjects, startedSubj)
 			}
 			for _, subj := range subjects {
-				require.NotContains(t, string(w.wait(t, subj).Data()), canaryValue)
+				data := string(w.wait(t, subj).Data())
+				for _, l := range leaks(canaryValue) {
+					require.NotContains(t, data, l)
+				}
 			}
 		})
 	}
 	out := logs.String()
 	require.Contains(t, out, "calling upstream with key [REDACTED:API_KEY]", "the tool logged, scrubbed")
-	require.NotContains(t, out, canaryValue)
+	for _, l := range leaks(canaryValue) {
+		require.NotContains(t, out, l)
+	}
 }
 
 func TestSecretsWithoutMasterKey(t *testing.T) {

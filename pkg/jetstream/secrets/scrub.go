@@ -6,88 +6,107 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"sort"
 	"strings"
 )
 
 // Scrubber replaces secret values in strings, JSON, any Go value and log
 // records by "[REDACTED:NAME]". Besides each value it replaces the value's
-// URL-escaped and JSON-escaped spellings, so that a secret echoed inside a
-// query string or inside JSON text held in a string is caught too. It does
-// not see a value that was transformed otherwise (hashed, base64-encoded
-// together with other bytes): tools must not do that with secrets.
+// common encodings (see forms: base64 in both alphabets, padded or not and at
+// any offset of a longer encoded string, hex, percent-encodings and JSON
+// string escapes), so that a secret echoed inside a query string, a JSON
+// text held in a string, a binary body shown as base64 or a hex dump is
+// caught too. The set of spellings is built once, with the scrubber, into
+// one automaton that scans a string in one pass.
+//
+// It does not see a value that the tool transformed otherwise: split,
+// reversed, compressed, hashed or encrypted, encoded in a way not listed
+// (base32, line-wrapped base64, mixed-case hex), or wrapped in several
+// layers of encoding. Tools must not do that with secrets.
+//
+// Where spellings overlap (two secrets sharing bytes, a value next to its
+// own encoding) the whole overlapping stretch is replaced, so that no part
+// of either is left.
 //
 // The zero Scrubber and a nil *Scrubber scrub nothing.
 type Scrubber struct {
-	pairs []string // old, new, ... for strings.Replacer, longest first
-	r     *strings.Replacer
+	m       *matcher
+	markers []string // by pattern id
 }
 
 // NewScrubber returns a scrubber of the named values (name to value).
 func NewScrubber(values map[string]string) *Scrubber {
-	type pat struct{ old, repl string }
-	var pats []pat
-	seen := map[string]bool{}
+	names := make([]string, 0, len(values))
 	for name, v := range values {
-		if len(v) == 0 {
-			continue
+		if v != "" {
+			names = append(names, name)
 		}
-		repl := "[REDACTED:" + name + "]"
-		jsonEsc := jsonEscape(v)
-		for _, variant := range []string{v, url.QueryEscape(v), url.PathEscape(v), jsonEsc, jsonEscape(jsonEsc)} {
-			if variant != "" && !seen[variant] {
-				seen[variant] = true
-				pats = append(pats, pat{variant, repl})
+	}
+	if len(names) == 0 {
+		return &Scrubber{}
+	}
+	sort.Strings(names) // a spelling two values share is the first name's
+	s := &Scrubber{}
+	var pats []string
+	var ids []int32
+	seen := map[string]bool{}
+	for _, name := range names {
+		id := int32(len(s.markers))
+		s.markers = append(s.markers, "[REDACTED:"+name+"]")
+		for _, f := range forms(values[name]) {
+			if f != "" && !seen[f] {
+				seen[f] = true
+				pats = append(pats, f)
+				ids = append(ids, id)
 			}
 		}
 	}
-	if len(pats) == 0 {
-		return &Scrubber{}
-	}
-	// Longest first: strings.Replacer prefers earlier pairs at one position,
-	// so a value that contains another is replaced whole.
-	sort.SliceStable(pats, func(i, j int) bool { return len(pats[i].old) > len(pats[j].old) })
-	s := &Scrubber{}
-	for _, p := range pats {
-		s.pairs = append(s.pairs, p.old, p.repl)
-	}
-	s.r = strings.NewReplacer(s.pairs...)
+	s.m = newMatcher(pats, ids)
 	return s
 }
 
-// jsonEscape is v as it appears between the quotes of a JSON string.
-func jsonEscape(v string) string {
-	b, err := json.Marshal(v)
-	if err != nil || len(b) < 2 {
-		return v
-	}
-	return string(b[1 : len(b)-1])
-}
-
 // Empty reports whether the scrubber has nothing to scrub.
-func (s *Scrubber) Empty() bool { return s == nil || s.r == nil }
+func (s *Scrubber) Empty() bool { return s == nil || s.m == nil }
 
-// String scrubs a string.
+// String scrubs a string. A string without a secret is returned as it is,
+// without copying.
 func (s *Scrubber) String(v string) string {
 	if s.Empty() {
 		return v
 	}
-	return s.r.Replace(v)
+	found := s.m.find(v)
+	if len(found) == 0 {
+		return v
+	}
+	var b strings.Builder
+	b.Grow(len(v))
+	last := 0 // v[:last] is written
+	for i := 0; i < len(found); {
+		// A stretch of overlapping occurrences: the longest at its start,
+		// then each that reaches further, is replaced as a whole.
+		f := found[i]
+		b.WriteString(v[last:f.start])
+		b.WriteString(s.markers[f.id])
+		prev, end := f.id, f.end
+		for i++; i < len(found) && found[i].start < end; i++ {
+			if g := found[i]; g.end > end {
+				if g.id != prev {
+					b.WriteString(s.markers[g.id])
+					prev = g.id
+				}
+				end = g.end
+			}
+		}
+		last = end
+	}
+	b.WriteString(v[last:])
+	return b.String()
 }
 
 // Contains reports whether v holds a secret value in any spelling the
 // scrubber knows.
 func (s *Scrubber) Contains(v string) bool {
-	if s.Empty() {
-		return false
-	}
-	for i := 0; i < len(s.pairs); i += 2 {
-		if strings.Contains(v, s.pairs[i]) {
-			return true
-		}
-	}
-	return false
+	return !s.Empty() && s.m.any(v)
 }
 
 // JSON scrubs every string (keys and values) and every number of a JSON
@@ -114,10 +133,11 @@ func (s *Scrubber) JSON(raw json.RawMessage) json.RawMessage {
 	return b
 }
 
-// containsUnescaped reports whether a secret appears in the document only in
-// an escaped spelling the variants missed (\u sequences): decoding decides.
+// containsUnescaped reports whether a secret may appear in the document in
+// an escaped spelling the forms miss (\u sequences, escaped slashes mixed
+// with other escapes): decoding decides.
 func (s *Scrubber) containsUnescaped(raw json.RawMessage) bool {
-	return bytes.Contains(raw, []byte(`\u`))
+	return bytes.Contains(raw, []byte(`\u`)) || bytes.Contains(raw, []byte(`\/`))
 }
 
 // Any scrubs a decoded JSON value (maps, slices, strings, json.Number) or any
@@ -251,6 +271,14 @@ func (h *scrubHandler) attr(a slog.Attr) slog.Attr {
 		}
 		a.Value = slog.GroupValue(clean...)
 	case slog.KindAny:
+		if b, ok := v.Any().([]byte); ok {
+			if str := string(b); h.s.Contains(str) {
+				a.Value = slog.StringValue(h.s.String(str))
+				break
+			}
+			a.Value = v
+			break
+		}
 		if err, ok := v.Any().(error); ok {
 			a.Value = slog.AnyValue(h.s.Error(err))
 			break

@@ -1,0 +1,4 @@
+package secrets
+
+// Forms is forms, for the tests.
+var Forms = forms
