@@ -312,6 +312,10 @@ func (e *engine) onEnvelope(env envelope.ToolEnvelope) {
 		}
 		return
 	}
+	if e.enveloped == nil {
+		e.enveloped = map[string]bool{}
+	}
+	e.enveloped[env.CallID] = true
 	rec, ok := e.recorded[env.CallID]
 	if !ok {
 		return

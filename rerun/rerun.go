@@ -292,7 +292,37 @@ func Run(ctx context.Context, b Bundle, o Options) (rep *Report, err error) {
 		return nil, fmt.Errorf("replay: submit the recorded request: %w", err)
 	}
 	e.wait(ctx, o.Stall)
+	e.awaitEnvelopes(ctx, o.Stall)
 	return e.report(), nil
+}
+
+// awaitEnvelopes waits, at most within, until onEnvelope has seen the
+// envelope of every call executed again: the run's end can reach the
+// answerer before the last of them, and a changed output is only known
+// from its envelope.
+func (e *engine) awaitEnvelopes(ctx context.Context, within time.Duration) {
+	t := time.NewTimer(within)
+	defer t.Stop()
+	for {
+		e.mu.Lock()
+		missing := 0
+		for _, id := range e.reexecuted {
+			if !e.enveloped[id] {
+				missing++
+			}
+		}
+		e.mu.Unlock()
+		if missing == 0 {
+			return
+		}
+		select {
+		case <-e.progress:
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // ErrBundleVersion is wrapped (with ErrBundle) when a bundle is of a version
@@ -444,12 +474,16 @@ type engine struct {
 	requested  map[string]requestedCall // the calls the answerer answered, by id
 	answered   map[string]bool          // the calls of the replayed turns, answered or not
 	reexecuted []string
-	kept       map[string]string
-	changed    []ChangedOutput
-	progress   chan struct{}
-	done       chan struct{}
-	doneOnce   sync.Once
-	runners    []*consume.Runner
+	// enveloped are the calls executed again whose envelope onEnvelope has
+	// seen (they arrive on the calls stream, the run's end on the runs
+	// stream: either may come first).
+	enveloped map[string]bool
+	kept      map[string]string
+	changed   []ChangedOutput
+	progress  chan struct{}
+	done      chan struct{}
+	doneOnce  sync.Once
+	runners   []*consume.Runner
 }
 
 func newEngine(b Bundle, defs map[string]envelope.ToolDefinition, live bool, js jetstream.JetStream) *engine {
