@@ -2,10 +2,12 @@ package executor
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 
@@ -41,6 +43,41 @@ type secretResolver struct {
 
 	mu    sync.Mutex
 	store *secrets.Store
+	// scrubbers are the scrubbers built for sets of resolved values, by a
+	// digest of the set: a scrubber takes far longer to build (every
+	// encoded form of every value) than to use, and the same secrets come
+	// back call after call. A Scrubber is read-only once built.
+	scrubbers map[[sha256.Size]byte]*secrets.Scrubber
+}
+
+// maxScrubbers bounds the scrubbers kept; past it the cache starts again.
+const maxScrubbers = 256
+
+// scrubber returns the scrubber of values, built once per set of values.
+func (r *secretResolver) scrubber(values map[string]string) *secrets.Scrubber {
+	names := make([]string, 0, len(values))
+	for n := range values {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		// Length-prefixed, so that no two sets share a digest input.
+		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(values[n]), values[n])
+	}
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if sc, ok := r.scrubbers[key]; ok {
+		return sc
+	}
+	if r.scrubbers == nil || len(r.scrubbers) >= maxScrubbers {
+		r.scrubbers = map[[sha256.Size]byte]*secrets.Scrubber{}
+	}
+	sc := secrets.NewScrubber(values)
+	r.scrubbers[key] = sc
+	return sc
 }
 
 func (r *secretResolver) open(ctx context.Context) (*secrets.Store, error) {
@@ -123,7 +160,7 @@ func (s *Service) resolveSecrets(ctx context.Context, req *events.CallRequest, d
 			}
 		}
 	}
-	cs.scrub = secrets.NewScrubber(cs.auth)
+	cs.scrub = s.secrets.scrubber(cs.auth)
 	switch {
 	case len(missing) > 0:
 		cs.err = envelope.NewToolError(envelope.CodeAuthRequired,
