@@ -26,6 +26,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
+	"github.com/toolwire/toolwire/pkg/jetstream/direct"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 )
 
@@ -144,41 +145,77 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch := make(chan followed, 64)
-	start := func(stream, filter string) (jetstream.ConsumeContext, error) {
-		cons, err := c.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-		if err != nil {
-			return nil, fmt.Errorf("follow %s: %w", filter, err)
-		}
-		return cons.Consume(func(m jetstream.Msg) {
-			e, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-			it := followed{call: stream == events.StreamCalls}
-			if meta, merr := m.Metadata(); merr == nil {
-				it.seq = meta.Sequence.Stream
-			}
-			if err != nil {
-				it.err = err
-			} else if p, perr := events.ParseSubject(m.Subject()); perr != nil {
-				it.err = perr
-			} else {
-				it.ev = Event{Subject: p, Event: e}
-			}
+	// Live events only wake the readers up: what is read is what the
+	// streams stored, in their order, by direct gets (no consumer: a
+	// producer's account may not create one).
+	wake := make(chan struct{}, 1)
+	nc := c.js.Conn()
+	for _, subj := range []string{runSubj, callSubj} {
+		sub, err := nc.Subscribe(subj, func(*nats.Msg) {
 			select {
-			case ch <- it:
-			case <-ctx.Done():
+			case wake <- struct{}{}:
+			default:
 			}
 		})
+		if err != nil {
+			return nil, fmt.Errorf("follow %s: %w", subj, err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
 	}
-	runsCC, err := start(events.StreamRuns, runSubj)
+	fctx, fcancel := context.WithTimeout(ctx, followFlush)
+	err = nc.FlushWithContext(fctx)
+	fcancel()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("follow %s: %w", runID, err)
 	}
-	defer runsCC.Stop()
-	callsCC, err := start(events.StreamCalls, callSubj)
-	if err != nil {
-		return nil, err
+	readers := []*reader{
+		{js: c.js, stream: events.StreamRuns, filter: runSubj},
+		{js: c.js, stream: events.StreamCalls, filter: callSubj, call: true},
 	}
-	defer callsCC.Stop()
+	var pending []followed
+	poll := time.NewTicker(followPoll)
+	defer poll.Stop()
+	// next is the next event read: from the readers, else, once the live
+	// events say there is more (or the poll's backstop), read again.
+	next := func(drain <-chan time.Time) (followed, bool, error) {
+		woken := 0
+		for len(pending) == 0 {
+			for _, r := range readers {
+				got, err := r.read(ctx)
+				if err != nil {
+					return followed{}, false, err
+				}
+				pending = append(pending, got...)
+			}
+			if len(pending) > 0 {
+				break
+			}
+			if woken > 0 && woken < wokenRetries {
+				// A live event can come a moment before its stream has
+				// stored it.
+				woken++
+				select {
+				case <-ctx.Done():
+					return followed{}, false, ctx.Err()
+				case <-time.After(time.Duration(woken) * time.Millisecond):
+				}
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return followed{}, false, ctx.Err()
+			case <-drain:
+				return followed{}, false, nil
+			case <-wake:
+				woken = 1
+			case <-poll.C:
+				woken = 0
+			}
+		}
+		it := pending[0]
+		pending = pending[1:]
+		return it, true, nil
+	}
 	var (
 		lastCall uint64 // the stream sequence of the last call event read
 		// end is the run's end once it came, held back from fn until
@@ -191,15 +228,14 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 		order      = newCallOrder()
 	)
 	for end == nil || lastCall < callsUntil {
-		var it followed
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-drain:
+		it, ok, err := next(drain)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
 			out, err := c.withOutputs(ctx, end)
 			return out, errors.Join(fmt.Errorf("%w: run %s ended, and the calls stream did not deliver its events up to sequence %d within %s (last read: %d)",
 				ErrEventsMissed, runID, callsUntil, c.drain, lastCall), err)
-		case it = <-ch:
 		}
 		if it.call {
 			lastCall = max(lastCall, it.seq)
@@ -236,6 +272,53 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 		return nil, nil
 	}
 	return c.withOutputs(ctx, end)
+}
+
+// followPoll is how often Follow reads the streams when no live event has
+// woken it (a backstop: a live event can be lost on a reconnect), and
+// wokenRetries how often it reads again, a millisecond more apart each time,
+// when a live event woke it but its stream had not stored it yet.
+const (
+	followFlush  = 5 * time.Second // bounds the wait for the live subscriptions to be in place
+	followPoll   = 250 * time.Millisecond
+	wokenRetries = 8
+)
+
+// reader reads the events of one stream on a filter, from the first, in
+// the order they were stored, by batched direct gets.
+type reader struct {
+	js     jetstream.JetStream
+	stream string
+	filter string
+	call   bool
+	next   uint64 // the sequence to read from
+}
+
+// read returns the events stored since the last read.
+func (r *reader) read(ctx context.Context) ([]followed, error) {
+	var out []followed
+	for {
+		msgs, more, err := direct.Batch(ctx, r.js, r.stream, r.filter, r.next, direct.MaxBatch)
+		if err != nil {
+			return nil, fmt.Errorf("follow %s: %w", r.filter, err)
+		}
+		for _, m := range msgs {
+			r.next = m.Sequence + 1
+			it := followed{call: r.call, seq: m.Sequence}
+			e, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+			if err != nil {
+				it.err = err
+			} else if p, perr := events.ParseSubject(m.Subject); perr != nil {
+				it.err = perr
+			} else {
+				it.ev = Event{Subject: p, Event: e}
+			}
+			out = append(out, it)
+		}
+		if !more {
+			return out, nil
+		}
+	}
 }
 
 // followed is an event Follow read, or why it could not.

@@ -18,6 +18,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/embedded"
 	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/direct"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/identity"
@@ -41,7 +42,7 @@ func TestServicesAsProcesses(t *testing.T) {
 	t.Run("identities", func(t *testing.T) {
 		keys, err := identity.LoadOrCreate(filepath.Join(t.TempDir(), "ids"))
 		require.NoError(t, err)
-		s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: embedded.Users(keys)})
+		s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Identities: keys})
 		require.NoError(t, err)
 		t.Cleanup(func() { embedded.Stop(s) })
 		connect := func(r identity.Role) jetstream.JetStream {
@@ -50,7 +51,7 @@ func TestServicesAsProcesses(t *testing.T) {
 			nc, err := nats.Connect(s.ClientURL(), opts...)
 			require.NoError(t, err)
 			t.Cleanup(nc.Close)
-			js, err := jetstream.New(nc)
+			js, err := direct.JetStream(t.Context(), nc)
 			require.NoError(t, err)
 			return js
 		}

@@ -170,7 +170,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 			if st.Identities, err = identity.LoadOrCreate(IdentitiesDir(o.DataDir)); err != nil {
 				return st, fmt.Errorf("stack: %w", err)
 			}
-			eo.Users = embedded.Users(st.Identities)
+			eo.Identities = st.Identities
 		}
 		st.Server, err = embedded.Start(eo)
 		if err != nil {

@@ -92,10 +92,18 @@ func TestIdentitiesCommand(t *testing.T) {
 	o = server.Options{}
 	require.NoError(t, o.ProcessConfigString(out))
 	require.Len(t, o.Nkeys, len(identity.Roles())+2)
-	require.Equal(t, []string{"toolwire.intake.acme.>"}, o.Nkeys[len(identity.Roles())].Permissions.Publish.Allow)
-	require.Equal(t, []string{"toolwire.intake.globex.eu.*"}, o.Nkeys[len(identity.Roles())+1].Permissions.Publish.Allow)
 	keys, err := identity.LoadOrCreate(dir)
 	require.NoError(t, err)
+	for _, u := range o.Nkeys {
+		switch u.Nkey {
+		case keys.TenantPublic(identity.Tenant{Org: "acme"}):
+			require.Equal(t, "tenant:acme", u.Account.Name)
+			require.Equal(t, []string{"toolwire.intake.acme.>", "$JS.API.INFO"}, u.Permissions.Publish.Allow)
+		case keys.TenantPublic(identity.Tenant{Org: "globex", Workspace: "eu"}):
+			require.Equal(t, "tenant:globex/eu", u.Account.Name)
+			require.Equal(t, []string{"toolwire.intake.globex.eu.*", "$JS.API.INFO"}, u.Permissions.Publish.Allow)
+		}
+	}
 	for _, tn := range keys.Tenants() {
 		require.Contains(t, errOut, service.EnvNATSSeedFile+"="+keys.TenantSeedFile(tn))
 		require.Contains(t, errOut, service.EnvNATSInbox+"="+identity.TenantInboxPrefix(keys.TenantPublic(tn)))

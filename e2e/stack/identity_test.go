@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/direct"
 	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/recorder"
@@ -217,8 +217,8 @@ func TestSandboxWithIdentities(t *testing.T) {
 // TestProducerFollowsItsRun: a producer (the role of an upstream system
 // trusted with every tenant) submits the demo run and follows it with a
 // callback: it sees the run's turns and every call's envelope within its
-// permissions (ordered consumers, the direct get of the last call event
-// that the end waits for), and the server refuses none of its requests.
+// permissions (batched direct gets in its own account: it may create no
+// consumer), and the server refuses none of its requests.
 func TestProducerFollowsItsRun(t *testing.T) {
 	dir := t.TempDir()
 	st := startStack(t, stack.Options{DataDir: dir, Identities: true})
@@ -260,7 +260,7 @@ func connectClient(t *testing.T, url string, opts []nats.Option) (*client.Client
 	nc, err := nats.Connect(url, opts...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := direct.JetStream(t.Context(), nc)
 	require.NoError(t, err)
 	return client.New(js, "/acme/upstream"), refused
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/toolwire/toolwire/pkg/service/identity"
 )
 
 // Options configure an embedded server.
@@ -24,9 +26,10 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// Logs turns on the server's own log output (to stderr).
 	Logs bool
-	// Users, when set, are the only clients the server lets in, each with
-	// its permissions (see package identity); none lets anyone in.
-	Users []*server.NkeyUser
+	// Identities, when set, are the only clients the server lets in, each
+	// in its account with its permissions (identity.Keys.ServerConfig, the
+	// configuration a production server gets); nil lets anyone in.
+	Identities *identity.Keys
 }
 
 // ErrAddrInUse is returned when the listen address is already taken.
@@ -64,18 +67,18 @@ func Start(o Options) (*server.Server, error) {
 			_ = l.Close()
 		}
 	}
-	opts := &server.Options{
-		ServerName: "toolwire-embedded",
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   o.StoreDir,
-		NoSigs:     true,
-		NoLog:      !o.Logs,
-		Nkeys:      o.Users,
-		// Leave JetStream's memory and storage limits at their defaults (a share
-		// of the machine), which suits one developer machine.
+	opts := &server.Options{}
+	if o.Identities != nil {
+		if err := opts.ProcessConfigString(o.Identities.ServerConfig()); err != nil {
+			return nil, fmt.Errorf("embedded nats: accounts: %w", err)
+		}
 	}
+	opts.ServerName = "toolwire-embedded"
+	opts.Host, opts.Port = host, port
+	opts.JetStream, opts.StoreDir = true, o.StoreDir
+	opts.NoSigs, opts.NoLog = true, !o.Logs
+	// JetStream's memory and storage limits stay at their defaults (a share
+	// of the machine), which suits one developer machine.
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)

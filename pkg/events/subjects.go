@@ -23,6 +23,12 @@ const (
 	SubjectsCalls   = Prefix + ".call.>"
 	SubjectsSandbox = Prefix + ".sandbox.>"
 	SubjectsDLQ     = Prefix + ".dlq.>"
+
+	// ImportedJSAPI is the JetStream API prefix of a client in an account
+	// that imports its reads from toolwire's system account (a producer's:
+	// docs/operations.md, Accounts), for jetstream.NewWithAPIPrefix. Its
+	// requests cross into the system account as $JS.API requests.
+	ImportedJSAPI = "$JS.toolwire.API"
 )
 
 // ErrUnsafeID is wrapped when a run id or call id is not a safe subject token.

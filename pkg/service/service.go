@@ -45,6 +45,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/direct"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/service/identity"
@@ -240,10 +241,12 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger, extra ...n
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	js, err := jetstream.New(nc)
+	// A producer's account has no JetStream of its own: its reads go
+	// through the prefix its account imports them under.
+	js, err := direct.JetStream(ctx, nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("jetstream: %w", err)
+		return nil, nil, err
 	}
 	return nc, js, nil
 }

@@ -469,7 +469,7 @@ func TestCommonFromEnvIdentityRejects(t *testing.T) {
 func TestRunWithIdentity(t *testing.T) {
 	keys, err := identity.LoadOrCreate(filepath.Join(t.TempDir(), "ids"))
 	require.NoError(t, err)
-	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: embedded.Users(keys)})
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Identities: keys})
 	require.NoError(t, err)
 	t.Cleanup(func() { embedded.Stop(s) })
 	opts, err := identity.ConnectOptions(identity.Operator, keys.SeedFile(identity.Operator))

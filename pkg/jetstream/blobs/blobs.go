@@ -11,6 +11,9 @@ package blobs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/jetstream/direct"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 )
 
@@ -92,29 +96,53 @@ func Put(ctx context.Context, js jetstream.JetStream, name string, data []byte, 
 }
 
 // Get returns the blob name and its content type; ErrNotFound when there is
-// none.
+// none. It reads by direct gets (package direct), with no consumer, so a
+// client whose account imports only direct gets (a producer's) reads blobs
+// too; the content is checked against the object's digest.
 func Get(ctx context.Context, js jetstream.JetStream, name string) ([]byte, string, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, "", err
 	}
-	obs, err := store(ctx, js)
+	stream := "OBJ_" + provision.ObjectBlobs
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("object store %s: %w", provision.ObjectBlobs, err)
 	}
-	r, err := obs.Get(ctx, name)
-	if err != nil {
-		return nil, "", notFound(name, err)
+	meta, err := st.GetLastMsgForSubject(ctx, "$O."+provision.ObjectBlobs+".M."+base64.URLEncoding.EncodeToString([]byte(name)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
-	defer func() { _ = r.Close() }()
-	info, err := r.Info()
 	if err != nil {
 		return nil, "", fmt.Errorf("blob %s: %w", name, err)
 	}
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return nil, "", fmt.Errorf("read blob %s: %w", name, err)
+	var info jetstream.ObjectInfo
+	if err := json.Unmarshal(meta.Data, &info); err != nil {
+		return nil, "", fmt.Errorf("blob %s: its description: %w", name, err)
 	}
-	return data, contentTypeOf(info), nil
+	if info.Deleted {
+		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	chunks := "$O." + provision.ObjectBlobs + ".C." + info.NUID
+	data := make([]byte, 0, info.Size)
+	for from, n := uint64(1), uint32(0); n < info.Chunks; {
+		msgs, _, err := direct.Batch(ctx, js, stream, chunks, from, int(min(info.Chunks-n, direct.MaxBatch)))
+		if err != nil {
+			return nil, "", fmt.Errorf("read blob %s: %w", name, err)
+		}
+		if len(msgs) == 0 {
+			return nil, "", fmt.Errorf("read blob %s: %d of its %d chunks are stored", name, n, info.Chunks)
+		}
+		for _, m := range msgs {
+			data = append(data, m.Data...)
+			from = m.Sequence + 1
+			n++
+		}
+	}
+	sum := sha256.Sum256(data)
+	if uint64(len(data)) != info.Size || info.Digest != "SHA-256="+base64.URLEncoding.EncodeToString(sum[:]) {
+		return nil, "", fmt.Errorf("read blob %s: its content does not match its digest", name)
+	}
+	return data, contentTypeOf(&info), nil
 }
 
 // Exists reports whether the blob name is stored.

@@ -32,7 +32,13 @@ func serve(t *testing.T) (*server.Server, *identity.Keys) {
 	t.Helper()
 	keys, err := identity.LoadOrCreate(filepath.Join(t.TempDir(), "ids"))
 	require.NoError(t, err)
-	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: embedded.Users(keys)})
+	return serveWith(t, keys)
+}
+
+// serveWith is serve with these keys.
+func serveWith(t *testing.T, keys *identity.Keys) (*server.Server, *identity.Keys) {
+	t.Helper()
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Identities: keys})
 	require.NoError(t, err)
 	t.Cleanup(func() { embedded.Stop(s) })
 	op := connectAs(t, s, keys, identity.Operator)
@@ -75,7 +81,10 @@ const wait = 5 * time.Second
 func (c *conn) outcome(t *testing.T, got <-chan *nats.Msg, subject string) string {
 	t.Helper()
 	select {
-	case <-got:
+	case m := <-got:
+		if m.Header.Get("Status") == "503" {
+			return "unreached" // no responders: nothing in the client's account answers
+		}
 		return "allowed"
 	case err := <-c.errs:
 		require.ErrorIs(t, err, nats.ErrPermissionViolation, "%s on %s", c.role, subject)
@@ -127,15 +136,14 @@ func TestPermissionMatrix(t *testing.T) {
 		exe  = identity.Executor
 		sbx  = identity.Sandbox
 		rec  = identity.Recorder
-		prod = identity.Producer
 	)
 	pubs := []struct {
 		subject string
 		allowed []identity.Role // besides the operator
 	}{
 		// The events: who may announce what.
-		{"toolwire.run.r1.requested", []identity.Role{orch, prod}},
-		{"toolwire.intake.acme._.r1", []identity.Role{prod}},
+		{"toolwire.run.r1.requested", []identity.Role{orch}},
+		{"toolwire.intake.acme._.r1", nil},
 		{"toolwire.run.r1.turn.1.completed", []identity.Role{orch}},
 		{"toolwire.run.r1.started", []identity.Role{orch}},
 		{"toolwire.run.r1.completed", []identity.Role{orch}},
@@ -157,8 +165,8 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$KV." + provision.BucketWorkers + ".default.x", []identity.Role{exe}},
 		{"$JS.API.DIRECT.GET.KV_" + provision.BucketWorkers + ".x", []identity.Role{pol, exe}},
 		// JetStream's API: reading, consuming, and what only operators do.
-		{"$JS.API.INFO", []identity.Role{orch, pol, exe, sbx, rec, prod}},
-		{"$JS.API.STREAM.INFO." + events.StreamCalls, []identity.Role{orch, pol, exe, sbx, rec, prod}},
+		{"$JS.API.INFO", []identity.Role{orch, pol, exe, sbx, rec}},
+		{"$JS.API.STREAM.INFO." + events.StreamCalls, []identity.Role{orch, pol, exe, sbx, rec}},
 		{"$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamCalls + ".x", []identity.Role{orch, pol, exe, rec}},
 		{"$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamIntake + ".x", []identity.Role{orch}},
 		{"$JS.API.CONSUMER.CREATE." + events.StreamSandbox + ".x", []identity.Role{exe, sbx, rec}},
@@ -185,11 +193,11 @@ func TestPermissionMatrix(t *testing.T) {
 		{"_INBOX.>", "_INBOX.x", nil},
 		{">", "anything", nil},
 		{"_INBOX_executor.>", "_INBOX_executor.x", []identity.Role{exe}},
-		{"_INBOX_producer.>", "_INBOX_producer.x", []identity.Role{prod}},
+		{"_INBOX_producer.>", "_INBOX_producer.x", nil},
 	}
 	for _, r := range identity.Roles() {
-		if r == identity.Operator {
-			continue
+		if r == identity.Operator || r == identity.Producer {
+			continue // the producer is in an account of its own: TestProducerAccount
 		}
 		t.Run(string(r), func(t *testing.T) {
 			c := connectAs(t, s, keys, r)
@@ -288,7 +296,7 @@ func TestTenantProducers(t *testing.T) {
 	require.Equal(t, []identity.Tenant{acme, globex}, again.Tenants())
 	require.Equal(t, keys.TenantPublic(acme), again.TenantPublic(acme))
 
-	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Users: embedded.Users(keys)})
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Identities: keys})
 	require.NoError(t, err)
 	t.Cleanup(func() { embedded.Stop(s) })
 	op := connectAs(t, s, keys, identity.Operator)
@@ -301,15 +309,16 @@ func TestTenantProducers(t *testing.T) {
 		tenant  identity.Tenant
 		allowed []string
 	}{
-		{acme, []string{"toolwire.intake.acme._.r1", "toolwire.intake.acme.ws9.r1"}},
-		{globex, []string{"toolwire.intake.globex.ws1.r1"}},
+		{acme, []string{"toolwire.intake.acme._.r1", "toolwire.intake.acme.ws9.r1", "$JS.API.INFO"}},
+		{globex, []string{"toolwire.intake.globex.ws1.r1", "$JS.API.INFO"}},
 	}
 	denied := []string{
 		"toolwire.intake.acme._.r1", "toolwire.intake.acme.ws9.r1", "toolwire.intake.globex.ws1.r1",
 		"toolwire.intake.globex.ws2.r1", "toolwire.intake.globex._.r1", "toolwire.intake.other._.r1",
 		"toolwire.run.r1.requested", "toolwire.run.r1.completed",
 		"toolwire.call.r1." + call + ".completed", "toolwire.call.r1." + call + ".decided",
-		"$JS.API.INFO", "$JS.API.STREAM.INFO." + events.StreamRuns, "$JS.API.STREAM.INFO." + events.StreamIntake,
+		"$JS.API.INFO", // answered in its own account: JetStream not enabled
+		"$JS.API.STREAM.INFO." + events.StreamRuns, "$JS.API.STREAM.INFO." + events.StreamIntake,
 		"$JS.API.CONSUMER.CREATE." + events.StreamRuns, "$JS.API.CONSUMER.CREATE." + events.StreamIntake + ".x",
 		"$JS.API.DIRECT.GET." + events.StreamRuns + ".toolwire.run.r1.requested",
 		"$JS.API.STREAM.MSG.GET." + events.StreamCalls, "$KV." + provision.BucketRunState + ".r1",
@@ -332,8 +341,17 @@ func TestTenantProducers(t *testing.T) {
 				identity.TenantInboxPrefix(keys.TenantPublic(other)) + ".>"} {
 				require.Equal(t, "denied", c.subscribe(t, op, sub, strings.TrimSuffix(sub, ">")+"x"), "%s subscribing %s", tc.tenant, sub)
 			}
+			// Its own inbox it may subscribe to (its answers above came there);
+			// the operator's probe is in another account and never reaches it.
 			own := identity.TenantInboxPrefix(keys.TenantPublic(tc.tenant))
-			require.Equal(t, "allowed", c.subscribe(t, op, own+".>", own+".x"))
+			_, err := c.nc.SubscribeSync(own + ".>")
+			require.NoError(t, err)
+			require.NoError(t, c.nc.Flush())
+			select {
+			case err := <-c.errs:
+				t.Fatalf("%s: own inbox refused: %v", tc.tenant, err)
+			default:
+			}
 		})
 	}
 	// Nothing the tenants were refused was stored.
@@ -463,23 +481,37 @@ func TestParse(t *testing.T) {
 }
 
 // TestServerConfig: the configuration printed for a production server, as
-// nats-server itself parses it, has the same users and permissions as the
-// embedded server gets.
+// nats-server itself parses it, has every user in its account with its
+// permissions, and JetStream in the system account only.
 func TestServerConfig(t *testing.T) {
 	keys, err := identity.LoadOrCreate(t.TempDir())
 	require.NoError(t, err)
-	require.NoError(t, keys.AddTenant(identity.Tenant{Org: "acme", Workspace: "ws1"}))
+	tenant := identity.Tenant{Org: "acme", Workspace: "ws1"}
+	require.NoError(t, keys.AddTenant(tenant))
 	var o server.Options
 	require.NoError(t, o.ProcessConfigString(keys.ServerConfig()+"\njetstream {}\n"))
-	want := embedded.Users(keys)
-	require.Len(t, o.Nkeys, len(want))
-	require.Len(t, want, len(identity.Roles())+1, "the roles and the tenant")
-	for i, u := range o.Nkeys {
-		require.Equal(t, want[i].Nkey, u.Nkey)
-		require.Equal(t, want[i].Permissions.Publish.Allow, u.Permissions.Publish.Allow, i)
-		require.Equal(t, want[i].Permissions.Publish.Deny, u.Permissions.Publish.Deny, i)
-		require.Equal(t, want[i].Permissions.Subscribe.Allow, u.Permissions.Subscribe.Allow, i)
-		require.Equal(t, want[i].Permissions.Response != nil, u.Permissions.Response != nil, i)
+	accs := keys.Accounts()
+	require.Len(t, accs, 3, "the system account, the producer's and the tenant's")
+	byKey := map[string]*server.NkeyUser{}
+	for _, u := range o.Nkeys {
+		byKey[u.Nkey] = u
 	}
-	require.Equal(t, []string{"toolwire.intake.acme.ws1.*"}, want[len(want)-1].Permissions.Publish.Allow)
+	users := 0
+	for _, a := range accs {
+		for _, u := range a.Users {
+			users++
+			got := byKey[u.PublicKey]
+			require.NotNil(t, got, u.Doc)
+			require.Equal(t, a.Name, got.Account.Name, u.Doc)
+			require.Equal(t, u.Permissions.Publish, got.Permissions.Publish.Allow, u.Doc)
+			require.Equal(t, u.Permissions.PublishDeny, got.Permissions.Publish.Deny, u.Doc)
+			require.Equal(t, u.Permissions.Subscribe, got.Permissions.Subscribe.Allow, u.Doc)
+			require.Equal(t, u.Permissions.Responses, got.Permissions.Response != nil, u.Doc)
+		}
+	}
+	require.Equal(t, len(identity.Roles())+1, users, "the roles and the tenant")
+	require.Len(t, o.Nkeys, users)
+	require.Equal(t, identity.ProducerAccount, byKey[keys.Public(identity.Producer)].Account.Name)
+	require.Equal(t, identity.TenantAccount(tenant), byKey[keys.TenantPublic(tenant)].Account.Name)
+	require.Equal(t, identity.SystemAccount, byKey[keys.Public(identity.Executor)].Account.Name)
 }

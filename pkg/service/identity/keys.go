@@ -121,39 +121,23 @@ type User struct {
 	// Doc says whose it is, for a configuration file's comment.
 	Doc string
 	// PublicKey is the nkey the server lets in; Permissions are its
-	// subjects (package embedded turns them into the server's options).
+	// subjects, in its account (Accounts).
 	PublicKey   string
 	Permissions Permissions
 }
 
-// Users are the roles' users, then the tenant producers', each with its
-// permissions: what a nats-server must let in (embedded.Users, ServerConfig).
-func (k *Keys) Users() []User {
-	var out []User
-	for _, u := range k.users() {
-		out = append(out, User{Doc: u.doc, PublicKey: u.public, Permissions: u.perms})
-	}
-	return out
-}
-
-// user is one nkey user of the server.
+// user is one nkey user of the server; role is "" for a tenant producer.
 type user struct {
+	role        Role
 	doc, public string
 	perms       Permissions
 }
 
-// users are the roles' users, then the tenant producers'.
+// users are the roles' users.
 func (k *Keys) users() []user {
 	var out []user
 	for _, r := range Roles() {
-		out = append(out, user{doc: string(r) + ": " + r.Doc(), public: k.public[r], perms: r.Permissions()})
-	}
-	for _, t := range k.Tenants() {
-		p, err := t.Permissions(k.tenants[t])
-		if err != nil {
-			continue // validated when loaded or added
-		}
-		out = append(out, user{doc: "tenant " + t.String() + ": " + t.Doc(), public: k.tenants[t], perms: p})
+		out = append(out, user{role: r, doc: string(r) + ": " + r.Doc(), public: k.public[r], perms: r.Permissions()})
 	}
 	return out
 }
@@ -169,34 +153,6 @@ func ConnectOptions(r Role, seedFile string) ([]nats.Option, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrSeedFile, seedFile, err)
 	}
 	return []nats.Option{o, nats.CustomInboxPrefix(r.InboxPrefix())}, nil
-}
-
-// ServerConfig is the authorization block of a nats-server configuration
-// file that lets in exactly these users, each with its role's permissions:
-// what `toolwire identities` prints for a production server.
-func (k *Keys) ServerConfig() string {
-	var b strings.Builder
-	b.WriteString("# toolwire's NATS roles: one nkey user each (toolwire identities).\n")
-	b.WriteString("# Each binary connects with its role's seed (TOOLWIRE_NATS_NKEY_SEED_FILE); a producer\n")
-	b.WriteString("# limited to one tenant with its tenant.<org>[.<workspace>].nk (toolwire identities --tenant).\n")
-	b.WriteString("authorization {\n  users = [\n")
-	for _, u := range k.users() {
-		p := u.perms
-		fmt.Fprintf(&b, "    # %s\n", u.doc)
-		fmt.Fprintf(&b, "    {\n      nkey: %q\n      permissions: {\n", u.public)
-		if len(p.PublishDeny) > 0 {
-			fmt.Fprintf(&b, "        publish: { allow: %s, deny: %s }\n", quoted(p.Publish, "          "), quoted(p.PublishDeny, "          "))
-		} else {
-			fmt.Fprintf(&b, "        publish: { allow: %s }\n", quoted(p.Publish, "          "))
-		}
-		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", quoted(p.Subscribe, "          "))
-		if p.Responses {
-			b.WriteString("        allow_responses: { max: 1, expires: \"1m\" }\n")
-		}
-		b.WriteString("      }\n    }\n")
-	}
-	b.WriteString("  ]\n}\n")
-	return b.String()
 }
 
 // quoted is a list of subjects, one a line past the first few.

@@ -175,14 +175,20 @@ func (r Role) Permissions() Permissions {
 			objRead(provision.ObjectBlobs, provision.ObjectDeadLetters),
 		)
 	case Producer:
+		// In its own account (accounts.go): what it may send into the system
+		// account, and the run and call events it receives live.
+		var reads []string
+		for _, s := range producerReads() {
+			reads = append(reads,
+				events.ImportedJSAPI+".STREAM.INFO."+s, events.ImportedJSAPI+".STREAM.MSG.GET."+s,
+				events.ImportedJSAPI+".DIRECT.GET."+s, events.ImportedJSAPI+".DIRECT.GET."+s+".>")
+		}
 		return Permissions{
-			Publish: flat(
-				pub(events.FilterRunRequested),
-				[]string{events.SubjectsIntake, "$JS.API.INFO", "$JS.FC.>"},
-				read(events.StreamRuns, events.StreamCalls),
-				objRead(provision.ObjectBlobs),
-			),
-			Subscribe: []string{r.InboxPrefix() + ".>"},
+			// $JS.API.INFO is answered in its own account, which has no
+			// JetStream: how a client learns it is a producer's
+			// (direct.JetStream).
+			Publish:   flat(pub(events.FilterRunRequested), []string{events.SubjectsIntake, "$JS.API.INFO"}, reads),
+			Subscribe: []string{r.InboxPrefix() + ".>", events.SubjectsRuns, events.SubjectsCalls},
 		}
 	}
 	return Permissions{}

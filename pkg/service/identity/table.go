@@ -14,10 +14,10 @@ import (
 // else it may read, summarized from Permissions.
 func Markdown() string {
 	var b strings.Builder
-	b.WriteString("| role | what it is | may publish (events) | may write (KV, objects) | consumes (durable) | may read |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| role | account | what it is | may publish (events) | may write (KV, objects) | consumes (durable) | may read |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range Roles() {
 		if r == Operator {
-			fmt.Fprintf(&b, "| `%s` | %s | everything | everything | everything | everything |\n", r, r.Doc())
+			fmt.Fprintf(&b, "| `%s` | `%s` | %s | everything | everything | everything | everything |\n", r, r.Account(), r.Doc())
 			continue
 		}
 		var pubs, writes, consumes, reads []string
@@ -35,6 +35,8 @@ func Markdown() string {
 				consumes = append(consumes, "`"+strings.TrimSuffix(strings.TrimPrefix(s, "$JS.ACK."), ".>")+"`")
 			case strings.HasPrefix(s, "$JS.API.STREAM.MSG.GET."):
 				reads = append(reads, "`"+strings.TrimPrefix(s, "$JS.API.STREAM.MSG.GET.")+"`")
+			case strings.HasPrefix(s, events.ImportedJSAPI+".STREAM.MSG.GET."):
+				reads = append(reads, "`"+strings.TrimPrefix(s, events.ImportedJSAPI+".STREAM.MSG.GET.")+"` (direct gets)")
 			}
 		}
 		// What it consumes or writes, it reads too; dead letters every
@@ -47,7 +49,7 @@ func Markdown() string {
 		if r.Permissions().Responses {
 			pubs = append(pubs, "replies to `"+events.SubjectPreview+"`")
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", r, r.Doc(),
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s | %s | %s |\n", r, r.Account(), r.Doc(),
 			orNone(pubs), orNone(writes), orNone(consumes), orNone(reads))
 	}
 	return b.String()

@@ -98,7 +98,10 @@ func (t Tenant) Permissions(public string) (Permissions, error) {
 	if err != nil {
 		return Permissions{}, fmt.Errorf("%w: %w", ErrTenant, err)
 	}
-	return Permissions{Publish: []string{filter}, Subscribe: []string{TenantInboxPrefix(public) + ".>"}}, nil
+	// $JS.API.INFO is answered in its own account, which has no JetStream:
+	// how a client learns it is outside the system account
+	// (direct.JetStream).
+	return Permissions{Publish: []string{filter, "$JS.API.INFO"}, Subscribe: []string{TenantInboxPrefix(public) + ".>"}}, nil
 }
 
 // Doc says what the tenant producer is, for the server config.

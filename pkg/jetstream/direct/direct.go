@@ -1,0 +1,130 @@
+// Package direct reads a stream's messages by batched direct gets: no
+// consumer is created, so a client whose account imports only direct gets
+// from toolwire's system account (a producer's: docs/operations.md,
+// Accounts) reads what it follows and the blobs it fetches this way.
+package direct
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolwire/toolwire/pkg/events"
+)
+
+// Msg is one stored message.
+type Msg struct {
+	Subject  string
+	Sequence uint64
+	Header   nats.Header
+	Data     []byte
+}
+
+// MaxBatch is the most messages Batch asks for at once.
+const MaxBatch = 256
+
+// ErrRead is wrapped when the server answers a direct get with an error.
+var ErrRead = errors.New("direct get failed")
+
+// Batch returns up to n (at most MaxBatch) messages of stream whose subjects
+// match filter, from sequence from on, in order, and whether more are
+// stored past them. Nothing stored is no messages and no error. The wait
+// for each answer is bounded by ctx and by js's default API timeout.
+func Batch(ctx context.Context, js jetstream.JetStream, stream, filter string, from uint64, n int) ([]Msg, bool, error) {
+	if n <= 0 || n > MaxBatch {
+		n = MaxBatch
+	}
+	if from == 0 {
+		from = 1
+	}
+	body, err := json.Marshal(struct {
+		Seq        uint64 `json:"seq"`
+		NextBySubj string `json:"next_by_subj"`
+		Batch      int    `json:"batch"`
+	}{from, filter, n})
+	if err != nil {
+		return nil, false, err
+	}
+	nc := js.Conn()
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, false, fmt.Errorf("direct get %s: %w", stream, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(APIPrefix(js)+".DIRECT.GET."+stream, inbox, body); err != nil {
+		return nil, false, fmt.Errorf("direct get %s: %w", stream, err)
+	}
+	wait := js.Options().DefaultTimeout
+	if wait <= 0 {
+		wait = 5 * time.Second
+	}
+	var out []Msg
+	for {
+		mctx, cancel := context.WithTimeout(ctx, wait)
+		m, err := sub.NextMsgWithContext(mctx)
+		cancel()
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, false, fmt.Errorf("%w: %s: no stream answers (is it there, and are direct gets imported?): %w", ErrRead, stream, err)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("direct get %s from %d on %s: %w", stream, from, filter, err)
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+		case "204": // the end of the batch
+			return out, pending(m) > 0, nil
+		case "404":
+			return out, false, nil
+		default:
+			return nil, false, fmt.Errorf("%w: %s: %s %s", ErrRead, stream, status, m.Header.Get("Description"))
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: %s: message without a sequence", ErrRead, stream)
+		}
+		out = append(out, Msg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data})
+	}
+}
+
+func pending(m *nats.Msg) uint64 {
+	n, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+	return n
+}
+
+// APIPrefix is js's JetStream API prefix, without the trailing dot.
+func APIPrefix(js jetstream.JetStream) string {
+	p := strings.TrimSuffix(js.Options().APIPrefix, ".")
+	if p == "" {
+		return jetstream.DefaultAPIPrefix[:len(jetstream.DefaultAPIPrefix)-1]
+	}
+	return p
+}
+
+// JetStream returns a JetStream handle on nc for its account: the plain API
+// in toolwire's system account (or a server without accounts), and the
+// prefix events.ImportedJSAPI in an account without JetStream of its own,
+// which imports its reads from the system account (a producer's). It asks
+// the server for the account's JetStream once, bounded by ctx and the
+// default API timeout.
+func JetStream(ctx context.Context, nc *nats.Conn) (jetstream.JetStream, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	_, err = js.AccountInfo(ctx)
+	switch {
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return jetstream.NewWithAPIPrefix(nc, events.ImportedJSAPI)
+	case err != nil && !errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return js, nil
+}

@@ -1,0 +1,72 @@
+package direct_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
+	"github.com/toolwire/toolwire/pkg/jetstream/direct"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestBatch: a filter's messages come in order, in batches of at most n,
+// with whether more are stored; past the last, nothing and no error.
+func TestBatch(t *testing.T) {
+	env := eventstest.Start(t)
+	ctx := t.Context()
+	_, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "D", Subjects: []string{"d.>"}, AllowDirect: true})
+	require.NoError(t, err)
+	const total = direct.MaxBatch + 44
+	for i := range total {
+		_, err := env.JS.Publish(ctx, fmt.Sprintf("d.a.%d", i), fmt.Appendf(nil, "%d", i))
+		require.NoError(t, err)
+		_, err = env.JS.Publish(ctx, "d.b", nil) // not in the filter
+		require.NoError(t, err)
+	}
+	var got []string
+	from, batches := uint64(0), 0
+	for {
+		msgs, more, err := direct.Batch(ctx, env.JS, "D", "d.a.>", from, 0)
+		require.NoError(t, err)
+		batches++
+		require.LessOrEqual(t, len(msgs), direct.MaxBatch)
+		for _, m := range msgs {
+			require.Greater(t, m.Sequence, from)
+			got = append(got, string(m.Data))
+			require.Equal(t, "d.a."+string(m.Data), m.Subject)
+			from = m.Sequence
+		}
+		from++
+		if !more {
+			break
+		}
+	}
+	require.Equal(t, 2, batches)
+	require.Len(t, got, total)
+	for i, v := range got {
+		require.Equal(t, fmt.Sprint(i), v)
+	}
+	msgs, more, err := direct.Batch(ctx, env.JS, "D", "d.a.>", from, 10)
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+	require.False(t, more)
+	msgs, _, err = direct.Batch(ctx, env.JS, "D", "d.none", 1, 10)
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+
+	_, _, err = direct.Batch(ctx, env.JS, "MISSING", "d.>", 1, 10)
+	require.ErrorIs(t, err, direct.ErrRead)
+}
+
+// TestJetStream: on a server without accounts the plain API is used.
+func TestJetStream(t *testing.T) {
+	env := eventstest.Start(t)
+	js, err := direct.JetStream(t.Context(), env.JS.Conn())
+	require.NoError(t, err)
+	require.Equal(t, "$JS.API", direct.APIPrefix(js))
+}
