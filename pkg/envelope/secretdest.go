@@ -172,7 +172,8 @@ func ParseSecretDestination(s string) (SecretDestination, error) {
 }
 
 // checkDNSName checks a lower-case host name: labels of 1 to 63 letters,
-// digits and '-', neither first nor last, at most 253 bytes in all.
+// digits, '_' (which internal names hold) and '-' (neither first nor last),
+// at most 253 bytes in all.
 func checkDNSName(name string) error {
 	if name == "" {
 		return fmt.Errorf("no host")
@@ -189,11 +190,11 @@ func checkDNSName(name string) error {
 		}
 		for i := 0; i < len(label); i++ {
 			c := label[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 				if c >= 0x80 {
 					return fmt.Errorf("host %q is not ASCII: write an internationalised name in its xn-- form", truncateForError(name))
 				}
-				return fmt.Errorf("host %q: a label holds letters, digits and '-' only", truncateForError(name))
+				return fmt.Errorf("host %q: a label holds letters, digits, '_' and '-' only", truncateForError(name))
 			}
 		}
 	}
