@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 
@@ -85,9 +86,15 @@ func OriginOf(u *url.URL) (envelope.Origin, error) {
 		return o, nil
 	}
 	name := strings.TrimSuffix(host, ".")
+	if name == "" || strings.HasPrefix(name, ".") || strings.Contains(name, "..") || strings.HasSuffix(name, ".") {
+		return o, fmt.Errorf("host %q has an empty label", host)
+	}
 	if isASCII(name) {
 		o.Host = strings.ToLower(name)
 		return o, nil
+	}
+	if !utf8.ValidString(name) {
+		return o, fmt.Errorf("host %q is not valid UTF-8", host)
 	}
 	dialled, err := idna.Lookup.ToASCII(name)
 	if err != nil {
@@ -100,7 +107,10 @@ func OriginOf(u *url.URL) (envelope.Origin, error) {
 	if err != nil || !strings.EqualFold(dialled, named) {
 		return o, fmt.Errorf("host %q is dialled as %q but named %q in the Host header: write it in lower case, or in ASCII", host, dialled, named)
 	}
-	o.Host = strings.ToLower(strings.TrimSuffix(dialled, "."))
+	o.Host = strings.ToLower(dialled)
+	if strings.HasPrefix(o.Host, ".") || strings.Contains(o.Host, "..") || strings.HasSuffix(o.Host, ".") {
+		return o, fmt.Errorf("host %q has an empty label", host)
+	}
 	return o, nil
 }
 

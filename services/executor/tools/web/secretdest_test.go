@@ -245,6 +245,10 @@ func TestOriginOf(t *testing.T) {
 		{url: "https://bücher.example./", want: envelope.Origin{Scheme: "https", Host: "xn--bcher-kva.example", Port: "443"}},
 		{url: "https://BÜCHER.example/", err: `dialled as "xn--bcher-kva.example" but named "xn--BCHER-2pa.example" in the Host header`},
 		{url: "https://ｅｘａｍｐｌｅ.com/", err: `dialled as "example.com" but named "xn--`},
+		{url: "http://example.com../", err: "has an empty label"},
+		{url: "http://a..example.com/", err: "has an empty label"},
+		{url: "http://ν..example/", err: "has an empty label"},
+		{url: "http://ν.\x98.example/", err: "not valid UTF-8"},
 		{url: "ftp://example.com/", err: "is not http or https"},
 		{url: "http://1.2.3.4.5/", err: "at most four parts"},
 		{url: "http://a\u200d\u0301.example/", err: "not a valid internationalised name"},
@@ -262,4 +266,64 @@ func TestOriginOf(t *testing.T) {
 			require.Equal(t, tt.want, o)
 		})
 	}
+}
+
+// TestEndpointBindings: an http tool's secrets are bound to its endpoint's
+// scheme, host and port, in the headers its config sends them in.
+func TestEndpointBindings(t *testing.T) {
+	u, err := url.Parse("https://API.example.com./v1/weather")
+	require.NoError(t, err)
+	headers := []SecretHeader{
+		{Name: "Authorization", Secrets: []string{"WEATHER_KEY"}},
+		{Name: "X-Tenant-Key", Secrets: []string{"WEATHER_KEY", "TENANT"}},
+	}
+	b, err := EndpointBindings(u, headers)
+	require.NoError(t, err)
+	require.Equal(t, map[string]envelope.SecretBinding{
+		"WEATHER_KEY": {Hosts: []string{"https://api.example.com:443"}, Headers: []string{"Authorization", "X-Tenant-Key"}},
+		"TENANT":      {Hosts: []string{"https://api.example.com:443"}, Headers: []string{"X-Tenant-Key"}},
+	}, b)
+	require.NoError(t, checkSecretDestinations(u, headers, b))
+	for _, raw := range []string{"https://api.example.com/other", "https://api.example.com:443/"} {
+		other, err := url.Parse(raw)
+		require.NoError(t, err)
+		require.NoError(t, checkSecretDestinations(other, headers, b), raw)
+	}
+	for _, raw := range []string{"http://api.example.com/", "https://api.example.com:8443/", "https://example.com/"} {
+		other, err := url.Parse(raw)
+		require.NoError(t, err)
+		require.Error(t, checkSecretDestinations(other, headers, b), raw)
+	}
+	require.Error(t, checkSecretDestinations(u, []SecretHeader{{Name: "X-Other", Secrets: []string{"TENANT"}}}, b), "another header")
+}
+
+// FuzzOriginOf: the origin of any URL a web tool accepts is normalised (no
+// upper case, no trailing dot, a port), and a destination written from it
+// is read back as the same origin: the call's side and the binding's side
+// normalise alike.
+func FuzzOriginOf(f *testing.F) {
+	for _, s := range []string{
+		"https://api.example.com/x", "HTTP://API.Example.COM.:080", "http://0x7f000001/", "https://[FD00:0::7]:8443/",
+		"https://bücher.example./", "https://ｅｘａｍｐｌｅ.com/", "http://a.b.c.d.e/", "http://127.1:1", "https://xn--bcher-kva.example",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := CheckURL(s)
+		if err != nil {
+			return
+		}
+		o, err := OriginOf(u)
+		if err != nil {
+			return
+		}
+		require.Equal(t, strings.ToLower(o.Host), o.Host)
+		require.False(t, strings.HasSuffix(o.Host, "."), "host %q", o.Host)
+		require.NotEmpty(t, o.Port)
+		d, err := envelope.ParseSecretDestination(o.String())
+		if err != nil {
+			return // a host a binding cannot name (an IPv4-mapped address, a character outside LDH and '_')
+		}
+		require.True(t, d.Matches(o), "%q: origin %v, destination %v", s, o, d)
+	})
 }
