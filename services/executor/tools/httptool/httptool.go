@@ -39,6 +39,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
@@ -71,6 +72,12 @@ func (r *Runner) Tool(def *envelope.ToolDefinition) (toolapi.Tool, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(cfg.SecretHeaders) > 0 {
+		// Its secrets are bound to its endpoint, which must have an origin.
+		if _, err := web.OriginOf(u); err != nil {
+			return nil, fmt.Errorf("url %q: %w: its secrets cannot be bound to it", cfg.URL, err)
+		}
+	}
 	return &endpoint{r: r, def: *def, cfg: cfg, url: u}, nil
 }
 
@@ -93,7 +100,7 @@ func (e *endpoint) Execute(ctx context.Context, input json.RawMessage, tc toolap
 	// The endpoint is the binding of every secret the config sends.
 	bindings, err := web.EndpointBindings(e.url, secretNames)
 	if err != nil {
-		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
+		return nil, envelope.NewToolError(envelope.CodePolicyDenied, "%s: %v: its secrets are sent nowhere", name, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, e.cfg.MethodOrDefault(), e.url.String(), bytes.NewReader(input))
 	if err != nil {

@@ -164,8 +164,12 @@ func checkSecretDestinations(u *url.URL, headers []SecretHeader, bindings map[st
 
 // EndpointBindings binds each secret of headers to u, the endpoint of an
 // http tool, in the headers that carry it: an http tool's secrets go to
-// its endpoint alone.
+// its endpoint alone. An error says that u's destination cannot be
+// normalised (OriginOf), so no secret may go there.
 func EndpointBindings(u *url.URL, headers []SecretHeader) (map[string]envelope.SecretBinding, error) {
+	if len(headers) == 0 {
+		return nil, nil
+	}
 	o, err := OriginOf(u)
 	if err != nil {
 		return nil, err

@@ -295,6 +295,12 @@ func TestEndpointBindings(t *testing.T) {
 		require.Error(t, checkSecretDestinations(other, headers, b), raw)
 	}
 	require.Error(t, checkSecretDestinations(u, []SecretHeader{{Name: "X-Other", Secrets: []string{"TENANT"}}}, b), "another header")
+
+	none, err := EndpointBindings(&url.URL{Scheme: "https", Host: "a..b"}, nil)
+	require.NoError(t, err, "an endpoint that sends no secret needs no origin")
+	require.Nil(t, none)
+	_, err = EndpointBindings(&url.URL{Scheme: "https", Host: "a..b"}, headers)
+	require.ErrorContains(t, err, "has an empty label")
 }
 
 // FuzzOriginOf: the origin of any URL a web tool accepts is normalised (no
