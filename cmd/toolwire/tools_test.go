@@ -159,3 +159,50 @@ func TestToolsCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "weather@1.0.0 is now active\n", out)
 }
+
+const githubGetYAML = `# a version of http_get that may send GITHUB_TOKEN to api.github.com alone
+name: http_get
+version: 1.0.0-github
+input_schema: {type: object}
+metadata: {category: api, side_effects: reads, cache: none}
+implementation: {kind: builtin, config: {builtin: http_get}}
+required_secrets: [GITHUB_TOKEN]
+secret_destinations:
+  GITHUB_TOKEN:
+    hosts: [api.github.com, "*.githubusercontent.com"]
+    headers: [Authorization]
+`
+
+// TestToolsRegisterSecretDestinations: a web tool version binds its secret
+// to destinations in YAML; a bad destination is refused with its reason.
+func TestToolsRegisterSecretDestinations(t *testing.T) {
+	env := eventstest.Start(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "github.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(githubGetYAML), 0o600))
+	out, err := cli(t, env.URL, "", "tools", "register", file)
+	require.NoError(t, err, out)
+	require.Equal(t, "registered http_get@1.0.0-github (active)\n", out)
+	reg, err := registry.Open(t.Context(), env.JS)
+	require.NoError(t, err)
+	e, err := reg.Get(t.Context(), envelope.ToolRef{Name: "http_get", Version: "1.0.0-github"})
+	require.NoError(t, err)
+	require.Equal(t, map[string]envelope.SecretBinding{"GITHUB_TOKEN": {
+		Hosts: []string{"api.github.com", "*.githubusercontent.com"}, Headers: []string{"Authorization"}}}, e.Definition.SecretDestinations)
+
+	for _, tc := range []struct{ from, to, err string }{
+		{`api.github.com,`, `"https://api.github.com@evil.net",`, "at /secret_destinations/GITHUB_TOKEN/hosts/0"},
+		{`api.github.com,`, `"https://api.github.com/v3",`, "at /secret_destinations/GITHUB_TOKEN/hosts/0"},
+		{`"*.githubusercontent.com"`, `"*.com"`, `secret_destinations.GITHUB_TOKEN.hosts[1]: destination "*.com": *.com would match every name under a top-level domain`},
+		{`api.github.com,`, `"ftp://api.github.com",`, "at /secret_destinations/GITHUB_TOKEN/hosts/0"},
+		{`api.github.com,`, `"api.github.com:99999",`, `secret_destinations.GITHUB_TOKEN.hosts[0]: destination "api.github.com:99999": port "99999" is not a number from 1 to 65535`},
+		{`headers: [Authorization]`, `headers: []`, "at /secret_destinations/GITHUB_TOKEN/headers"},
+		{`  GITHUB_TOKEN:`, `  GIST_TOKEN:`, "secret_destinations.GIST_TOKEN: the secret GIST_TOKEN is not listed in required_secrets"},
+	} {
+		bad := filepath.Join(dir, "bad.yaml")
+		require.NoError(t, os.WriteFile(bad, []byte(strings.Replace(githubGetYAML, tc.from, tc.to, 1)), 0o600))
+		_, err := cli(t, env.URL, "", "tools", "register", bad)
+		require.ErrorIs(t, err, envelope.ErrInvalidTool, tc.to)
+		require.ErrorContains(t, err, tc.err)
+	}
+}

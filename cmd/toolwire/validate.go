@@ -33,7 +33,10 @@ a compile-time check of a workflow:
                      whose side effects are above the agent's ceiling, or that needs
                      scopes the policy does not grant (its calls would be denied); a
                      tool whose queue no live worker serves (its calls would fail
-                     with PROVIDER_ERROR after the guard's queue wait).`,
+                     with PROVIDER_ERROR after the guard's queue wait); a version
+                     of a web tool (http_get, http_request) that declares secrets
+                     without secret_destinations (its calls that send them would
+                     be denied).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, err := readJSONOrYAML(args[0], cmd.InOrStdin())
@@ -153,6 +156,41 @@ func checkAgent(a envelope.Agent, lookup func(envelope.ToolRef) (registry.Entry,
 			f.Warnings = append(f.Warnings, fmt.Sprintf("tool %s needs scopes the policy does not grant (%s): its calls will be denied",
 				ref, strings.Join(missing, ", ")))
 		}
+		if unbound := unboundWebSecrets(&d); len(unbound) > 0 {
+			f.Warnings = append(f.Warnings, fmt.Sprintf("tool %s is a web tool that declares %s with no secret_destinations: "+
+				"a call that sends them will be denied (docs/tools.md, Secrets by name)", ref, strings.Join(unbound, ", ")))
+		}
 	}
 	return f
+}
+
+// webToolBuiltins are the builtins that send secrets by name in a call's
+// secret_headers, only where the definition binds them
+// (services/executor/tools/web/http_request.go).
+var webToolBuiltins = []string{"http_get", "http_request"}
+
+// unboundWebSecrets lists the secrets a version of a web tool declares
+// without binding them to destinations: stored before bindings existed,
+// they are sent nowhere.
+func unboundWebSecrets(d *envelope.ToolDefinition) []string {
+	if d.Implementation.Kind != envelope.ImplBuiltin || len(d.RequiredSecrets) == 0 {
+		return nil
+	}
+	key := d.Name
+	var c struct {
+		Builtin string `json:"builtin"`
+	}
+	if len(d.Implementation.Config) > 0 && json.Unmarshal(d.Implementation.Config, &c) == nil && c.Builtin != "" {
+		key = c.Builtin
+	}
+	if !slices.Contains(webToolBuiltins, key) {
+		return nil
+	}
+	var out []string
+	for _, name := range d.RequiredSecrets {
+		if _, ok := d.SecretDestinations[name]; !ok {
+			out = append(out, name)
+		}
+	}
+	return out
 }

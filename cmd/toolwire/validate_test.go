@@ -82,6 +82,19 @@ func TestValidateCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ok: agent researcher, 2 enabled tools\n", out)
 
+	// A version of a web tool that declares a secret and binds only one of
+	// two: its calls that send the other would be denied.
+	github := envelope.ToolDefinition{Name: "http_get", Version: "1.0.0-github", InputSchema: json.RawMessage(`{"type":"object"}`),
+		Metadata:           envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsReads, Cache: envelope.CacheNone},
+		Implementation:     envelope.Implementation{Kind: envelope.ImplBuiltin, Config: json.RawMessage(`{"builtin":"http_get"}`)},
+		RequiredSecrets:    []string{"GITHUB_TOKEN", "GIST_TOKEN"},
+		SecretDestinations: map[string]envelope.SecretBinding{"GITHUB_TOKEN": {Hosts: []string{"api.github.com"}, Headers: []string{"Authorization"}}}}
+	require.NoError(t, reg.Put(t.Context(), registry.Entry{Definition: github}))
+	out, err = cli(t, env.URL, "", "validate", write("web.json", agent(`"http_get@1.0.0-github"`, "")))
+	require.NoError(t, err)
+	require.Equal(t, "warning: tool http_get@1.0.0-github is a web tool that declares GIST_TOKEN with no secret_destinations: "+
+		"a call that sends them will be denied (docs/tools.md, Secrets by name)\n", out)
+
 	// A whole run request, in YAML, with --json.
 	yml := `run_id: r1
 tenant: {org_id: acme}

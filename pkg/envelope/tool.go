@@ -105,6 +105,12 @@ type ToolDefinition struct {
 	// each for the call's tenant (user, then workspace, then org scope) into
 	// ToolContext.Auth; a missing one fails the call with AUTH_REQUIRED.
 	RequiredSecrets []string `json:"required_secrets,omitempty"`
+	// SecretDestinations binds secrets of RequiredSecrets to where they may
+	// be sent: a web tool (a version of http_request or http_get) sends a
+	// secret only to the hosts, and in the headers, of its binding, and
+	// refuses a secret that has none with POLICY_DENIED. An http tool has
+	// none: its secrets go to its endpoint alone.
+	SecretDestinations map[string]SecretBinding `json:"secret_destinations,omitempty"`
 	// RequiredScopes are the scopes a run must be granted (Policy.Scopes) to
 	// call the tool; the Policy Guard refuses the call otherwise.
 	RequiredScopes []string `json:"required_scopes,omitempty"`
@@ -210,6 +216,7 @@ func (d *ToolDefinition) Validate() error {
 		}
 	}
 	problems = append(problems, validateRequirements(d.RequiredSecrets, d.RequiredScopes)...)
+	problems = append(problems, secretBindingProblems(d)...)
 	if d.Queue != "" {
 		if err := ValidateQueue(d.Queue); err != nil {
 			problems = append(problems, err.Error())

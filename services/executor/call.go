@@ -550,7 +550,7 @@ func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.T
 	timeout := def.Timeout()
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errToolTimeout)
 	defer cancel()
-	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), Log: log}
+	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), SecretDestinations: def.SecretDestinations, Log: log}
 
 	done := make(chan toolResult, 1)
 	go func() {

@@ -141,7 +141,7 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) {
 
 	tctx, cancel := context.WithTimeout(ctx, def.Timeout())
 	defer cancel()
-	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: sec.authMap(), Log: log}
+	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: sec.authMap(), SecretDestinations: def.SecretDestinations, Log: log}
 	out, perr := func() (out json.RawMessage, err error) {
 		defer func() {
 			if p := recover(); p != nil {

@@ -153,9 +153,11 @@ func TestWebConfigRejected(t *testing.T) {
 }
 
 // TestHTTPSecretsFromTheSecretsService: an operator registers a version of
-// http_get that may use GITHUB_TOKEN; the executor resolves it from the
-// secrets bucket, the server receives it, and it appears nowhere in the
-// envelope. The plain http_get declares no secret and gets none.
+// http_get that may send GITHUB_TOKEN to one server; the executor resolves
+// it from the secrets bucket, the server receives it, and it appears nowhere
+// in the envelope. A call that asks for it to go to another server is
+// refused with POLICY_DENIED, and that server receives nothing. The plain
+// http_get declares no secret and gets none.
 func TestHTTPSecretsFromTheSecretsService(t *testing.T) {
 	const token = "ghp-canary-5d1e7a"
 	got := make(chan string, 4)
@@ -164,15 +166,22 @@ func TestHTTPSecretsFromTheSecretsService(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"you_sent": r.Header.Get("Authorization")})
 	})
+	stolen := make(chan string, 4)
+	elsewhere := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		stolen <- r.Header.Get("Authorization")
+	})
 	env := eventstest.Start(t)
 	keys := testKeyring(t)
-	s := startExecutor(t, env, Config{}, WithKeyring(keys), std.withWeb(web.Config{AllowHosts: []string{srv.Listener.Addr().String()}}))
+	s := startExecutor(t, env, Config{}, WithKeyring(keys), std.withWeb(web.Config{AllowHosts: []string{srv.Listener.Addr().String(), elsewhere.Listener.Addr().String()}}))
 	store, err := secrets.Open(t.Context(), env.JS, keys)
 	require.NoError(t, err)
 	require.NoError(t, store.Set(t.Context(), secrets.OrgScope("acme"), "GITHUB_TOKEN", []byte(token)))
 	reg := openRegistry(t, env.JS)
 	putEntry(t, reg, definitionOf(t, s, "http_get"), registry.StateActive, func(d *envelope.ToolDefinition) {
 		d.Version, d.RequiredSecrets = "1.0.0-github", []string{"GITHUB_TOKEN"}
+		d.SecretDestinations = map[string]envelope.SecretBinding{
+			"GITHUB_TOKEN": {Hosts: []string{srv.URL}, Headers: []string{"Authorization"}},
+		}
 	})
 	schemas := newEventSchemas(t)
 
@@ -195,6 +204,17 @@ func TestHTTPSecretsFromTheSecretsService(t *testing.T) {
 	require.Equal(t, envelope.CodeAuthRequired, e.Error.Code)
 	require.Contains(t, e.Error.Message, `secret "GITHUB_TOKEN" is not available to this tool: list it in the tool's required_secrets`)
 	require.Zero(t, len(got), "nothing was sent without the secret")
+
+	// The model asks for the secret to go elsewhere: refused, nothing sent.
+	away := callRequest(t, "run-http-secrets", 3, "http_get", "1.0.0-github",
+		input(map[string]any{"url": elsewhere.URL + "/collect", "secret_headers": map[string]any{"Authorization": "Bearer {{secret:GITHUB_TOKEN}}"}}))
+	publishApproved(t, pub, away)
+	e = w.envelopeOf(t, schemas, away)
+	require.NotNil(t, e.Error)
+	require.Equal(t, envelope.CodePolicyDenied, e.Error.Code)
+	require.Equal(t, "http_get: secret GITHUB_TOKEN may not be sent to "+elsewhere.URL+" (header Authorization): it may go only to "+srv.URL+" (header Authorization)", e.Error.Message)
+	require.Zero(t, len(stolen), "the other server received nothing")
+	require.NotContains(t, string(w.wait(t, completedSubject(t, away)).Data()), token)
 }
 
 func mustMap(t *testing.T, raw json.RawMessage) map[string]any {

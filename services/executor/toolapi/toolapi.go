@@ -51,6 +51,11 @@ type Context struct {
 	CallID   string
 	// Auth holds the secrets resolved for this tool; never logged or traced.
 	Auth map[string]string
+	// SecretDestinations are the bindings of the registry entry being run
+	// (envelope.ToolDefinition.SecretDestinations): where each secret of
+	// Auth may be sent. A web tool sends a secret nowhere else, and a secret
+	// without a binding nowhere at all. Read-only.
+	SecretDestinations map[string]envelope.SecretBinding
 	// Log is the call's logger, scrubbed of the values in Auth; nil means
 	// the tool does not log.
 	Log *slog.Logger

@@ -17,7 +17,9 @@
 //   - the config's headers, and its secret headers with each
 //     {{secret:NAME}} replaced by the secret resolved for the call's tenant
 //     (the definition's required_secrets, which the executor resolves into
-//     toolapi.Context.Auth);
+//     toolapi.Context.Auth), bound to the endpoint: the client checks that
+//     they go to its scheme, host and port in those headers alone
+//     (web.EndpointBindings);
 //   - Idempotency-Key: <run_id>.<call_id> when the tool's side_effects is
 //     writes (envelope.IdempotencyKey; the executor runs such a call at most
 //     once, and the key lets the endpoint recognise a request it has already
@@ -37,6 +39,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
@@ -69,6 +72,12 @@ func (r *Runner) Tool(def *envelope.ToolDefinition) (toolapi.Tool, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(cfg.SecretHeaders) > 0 {
+		// Its secrets are bound to its endpoint, which must have an origin.
+		if _, err := web.OriginOf(u); err != nil {
+			return nil, fmt.Errorf("url %q: %w: its secrets cannot be bound to it", cfg.URL, err)
+		}
+	}
 	return &endpoint{r: r, def: *def, cfg: cfg, url: u}, nil
 }
 
@@ -88,6 +97,11 @@ func (e *endpoint) Execute(ctx context.Context, input json.RawMessage, tc toolap
 	if te != nil {
 		return nil, te
 	}
+	// The endpoint is the binding of every secret the config sends.
+	bindings, err := web.EndpointBindings(e.url, secretNames)
+	if err != nil {
+		return nil, envelope.NewToolError(envelope.CodePolicyDenied, "%s: %v: its secrets are sent nowhere", name, err)
+	}
 	req, err := http.NewRequestWithContext(ctx, e.cfg.MethodOrDefault(), e.url.String(), bytes.NewReader(input))
 	if err != nil {
 		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
@@ -105,7 +119,7 @@ func (e *endpoint) Execute(ctx context.Context, input json.RawMessage, tc toolap
 	}
 	// The pipeline scrubs every secret value from the output and the error
 	// (message and details) before anyone sees them: no redaction here.
-	resp, body, truncated, err := e.r.web.Do(web.Request{Tool: name, HTTP: req, SecretHeaders: secretNames, NoRedirects: true})
+	resp, body, truncated, err := e.r.web.Do(web.Request{Tool: name, HTTP: req, SecretHeaders: secretNames, Bindings: bindings, NoRedirects: true})
 	if err != nil {
 		return nil, err
 	}

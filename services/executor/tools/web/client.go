@@ -147,16 +147,23 @@ type Request struct {
 	Tool string
 	// HTTP is the request; its context bounds it, body included.
 	HTTP *http.Request
-	// SecretHeaders name the headers that carry secrets: they are dropped
+	// SecretHeaders are the headers that carry secrets (BuildHeaders). Each
+	// goes only where Bindings lets every secret it holds go, and is dropped
 	// when a redirect leaves the first request's scheme, host and port.
-	SecretHeaders []string
+	SecretHeaders []SecretHeader
+	// Bindings say where each secret may be sent: a secret header whose
+	// secret has no binding, or whose binding names neither the request's
+	// destination nor the header, refuses the request with POLICY_DENIED
+	// before anything is sent (secretdest.go).
+	Bindings map[string]envelope.SecretBinding
 	// NoRedirects returns a redirect response as it is, unfollowed.
 	NoRedirects bool
 }
 
-// client returns an http.Client for r. Headers named in r.SecretHeaders are
+// client returns an http.Client for r. The headers of r.SecretHeaders are
 // dropped when a redirect leaves the first request's scheme, host and port,
-// so a secret never follows a redirect elsewhere.
+// so a secret never follows a redirect elsewhere; those a hop keeps are
+// checked against r.Bindings again before it is sent.
 func (c *Client) client(r Request) *http.Client {
 	return &http.Client{
 		Transport: c.transport,
@@ -167,13 +174,13 @@ func (c *Client) client(r Request) *http.Client {
 			if len(via) > c.cfg.MaxRedirects {
 				return &tooManyRedirectsError{max: c.cfg.MaxRedirects}
 			}
-			first := via[0].URL
-			if req.URL.Scheme != first.Scheme || !strings.EqualFold(req.URL.Host, first.Host) {
+			if !sameOrigin(req.URL, via[0].URL) {
 				for _, h := range r.SecretHeaders {
-					req.Header.Del(h)
+					req.Header.Del(h.Name)
 				}
+				return nil
 			}
-			return nil
+			return checkSecretDestinations(req.URL, r.SecretHeaders, r.Bindings)
 		},
 	}
 }
@@ -181,10 +188,14 @@ func (c *Client) client(r Request) *http.Client {
 // Do sends r through the SSRF guard, reads the response's body (at most
 // MaxResponseBytes; truncated says more followed) and closes it. A failure
 // is the tool's error, as classifyTransportError maps it: POLICY_DENIED for
-// a destination the guard refuses, NETWORK_ERROR for DNS and connection
+// a secret header its bindings do not let go to the destination and for a
+// destination the guard refuses, NETWORK_ERROR for DNS and connection
 // failures, and the context's cause when the request's context ended.
 func (c *Client) Do(r Request) (resp *http.Response, body []byte, truncated bool, err error) {
 	req := r.HTTP
+	if err := checkSecretDestinations(req.URL, r.SecretHeaders, r.Bindings); err != nil {
+		return nil, nil, false, classifyTransportError(req.Context(), r.Tool, req.URL, err)
+	}
 	resp, err = c.client(r).Do(req)
 	if err != nil {
 		return nil, nil, false, classifyTransportError(req.Context(), r.Tool, req.URL, err)
@@ -225,6 +236,10 @@ func classifyTransportError(ctx context.Context, tool string, u *url.URL, err er
 	var refused *DestinationRefusedError
 	if errors.As(err, &refused) {
 		return &envelope.ToolError{Code: envelope.CodePolicyDenied, Message: tool + ": " + refused.Error()}
+	}
+	var unbound *SecretRefusedError
+	if errors.As(err, &unbound) {
+		return &envelope.ToolError{Code: envelope.CodePolicyDenied, Message: tool + ": " + unbound.Error()}
 	}
 	var invalid *invalidHostError
 	if errors.As(err, &invalid) {

@@ -30,11 +30,15 @@ import (
 // {{secret:GITHUB_TOKEN}}"} takes the value of GITHUB_TOKEN from the call's
 // toolapi.Context.Auth. The executor fills Auth with the secrets the registry
 // entry lists in required_secrets, so an operator registers a version of
-// http_request (or http_get) that names the secrets it may use, for example
-// http_get@1.0.0-github with required_secrets ["GITHUB_TOKEN"]. A secret that
-// is not in Auth is AUTH_REQUIRED. Secret headers are dropped when a redirect leaves
-// the first URL's scheme, host and port, and any secret value that comes back
-// in the response is replaced by [REDACTED].
+// http_request (or http_get) that names the secrets it may use and where
+// each may go, for example http_get@1.0.0-github with required_secrets
+// ["GITHUB_TOKEN"] and secret_destinations {"GITHUB_TOKEN": {"hosts":
+// ["api.github.com"], "headers": ["Authorization"]}}. A secret that is not in
+// Auth is AUTH_REQUIRED; one sent to a destination or in a header its
+// binding does not name, or that has no binding, is POLICY_DENIED before
+// anything is sent (secretdest.go). Secret headers are dropped when a
+// redirect leaves the first URL's scheme, host and port, and any secret
+// value that comes back in the response is replaced by [REDACTED].
 
 // redacted replaces a secret's value wherever it would be shown.
 const redacted = "[REDACTED]"
@@ -182,7 +186,7 @@ func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc toolapi
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", UserAgent)
 	}
-	resp, raw, truncated, err := t.web.Do(Request{Tool: name, HTTP: req, SecretHeaders: secretNames})
+	resp, raw, truncated, err := t.web.Do(Request{Tool: name, HTTP: req, SecretHeaders: secretNames, Bindings: tc.SecretDestinations})
 	if err != nil {
 		return nil, err
 	}
@@ -201,11 +205,13 @@ func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc toolapi
 }
 
 // BuildHeaders checks a tool's headers (envelope.CheckHeader) and resolves
-// the secret ones from auth. It returns the header, the names of the secret
-// headers (dropped on a redirect elsewhere), and the secret values used
-// (for redaction). A bad header is VALIDATION_ERROR; a secret missing from
-// auth, or whose value cannot be a header, AUTH_REQUIRED.
-func BuildHeaders(tool string, plain, secret map[string]string, auth map[string]string) (http.Header, []string, []string, *envelope.ToolError) {
+// the secret ones from auth. It returns the header, the secret headers with
+// the secrets each holds (for Request.SecretHeaders, which checks them
+// against their bindings and drops them on a redirect elsewhere), and the
+// secret values used (for redaction). A bad header is VALIDATION_ERROR; a
+// secret missing from auth, or whose value cannot be a header,
+// AUTH_REQUIRED.
+func BuildHeaders(tool string, plain, secret map[string]string, auth map[string]string) (http.Header, []SecretHeader, []string, *envelope.ToolError) {
 	if len(plain)+len(secret) > envelope.MaxHTTPHeaders {
 		return nil, nil, nil, envelope.NewToolError(envelope.CodeValidation, "%s: at most %d headers", tool, envelope.MaxHTTPHeaders)
 	}
@@ -221,7 +227,8 @@ func BuildHeaders(tool string, plain, secret map[string]string, auth map[string]
 		}
 		h.Add(k, v)
 	}
-	var names, values []string
+	var names []SecretHeader
+	var values []string
 	for _, k := range slices.Sorted(maps.Keys(secret)) {
 		tmpl := secret[k]
 		if err := envelope.CheckHeader(k, tmpl); err != nil {
@@ -244,7 +251,7 @@ func BuildHeaders(tool string, plain, secret map[string]string, auth map[string]
 			return nil, nil, nil, envelope.NewToolError(envelope.CodeAuthRequired, "%s: the secret in header %s holds a line break or NUL", tool, http.CanonicalHeaderKey(k))
 		}
 		h.Set(k, v)
-		names = append(names, k)
+		names = append(names, SecretHeader{Name: k, Secrets: envelope.SecretRefs(tmpl)})
 	}
 	return h, names, values, nil
 }

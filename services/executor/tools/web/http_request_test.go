@@ -85,9 +85,16 @@ func (c *counted) hostPort() string { return c.Listener.Addr().String() }
 // or its ToolError.
 func runTool(t *testing.T, tl toolapi.Tool, input string, auth map[string]string) (map[string]any, *envelope.ToolError) {
 	t.Helper()
+	return runToolIn(t, tl, input, toolapi.Context{Auth: auth})
+}
+
+// runToolIn is runTool with the call's context (tenant acme).
+func runToolIn(t *testing.T, tl toolapi.Tool, input string, tc toolapi.Context) (map[string]any, *envelope.ToolError) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	out, err := tl.Execute(ctx, json.RawMessage(input), toolapi.Context{TenantID: "acme", Auth: auth})
+	tc.TenantID = "acme"
+	out, err := tl.Execute(ctx, json.RawMessage(input), tc)
 	if err != nil {
 		var te *envelope.ToolError
 		require.ErrorAs(t, err, &te, "a ToolError, got %v", err)
@@ -397,6 +404,17 @@ func TestHTTPSecretHeaders(t *testing.T) {
 	web := newTestClient(t, Config{AllowHosts: []string{srv.hostPort(), other.hostPort()}})
 	tl := httpTool{web: web, getOnly: true, now: time.Now}
 	auth := map[string]string{"API_TOKEN": token, "KEY": "k-123456"}
+	// Both secrets are bound to srv (and only to srv: TestSecretDestinations).
+	bound := toolapi.Context{Auth: auth, SecretDestinations: map[string]envelope.SecretBinding{
+		"API_TOKEN": {Hosts: []string{"http://" + srv.hostPort()}, Headers: []string{"Authorization"}},
+		"KEY":       {Hosts: []string{"http://" + srv.hostPort()}, Headers: []string{"X-Api-Key"}},
+	}}
+	runTool := func(t *testing.T, tl toolapi.Tool, input string, auth map[string]string) (map[string]any, *envelope.ToolError) {
+		t.Helper()
+		tc := bound
+		tc.Auth = auth
+		return runToolIn(t, tl, input, tc)
+	}
 	secretHeaders := map[string]any{"Authorization": "Bearer {{secret:API_TOKEN}}", "X-Api-Key": "{{ secret:KEY }}"}
 
 	out, te := runTool(t, tl, input(map[string]any{"url": srv.URL + "/echo", "secret_headers": secretHeaders}), auth)

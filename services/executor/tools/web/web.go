@@ -4,9 +4,13 @@
 // link-local, metadata and other special-purpose addresses after DNS
 // resolution, on every connection (guard.go): a refusal is POLICY_DENIED and
 // nothing is sent. Config.AllowHosts (TOOLWIRE_HTTP_ALLOW_HOSTS) names the
-// host[:port]s an operator trusts. The tools of kind http (package httptool)
-// send their requests through the same client (Client.Do), with the same
-// header checks (BuildHeaders) and status mapping (StatusError).
+// host[:port]s an operator trusts. A secret a call's secret_headers names
+// goes only to the hosts, and in the headers, that the registry entry's
+// secret_destinations bind it to; anything else is POLICY_DENIED and nothing
+// is sent (secretdest.go). The tools of kind http (package httptool) send
+// their requests through the same client (Client.Do), with the same header
+// checks (BuildHeaders), their secrets bound to their endpoint
+// (EndpointBindings), and the same status mapping (StatusError).
 package web
 
 import (
