@@ -278,19 +278,3 @@ func CallOf(ctx context.Context) Call {
 	}
 	return Call{Log: slog.New(slog.DiscardHandler)}
 }
-
-// adapter is a Tool as the executor's pipeline runs it.
-type adapter struct{ t *Tool }
-
-func (a adapter) Definition() envelope.ToolDefinition { return a.t.def }
-
-func (a adapter) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
-	log := tc.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	ctx = context.WithValue(ctx, callKey{}, Call{
-		TenantID: tc.TenantID, RunID: tc.RunID, CallID: tc.CallID, Secrets: tc.Auth, Log: log,
-	})
-	return a.t.run(ctx, input)
-}

@@ -12,16 +12,14 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service"
-	"github.com/toolwire/toolwire/services/executor"
-	"github.com/toolwire/toolwire/services/executor/toolapi"
 )
 
 // Name is the service name of a worker: its logs' "service", its spans'
@@ -48,11 +46,24 @@ type Config struct {
 	Logger  *slog.Logger
 	Metrics prometheus.Registerer
 	Tracer  trace.TracerProvider
-	// Executor adjusts the call pipeline's settings after the environment's
-	// (a keyring, output limits, concurrency); the queues and the tools are
-	// the worker's.
-	Executor []executor.Option
+	// ID names the worker process in the executors' records (its
+	// heartbeats, the outcome of a call it stopped during); default
+	// TOOLWIRE_WORKER_ID, else <hostname>-<pid>.
+	ID string
+	// Concurrency bounds the calls the worker runs at once, over all its
+	// queues; default DefaultConcurrency. The executor bounds what it hands
+	// out too (TOOLWIRE_EXECUTOR_CONCURRENCY).
+	Concurrency int
+	// Heartbeat is how often the worker announces itself on each queue;
+	// default DefaultHeartbeat.
+	Heartbeat time.Duration
 }
+
+// Defaults of Config.
+const (
+	DefaultConcurrency = 16
+	DefaultHeartbeat   = 5 * time.Second
+)
 
 // Worker serves a set of tools on their queues. Run it (its own process) or
 // Start and Stop it (inside a process that has a JetStream connection).
@@ -61,7 +72,7 @@ type Worker struct {
 	tools []*Tool
 
 	mu  sync.Mutex
-	svc *executor.Service // set by Start
+	srv *server // set by Start
 }
 
 // New returns a worker that serves tools. Problems with the tools or cfg are
@@ -162,35 +173,35 @@ func (w *Worker) Main() {
 	}
 }
 
-// Start registers the tools and starts serving their calls on js, a
-// connection to a JetStream where toolwire's streams and buckets exist (a
-// `toolwire dev`, package stack, a provisioned cluster). ctx bounds the start
-// only. A worker starts once; Stop drains it.
+// Start registers the tools and starts serving their calls on js's
+// connection, to a NATS where a toolwire executor runs (a `toolwire dev`,
+// package stack, a cluster). ctx bounds the start only. A worker starts
+// once; Stop drains it.
 func (w *Worker) Start(ctx context.Context, js jetstream.JetStream) error {
 	if js == nil {
 		return errors.New("worker: no JetStream connection")
 	}
 	c := &component{w: w, d: service.Deps{
 		Common: service.Common{Name: Name},
-		JS:     js, Log: w.cfg.Logger, Tracer: w.cfg.Tracer, Metrics: w.cfg.Metrics, Getenv: w.cfg.Getenv,
+		Conn:   js.Conn(), JS: js, Log: w.cfg.Logger, Tracer: w.cfg.Tracer, Metrics: w.cfg.Metrics, Getenv: w.cfg.Getenv,
 	}}
 	return c.Start(ctx)
 }
 
 // Stop stops taking calls, waits (within ctx) for the calls in flight and
-// releases the worker. Stopping a worker that was not started does nothing.
+// tells the executors it is gone. Stopping a worker that was not started
+// does nothing.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
-	svc := w.svc
+	srv := w.srv
 	w.mu.Unlock()
-	if svc == nil {
+	if srv == nil {
 		return nil
 	}
-	return svc.Stop(ctx)
+	return srv.stop(ctx)
 }
 
-// component is a worker as a service.Component: the executor's pipeline
-// with the worker's queues and tools, after the tools' registration.
+// component is a worker as a service.Component.
 type component struct {
 	w *Worker
 	d service.Deps
@@ -204,43 +215,29 @@ func (c *component) Start(ctx context.Context) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.svc != nil {
+	if w.srv != nil {
 		return errors.New("worker: already started")
 	}
-	reg, err := registry.Open(ctx, c.d.JS)
+	nc := c.d.Conn
+	if nc == nil && c.d.JS != nil {
+		nc = c.d.JS.Conn()
+	}
+	if nc == nil {
+		return errors.New("worker: no NATS connection")
+	}
+	d := c.d.WithDefaults()
+	metrics := w.cfg.Metrics
+	if metrics == nil {
+		metrics = c.d.Metrics // Run's registry, served on /metrics
+	}
+	srv, err := newServer(w, nc, defs, d.Log, metrics)
 	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	log := c.d.WithDefaults().Log
-	// Registered as `toolwire tools register` registers: a version already
-	// there with another definition is refused, never overwritten.
-	var errs []error
-	for _, def := range defs {
-		created, err := reg.Register(ctx, def)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("worker: %w", err))
-			continue
-		}
-		log.Info("tool registered", "tool", def.Ref().String(), "queue", def.Queue, "new", created)
-	}
-	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	tools := make([]toolapi.Tool, 0, len(w.tools))
-	for i, t := range w.tools {
-		cp := *t
-		cp.def = defs[i] // with its queue
-		tools = append(tools, adapter{t: &cp})
+	if err := srv.start(ctx); err != nil {
+		return err
 	}
-	opts := append(slices.Clone(w.cfg.Executor), executor.WithQueues(w.queues(defs)...), executor.WithTools(tools...))
-	svc, err := executor.Build(c.d, opts...)
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	if err := svc.Start(ctx); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	w.svc = svc
+	w.srv = srv
 	return nil
 }
 

@@ -15,7 +15,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
@@ -175,7 +174,9 @@ func TestDeclarationsAreChecked(t *testing.T) {
 // register` refuses, and leaves the registered definition as it was; the
 // same definition registered again is accepted.
 func TestConflictingDefinitionIsRefused(t *testing.T) {
-	env := eventstest.Start(t)
+	env, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir(), Getenv: func(string) string { return "" }})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, env.Stop(context.Background())) })
 	reg, err := registry.Open(t.Context(), env.JS)
 	require.NoError(t, err)
 
@@ -345,6 +346,11 @@ func TestTheBuiltInsPipeline(t *testing.T) {
 		require.Equal(t, "1.0.0", attrs["toolwire.tool.version"])
 		require.NotEmpty(t, attrs["gen_ai.tool.call.id"])
 	}
-	require.InDelta(t, 1, servicetest.CounterSum(t, reg, "toolwire_executor_tool_calls_total", map[string]string{"tool": "limited@1.0.0", "code": "ok"}), 0)
-	require.InDelta(t, 1, servicetest.CounterSum(t, reg, "toolwire_executor_tool_calls_total", map[string]string{"tool": "limited@1.0.0", "code": "RATE_LIMIT"}), 0)
+	// The executor counts every call; the worker those it ran.
+	pipeline := env.Stack.Metrics
+	require.InDelta(t, 1, servicetest.CounterSum(t, pipeline, "toolwire_executor_tool_calls_total", map[string]string{"tool": "limited@1.0.0", "code": "ok"}), 0)
+	require.InDelta(t, 1, servicetest.CounterSum(t, pipeline, "toolwire_executor_tool_calls_total", map[string]string{"tool": "limited@1.0.0", "code": "RATE_LIMIT"}), 0)
+	require.InDelta(t, 1, servicetest.CounterSum(t, reg, "toolwire_worker_tool_calls_total", map[string]string{"tool": "limited@1.0.0", "code": "ok"}), 0)
+	require.InDelta(t, 0, servicetest.CounterSum(t, reg, "toolwire_worker_tool_calls_total", map[string]string{"tool": "limited@1.0.0", "code": "RATE_LIMIT"}), 0,
+		"the rate-limited call never reached the worker")
 }

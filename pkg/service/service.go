@@ -44,6 +44,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 	"github.com/toolwire/toolwire/pkg/jetstream/direct"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
@@ -157,6 +158,8 @@ func (c Common) NATSOptions() ([]nats.Option, error) {
 	if prefix == "" && (c.NATSSeedFile != "" || c.NATSCredsFile != "") {
 		if r, ok := identity.ForService(c.Name); ok {
 			prefix = r.InboxPrefix()
+		} else if c.Name == "worker" {
+			prefix = identity.WorkerInboxPrefix
 		}
 	}
 	var opts []nats.Option
@@ -384,10 +387,15 @@ func Run(ctx context.Context, name, defaultHTTPAddr string, getenv func(string) 
 		return err
 	}
 	defer func() { err = errors.Join(err, nc.Drain()) }()
-	if err := provision.ProvisionRetrying(startCtx, js, cfg.StoreConfig(), func(attempt int, err error) {
-		log.Warn("provisioning: JetStream not ready, retrying", "attempt", attempt, "err", err)
-	}); err != nil {
-		return err
+	// An account without JetStream of its own (a producer's, a worker's)
+	// has nothing to provision, and no JetStream to be ready on.
+	imported := direct.APIPrefix(js) == events.ImportedJSAPI
+	if !imported {
+		if err := provision.ProvisionRetrying(startCtx, js, cfg.StoreConfig(), func(attempt int, err error) {
+			log.Warn("provisioning: JetStream not ready, retrying", "attempt", attempt, "err", err)
+		}); err != nil {
+			return err
+		}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -396,7 +404,7 @@ func Run(ctx context.Context, name, defaultHTTPAddr string, getenv func(string) 
 	if err != nil {
 		return err
 	}
-	probes := &Probes{}
+	probes := &Probes{NoJetStream: imported}
 	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: probes.Handler(reg, nc, api), ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -436,7 +444,12 @@ func Run(ctx context.Context, name, defaultHTTPAddr string, getenv func(string) 
 }
 
 // Probes serves /healthz, /readyz and /metrics.
-type Probes struct{ ready atomic.Bool }
+type Probes struct {
+	// NoJetStream: the service's account has no JetStream of its own (a
+	// worker's), so readiness does not ask JetStream.
+	NoJetStream bool
+	ready       atomic.Bool
+}
 
 // SetReady flips readiness.
 func (p *Probes) SetReady(v bool) { p.ready.Store(v) }
@@ -449,7 +462,7 @@ func (p *Probes) Handler(g prometheus.Gatherer, nc *nats.Conn, api http.Handler)
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	var jsc *jetStreamCheck
-	if nc != nil {
+	if nc != nil && !p.NoJetStream {
 		if js, err := jetstream.New(nc); err == nil {
 			jsc = &jetStreamCheck{js: js}
 		}

@@ -73,6 +73,7 @@ type Service struct {
 	// Set by Start, before the consumer and the preview server run.
 	reg      *registry.Registry
 	catalog  *registry.Catalog
+	workers  *workerQueues // the worker queues it consumes (workers.go)
 	calls    jetstream.Stream
 	cache    *toolCache
 	limiter  *rateLimiter
@@ -242,6 +243,12 @@ func (s *Service) Start(ctx context.Context) error {
 			return err
 		}
 		s.OnStop(beats.end)
+		// The workers' requests, and the queues of the workers alive now.
+		stopWorkers, err := s.serveWorkers(ctx, life)
+		if err != nil {
+			return err
+		}
+		s.OnStopFunc(stopWorkers)
 		s.Log.Info("executor started", "id", s.cfg.ID, "queues", s.cfg.Queues, "concurrency", s.cfg.Concurrency, "tools", len(s.defs))
 		return nil
 	})

@@ -33,6 +33,10 @@ func (s *Service) toolFor(def *envelope.ToolDefinition) (toolapi.Tool, *envelope
 		return nil, envelope.NewToolError(envelope.CodeUnknown, "tool %s cannot run in this executor: %v", ref, err)
 	}
 	t, ok := s.tools[key]
+	if !ok && def.Queue != "" && !s.ownQueue(def.Queue) {
+		// A worker's Go tool: its worker runs it (workers.go).
+		return workerTool{s: s, def: *def, queue: def.Queue}, nil
+	}
 	if !ok {
 		return nil, envelope.NewToolError(envelope.CodeUnknown, "tool %s: builtin %q is not available in this executor", ref, key)
 	}

@@ -112,8 +112,9 @@ func StartWith(t testing.TB, o Options, cfg worker.Config, tools ...*worker.Tool
 	if cfg.Logger == nil {
 		cfg.Logger = log.With("service", worker.Name)
 	}
-	// A master key of the test's own, given to every executor and to the
-	// worker, so that SetSecret works as `toolwire secrets set` does.
+	// A master key of the test's own, given to every executor (which hands
+	// the worker its tools' secrets with each call), so that SetSecret
+	// works as `toolwire secrets set` does.
 	keys, err := secrets.GenerateKey("test")
 	if err != nil {
 		t.Fatalf("workertest: %v", err)
@@ -123,7 +124,6 @@ func StartWith(t testing.TB, o Options, cfg worker.Config, tools ...*worker.Tool
 		t.Fatalf("workertest: %v", err)
 	}
 	o.Stack.ExecutorOptions = append([]executor.Option{executor.WithKeyring(keyring)}, o.Stack.ExecutorOptions...)
-	cfg.Executor = append([]executor.Option{executor.WithKeyring(keyring)}, cfg.Executor...)
 	w := worker.New(cfg, tools...)
 	defs, err := w.Definitions()
 	if err != nil {

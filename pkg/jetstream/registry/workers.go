@@ -40,6 +40,9 @@ type Worker struct {
 	// SeenAt + TTL.
 	SeenAt time.Time     `json:"seen_at"`
 	TTL    time.Duration `json:"ttl"`
+	// Remote: a worker process (package worker), which the executors hand
+	// its queue's calls to; otherwise an executor running them in process.
+	Remote bool `json:"remote,omitempty"`
 }
 
 // Bounds of a heartbeat.
@@ -294,3 +297,24 @@ func (w *Workers) Wait(ctx context.Context, queues []string, bound time.Duration
 
 // Stop ends the watch. It is idempotent.
 func (w *Workers) Stop() { w.watch.Stop() }
+
+// WorkerLive reports whether the instance's heartbeat on queue still holds
+// at now.
+func WorkerLive(ctx context.Context, js jetstream.JetStream, queue, instance string, now time.Time) (bool, error) {
+	kv, err := js.KeyValue(ctx, provision.BucketWorkers)
+	if err != nil {
+		return false, fmt.Errorf("open worker heartbeats: %w", err)
+	}
+	e, err := kv.Get(ctx, WorkerKey(queue, instance))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("worker heartbeat %s: %w", WorkerKey(queue, instance), err)
+	}
+	w, err := decodeWorker(e.Value())
+	if err != nil {
+		return false, nil //nolint:nilerr // a heartbeat that does not decode holds nothing
+	}
+	return w.LiveAt(now), nil
+}

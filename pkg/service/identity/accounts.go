@@ -1,9 +1,11 @@
 package identity
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
@@ -61,13 +63,16 @@ type Import struct {
 	Batch bool
 }
 
-// Account is a NATS account: its users and what it imports.
+// Account is a NATS account: its users, what it imports from the system
+// account, and the services it offers the system account (a worker's
+// queues' calls, which the executors request).
 type Account struct {
 	Name      string
 	Doc       string
 	JetStream bool
 	Users     []User
 	Imports   []Import
+	Exports   []string
 }
 
 // producerReads are the streams a producer reads, by direct gets.
@@ -124,6 +129,14 @@ func (k *Keys) Accounts() []Account {
 		}
 	}
 	out := []Account{sys, prod}
+	for _, w := range k.Workers() {
+		out = append(out, Account{
+			Name: WorkerAccount(w), Imports: w.imports(), Exports: w.exports(),
+			Doc: "worker " + w.String() + ": answers the calls of its queues the executors hand it, registers its tools and announces itself there; no JetStream",
+			Users: []User{{Doc: "worker " + w.String() + ": serves queues " + strings.Join(w.Queues, ", "),
+				PublicKey: k.WorkerPublic(w), Permissions: w.Permissions()}},
+		})
+	}
 	for _, t := range k.Tenants() {
 		imports, err := tenantImports(t)
 		if err != nil {
@@ -202,6 +215,25 @@ func (k *Keys) ServerConfig() string {
 				b.WriteString(" }\n")
 			}
 			b.WriteString("    ]\n")
+			var from []string
+			for _, o := range accs {
+				for _, e := range o.Exports {
+					from = append(from, fmt.Sprintf("      { service: { account: %q, subject: %q } }\n", o.Name, e))
+				}
+			}
+			if len(from) > 0 {
+				b.WriteString("    imports: [\n" + strings.Join(from, "") + "    ]\n")
+			}
+		}
+		if len(a.Exports) > 0 {
+			b.WriteString("    exports: [\n")
+			for _, e := range a.Exports {
+				// An accepted, then the result, within a worker tool's
+				// timeout (pkg/events/worker.go).
+				fmt.Fprintf(&b, "      { service: %q, accounts: [%q], response_type: \"stream\", response_threshold: %q }\n",
+					e, SystemAccount, events.MaxWorkerTimeout.String())
+			}
+			b.WriteString("    ]\n")
 		}
 		if len(a.Imports) > 0 {
 			b.WriteString("    imports: [\n")
@@ -235,7 +267,7 @@ func writeUser(b *strings.Builder, u User) {
 	}
 	fmt.Fprintf(b, "          subscribe: { allow: %s }\n", quoted(p.Subscribe, "            "))
 	if p.Responses {
-		b.WriteString("          allow_responses: { max: 1, expires: \"1m\" }\n")
+		fmt.Fprintf(b, "          allow_responses: { max: %d, expires: %q }\n", max(p.MaxResponses, 1), cmp.Or(p.ResponsesFor, time.Minute).String())
 	}
 	b.WriteString("        }\n      }\n")
 }

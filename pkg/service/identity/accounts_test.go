@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -228,4 +230,109 @@ func TestAnswersInTheSystemAccountCanBeRedirected(t *testing.T) {
 		require.NoError(c, err)
 		require.Contains(c, string(m.Data), events.StreamRuns, "the PubAck, stored as a decision")
 	}, wait, 10*time.Millisecond)
+}
+
+// connectWorker connects as the worker identity w.
+func connectWorker(t *testing.T, s *server.Server, keys *identity.Keys, w identity.Worker) *conn {
+	t.Helper()
+	opts, err := identity.WorkerConnectOptions(keys.WorkerSeedFile(w))
+	require.NoError(t, err)
+	return dial(t, s, identity.Role("worker "+w.String()), opts)
+}
+
+// TestWorkerAccount: a worker's identity reaches the executors' worker
+// requests of its own queues and answers its own queues' calls, nothing
+// else: no event, no bucket, no JetStream API, no other queue; and what the
+// executor answers it cannot be redirected into a stream.
+func TestWorkerAccount(t *testing.T) {
+	keys, err := identity.LoadOrCreate(t.TempDir())
+	require.NoError(t, err)
+	billing, err := identity.ParseWorker("billing")
+	require.NoError(t, err)
+	reports, err := identity.ParseWorker("reports+exports")
+	require.NoError(t, err)
+	require.Equal(t, []string{"exports", "reports"}, reports.Queues)
+	require.NoError(t, keys.AddWorker(billing))
+	require.NoError(t, keys.AddWorker(reports))
+	overlap, err := identity.ParseWorker("billing+other")
+	require.NoError(t, err)
+	require.ErrorIs(t, keys.AddWorker(overlap), identity.ErrWorker, "a queue belongs to one worker identity")
+	for _, bad := range []string{"", "default", "a+a", "Upper", "a.b", "a+*"} {
+		_, err := identity.ParseWorker(bad)
+		require.ErrorIs(t, err, identity.ErrWorker, bad)
+	}
+	again, err := identity.LoadOrCreate(keys.Dir)
+	require.NoError(t, err)
+	require.Equal(t, []identity.Worker{billing, reports}, again.Workers())
+
+	s, keys := serveWith(t, keys)
+	op := connectAs(t, s, keys, identity.Operator)
+	exe := connectAs(t, s, keys, identity.Executor)
+	// The executor answers the workers' requests, as services/executor does.
+	_, err = exe.nc.QueueSubscribe(events.SubjectsWorkerRPC, events.QueueWorkerRPC, func(m *nats.Msg) { _ = m.Respond([]byte(`{}`)) })
+	require.NoError(t, err)
+	require.NoError(t, exe.nc.Flush())
+
+	c := connectWorker(t, s, keys, billing)
+	api := events.ImportedJSAPI
+	const call = "0123456789abcdef"
+	cases := []struct{ subject, want string }{
+		{"toolwire.rpc.worker.billing.register", "allowed"},
+		{"toolwire.rpc.worker.billing.beat", "allowed"},
+		{"$JS.API.INFO", "allowed"}, // its own account answers: no JetStream
+		{"toolwire.rpc.worker.reports.register", "denied"},
+		{"toolwire.rpc.worker.default.register", "denied"},
+		{"toolwire.call.r1." + call + ".completed", "denied"},
+		{"toolwire.call.r1." + call + ".started", "denied"},
+		{"toolwire.call.r1." + call + ".decided", "denied"},
+		{"toolwire.run.r1.requested", "denied"},
+		{"toolwire.intake.acme._.r1", "denied"},
+		{"toolwire.worker.billing.call", "denied"},
+		{"$KV." + provision.BucketTools + ".echo.1.0.0", "denied"},
+		{"$KV." + provision.BucketWorkers + ".billing.x", "denied"},
+		{"$JS.API.CONSUMER.MSG.NEXT." + events.StreamCalls + ".executor-billing", "denied"},
+		{"$JS.API.CONSUMER.MSG.NEXT." + events.StreamCalls + ".executor", "denied"},
+		{"$JS.API.CONSUMER.CREATE." + events.StreamCalls, "denied"},
+		{"$JS.API.DIRECT.GET.KV_" + provision.BucketSecrets + ".$KV.toolwire_secrets.x", "denied"},
+		{"$JS.API.STREAM.PURGE.OBJ_" + provision.ObjectBlobs, "denied"},
+		{"$O." + provision.ObjectBlobs + ".C.x", "denied"},
+		{api + ".DIRECT.GET." + events.StreamCalls, "denied"},
+	}
+	for _, tc := range cases {
+		require.Equal(t, tc.want, c.publish(t, tc.subject), "worker publishing %s", tc.subject)
+	}
+	for _, sub := range []string{"toolwire.worker.reports.call", "toolwire.worker.*.call", "toolwire.call.>", ">", "_INBOX_executor.>", "$KV.>"} {
+		require.Equal(t, "denied", c.subscribe(t, op, sub, "toolwire.x"), "worker subscribing %s", sub)
+	}
+
+	// The executor's calls reach the worker of their queue, and its answer
+	// comes back; another queue's worker never sees them.
+	_, err = c.nc.QueueSubscribe("toolwire.worker.billing.*", events.QueueWorkerCalls, func(m *nats.Msg) { _ = m.Respond([]byte(`{"output":{}}`)) })
+	require.NoError(t, err)
+	require.NoError(t, c.nc.Flush())
+	r := connectWorker(t, s, keys, reports)
+	seen := make(chan string, 4)
+	_, err = r.nc.Subscribe("toolwire.worker.reports.*", func(m *nats.Msg) { seen <- m.Subject; _ = m.Respond([]byte(`{"output":{}}`)) })
+	require.NoError(t, err)
+	require.NoError(t, r.nc.Flush())
+	m, err := exe.nc.Request("toolwire.worker.billing.call", []byte(`{}`), wait)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"output":{}}`, string(m.Data))
+	_, err = exe.nc.Request("toolwire.worker.reports.call", []byte(`{}`), wait)
+	require.NoError(t, err)
+	require.Equal(t, "toolwire.worker.reports.call", <-seen)
+	_, err = exe.nc.Request("toolwire.worker.nobody.call", []byte(`{}`), time.Second)
+	require.ErrorIs(t, err, nats.ErrNoResponders, "no worker identity serves that queue")
+
+	// The answers to the worker's requests stay in its account.
+	ojs, err := jetstream.New(op.nc)
+	require.NoError(t, err)
+	before := counts(t, ojs)
+	for _, reply := range protected(call) {
+		require.NoError(t, c.nc.PublishRequest("toolwire.rpc.worker.billing.beat", reply, []byte(`{}`)))
+	}
+	require.NoError(t, c.nc.Flush())
+	_, err = c.nc.Request("toolwire.rpc.worker.billing.beat", []byte(`{}`), wait)
+	require.NoError(t, err)
+	require.Equal(t, before, counts(t, ojs), "nothing stored under a redirected reply subject")
 }

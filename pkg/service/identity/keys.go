@@ -25,7 +25,8 @@ var ErrSeedFile = errors.New("unusable nkey seed file")
 type Keys struct {
 	Dir     string
 	public  map[Role]string
-	tenants map[Tenant]string // producers limited to one tenant (tenant.go)
+	tenants map[Tenant]string    // producers limited to one tenant (tenant.go)
+	workers map[string]workerKey // worker identities by queues (workers.go)
 }
 
 // LoadOrCreate reads every role's seed from dir, creating the folder (mode
@@ -36,7 +37,7 @@ func LoadOrCreate(dir string) (*Keys, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("identities: %w", err)
 	}
-	k := &Keys{Dir: dir, public: map[Role]string{}, tenants: map[Tenant]string{}}
+	k := &Keys{Dir: dir, public: map[Role]string{}, tenants: map[Tenant]string{}, workers: map[string]workerKey{}}
 	for _, r := range Roles() {
 		path := SeedFile(dir, r)
 		pub, err := PublicKey(path)
@@ -49,6 +50,9 @@ func LoadOrCreate(dir string) (*Keys, error) {
 		k.public[r] = pub
 	}
 	if err := k.loadTenants(); err != nil {
+		return nil, err
+	}
+	if err := k.loadWorkers(); err != nil {
 		return nil, err
 	}
 	return k, nil

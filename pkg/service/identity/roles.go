@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
@@ -26,8 +27,8 @@ import (
 // Role is one kind of NATS client of toolwire.
 type Role string
 
-// The roles. Workers (the worker package) run the executor's pipeline and
-// connect as Executor.
+// The roles. Workers (the worker package) are not a role: each has an
+// identity of its own (workers.go).
 const (
 	Orchestrator Role = "orchestrator"
 	Policy       Role = "policy"
@@ -60,11 +61,9 @@ func Parse(s string) (Role, error) {
 }
 
 // ForService is the role a service binary connects as: its own name for the
-// five services, Executor for a worker; false for anything else.
+// five services; false for anything else (a worker has an identity of its
+// own: Worker).
 func ForService(name string) (Role, bool) {
-	if name == "worker" {
-		return Executor, true
-	}
 	r, err := Parse(name)
 	return r, err == nil && r != Operator && r != Producer
 }
@@ -89,8 +88,11 @@ type Permissions struct {
 	PublishDeny []string
 	// Responses: the role answers requests (core NATS request/reply) on a
 	// subject it subscribes to; the server lets it publish one reply to
-	// each request's reply subject.
-	Responses bool
+	// each request's reply subject (MaxResponses when set), within a
+	// minute (ResponsesFor when set).
+	Responses    bool
+	MaxResponses int
+	ResponsesFor time.Duration
 }
 
 // Doc says what the role is, for the docs and the server config.
@@ -101,7 +103,7 @@ func (r Role) Doc() string {
 	case Policy:
 		return "the Policy Guard: consumes turns and decisions; publishes approved calls, approval requests and POLICY_DENIED completions"
 	case Executor:
-		return "the executor and every worker: consumes approved calls; publishes started and completed calls, sandbox jobs, and the heartbeats of the queues it serves"
+		return "the executor: consumes approved calls (a worker's queue's too, handing each to the worker); publishes started and completed calls, sandbox jobs, and the heartbeats of the queues it serves and of the workers; registers the workers' tools"
 	case Sandbox:
 		return "consumes sandbox jobs, publishes their results"
 	case Recorder:
@@ -157,9 +159,12 @@ func (r Role) Permissions() Permissions {
 		// the sandbox service's own durable consumer.
 		p.Publish = append(p.Publish, "$JS.API.CONSUMER.DELETE."+events.StreamSandbox+".>")
 		p.PublishDeny = append(p.PublishDeny, "$JS.API.CONSUMER.DELETE."+events.StreamSandbox+"."+SandboxDurable)
-		// The guard's preview requests; the executor answers each once.
-		p.Subscribe = append(p.Subscribe, events.SubjectPreview)
+		// The guard's preview requests and the workers' requests (about their
+		// queues: register, beat, leave); the executor answers each once.
+		p.Subscribe = append(p.Subscribe, events.SubjectPreview, events.SubjectsWorkerRPC)
 		p.Responses = true
+		// The calls it hands workers (pkg/events/worker.go).
+		p.Publish = append(p.Publish, events.Prefix+".worker.*.*")
 		return p
 	case Sandbox:
 		return r.service(
