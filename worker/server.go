@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
