@@ -75,18 +75,36 @@ func (s *Service) handleIntake(ctx context.Context, d *consume.Delivery) error {
 	if done, err := settled(); done {
 		return err
 	}
-	m, err := events.Encode(subj, d.Event)
+	// The request's id is the run's, whatever its producer called it: the
+	// id is the Nats-Msg-Id the runs stream dedupes on and the key the
+	// recorder stores it by, and a producer's choice there could be one of
+	// another run's events (its request, a turn, an envelope), which would
+	// then be dropped as this one's duplicate.
+	e := d.Event.Clone()
+	e.SetID(events.RunRequestedID(in.RunID))
+	m, err := events.Encode(subj, &e)
 	if err != nil {
 		return refuse(err)
 	}
 	events.InjectHop(ctx, m.Header)
 	// Only if the run has no request yet: two tenants handing in one run id
 	// at once get one run, whose tenant the other learns below.
-	_, err = s.JS.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
-	if !publish.WrongLastSequence(err) {
+	ack, err := s.JS.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+	switch {
+	case err == nil && !ack.Duplicate:
+		return nil
+	case err != nil && !publish.WrongLastSequence(err):
 		return err
 	}
+	// Refused, or dropped as the duplicate of a request of this run stored
+	// before: whose it is decides.
 	if done, err := settled(); done {
+		return err
+	}
+	if err == nil {
+		err = fmt.Errorf("orchestrator: intake %s: the runs stream dropped the request as a duplicate of %s, which is not the run's request",
+			d.Subject, events.RunRequestedID(in.RunID))
+		s.Log.Warn("intake not handed over", "subject", d.Subject, "run_id", in.RunID, "err", err)
 		return err
 	}
 	return fmt.Errorf("orchestrator: intake %s: the run's request was there and is gone", d.Subject)
