@@ -34,6 +34,7 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 	runContractExtras(t, newStore)
 	runGateContract(t, newStore)
 	runIDContract(t, newStore)
+	runApprovalContract(t, newStore)
 	runTokenContract(t, newStore)
 	t.Run("RecordsACompletedRun", func(t *testing.T) {
 		s := newStore(t)
