@@ -605,14 +605,11 @@ func callViewOf(runID string, c store.ToolCall, asked *time.Time, evs []store.Ev
 			dec := str("decision")
 			step.Label = "decision: " + dec
 			step.Class = map[string]string{"approve": "ok", "deny": "bad", "revise": "warn"}[dec]
-			what := decisions[e.ID]
+			what := decisions[e.ID] // applied, ignored: why, received
 			if strings.HasPrefix(what, "ignored") {
 				step.Class = "muted"
 			}
-			if what != "" {
-				step.Label += " (" + what + ")"
-			}
-			step.Detail = strings.Join(nonEmpty(by(str("by")), str("note")), " — ")
+			step.Detail = strings.Join(nonEmpty(by(str("by")), str("note"), what), " — ")
 		default:
 			step.Label, step.Class = strings.TrimPrefix(strings.TrimSuffix(e.Type, ".v1"), "dev.toolwire."), "muted"
 		}

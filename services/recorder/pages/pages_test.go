@@ -118,8 +118,11 @@ func TestTimelineShowsTheDecisionApplied(t *testing.T) {
 			h.publish(fx.Events...)
 			state := map[events.DecisionKind]string{events.DecisionApprove: "approved", events.DecisionDeny: "denied"}[c.first]
 			run := h.page("/runs/page-approval", http.StatusOK)
-			for _, want := range []string{c.badge, "decision: " + string(c.first) + " (applied)",
-				"decision: " + string(c.late) + " (ignored: the call was already " + state + " by " + storetest.FirstDecider + ")"} {
+			for _, want := range []string{c.badge,
+				"decision: " + string(c.first) + ` <span class="muted">by ` + storetest.FirstDecider,
+				"— applied</span>",
+				"decision: " + string(c.late) + ` <span class="muted">by ` + storetest.LateDecider,
+				"— ignored: the call was already " + state + " by " + storetest.FirstDecider + "</span>"} {
 				require.Contains(t, run, want)
 			}
 			for _, bad := range []string{"approved", "denied"} {
