@@ -102,10 +102,12 @@ func (s *Service) handleIntake(ctx context.Context, d *consume.Delivery) error {
 		return err
 	}
 	if err == nil {
-		err = fmt.Errorf("orchestrator: intake %s: the runs stream dropped the request as a duplicate of %s, which is not the run's request",
-			d.Subject, events.RunRequestedID(in.RunID))
-		s.Log.Warn("intake not handed over", "subject", d.Subject, "run_id", in.RunID, "err", err)
-		return err
+		// Another message of the runs stream had the request's id as its
+		// Nats-Msg-Id (only a producer trusted with every tenant publishes
+		// there with ids of its own): the request is not stored, and is
+		// not until the stream's duplicate window has passed.
+		return refuse(fmt.Errorf("the runs stream dropped it as the duplicate of another message under Nats-Msg-Id %s, which is not the run's request (replay this dead letter after the stream's duplicate window)",
+			events.RunRequestedID(in.RunID)))
 	}
 	return fmt.Errorf("orchestrator: intake %s: the run's request was there and is gone", d.Subject)
 }

@@ -672,6 +672,19 @@ func TestIntakeIDsAreTheRuns(t *testing.T) {
 		require.Equal(t, events.RunRequestedID(runID), m.Header.Get(events.HeaderMsgID))
 		require.Equal(t, events.RunRequestedID(runID), m.Header.Get("ce-id"))
 	}
+	// A message of the runs stream under the Nats-Msg-Id of a run's request
+	// that is not that request (a producer trusted with every tenant may
+	// publish one): the intake it drops is dead-lettered, with the reason.
+	squat, err := events.NewRunStatus("/toolwire/test", events.RunStatus{RunID: "col-y", Status: events.StatusStarted}, "", events.RunTrace{})
+	require.NoError(t, err)
+	squat.MsgID = events.RunRequestedID("col-z")
+	require.NoError(t, h.Pub.Publish(ctx, squat))
+	dropped := orchestratortest.Scripted(t, "col-z", nil, envelope.Policy{}, script)
+	dropped.Tenant = globex
+	intake(ctx, t, h, globex, dropped)
+	dl := deadLetter(ctx, t, h, "toolwire.intake.globex.w.col-z")
+	require.Contains(t, dl.Error, "dropped it as the duplicate of another message under Nats-Msg-Id col-z/requested")
+
 	// globex's runs: handed over, and ended.
 	for _, runID := range []string{"col-b1", "col-b2"} {
 		req := orchestratortest.Scripted(t, runID, nil, envelope.Policy{}, script)
