@@ -12,7 +12,10 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,7 +78,10 @@ func (c *Client) Submit(ctx context.Context, req envelope.RunRequest) error {
 	if err != nil {
 		return fmt.Errorf("run %s: a request is stored already, and cannot be read: %w", req.RunID, err)
 	}
-	if m.Header.Get(events.HeaderMsgID) == out.Event.ID() {
+	// Every request of a run has the run's id (events.RunRequestedID), so
+	// the id alone does not say that the stored request is this one: its
+	// data does.
+	if m.Header.Get(events.HeaderMsgID) == out.Event.ID() && bytes.Equal(m.Data, out.Event.Data()) {
 		return nil
 	}
 	return fmt.Errorf("%w: run %s was requested by another request (%s)", ErrRunExists, req.RunID, m.Header.Get(events.HeaderMsgID))
@@ -109,7 +115,27 @@ func (c *Client) SubmitToIntake(ctx context.Context, req envelope.RunRequest) er
 	if err != nil {
 		return err
 	}
+	// The intake stream dedupes on the Nats-Msg-Id, which every producer
+	// chooses: one that another tenant can guess (its subject, say) could be
+	// taken by that tenant first, and this request dropped as its duplicate.
+	// A nonce of this call makes it unguessable; the publisher's retries
+	// reuse it, and a request handed in twice is one run all the same (the
+	// orchestrator hands over one request per run id).
+	nonce, err := intakeNonce()
+	if err != nil {
+		return err
+	}
+	out.MsgID += "/" + nonce
 	return c.pub.Publish(ctx, out)
+}
+
+// intakeNonce is 128 random bits in hex.
+func intakeNonce() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("intake: a nonce for the Nats-Msg-Id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // Event is one event of a run, decoded.

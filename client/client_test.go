@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,6 +174,49 @@ func TestSubmitOneRequestPerRunID(t *testing.T) {
 	err = c.Submit(ctx, req)
 	require.ErrorIs(t, err, client.ErrRunExists)
 	require.ErrorContains(t, err, "someone-else")
+}
+
+// A request whose stored twin differs is another request, though both
+// have the run's id: Submit refuses it.
+func TestSubmitRefusesAnotherRequestOfTheRunsID(t *testing.T) {
+	env := eventstest.Start(t)
+	c := client.New(env.JS, "/test/client")
+	ctx := t.Context()
+	req := request("client-twin")
+	require.NoError(t, c.Submit(ctx, req))
+	other := req
+	other.Messages = []envelope.Message{{Role: envelope.RoleUser, Content: "something else"}}
+	require.ErrorIs(t, c.Submit(ctx, other), client.ErrRunExists)
+}
+
+// TestSubmitToIntakeCannotBeSquatted (issue 29): every producer chooses the
+// Nats-Msg-Id of what it hands in, and the intake stream dedupes on it
+// across tenants. A tenant that hands in its own request under the
+// Nats-Msg-Id another tenant's request would have had (its subject) does
+// not make the other's a duplicate: SubmitToIntake adds a nonce.
+func TestSubmitToIntakeCannotBeSquatted(t *testing.T) {
+	env := eventstest.Start(t)
+	c := client.New(env.JS, "/test/client")
+	ctx := t.Context()
+	victim := request("intake-victim")
+	victim.Tenant = envelope.Tenant{OrgID: "globex"}
+	victimSubject, err := events.IntakeSubject(victim.Tenant, victim.RunID)
+	require.NoError(t, err)
+
+	squat := request("intake-squat")
+	squat.Tenant = envelope.Tenant{OrgID: "acme"}
+	out, err := events.NewRunIntake("/test/acme", squat, events.RunTrace{})
+	require.NoError(t, err)
+	out.MsgID = victimSubject
+	require.NoError(t, publish.NewPublisher(env.JS).Publish(ctx, out))
+
+	require.NoError(t, c.SubmitToIntake(ctx, victim))
+	intake, err := env.JS.Stream(ctx, events.StreamIntake)
+	require.NoError(t, err)
+	m, err := intake.GetLastMsgForSubject(ctx, victimSubject)
+	require.NoError(t, err, "the victim's request is stored")
+	require.Equal(t, events.RunRequestedID(victim.RunID), m.Header.Get("ce-id"))
+	require.True(t, strings.HasPrefix(m.Header.Get(events.HeaderMsgID), victimSubject+"/"), m.Header.Get(events.HeaderMsgID))
 }
 
 // TestFollowDeliversEveryCallEventBeforeTheEnd: Follow reads the runs and the

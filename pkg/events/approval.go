@@ -146,15 +146,22 @@ func NewApprovalRequired(source string, a ApprovalRequest, trace RunTrace) (Outg
 }
 
 // NewDecided builds an operator's decision on a call. Its id is
-// "<run_id>/<call_id>/decided": JetStream keeps the first decision published
-// for a call and drops any other within its duplicate window, and the guard
-// applies only the first it sees.
+// "<run_id>/<call_id>/decided/<decision>": the same decision published
+// twice is one (JetStream drops the second within its duplicate window),
+// while an opposite one is an event of its own, which the guard ignores
+// (it applies only the first decision it takes) and the recorder keeps,
+// so that the call's audit shows it as ignored.
 func NewDecided(source string, d Decision, tenant envelope.Tenant, trace RunTrace) (Outgoing, error) {
 	if err := d.Validate(); err != nil {
 		return Outgoing{}, err
 	}
-	return buildCall(TypeCallDecided, "call", "decided",
+	out, err := buildCall(TypeCallDecided, "call", "decided",
 		Attrs{Source: source, RunID: d.RunID, CallID: d.CallID, TenantID: tenant.ID(), Trace: trace}, d)
+	if err != nil {
+		return Outgoing{}, err
+	}
+	out.Event.SetID(out.Event.ID() + "/" + string(d.Decision))
+	return out, nil
 }
 
 // ApprovalState is the state of an ApprovalRecord.

@@ -130,14 +130,14 @@ func buildCall(typ, kind string, verb Verb, a Attrs, data any) (Outgoing, error)
 	return Build(typ, id, subj, a, data)
 }
 
-// NewRunRequested builds a run request event. Its id is "<run_id>/requested",
-// so a request published twice is one request.
+// NewRunRequested builds a run request event. Its id is RunRequestedID, so
+// a request published twice is one request.
 func NewRunRequested(source string, req envelope.RunRequest, trace RunTrace) (Outgoing, error) {
 	subj, err := RunSubject(req.RunID, "requested")
 	if err != nil {
 		return Outgoing{}, err
 	}
-	return Build(TypeRunRequested, req.RunID+"/requested", subj,
+	return Build(TypeRunRequested, RunRequestedID(req.RunID), subj,
 		Attrs{Source: source, RunID: req.RunID, TenantID: req.Tenant.ID(), Trace: trace}, req)
 }
 
@@ -183,6 +183,13 @@ func NewTurnCompleted(source string, t Turn, trace RunTrace) (Outgoing, error) {
 	return Build(TypeTurnCompleted, TurnEventID(t.RunID, t.Iteration), subj,
 		Attrs{Source: source, RunID: t.RunID, TenantID: t.Tenant.ID(), Trace: trace}, t)
 }
+
+// RunRequestedID is the id of run runID's request, "<run_id>/requested":
+// derived from the run, never a producer's choice. The orchestrator gives
+// it to every request it hands over from the intake (whatever id its
+// producer gave it), so that the id, which is also the Nats-Msg-Id the runs
+// stream dedupes on, can never be one of another run's events.
+func RunRequestedID(runID string) string { return runID + "/requested" }
 
 // TurnEventID is the id of turn n's event.
 func TurnEventID(runID string, n int) string { return runID + "/turn/" + strconv.Itoa(n) }

@@ -168,7 +168,7 @@ func allConstructors(t testing.TB) []constructed {
 		constructed{"approval required", must(events.NewApprovalRequired(src, fixtureApprovalRequest(), runTrace)),
 			events.TypeCallApprovalRequired, runID + "/" + callID + "/approval_required", call + ".approval_required", callID, new(events.ApprovalRequest)},
 		constructed{"decided", must(events.NewDecided(src, events.Decision{RunID: runID, CallID: callID, Decision: events.DecisionRevise, Note: "search the French sources", By: "ops@acme"}, tenant, runTrace)),
-			events.TypeCallDecided, runID + "/" + callID + "/decided", call + ".decided", callID, new(events.Decision)},
+			events.TypeCallDecided, runID + "/" + callID + "/decided/revise", call + ".decided", callID, new(events.Decision)},
 	)
 	return cs
 }

@@ -132,7 +132,11 @@ func (in IntakeOf) Check(req envelope.RunRequest) error {
 
 // NewRunIntake builds a run request on its tenant's intake subject: the
 // event NewRunRequested builds, with the same id, and the subject as its
-// Nats-Msg-Id.
+// Nats-Msg-Id. Any producer may choose any Nats-Msg-Id on its own intake
+// subjects, one that names another tenant's subject too: a publisher that
+// must not be dropped as the duplicate of such a message adds a nonce of
+// its own (client.SubmitToIntake does). The id is no producer's to choose:
+// the orchestrator hands every request over with RunRequestedID.
 func NewRunIntake(source string, req envelope.RunRequest, trace RunTrace) (Outgoing, error) {
 	out, err := NewRunRequested(source, req, trace)
 	if err != nil {

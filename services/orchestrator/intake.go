@@ -75,19 +75,39 @@ func (s *Service) handleIntake(ctx context.Context, d *consume.Delivery) error {
 	if done, err := settled(); done {
 		return err
 	}
-	m, err := events.Encode(subj, d.Event)
+	// The request's id is the run's, whatever its producer called it: the
+	// id is the Nats-Msg-Id the runs stream dedupes on and the key the
+	// recorder stores it by, and a producer's choice there could be one of
+	// another run's events (its request, a turn, an envelope), which would
+	// then be dropped as this one's duplicate.
+	e := d.Event.Clone()
+	e.SetID(events.RunRequestedID(in.RunID))
+	m, err := events.Encode(subj, &e)
 	if err != nil {
 		return refuse(err)
 	}
 	events.InjectHop(ctx, m.Header)
 	// Only if the run has no request yet: two tenants handing in one run id
 	// at once get one run, whose tenant the other learns below.
-	_, err = s.JS.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
-	if !publish.WrongLastSequence(err) {
+	ack, err := s.JS.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+	switch {
+	case err == nil && !ack.Duplicate:
+		return nil
+	case err != nil && !publish.WrongLastSequence(err):
 		return err
 	}
+	// Refused, or dropped as the duplicate of a request of this run stored
+	// before: whose it is decides.
 	if done, err := settled(); done {
 		return err
+	}
+	if err == nil {
+		// Another message of the runs stream had the request's id as its
+		// Nats-Msg-Id (only a producer trusted with every tenant publishes
+		// there with ids of its own): the request is not stored, and is
+		// not until the stream's duplicate window has passed.
+		return refuse(fmt.Errorf("the runs stream dropped it as the duplicate of another message under Nats-Msg-Id %s, which is not the run's request (replay this dead letter after the stream's duplicate window)",
+			events.RunRequestedID(in.RunID)))
 	}
 	return fmt.Errorf("orchestrator: intake %s: the run's request was there and is gone", d.Subject)
 }

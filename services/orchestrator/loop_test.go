@@ -635,6 +635,70 @@ func TestIntake(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the intake is a work queue")
 }
 
+// TestIntakeIDsAreTheRuns (issue 29): a producer chooses its request's
+// ce-id, and a tenant that learnt another tenant's event ids (they are
+// deterministic) may choose one of those: the request of the other's
+// future run, or its end. The orchestrator hands every request over under
+// its own run's id, so the other tenant's request is handed over and its
+// run ends, and the stored request of the first carries its own run's id.
+func TestIntakeIDsAreTheRuns(t *testing.T) {
+	h := orchestratortest.New(t)
+	h.Start("o1", orchestrator.Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	acme := envelope.Tenant{OrgID: "acme"}
+	globex := envelope.Tenant{OrgID: "globex", WorkspaceID: "w"}
+	script := map[string]any{"content": "done"}
+	runs, err := h.Env.JS.Stream(ctx, events.StreamRuns)
+	require.NoError(t, err)
+
+	// acme's runs, under ids of globex's runs to come.
+	for runID, id := range map[string]string{
+		"col-a1": events.RunRequestedID("col-b1"),
+		"col-a2": "col-b2/completed",
+	} {
+		req := orchestratortest.Scripted(t, runID, nil, envelope.Policy{}, script)
+		req.Tenant = acme
+		out, err := events.NewRunIntake("/toolwire/test", req, events.RunTrace{})
+		require.NoError(t, err)
+		out.Event.SetID(id)
+		out.MsgID += "/1"
+		require.NoError(t, h.Pub.Publish(ctx, out))
+		st, err := h.Wait(ctx, runID)
+		require.NoError(t, err)
+		require.Equal(t, events.StatusCompleted, st.Status, st.Reason)
+		m, err := runs.GetLastMsgForSubject(ctx, "toolwire.run."+runID+".requested")
+		require.NoError(t, err)
+		require.Equal(t, events.RunRequestedID(runID), m.Header.Get(events.HeaderMsgID))
+		require.Equal(t, events.RunRequestedID(runID), m.Header.Get("ce-id"))
+	}
+	// A message of the runs stream under the Nats-Msg-Id of a run's request
+	// that is not that request (a producer trusted with every tenant may
+	// publish one): the intake it drops is dead-lettered, with the reason.
+	squat, err := events.NewRunStatus("/toolwire/test", events.RunStatus{RunID: "col-y", Status: events.StatusStarted}, "", events.RunTrace{})
+	require.NoError(t, err)
+	squat.MsgID = events.RunRequestedID("col-z")
+	require.NoError(t, h.Pub.Publish(ctx, squat))
+	dropped := orchestratortest.Scripted(t, "col-z", nil, envelope.Policy{}, script)
+	dropped.Tenant = globex
+	intake(ctx, t, h, globex, dropped)
+	dl := deadLetter(ctx, t, h, "toolwire.intake.globex.w.col-z")
+	require.Contains(t, dl.Error, "dropped it as the duplicate of another message under Nats-Msg-Id col-z/requested")
+
+	// globex's runs: handed over, and ended.
+	for _, runID := range []string{"col-b1", "col-b2"} {
+		req := orchestratortest.Scripted(t, runID, nil, envelope.Policy{}, script)
+		req.Tenant = globex
+		intake(ctx, t, h, globex, req)
+		st, err := h.Wait(ctx, runID)
+		require.NoError(t, err)
+		require.Equal(t, events.StatusCompleted, st.Status, st.Reason)
+		m, err := runs.GetLastMsgForSubject(ctx, "toolwire.run."+runID+".requested")
+		require.NoError(t, err)
+		require.Equal(t, globex.ID(), m.Header.Get("ce-"+events.ExtTenantID))
+	}
+}
+
 // The envelope of a turn's last call drives the next model call before the
 // run's state records it; when the model then answers, the run's end is
 // published and the state records the envelope with it in one write. A new

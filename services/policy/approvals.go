@@ -350,6 +350,14 @@ const (
 func (s *Service) outcome(rec *events.ApprovalRecord) (events.Outgoing, error) {
 	if rec.State == events.ApprovalApproved && rec.Unserved != "" {
 		env := UnservedEnvelope(&rec.Call, rec.Unserved, s.cfg.QueueWait, derefTime(rec.DecidedAt))
+		// The approval was applied, as a denial's is: its details say so,
+		// for whoever audits the call (the recorder's timeline).
+		if details, ok := env.Error.Details.(map[string]any); ok {
+			details["approval"] = "approve"
+			if rec.Decision != nil && rec.Decision.By != "" {
+				details["by"] = rec.Decision.By
+			}
+		}
 		return events.NewCallCompleted(s.cfg.Source, rec.Call.RunID, env, rec.Call.Tenant, rec.Trace)
 	}
 	if rec.State == events.ApprovalApproved {

@@ -150,11 +150,19 @@ func TestApprovalDecisions(t *testing.T) {
 			rec := h.record(runID, req.CallID)
 			require.Equal(t, &d, rec.Decision)
 
-			// A second decision within the duplicate window is dropped by the
-			// stream (one decided event per call); a later one is ignored by
-			// the guard: nothing more is published.
-			h.decide(events.Decision{RunID: runID, CallID: req.CallID, Decision: events.DecisionApprove, By: "mallory"})
+			// The same decision again within the duplicate window is dropped
+			// by the stream (one decided event per call and decision); an
+			// opposite one is stored, for the call's audit to show it ignored,
+			// and ignored by the guard, as is a later one: nothing more is
+			// published.
+			h.decide(d)
 			require.Equal(t, uint64(1), h.count(events.StreamCalls, "toolwire.call."+runID+".*.decided"))
+			h.decide(events.Decision{RunID: runID, CallID: req.CallID, Decision: events.DecisionApprove, By: "mallory"})
+			decided := uint64(2)
+			if d.Decision == events.DecisionApprove {
+				decided = 1
+			}
+			require.Equal(t, decided, h.count(events.StreamCalls, "toolwire.call."+runID+".*.decided"))
 			h.decideAgain(events.Decision{RunID: runID, CallID: req.CallID, Decision: events.DecisionApprove, By: "mallory"})
 			require.Eventually(t, func() bool {
 				return testutil.ToFloat64(h.svc.metrics.approvals.WithLabelValues(approvalIgnored)) >= float64(i+1)

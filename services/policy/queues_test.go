@@ -120,6 +120,8 @@ func TestApprovedCallOfAnUnservedQueue(t *testing.T) {
 	require.NotNil(t, env.Error)
 	require.Equal(t, envelope.CodeProviderError, env.Error.Code)
 	require.Contains(t, env.Error.Message, `no live worker serves queue "outbox"`)
+	require.Equal(t, map[string]any{"queue": "outbox", "waited_ms": float64(300), "approval": "approve", "by": "alice"},
+		env.Error.Details, "the details say the approval was applied")
 	servicetest.PollUntil(t, waitFor, "the record is settled", func() bool { return h.record(runID, send.CallID).Settled })
 	rec := h.record(runID, send.CallID)
 	require.True(t, rec.Routed)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -475,6 +476,42 @@ func TestRecorderOutOfOrder(t *testing.T) {
 	checkRunJSON(t, h.getRun(fx.RunID), fx)
 	if status, body := h.get("/v1/runs/" + fx.RunID + "/outputs"); status != http.StatusOK || !jsonEq(body, completedOutputs(t, fx)) {
 		t.Fatalf("outputs: %d %s", status, body)
+	}
+	h.noDeadLetters()
+}
+
+// TestRecorderKeysEventsPerRun (issue 29): a tenant's run whose events
+// carry the ids of another tenant's run to come (event ids are
+// deterministic, and the streams dedupe on the Nats-Msg-Id, which a
+// publisher sets apart from the id) suppresses none of the other run's
+// events in the recorder: its request, its turns, its envelopes.
+func TestRecorderKeysEventsPerRun(t *testing.T) {
+	h := newHarness(t)
+	now := time.Now()
+	victim := storetest.CompletedRun(t, "e2e-victim", "weather", storetest.TenantB, now)
+	squatter := storetest.CompletedRun(t, "e2e-squatter", "weather", storetest.TenantA, now)
+	for i := range squatter.Events {
+		o := &squatter.Events[i]
+		o.Event.SetID(victim.Events[i].Event.ID())
+		o.MsgID = "squat/" + strconv.Itoa(i)
+	}
+	h.publish(squatter.Events...)
+	h.waitIdle()
+	h.publish(victim.Events...)
+	h.waitIdle()
+	checkRunJSON(t, h.getRun(victim.RunID), victim)
+	checkRunJSON(t, h.getRun(squatter.RunID), squatter)
+	for _, fx := range []*storetest.Run{victim, squatter} {
+		status, body := h.get("/v1/runs/" + fx.RunID + "/envelopes")
+		var got apitypes.EnvelopesJSON
+		if status != http.StatusOK || json.Unmarshal(body, &got) != nil || len(got.Envelopes) != len(fx.Envelopes) {
+			t.Fatalf("%s's envelopes: %d %s; want its %d", fx.RunID, status, body, len(fx.Envelopes))
+		}
+		status, body = h.get("/v1/runs/" + fx.RunID + "/events")
+		var evs apitypes.EventsJSON
+		if status != http.StatusOK || json.Unmarshal(body, &evs) != nil || len(evs.Events) != len(fx.Events) {
+			t.Fatalf("%s's events: %d %s; want its %d", fx.RunID, status, body, len(fx.Events))
+		}
 	}
 	h.noDeadLetters()
 }

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 )
 
 // Deciding an approval, as `toolwire approve|deny|revise` and the recorder's
@@ -143,9 +145,12 @@ func DecidedAs(rec *events.ApprovalRecord) string {
 }
 
 // PublishDecision publishes the decided event of d (source names the
-// publisher: the CLI, the recorder's page) for the call of rec. Its id is
-// one per call: a decision already published by anyone within the stream's
-// duplicate window is reported (ErrAlreadyDecided), not published twice.
+// publisher: the CLI, the recorder's page) for the call of rec, on the
+// condition that the call's decided subject holds none: a decision already
+// published for the call (by anyone, however long ago) is reported
+// (ErrAlreadyDecided), not published beside it, as is the same decision
+// published again within the stream's duplicate window (its id is one per
+// call and decision: events.NewDecided).
 func PublishDecision(ctx context.Context, js jetstream.JetStream, source string, d events.Decision, rec events.ApprovalRecord) error {
 	out, err := events.NewDecided(source, d, rec.Call.Tenant, rec.Trace)
 	if err != nil {
@@ -155,7 +160,10 @@ func PublishDecision(ctx context.Context, js jetstream.JetStream, source string,
 	if err != nil {
 		return err
 	}
-	ack, err := js.PublishMsg(ctx, m)
+	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+	if publish.WrongLastSequence(err) {
+		return fmt.Errorf("%w: a decision for call %s of run %s was already published", ErrAlreadyDecided, d.CallID, d.RunID)
+	}
 	if err != nil {
 		return fmt.Errorf("publish the decision: %w", err)
 	}

@@ -62,7 +62,8 @@ func (a *api) getCall(w http.ResponseWriter, r *http.Request) {
 		a.internal(w, r, err)
 		return
 	}
-	out := apitypes.CallJSON{ToolCallJSON: toolCallJSON(c), RunID: run.RunID, Input: c.Input, Envelope: c.Envelope, Events: eventsJSON(evs)}
+	out := apitypes.CallJSON{ToolCallJSON: toolCallJSON(c), RunID: run.RunID, Input: c.Input, Envelope: c.Envelope, Events: eventsJSON(evs),
+		Approval: approvalJSON(store.ApprovalOf(evs))}
 	if len(out.Input) == 0 {
 		out.Input = json.RawMessage("null")
 	}
@@ -155,4 +156,28 @@ func materializeCall(run store.Run, c store.ToolCall, evs []store.EventRow) (api
 		}
 	}
 	return m, nil
+}
+
+// approvalJSON shows a call's approval; nil when it waited for none.
+func approvalJSON(a store.Approval) *apitypes.ApprovalJSON {
+	if a.State == "" {
+		return nil
+	}
+	rows := func(ds []store.DecisionRow) []apitypes.DecisionJSON {
+		out := make([]apitypes.DecisionJSON, 0, len(ds))
+		for _, d := range ds {
+			j := apitypes.DecisionJSON{Decision: d.Decision, By: d.By, Note: d.Note, EventID: d.Event, Why: d.Why}
+			if !d.Time.IsZero() {
+				at := d.Time
+				j.Time = &at
+			}
+			out = append(out, j)
+		}
+		return out
+	}
+	out := &apitypes.ApprovalJSON{State: a.State, Ignored: rows(a.Ignored), Awaiting: rows(a.Awaiting)}
+	if a.Applied != nil {
+		out.Applied = &rows([]store.DecisionRow{*a.Applied})[0]
+	}
+	return out
 }

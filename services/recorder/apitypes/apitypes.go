@@ -225,6 +225,37 @@ type CallJSON struct {
 	Input    json.RawMessage `json:"input"`
 	Envelope json.RawMessage `json:"envelope"`
 	Events   []EventJSON     `json:"events"`
+	// Approval is the call's approval, for a call that waited for one.
+	Approval *ApprovalJSON `json:"approval,omitempty"`
+}
+
+// ApprovalJSON is a call's approval as its events record it: the decision
+// the Policy Guard applied (shown by its outcome: the call approved, or
+// its POLICY_DENIED completion), not the last one recorded, and the ones
+// it ignored.
+type ApprovalJSON struct {
+	// State is pending, approved, denied, revised or expired.
+	State string `json:"state"`
+	// Applied is the decision that took effect (null while pending and for
+	// an expired approval).
+	Applied *DecisionJSON `json:"applied"`
+	// Ignored are the decisions the guard did not apply, each with why.
+	Ignored []DecisionJSON `json:"ignored"`
+	// Awaiting are decisions recorded before the guard's outcome.
+	Awaiting []DecisionJSON `json:"awaiting"`
+}
+
+// DecisionJSON is one operator's decision on a call.
+type DecisionJSON struct {
+	Decision string `json:"decision"`
+	By       string `json:"by,omitempty"`
+	Note     string `json:"note,omitempty"`
+	// EventID is the decided event's id; "" when the outcome shows a
+	// decision that is not recorded.
+	EventID string     `json:"event_id,omitempty"`
+	Time    *time.Time `json:"time,omitempty"`
+	// Why says why an ignored decision was.
+	Why string `json:"why,omitempty"`
 }
 
 // MaterializedCallJSON is GET /v1/runs/{run_id}/calls/{call_id}/materialize:

@@ -307,12 +307,14 @@ type callView struct {
 	Input, Output, Error        string
 	Attachments                 []attachmentView
 	Steps                       []callStepView
-	Approval                    string // pending, approved, denied, revised, ""
-	Queue, Cost                 string
-	SecretScopes                string
-	Warnings                    []string
-	MaterializeURL, JSONURL     string
-	Pending                     bool
+	Approval                    string // pending, approved, denied, revised, expired, "": the decision applied
+	// Deciding: a decision is recorded that the guard has not yet answered.
+	Deciding                bool
+	Queue, Cost             string
+	SecretScopes            string
+	Warnings                []string
+	MaterializeURL, JSONURL string
+	Pending                 bool
 	// Decide shows the approval form: the call awaits a decision and the
 	// visitor is an approver of its tenant.
 	Decide    bool
@@ -465,7 +467,7 @@ func (p *pages) buildRunView(ctx context.Context, id string, who auth.Principal)
 			}
 		}
 		cv := callViewOf(id, c, asked, byCall[c.CallID])
-		cv.Decide = canDecide && cv.Approval == "pending" && c.Status != store.CallCompleted // not timed out
+		cv.Decide = canDecide && cv.Approval == "pending" && !cv.Deciding && c.Status != store.CallCompleted // not timed out
 		if c.Iteration == nil {
 			v.Loose = append(v.Loose, cv)
 			continue
@@ -534,6 +536,22 @@ func callViewOf(runID string, c store.ToolCall, asked *time.Time, evs []store.Ev
 			}
 		}
 	}
+	// The approval badge is the decision the Policy Guard applied, as its
+	// outcome shows it, not the last decision recorded; the others are
+	// shown as ignored (store.ApprovalOf).
+	ap := store.ApprovalOf(evs)
+	cv.Approval = ap.State
+	cv.Deciding = len(ap.Awaiting) > 0
+	decisions := map[string]string{} // event id: what became of the decision
+	if ap.Applied != nil && ap.Applied.Event != "" {
+		decisions[ap.Applied.Event] = "applied"
+	}
+	for _, d := range ap.Ignored {
+		decisions[d.Event] = "ignored: " + d.Why
+	}
+	for _, d := range ap.Awaiting {
+		decisions[d.Event] = "received"
+	}
 	scopes := map[string]string{}
 	for _, e := range evs {
 		step := callStepView{Time: e.Time.Format("15:04:05.000")}
@@ -583,15 +601,15 @@ func callViewOf(runID string, c store.ToolCall, asked *time.Time, evs []store.Ev
 		case events.TypeCallApprovalRequired:
 			step.Label, step.Class = "approval required", "warn"
 			step.Detail = strings.TrimSpace(strings.Join(nonEmpty(str("reason"), str("effect_description")), " — "))
-			if cv.Approval == "" {
-				cv.Approval = "pending"
-			}
 		case events.TypeCallDecided:
 			dec := str("decision")
 			step.Label = "decision: " + dec
 			step.Class = map[string]string{"approve": "ok", "deny": "bad", "revise": "warn"}[dec]
-			step.Detail = strings.Join(nonEmpty(by(str("by")), str("note")), " — ")
-			cv.Approval = map[string]string{"approve": "approved", "deny": "denied", "revise": "revised"}[dec]
+			what := decisions[e.ID] // applied, ignored: why, received
+			if strings.HasPrefix(what, "ignored") {
+				step.Class = "muted"
+			}
+			step.Detail = strings.Join(nonEmpty(by(str("by")), str("note"), what), " — ")
 		default:
 			step.Label, step.Class = strings.TrimPrefix(strings.TrimSuffix(e.Type, ".v1"), "dev.toolwire."), "muted"
 		}

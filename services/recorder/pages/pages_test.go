@@ -2,6 +2,7 @@ package pages_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,11 +15,13 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/recorder/api"
+	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/pages"
 	"github.com/toolwire/toolwire/services/recorder/pages/browsertest"
 	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
@@ -95,6 +98,55 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestTimelineShowsTheDecisionApplied (issue 29): a call's approval badge
+// is the decision the Policy Guard applied, as its outcome shows, and a
+// later opposite decision, which it ignored, is listed as ignored; the
+// call's API record says the same.
+func TestTimelineShowsTheDecisionApplied(t *testing.T) {
+	for _, c := range []struct {
+		first, late events.DecisionKind
+		badge       string
+	}{
+		{events.DecisionDeny, events.DecisionApprove, `<span class="badge warn">denied</span>`},
+		{events.DecisionApprove, events.DecisionDeny, `<span class="badge ok">approved</span>`},
+	} {
+		t.Run(string(c.late)+" after "+string(c.first), func(t *testing.T) {
+			h := newHarness(t)
+			fx := storetest.ApprovalRun(t, "page-approval", storetest.TenantA, time.Now(), c.first, c.late)
+			h.publish(fx.Events...)
+			state := map[events.DecisionKind]string{events.DecisionApprove: "approved", events.DecisionDeny: "denied"}[c.first]
+			run := h.page("/runs/page-approval", http.StatusOK)
+			for _, want := range []string{c.badge,
+				"decision: " + string(c.first) + ` <span class="muted">by ` + storetest.FirstDecider,
+				"— applied</span>",
+				"decision: " + string(c.late) + ` <span class="muted">by ` + storetest.LateDecider,
+				"— ignored: the call was already " + state + " by " + storetest.FirstDecider + "</span>"} {
+				require.Contains(t, run, want)
+			}
+			for _, bad := range []string{"approved", "denied"} {
+				if bad != state {
+					require.NotContains(t, run, `">`+bad+`</span>`, "the late decision made no badge")
+				}
+			}
+
+			resp := h.get("/v1/runs/page-approval/calls/" + fx.Envelopes[0].CallID)
+			defer func() { _ = resp.Body.Close() }()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			var call apitypes.CallJSON
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&call))
+			require.NotNil(t, call.Approval)
+			require.Equal(t, state, call.Approval.State)
+			require.NotNil(t, call.Approval.Applied)
+			require.Equal(t, string(c.first), call.Approval.Applied.Decision)
+			require.Equal(t, storetest.FirstDecider, call.Approval.Applied.By)
+			require.Len(t, call.Approval.Ignored, 1)
+			require.Equal(t, string(c.late), call.Approval.Ignored[0].Decision)
+			require.Equal(t, storetest.LateDecider, call.Approval.Ignored[0].By)
+			require.Empty(t, call.Approval.Awaiting)
+		})
+	}
 }
 
 // TestTimelinePages: the runs list and a run's timeline are HTML that names

@@ -65,9 +65,9 @@ type Admission struct {
 	// Park are the records to keep waiting: the new ones to store, and the
 	// stored ones still waiting (Stored set; left as they are).
 	Park []Parked
-	// Released are the event ids of stored parked records that were applied
-	// or dropped: no longer waiting.
-	Released []string
+	// Released are the keys of stored parked records that were applied or
+	// dropped: no longer waiting.
+	Released []EventKey
 	// Dropped are the records whose effects never apply (kept in the events
 	// table only): a second run request of a run, an event after its run's
 	// end.
@@ -144,7 +144,7 @@ func (a *admitter) apply(p Parked, g *RunGate) {
 	r := p.Record
 	a.out.Apply = append(a.out.Apply, r)
 	if p.Stored {
-		a.out.Released = append(a.out.Released, r.Event.ID)
+		a.out.Released = append(a.out.Released, r.Event.Key())
 	}
 	if g == nil {
 		return
@@ -176,7 +176,7 @@ func (a *admitter) park(p Parked) {
 func (a *admitter) drop(p Parked) {
 	a.out.Dropped = append(a.out.Dropped, p.Record)
 	if p.Stored {
-		a.out.Released = append(a.out.Released, p.Record.Event.ID)
+		a.out.Released = append(a.out.Released, p.Record.Event.Key())
 	}
 }
 

@@ -53,13 +53,25 @@ func RecordOf(ev *event.Event, subject string) (Record, error) {
 		}
 		row.Data = data // the event's own bytes: nothing writes to them
 	}
+	// The subject names the event's run and call, and a store keys the event
+	// by its run (EventKey): NATS permissions say who may publish on a run's
+	// subjects, while anyone who may publish sets any extension. An event
+	// whose extensions name another run or call than its subject is refused.
 	p, err := events.ParseSubject(subject)
 	if err == nil {
-		if row.RunID == "" {
-			row.RunID = p.RunID
-		}
-		if row.CallID == "" {
-			row.CallID = p.CallID
+		for _, f := range []struct {
+			what     string
+			row      *string
+			delivery string
+		}{{"run", &row.RunID, p.RunID}, {"call", &row.CallID, p.CallID}} {
+			switch {
+			case f.delivery == "":
+			case *f.row != "" && *f.row != f.delivery:
+				return Record{}, undecodable(&row, fmt.Errorf("its extensions name %s %q but it was delivered on %s %q's subject %s",
+					f.what, *f.row, f.what, f.delivery, subject))
+			default:
+				*f.row = f.delivery
+			}
 		}
 	}
 	if !known {

@@ -191,6 +191,11 @@ func TestRecordOfRefusesWhatCannotBeRecorded(t *testing.T) {
 			map[string]any{"run_id": "r1", "status": "completed"}), subj("started"), "status"},
 		{"run id of another run", build(events.TypeRunStarted, subj("started"), "r1",
 			map[string]any{"run_id": "r2", "status": "started"}), subj("started"), "r2"},
+		// The subject names the run a store keys the event by (issue 29).
+		{"extension of another run than the subject's", build(events.TypeRunStarted, subj("started"), "r2",
+			map[string]any{"run_id": "r2", "status": "started"}), subj("started"), `delivered on run "r1"'s subject`},
+		{"unknown type, extension of another run", build("com.example.other", subj("started"), "r2",
+			map[string]any{}), subj("started"), `its extensions name run "r2"`},
 		{"unsafe run id", build(events.TypeTurnCompleted, "toolwire.run.x", "",
 			turn(func(m map[string]any) { m["run_id"] = "a b" })), "toolwire.run.x", "run_id"},
 		{"envelope without call id", build(events.TypeCallCompleted, "toolwire.call.r1.ab.completed", "r1",

@@ -33,8 +33,9 @@ type Store interface {
 	Tokens
 
 	// Write stores the records in one transaction: all of them or none. A
-	// record whose event id is already stored changes nothing, so a redelivered
-	// event is harmless. Every new record's event is stored; its effects pass
+	// record whose event is already stored (its run and id: EventKey)
+	// changes nothing, so a redelivered event is harmless; an event of
+	// another run under the same id is another event. Every new record's event is stored; its effects pass
 	// the gate of Admit first (gate.go), as the services would accept them: a
 	// run's rows come from its run request only (a second one changes
 	// nothing), a call's from the turn that requested it only, and nothing
@@ -166,6 +167,17 @@ type ToolDefRow struct {
 	Version    string
 	Definition json.RawMessage // envelope.ToolDefinition
 }
+
+// EventKey is what a store keys an event by: its run and its id. An event
+// id says what the event announces within its run, so two runs may hold
+// events of one id (issue 29); RunID is "" for an event of no run.
+type EventKey struct {
+	RunID string
+	ID    string
+}
+
+// Key is the event's key.
+func (e *EventRow) Key() EventKey { return EventKey{RunID: e.RunID, ID: e.ID} }
 
 // EventRow is one consumed CloudEvent as the events table keeps it. The API
 // shows it as apitypes.EventJSON (the same fields).

@@ -122,7 +122,12 @@ func readCalls(br pgx.BatchResults, gates map[string]*store.RunGate) error {
 // the released ones deleted, the new ones inserted in order.
 func (q *effectQueue) parked(a store.Admission) error {
 	if len(a.Released) > 0 {
-		q.add("release parked events", nil, `DELETE FROM parked_events WHERE event_id = ANY($1)`, a.Released)
+		runs, ids := make([]string, len(a.Released)), make([]string, len(a.Released))
+		for i, k := range a.Released {
+			runs[i], ids[i] = k.RunID, k.ID
+		}
+		q.add("release parked events", nil, `DELETE FROM parked_events p USING unnest($1::text[], $2::text[]) AS k(run_id, event_id)
+WHERE p.run_id = k.run_id AND p.event_id = k.event_id`, runs, ids)
 	}
 	ids, runs, docs, err := sqlstore.ToPark(a)
 	if err != nil {
@@ -136,7 +141,7 @@ func (q *effectQueue) parked(a store.Admission) error {
 		q.add(what, nil, `INSERT INTO parked_events (event_id, run_id, record)
 SELECT event_id, run_id, record FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS p(event_id, run_id, record, ord)
 ORDER BY ord
-ON CONFLICT (event_id) DO NOTHING`, ids, runs, docs)
+ON CONFLICT (run_id, event_id) DO NOTHING`, ids, runs, docs)
 	}
 	return nil
 }

@@ -126,8 +126,8 @@ func batchError(recs []store.Record, owners []int, what string, err error) error
 }
 
 // insertEvents inserts every event row of the batch in one statement and
-// reports which records are new ("fresh"): those whose event id the
-// statement inserted, on its first occurrence in the batch. Every row is
+// reports which records are new ("fresh"): those whose event (its run and
+// id) the statement inserted, on its first occurrence in the batch. Every row is
 // sent, duplicates too, so that Postgres checks each as the one-by-one
 // inserts did; inserted in batch order, the first occurrence of an id is the
 // one stored and the later ones conflict with it (ON CONFLICT DO NOTHING
@@ -149,19 +149,27 @@ func insertEvents(ctx context.Context, tx pgx.Tx, recs []store.Record) ([]bool, 
 	if err != nil {
 		return nil, batchError(recs, all, "insert events", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.EventKey, error) {
+		var k store.EventKey
+		var run *string
+		err := row.Scan(&run, &k.ID)
+		if run != nil {
+			k.RunID = *run
+		}
+		return k, err
+	})
 	if err != nil {
 		return nil, batchError(recs, all, "insert events", err)
 	}
-	inserted := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		inserted[id] = true
+	inserted := make(map[store.EventKey]bool, len(keys))
+	for _, k := range keys {
+		inserted[k] = true
 	}
 	fresh := make([]bool, len(recs))
 	for i := range recs {
-		id := recs[i].Event.ID
-		fresh[i] = inserted[id]
-		inserted[id] = false // a later occurrence is a redelivery
+		k := recs[i].Event.Key()
+		fresh[i] = inserted[k]
+		inserted[k] = false // a later occurrence is a redelivery
 	}
 	return fresh, nil
 }
@@ -173,8 +181,8 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 	$8::text[], $9::bigint[], $10::text[], $11::text[]) WITH ORDINALITY
 	AS e(event_id, run_id, call_id, type, subject, source, time, stream, stream_seq, extensions, data, ord)
 ORDER BY ord
-ON CONFLICT (event_id) DO NOTHING
-RETURNING event_id`
+ON CONFLICT ((coalesce(run_id, '')), event_id) DO NOTHING
+RETURNING run_id, event_id`
 
 // eventCols are insertEventsSQL's arguments, a slice per column. json
 // columns travel as text and are cast: the same check, and NULL elements.

@@ -84,9 +84,9 @@ func sqliteAdmit(ctx context.Context, tx *sql.Tx, recs []store.Record) (store.Ad
 // sqlitePark keeps the admission's parked records: the released ones
 // deleted, the new ones inserted in order.
 func sqlitePark(ctx context.Context, tx *sql.Tx, a store.Admission) error {
-	for _, id := range a.Released {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM parked_events WHERE event_id = ?1`, id); err != nil {
-			return fmt.Errorf("release parked event %q: %w", id, err)
+	for _, k := range a.Released {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM parked_events WHERE run_id = ?1 AND event_id = ?2`, k.RunID, k.ID); err != nil {
+			return fmt.Errorf("release parked event %q of run %q: %w", k.ID, k.RunID, err)
 		}
 	}
 	ids, runs, docs, err := sqlstore.ToPark(a)
@@ -95,7 +95,7 @@ func sqlitePark(ctx context.Context, tx *sql.Tx, a store.Admission) error {
 	}
 	for i, id := range ids {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO parked_events (event_id, run_id, record) VALUES (?1, ?2, ?3)
-			ON CONFLICT (event_id) DO NOTHING`, id, runs[i], docs[i]); err != nil {
+			ON CONFLICT (run_id, event_id) DO NOTHING`, id, runs[i], docs[i]); err != nil {
 			return fmt.Errorf("park event %q: %w", id, err)
 		}
 	}

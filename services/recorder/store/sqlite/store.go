@@ -189,7 +189,7 @@ func sqliteInsertEvent(ctx context.Context, tx *sql.Tx, e *store.EventRow) (bool
 	res, err := tx.ExecContext(ctx, `INSERT INTO events (event_id, run_id, call_id, type, subject, source, time,
 		stream, stream_seq, extensions, data, recorded_at)
 		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
-		ON CONFLICT (event_id) DO NOTHING`,
+		ON CONFLICT DO NOTHING`, // events_run_event_idx: (coalesce(run_id, ''), event_id)
 		e.ID, sqlstore.NullString(e.RunID), sqlstore.NullString(e.CallID), e.Type, e.Subject, e.Source, fmtTime(e.Time),
 		sqlstore.NullString(e.Stream), seq, exts, sqlstore.JSONText(e.Data), fmtTime(time.Now()))
 	if err != nil {

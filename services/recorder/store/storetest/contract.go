@@ -33,6 +33,8 @@ var Base = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 func RunStoreContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 	runContractExtras(t, newStore)
 	runGateContract(t, newStore)
+	runIDContract(t, newStore)
+	runApprovalContract(t, newStore)
 	runTokenContract(t, newStore)
 	t.Run("RecordsACompletedRun", func(t *testing.T) {
 		s := newStore(t)
