@@ -239,6 +239,12 @@ func (s *Service) onRunRequested(ctx context.Context, d *consume.Delivery) (err 
 		}
 	}
 
+	// A new run's request has its run's id (events.RunRequestedID), whoever
+	// published it: an id of a producer's choosing could be another event's.
+	if want := events.RunRequestedID(subj.RunID); d.Event.ID() != want {
+		return reject(fmt.Sprintf("invalid run request: its id %q is not the run's request id %q", d.Event.ID(), want))
+	}
+
 	// The run's trace starts here: invoke_agent is the parent of every span of
 	// the run, carried by its events in the distributed-tracing extension.
 	ctx, span := s.Tracer.Start(ctx, "invoke_agent "+req.Agent.Name, trace.WithAttributes(

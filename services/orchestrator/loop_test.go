@@ -837,3 +837,33 @@ func TestLastEnvelopeOnAStaleSnapshot(t *testing.T) {
 		return err == nil && json.Unmarshal(e.Value(), &st) == nil && st.Phase == orchestrator.PhaseComplete
 	}, 10*time.Second, 10*time.Millisecond, "the end written on the state as it was")
 }
+
+// TestRunRequestWithAnotherID: a new run's request whose event id is not its
+// run's request id (another run's, or any a producer chose) is refused: the
+// run fails, saying why, and no model call is made.
+func TestRunRequestWithAnotherID(t *testing.T) {
+	h := newHarness(t)
+	called := false
+	h.Start("o1", orchestrator.Config{
+		Providers: orchestrator.Providers{scripted.Name: provider.Func(func(ctx context.Context, r provider.Request) (envelope.ModelResponse, error) {
+			called = true
+			return scripted.Provider{}.Complete(ctx, r)
+		})},
+	})
+	ctx := t.Context()
+	for _, id := range []string{"victim-run/requested", "chosen-by-producer", "foreign-id/turn/1/completed"} {
+		req := orchestratortest.Scripted(t, "foreign-"+fmt.Sprint(len(id)), nil, envelope.Policy{}, map[string]any{"content": "hi"})
+		out, err := events.NewRunRequested("/toolwire/test", req, events.RunTrace{})
+		require.NoError(t, err)
+		out.Event.SetID(id)
+		m, err := out.Msg()
+		require.NoError(t, err)
+		_, err = h.Env.JS.PublishMsg(ctx, m)
+		require.NoError(t, err)
+		final, err := h.Wait(ctx, req.RunID)
+		require.NoError(t, err)
+		require.Equal(t, events.StatusFailed, final.Status, id)
+		require.Contains(t, final.Reason, "is not the run's request id", id)
+	}
+	require.False(t, called, "no model call for a refused request")
+}
