@@ -35,6 +35,7 @@ type devFlags struct {
 	logLevel    string
 	timeout     time.Duration
 	natsAuth    bool
+	workers     []string
 }
 
 func newDevCmd() *cobra.Command {
@@ -68,6 +69,7 @@ call under load. Set GOGC or GOMEMLIMIT to choose otherwise.`,
 	fl.StringVar(&f.httpListen, "http", "", `recorder API host:port (default "127.0.0.1:8088"; with --demo a free port)`)
 	fl.StringVar(&f.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "recorder database: a Postgres URL or sqlite:<path> (default $DATABASE_URL, else a local Postgres, else SQLite in --data-dir)")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "service log level: debug, info, warn, error")
+	fl.StringArrayVar(&f.workers, "worker", nil, "let in a worker serving this queue (queue or queue1+queue2; repeatable): its seed is <data-dir>/identities/worker.<queues>.nk, kept across restarts")
 	fl.BoolVar(&f.natsAuth, "nats-auth", true, "let into the embedded NATS only the nkey users of toolwire's roles, each limited to its role's subjects (seeds in <data-dir>/identities; the CLI finds the operator's); false lets anyone on the address do anything")
 	fl.DurationVar(&f.timeout, "timeout", 2*time.Minute, "with --demo: how long to wait for the run")
 	return cmd
@@ -105,6 +107,24 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 		dbURL = sqlite.URL(filepath.Join(f.dataDir, "recorder.db"))
 		say("%s: the recorder stores runs in SQLite (%s)", why, filepath.Join(f.dataDir, "recorder.db"))
 	}
+	if len(f.workers) > 0 {
+		if !f.natsAuth {
+			return errors.New("--worker makes a worker's identity: it needs --nats-auth (a server that lets anyone in needs none)")
+		}
+		keys, err := identity.LoadOrCreate(stack.IdentitiesDir(f.dataDir))
+		if err != nil {
+			return err
+		}
+		for _, q := range f.workers {
+			w, err := identity.ParseWorker(q)
+			if err == nil {
+				err = keys.AddWorker(w)
+			}
+			if err != nil {
+				return fmt.Errorf("--worker %q: %w", q, err)
+			}
+		}
+	}
 	st, err := stack.Start(ctx, stack.Options{
 		DataDir: f.dataDir, NATSListen: f.natsListen, Recorder: recorder.ForStack(dbURL), HTTPListen: f.httpListen,
 		Identities:        f.natsAuth,
@@ -119,8 +139,11 @@ func runDev(ctx context.Context, f devFlags, stdout, stderr io.Writer) (err erro
 	say("embedded NATS with JetStream at %s (store in %s)", st.URL, f.dataDir)
 	if st.Identities != nil {
 		say("NATS lets in only toolwire's roles, each with its nkey seed in %s: the CLI run from this folder finds the operator's; "+
-			"a worker needs %s=%s (docs/operations.md: Who may publish what; --nats-auth=false turns this off)",
-			st.Identities.Dir, service.EnvNATSSeedFile, st.Identities.SeedFile(identity.Executor))
+			"a worker needs an identity of its queue: restart with --worker QUEUE (docs/operations.md: Accounts; --nats-auth=false turns this off)",
+			st.Identities.Dir)
+		for _, w := range st.Identities.Workers() {
+			say("a worker serving %s connects with %s=%s", strings.Join(w.Queues, ", "), service.EnvNATSSeedFile, st.Identities.WorkerSeedFile(w))
+		}
 		for _, t := range st.Identities.Tenants() {
 			say("a producer limited to tenant %s may hand in run requests on its intake: %s=%s %s=%s",
 				t, service.EnvNATSSeedFile, st.Identities.TenantSeedFile(t), service.EnvNATSInbox, identity.TenantInboxPrefix(st.Identities.TenantPublic(t)))

@@ -112,6 +112,28 @@ func TestIdentitiesCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, out, again, "the tenants are kept")
 
+	// A worker's identity: its own account, its queues only.
+	out, errOut, err = runCLI(t, "", "identities", "--dir", dir, "--worker", "billing+reports")
+	require.NoError(t, err, errOut)
+	o = server.Options{}
+	require.NoError(t, o.ProcessConfigString(out))
+	w := identity.Worker{Queues: []string{"billing", "reports"}}
+	keys, err = identity.LoadOrCreate(dir)
+	require.NoError(t, err)
+	require.Contains(t, errOut, service.EnvNATSSeedFile+"="+keys.WorkerSeedFile(w))
+	found := false
+	for _, u := range o.Nkeys {
+		if u.Nkey == keys.WorkerPublic(w) {
+			found = true
+			require.Equal(t, "worker:billing+reports", u.Account.Name)
+			require.Contains(t, u.Permissions.Subscribe.Allow, "toolwire.worker.billing.*")
+			require.NotContains(t, u.Permissions.Publish.Allow, "toolwire.call.*.*.completed")
+		}
+	}
+	require.True(t, found, "the worker's user is in the config")
+	_, _, err = runCLI(t, "", "identities", "--dir", dir, "--worker", "billing")
+	require.ErrorIs(t, err, identity.ErrWorker, "a queue belongs to one worker identity")
+
 	_, _, err = runCLI(t, "", "identities", "--dir", dir, "--tenant", "acme.corp")
 	require.ErrorIs(t, err, identity.ErrTenant)
 	require.ErrorContains(t, err, `--tenant "acme.corp"`)

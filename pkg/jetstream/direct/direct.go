@@ -112,19 +112,22 @@ func APIPrefix(js jetstream.JetStream) string {
 // in toolwire's system account (or a server without accounts), and the
 // prefix events.ImportedJSAPI in an account without JetStream of its own,
 // which imports its reads from the system account (a producer's). It asks
-// the server for the account's JetStream once, bounded by ctx and the
-// default API timeout.
+// the server for the account's JetStream once: an account without
+// JetStream says so at once; any other outcome (an answer, a JetStream not
+// ready yet, no answer within infoWait or ctx) is the plain API, whose
+// callers wait for JetStream as they always do.
 func JetStream(ctx context.Context, nc *nats.Conn) (jetstream.JetStream, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	_, err = js.AccountInfo(ctx)
-	switch {
-	case errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+	ctx, cancel := context.WithTimeout(ctx, infoWait)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
 		return jetstream.NewWithAPIPrefix(nc, events.ImportedJSAPI)
-	case err != nil && !errors.Is(err, jetstream.ErrJetStreamNotEnabled):
-		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	return js, nil
 }
+
+// infoWait bounds JetStream's question.
+const infoWait = 2 * time.Second

@@ -160,7 +160,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$KV." + provision.BucketRunState + ".r1", []identity.Role{orch}},
 		{"$KV." + events.BucketApprovals + ".r1." + call, []identity.Role{pol}},
 		{"$KV." + provision.BucketSecrets + ".t1.token", nil},
-		{"$KV." + provision.BucketTools + ".echo.1", []identity.Role{exe, sbx}},
+		{"$KV." + provision.BucketTools + ".echo.1", []identity.Role{exe, sbx, rec}},
 		{"$KV." + provision.BucketOutcomes + ".x", []identity.Role{exe}},
 		{"$KV." + provision.BucketWorkers + ".default.x", []identity.Role{exe}},
 		{"$JS.API.DIRECT.GET.KV_" + provision.BucketWorkers + ".x", []identity.Role{pol, exe}},

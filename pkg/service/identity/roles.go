@@ -107,7 +107,7 @@ func (r Role) Doc() string {
 	case Sandbox:
 		return "consumes sandbox jobs, publishes their results"
 	case Recorder:
-		return "reads every stream into the database; publishes approval decisions made on the timeline page"
+		return "reads every stream into the database; publishes approval decisions made on the timeline page; writes the registry for its admin API"
 	case Operator:
 		return "the toolwire CLI of the people who run toolwire: everything, including provisioning, deleting and purging streams"
 	case Producer:
@@ -176,7 +176,11 @@ func (r Role) Permissions() Permissions {
 		return r.service(
 			pub(events.FilterCallDecided),
 			consume(events.StreamRuns, events.StreamCalls, events.StreamSandbox, events.StreamDLQ),
-			kvRead(provision.BucketTools, events.BucketApprovals),
+			// The registry's admin API (an admin of every tenant): it
+			// registers through registry.Registry, which refuses a changed
+			// version whoever asks.
+			kvWrite(provision.BucketTools),
+			kvRead(events.BucketApprovals),
 			objRead(provision.ObjectBlobs, provision.ObjectDeadLetters),
 		)
 	case Producer:
