@@ -77,7 +77,7 @@ func CommonEnvVars() []Var {
 		{EnvNATSURL, "NATS server URL(s), comma-separated", "nats://nats:4222"},
 		{EnvNATSSeedFile, "file with the service's NATS nkey seed (a user seed, SU..., mode 0600): it connects as that user, whose permissions the server checks (docs/operations.md: Who may publish what)", "/run/secrets/toolwire-nats.nk"},
 		{EnvNATSCreds, "a NATS .creds file (user JWT and seed, for an operator/account setup) to connect with, instead of a seed file", "/run/secrets/toolwire.creds"},
-		{EnvNATSInbox, "prefix of the service's NATS reply subjects; default with credentials `_INBOX_<role>` (what the role may subscribe to; `_INBOX_executor` for a worker), else `_INBOX`", "_INBOX_executor"},
+		{EnvNATSInbox, "prefix of the service's NATS reply subjects; default with credentials `_INBOX_<role>` (what the role may subscribe to; `_INBOX_worker` for a worker), else `_INBOX`", "_INBOX_producer"},
 		{EnvHTTPAddr, "host:port of the service's HTTP server (probes, /metrics, the recorder's API)", "127.0.0.1:9999"},
 		{EnvReplicas, "replicas of the streams and buckets the service provisions (1 to 5); never lowered on what exists (see toolwire provision)", "3"},
 		{EnvStreamMaxAge, "how long the event streams keep events (default 168h): long enough for the recorder to catch up after an outage; never shortened on what exists", "720h"},
