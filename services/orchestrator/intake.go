@@ -23,7 +23,7 @@ func (s *Service) intakeSpec() consume.RunnerConfig {
 	return consume.RunnerConfig{
 		Spec: provision.ConsumerSpec{Stream: events.StreamIntake, Durable: DurableIntake,
 			Filters: []string{events.SubjectsIntake}, MaxAckPending: 1024, AckWait: s.cfg.shortAckWait()},
-		Handler: s.handleIntake,
+		Handler: s.handleIntake, Undecodable: s.undecodableRequest,
 	}
 }
 

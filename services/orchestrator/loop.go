@@ -846,6 +846,34 @@ func (s *Service) failUnstarted(ctx context.Context, runID string, req envelope.
 	return s.Pub.Publish(ctx, out)
 }
 
+// undecodableRequest answers a run request (direct, or on a tenant's
+// intake) whose event cannot be decoded (not JSON, nested too deep, not a
+// CloudEvent) with its run's failed event saying why, so that its producer
+// does not wait until its own timeout. A run that exists or has ended under
+// that id is left as it is.
+func (s *Service) undecodableRequest(ctx context.Context, subject string, cause error) error {
+	var (
+		runID  string
+		tenant envelope.Tenant
+	)
+	if in, err := events.ParseIntakeSubject(subject); err == nil {
+		runID, tenant = in.RunID, envelope.Tenant{OrgID: in.Org, WorkspaceID: in.Workspace}
+	} else if p, err := events.ParseSubject(subject); err == nil && p.Kind == "run" && p.Verb == events.VerbRequested {
+		runID = p.RunID
+	} else {
+		return nil // no run to answer
+	}
+	ended, err := s.endRecorded(ctx, runID)
+	if err != nil || ended {
+		return err
+	}
+	err = s.failUnstarted(ctx, runID, envelope.RunRequest{Tenant: tenant}, "invalid run request: it cannot be decoded: "+cause.Error())
+	if consume.IsPermanent(err) {
+		return nil // a run exists under that id: nothing to answer
+	}
+	return err
+}
+
 // handleCallCompleted records a call's envelope in its run; when it is the
 // turn's last, the run goes on to its next model call (or its end).
 func (s *Service) handleCallCompleted(ctx context.Context, d *consume.Delivery) error {

@@ -867,3 +867,52 @@ func TestRunRequestWithAnotherID(t *testing.T) {
 	}
 	require.False(t, called, "no model call for a refused request")
 }
+
+// TestUndecodableRunRequestsAreAnswered: a run request (direct or on a
+// tenant's intake) that names a run id but is not an event (not JSON, nested
+// past the decoder's depth) ends its run with a failed event saying why,
+// instead of only a dead letter; one under the id of a run that has ended
+// leaves that run as it was.
+func TestUndecodableRunRequestsAreAnswered(t *testing.T) {
+	h := newHarness(t)
+	h.Start("o1", orchestrator.Config{})
+	ctx := t.Context()
+	deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000)
+	cases := []struct{ subject, runID, body string }{
+		{"toolwire.run.bad-json.requested", "bad-json", "this is not json"},
+		{"toolwire.run.bad-deep.requested", "bad-deep", deep},
+		{"toolwire.intake.acme._.bad-intake", "bad-intake", "{"},
+	}
+	for _, c := range cases {
+		_, err := h.Env.JS.Publish(ctx, c.subject, []byte(c.body))
+		require.NoError(t, err)
+		final, err := h.Wait(ctx, c.runID)
+		require.NoError(t, err, c.subject)
+		require.Equal(t, events.StatusFailed, final.Status, c.subject)
+		require.Contains(t, final.Reason, "cannot be decoded", c.subject)
+		if strings.Contains(c.subject, "intake") {
+			require.Equal(t, "acme", final.Tenant.OrgID, "the failed event names the intake's tenant")
+		}
+	}
+
+	// A run that ended: a later undecodable request under its id adds nothing.
+	done := orchestratortest.Scripted(t, "ended-then-garbage", nil, envelope.Policy{}, map[string]any{"content": "hi"})
+	h.Submit(ctx, done)
+	final, err := h.Wait(ctx, done.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status)
+	_, err = h.Env.JS.Publish(ctx, "toolwire.run.ended-then-garbage.requested", []byte("garbage"))
+	require.NoError(t, err)
+	dlq, err := h.Env.JS.Stream(ctx, events.StreamDLQ)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		m, err := dlq.GetLastMsgForSubject(ctx, events.SubjectsDLQ)
+		return err == nil && m.Header.Get(consume.HeaderDLQSubject) == "toolwire.run.ended-then-garbage.requested"
+	}, 10*time.Second, 10*time.Millisecond, "the garbage is dead-lettered")
+	runs, err := h.Env.JS.Stream(ctx, events.StreamRuns)
+	require.NoError(t, err)
+	info, err := runs.Info(ctx, jetstream.WithSubjectFilter("toolwire.run.ended-then-garbage.>"))
+	require.NoError(t, err)
+	require.Zero(t, info.State.Subjects["toolwire.run.ended-then-garbage.failed"], "no second end of an ended run")
+	require.EqualValues(t, 1, info.State.Subjects["toolwire.run.ended-then-garbage.completed"])
+}

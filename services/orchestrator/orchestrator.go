@@ -130,7 +130,7 @@ func (s *Service) Start(ctx context.Context) error {
 		if err := s.Consume(ctx, s.cfg.Concurrency,
 			consume.RunnerConfig{Spec: provision.ConsumerSpec{Stream: events.StreamRuns, Durable: DurableRuns,
 				Filters:       events.Filters(events.FilterRunRequested),
-				MaxAckPending: 4096, AckWait: s.cfg.AckWait}, Handler: s.handleRun},
+				MaxAckPending: 4096, AckWait: s.cfg.AckWait}, Handler: s.handleRun, Undecodable: s.undecodableRequest},
 			// A completion may lead to the next model call: the same ack
 			// wait as a request (a live handler keeps extending it).
 			consume.RunnerConfig{Spec: provision.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableCalls,

@@ -154,6 +154,11 @@ type RunnerConfig struct {
 	Batch BatchHandler
 	// Observer hears of failures and dead letters, for metrics; nil: none.
 	Observer Observer
+	// Undecodable, when set, hears of a message that is not an event (its
+	// CloudEvent cannot be decoded) before it is dead-lettered: the
+	// orchestrator answers such a run request with its run's failed event.
+	// Its error is logged; the message is dead-lettered either way.
+	Undecodable func(ctx context.Context, subject string, cause error) error
 	// TransientRetryFor bounds how long a message whose handler keeps
 	// failing transiently (IsTransient) is retried in place before it is
 	// handed back for redelivery; default DefaultTransientRetryFor. Those
@@ -577,6 +582,11 @@ func (r *Runner) delivery(m jetstream.Msg) (d *Delivery, ctx context.Context, ok
 	}
 	ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	if err != nil {
+		if r.cfg.Undecodable != nil {
+			if uerr := r.cfg.Undecodable(ctx, m.Subject(), err); uerr != nil {
+				r.log.Error("an undecodable message could not be answered", "subject", m.Subject(), "err", uerr)
+			}
+		}
 		r.deadLetter(ctx, m, meta, fmt.Errorf("decode: %w", err))
 		return nil, nil, false
 	}
