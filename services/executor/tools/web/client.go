@@ -59,7 +59,8 @@ type Config struct {
 	// MaxRedirects caps the redirects followed (default 5).
 	MaxRedirects int
 	// RequestTimeout caps one request, redirects and body included (default
-	// 30s); the tool's own timeout still applies when shorter.
+	// 30s); the tool's own timeout still applies when shorter. Its expiry is
+	// TIMEOUT naming it.
 	RequestTimeout time.Duration
 	// Resolver resolves host names; nil is the system's (a test can map
 	// names to addresses).
