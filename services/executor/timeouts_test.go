@@ -17,6 +17,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
@@ -190,4 +191,34 @@ func TestFailureAfterTheTimeLimitIsTimeout(t *testing.T) {
 			require.Less(t, got.Latency(), timeoutBound)
 		})
 	}
+}
+
+// overduePreview previews past its 100ms time limit: it waits for its
+// deadline, ignores it a little, then fails with a plain error.
+type overduePreview struct{ testTool }
+
+func (overduePreview) Preview(ctx context.Context, _ json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
+	<-ctx.Done()
+	time.Sleep(20 * time.Millisecond) // busy with something that ignores ctx
+	return nil, errors.New("read: connection reset")
+}
+
+// TestPreviewAfterTheTimeLimitTimesOut: a dry run that fails once its time
+// is up says it timed out, naming the limit, as a call does.
+func TestPreviewAfterTheTimeLimitTimesOut(t *testing.T) {
+	tl := overduePreview{newTestTool("overdue_preview", nil)}
+	tl.def.TimeoutMS, tl.def.SupportsPreview = 100, true
+	env := eventstest.Start(t)
+	startExecutor(t, env, Config{}, WithTools(tl))
+	nc := env.Connect(t)
+
+	b, err := json.Marshal(callRequest(t, "run-pv-overdue", 1, "overdue_preview", "1.0.0", `{}`))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), timeoutBound)
+	defer cancel()
+	resp, err := nc.RequestWithContext(ctx, events.SubjectPreview, b)
+	require.NoError(t, err)
+	var p events.ApprovalPreview
+	require.NoError(t, json.Unmarshal(resp.Data, &p))
+	require.Equal(t, "preview unavailable: the dry run failed: the dry run of overdue_preview@1.0.0 timed out after 100ms", p.Unavailable)
 }
