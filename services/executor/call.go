@@ -542,6 +542,8 @@ type toolResult struct {
 	err   error
 	panic any
 	stack []byte
+	// at is when the tool returned (or was abandoned).
+	at time.Time
 }
 
 // invoke runs the tool under its timeout and classifies its failure.
@@ -559,6 +561,7 @@ func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.T
 			if p := recover(); p != nil {
 				r = toolResult{panic: p, stack: debug.Stack()}
 			}
+			r.at = time.Now()
 			done <- r
 		}()
 		r.out, r.err = impl.Execute(tctx, req.Input, tc)
@@ -575,21 +578,36 @@ func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.T
 		case <-grace.C:
 			s.metrics.abandoned.Inc()
 			log.Error("tool did not return after its context ended; abandoned", "after", s.abandonAfter)
-			r = toolResult{err: context.Cause(tctx)}
+			r = toolResult{err: context.Cause(tctx), at: time.Now()}
 		}
 	}
 
-	switch {
-	case r.panic != nil:
+	if r.panic != nil {
 		log.Error("tool panicked", "panic", fmt.Sprint(r.panic), "stack", string(r.stack))
-		return nil, envelope.NewToolError(envelope.CodeUnknown, "internal error in tool %s", ref)
-	case r.err == nil:
+	}
+	// A tool that failed once its time was up timed out, whatever it
+	// failed with: its own ToolError, a plain error, a body read the
+	// deadline cut (package web), a panic. Also when it failed at the
+	// deadline before tctx's timer fired: a worker's tool, whose own
+	// deadline is this one, sent with the call (workers.go). An output is
+	// the outcome even when it came back after the limit (within
+	// abandonAfter): the work was done, and a writes tool's effect
+	// happened, which a TIMEOUT would hide.
+	deadline, _ := tctx.Deadline()
+	expired := errors.Is(context.Cause(tctx), errToolTimeout) || !r.at.Before(deadline)
+	switch {
+	case r.panic == nil && r.err == nil:
 		return r.out, nil
 	case ctx.Err() != nil:
 		// Shutdown: the caller leaves the call for redelivery.
 		return nil, envelope.NewToolError(envelope.CodeUnknown, "tool %s was interrupted", ref)
-	case errors.Is(context.Cause(tctx), errToolTimeout):
+	case expired:
+		if r.err != nil {
+			log.Debug("tool failed after its time limit", "err", r.err)
+		}
 		return nil, envelope.NewToolError(envelope.CodeTimeout, "tool %s timed out after %s", ref, timeout)
+	case r.panic != nil:
+		return nil, envelope.NewToolError(envelope.CodeUnknown, "internal error in tool %s", ref)
 	}
 	var te *envelope.ToolError
 	if errors.As(r.err, &te) && te.Code.Valid() {

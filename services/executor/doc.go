@@ -102,7 +102,10 @@
 //   - POLICY_DENIED: the registry marks the version blocked.
 //   - TIMEOUT: the tool ran past its definition's timeout (timeout_ms, default
 //     30s). Its context is cancelled at the deadline; a tool that ignores its
-//     context is abandoned after a short grace period and logged.
+//     context is abandoned after a short grace period and logged. A tool that
+//     fails once its deadline has passed times out, whatever it failed with
+//     (a ToolError of its own, a plain error, a panic); an output that comes
+//     back is the outcome.
 //   - PROVIDER_ERROR: the tool's output is not JSON or does not match the
 //     tool's own output schema (details: the problems). The output schema is
 //     the tool's promise to its callers; output that breaks it is a failure of

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/codes"
@@ -139,7 +140,7 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) {
 	}
 	log = sec.logger(log)
 
-	tctx, cancel := context.WithTimeout(ctx, def.Timeout())
+	tctx, cancel := context.WithTimeoutCause(ctx, def.Timeout(), errToolTimeout)
 	defer cancel()
 	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: sec.authMap(), SecretDestinations: def.SecretDestinations, Log: log}
 	out, perr := func() (out json.RawMessage, err error) {
@@ -153,6 +154,13 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) {
 	}()
 	var te2 *envelope.ToolError
 	if perr != nil {
+		// As for a call (invoke): a dry run that fails once its time is up
+		// timed out, whatever it failed with.
+		deadline, _ := tctx.Deadline()
+		if errors.Is(context.Cause(tctx), errToolTimeout) || !time.Now().Before(deadline) {
+			log.Debug("tool preview failed after its time limit", "err", perr)
+			perr = envelope.NewToolError(envelope.CodeTimeout, "the dry run of %s timed out after %s", ref, def.Timeout())
+		}
 		if !errors.As(perr, &te2) {
 			log.Error("tool preview failed", "err", perr)
 			te2 = envelope.NewToolError(envelope.CodeUnknown, "internal error in the dry run of %s", ref)

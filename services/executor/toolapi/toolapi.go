@@ -26,7 +26,8 @@ import (
 // against the input schema of the registry entry being run. It must return
 // when ctx ends (the tool's timeout or a shutdown). A failure the caller should
 // see is returned as a *envelope.ToolError, whose code is kept; any other error
-// becomes a generic UNKNOWN and is only logged.
+// becomes a generic UNKNOWN and is only logged. Whatever it fails with once
+// its timeout has passed, the call is TIMEOUT.
 type Tool interface {
 	Definition() envelope.ToolDefinition
 	Execute(ctx context.Context, input json.RawMessage, tc Context) (json.RawMessage, error)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -297,25 +298,58 @@ func TestSecretNotResolved(t *testing.T) {
 	require.Empty(t, srv.requests())
 }
 
-// TestContextEndsTheCall: the call's context bounds the request (the
-// executor gives it the tool's timeout, and answers TIMEOUT with its cause).
+// TestContextEndsTheCall: the call's context bounds the request, its body
+// included (the executor gives it the tool's timeout, and answers TIMEOUT
+// with its cause): whether the endpoint has not answered yet or its body is
+// still dripping in, the call ends with the context's cause.
 func TestContextEndsTheCall(t *testing.T) {
-	arrived := make(chan struct{})
-	srv := newEndpoint(t, func(_ http.ResponseWriter, r *http.Request) {
-		close(arrived)
-		<-r.Context().Done()
-	})
-	def := definition(envelope.SideEffectsReads, config(srv.URL, ""))
-	tl, err := newRunner(t, srv.hostPort()).Tool(&def)
-	require.NoError(t, err)
-	cause := errors.New("tool timeout")
-	ctx, cancel := context.WithCancelCause(t.Context())
-	go func() {
-		<-arrived
-		cancel(cause)
-	}()
-	_, err = tl.Execute(ctx, json.RawMessage(`{}`), toolapi.Context{CallID: callID})
-	require.ErrorIs(t, err, cause)
+	tests := []struct {
+		name    string
+		respond func(w http.ResponseWriter, r *http.Request, arrived chan<- struct{})
+	}{
+		{name: "before the headers", respond: func(_ http.ResponseWriter, r *http.Request, arrived chan<- struct{}) {
+			close(arrived)
+			<-r.Context().Done()
+		}},
+		{name: "while the body drips in", respond: func(w http.ResponseWriter, r *http.Request, arrived chan<- struct{}) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			rc := http.NewResponseController(w)
+			for i := 0; ; i++ {
+				if _, err := w.Write([]byte(" ")); err != nil {
+					return
+				}
+				if err := rc.Flush(); err != nil {
+					return
+				}
+				if i == 2 {
+					close(arrived) // the headers and some of the body are out
+				}
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			arrived := make(chan struct{})
+			srv := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) { tc.respond(w, r, arrived) })
+			def := definition(envelope.SideEffectsReads, config(srv.URL, ""))
+			tl, err := newRunner(t, srv.hostPort()).Tool(&def)
+			require.NoError(t, err)
+			cause := errors.New("tool timeout")
+			ctx, cancel := context.WithCancelCause(t.Context())
+			go func() {
+				<-arrived
+				cancel(cause)
+			}()
+			_, err = tl.Execute(ctx, json.RawMessage(`{}`), toolapi.Context{CallID: callID})
+			require.ErrorIs(t, err, cause)
+		})
+	}
 }
 
 // TestUnrunnableEntries: an entry whose config cannot run (stored before

@@ -59,7 +59,8 @@ type Config struct {
 	// MaxRedirects caps the redirects followed (default 5).
 	MaxRedirects int
 	// RequestTimeout caps one request, redirects and body included (default
-	// 30s); the tool's own timeout still applies when shorter.
+	// 30s); the tool's own timeout still applies when shorter. Its expiry is
+	// TIMEOUT naming it.
 	RequestTimeout time.Duration
 	// Resolver resolves host names; nil is the system's (a test can map
 	// names to addresses).
@@ -196,16 +197,33 @@ func (c *Client) Do(r Request) (resp *http.Response, body []byte, truncated bool
 	if err := checkSecretDestinations(req.URL, r.SecretHeaders, r.Bindings); err != nil {
 		return nil, nil, false, classifyTransportError(req.Context(), r.Tool, req.URL, err)
 	}
-	resp, err = c.client(r).Do(req)
+	res, err := c.client(r).Do(req)
 	if err != nil {
 		return nil, nil, false, classifyTransportError(req.Context(), r.Tool, req.URL, err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	body, truncated, err = readCapped(resp.Body, c.cfg.MaxResponseBytes)
+	// res, not the named result: a failed read returns a nil resp, and the
+	// deferred Close must still reach the body (closing a nil resp's body
+	// was a panic, which the executor reported as UNKNOWN instead of the
+	// timeout that cut the read).
+	defer func() { _ = res.Body.Close() }()
+	// The request's context bounds the read too: net/http ends a body read
+	// when it ends, so a body that drips is cut at the deadline.
+	body, truncated, err = readCapped(res.Body, c.cfg.MaxResponseBytes)
 	if err != nil {
 		return nil, nil, false, classifyTransportError(req.Context(), r.Tool, req.URL, err)
 	}
-	return resp, body, truncated, nil
+	return res, body, truncated, nil
+}
+
+// requestContext bounds one request of tool, redirects and body included, by
+// RequestTimeout. Its expiry is the cause the request fails with (Do returns
+// the context's cause): TIMEOUT naming the limit, not a bare
+// context.DeadlineExceeded, which the executor could only call UNKNOWN. When
+// the tool's own timeout is shorter, it ends the context first, with its own
+// cause.
+func (c *Client) requestContext(ctx context.Context, tool string) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, c.cfg.RequestTimeout, envelope.NewToolError(envelope.CodeTimeout,
+		"%s: no complete response within %s, the web tools' request timeout", tool, c.cfg.RequestTimeout))
 }
 
 // MaxResponseBytes is the most of a response body Do reads.

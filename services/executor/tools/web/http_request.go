@@ -176,7 +176,7 @@ func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc toolapi
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, t.web.cfg.RequestTimeout)
+	ctx, cancel := t.web.requestContext(ctx, name)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, in.Method, u.String(), body)
 	if err != nil {

@@ -106,7 +106,7 @@ func (t webFetchTool) Execute(ctx context.Context, input json.RawMessage, _ tool
 	if err != nil {
 		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.web.cfg.RequestTimeout)
+	ctx, cancel := t.web.requestContext(ctx, name)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -144,6 +144,11 @@ func (t webFetchTool) Execute(ctx context.Context, input json.RawMessage, _ tool
 			// of the provider this tool cannot use.
 			return nil, envelope.NewToolError(envelope.CodeProviderError,
 				"%s: %s: the page's HTML is nested deeper than %d levels, more than it can be converted to text", name, u.Redacted(), htmlMaxDepth)
+		}
+		if err != nil && ctx.Err() != nil {
+			// The request's time ran out while converting: its cause says
+			// which limit (requestContext), as for a failed read.
+			return nil, context.Cause(ctx)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("web_fetch: convert %s: %w", u.Redacted(), err)
