@@ -311,17 +311,12 @@ func (s *server) serve(m *nats.Msg) (res events.WorkerResult) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout())
 	defer cancel()
 	ctx = context.WithValue(ctx, callKey{}, Call{TenantID: c.TenantID, RunID: c.RunID, CallID: c.CallID, Secrets: c.Secrets, Log: log})
-	defer func() {
-		if p := recover(); p != nil {
-			log.Error("tool panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			res = events.WorkerResult{Error: envelope.NewToolError(envelope.CodeUnknown, "internal error in tool %s", ref)}
-		}
-	}()
 	if m.Subject == previewSubj {
 		// A worker's Go tools declare no preview (supports_preview is
 		// false), so the Policy Guard asks for none.
 		return events.WorkerResult{Error: envelope.NewToolError(envelope.CodeUnknown, "tool %s has no preview", ref)}
 	}
+	// Counted once the outcome is final: this runs after the recovery below.
 	begun := time.Now()
 	defer func() {
 		code := "ok"
@@ -330,6 +325,12 @@ func (s *server) serve(m *nats.Msg) (res events.WorkerResult) {
 		}
 		s.calls.WithLabelValues(ref.String(), code).Inc()
 		s.duration.WithLabelValues(ref.String()).Observe(time.Since(begun).Seconds())
+	}()
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("tool panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			res = events.WorkerResult{Error: envelope.NewToolError(envelope.CodeUnknown, "internal error in tool %s", ref)}
+		}
 	}()
 	out, err := t.run(ctx, c.Input)
 	if err != nil {

@@ -241,7 +241,8 @@ func TestErrorsReachTheModelAsTheyShould(t *testing.T) {
 		}
 		return failOut{Mode: in.Mode}, nil
 	})
-	env := workertest.Start(t, worker.Config{Queue: "faults"}, flaky)
+	reg := prometheus.NewRegistry()
+	env := workertest.Start(t, worker.Config{Queue: "faults", Metrics: reg}, flaky)
 
 	res := env.Run(
 		workertest.Calls(
@@ -290,6 +291,14 @@ func TestErrorsReachTheModelAsTheyShould(t *testing.T) {
 
 	ok := byMode["ok"]
 	require.Nil(t, ok.Error, "the worker serves after a panic")
+	// The worker counts each call it ran by its final outcome, the plain
+	// error and the panic as UNKNOWN; the invalid input never reached it.
+	count := func(labels map[string]string) float64 {
+		return servicetest.CounterSum(t, reg, "toolwire_worker_tool_calls_total", labels)
+	}
+	require.InDelta(t, 6, count(map[string]string{"tool": "flaky@1.0.0"}), 0)
+	require.InDelta(t, 1, count(map[string]string{"tool": "flaky@1.0.0", "code": "ok"}), 0)
+	require.InDelta(t, 2, count(map[string]string{"tool": "flaky@1.0.0", "code": "UNKNOWN"}), 0)
 	require.JSONEq(t, `{"mode":"ok"}`, string(ok.Output))
 	require.EqualValues(t, 6, calls.Load(), "the invalid input never reached the function")
 }
