@@ -43,16 +43,10 @@ type workerQueues struct {
 	life    context.Context
 }
 
-// ownQueue reports whether the executor runs queue's tools in process.
+// ownQueue reports whether the executor runs queue's tools in process
+// (a queue name, never "": a definition's is its QueueName).
 func (s *Service) ownQueue(queue string) bool {
-	return slices.Contains(s.cfg.Queues, cmpQueue(queue))
-}
-
-func cmpQueue(q string) string {
-	if q == "" {
-		return envelope.DefaultQueue
-	}
-	return q
+	return slices.Contains(s.cfg.Queues, queue)
 }
 
 // serveWorkers answers the workers' requests until life ends, and consumes
@@ -190,8 +184,8 @@ func (s *Service) registerWorkerTools(ctx context.Context, queue string, defs []
 		if err := d.Validate(); err != nil {
 			return refuse(events.WorkerInvalid, "tool %s: %v", d.Ref(), err)
 		}
-		if cmpQueue(d.Queue) != queue {
-			return refuse(events.WorkerForbidden, "tool %s is on queue %q: a worker of queue %s registers only tools of %s", d.Ref(), cmpQueue(d.Queue), queue, queue)
+		if d.QueueName() != queue {
+			return refuse(events.WorkerForbidden, "tool %s is on queue %q: a worker of queue %s registers only tools of %s", d.Ref(), d.QueueName(), queue, queue)
 		}
 		if d.Timeout() > events.MaxWorkerTimeout {
 			return refuse(events.WorkerInvalid, "tool %s: a worker's tool times out within %s, not %s", d.Ref(), events.MaxWorkerTimeout, d.Timeout())

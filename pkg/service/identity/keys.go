@@ -149,6 +149,12 @@ func (k *Keys) users() []user {
 // ConnectOptions sign a connection in as the role with the seed in
 // seedFile, its replies under the role's inbox prefix.
 func ConnectOptions(r Role, seedFile string) ([]nats.Option, error) {
+	return signIn(seedFile, r.InboxPrefix())
+}
+
+// signIn signs a connection in with the user seed in seedFile (checked as
+// PublicKey checks it), its replies under inbox.
+func signIn(seedFile, inbox string) ([]nats.Option, error) {
 	if _, err := PublicKey(seedFile); err != nil {
 		return nil, err
 	}
@@ -156,7 +162,7 @@ func ConnectOptions(r Role, seedFile string) ([]nats.Option, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrSeedFile, seedFile, err)
 	}
-	return []nats.Option{o, nats.CustomInboxPrefix(r.InboxPrefix())}, nil
+	return []nats.Option{o, nats.CustomInboxPrefix(inbox)}, nil
 }
 
 // quoted is a list of subjects, one a line past the first few.

@@ -116,11 +116,7 @@ func TenantConnectOptions(seedFile string) ([]nats.Option, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := nats.NkeyOptionFromSeed(seedFile)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrSeedFile, seedFile, err)
-	}
-	return []nats.Option{o, nats.CustomInboxPrefix(TenantInboxPrefix(pub))}, nil
+	return signIn(seedFile, TenantInboxPrefix(pub))
 }
 
 // loadTenants reads the tenant producers' seeds in k.Dir.

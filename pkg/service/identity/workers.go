@@ -107,14 +107,7 @@ func (w Worker) exports() []string {
 // WorkerConnectOptions sign a connection in as the worker whose seed is in
 // seedFile, its replies under WorkerInboxPrefix.
 func WorkerConnectOptions(seedFile string) ([]nats.Option, error) {
-	if _, err := PublicKey(seedFile); err != nil {
-		return nil, err
-	}
-	o, err := nats.NkeyOptionFromSeed(seedFile)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrSeedFile, seedFile, err)
-	}
-	return []nats.Option{o, nats.CustomInboxPrefix(WorkerInboxPrefix)}, nil
+	return signIn(seedFile, WorkerInboxPrefix)
 }
 
 // loadWorkers reads the workers' seeds in k.Dir.
