@@ -154,7 +154,9 @@ var runStatusTypes = func() map[string]string {
 }()
 
 // NewRunStatus builds a lifecycle event. Its id is "<run_id>/<status>", plus
-// "/<discriminator>" when one run can have several (suspensions, resumptions).
+// "/<discriminator>" when one run can have several (suspensions, resumptions);
+// a run's end, whatever its status, is "<run_id>/end" (EndEventID), so that
+// the stream refuses a second end of another kind as a duplicate.
 func NewRunStatus(source string, s RunStatus, discriminator string, trace RunTrace) (Outgoing, error) {
 	typ, ok := runStatusTypes[s.Status]
 	if !ok {
@@ -165,11 +167,23 @@ func NewRunStatus(source string, s RunStatus, discriminator string, trace RunTra
 		return Outgoing{}, err
 	}
 	id := s.RunID + "/" + s.Status
-	if discriminator != "" {
+	if IsEndStatus(s.Status) {
+		id = EndEventID(s.RunID)
+	} else if discriminator != "" {
 		id += "/" + discriminator
 	}
 	return Build(typ, id, subj, Attrs{Source: source, RunID: s.RunID, TenantID: s.Tenant.ID(), Trace: trace}, s.dataOf())
 }
+
+// EndEventID is the id of a run's end event, whether it completed or failed.
+func EndEventID(runID string) string { return runID + "/end" }
+
+// IsEndStatus reports whether status ends a run: nothing of the run may
+// follow an event of it.
+func IsEndStatus(status string) bool { return status == StatusCompleted || status == StatusFailed }
+
+// EndVerbs are the verbs of a run's end events.
+func EndVerbs() []Verb { return []Verb{VerbCompleted, VerbFailed} }
 
 // NewTurnCompleted builds the record of model turn t.Iteration. Its id is
 // "<run_id>/turn/<n>": a turn is recorded once, whichever replica's model

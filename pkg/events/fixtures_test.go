@@ -145,6 +145,9 @@ func allConstructors(t testing.TB) []constructed {
 		if st.disc != "" {
 			id += "/" + st.disc
 		}
+		if events.IsEndStatus(st.status) {
+			id = runID + "/end" // one id for every end: a second is a duplicate
+		}
 		cs = append(cs, constructed{"run " + st.status, must(events.NewRunStatus(src, s, st.disc, runTrace)),
 			st.typ, id, run + "." + st.status, "", new(events.RunStatus)})
 	}

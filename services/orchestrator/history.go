@@ -33,6 +33,11 @@ type history struct {
 // errNotRecorded is wrapped when an event of a run is not in its stream.
 var errNotRecorded = errors.New("not recorded")
 
+// errRunEnded is wrapped when a turn is not stored because the run ended
+// before it: nothing may follow the run's end. It wraps errNotRecorded, for
+// the callers that need not tell the two apart.
+var errRunEnded = fmt.Errorf("the run has ended: %w", errNotRecorded)
+
 // errUnreadable is wrapped when a stored event cannot be decoded: reading it
 // again will not help.
 var errUnreadable = errors.New("unreadable")
@@ -109,6 +114,8 @@ func (h *history) turn(ctx context.Context, runID string, n int) (*events.Turn, 
 		return t, e.trace, nil
 	case where == turnNotYet:
 		return nil, events.RunTrace{}, fmt.Errorf("%s: %w", subj, errNotRecorded)
+	case where == turnEnded:
+		return nil, events.RunTrace{}, fmt.Errorf("%s: %w", subj, errRunEnded)
 	}
 	// Another event came last (a started event racing the turn, an
 	// approval's suspension or resumption, a later turn): read the turn's
@@ -121,8 +128,12 @@ func (h *history) turn(ctx context.Context, runID string, n int) (*events.Turn, 
 		if err != nil {
 			return nil, events.RunTrace{}, err
 		}
-		if t, where, err := turnIn(e, runID, n); where == turnHere || err != nil {
+		t, where, err := turnIn(e, runID, n)
+		switch {
+		case where == turnHere || err != nil:
 			return t, e.trace, err
+		case where == turnEnded:
+			return nil, events.RunTrace{}, fmt.Errorf("%s: %w", subj, errRunEnded)
 		}
 	}
 	return nil, events.RunTrace{}, fmt.Errorf("%s: %w", subj, errNotRecorded)
@@ -132,7 +143,8 @@ func (h *history) turn(ctx context.Context, runID string, n int) (*events.Turn, 
 const (
 	turnUnknown = iota // e says nothing of it
 	turnHere           // e is the turn, or the end that carries it
-	turnNotYet         // e came before it would: the request, an earlier turn, the end after an earlier turn
+	turnNotYet         // e came before it would: the request, an earlier turn
+	turnEnded          // e is the run's end, which came before the turn: it never will
 )
 
 // turnIn looks for turn n of the run in e, the run's last event: its turn
@@ -165,8 +177,8 @@ func turnIn(e *storedEvent, runID string, n int) (*events.Turn, int, error) {
 		switch {
 		case st.Turn != nil && st.Turn.Iteration == n:
 			return st.Turn, turnHere, nil
-		case st.Turn != nil && st.Turn.Iteration < n:
-			return nil, turnNotYet, nil
+		case st.Turn == nil || st.Turn.Iteration < n:
+			return nil, turnEnded, nil
 		}
 	}
 	return nil, turnUnknown, nil

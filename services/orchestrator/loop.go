@@ -453,6 +453,10 @@ func (s *Service) takeTurn(ctx context.Context, ts turnStart) error {
 	ended := false
 	switch {
 	case err == nil:
+	case errors.Is(err, errRunEnded):
+		// The run ended before this turn (another handler's end, whose
+		// state was not written): nothing follows an end.
+		return s.followEnd(ctx, st.RunID)
 	case !errors.Is(err, errNotRecorded):
 		return err
 	case st.pastDeadline(time.Now()):
@@ -685,6 +689,19 @@ func (s *Service) failRun(ctx context.Context, st *RunState, from stateSource, c
 	return err
 }
 
+// followEnd makes the state of a run whose end is stored say how it ended
+// (adoptEnd), and releases what this replica holds of it.
+func (s *Service) followEnd(ctx context.Context, runID string) error {
+	e, err := s.endStored(ctx, runID)
+	if err != nil || e == nil {
+		return err
+	}
+	s.convs.forget(runID)
+	s.runEnded(runID)
+	_, err = s.adoptEnd(ctx, runID, e)
+	return err
+}
+
 // status is a lifecycle event's data from the state.
 func (s *Service) status(st *RunState, name, reason string) events.RunStatus {
 	return events.RunStatus{RunID: st.RunID, Status: name, Agent: st.Agent, Tenant: st.Tenant, TraceID: traceIDOf(st.Trace),
@@ -710,13 +727,22 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 	}
 	// The model's answer, just made by the first delivery of its trigger,
 	// cannot have ended the run before; another handler may have.
+	// Whatever its kind: a run ends once, and the first end stored is its
+	// end (the state follows it).
+	ended := func(e *storedEvent) (bool, error) {
+		s.convs.forget(st.RunID)
+		s.runEnded(st.RunID)
+		if e == nil || e.subject == subj {
+			return false, nil
+		}
+		_, err := s.adoptEnd(ctx, st.RunID, e)
+		return false, err
+	}
 	if final == nil || !firstDelivery(ctx) {
-		if _, err := last(ctx, s.history.runs, subj); err == nil {
-			s.convs.forget(st.RunID)
-			s.runEnded(st.RunID)
-			return false, nil // published by an earlier delivery
-		} else if !errors.Is(err, errNotRecorded) {
+		if e, err := s.endStored(ctx, st.RunID); err != nil {
 			return false, err
+		} else if e != nil {
+			return ended(e) // published by an earlier delivery, or another end
 		}
 	}
 	if err := s.fault(ctx, FaultBeforePublishOutputs, st.RunID, st.Iteration); err != nil {
@@ -747,16 +773,22 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 		}
 	}
 	// One end of each kind: a second is refused, within the stream's
-	// duplicate window or after it.
+	// duplicate window or after it; an end of the other kind within the
+	// window too (every end has the id events.EndEventID), and after it by
+	// the read above.
 	published, err := s.Pub.PublishFirst(events.ContextWithRunTrace(ctx, st.Trace), o)
 	if err != nil {
 		return false, err
 	}
+	if !published {
+		e, err := s.endStored(ctx, st.RunID)
+		if err != nil {
+			return false, err
+		}
+		return ended(e)
+	}
 	s.convs.forget(st.RunID)
 	s.runEnded(st.RunID)
-	if !published {
-		return false, nil
-	}
 	s.metrics.runs.WithLabelValues(st.Phase).Inc()
 	return true, nil
 }
@@ -1047,6 +1079,10 @@ func (s *Service) withCall(ctx context.Context, runID, callID string, change fun
 			return st, false, nil // a call of an earlier turn, or none of this run's
 		}
 		t, _, err := s.history.turn(ctx, runID, lagging)
+		if errors.Is(err, errRunEnded) {
+			// An envelope of a run that has ended: it changes nothing.
+			return st, false, s.followEnd(ctx, runID)
+		}
 		if errors.Is(err, errNotRecorded) {
 			// The run calls its model for turn lagging and no such turn is
 			// stored (or this read did not see it yet): the envelope is

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
@@ -915,4 +916,77 @@ func TestUndecodableRunRequestsAreAnswered(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, info.State.Subjects["toolwire.run.ended-then-garbage.failed"], "no second end of an ended run")
 	require.EqualValues(t, 1, info.State.Subjects["toolwire.run.ended-then-garbage.completed"])
+}
+
+// A run ends once. Its state, lost after its end was published (the write
+// that records the end died with a node), lags behind the stream; a
+// completion of its call delivered again after its deadline then drives it
+// from that state, which would fail it TIMEOUT. The end stored first is the
+// run's: no second end is stored, no event follows the end, and the state
+// comes back to say completed.
+func TestARunEndsOnce(t *testing.T) {
+	h, ctx, g := newGuarded(t)
+	r1 := h.Start("o1", orchestrator.Config{TimerAfter: 10 * time.Millisecond})
+	kv, err := h.Env.JS.KeyValue(ctx, provision.BucketRunState)
+	require.NoError(t, err)
+	req := orchestratortest.Scripted(t, "ends-once", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": "a"})}},
+		map[string]any{"content": "done"},
+	)
+	req.DeadlineS = 1
+	h.Submit(ctx, req)
+	call := g.Request(req.RunID, "echo", map[string]any{"text": "a"}, 1)
+	time.Sleep(100 * time.Millisecond) // the state is written (TimerAfter) before the envelope
+	g.Complete(call, json.RawMessage(`{"text":"a"}`))
+	final, err := h.Wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+
+	stateOf := func() orchestrator.RunState {
+		e, err := kv.Get(ctx, req.RunID)
+		require.NoError(t, err)
+		var st orchestrator.RunState
+		require.NoError(t, json.Unmarshal(e.Value(), &st))
+		return st
+	}
+	require.Eventually(t, func() bool { return stateOf().Phase == orchestrator.PhaseComplete }, 10*time.Second, 10*time.Millisecond)
+	// The state as it was before the end: turn 1 recorded, its call pending.
+	stale := stateOf()
+	stale.Phase, stale.Iteration, stale.Trigger = orchestrator.PhaseAwaitingTools, 1, "request"
+	stale.Pending = []orchestrator.PendingCall{{CallID: call.CallID, Seq: call.Seq, Name: call.Name, Version: call.Version}}
+	b, err := json.Marshal(stale)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, req.RunID, b)
+	require.NoError(t, err)
+	// The replica that ended it is gone; another takes the run up.
+	r1.Kill()
+	h.Start("o2", orchestrator.Config{TimerAfter: 10 * time.Millisecond})
+	time.Sleep(time.Until(stale.Deadline.Add(100 * time.Millisecond)))
+
+	// The completion again, past the deadline (stored anew: the stream's
+	// duplicate window would drop the same message id).
+	now := time.Now().UTC()
+	out, err := events.NewCallCompleted("/toolwire/executor", call.RunID, envelope.ToolEnvelope{
+		CallID: call.CallID, Name: call.Name, Version: call.Version, Input: call.Input, Output: json.RawMessage(`{"text":"a"}`),
+		TStart: now, TEnd: now,
+	}, call.Tenant, events.RunTrace{})
+	require.NoError(t, err)
+	out.MsgID = "delivered-again"
+	require.NoError(t, h.Pub.Publish(ctx, out))
+
+	require.Eventually(t, func() bool {
+		st := stateOf()
+		return st.Phase == orchestrator.PhaseComplete
+	}, 15*time.Second, 20*time.Millisecond, "the state follows the run's one end: %+v\n%v", stateOf(), orchestratortest.CountBySubject(h.StreamEvents(ctx)[req.RunID]))
+	time.Sleep(2500 * time.Millisecond) // the deadline's timer fires, and finds the run ended
+	completed, failed := endsOf(t, h, ctx, req.RunID)
+	require.Len(t, completed, 1)
+	require.Empty(t, failed, "a run that completed is never failed after")
+	broken, err := eventstest.AfterEnd(ctx, h.Env.JS)
+	require.NoError(t, err)
+	callDone, err := events.CallSubject(call.RunID, call.CallID, events.VerbCompleted)
+	require.NoError(t, err)
+	require.Equal(t, []eventstest.Ended{{RunID: req.RunID, Ends: []string{"toolwire.run." + req.RunID + ".completed"},
+		After: []string{callDone}}}, broken, "only the test's own completion follows the end")
+	require.Equal(t, orchestrator.PhaseComplete, stateOf().Phase)
 }

@@ -10,11 +10,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/direct"
 	"github.com/toolwire/toolwire/pkg/jetstream/timers"
 )
 
@@ -425,20 +427,70 @@ func (s *Service) reapUnstarted(ctx context.Context, runID string) error {
 // endRecorded reports whether the run's end (completed or failed) is in its
 // stream.
 func (s *Service) endRecorded(ctx context.Context, runID string) (bool, error) {
-	for _, verb := range []events.Verb{events.VerbCompleted, events.VerbFailed} {
+	e, err := s.endStored(ctx, runID)
+	return e != nil, err
+}
+
+// endStored reads the run's end event from the runs stream's leader, which
+// has every end that was acknowledged (a direct get may be answered by a
+// replica behind it, just back from an outage): nil when the run has not
+// ended.
+func (s *Service) endStored(ctx context.Context, runID string) (*storedEvent, error) {
+	for _, verb := range events.EndVerbs() {
 		subj, err := events.RunSubject(runID, verb)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		_, err = last(ctx, s.history.runs, subj)
-		if err == nil {
-			return true, nil
+		m, err := direct.Last(ctx, s.JS, events.StreamRuns, subj)
+		if errors.Is(err, direct.ErrNotStored) {
+			continue
 		}
-		if !errors.Is(err, errNotRecorded) {
-			return false, err
+		if err != nil {
+			return nil, fmt.Errorf("run %s: %w", runID, err)
 		}
+		ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+		if err != nil {
+			return nil, fmt.Errorf("decode %s: %w: %w", subj, errUnreadable, err)
+		}
+		return &storedEvent{subject: m.Subject, trace: events.TraceOf(ev), data: ev}, nil
 	}
-	return false, nil
+	return nil, nil
+}
+
+// adoptEnd makes the run's state say what its stored end e says, when it
+// says something else: the first end stored is the run's, and a handler
+// that decided another (a failure at the deadline racing a completion
+// whose state was not written yet) gives way to it. It reports whether the
+// state was changed.
+func (s *Service) adoptEnd(ctx context.Context, runID string, e *storedEvent) (bool, error) {
+	var end events.RunStatus
+	if err := events.DecodeData(e.data, &end); err != nil {
+		return false, fmt.Errorf("run %s: its end event: %w: %w", runID, errUnreadable, err)
+	}
+	phase := PhaseComplete
+	if end.Status == events.StatusFailed {
+		phase = PhaseFailed
+	}
+	changed := false
+	_, _, err := s.states.update(ctx, runID, func(cur *RunState) (bool, error) {
+		changed = false
+		if cur.Phase == phase && cur.Code == end.Code {
+			return false, nil
+		}
+		s.Log.Warn("a second end of a run refused: its state now says how it ended first", "run_id", runID,
+			"stored", end.Status, "stored_code", end.Code, "state", cur.Phase, "state_code", cur.Code)
+		cur.Phase, cur.Code, cur.Reason = phase, end.Code, end.Reason
+		cur.Pending = pendingOnly(cur.Pending)
+		changed = true
+		return true, nil
+	})
+	if errors.Is(err, errNoRunState) {
+		return false, nil
+	}
+	if changed {
+		s.metrics.endsRefused.Inc()
+	}
+	return changed, err
 }
 
 // catalogQueues names the queue of each pending call's tool, as the

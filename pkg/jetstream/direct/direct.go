@@ -131,3 +131,63 @@ func JetStream(ctx context.Context, nc *nats.Conn) (jetstream.JetStream, error) 
 
 // infoWait bounds JetStream's question.
 const infoWait = 2 * time.Second
+
+// ErrNotStored is wrapped when Last finds no message on its subject.
+var ErrNotStored = errors.New("no message stored")
+
+// Last returns the last message of stream on subject (which may hold
+// wildcards), read from the stream's leader (a STREAM.MSG.GET, not a direct
+// get, which any replica may answer from behind): it sees every publish that
+// was acknowledged before it was asked. ErrNotStored when none is. The wait
+// is bounded by ctx and by js's default API timeout.
+func Last(ctx context.Context, js jetstream.JetStream, stream, subject string) (*Msg, error) {
+	body, err := json.Marshal(struct {
+		LastBySubj string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return nil, err
+	}
+	wait := js.Options().DefaultTimeout
+	if wait <= 0 {
+		wait = 5 * time.Second
+	}
+	rctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	reply, err := js.Conn().RequestWithContext(rctx, APIPrefix(js)+".STREAM.MSG.GET."+stream, body)
+	if err != nil {
+		return nil, fmt.Errorf("read the last message of %s on %s: %w", stream, subject, err)
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Subject  string `json:"subject"`
+			Sequence uint64 `json:"seq"`
+			Header   []byte `json:"hdrs"`
+			Data     []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return nil, fmt.Errorf("%w: %s: an answer that is not JSON: %w", ErrRead, stream, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+		return nil, fmt.Errorf("%s on %s: %w", stream, subject, ErrNotStored)
+	case resp.Error != nil:
+		return nil, fmt.Errorf("%w: %s: %d %s", ErrRead, stream, resp.Error.Code, resp.Error.Description)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("%w: %s: an answer without a message", ErrRead, stream)
+	}
+	out := &Msg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data}
+	if len(resp.Message.Header) > 0 {
+		hm, err := nats.DecodeHeadersMsg(resp.Message.Header)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: message %d: its headers: %w", ErrRead, stream, out.Sequence, err)
+		}
+		out.Header = hm
+	}
+	return out, nil
+}

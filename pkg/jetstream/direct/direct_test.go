@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -69,4 +70,41 @@ func TestJetStream(t *testing.T) {
 	js, err := direct.JetStream(t.Context(), env.JS.Conn())
 	require.NoError(t, err)
 	require.Equal(t, "$JS.API", direct.APIPrefix(js))
+}
+
+// TestLast: the last message on a subject or a wildcard comes with its
+// headers from the leader; none stored is ErrNotStored; an unknown stream
+// is an error that is not ErrNotStored.
+func TestLast(t *testing.T) {
+	env := eventstest.Start(t)
+	ctx := t.Context()
+	_, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "L", Subjects: []string{"l.>"}, AllowDirect: true})
+	require.NoError(t, err)
+	for i, subj := range []string{"l.a.x", "l.b.y", "l.a.z", "l.b.y"} {
+		m := nats.NewMsg(subj)
+		m.Header.Set("N", fmt.Sprint(i))
+		m.Data = fmt.Appendf(nil, "%d", i)
+		_, err := env.JS.PublishMsg(ctx, m)
+		require.NoError(t, err)
+	}
+	cases := []struct {
+		subject, want, header string
+		seq                   uint64
+	}{
+		{"l.a.x", "0", "0", 1},
+		{"l.a.*", "2", "2", 3},
+		{"l.>", "3", "3", 4},
+	}
+	for _, c := range cases {
+		m, err := direct.Last(ctx, env.JS, "L", c.subject)
+		require.NoError(t, err, c.subject)
+		require.Equal(t, c.want, string(m.Data), c.subject)
+		require.Equal(t, c.header, m.Header.Get("N"), c.subject)
+		require.Equal(t, c.seq, m.Sequence, c.subject)
+	}
+	_, err = direct.Last(ctx, env.JS, "L", "l.none")
+	require.ErrorIs(t, err, direct.ErrNotStored)
+	_, err = direct.Last(ctx, env.JS, "NOPE", "l.a.x")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, direct.ErrNotStored)
 }
