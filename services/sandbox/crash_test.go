@@ -29,12 +29,12 @@ type replica struct {
 	stopped bool
 }
 
-func startReplica(t *testing.T, env *eventstest.Env, id string) *replica {
+func startReplica(t *testing.T, env *eventstest.Env, id string, ackWait time.Duration) *replica {
 	t.Helper()
 	nc := env.Connect(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	cfg := Config{ID: id, InsecureDev: true, StateDir: t.TempDir(), Concurrency: 2, Cgroups: "off", Limits: testLimits()}
+	cfg := Config{ID: id, InsecureDev: true, StateDir: t.TempDir(), Concurrency: 2, Cgroups: "off", Limits: testLimits(), AckWait: ackWait}
 	s, err := New(service.Deps{
 		JS:      js,
 		Log:     slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -91,7 +91,7 @@ func TestJobOfACrashedReplica(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := eventstest.Start(t)
-			a := startReplica(t, env, "sandbox-a")
+			a := startReplica(t, env, "sandbox-a", 0)
 			cons, err := env.JS.Consumer(t.Context(), events.StreamSandbox, Durable)
 			require.NoError(t, err)
 			require.Equal(t, DefaultAckWait, cons.CachedInfo().Config.AckWait)
@@ -103,7 +103,7 @@ func TestJobOfACrashedReplica(t *testing.T) {
 			require.Eventually(t, func() bool { return testutil.ToFloat64(a.s.metrics.inFlight) == 1 },
 				time.Minute, 10*time.Millisecond, "replica a never took the job")
 			a.crash()
-			startReplica(t, env, "sandbox-b")
+			startReplica(t, env, "sandbox-b", 0)
 
 			res, _ := awaitResult(t, env.JS, job.RunID, job.CallID)
 			require.NoError(t, res.Validate())
@@ -118,4 +118,33 @@ func TestJobOfACrashedReplica(t *testing.T) {
 			require.Contains(t, res.Error.Message, "waited past its deadline")
 		})
 	}
+}
+
+// TestAnsweredJobIsNotRunAgain: a job stored longer ago than the ack wait
+// may have gone to another replica meanwhile even on its first delivery here
+// (it waited in this replica's pull buffer, not yet extended, while every
+// slot was busy); when its answer is stored already it is acknowledged
+// without running it again.
+func TestAnsweredJobIsNotRunAgain(t *testing.T) {
+	env := eventstest.Start(t)
+	job := serviceJob("a05e1d", "print(7)")
+	publishJob(t, env.JS, job)
+	res := events.SandboxResult{RunID: job.RunID, CallID: job.CallID, Output: []byte(`7`), Worker: "sandbox-other", DurationMS: 1}
+	out, err := events.NewSandboxResult("/toolwire/sandbox", res, job.TenantID, events.RunTrace{})
+	require.NoError(t, err)
+	env.Publish(t, out)
+	time.Sleep(1100 * time.Millisecond) // the job is now older than the ack wait below
+
+	r := startReplica(t, env, "sandbox-late", time.Second)
+	require.Eventually(t, func() bool {
+		c, err := env.JS.Consumer(t.Context(), events.StreamSandbox, Durable)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(t.Context())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	}, time.Minute, 20*time.Millisecond, "the job was never acknowledged")
+	require.Zero(t, testutil.CollectAndCount(r.s.metrics.jobs), "the answered job must not run again")
+	got, _ := awaitResult(t, env.JS, job.RunID, job.CallID)
+	require.Equal(t, "sandbox-other", got.Worker)
 }

@@ -135,21 +135,28 @@ func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 	rt := events.TraceOf(d.Event)
 	tenantID := events.Ext(d.Event, events.ExtTenantID)
 	log := s.Log.With("run_id", job.RunID, "call_id", job.CallID, "tool", job.Tool)
-	if d.Attempt > 1 {
+	// A job stored longer ago than the ack wait may have gone to another
+	// replica meanwhile, also on its first delivery here: one that waited
+	// in the client's pull buffer behind a job waiting for a slot is not
+	// extended until the runner receives it (pkg/jetstream/consume,
+	// Runner.dispatch). It runs only when no answer is stored.
+	if d.Attempt > 1 || (d.Meta != nil && time.Since(d.Meta.Timestamp) > s.cfg.AckWait) {
 		done, err := s.completed(ctx, &job)
 		if err != nil {
 			return err
 		}
 		if done {
-			log.Info("job already answered; redelivery acknowledged without running it again", "attempt", d.Attempt)
+			log.Info("job already answered; delivery acknowledged without running it again", "attempt", d.Attempt)
 			return nil
 		}
-		// Its earlier attempt ended without an answer (its replica died,
-		// or was stopped in the middle of it): it runs again in the time
-		// its deadline leaves, or is answered TIMEOUT when none is left
-		// (Engine.Run).
-		log.Info("job redelivered without an answer; running it again", "attempt", d.Attempt,
-			"time_left", time.Until(job.Deadline).Round(time.Millisecond))
+		if d.Attempt > 1 {
+			// Its earlier attempt ended without an answer (its replica
+			// died, or was stopped in the middle of it): it runs again in
+			// the time its deadline leaves, or is answered TIMEOUT when
+			// none is left (Engine.Run).
+			log.Info("job redelivered without an answer; running it again", "attempt", d.Attempt,
+				"time_left", time.Until(job.Deadline).Round(time.Millisecond))
+		}
 	}
 
 	ctx, span := s.Tracer.Start(ctx, "sandbox "+job.Tool, trace.WithAttributes(
