@@ -102,7 +102,8 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	}
 	s.circuits = newCircuits(cfg.CircuitFailures, cfg.CircuitOpen, func() time.Time { return s.now() }, m)
 	var tools []toolapi.Tool
-	host := Host{JS: s.JS, Pub: s.Pub, Source: cfg.Source, Log: s.Log}
+	host := Host{JS: s.JS, Pub: s.Pub, Source: cfg.Source, Log: s.Log,
+		SandboxJobs: JobCounters{PublishFailures: m.sandboxJobFailures, Resends: m.sandboxJobResends}}
 	for _, f := range cfg.Families {
 		o, err := f.Open(host)
 		if err != nil {

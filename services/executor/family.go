@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
@@ -34,6 +35,16 @@ type Host struct {
 	// (Config.Source).
 	Source string
 	Log    *slog.Logger
+	// SandboxJobs are the executor's counters of the sandbox jobs its
+	// families send (package tools/sandboxtool).
+	SandboxJobs JobCounters
+}
+
+// JobCounters count, by tool name@version, the sandbox jobs that could not
+// be sent and those sent again because they were not found stored.
+type JobCounters struct {
+	PublishFailures *prometheus.CounterVec
+	Resends         *prometheus.CounterVec
 }
 
 // Family is a set of tools and kinds an executor runs beside Config.Tools.

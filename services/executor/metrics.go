@@ -31,6 +31,9 @@ type metrics struct {
 	writeReplays *prometheus.CounterVec // tool, outcome: recorded, unknown
 
 	heartbeatFailures prometheus.Counter
+
+	sandboxJobFailures *prometheus.CounterVec // tool
+	sandboxJobResends  *prometheus.CounterVec // tool
 }
 
 // newMetrics registers the executor's metrics on reg. Several executors may
@@ -62,6 +65,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"Redelivered calls of writes tools answered from their outcome record without running them, by tool name@version and outcome (recorded, unknown).", "tool", "outcome"),
 			heartbeatFailures: r.Counter("heartbeat_failures_total",
 				"Heartbeats of the queues this process serves that could not be published (three in a row: the queues count as unserved)."),
+			sandboxJobFailures: r.CounterVec("sandbox_job_publish_failures_total",
+				"Sandbox jobs that could not be sent (their publish failed after its retries, or a job not found stored could not be sent again before its call ended), by tool name@version.", "tool"),
+			sandboxJobResends: r.CounterVec("sandbox_job_resends_total",
+				"Sandbox jobs sent again because their call, with no answer yet, did not find them stored (a publish lost around a leader change), by tool name@version.", "tool"),
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/service"
@@ -35,6 +36,7 @@ const (
 	EnvDiskMB      = "TOOLWIRE_SANDBOX_DISK_MB"
 	EnvOutputKB    = "TOOLWIRE_SANDBOX_OUTPUT_KB"
 	EnvStderrKB    = "TOOLWIRE_SANDBOX_STDERR_KB"
+	EnvAckWait     = "TOOLWIRE_SANDBOX_ACK_WAIT" // how soon a job of a replica that died goes to another
 )
 
 // Runtime choices of Config.Runtime.
@@ -57,6 +59,16 @@ const (
 	minUIDBase     = 1000
 	maxUIDBase     = 1<<31 - maxConcurrency
 	maxIDLen       = 128
+	// DefaultAckWait is the job consumer's ack wait: how long a job stays
+	// with a replica that stopped extending it (one that died in the
+	// middle of it) before another replica gets it. A replica alive
+	// extends the jobs it runs every third of it (pkg/jetstream/consume,
+	// keepAliveLoop), so a long job is not redelivered in normal running;
+	// a short one gives a job caught in a crash a fresh attempt while its
+	// call still waits (a tool's timeout is 30 s by default).
+	DefaultAckWait = 5 * time.Second
+	minAckWait     = time.Second
+	maxAckWait     = 10 * time.Minute
 )
 
 // The values Config.Runtime, Config.Platform and Config.Cgroups accept.
@@ -114,6 +126,9 @@ type Config struct {
 	// Limits are the deployment's limits: every job's default, and the most
 	// a tool can ask for.
 	Limits Limits
+	// AckWait is the job consumer's ack wait (DefaultAckWait), shared by
+	// every replica: the last one started sets it. From 1s to 10m.
+	AckWait time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -134,6 +149,7 @@ func (c Config) WithDefaults() Config {
 	c.UIDBase = cmp.Or(c.UIDBase, DefaultUIDBase)
 	c.Cgroups = cmp.Or(c.Cgroups, "auto")
 	c.Limits = c.Limits.orDefaults(DefaultLimits())
+	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
 	return c
 }
 
@@ -162,6 +178,9 @@ func (c Config) Validate() error {
 	if !slices.Contains(cgroupModes, c.Cgroups) {
 		errs = append(errs, fmt.Errorf("cgroups %q: want one of %s", c.Cgroups, strings.Join(cgroupModes, ", ")))
 	}
+	if c.AckWait < minAckWait || c.AckWait > maxAckWait {
+		errs = append(errs, fmt.Errorf("ack wait %s: want %s to %s", c.AckWait, minAckWait, maxAckWait))
+	}
 	if err := c.Limits.validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -187,6 +206,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	absolute(e, EnvStateDir, wantAbsolute, &c.StateDir)
 	e.Int(EnvUIDBase, minUIDBase, maxUIDBase, &c.UIDBase)
 	e.Enum(EnvCgroups, cgroupModes, &c.Cgroups)
+	e.Duration(EnvAckWait, minAckWait, maxAckWait, &c.AckWait)
 	l := &c.Limits
 	e.Scaled(EnvMemoryMB, 16, 1<<20, 1<<20, &l.MemoryBytes)
 	e.Int(EnvProcesses, 4, 1<<16, &l.Processes)
@@ -232,5 +252,6 @@ func EnvVars() []service.Var {
 		{Name: EnvDiskMB, Help: "size of a job's work directory in MiB (default 32)", Example: "64"},
 		{Name: EnvOutputKB, Help: "stdout of a job in KiB; more kills it (default 1024)", Example: "256"},
 		{Name: EnvStderrKB, Help: "the end of stderr kept as a diagnostic, in KiB (default 8)", Example: "16"},
+		{Name: EnvAckWait, Help: "how long a job stays with a replica that died in the middle of it before another runs it again, while its call still waits; live replicas extend the jobs they run (1s to 10m, default 5s)", Example: "3s"},
 	}
 }

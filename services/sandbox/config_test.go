@@ -22,11 +22,12 @@ func TestConfigFromEnv(t *testing.T) {
 	require.Equal(t, DefaultConcurrency, c.Concurrency)
 	require.Equal(t, DefaultLimits(), c.Limits)
 	require.Equal(t, DefaultPython, c.Python)
+	require.Equal(t, DefaultAckWait, c.AckWait)
 
 	c, err = ConfigFromEnv(env(map[string]string{
 		EnvRuntime: "bwrap", EnvInsecureDev: "1", EnvConcurrency: "8", EnvMemoryMB: "512", EnvProcesses: "10",
 		EnvCPUSeconds: "5", EnvOpenFiles: "32", EnvFileSizeMB: "2", EnvDiskMB: "64", EnvOutputKB: "256", EnvStderrKB: "4",
-		EnvPlatform: "systrap", EnvUIDBase: "500000", EnvCgroups: "off",
+		EnvPlatform: "systrap", EnvUIDBase: "500000", EnvCgroups: "off", EnvAckWait: "2s",
 	}))
 	require.NoError(t, err)
 	require.Equal(t, RuntimeBwrap, c.Runtime)
@@ -37,6 +38,7 @@ func TestConfigFromEnv(t *testing.T) {
 	require.Equal(t, "systrap", c.Platform)
 	require.Equal(t, 500000, c.UIDBase)
 	require.Equal(t, "off", c.Cgroups)
+	require.Equal(t, 2*time.Second, c.AckWait)
 
 	for _, bad := range []struct {
 		env map[string]string
@@ -52,6 +54,10 @@ func TestConfigFromEnv(t *testing.T) {
 		{map[string]string{EnvStateDir: "state"}, EnvStateDir + `="state": want an absolute path`},
 		{map[string]string{EnvCgroups: "v1"}, EnvCgroups + `="v1": want one of auto, off`},
 		{map[string]string{EnvUIDBase: "10"}, EnvUIDBase + `="10"`},
+		{map[string]string{EnvAckWait: "5"}, EnvAckWait + `="5": want a duration from 1s to 10m0s`},
+		{map[string]string{EnvAckWait: "500ms"}, EnvAckWait + `="500ms": want a duration from 1s to 10m0s`},
+		{map[string]string{EnvAckWait: "1h"}, EnvAckWait + `="1h": want a duration from 1s to 10m0s`},
+		{map[string]string{EnvAckWait: "-5s"}, EnvAckWait + `="-5s"`},
 	} {
 		_, err := ConfigFromEnv(env(bad.env))
 		require.ErrorContains(t, err, bad.msg)
@@ -60,7 +66,7 @@ func TestConfigFromEnv(t *testing.T) {
 	_, err = ConfigFromEnv(env(map[string]string{EnvConcurrency: "x", EnvDiskMB: "-1"}))
 	require.ErrorContains(t, err, EnvConcurrency)
 	require.ErrorContains(t, err, EnvDiskMB)
-	require.Len(t, EnvVars(), 19)
+	require.Len(t, EnvVars(), 20)
 }
 
 // TestConfigValidate: a Config built in code (stack.Options, tests) is
@@ -79,6 +85,9 @@ func TestConfigValidate(t *testing.T) {
 		{Config{UIDBase: 10}, `uid base 10: want 1000 to 2147483392`},
 		{Config{Concurrency: 1000}, `concurrency 1000: want 1 to 256`},
 		{Config{Limits: Limits{MemoryBytes: 1 << 20}}, `memory limit 1048576 bytes: want at least 16 MiB`},
+		{Config{AckWait: 100 * time.Millisecond}, `ack wait 100ms: want 1s to 10m0s`},
+		{Config{AckWait: -time.Second}, `ack wait -1s: want 1s to 10m0s`},
+		{Config{AckWait: time.Hour}, `ack wait 1h0m0s: want 1s to 10m0s`},
 	} {
 		require.ErrorContains(t, bad.cfg.Validate(), bad.msg)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -101,13 +102,18 @@ func (s *Service) Start(ctx context.Context) error {
 				// A job is code that may crash its sandbox: a few tries,
 				// then the dead letters.
 				MaxDeliver: 4,
+				// Short: a job of a replica that died is run again by
+				// another while its call still waits for it. The runner
+				// extends the jobs in hand every third of it, so a long
+				// job of a live replica is not redelivered.
+				AckWait: s.cfg.AckWait,
 			},
 			Handler: s.handle,
 		}); err != nil {
 			return err
 		}
 		s.Log.Info("sandbox started", "id", s.cfg.ID, "runtime", engine.Runtime(), "available", engine.Available(),
-			"concurrency", s.cfg.Concurrency, "cgroups", engine.Cgroups())
+			"concurrency", s.cfg.Concurrency, "cgroups", engine.Cgroups(), "ack_wait", s.cfg.AckWait)
 		return nil
 	})
 }
@@ -129,14 +135,27 @@ func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 	rt := events.TraceOf(d.Event)
 	tenantID := events.Ext(d.Event, events.ExtTenantID)
 	log := s.Log.With("run_id", job.RunID, "call_id", job.CallID, "tool", job.Tool)
-	if d.Attempt > 1 {
+	// A job stored longer ago than the ack wait may have gone to another
+	// replica meanwhile, also on its first delivery here: one that waited
+	// in the client's pull buffer behind a job waiting for a slot is not
+	// extended until the runner receives it (pkg/jetstream/consume,
+	// Runner.dispatch). It runs only when no answer is stored.
+	if d.Attempt > 1 || (d.Meta != nil && time.Since(d.Meta.Timestamp) > s.cfg.AckWait) {
 		done, err := s.completed(ctx, &job)
 		if err != nil {
 			return err
 		}
 		if done {
-			log.Info("job already answered; redelivery acknowledged without running it again", "attempt", d.Attempt)
+			log.Info("job already answered; delivery acknowledged without running it again", "attempt", d.Attempt)
 			return nil
+		}
+		if d.Attempt > 1 {
+			// Its earlier attempt ended without an answer (its replica
+			// died, or was stopped in the middle of it): it runs again in
+			// the time its deadline leaves, or is answered TIMEOUT when
+			// none is left (Engine.Run).
+			log.Info("job redelivered without an answer; running it again", "attempt", d.Attempt,
+				"time_left", time.Until(job.Deadline).Round(time.Millisecond))
 		}
 	}
 

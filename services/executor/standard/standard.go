@@ -109,7 +109,9 @@ func (f *Family) Open(h executor.Host) (executor.Opened, error) {
 		return executor.Opened{}, err
 	}
 	pool := &mcpKind{}
-	endpoints, jobs := httptool.NewRunner(wc), sandboxtool.NewJobs(h.JS, h.Pub, h.Source)
+	endpoints, jobs := httptool.NewRunner(wc), sandboxtool.NewJobs(h.JS, h.Pub, h.Source, sandboxtool.Options{
+		Log: h.Log, PublishFailures: h.SandboxJobs.PublishFailures, Resends: h.SandboxJobs.Resends,
+	})
 	return executor.Opened{
 		Tools: slices.Concat(builtin.Tools(), web.Tools(wc)),
 		Kinds: map[envelope.ImplementationKind]executor.Kind{

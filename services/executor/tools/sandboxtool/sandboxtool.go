@@ -9,10 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -27,18 +30,97 @@ import (
 // toolwire.sandbox.<run>.<call>.completed, bounded by the tool's timeout. The
 // job's id is deterministic, so a redelivered call publishes no second job,
 // and the wait reads the last result already stored as well as a new one.
+// A call that has no answer after a short while (Options.ConfirmAfter) reads
+// its job back from the stream, and sends it again, with the same id, when it
+// is not there: a job lost around a leader change is run while its call still
+// waits instead of ending it TIMEOUT. A job that is stored needs nothing more:
+// the sandbox's consumer redelivers the job of a replica that died.
+
+// Publisher publishes an event and waits for its PubAck
+// (publish.Publisher).
+type Publisher interface {
+	Publish(ctx context.Context, out events.Outgoing) error
+}
+
+// DefaultConfirmAfter is how long a call waits for its answer before it
+// looks for its job in the stream (Options.ConfirmAfter).
+const DefaultConfirmAfter = 2 * time.Second
+
+// maxConfirmEvery bounds the interval between two looks for a job not found
+// stored: the interval doubles from ConfirmAfter up to it.
+const maxConfirmEvery = 8 * time.Second
+
+// lookupTimeout bounds one read of a job back from the stream.
+const lookupTimeout = 2 * time.Second
+
+// Options adjust a Jobs; zero fields take their defaults.
+type Options struct {
+	// Log hears of jobs sent again and of jobs that could not be sent, by
+	// run and call id; default slog.Default().
+	Log *slog.Logger
+	// PublishFailures counts, by tool name@version, the jobs that could not
+	// be sent: a publish that failed for good, or a job never found stored
+	// by the end of its call. Nil: not counted.
+	PublishFailures *prometheus.CounterVec
+	// Resends counts, by tool name@version, the jobs sent again because
+	// they were not found stored. Nil: not counted.
+	Resends *prometheus.CounterVec
+	// ConfirmAfter is how long a call waits for its answer before it reads
+	// its job back from the stream; then again at doubling intervals (up to
+	// 8s) until it is found. Default DefaultConfirmAfter.
+	ConfirmAfter time.Duration
+}
 
 // Jobs sends sandbox jobs on one JetStream connection.
 type Jobs struct {
 	js     jetstream.JetStream
-	pub    *publish.Publisher
+	pub    Publisher
 	source string
+	opts   Options
+
+	mu     sync.Mutex
+	stream jetstream.Stream // the sandbox stream, looked up once it is needed
 }
 
 // NewJobs returns the sender of jobs whose events have the CloudEvents source
-// source (the executor's).
-func NewJobs(js jetstream.JetStream, pub *publish.Publisher, source string) *Jobs {
-	return &Jobs{js: js, pub: pub, source: source}
+// source (the executor's), published by pub.
+func NewJobs(js jetstream.JetStream, pub Publisher, source string, opts Options) *Jobs {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.ConfirmAfter <= 0 {
+		opts.ConfirmAfter = DefaultConfirmAfter
+	}
+	return &Jobs{js: js, pub: pub, source: source, opts: opts}
+}
+
+// count adds one to c's series of tool, when c is set.
+func count(c *prometheus.CounterVec, tool string) {
+	if c != nil {
+		c.WithLabelValues(tool).Inc()
+	}
+}
+
+// stored reports whether the sandbox stream holds a message on subject: a
+// direct get, bounded by lookupTimeout. A follower may answer and lag its
+// leader by a moment: a job taken for missing is sent again, and dropped as
+// a duplicate by its id.
+func (j *Jobs) stored(ctx context.Context, subject string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	j.mu.Lock()
+	s := j.stream
+	j.mu.Unlock()
+	if s == nil {
+		var err error
+		if s, err = j.js.Stream(ctx, events.StreamSandbox); err != nil {
+			return false, fmt.Errorf("stream %s: %w", events.StreamSandbox, err)
+		}
+		j.mu.Lock()
+		j.stream = s
+		j.mu.Unlock()
+	}
+	return publish.Stored(ctx, s, subject)
 }
 
 // Tool returns the Tool that runs a sandbox registry entry, or the error that
@@ -151,10 +233,9 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc too
 	defer cc.Stop()
 	// The job's id is its call's: a publish retried after a hiccup stores
 	// one job.
+	tool := ref.String()
+	log := t.jobs.opts.Log.With("run_id", job.RunID, "call_id", job.CallID, "tool", tool)
 	if err := retryTransient(ctx, func() error { return t.jobs.pub.Publish(ctx, out) }); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("sending the job to the sandbox: %w", context.Cause(ctx))
-		}
 		if errors.Is(err, nats.ErrMaxPayload) {
 			// Not the server's bare "maximum payload exceeded": what did
 			// not fit, and that the caller can send less.
@@ -162,13 +243,16 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc too
 				"the input of tool %s is too large for a sandbox job: its code (%d bytes) and input (%d bytes) make a job "+
 					"larger than the %d bytes one message may carry", ref, len(job.Source), len(job.Input), t.jobs.js.Conn().MaxPayload())
 		}
+		count(t.jobs.opts.PublishFailures, tool)
+		log.Error("the sandbox job could not be sent", "err", err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("sending the job to the sandbox: %w", context.Cause(ctx))
+		}
 		return nil, envelope.NewToolError(envelope.CodeSandboxError, "the job of tool %s could not be sent to the sandbox: %v", ref, err)
 	}
-	var m jetstream.Msg
-	select {
-	case m = <-answers:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for the sandbox: %w", context.Cause(ctx))
+	m, err := t.await(ctx, answers, out, log)
+	if err != nil {
+		return nil, err
 	}
 	e, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	if err != nil {
@@ -185,6 +269,55 @@ func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc too
 		return nil, res.Error
 	}
 	return res.Output, nil
+}
+
+// await waits for the job's answer until ctx ends. While none has come it
+// reads the job back from the stream, after ConfirmAfter and then at doubling
+// intervals, until it finds it; a job not found is sent again (out, the same
+// event: a copy stored meanwhile makes it a duplicate). A call that ends
+// while the last resend of its job failed is logged and counted as a job that
+// could not be sent.
+func (t *sandboxTool) await(ctx context.Context, answers <-chan jetstream.Msg, out events.Outgoing, log *slog.Logger) (jetstream.Msg, error) {
+	tool := t.def.Ref().String()
+	every := t.jobs.opts.ConfirmAfter
+	check := time.NewTimer(every)
+	defer check.Stop()
+	unsent := false // the job was not found stored, and sending it again failed
+	for {
+		select {
+		case m := <-answers:
+			return m, nil
+		case <-ctx.Done():
+			if unsent {
+				count(t.jobs.opts.PublishFailures, tool)
+				log.Error("the sandbox job was not stored and could not be sent again; its call ends without an answer")
+			}
+			return nil, fmt.Errorf("waiting for the sandbox: %w", context.Cause(ctx))
+		case <-check.C:
+		}
+		ok, err := t.jobs.stored(ctx, out.Subject)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				log.Warn("the sandbox job could not be looked up; looking again later", "err", err)
+			}
+		case ok:
+			// The sandbox's consumer has it, and redelivers it if the
+			// replica that runs it dies: no more looks.
+			unsent = false
+			continue
+		default:
+			count(t.jobs.opts.Resends, tool)
+			log.Warn("the sandbox job is not stored; sending it again")
+			err := t.jobs.pub.Publish(ctx, out)
+			unsent = err != nil
+			if err != nil && ctx.Err() == nil {
+				log.Warn("the sandbox job could not be sent again; trying again later", "err", err)
+			}
+		}
+		every = min(2*every, maxConfirmEvery)
+		check.Reset(every)
+	}
 }
 
 // retryTransient calls f again, with back-off, while it fails because NATS

@@ -1,15 +1,21 @@
 package sandboxtool_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
@@ -30,7 +36,7 @@ func sandboxDef(config string) *envelope.ToolDefinition {
 // error. The answer is published here as the sandbox service publishes it.
 func TestJobRoundTrip(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor", sandboxtool.Options{})
 	tl, err := jobs.Tool(sandboxDef(`{"language":"python","source":"print(1)"}`))
 	require.NoError(t, err)
 
@@ -91,7 +97,7 @@ func TestJobRoundTrip(t *testing.T) {
 // TestToolRefusesABadConfig: an entry whose config the sandbox cannot run
 // is refused before any job is sent.
 func TestToolRefusesABadConfig(t *testing.T) {
-	jobs := sandboxtool.NewJobs(nil, nil, "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(nil, nil, "/toolwire/executor", sandboxtool.Options{})
 	_, err := jobs.Tool(sandboxDef(`{"language":"cobol","source":"x"}`))
 	require.ErrorContains(t, err, `language "cobol" is not supported`)
 	_, err = jobs.Tool(sandboxDef(`{"language":"python","source":"x","extra":1}`))
@@ -101,7 +107,7 @@ func TestToolRefusesABadConfig(t *testing.T) {
 // TestNoTimeLeft: a call whose deadline leaves the sandbox no time is a
 // TIMEOUT without a job.
 func TestNoTimeLeft(t *testing.T) {
-	jobs := sandboxtool.NewJobs(nil, nil, "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(nil, nil, "/toolwire/executor", sandboxtool.Options{})
 	tl, err := jobs.Tool(sandboxDef(`{"language":"python","source":"x"}`))
 	require.NoError(t, err)
 	ctx, cancel := context.WithDeadline(t.Context(), time.Now())
@@ -120,7 +126,7 @@ func TestNoTimeLeft(t *testing.T) {
 // error, not an error of the wait.
 func TestWaitOutlastsTheJob(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor", sandboxtool.Options{})
 	def := sandboxDef(`{"language":"python","source":"while True: pass"}`)
 	def.TimeoutMS = 5_000
 	tl, err := jobs.Tool(def)
@@ -175,7 +181,7 @@ func TestWaitOutlastsTheJob(t *testing.T) {
 // and the limit.
 func TestJobTooLargeForOneMessage(t *testing.T) {
 	env := eventstest.Start(t)
-	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor")
+	jobs := sandboxtool.NewJobs(env.JS, publish.NewPublisher(env.JS), "/toolwire/executor", sandboxtool.Options{})
 	limit := env.Conn.MaxPayload()
 	for _, c := range []struct {
 		name, config string
@@ -204,4 +210,134 @@ func TestJobTooLargeForOneMessage(t *testing.T) {
 	info, err := s.Info(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, info.State.Msgs, "no job was sent")
+}
+
+// lossyPublisher publishes through pub, but loses the first drop jobs (it
+// reports them sent, as a publish whose PubAck came from a leader that was
+// gone a moment later) and, when fail is set, refuses every one with it.
+type lossyPublisher struct {
+	pub  *publish.Publisher
+	mu   sync.Mutex
+	drop int
+	fail error
+	sent int // publishes asked for
+}
+
+func (p *lossyPublisher) Publish(ctx context.Context, out events.Outgoing) error {
+	p.mu.Lock()
+	p.sent++
+	drop := p.drop > 0
+	if drop {
+		p.drop--
+	}
+	p.mu.Unlock()
+	switch {
+	case p.fail != nil:
+		return p.fail
+	case drop:
+		return nil
+	}
+	return p.pub.Publish(ctx, out)
+}
+
+func (p *lossyPublisher) publishes() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent
+}
+
+// syncBuffer is a log sink the test reads while the tool writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestLostJob: a call does not wait blind for a job that was never stored.
+// One whose publish was lost (reported sent, not stored: around a leader
+// kill on a cluster) finds no job in the stream while it waits, sends it
+// again with the same id, and completes; one whose publish fails for good
+// ends SANDBOX_ERROR, logged with its run and call ids and counted. Before,
+// a lost job left its call waiting for nothing until its timeout, and
+// nothing said why.
+func TestLostJob(t *testing.T) {
+	refused := errors.New("publish refused: permissions violation")
+	for _, c := range []struct {
+		name      string
+		drop      int
+		fail      error
+		publishes int // publishes asked for
+		resends   float64
+		failures  float64
+		log       string // in the log, besides the call's ids
+	}{
+		{name: "lost once", drop: 1, publishes: 2, resends: 1, log: "the sandbox job is not stored; sending it again"},
+		{name: "refused", fail: refused, publishes: 1, failures: 1, log: "the sandbox job could not be sent"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := eventstest.Start(t)
+			pub := &lossyPublisher{pub: publish.NewPublisher(env.JS), drop: c.drop, fail: c.fail}
+			var logs syncBuffer
+			failures := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "failures"}, []string{"tool"})
+			resends := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "resends"}, []string{"tool"})
+			jobs := sandboxtool.NewJobs(env.JS, pub, "/toolwire/executor", sandboxtool.Options{
+				Log: slog.New(slog.NewTextHandler(&logs, nil)), PublishFailures: failures, Resends: resends,
+				ConfirmAfter: 50 * time.Millisecond,
+			})
+			tl, err := jobs.Tool(sandboxDef(`{"language":"python","source":"print(1)"}`))
+			require.NoError(t, err)
+
+			// The stand-in for the sandbox service answers every job stored.
+			cons, err := env.JS.OrderedConsumer(t.Context(), events.StreamSandbox, jetstream.OrderedConsumerConfig{
+				FilterSubjects: []string{events.Prefix + ".sandbox.*.*.requested"}})
+			require.NoError(t, err)
+			cc, err := cons.Consume(func(m jetstream.Msg) {
+				ev, err := events.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+				if err != nil {
+					return
+				}
+				var job events.SandboxJob
+				if events.DecodeData(ev, &job) != nil {
+					return
+				}
+				res := events.SandboxResult{RunID: job.RunID, CallID: job.CallID, Output: json.RawMessage(`42`), DurationMS: 1}
+				if out, err := events.NewSandboxResult("/toolwire/sandbox", res, job.TenantID, events.RunTrace{}); err == nil {
+					_ = publish.NewPublisher(env.JS).Publish(t.Context(), out)
+				}
+			})
+			require.NoError(t, err)
+			defer cc.Stop()
+
+			// The executor bounds every call by its tool's timeout (30s).
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			out, err := tl.Execute(ctx, json.RawMessage(`1`), toolapi.Context{TenantID: "acme", RunID: "run-lost", CallID: "c0ffee06"})
+			if c.fail == nil {
+				require.NoError(t, err, "the lost job must be sent again and answered while its call waits")
+				require.JSONEq(t, `42`, string(out))
+			} else {
+				var te *envelope.ToolError
+				require.ErrorAs(t, err, &te)
+				require.Equal(t, envelope.CodeSandboxError, te.Code)
+				require.Contains(t, te.Message, refused.Error())
+			}
+			require.Equal(t, c.publishes, pub.publishes())
+			require.Equal(t, c.resends, testutil.ToFloat64(resends.WithLabelValues("py@1.0.0")))
+			require.Equal(t, c.failures, testutil.ToFloat64(failures.WithLabelValues("py@1.0.0")))
+			for _, want := range []string{c.log, "run_id=run-lost", "call_id=c0ffee06", "tool=py@1.0.0"} {
+				require.Contains(t, logs.String(), want)
+			}
+		})
+	}
 }
