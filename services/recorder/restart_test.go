@@ -198,3 +198,69 @@ func TestRecorderRecoversFromANATSRestart(t *testing.T) {
 		return done, desc
 	})
 }
+
+// TestRecorderSlowDatabaseIsNotRedelivered: a batch that takes three ack
+// waits to commit (the events table locked) is kept alive by its runner,
+// never redelivered: a short ack wait costs nothing in normal running.
+func TestRecorderSlowDatabaseIsNotRedelivered(t *testing.T) {
+	env := eventstest.Start(t)
+	dsn := pgtest.Schema(t)
+	pool, err := pgxpool.New(testCtx(t), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	const ackWait = time.Second
+	rec, err := recorder.New(service.Deps{JS: env.JetStream(t), Log: quietLog()},
+		recorder.Config{DatabaseURL: dsn, Batch: 16, AckWait: ackWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startUntilCleanup(t, rec)
+	for _, spec := range recorder.ConsumerSpecs() {
+		if got := consumerInfo(t, env.JS, spec).Config.AckWait; got != ackWait {
+			t.Fatalf("%s: ack wait %s, want %s", spec.Durable, got, ackWait)
+		}
+	}
+
+	tx, err := pool.Begin(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(testCtx(t), "LOCK TABLE events IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	fx := storetest.CompletedRun(t, "slow-db", "weather", storetest.TenantA, time.Now())
+	publishEvents(t, env.JS, fx.Events...)
+	eventually(t, "the recorder to hold the run's events", func() (bool, string) {
+		info := consumerInfo(t, env.JS, recorder.ConsumerSpecs()[0])
+		return info.NumAckPending > 0, fmt.Sprintf("%d unacknowledged", info.NumAckPending)
+	})
+	time.Sleep(3 * ackWait) // the database is slow: three ack waits for one batch
+	if err := tx.Commit(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "every event to be recorded", func() (bool, string) {
+		var got int
+		if err := pool.QueryRow(testCtx(t), "SELECT count(*) FROM events").Scan(&got); err != nil {
+			return false, err.Error()
+		}
+		return got == len(fx.Events), fmt.Sprintf("%d of %d", got, len(fx.Events))
+	})
+	eventually(t, "the consumers to settle", func() (bool, string) {
+		desc, done := "", true
+		for _, spec := range recorder.ConsumerSpecs() {
+			info := consumerInfo(t, env.JS, spec)
+			done = done && info.NumPending == 0 && info.NumAckPending == 0
+			desc += fmt.Sprintf("%s: %d pending, %d unacknowledged; ", spec.Durable, info.NumPending, info.NumAckPending)
+		}
+		return done, desc
+	})
+	for _, spec := range recorder.ConsumerSpecs() {
+		if info := consumerInfo(t, env.JS, spec); info.NumRedelivered != 0 || info.Delivered.Consumer != info.Delivered.Stream {
+			t.Errorf("%s: %d redelivered, %d deliveries of %d messages", spec.Durable, info.NumRedelivered,
+				info.Delivered.Consumer, info.Delivered.Stream)
+		}
+	}
+}
