@@ -139,7 +139,7 @@ func TestBuildAppliesOptionsAfterTheEnvironment(t *testing.T) {
 		}
 	}()
 	want := recorder.Config{DatabaseURL: dbURL, Batch: 32, Poll: recorder.DefaultPoll, AdminToken: "tok",
-		DatabaseWait: recorder.DefaultDatabaseWait}
+		DatabaseWait: recorder.DefaultDatabaseWait, AckWait: recorder.DefaultAckWait}
 	if got := rec.Config(); got != want {
 		t.Fatalf("Config() = %+v, want %+v", got, want)
 	}
