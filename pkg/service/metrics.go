@@ -147,14 +147,17 @@ func register[C prometheus.Collector](m *Metrics, c C) C {
 
 // ConsumerMetrics counts what a service's consumers go through, per stream
 // and consumer: handler failures (and whether they were final),
-// redeliveries, and dead letters by how they were stored. Give it to the
-// service's events.Runners (its Observer).
+// redeliveries, and dead letters by how they were stored; and the publishes
+// of the service's publisher that failed, by event type. Give it to the
+// service's events.Runners (its Observer); Deps.Core gives it to the
+// service's publisher too (its publish.Observer).
 type ConsumerMetrics struct {
-	failures     *prometheus.CounterVec
-	redeliveries *prometheus.CounterVec
-	deadLetters  *prometheus.CounterVec
-	lag          *lagCollector
-	infraRetries *prometheus.CounterVec
+	failures        *prometheus.CounterVec
+	redeliveries    *prometheus.CounterVec
+	deadLetters     *prometheus.CounterVec
+	lag             *lagCollector
+	infraRetries    *prometheus.CounterVec
+	publishFailures *prometheus.CounterVec
 }
 
 // NewConsumerMetrics registers the consumer metrics of a service on m.
@@ -172,7 +175,18 @@ func NewConsumerMetrics(m *Metrics) *ConsumerMetrics {
 		infraRetries: m.CounterVec("infrastructure_retries_total",
 			"Handler calls retried in place because NATS or JetStream did not answer (no delivery budget used), by stream and consumer.",
 			"stream", "consumer"),
+		publishFailures: m.CounterVec("publish_failures_total",
+			"Publishes that failed, by event type: the event was not confirmed stored (no PubAck, an error, the deadline) and the call said so, or its unwaited PublishAsync was collected unstored; each is logged with its subject and event id. A caller that retries counts each failed attempt.",
+			"type"),
 	}
+}
+
+// PublishFailed counts a failed publish (publish.Observer).
+func (c *ConsumerMetrics) PublishFailed(eventType string) {
+	if c == nil {
+		return
+	}
+	c.publishFailures.WithLabelValues(eventType).Inc()
 }
 
 // Track follows a runner's lag (events.LagTracker): the runners of a group

@@ -564,9 +564,15 @@ type Core struct {
 
 // Core returns the Core of the service name on d (as Prepare returned it):
 // its tracer is toolwire/<name>, and consumers (the service's
-// ConsumerMetrics) observes what its consumers go through.
+// ConsumerMetrics) observes what its consumers go through and, when it is a
+// publish.Observer too (ConsumerMetrics is), every publish of its publisher
+// that failed, which the publisher also logs on d.Log.
 func (d Deps) Core(name string, consumers consume.Observer) Core {
-	return Core{JS: d.JS, Log: d.Log, Tracer: d.Tracer.Tracer("toolwire/" + name), Pub: publish.NewPublisher(d.JS),
+	opts := []publish.Option{publish.WithLogger(d.Log)}
+	if o, ok := consumers.(publish.Observer); ok {
+		opts = append(opts, publish.WithObserver(o))
+	}
+	return Core{JS: d.JS, Log: d.Log, Tracer: d.Tracer.Tracer("toolwire/" + name), Pub: publish.NewPublisher(d.JS, opts...),
 		Runners: consume.Runners{Observer: consumers}, name: name}
 }
 

@@ -23,6 +23,8 @@ const (
 	// EnvPoll sets Config.Poll: a duration such as 20ms, or 0 to have each
 	// event pushed as it is stored.
 	EnvPoll = "TOOLWIRE_RECORDER_POLL"
+	// EnvAckWait sets Config.AckWait.
+	EnvAckWait = "TOOLWIRE_RECORDER_ACK_WAIT"
 	// EnvAdminToken sets Config.AdminToken.
 	EnvAdminToken = api.AdminTokenVar
 	// EnvDatabaseWait sets Config.DatabaseWait.
@@ -59,6 +61,16 @@ const (
 	// timeline at most 80ms more before an event shows.
 	DefaultPoll = 100 * time.Millisecond
 	maxPoll     = 5 * time.Second
+	// DefaultAckWait is the ack wait of the recorder's consumers. It bounds
+	// how long an event whose delivery or acknowledgement was lost (a NATS
+	// restart, a node's return, a replica killed mid-batch) waits before it
+	// is delivered again: with JetStream's 30s it took the recorder 23-27s to
+	// catch up after a NATS restart. A batch in hand never waits for it: the
+	// runner extends its messages every third of it (InProgress) while they
+	// are written, however long the database takes.
+	DefaultAckWait = 5 * time.Second
+	minAckWait     = time.Second
+	maxAckWait     = 5 * time.Minute
 	// DefaultDatabaseWait is how long Start waits for the database.
 	DefaultDatabaseWait = 30 * time.Second
 	minDatabaseWait     = time.Second
@@ -88,6 +100,13 @@ type Config struct {
 	// the database bigger transactions. It adds at most Poll to the
 	// recorder's lag. Zero means DefaultPoll; negative, push each event.
 	Poll time.Duration
+	// AckWait is how long a delivery may stay with the recorder without an
+	// acknowledgement or an extension before JetStream delivers it again: the
+	// recorder's recovery time after a delivery or an acknowledgement was
+	// lost (a NATS restart). Events being written are extended every third
+	// of it, so a slow database does not get them redelivered. Default
+	// DefaultAckWait; 1s to 5m.
+	AckWait time.Duration
 	// AdminToken turns the registry's admin routes of the API on
 	// (/v1/admin/tools): they then require it as a bearer token. "" leaves
 	// them off. It authenticates as an admin of every tenant.
@@ -157,6 +176,7 @@ func (c Config) WithDefaults() Config {
 	c.Batch = cmp.Or(c.Batch, DefaultBatch)
 	c.Poll = cmp.Or(c.Poll, DefaultPoll)
 	c.DatabaseWait = cmp.Or(c.DatabaseWait, DefaultDatabaseWait)
+	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
 	return c
 }
 
@@ -172,6 +192,9 @@ func (c Config) Validate() error {
 	}
 	if c.Poll > maxPoll {
 		errs = append(errs, fmt.Errorf("poll %s: want at most %s", c.Poll, maxPoll))
+	}
+	if c.AckWait < minAckWait || c.AckWait > maxAckWait {
+		errs = append(errs, fmt.Errorf("ack wait %s: want %s to %s (%s)", c.AckWait, minAckWait, maxAckWait, EnvAckWait))
 	}
 	if c.DatabaseWait < minDatabaseWait || c.DatabaseWait > maxDatabaseWait {
 		errs = append(errs, fmt.Errorf("database wait %s: want %s to %s", c.DatabaseWait, minDatabaseWait, maxDatabaseWait))
@@ -206,6 +229,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			c.Poll = d
 		}
 	}
+	e.Duration(EnvAckWait, minAckWait, maxAckWait, &c.AckWait)
 	e.String(EnvAdminToken, &c.AdminToken)
 	e.Duration(EnvDatabaseWait, minDatabaseWait, maxDatabaseWait, &c.DatabaseWait)
 	mode := "off"
@@ -230,6 +254,8 @@ func EnvVars() []service.Var {
 		{Name: EnvBatch, Help: "most events written in one transaction (1 to 4096; default 1024)", Example: "256"},
 		{Name: EnvPoll, Help: "how often the recorder fetches the events waiting (up to 5s; default 100ms); 0 has each event pushed as it is stored",
 			Example: "20ms"},
+		{Name: EnvAckWait, Help: "how long an event delivered to the recorder may stay unacknowledged and not extended before it is delivered again: its recovery time after a NATS restart (1s to 5m; default 5s); events being written are extended every third of it",
+			Example: "10s"},
 		{Name: EnvAdminToken, Help: "turns the registry's admin routes (/v1/admin/tools) on; they require it as a bearer token (default: off); it is an admin of every tenant",
 			Example: "an-admin-token"},
 		{Name: EnvDatabaseWait, Help: "how long start-up waits for the database to answer before it fails saying what to check (1s to 1h; default 30s)",

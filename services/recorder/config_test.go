@@ -59,6 +59,24 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Errorf("poll %q: %v", bad, err)
 		}
 	}
+	if c.AckWait != recorder.DefaultAckWait {
+		t.Errorf("default ack wait: %s", c.AckWait)
+	}
+	if c, err := recorder.ConfigFromEnv(env(map[string]string{"TOOLWIRE_RECORDER_ACK_WAIT": "12s"})); err != nil || c.AckWait != 12*time.Second {
+		t.Errorf("ack wait 12s: %+v %v", c, err)
+	}
+	for _, bad := range []string{"500ms", "0", "-1s", "soon", "1h"} {
+		_, err := recorder.ConfigFromEnv(env(map[string]string{"TOOLWIRE_RECORDER_ACK_WAIT": bad}))
+		if err == nil || !strings.Contains(err.Error(), "TOOLWIRE_RECORDER_ACK_WAIT") {
+			t.Errorf("ack wait %q: %v", bad, err)
+		}
+	}
+	for _, bad := range []time.Duration{time.Millisecond, time.Hour} {
+		if err := (recorder.Config{DatabaseURL: "sqlite:x.db", AckWait: bad}).Validate(); err == nil ||
+			!strings.Contains(err.Error(), "TOOLWIRE_RECORDER_ACK_WAIT") {
+			t.Errorf("Validate with ack wait %s: %v", bad, err)
+		}
+	}
 	// Every bad value is reported at once.
 	_, err = recorder.ConfigFromEnv(env(map[string]string{"TOOLWIRE_RECORDER_BATCH": "many", "TOOLWIRE_RECORDER_POLL": "soon"}))
 	if err == nil || !strings.Contains(err.Error(), "TOOLWIRE_RECORDER_BATCH") || !strings.Contains(err.Error(), "TOOLWIRE_RECORDER_POLL") {
@@ -92,7 +110,7 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want the OIDC variables named", bad.OIDC, err)
 		}
 	}
-	if got := recorder.EnvVars(); len(got) != 13 {
+	if got := recorder.EnvVars(); len(got) != 14 {
 		t.Errorf("EnvVars = %v", got)
 	}
 }
@@ -121,7 +139,7 @@ func TestBuildAppliesOptionsAfterTheEnvironment(t *testing.T) {
 		}
 	}()
 	want := recorder.Config{DatabaseURL: dbURL, Batch: 32, Poll: recorder.DefaultPoll, AdminToken: "tok",
-		DatabaseWait: recorder.DefaultDatabaseWait}
+		DatabaseWait: recorder.DefaultDatabaseWait, AckWait: recorder.DefaultAckWait}
 	if got := rec.Config(); got != want {
 		t.Fatalf("Config() = %+v, want %+v", got, want)
 	}

@@ -186,6 +186,9 @@ func (r *Service) Start(ctx context.Context) error {
 		r.OnStop(r.stopWriter)    // once the consumers have drained: their batches commit first
 		r.OnStop(r.stopConsuming) // first
 		for _, spec := range ConsumerSpecs() {
+			// A short ack wait: what a NATS restart lost comes back within
+			// it; the runner extends what it holds (see Config.AckWait).
+			spec.AckWait = r.cfg.AckWait
 			rc := consume.RunnerConfig{
 				Spec:        spec,
 				Handler:     r.handle,

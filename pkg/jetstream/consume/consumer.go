@@ -325,7 +325,8 @@ func (r *Runner) Start(ctx context.Context) error {
 
 // pollLoop fetches the messages waiting, up to Concurrency at a time, and
 // dispatches them; when fewer came than it asked for, it waits Poll before
-// asking again. It ends on Stop.
+// asking again. While its connection is down it does not ask. It ends on
+// Stop.
 func (r *Runner) pollLoop(c jetstream.Consumer) {
 	defer close(r.pollDone)
 	t := time.NewTimer(0)
@@ -335,6 +336,16 @@ func (r *Runner) pollLoop(c jetstream.Consumer) {
 		case <-r.pollStop:
 			return
 		case <-t.C:
+		}
+		if !r.connected() {
+			// A pull made now would wait in the client's reconnect buffer,
+			// reach the server after the reconnect for a reply inbox the
+			// client has stopped listening on (a fetch gives up after its
+			// client-side second), and keep the loop from asking again
+			// until then. Look again shortly and fetch as soon as the
+			// connection is back.
+			t.Reset(min(r.cfg.Poll, reconnectPoll))
+			continue
 		}
 		n := 0
 		if r.cfg.Batch != nil {
@@ -375,6 +386,17 @@ func (r *Runner) pollLoop(c jetstream.Consumer) {
 			t.Reset(0)
 		}
 	}
+}
+
+// reconnectPoll is how often a polling runner looks whether its connection
+// is back, while it is not.
+const reconnectPoll = 20 * time.Millisecond
+
+// connected reports whether the runner's connection to NATS is up (or it
+// cannot tell).
+func (r *Runner) connected() bool {
+	nc := r.js.Conn()
+	return nc == nil || nc.IsConnected()
 }
 
 // Stop stops pulling, waits for the handlers in flight (bounded by ctx) and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,15 +15,60 @@ import (
 // Publisher publishes events to JetStream and waits for their PubAcks. Each
 // message carries its event id as Nats-Msg-Id (a retried publish is dropped as
 // a duplicate) and the hop's trace context.
+//
+// A publish that fails (its event is not confirmed stored: no PubAck, an
+// error, the caller's deadline) is never silent: besides the error its call
+// returns, it is logged (subject, event id and type, error) and counted by
+// the Observer. A PublishFirst refused because its subject holds an event
+// already is no failure.
 type Publisher struct {
 	js      jetstream.JetStream
 	timeout time.Duration
+	log     *slog.Logger
+	obs     Observer
 }
 
-// NewPublisher returns a publisher on js.
-func NewPublisher(js jetstream.JetStream) *Publisher {
-	return &Publisher{js: js, timeout: 10 * time.Second}
+// Observer hears of every publish that failed, for metrics (see
+// service.ConsumerMetrics). Each failed call counts once: a caller that
+// retries counts each failed attempt, and a Pending that fails its Wait
+// counts once, whether or not its Retry then succeeds.
+type Observer interface {
+	PublishFailed(eventType string)
 }
+
+// Option configures a Publisher.
+type Option func(*Publisher)
+
+// WithObserver has o hear of every failed publish; nil: none.
+func WithObserver(o Observer) Option { return func(p *Publisher) { p.obs = o } }
+
+// WithLogger logs failed publishes on log; default slog.Default().
+func WithLogger(log *slog.Logger) Option { return func(p *Publisher) { p.log = log } }
+
+// NewPublisher returns a publisher on js.
+func NewPublisher(js jetstream.JetStream, opts ...Option) *Publisher {
+	p := &Publisher{js: js, timeout: 10 * time.Second}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	return p
+}
+
+// failed logs and counts a publish of out that did not get its event stored
+// and returns err.
+func (p *Publisher) failed(out *events.Outgoing, err error, msg string) error {
+	p.log.Error(msg, "subject", out.Subject, "event_id", out.Event.ID(), "event_type", out.Event.Type(), "err", err)
+	if p.obs != nil {
+		p.obs.PublishFailed(out.Event.Type())
+	}
+	return err
+}
+
+// msgFailed is what failed logs for a publish whose call returns its error.
+const msgFailed = "publish failed: event not confirmed stored"
 
 // JetStream returns the underlying JetStream handle.
 func (p *Publisher) JetStream() jetstream.JetStream { return p.js }
@@ -44,7 +90,11 @@ func (p *Publisher) Publish(ctx context.Context, out events.Outgoing) error {
 // Duplicate says that an event of that id was stored already (the stored
 // one stands, not this one).
 func (p *Publisher) PublishAck(ctx context.Context, out events.Outgoing) (*jetstream.PubAck, error) {
-	return p.publish(ctx, out)
+	ack, err := p.publish(ctx, out)
+	if err != nil {
+		return nil, p.failed(&out, err, msgFailed)
+	}
+	return ack, nil
 }
 
 // PublishFirst publishes out only when its subject holds no event yet: it
@@ -59,7 +109,7 @@ func (p *Publisher) PublishFirst(ctx context.Context, out events.Outgoing) (bool
 	case WrongLastSequence(err):
 		return false, nil
 	case err != nil:
-		return false, err
+		return false, p.failed(&out, err, msgFailed)
 	}
 	return !ack.Duplicate, nil
 }
@@ -111,30 +161,38 @@ func (p *Publisher) PublishAll(ctx context.Context, outs []events.Outgoing) erro
 	}
 	ctx, cancel := p.ctx(ctx)
 	defer cancel()
-	futures := make([]jetstream.PubAckFuture, 0, len(outs))
+	type sent struct {
+		out *events.Outgoing
+		f   jetstream.PubAckFuture
+	}
+	futures := make([]sent, 0, len(outs))
 	var errs []error
-	for _, out := range outs {
+	for i := range outs {
+		out := &outs[i]
 		m, err := out.Msg()
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, p.failed(out, err, msgFailed))
 			continue
 		}
 		events.InjectHop(ctx, m.Header)
 		f, err := p.js.PublishMsgAsync(m)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("publish %s %s: %w", out.Event.Type(), out.Event.ID(), err))
+			errs = append(errs, p.failed(out, fmt.Errorf("publish %s %s: %w", out.Event.Type(), out.Event.ID(), err), msgFailed))
 			continue
 		}
-		futures = append(futures, f)
+		futures = append(futures, sent{out, f})
 	}
-	for _, f := range futures {
+	for _, s := range futures {
+		var err error
 		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			errs = append(errs, fmt.Errorf("publish %s: %w", f.Msg().Subject, err))
+		case <-s.f.Ok():
+			continue
+		case err = <-s.f.Err():
 		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("publish %s: %w", f.Msg().Subject, ctx.Err()))
+			err = ctx.Err()
 		}
+		errs = append(errs, p.failed(s.out, fmt.Errorf("publish %s %s on %s: %w", s.out.Event.Type(), s.out.Event.ID(),
+			s.out.Subject, err), msgFailed))
 	}
 	return errors.Join(errs...)
 }
