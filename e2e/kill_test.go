@@ -33,8 +33,10 @@ func startProc(t, owner *testing.T, bin, name string, env []string) *proc {
 // its pulled messages for), and the recorder, killed, stores every run
 // within twice its own. The orchestrator's and the executor's ack waits are
 // set to 10s here (TOOLWIRE_ORCHESTRATOR_ACK_WAIT, TOOLWIRE_EXECUTOR_ACK_WAIT);
-// the policy's and the recorder's are the default 30s. The sandbox is not
-// killed: the demo's runs do not use it.
+// the policy's is the default 30s, the recorder's its default 5s
+// (TOOLWIRE_RECORDER_ACK_WAIT). The sandbox is not killed: the demo's runs
+// do not use it. Over the whole burst, no run ends twice and nothing of a
+// run is stored after its end.
 func TestKill9DuringABurst(t *testing.T) {
 	bin := buildServices(t)
 
@@ -56,7 +58,7 @@ func TestKill9DuringABurst(t *testing.T) {
 		{"orchestrator", 10 * time.Second},
 		{"executor", 10 * time.Second},
 		{"policy", 30 * time.Second},
-		{"recorder", 30 * time.Second},
+		{"recorder", 5 * time.Second},
 	} {
 		t.Run(tc.service, func(t *testing.T) {
 			const n = 30
@@ -133,6 +135,9 @@ func TestKill9DuringABurst(t *testing.T) {
 			}
 		})
 	}
+	broken, err := eventstest.AfterEnd(t.Context(), nats.JS)
+	require.NoError(t, err)
+	require.Empty(t, broken, "nothing of a run follows its end")
 }
 
 func dumpProcs(procs map[string]*proc) string {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/embedded/clustertest"
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
@@ -268,6 +269,7 @@ func TestClusterR3StreamLeaderKilledDuringABurst(t *testing.T) {
 	}
 	require.Zero(t, dup, "no duplicate writes")
 	require.Len(t, counts, n+1, "one write per run")
+	requireNothingAfterEnds(ctx, t, st.JS, ledger)
 }
 
 // R1 with a node down: every run completes or fails with a reason within
@@ -353,6 +355,40 @@ func TestClusterR1NodeDownEveryRunEnds(t *testing.T) {
 	for k, v := range ledger.counts() {
 		require.Equal(t, 1, v, "%s written %d times", k, v)
 	}
+	requireNothingAfterEnds(ctx, t, st.JS, ledger)
+}
+
+// requireNothingAfterEnds checks the whole of the runs, calls and sandbox
+// streams: no run ended twice, no event of a run was stored after its end,
+// and no call of the tools was started after its run's end.
+func requireNothingAfterEnds(ctx context.Context, t *testing.T, js jetstream.JetStream, tools ...*stackTool) {
+	t.Helper()
+	broken, err := eventstest.AfterEnd(ctx, js)
+	require.NoError(t, err)
+	for _, b := range broken {
+		t.Errorf("run %s: ends %v; after its end: %v", b.RunID, b.Ends, b.After)
+	}
+	require.Empty(t, broken, "nothing of a run follows its end")
+	runs, err := js.Stream(ctx, events.StreamRuns)
+	require.NoError(t, err)
+	late := 0
+	for _, tool := range tools {
+		for runID, at := range tool.lastStarts() {
+			var endAt time.Time
+			for _, verb := range events.EndVerbs() {
+				subj, err := events.RunSubject(runID, verb)
+				require.NoError(t, err)
+				if m, err := runs.GetLastMsgForSubject(ctx, subj); err == nil {
+					endAt = m.Time
+				}
+			}
+			if !endAt.IsZero() && at.After(endAt) {
+				late++
+				t.Errorf("%s: a call of run %s started %s after the run ended", tool.def.Name, runID, at.Sub(endAt))
+			}
+		}
+	}
+	require.Zero(t, late, "no call started after its run's end")
 }
 
 // logDeadLetters logs what the dead-letter stream holds (consumer and

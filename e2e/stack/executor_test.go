@@ -32,6 +32,8 @@ type stackTool struct {
 
 	mu   sync.Mutex
 	runs map[string]int // "<run_id> <call_id>"
+	// last is when the tool last started a call of each run.
+	last map[string]time.Time
 }
 
 func newStackTool(name string, meta envelope.ToolMetadata, run func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)) *stackTool {
@@ -43,6 +45,7 @@ func newStackTool(name string, meta envelope.ToolMetadata, run func(ctx context.
 		},
 		run:  run,
 		runs: map[string]int{},
+		last: map[string]time.Time{},
 	}
 }
 
@@ -51,8 +54,16 @@ func (s *stackTool) Definition() envelope.ToolDefinition { return s.def }
 func (s *stackTool) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	s.mu.Lock()
 	s.runs[tc.RunID+" "+tc.CallID]++
+	s.last[tc.RunID] = time.Now()
 	s.mu.Unlock()
 	return s.run(ctx, input)
+}
+
+// lastStarts returns when the tool last started a call, by run id.
+func (s *stackTool) lastStarts() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.last)
 }
 
 // counts returns how many times the tool ran, by "<run_id> <call_id>".

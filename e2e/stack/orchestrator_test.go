@@ -766,6 +766,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, served, 3, "the replicas share the work")
+	requireNothingAfterEnds(t.Context(), t, h.Env.JS)
 }
 
 // TestLongRunWithLargeOutputsStaysBounded: a run of 50 turns whose tools

@@ -124,6 +124,10 @@ type Turn struct {
 	// Warnings are findings that do not stop the run (a deprecated tool),
 	// given on its first turn.
 	Warnings []string `json:"warnings,omitempty"`
+	// Deadline is the run's deadline: no call of the turn starts after it
+	// (its guard and executors drop such a call), and a call running then
+	// is cut at it. Nil on turns of runs recorded before it was carried.
+	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
 // LoopVerdict is the loop rules' verdict on one model call.
@@ -189,6 +193,17 @@ type CallRequest struct {
 	// OperatorApproved marks the approved request of a call that waited for
 	// an operator's decision (the guard's own approvals leave it false).
 	OperatorApproved bool `json:"operator_approved,omitempty"`
+	// RunDeadline is the run's deadline (its turn's Deadline): a call is not
+	// started after it, and a running one is cut at it, so that nothing of
+	// a run that ended at its deadline runs on. Nil for a call outside a
+	// run's loop (`toolwire call`).
+	RunDeadline *time.Time `json:"run_deadline,omitempty"`
+}
+
+// PastRunDeadline reports whether the call's run has a deadline and now is
+// past it.
+func (c *CallRequest) PastRunDeadline(now time.Time) bool {
+	return c.RunDeadline != nil && now.After(*c.RunDeadline)
 }
 
 // Ref is the called tool's name@version.

@@ -66,6 +66,15 @@ func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 	}
 	rt := events.TraceOf(d.Event)
 	log := s.Log.With("run_id", req.RunID, "call_id", req.CallID, "tool", req.Ref().String())
+	if over, err := s.runOver(ctx, d, &req); err != nil {
+		return err
+	} else if over != "" {
+		// Nothing of a run follows its end (runover.go): no event, no
+		// effect.
+		s.metrics.runOver.WithLabelValues(req.Ref().String(), over).Inc()
+		log.Warn("call of a run that is over dropped without being started", "reason", over, "attempt", d.Attempt)
+		return nil
+	}
 
 	if d.Attempt > 1 {
 		// A redelivery of a call whose completed event is stored (its ack
@@ -550,6 +559,13 @@ type toolResult struct {
 func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.ToolDefinition, req *events.CallRequest, log *slog.Logger) (json.RawMessage, *envelope.ToolError) {
 	ref := def.Ref()
 	timeout := def.Timeout()
+	// A run's deadline cuts its calls too: nothing of the run runs past it.
+	byRun := false
+	if req.RunDeadline != nil {
+		if left := req.RunDeadline.Sub(s.now()); left < timeout {
+			timeout, byRun = max(left, 0), true
+		}
+	}
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errToolTimeout)
 	defer cancel()
 	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), SecretDestinations: def.SecretDestinations, Log: log}
@@ -604,6 +620,10 @@ func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.T
 	case expired:
 		if r.err != nil {
 			log.Debug("tool failed after its time limit", "err", r.err)
+		}
+		if byRun {
+			return nil, envelope.NewToolError(envelope.CodeTimeout, "tool %s was stopped at its run's deadline, %s after it started (its own limit is %s)",
+				ref, timeout.Round(time.Millisecond), def.Timeout())
 		}
 		return nil, envelope.NewToolError(envelope.CodeTimeout, "tool %s timed out after %s", ref, timeout)
 	case r.panic != nil:

@@ -34,6 +34,8 @@ type metrics struct {
 
 	sandboxJobFailures *prometheus.CounterVec // tool
 	sandboxJobResends  *prometheus.CounterVec // tool
+	// runOver counts calls dropped unstarted because their run is over.
+	runOver *prometheus.CounterVec // tool, reason: deadline, ended
 }
 
 // newMetrics registers the executor's metrics on reg. Several executors may
@@ -69,6 +71,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"Sandbox jobs that could not be sent (their publish failed after its retries, or a job not found stored could not be sent again before its call ended), by tool name@version.", "tool"),
 			sandboxJobResends: r.CounterVec("sandbox_job_resends_total",
 				"Sandbox jobs sent again because their call, with no answer yet, did not find them stored (a publish lost around a leader change), by tool name@version.", "tool"),
+			runOver: r.CounterVec("calls_of_ended_runs_total",
+				"Calls dropped without being started because their run was over: past its deadline (reason deadline) or ended (reason ended), by tool name@version.", "tool", "reason"),
 		}
 	})
 }

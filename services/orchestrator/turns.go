@@ -152,6 +152,10 @@ func (s *Service) callModel(ctx context.Context, st *RunState, req *envelope.Run
 	}
 	if len(calls) == 0 {
 		calls = nil
+	} else if !st.Deadline.IsZero() {
+		// The calls' guard and executors start none past it.
+		d := st.Deadline.UTC()
+		t.Deadline = &d
 	}
 	resp.ToolCalls = calls
 	t.Response = &resp

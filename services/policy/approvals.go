@@ -316,6 +316,20 @@ func (s *Service) settle(ctx context.Context, key string, rec events.ApprovalRec
 	if rec.Settled || rec.Pending() {
 		return nil
 	}
+	if over, err := s.callOver(ctx, &rec.Call); err != nil {
+		return err
+	} else if over != "" {
+		// Nothing of a run follows its end (runover.go): the record is
+		// settled without an outcome.
+		rec.Settled = true
+		if _, err := s.update(ctx, key, &rec, rev); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return err
+		}
+		s.metrics.runOver.WithLabelValues("approval", over).Inc()
+		s.Log.WarnContext(ctx, "approval of a call of a run that is over settled without an outcome", "key", key,
+			"state", rec.State, "reason", over)
+		return nil
+	}
 	if rec.State == events.ApprovalApproved && !rec.Routed {
 		var err error
 		if rec, rev, err = s.routeApproved(ctx, key, rec, rev); err != nil || rec.Settled {

@@ -26,6 +26,7 @@ type metrics struct {
 	denials   *prometheus.CounterVec // kind, rule
 	approvals *prometheus.CounterVec // outcome
 	unserved  *prometheus.CounterVec // queue
+	runOver   *prometheus.CounterVec // what: turn, approval; reason: deadline, ended
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,6 +41,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"Tool call approvals by outcome: requested, approved, denied, revised, expired (no decision in time), ignored (a decision for a call that awaited none).", "outcome"),
 			unserved: r.CounterVec("unserved_calls_total",
 				"Allowed calls answered PROVIDER_ERROR because no live worker served their queue within the queue wait, by queue.", "queue"),
+			runOver: r.CounterVec("calls_of_ended_runs_total",
+				"Turns whose calls were not judged, and approvals settled without an outcome, because their run was over: past its deadline (reason deadline) or ended (reason ended).", "what", "reason"),
 		}
 		// Export every verdict series from the start, so that rates work at once.
 		for _, o := range []string{"approved", "denied"} {

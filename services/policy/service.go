@@ -157,6 +157,14 @@ func (s *Service) handleTurn(ctx context.Context, d *consume.Delivery) error {
 	if len(calls) == 0 {
 		return nil // a denied turn, or one without calls the guard must judge
 	}
+	if over, err := s.turnOver(ctx, d, &t); err != nil {
+		return err
+	} else if over != "" {
+		s.metrics.runOver.WithLabelValues("turn", over).Inc()
+		s.Log.WarnContext(ctx, "calls of a run that is over not judged", "run_id", t.RunID, "iteration", t.Iteration,
+			"calls", len(calls), "reason", over, "attempt", d.Attempt)
+		return nil
+	}
 	rt := events.TraceOf(d.Event)
 	ctx, span := s.startSpan(ctx, SpanCheckTurn, rt,
 		attribute.String(AttrRunID, t.RunID), attribute.Int(AttrIteration, t.Iteration),
@@ -342,7 +350,7 @@ func approvedCall(t *events.Turn, c *events.TurnCall) events.CallRequest {
 	return events.CallRequest{
 		RunID: t.RunID, CallID: c.CallID, Seq: c.Seq, Iteration: t.Iteration,
 		Name: c.Name, Version: c.Version, Input: c.Input, ProviderCallID: c.ProviderCallID,
-		Tenant: t.Tenant, Agent: t.Agent, Queue: cmp.Or(c.Queue, envelope.DefaultQueue),
+		Tenant: t.Tenant, Agent: t.Agent, Queue: cmp.Or(c.Queue, envelope.DefaultQueue), RunDeadline: t.Deadline,
 	}
 }
 

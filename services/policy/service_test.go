@@ -517,7 +517,10 @@ func TestServiceBudgetAcrossATurn(t *testing.T) {
 		5: "max_budget (0.1) would be exceeded by call #5 (web_search@1.0.0, cost 0.02): the run has spent 0.05 and this turn's calls up to it cost 0.08",
 		6: "max_budget (0.1) would be exceeded by call #6 (web_search@1.0.0, cost 0.02): the run has spent 0.05 and this turn's calls up to it cost 0.1",
 	}, reasons)
-	require.Equal(t, 3.0, testutil.ToFloat64(h.svc.metrics.denials.WithLabelValues(kindCall, rules.RuleMaxBudget)))
+	// Counted once the outcomes are published: the test can read them first.
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(h.svc.metrics.denials.WithLabelValues(kindCall, rules.RuleMaxBudget)) == 3
+	}, waitFor, 5*time.Millisecond)
 }
 
 // Blocking a version in the registry takes effect on the running service: it

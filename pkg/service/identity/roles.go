@@ -165,6 +165,9 @@ func (r Role) Permissions() Permissions {
 		p.Responses = true
 		// The calls it hands workers (pkg/events/worker.go).
 		p.Publish = append(p.Publish, events.Prefix+".worker.*.*")
+		// Whether a call's run has ended, read from the runs stream's
+		// leader before a late call is started (services/executor/runover.go).
+		p.Publish = append(p.Publish, "$JS.API.STREAM.MSG.GET."+events.StreamRuns)
 		return p
 	case Sandbox:
 		return r.service(

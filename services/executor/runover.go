@@ -1,0 +1,64 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/jetstream/direct"
+)
+
+// Nothing of a run follows its end (issue 30 in the tracker; docs/tools.md,
+// "Calls of ended runs"). An approved call whose run's deadline has passed
+// is not started, and a running one is cut at that deadline (invoke); the
+// orchestrator fails the run at its deadline, so a call started later
+// could only run for nobody, and a writes call would have an effect its
+// run never records. A call delivered again, or stored a while before it is
+// delivered (a queue that waited through an outage), is checked against
+// the run's end as the runs stream's leader has it: a run that has ended
+// (completed, or failed for any reason) runs none of its calls.
+
+// staleCall is how long after it was stored a call's first delivery is
+// checked against its run's end: a call delivered at once belongs to a run
+// that has just made it.
+const staleCall = 5 * time.Second
+
+// runOver reports why req, delivered as d, must not be started ("" when it
+// may): its run's deadline has passed, or its run has ended.
+func (s *Service) runOver(ctx context.Context, d *consume.Delivery, req *events.CallRequest) (reason string, err error) {
+	now := s.now()
+	if req.PastRunDeadline(now) {
+		return "deadline", nil
+	}
+	stale := d.Attempt > 1 || d.Meta != nil && now.Sub(d.Meta.Timestamp) > staleCall
+	if !stale {
+		return "", nil
+	}
+	ended, err := runEnded(ctx, s, req.RunID)
+	if err != nil || !ended {
+		return "", err
+	}
+	return "ended", nil
+}
+
+// runEnded reports whether the runs stream holds the run's end, read from
+// its leader.
+func runEnded(ctx context.Context, s *Service, runID string) (bool, error) {
+	for _, verb := range events.EndVerbs() {
+		subj, err := events.RunSubject(runID, verb)
+		if err != nil {
+			return false, consume.Permanent(err)
+		}
+		_, err = direct.Last(ctx, s.JS, events.StreamRuns, subj)
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, direct.ErrNotStored):
+			return false, fmt.Errorf("executor: is run %s over: %w", runID, err)
+		}
+	}
+	return false, nil
+}
