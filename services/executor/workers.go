@@ -95,7 +95,7 @@ func (s *Service) consumeWorkerQueue(ctx context.Context, queue string) error {
 	_, err = s.Runners.Start(ctx, s.JS, consume.RunnerConfig{
 		Spec: provision.ConsumerSpec{
 			Stream: events.StreamCalls, Durable: DurableFor(queue), Filters: []string{filter},
-			MaxAckPending: maxAckPending, AckWait: s.cfg.AckWait,
+			MaxAckPending: maxAckPending, MaxDeliver: maxDeliver, AckWait: s.cfg.AckWait,
 		},
 		Handler: s.handle, Concurrency: s.cfg.Concurrency, Logger: s.Log.With("queue", queue, "worker_queue", true),
 	})
