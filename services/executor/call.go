@@ -455,7 +455,12 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 	}
 
 	ran = true
-	out, te := s.invoke(runCtx, impl, def, req, s.runTimeout(def, claimed), log)
+	rerun, runs := s.rerunFunc(s.writeRetryRule(def, delivery), claim, claimed, log)
+	out, te := s.invoke(runCtx, impl, def, req, s.runTimeout(def, claimed), rerun, log)
+	if run := runs.run(); run > 1 {
+		claimed.Started, claimed.Attempt = claimed.firstStart(), run
+		res.env.Attempt, res.env.TStart = run, claimed.firstStart().UTC()
+	}
 	out, te = secretsOf(runCtx).scrubResult(out, te)
 	res.env.TEnd = s.now().UTC()
 	if te == nil {
@@ -596,12 +601,12 @@ type toolResult struct {
 }
 
 // invoke runs the tool under timeout (its own, or what a retry has left of
-// it) and classifies its failure.
-func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.ToolDefinition, req *events.CallRequest, timeout time.Duration, log *slog.Logger) (json.RawMessage, *envelope.ToolError) {
+// it) and classifies its failure. rerun is toolapi.Context.Rerun.
+func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.ToolDefinition, req *events.CallRequest, timeout time.Duration, rerun func() bool, log *slog.Logger) (json.RawMessage, *envelope.ToolError) {
 	ref := def.Ref()
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errToolTimeout)
 	defer cancel()
-	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), SecretDestinations: def.SecretDestinations, Log: log}
+	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), SecretDestinations: def.SecretDestinations, Log: log, Rerun: rerun}
 
 	done := make(chan toolResult, 1)
 	go func() {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -19,6 +20,8 @@ import (
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
+	"github.com/toolwire/toolwire/services/executor/toolapi"
 	"github.com/toolwire/toolwire/services/executor/tools/web"
 )
 
@@ -264,4 +267,100 @@ func TestWriteRetryRule(t *testing.T) {
 	// A retry's run has what is left of the timeout.
 	require.Equal(t, 10*time.Second, s.runTimeout(&idempotent, outcomeRecord{ClaimedAt: now}))
 	require.Equal(t, 8*time.Second, s.runTimeout(&idempotent, outcomeRecord{ClaimedAt: now, Attempt: 2, Started: started}))
+}
+
+// TestIdempotentWorkerCallIsHandedOverAgain: a worker that takes a call of a
+// writes tool and dies before answering (its heartbeat is gone). When the
+// tool declares metadata.idempotent, the executor hands the call to another
+// worker of the queue, with the same run and call ids (the idempotency key),
+// and the call ends with its answer, attempt 2; without the declaration it
+// ends UNKNOWN, naming the worker, and no other worker sees it.
+func TestIdempotentWorkerCallIsHandedOverAgain(t *testing.T) {
+	for _, idempotent := range []bool{true, false} {
+		t.Run(fmt.Sprintf("idempotent=%t", idempotent), func(t *testing.T) {
+			env := eventstest.Start(t)
+			schemas := newEventSchemas(t)
+			const queue = "payq"
+			startExecutor(t, env, Config{ID: "exec-gateway"})
+			nc := env.Connect(t)
+
+			// Two live workers of the queue; the first to take a call dies.
+			beat := func(instance, id string) {
+				subj, err := events.WorkerRPCSubject(queue, events.WorkerBeat)
+				require.NoError(t, err)
+				b, err := json.Marshal(events.WorkerHeartbeat{Instance: instance, ID: id, StartedAt: time.Now().UTC(), TTLMS: 60_000})
+				require.NoError(t, err)
+				m, err := nc.Request(subj, b, waitLimit)
+				require.NoError(t, err)
+				var reply events.WorkerReply
+				require.NoError(t, json.Unmarshal(m.Data, &reply))
+				require.Empty(t, reply.Error)
+			}
+			beat("w-1", "worker-1")
+			beat("w-2", "worker-2")
+			var (
+				mu    sync.Mutex
+				calls []events.WorkerCall
+			)
+			callSubj, err := events.WorkerCallSubject(queue)
+			require.NoError(t, err)
+			sub, err := nc.QueueSubscribe(callSubj, events.QueueWorkerCalls, func(m *nats.Msg) {
+				var c events.WorkerCall
+				if json.Unmarshal(m.Data, &c) != nil {
+					return
+				}
+				mu.Lock()
+				calls = append(calls, c)
+				n := len(calls)
+				mu.Unlock()
+				answer := func(r events.WorkerResult) {
+					b, _ := json.Marshal(r)
+					_ = m.Respond(b)
+				}
+				if n == 1 {
+					answer(events.WorkerResult{Accepted: &events.WorkerAccepted{Instance: "w-1", ID: "worker-1"}})
+					ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+					defer cancel()
+					_ = registry.Leave(ctx, env.JS, queue, "w-1") // dies holding the call
+					return
+				}
+				answer(events.WorkerResult{Accepted: &events.WorkerAccepted{Instance: "w-2", ID: "worker-2"}})
+				answer(events.WorkerResult{Output: json.RawMessage(`{"temp_c":2}`)})
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+			def := httpDef("pay_worker", envelope.SideEffectsWrites, "")
+			def.Implementation, def.Queue = toolapi.BuiltinImplementation("pay_worker@1.0.0"), queue
+			def.Metadata.Idempotent = idempotent
+			_, err = openRegistry(t, env.JS).Register(t.Context(), def)
+			require.NoError(t, err)
+
+			const runID = "run-idem-worker"
+			w := watchRun(t, env.JS, runID)
+			req := callRequest(t, runID, 1, "pay_worker", "1.0.0", `{"city":"c"}`)
+			req.Queue = queue
+			publishApproved(t, publish.NewPublisher(env.JS), req)
+			got := w.envelopeOf(t, schemas, req)
+
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range calls {
+				require.Equal(t, runID, c.RunID)
+				require.Equal(t, req.CallID, c.CallID, "the same call, so the same idempotency key")
+			}
+			if idempotent {
+				require.Nil(t, got.Error, "%+v", got.Error)
+				require.JSONEq(t, `{"temp_c":2}`, string(got.Output))
+				require.Equal(t, 2, got.Attempt)
+				require.Len(t, calls, 2, "handed over once more")
+				return
+			}
+			require.NotNil(t, got.Error)
+			require.Equal(t, envelope.CodeUnknown, got.Error.Code)
+			require.Contains(t, got.Error.Message, "outcome unknown: worker worker-1 of queue payq stopped during the call")
+			require.Zero(t, got.Attempt)
+			require.Len(t, calls, 1, "never handed over again")
+		})
+	}
 }

@@ -258,14 +258,14 @@ func (h *heldClaim) beat(ctx context.Context) {
 	// It ends with ctx too: the executor stopped while the tool still ran,
 	// and no beat can reach the store any more.
 	every(ctx, h.stop, h.o.lease/3, func() bool {
+		h.mu.Lock()
 		h.rec.Beats++
 		b, err := json.Marshal(h.rec)
+		rev := h.rev
+		h.mu.Unlock()
 		if err != nil {
 			return false
 		}
-		h.mu.Lock()
-		rev := h.rev
-		h.mu.Unlock()
 		wctx, cancel := context.WithTimeout(ctx, h.o.lease/3)
 		next, err := h.o.kv.Update(wctx, h.key, b, rev)
 		cancel()
@@ -283,6 +283,14 @@ func (h *heldClaim) beat(ctx context.Context) {
 		}
 		return true
 	})
+}
+
+// setRun makes the claim's record say run n, from the next heartbeat on: a
+// worker's call handed over again (workers.go) is a run too.
+func (h *heldClaim) setRun(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rec.Started, h.rec.Attempt = h.rec.firstStart(), n
 }
 
 // release stops the heartbeat and returns the claim's latest revision.

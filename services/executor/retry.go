@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -81,4 +82,48 @@ func (s *Service) refuseRetry(ctx context.Context, res *execResult, key string, 
 		err = fmt.Errorf("claim %s: stale, then gone", key)
 	}
 	return *res, err
+}
+
+// reruns counts the runs of a call within one delivery: a worker's call
+// handed over again after its worker died (toolapi.Context.Rerun).
+type reruns struct {
+	mu    sync.Mutex
+	rule  retryRule
+	claim *heldClaim
+	rec   outcomeRecord // the claim's, at the current run
+	log   *slog.Logger
+}
+
+// rerunFunc is toolapi.Context.Rerun for a call of a tool with retry rule
+// rule, held by claim: nil when the tool declares no idempotent retries.
+// The envelope's attempt is then run().
+func (s *Service) rerunFunc(rule retryRule, claim *heldClaim, rec outcomeRecord, log *slog.Logger) (func() bool, *reruns) {
+	if rule == nil || claim == nil {
+		return nil, nil
+	}
+	r := &reruns{rule: rule, claim: claim, rec: rec, log: log}
+	return r.next, r
+}
+
+func (r *reruns) next() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok, why := r.rule(r.rec); !ok {
+		r.log.Warn("the call's worker stopped during it; not handed over again", "run", r.rec.run(), "not_retried", why)
+		return false
+	}
+	r.rec.Started, r.rec.Attempt = r.rec.firstStart(), r.rec.run()+1
+	r.claim.setRun(r.rec.Attempt)
+	r.log.Warn("the call's worker stopped during it; its tool declares idempotent retries, so it is handed over again", "run", r.rec.Attempt)
+	return true
+}
+
+// run is the call's current run; 0 for none (a nil reruns).
+func (r *reruns) run() int {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rec.run()
 }
