@@ -455,7 +455,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 	}
 
 	ran = true
-	rerun, runs := s.rerunFunc(s.writeRetryRule(def, delivery), claim, claimed, log)
+	rerun, runs := s.rerunFunc(s.writeRetryRule(def, delivery), claim, claimed, res.label, log)
 	out, te := s.invoke(runCtx, impl, def, req, s.runTimeout(def, claimed), rerun, log)
 	if run := runs.run(); run > 1 {
 		claimed.Started, claimed.Attempt = claimed.firstStart(), run

@@ -281,7 +281,7 @@ func TestIdempotentWorkerCallIsHandedOverAgain(t *testing.T) {
 			env := eventstest.Start(t)
 			schemas := newEventSchemas(t)
 			const queue = "payq"
-			startExecutor(t, env, Config{ID: "exec-gateway"})
+			s := startExecutor(t, env, Config{ID: "exec-gateway"})
 			nc := env.Connect(t)
 
 			// Two live workers of the queue; the first to take a call dies.
@@ -354,6 +354,7 @@ func TestIdempotentWorkerCallIsHandedOverAgain(t *testing.T) {
 				require.JSONEq(t, `{"temp_c":2}`, string(got.Output))
 				require.Equal(t, 2, got.Attempt)
 				require.Len(t, calls, 2, "handed over once more")
+				require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.writeReplays.WithLabelValues("pay_worker@1.0.0", "retried")))
 				return
 			}
 			require.NotNil(t, got.Error)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
 
@@ -87,21 +89,22 @@ func (s *Service) refuseRetry(ctx context.Context, res *execResult, key string, 
 // reruns counts the runs of a call within one delivery: a worker's call
 // handed over again after its worker died (toolapi.Context.Rerun).
 type reruns struct {
-	mu    sync.Mutex
-	rule  retryRule
-	claim *heldClaim
-	rec   outcomeRecord // the claim's, at the current run
-	log   *slog.Logger
+	mu      sync.Mutex
+	rule    retryRule
+	claim   *heldClaim
+	rec     outcomeRecord // the claim's, at the current run
+	retried prometheus.Counter
+	log     *slog.Logger
 }
 
 // rerunFunc is toolapi.Context.Rerun for a call of a tool with retry rule
 // rule, held by claim: nil when the tool declares no idempotent retries.
 // The envelope's attempt is then run().
-func (s *Service) rerunFunc(rule retryRule, claim *heldClaim, rec outcomeRecord, log *slog.Logger) (func() bool, *reruns) {
+func (s *Service) rerunFunc(rule retryRule, claim *heldClaim, rec outcomeRecord, label string, log *slog.Logger) (func() bool, *reruns) {
 	if rule == nil || claim == nil {
 		return nil, nil
 	}
-	r := &reruns{rule: rule, claim: claim, rec: rec, log: log}
+	r := &reruns{rule: rule, claim: claim, rec: rec, retried: s.metrics.writeReplays.WithLabelValues(label, "retried"), log: log}
 	return r.next, r
 }
 
@@ -114,6 +117,7 @@ func (r *reruns) next() bool {
 	}
 	r.rec.Started, r.rec.Attempt = r.rec.firstStart(), r.rec.run()+1
 	r.claim.setRun(r.rec.Attempt)
+	r.retried.Inc()
 	r.log.Warn("the call's worker stopped during it; its tool declares idempotent retries, so it is handed over again", "run", r.rec.Attempt)
 	return true
 }
