@@ -287,10 +287,10 @@ type execResult struct {
 // envelope: the registry entry (entry, as handle read it; nil for a tool the
 // registry does not hold); for a writes tool, its outcome record (a
 // redelivery never runs it twice, unless the tool declares idempotent
-// retries and the run it finds was cut short: retry.go); input validation; the cache; the tool's
-// circuit; its rate limit; the claim of a writes call; the tool under its
-// timeout; output validation; truncation; the outcome record or the cache
-// entry. Every failure of the call is the envelope's error; err is only for
+// retries and the run it finds was cut short: retry.go); input validation;
+// the cache; the tool's circuit; its rate limit; the claim of a writes call;
+// the tool under its timeout; output validation; truncation; the outcome
+// record or the cache entry. Every failure of the call is the envelope's error; err is only for
 // infrastructure that cannot be reached (the rate-limit or outcomes bucket):
 // the call is then redelivered rather than answered with an outcome that
 // says nothing about the tool.

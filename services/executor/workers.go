@@ -252,7 +252,10 @@ func (t workerTool) ask(ctx context.Context, subject string, input json.RawMessa
 		if lost == nil {
 			return out, err
 		}
-		if tc.Rerun == nil || !tc.Rerun() {
+		if tc.Rerun == nil || ctx.Err() != nil || !tc.Rerun() {
+			// No other run: the tool declares none, its bounds are
+			// reached, or the call's context ended (its time, a shutdown,
+			// its claim lost), after which no run may start.
 			return nil, t.unknown(lost, "")
 		}
 		before = lost
