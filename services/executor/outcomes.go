@@ -24,13 +24,16 @@ const (
 
 // MsgOutcomeUnknown is the error message of a writes call whose executor
 // stopped while running it: whether its effect happened is unknown, and it is
-// not run again.
+// not run again (a tool that declares idempotent retries is, within the
+// bounds of retry.go, and ends so only past them).
 const MsgOutcomeUnknown = "outcome unknown: the executor stopped during the call; it was not retried"
 
 // outcomeRecord is the record of a writes call in the KV bucket
 // toolwire_outcomes, keyed "<run_id>.<call_id>". Created (claimed) before the
-// tool runs, refreshed by heartbeats while it runs, and finally replaced by
-// the call's envelope (done). Every change is a compare-and-set.
+// tool runs, refreshed by heartbeats while it runs, retaken for another run
+// when its claimer stopped and the tool declares idempotent retries
+// (retry.go), and finally replaced by the call's envelope (done). Every
+// change is a compare-and-set.
 type outcomeRecord struct {
 	State     string                 `json:"state"`
 	Owner     string                 `json:"owner"`
