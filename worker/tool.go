@@ -67,6 +67,14 @@ type Def struct {
 	// declaration read as "none" would let a tool that writes past the
 	// Policy Guard's side-effect ceiling and approvals.
 	SideEffects SideEffects
+	// Idempotent, for a SideEffectsWrites tool only, declares that the
+	// tool's effects are safe to repeat under the call's idempotency key
+	// (Call.IdempotencyKey, the same on every run of the call): a call
+	// whose worker or executor died during it is then run again, on this
+	// worker or another, instead of ending UNKNOWN (outcome unknown). Pass
+	// the key to whatever your function writes to, so that it applies a
+	// repeated request once.
+	Idempotent bool
 	// Cost is what one execution costs, in the unit of the model price
 	// table (USD by default); it counts against a run's max_budget.
 	Cost float64
@@ -164,6 +172,7 @@ func definition[In, Out any](d Def) (envelope.ToolDefinition, error) {
 			Category:    d.Category,
 			SideEffects: d.SideEffects,
 			Cache:       d.Cache,
+			Idempotent:  d.Idempotent,
 		},
 		RateLimit:       d.RateLimit,
 		Cost:            d.Cost,
@@ -267,6 +276,11 @@ type Call struct {
 	// the secrets' values.
 	Log *slog.Logger
 }
+
+// IdempotencyKey is the call's idempotency key, "<run_id>.<call_id>": the
+// same on every run of the call, so that an endpoint given it applies a
+// repeated request once (Def.Idempotent).
+func (c Call) IdempotencyKey() string { return envelope.IdempotencyKey(c.RunID, c.CallID) }
 
 type callKey struct{}
 

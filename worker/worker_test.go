@@ -103,13 +103,15 @@ func TestDeclarationsAreChecked(t *testing.T) {
 		Name: "send_mail", Version: "2.1.0", Description: "Sends a mail.",
 		Category: worker.CategoryAPI, SideEffects: worker.SideEffectsWrites, Cost: 0.01,
 		Timeout: 1500 * time.Millisecond, RateLimit: &worker.RateLimit{PerS: 2, Burst: 5},
-		Secrets: []string{"smtp_password"}, Scopes: []string{"mail:send"}, Queue: "mail",
+		Secrets: []string{"smtp_password"}, Scopes: []string{"mail:send"}, Queue: "mail", Idempotent: true,
 	})
 	def, err := full.Definition()
 	require.NoError(t, err)
 	require.Equal(t, envelope.CategoryAPI, def.Metadata.Category)
 	require.Equal(t, envelope.SideEffectsWrites, def.Metadata.SideEffects)
 	require.Equal(t, envelope.CacheNone, def.Metadata.Cache)
+	require.True(t, def.Metadata.Idempotent)
+	require.True(t, def.RetriesWrites())
 	require.Equal(t, 1500, def.TimeoutMS)
 	require.InDelta(t, 0.01, def.Cost, 1e-12)
 	require.Equal(t, []string{"smtp_password"}, def.RequiredSecrets)
@@ -129,6 +131,7 @@ func TestDeclarationsAreChecked(t *testing.T) {
 		{"bad name", upper(worker.Def{Name: "a b", Version: "1.0.0"}), "name must be"},
 		{"bad version", upper(worker.Def{Name: "a", Version: "v1"}), "a@v1"},
 		{"writes cached", upper(worker.Def{Name: "a", Version: "1.0.0", SideEffects: worker.SideEffectsWrites, Cache: worker.CacheForever}), "cannot be cached"},
+		{"idempotent reads", upper(worker.Def{Name: "a", Version: "1.0.0", SideEffects: worker.SideEffectsReads, Idempotent: true}), "metadata.idempotent is only for a tool whose side_effects is writes"},
 		{"ttl without seconds", upper(worker.Def{Name: "a", Version: "1.0.0", Cache: worker.CacheTTL}), "cache ttl"},
 		{"ttl without ttl policy", upper(worker.Def{Name: "a", Version: "1.0.0", CacheTTL: time.Second}), "not ttl"},
 		{"timeout in microseconds", upper(worker.Def{Name: "a", Version: "1.0.0", Timeout: time.Microsecond}), "whole milliseconds"},
@@ -238,6 +241,8 @@ func TestErrorsReachTheModelAsTheyShould(t *testing.T) {
 		}
 		if got := worker.CallOf(ctx); got.CallID == "" || got.RunID == "" || got.TenantID == "" {
 			return failOut{}, fmt.Errorf("no call in the context: %+v", got)
+		} else if got.IdempotencyKey() != got.RunID+"."+got.CallID {
+			return failOut{}, fmt.Errorf("idempotency key %q of call %+v", got.IdempotencyKey(), got)
 		}
 		return failOut{Mode: in.Mode}, nil
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -267,4 +268,40 @@ func hasWhitespaceOnlyInStrings(out []byte) bool {
 		}
 	}
 	return true
+}
+
+// FuzzToolMetadataIdempotent checks that Validate and the JSON Schema agree
+// on the metadata a definition may declare: side effects, cache and
+// idempotent retries (only a writes tool may declare them), whatever the
+// strings are.
+func FuzzToolMetadataIdempotent(f *testing.F) {
+	for _, se := range []string{"none", "reads", "writes", "WRITES", ""} {
+		for _, cache := range []string{"none", "ttl", "forever", "always"} {
+			f.Add(se, cache, true)
+			f.Add(se, cache, false)
+		}
+	}
+	s, err := envelope.NewSchemas(nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, sideEffects, cache string, idempotent bool) {
+		d := fixtureToolDefinition()
+		d.Metadata.SideEffects = envelope.SideEffects(sideEffects)
+		d.Metadata.Cache = envelope.CachePolicy(cache)
+		d.Metadata.Idempotent = idempotent
+		verr := d.Validate()
+		serr := s.ValidateValue(envelope.SchemaToolDefinition, d)
+		if (verr == nil) != (serr == nil) {
+			t.Fatalf("side_effects %q, cache %q, idempotent %t: Validate says %v, the schema %v", sideEffects, cache, idempotent, verr, serr)
+		}
+		if idempotent && d.Metadata.SideEffects != envelope.SideEffectsWrites {
+			if verr == nil || !strings.Contains(verr.Error(), "metadata.idempotent is only for a tool whose side_effects is writes") {
+				t.Fatalf("side_effects %q declares idempotent: %v", sideEffects, verr)
+			}
+		}
+		if verr == nil && d.RetriesWrites() != (idempotent && d.Metadata.SideEffects == envelope.SideEffectsWrites) {
+			t.Fatalf("RetriesWrites = %t for side_effects %q, idempotent %t", d.RetriesWrites(), sideEffects, idempotent)
+		}
+	})
 }

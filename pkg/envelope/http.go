@@ -57,7 +57,9 @@ const (
 // seen.
 const IdempotencyKeyHeader = "Idempotency-Key"
 
-// IdempotencyKey identifies one call of one run: "<run_id>.<call_id>". The
+// IdempotencyKey identifies one call of one run: "<run_id>.<call_id>", the
+// same on every run of the call (a tool declaring metadata.idempotent is run
+// again with it after its executor died during the call). The
 // call_id alone does not: it hashes the tool, the input and the call's place
 // in its run, so two runs that make the same first call share it, and an
 // endpoint keyed on it would take the second run's write for a replay of the

@@ -298,6 +298,8 @@ func TestSchemasRejectBrokenPayloads(t *testing.T) {
 		{"outputs: response is a number", envelope.SchemaAgentOutputs, outputs, []edit{{"/response", 42}}, "at /response:", "want string"},
 
 		// tool_envelope
+		{"envelope: attempt zero", envelope.SchemaToolEnvelope, envelopeRaw, []edit{{"/attempt", 0}}, "at /attempt:", "minimum"},
+		{"envelope: attempt fractional", envelope.SchemaToolEnvelope, envelopeRaw, []edit{{"/attempt", 1.5}}, "at /attempt:", "want integer"},
 		{"envelope: missing call_id", envelope.SchemaToolEnvelope, envelopeRaw, []edit{{"/call_id", deleted{}}}, "at /:", "call_id"},
 		{"envelope: missing input", envelope.SchemaToolEnvelope, envelopeRaw, []edit{{"/input", deleted{}}}, "at /:", "input"},
 		{"envelope: missing t_end", envelope.SchemaToolEnvelope, envelopeRaw, []edit{{"/t_end", deleted{}}}, "at /:", "t_end"},
@@ -352,6 +354,8 @@ func TestSchemasRejectBrokenPayloads(t *testing.T) {
 		{"definition: unknown cache", envelope.SchemaToolDefinition, definition, []edit{{"/metadata/cache", "always"}}, "at /metadata/cache:", "forever"},
 		{"definition: ttl without cache_ttl_s", envelope.SchemaToolDefinition, definition, []edit{{"/metadata/cache_ttl_s", deleted{}}}, "at /metadata:", "cache_ttl_s"},
 		{"definition: cached writes", envelope.SchemaToolDefinition, definition, []edit{{"/metadata/side_effects", "writes"}}, "at /metadata/cache:", "none"},
+		{"definition: idempotent reads", envelope.SchemaToolDefinition, definition, []edit{{"/metadata/idempotent", true}}, "at /metadata/side_effects:", "writes"},
+		{"definition: idempotent not a boolean", envelope.SchemaToolDefinition, definition, []edit{{"/metadata/idempotent", "yes"}}, "at /metadata/idempotent:", "want boolean"},
 		{"definition: missing metadata", envelope.SchemaToolDefinition, definition, []edit{{"/metadata", deleted{}}}, "at /:", "metadata"},
 		{"definition: unknown implementation", envelope.SchemaToolDefinition, definition, []edit{{"/implementation/kind", "grpc"}}, "at /implementation/kind:", "sandbox"},
 		{"definition: bad name", envelope.SchemaToolDefinition, definition, []edit{{"/name", "web.search"}}, "at /name:", "pattern"},

@@ -82,6 +82,13 @@ type ToolMetadata struct {
 	SideEffects SideEffects `json:"side_effects"`
 	Cache       CachePolicy `json:"cache"`
 	CacheTTLS   int         `json:"cache_ttl_s,omitempty"`
+	// Idempotent declares that a writes tool's effects are safe to repeat
+	// under the call's idempotency key (IdempotencyKey: an http tool sends
+	// it as Idempotency-Key; a builtin or worker tool derives it from the
+	// call's run and call ids): a call whose executor died during the call
+	// is run again with the same key instead of ending UNKNOWN. Only a
+	// writes tool may declare it; the others are run again anyway.
+	Idempotent bool `json:"idempotent,omitempty"`
 }
 
 // ToolDefinition is a registry entry: the BaseTool interface's data (name,
@@ -163,6 +170,13 @@ func ValidateQueue(q string) error {
 // Ref returns the tool's "name@version".
 func (d *ToolDefinition) Ref() ToolRef { return ToolRef{Name: d.Name, Version: d.Version} }
 
+// RetriesWrites reports whether a call of the tool whose executor died
+// during it may be run again with the same idempotency key: a writes tool
+// that declares metadata.idempotent.
+func (d *ToolDefinition) RetriesWrites() bool {
+	return d.Metadata.SideEffects == SideEffectsWrites && d.Metadata.Idempotent
+}
+
 // Timeout is the tool's timeout, DefaultToolTimeout when unset.
 func (d *ToolDefinition) Timeout() time.Duration {
 	if d.TimeoutMS <= 0 {
@@ -203,6 +217,9 @@ func (d *ToolDefinition) Validate() error {
 	}
 	if d.Metadata.Cache != CacheNone && d.Metadata.SideEffects == SideEffectsWrites {
 		problems = append(problems, "a tool whose side_effects is writes cannot be cached")
+	}
+	if d.Metadata.Idempotent && d.Metadata.SideEffects != SideEffectsWrites {
+		problems = append(problems, fmt.Sprintf("metadata.idempotent is only for a tool whose side_effects is writes, not %q: the executor runs a call of any other tool again on redelivery anyway", d.Metadata.SideEffects))
 	}
 	if d.TimeoutMS < 0 {
 		problems = append(problems, "timeout_ms must not be negative")

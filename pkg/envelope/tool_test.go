@@ -103,6 +103,14 @@ func TestToolDefinitionValidate(t *testing.T) {
 		{"ttl negative", func(d *envelope.ToolDefinition) { d.Metadata.CacheTTLS = -1 }, []string{"metadata.cache_ttl_s must be positive when cache is ttl"}},
 		{"unknown cache", func(d *envelope.ToolDefinition) { d.Metadata.Cache = "always" }, []string{`metadata.cache "always" is not one of none, ttl, forever`}},
 		{"cached writes", func(d *envelope.ToolDefinition) { d.Metadata.SideEffects = envelope.SideEffectsWrites }, []string{"a tool whose side_effects is writes cannot be cached"}},
+		{"idempotent writes", func(d *envelope.ToolDefinition) {
+			d.Metadata = envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone, Idempotent: true}
+		}, nil},
+		{"idempotent reads", func(d *envelope.ToolDefinition) { d.Metadata.Idempotent = true },
+			[]string{`metadata.idempotent is only for a tool whose side_effects is writes, not "reads"`}},
+		{"idempotent none", func(d *envelope.ToolDefinition) {
+			d.Metadata.SideEffects, d.Metadata.Idempotent = envelope.SideEffectsNone, true
+		}, []string{`metadata.idempotent is only for a tool whose side_effects is writes, not "none"`}},
 		{"negative timeout", func(d *envelope.ToolDefinition) { d.TimeoutMS = -1 }, []string{"timeout_ms must not be negative"}},
 		{"unknown implementation", func(d *envelope.ToolDefinition) { d.Implementation.Kind = "grpc" }, []string{`implementation.kind "grpc" is not one of builtin, http, mcp, sandbox`}},
 		{"several problems", func(d *envelope.ToolDefinition) {
@@ -136,6 +144,11 @@ func TestToolDefinitionHelpers(t *testing.T) {
 	d.TimeoutMS = 0
 	require.Equal(t, envelope.DefaultToolTimeout, d.Timeout())
 	require.Equal(t, 30*time.Second, d.Timeout())
+	require.False(t, d.RetriesWrites(), "a reads tool")
+	d.Metadata.SideEffects = envelope.SideEffectsWrites
+	require.False(t, d.RetriesWrites(), "a writes tool that does not declare it")
+	d.Metadata.Idempotent = true
+	require.True(t, d.RetriesWrites())
 }
 
 func TestSideEffectsRank(t *testing.T) {

@@ -48,6 +48,11 @@ type ToolEnvelope struct {
 	// never ran (refused, invalid, rate limited, missing secrets) or came from
 	// the cache. Billing reads it here; the model's cost is on the turn.
 	Cost float64 `json:"cost,omitempty"`
+	// Attempt is the run of the tool this envelope is the outcome of, when
+	// it is not the first (absent: 1): a writes tool that declares
+	// metadata.idempotent, whose executor (or worker) died during the call,
+	// was run again with the same idempotency key.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // Billable reports whether the call's tool ran, or may have (a timeout, a

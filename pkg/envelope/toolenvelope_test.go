@@ -125,6 +125,14 @@ func TestToolEnvelopeJSON(t *testing.T) {
 		"cached": true
 	}`, string(b))
 
+	// The run of the tool, when it is not the first: a retry of an
+	// idempotent writes tool.
+	e.Attempt = 2
+	b, err = json.Marshal(e)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"attempt":2`)
+	require.NoError(t, newSchemas(t).Validate(envelope.SchemaToolEnvelope, b))
+
 	var bare envelope.ToolEnvelope
 	b, err = json.Marshal(bare)
 	require.NoError(t, err)

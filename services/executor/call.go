@@ -139,7 +139,7 @@ func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 	// quicker call publishes none, unless it has secret scopes to record
 	// (see Config.StartedAfter).
 	early := s.startStarted(ctx, started, len(sec.scopes) > 0 || len(sec.warnings) > 0)
-	res, err := s.execute(ctx, &req, known, tStart, log)
+	res, err := s.execute(ctx, &req, known, tStart, deliveryOf(d), log)
 	if err != nil {
 		early.cancel()
 		span.SetStatus(codes.Error, "infrastructure")
@@ -264,6 +264,15 @@ func (p *pendingStarted) cancel() {
 	}
 }
 
+// deliveryOf is the delivery number of d as the runner counts it against
+// maxDeliver: the server's, without this replica's retries in place.
+func deliveryOf(d *consume.Delivery) uint64 {
+	if d.Meta != nil {
+		return d.Meta.NumDelivered
+	}
+	return d.Attempt
+}
+
 // completed reports whether the call's completed event is already stored.
 func (s *Service) completed(ctx context.Context, req *events.CallRequest) (bool, error) {
 	subj, err := events.CallSubject(req.RunID, req.CallID, "completed")
@@ -286,14 +295,15 @@ type execResult struct {
 // execute runs the call through the executor's pipeline and returns its
 // envelope: the registry entry (entry, as handle read it; nil for a tool the
 // registry does not hold); for a writes tool, its outcome record (a
-// redelivery never runs it twice); input validation; the cache; the tool's
-// circuit; its rate limit; the claim of a writes call; the tool under its
-// timeout; output validation; truncation; the outcome record or the cache
-// entry. Every failure of the call is the envelope's error; err is only for
+// redelivery never runs it twice, unless the tool declares idempotent
+// retries and the run it finds was cut short: retry.go); input validation;
+// the cache; the tool's circuit; its rate limit; the claim of a writes call;
+// the tool under its timeout; output validation; truncation; the outcome
+// record or the cache entry. Every failure of the call is the envelope's error; err is only for
 // infrastructure that cannot be reached (the rate-limit or outcomes bucket):
 // the call is then redelivered rather than answered with an outcome that
 // says nothing about the tool.
-func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *registry.Entry, tStart time.Time, log *slog.Logger) (res execResult, err error) {
+func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *registry.Entry, tStart time.Time, delivery uint64, log *slog.Logger) (res execResult, err error) {
 	res = execResult{label: unknownTool, env: envelope.ToolEnvelope{
 		CallID:  req.CallID,
 		Name:    req.Name,
@@ -301,7 +311,13 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 		Input:   req.Input,
 		TStart:  tStart,
 	}}
+	// stale is the claim of a writes call cut short that this delivery runs
+	// again (retry.go); a failure before the run leaves it unknown.
+	var stale *staleClaim
 	fail := func(te *envelope.ToolError) (execResult, error) {
+		if stale != nil {
+			return s.refuseRetry(ctx, &res, outcomeKey(req.RunID, req.CallID), *stale, te, log)
+		}
 		res.env.Error, res.env.Output = te, nil
 		if res.env.TEnd.IsZero() {
 			res.env.TEnd = s.now().UTC()
@@ -321,10 +337,14 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 	outKey := outcomeKey(req.RunID, req.CallID)
 	if writes {
 		// A redelivery of a writes call that was claimed before is answered
-		// from its record, whatever the registry says now.
-		if handled, err := s.replayWrite(ctx, &res, outKey, log); handled || err != nil {
+		// from its record, whatever the registry says now; or, when its
+		// claimer stopped during the call and the tool declares idempotent
+		// retries, run again.
+		handled, st, err := s.replayWrite(ctx, &res, outKey, s.writeRetryRule(def, delivery), log)
+		if handled || err != nil {
 			return res, err
 		}
+		stale = st
 	}
 	if entry.State == registry.StateBlocked {
 		return fail(envelope.NewToolError(envelope.CodePolicyDenied, "tool %s is blocked", ref))
@@ -403,11 +423,20 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 	// A writes call is claimed before it runs: the claim decides which
 	// delivery runs it, and a heartbeat keeps the claim alive meanwhile.
 	runCtx := ctx
-	var claim *heldClaim
+	var (
+		claim   *heldClaim
+		claimed outcomeRecord // the claim's record: which run this is
+	)
 	if writes {
-		rev, rec, err := s.outcomes.claim(ctx, outKey, tStart)
+		var rev uint64
+		if stale != nil {
+			rev, claimed, err = s.outcomes.retake(ctx, outKey, *stale, tStart)
+		} else {
+			rev, claimed, err = s.outcomes.claim(ctx, outKey, tStart)
+		}
+		stale = nil // from here on, the record says what happened
 		if errors.Is(err, errClaimTaken) {
-			handled, err := s.replayWrite(ctx, &res, outKey, log)
+			handled, _, err := s.replayWrite(ctx, &res, outKey, nil, log)
 			if err == nil && !handled {
 				err = fmt.Errorf("claim %s: taken, then gone", outKey)
 			}
@@ -416,7 +445,12 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 		if err != nil {
 			return res, err
 		}
-		claim = s.outcomes.hold(outKey, rev, rec)
+		if run := claimed.run(); run > 1 {
+			// A retry: the call started with its first run.
+			res.env.Attempt, res.env.TStart = run, claimed.firstStart().UTC()
+			s.metrics.writeReplays.WithLabelValues(res.label, "retried").Inc()
+		}
+		claim = s.outcomes.hold(outKey, rev, claimed)
 		var cancel context.CancelCauseFunc
 		runCtx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
@@ -430,7 +464,12 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 	}
 
 	ran = true
-	out, te := s.invoke(runCtx, impl, def, req, log)
+	rerun, runs := s.rerunFunc(s.writeRetryRule(def, delivery), claim, claimed, res.label, log)
+	out, te := s.invoke(runCtx, impl, def, req, s.runTimeout(def, claimed), rerun, log)
+	if run := runs.run(); run > 1 {
+		claimed.Started, claimed.Attempt = claimed.firstStart(), run
+		res.env.Attempt, res.env.TStart = run, claimed.firstStart().UTC()
+	}
 	out, te = secretsOf(runCtx).scrubResult(out, te)
 	res.env.TEnd = s.now().UTC()
 	if te == nil {
@@ -452,8 +491,16 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 	if writes {
 		rev := claim.release()
 		if te != nil && (ctx.Err() != nil || errors.Is(context.Cause(runCtx), errClaimLost)) {
+			if ctx.Err() != nil && !errors.Is(context.Cause(runCtx), errClaimLost) && def.RetriesWrites() {
+				// Stopped mid-call by a shutdown, the tool safe to run
+				// again: the claim is left as it is, its heartbeat
+				// stopped, and the delivery that finds it stale retries
+				// the call (or declares it unknown past its bounds).
+				log.Warn("writes call interrupted; its tool declares idempotent retries, so it is left for a retry", "run", claimed.run())
+				return res, nil
+			}
 			// Stopped mid-call: whether the effect happened is unknown.
-			res.env = unknownOutcome(res.env, outcomeRecord{Owner: s.outcomes.owner, ClaimedAt: tStart}, res.env.TEnd)
+			res.env = unknownOutcome(res.env, claimed, res.env.TEnd)
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outcomeGrace)
 		defer cancel()
@@ -506,15 +553,22 @@ func (s *Service) checkOutput(ref envelope.ToolRef, schemas *toolapi.Schemas, ou
 
 // replayWrite answers a writes call whose outcome record exists: the
 // recorded envelope, or, when its claimer stopped during the call, an UNKNOWN
-// one. handled false: there is no record; the call may run.
-func (s *Service) replayWrite(ctx context.Context, res *execResult, key string, log *slog.Logger) (handled bool, err error) {
+// one, unless retry allows the call to run again: then stale is the claim
+// to retake. handled false: there is no record, or stale is set; the call
+// may run.
+func (s *Service) replayWrite(ctx context.Context, res *execResult, key string, retry retryRule, log *slog.Logger) (handled bool, stale *staleClaim, err error) {
 	base := res.env
-	env, recorded, found, err := s.outcomes.resolve(ctx, key, func(rec outcomeRecord) envelope.ToolEnvelope {
-		return unknownOutcome(base, rec, s.now().UTC())
-	})
-	if err != nil || !found {
-		return false, err
+	r, err := s.outcomes.settle(ctx, key, func(rec outcomeRecord, why string) envelope.ToolEnvelope {
+		return unknownRetry(base, rec, s.now().UTC(), why)
+	}, retry)
+	if err != nil || !r.found {
+		return false, nil, err
 	}
+	if r.stale != nil {
+		log.Info("writes call cut short by its executor; its tool declares idempotent retries, so it runs again", "run", r.stale.rec.run()+1)
+		return false, r.stale, nil
+	}
+	env, recorded := r.env, r.recorded
 	outcome := "recorded"
 	if !recorded {
 		outcome = "unknown"
@@ -522,7 +576,7 @@ func (s *Service) replayWrite(ctx context.Context, res *execResult, key string, 
 	s.metrics.writeReplays.WithLabelValues(res.label, outcome).Inc()
 	log.Info("writes call answered from its outcome record, not run again", "outcome", outcome)
 	res.env, res.recorded = env, true
-	return true, nil
+	return true, nil, nil
 }
 
 // schemaFailure turns a validation failure into a ToolError listing the
@@ -555,10 +609,10 @@ type toolResult struct {
 	at time.Time
 }
 
-// invoke runs the tool under its timeout and classifies its failure.
-func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.ToolDefinition, req *events.CallRequest, log *slog.Logger) (json.RawMessage, *envelope.ToolError) {
+// invoke runs the tool under timeout (its own, or what a retry has left of
+// it) and classifies its failure. rerun is toolapi.Context.Rerun.
+func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.ToolDefinition, req *events.CallRequest, timeout time.Duration, rerun func() bool, log *slog.Logger) (json.RawMessage, *envelope.ToolError) {
 	ref := def.Ref()
-	timeout := def.Timeout()
 	// A run's deadline cuts its calls too: nothing of the run runs past it.
 	byRun := false
 	if req.RunDeadline != nil {
@@ -568,7 +622,7 @@ func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.T
 	}
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errToolTimeout)
 	defer cancel()
-	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), SecretDestinations: def.SecretDestinations, Log: log}
+	tc := toolapi.Context{TenantID: req.Tenant.ID(), RunID: req.RunID, CallID: req.CallID, Auth: secretsOf(ctx).authMap(), SecretDestinations: def.SecretDestinations, Log: log, Rerun: rerun}
 
 	done := make(chan toolResult, 1)
 	go func() {
@@ -625,7 +679,8 @@ func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.T
 			return nil, envelope.NewToolError(envelope.CodeTimeout, "tool %s was stopped at its run's deadline, %s after it started (its own limit is %s)",
 				ref, timeout.Round(time.Millisecond), def.Timeout())
 		}
-		return nil, envelope.NewToolError(envelope.CodeTimeout, "tool %s timed out after %s", ref, timeout)
+		// The tool's timeout: a retry's counts from the call's first run.
+		return nil, envelope.NewToolError(envelope.CodeTimeout, "tool %s timed out after %s", ref, def.Timeout())
 	case r.panic != nil:
 		return nil, envelope.NewToolError(envelope.CodeUnknown, "internal error in tool %s", ref)
 	}

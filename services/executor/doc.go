@@ -54,7 +54,8 @@
 //     (package tools/mcp).
 //   - http: an HTTP endpoint (envelope.HTTPConfig): the call's input is
 //     POSTed to it as JSON, with the config's headers, its secret headers
-//     and, for a writes tool, Idempotency-Key: <run_id>.<call_id>, through
+//     and, for a writes tool, Idempotency-Key: <run_id>.<call_id> (the same
+//     on every run of the call), through
 //     the web tools' SSRF-guarded client; the JSON body of a 2xx response is
 //     the output (package tools/httptool). An entry whose config cannot run
 //     (one stored before configs were checked) fails with UNKNOWN, saying
@@ -135,7 +136,10 @@
 // kept alive by a heartbeat, and its envelope recorded there by
 // compare-and-set: every later delivery publishes that record instead of
 // running the tool, waits while a live claim's heartbeat goes on, and declares
-// the outcome unknown once the heartbeat has stopped for a lease. After the
+// the outcome unknown once the heartbeat has stopped for a lease, unless the
+// tool declares metadata.idempotent: then it retakes the claim and runs the
+// tool again under the same idempotency key, within the bounds of retry.go.
+// After the
 // tool, an output larger than Config.MaxOutputBytes (64 KiB by default, at
 // most 192 KiB, measured as the event encodes it), or whose envelope would
 // not fit in one NATS message, is stored whole in the object store

@@ -29,6 +29,10 @@ const (
 	// maxAckPending bounds the calls of one queue in flight across all
 	// replicas: room for 64 replicas at the default concurrency.
 	maxAckPending = 4096
+	// maxDeliver bounds the deliveries of one call before a failing one is
+	// dead-lettered (the runner's default, named here because the retries
+	// of idempotent writes tools keep a delivery in reserve: retry.go).
+	maxDeliver = 8
 	// defaultAbandonAfter is how long a tool may go on after its context ended
 	// before the executor stops waiting for it and answers TIMEOUT.
 	defaultAbandonAfter = 2 * time.Second
@@ -227,6 +231,7 @@ func (s *Service) Start(ctx context.Context) error {
 					Durable:       DurableFor(q),
 					Filters:       []string{filter},
 					MaxAckPending: maxAckPending,
+					MaxDeliver:    maxDeliver,
 					AckWait:       s.cfg.AckWait,
 				},
 				Handler: s.handle,

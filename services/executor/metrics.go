@@ -28,7 +28,7 @@ type metrics struct {
 	truncated    *prometheus.CounterVec // tool
 	circuit      *prometheus.GaugeVec   // tool: 0 closed, 1 half-open, 2 open
 	circuitFast  *prometheus.CounterVec // tool: calls refused by an open circuit
-	writeReplays *prometheus.CounterVec // tool, outcome: recorded, unknown
+	writeReplays *prometheus.CounterVec // tool, outcome: recorded, unknown, retried
 
 	heartbeatFailures prometheus.Counter
 
@@ -64,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			circuitFast: r.CounterVec("circuit_rejections_total",
 				"Calls answered PROVIDER_ERROR at once because the tool's circuit was open, by tool name@version.", "tool"),
 			writeReplays: r.CounterVec("write_redeliveries_total",
-				"Redelivered calls of writes tools answered from their outcome record without running them, by tool name@version and outcome (recorded, unknown).", "tool", "outcome"),
+				"Redelivered calls of writes tools that found their outcome record: answered from it without running the tool (recorded; unknown: its executor stopped during the call), or run again because the tool declares idempotent retries (retried), by tool name@version and outcome.", "tool", "outcome"),
 			heartbeatFailures: r.Counter("heartbeat_failures_total",
 				"Heartbeats of the queues this process serves that could not be published (three in a row: the queues count as unserved)."),
 			sandboxJobFailures: r.CounterVec("sandbox_job_publish_failures_total",

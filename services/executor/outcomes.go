@@ -24,19 +24,40 @@ const (
 
 // MsgOutcomeUnknown is the error message of a writes call whose executor
 // stopped while running it: whether its effect happened is unknown, and it is
-// not run again.
+// not run again (a tool that declares idempotent retries is, within the
+// bounds of retry.go, and ends so only past them).
 const MsgOutcomeUnknown = "outcome unknown: the executor stopped during the call; it was not retried"
 
 // outcomeRecord is the record of a writes call in the KV bucket
 // toolwire_outcomes, keyed "<run_id>.<call_id>". Created (claimed) before the
-// tool runs, refreshed by heartbeats while it runs, and finally replaced by
-// the call's envelope (done). Every change is a compare-and-set.
+// tool runs, refreshed by heartbeats while it runs, retaken for another run
+// when its claimer stopped and the tool declares idempotent retries
+// (retry.go), and finally replaced by the call's envelope (done). Every
+// change is a compare-and-set.
 type outcomeRecord struct {
 	State     string                 `json:"state"`
 	Owner     string                 `json:"owner"`
 	ClaimedAt time.Time              `json:"claimed_at"`
 	Beats     int                    `json:"beats,omitempty"`
 	Envelope  *envelope.ToolEnvelope `json:"envelope,omitempty"`
+	// Attempt is the run of the tool the claim is of, when not the first
+	// (absent: 1): a tool that declares idempotent retries is run again by
+	// the delivery that finds its claimer stopped (retake).
+	Attempt int `json:"attempt,omitempty"`
+	// Started is when the call's first run was claimed, kept by every
+	// retry; zero: ClaimedAt. The call's timeout counts from it.
+	Started time.Time `json:"started,omitzero"`
+}
+
+// run is the run of the tool the record is of: 1 for the first.
+func (r outcomeRecord) run() int { return max(r.Attempt, 1) }
+
+// firstStart is when the call's first run was claimed.
+func (r outcomeRecord) firstStart() time.Time {
+	if r.Started.IsZero() {
+		return r.ClaimedAt
+	}
+	return r.Started
 }
 
 // outcomes implements exactly-once execution of writes tools across replicas
@@ -240,14 +261,14 @@ func (h *heldClaim) beat(ctx context.Context) {
 	// It ends with ctx too: the executor stopped while the tool still ran,
 	// and no beat can reach the store any more.
 	every(ctx, h.stop, h.o.lease/3, func() bool {
+		h.mu.Lock()
 		h.rec.Beats++
 		b, err := json.Marshal(h.rec)
+		rev := h.rev
+		h.mu.Unlock()
 		if err != nil {
 			return false
 		}
-		h.mu.Lock()
-		rev := h.rev
-		h.mu.Unlock()
 		wctx, cancel := context.WithTimeout(ctx, h.o.lease/3)
 		next, err := h.o.kv.Update(wctx, h.key, b, rev)
 		cancel()
@@ -265,6 +286,14 @@ func (h *heldClaim) beat(ctx context.Context) {
 		}
 		return true
 	})
+}
+
+// setRun makes the claim's record say run n, from the next heartbeat on: a
+// worker's call handed over again (workers.go) is a run too.
+func (h *heldClaim) setRun(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rec.Started, h.rec.Attempt = h.rec.firstStart(), n
 }
 
 // release stops the heartbeat and returns the claim's latest revision.
@@ -333,21 +362,54 @@ func (o *outcomes) finish(ctx context.Context, key string, rev uint64, env envel
 // getting its answer (the delivery claims the call again, and claim takes
 // it over).
 func (o *outcomes) resolve(ctx context.Context, key string, unknown func(rec outcomeRecord) envelope.ToolEnvelope) (env envelope.ToolEnvelope, recorded bool, found bool, err error) {
+	r, err := o.settle(ctx, key, func(rec outcomeRecord, _ string) envelope.ToolEnvelope { return unknown(rec) }, nil)
+	return r.env, r.recorded, r.found, err
+}
+
+// staleClaim is the claim of a call whose claimer stopped during it, at the
+// revision it was read: a retry replaces it (retake) by compare-and-set.
+type staleClaim struct {
+	rev uint64
+	rec outcomeRecord
+}
+
+// settlement is what settle found.
+type settlement struct {
+	env envelope.ToolEnvelope
+	// recorded: env is the call's recorded outcome, not one declared
+	// unknown just now.
+	recorded bool
+	// found false: there is no record to answer from (see resolve).
+	found bool
+	// stale, when set, is the claim of a claimer that stopped, which retry
+	// allowed to run again: env is not set, and the call is the
+	// delivery's to retake.
+	stale *staleClaim
+}
+
+// retryRule says whether a call whose claimer stopped during it (rec) may
+// run again; why says why not, for the UNKNOWN envelope and the log.
+type retryRule func(rec outcomeRecord) (ok bool, why string)
+
+// settle is resolve with a retry rule: a stale claim that retry allows is
+// returned (settlement.stale) rather than declared unknown; one it refuses
+// is declared unknown, unknown getting its reason. retry nil: never.
+func (o *outcomes) settle(ctx context.Context, key string, unknown func(rec outcomeRecord, why string) envelope.ToolEnvelope, retry retryRule) (settlement, error) {
 	var seenRev uint64
 	var seenAt time.Time
 	poll := max(o.lease/10, 5*time.Millisecond)
 	for {
 		rec, e, ok, err := o.get(ctx, key)
 		if err != nil || !ok {
-			return env, false, ok, err
+			return settlement{found: ok}, err
 		}
 		if rec.State == outcomeDone {
-			return *rec.Envelope, true, true, nil
+			return settlement{env: *rec.Envelope, recorded: true, found: true}, nil
 		}
 		if rec.Owner == o.owner && rec.State == outcomeClaimed && o.unanswered(key, rec.ClaimedAt) {
 			// This process's claim whose answer it lost: nothing ran after
 			// it, and claim takes it over.
-			return env, false, false, nil
+			return settlement{}, nil
 		}
 		if rec.Owner == o.owner {
 			if done, ok := o.takeUnrecorded(key); ok {
@@ -357,9 +419,9 @@ func (o *outcomes) resolve(ctx context.Context, key string, unknown func(rec out
 				final, err := o.finish(ctx, key, e.Revision(), done)
 				if err != nil {
 					o.keepUnrecorded(key, done)
-					return env, false, true, err
+					return settlement{found: true}, err
 				}
-				return final, true, true, nil
+				return settlement{env: final, recorded: true, found: true}, nil
 			}
 		}
 		now := o.now()
@@ -369,45 +431,108 @@ func (o *outcomes) resolve(ctx context.Context, key string, unknown func(rec out
 		// Stale: no heartbeat seen for a lease on this replica's clock, or
 		// the last one is two leases old by the server's timestamp.
 		if now.Sub(seenAt) >= o.lease || now.Sub(e.Created()) >= 2*o.lease {
-			u := unknown(rec)
-			b, merr := json.Marshal(outcomeRecord{State: outcomeDone, Owner: rec.Owner, ClaimedAt: rec.ClaimedAt, Beats: rec.Beats, Envelope: &u})
-			if merr != nil {
-				return env, false, true, merr
+			why := ""
+			if retry != nil {
+				var again bool
+				if again, why = retry(rec); again {
+					return settlement{found: true, stale: &staleClaim{rev: e.Revision(), rec: rec}}, nil
+				}
 			}
-			_, err := o.kv.Update(ctx, key, b, e.Revision())
-			if err == nil {
-				o.log.Error("a writes call's executor stopped during the call; its outcome is recorded as unknown and it is not run again",
-					"key", key, "claimed_by", rec.Owner, "claimed_at", rec.ClaimedAt)
-				return u, false, true, nil
+			u := unknown(rec, why)
+			taken, err := o.declareUnknown(ctx, key, staleClaim{rev: e.Revision(), rec: rec}, u, why)
+			if err != nil {
+				return settlement{found: true}, err
 			}
-			if !isConflict(err) {
-				return env, false, true, fmt.Errorf("record unknown outcome %s: %w", key, err)
+			if !taken {
+				continue // the claimer beat or finished just now
 			}
-			continue // the claimer beat or finished just now
+			return settlement{env: u, found: true}, nil
 		}
 		t := time.NewTimer(poll)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return env, false, true, fmt.Errorf("wait for the claim of %s: %w", key, ctx.Err())
+			return settlement{found: true}, fmt.Errorf("wait for the claim of %s: %w", key, ctx.Err())
 		case <-t.C:
 		}
 	}
 }
 
+// declareUnknown records u, an UNKNOWN envelope, as the outcome of the call
+// whose stale claim is c. ok false: the record changed since it was read
+// (the claimer beat or finished, or another delivery settled it).
+func (o *outcomes) declareUnknown(ctx context.Context, key string, c staleClaim, u envelope.ToolEnvelope, why string) (ok bool, err error) {
+	rec := c.rec
+	b, err := json.Marshal(outcomeRecord{State: outcomeDone, Owner: rec.Owner, ClaimedAt: rec.ClaimedAt, Beats: rec.Beats,
+		Attempt: rec.Attempt, Started: rec.Started, Envelope: &u})
+	if err != nil {
+		return false, err
+	}
+	_, err = o.kv.Update(ctx, key, b, c.rev)
+	switch {
+	case err == nil:
+		log := o.log.Error
+		if why != "" {
+			log = o.log.Warn // a retry was possible and refused: said why
+		}
+		log("a writes call's executor stopped during the call; its outcome is recorded as unknown and it is not run again",
+			"key", key, "claimed_by", rec.Owner, "claimed_at", rec.ClaimedAt, "run", rec.run(), "not_retried", why)
+		return true, nil
+	case isConflict(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("record unknown outcome %s: %w", key, err)
+}
+
+// retake replaces a stale claim of key by this replica's claim of the call's
+// next run, made at at, by compare-and-set: the tool declares idempotent
+// retries and runs again. errClaimTaken: the record changed since it was
+// read (the claimer was alive after all, or another delivery settled it).
+func (o *outcomes) retake(ctx context.Context, key string, c staleClaim, at time.Time) (uint64, outcomeRecord, error) {
+	rec := outcomeRecord{State: outcomeClaimed, Owner: o.owner, ClaimedAt: at.UTC(),
+		Attempt: c.rec.run() + 1, Started: c.rec.firstStart().UTC()}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return 0, rec, err
+	}
+	rev, err := o.kv.Update(ctx, key, b, c.rev)
+	switch {
+	case err == nil:
+		o.log.Warn("a writes call's executor stopped during the call; its tool declares idempotent retries, so it runs again with the same idempotency key",
+			"key", key, "claimed_by", c.rec.Owner, "claimed_at", c.rec.ClaimedAt, "run", rec.Attempt)
+		return rev, rec, nil
+	case isConflict(err):
+		return 0, rec, errClaimTaken
+	}
+	return 0, rec, fmt.Errorf("retake claim %s: %w", key, err)
+}
+
 // unknownOutcome is the envelope of a writes call whose executor stopped
 // during it.
 func unknownOutcome(base envelope.ToolEnvelope, rec outcomeRecord, tEnd time.Time) envelope.ToolEnvelope {
+	return unknownRetry(base, rec, tEnd, "")
+}
+
+// unknownRetry is unknownOutcome, for a tool that declares idempotent
+// retries and was not retried, and why (empty: the tool declares none).
+func unknownRetry(base envelope.ToolEnvelope, rec outcomeRecord, tEnd time.Time, why string) envelope.ToolEnvelope {
 	env := base
-	if !rec.ClaimedAt.IsZero() {
-		env.TStart = rec.ClaimedAt.UTC()
+	if start := rec.firstStart(); !start.IsZero() {
+		env.TStart = start.UTC()
+	}
+	env.Attempt = 0
+	if rec.run() > 1 {
+		env.Attempt = rec.run()
 	}
 	env.TEnd = tEnd
 	if env.TEnd.Before(env.TStart) {
 		env.TEnd = env.TStart
 	}
 	env.Output = nil
-	env.Error = envelope.NewToolError(envelope.CodeUnknown, "%s", MsgOutcomeUnknown).
-		WithDetails(map[string]any{"outcome": "unknown", "claimed_by": rec.Owner, "claimed_at": rec.ClaimedAt.UTC()})
+	details := map[string]any{"outcome": "unknown", "claimed_by": rec.Owner, "claimed_at": rec.ClaimedAt.UTC()}
+	if why != "" {
+		details["not_retried"] = why
+	}
+	env.Error = envelope.NewToolError(envelope.CodeUnknown, "%s", MsgOutcomeUnknown).WithDetails(details)
 	return env
 }

@@ -95,7 +95,7 @@ func (s *Service) consumeWorkerQueue(ctx context.Context, queue string) error {
 	_, err = s.Runners.Start(ctx, s.JS, consume.RunnerConfig{
 		Spec: provision.ConsumerSpec{
 			Stream: events.StreamCalls, Durable: DurableFor(queue), Filters: []string{filter},
-			MaxAckPending: maxAckPending, AckWait: s.cfg.AckWait,
+			MaxAckPending: maxAckPending, MaxDeliver: maxDeliver, AckWait: s.cfg.AckWait,
 		},
 		Handler: s.handle, Concurrency: s.cfg.Concurrency, Logger: s.Log.With("queue", queue, "worker_queue", true),
 	})
@@ -236,7 +236,47 @@ func (t workerTool) Preview(ctx context.Context, input json.RawMessage, tc toola
 	return t.ask(ctx, subj, input, tc)
 }
 
+// ask hands the call to a worker of the queue and waits for its answer. A
+// worker that dies holding the call leaves its outcome unknown, unless the
+// tool declares idempotent retries and tc.Rerun allows another run: the call
+// is then handed over again, with the same run and call ids.
 func (t workerTool) ask(ctx context.Context, subject string, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
+	var before *events.WorkerAccepted // the worker that died holding the call's last run
+	for {
+		out, lost, err := t.askOnce(ctx, subject, input, tc)
+		if te, ok := errors.AsType[*envelope.ToolError](err); ok && before != nil && te.Code == envelope.CodeNetworkError {
+			// No worker to hand the call over to: the earlier run's
+			// outcome is what is unknown.
+			return nil, t.unknown(before, "no worker of the queue was there to take it again")
+		}
+		if lost == nil {
+			return out, err
+		}
+		if tc.Rerun == nil || ctx.Err() != nil || !tc.Rerun() {
+			// No other run: the tool declares none, its bounds are
+			// reached, or the call's context ended (its time, a shutdown,
+			// its claim lost), after which no run may start.
+			return nil, t.unknown(lost, "")
+		}
+		before = lost
+	}
+}
+
+// unknown is the error of a call whose worker (w) stopped during it: its
+// outcome is not known. why says why a tool that declares idempotent
+// retries was not retried.
+func (t workerTool) unknown(w *events.WorkerAccepted, why string) *envelope.ToolError {
+	details := map[string]any{"outcome": "unknown", "worker": w.ID, "queue": t.queue}
+	if why != "" {
+		details["not_retried"] = why
+	}
+	return envelope.NewToolError(envelope.CodeUnknown,
+		"outcome unknown: worker %s of queue %s stopped during the call; it was not retried", w.ID, t.queue).WithDetails(details)
+}
+
+// askOnce hands the call to a worker once. lost, when set, is the worker
+// that took the call and stopped before it answered.
+func (t workerTool) askOnce(ctx context.Context, subject string, input json.RawMessage, tc toolapi.Context) (out json.RawMessage, lost *events.WorkerAccepted, err error) {
 	timeout := t.def.Timeout()
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
@@ -246,17 +286,17 @@ func (t workerTool) ask(ctx context.Context, subject string, input json.RawMessa
 		TimeoutMS: max(timeout.Milliseconds(), 1)}
 	b, err := json.Marshal(call)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	nc := t.s.JS.Conn()
 	answers := make(chan *nats.Msg, 4)
 	sub, err := nc.ChanSubscribe(nc.NewRespInbox(), answers)
 	if err != nil {
-		return nil, fmt.Errorf("worker of queue %s: %w", t.queue, err)
+		return nil, nil, fmt.Errorf("worker of queue %s: %w", t.queue, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := nc.PublishRequest(subject, sub.Subject, b); err != nil {
-		return nil, fmt.Errorf("worker of queue %s: %w", t.queue, err)
+		return nil, nil, fmt.Errorf("worker of queue %s: %w", t.queue, err)
 	}
 	check := time.NewTicker(workerLiveCheck)
 	defer check.Stop()
@@ -264,7 +304,7 @@ func (t workerTool) ask(ctx context.Context, subject string, input json.RawMessa
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case <-check.C:
 			if taken == nil {
 				continue
@@ -273,28 +313,25 @@ func (t workerTool) ask(ctx context.Context, subject string, input json.RawMessa
 			if err != nil || live {
 				continue // the bucket did not answer: wait on, bounded by the timeout
 			}
-			// The worker that took the call is gone: its outcome is not known.
-			return nil, envelope.NewToolError(envelope.CodeUnknown,
-				"outcome unknown: worker %s of queue %s stopped during the call; it was not retried", taken.ID, t.queue).
-				WithDetails(map[string]any{"outcome": "unknown", "worker": taken.ID, "queue": t.queue})
+			return nil, taken, nil
 		case m := <-answers:
 			if m.Header.Get("Status") == "503" {
-				return nil, envelope.NewToolError(envelope.CodeNetworkError,
+				return nil, nil, envelope.NewToolError(envelope.CodeNetworkError,
 					"no worker serves queue %s now (tool %s): start one, or retry later", t.queue, t.def.Ref())
 			}
 			var res events.WorkerResult
 			if err := json.Unmarshal(m.Data, &res); err != nil {
-				return nil, envelope.NewToolError(envelope.CodeUnknown, "the worker of queue %s answered something that is not a result", t.queue)
+				return nil, nil, envelope.NewToolError(envelope.CodeUnknown, "the worker of queue %s answered something that is not a result", t.queue)
 			}
 			switch {
 			case res.Accepted != nil:
 				taken = res.Accepted
 			case res.Error != nil:
-				return nil, res.Error
+				return nil, nil, res.Error
 			case len(res.Output) == 0:
-				return nil, envelope.NewToolError(envelope.CodeUnknown, "the worker of queue %s answered no output", t.queue)
+				return nil, nil, envelope.NewToolError(envelope.CodeUnknown, "the worker of queue %s answered no output", t.queue)
 			default:
-				return res.Output, nil
+				return res.Output, nil, nil
 			}
 		}
 	}

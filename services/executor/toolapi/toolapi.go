@@ -60,6 +60,12 @@ type Context struct {
 	// Log is the call's logger, scrubbed of the values in Auth; nil means
 	// the tool does not log.
 	Log *slog.Logger
+	// Rerun, set for a writes tool that declares metadata.idempotent, is
+	// asked by a tool that handed the call to another process (a worker)
+	// and lost it with that process: true lets it hand the call over again,
+	// under the same run and call ids (the idempotency key), as the call's
+	// next run; false (no runs or time left) leaves the outcome unknown.
+	Rerun func() bool
 }
 
 // BuiltinVersion is the version of every built-in tool.
