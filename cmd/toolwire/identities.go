@@ -89,7 +89,7 @@ identities service does at every start (docs/operations.md: Production).`,
 			}
 			stderr := cmd.ErrOrStderr()
 			if out != "" {
-				if err := writeReplacing(out, []byte(keys.ServerConfig()), 0o644); err != nil {
+				if err := writeReplacing(out, []byte(keys.ServerConfig()), 0o644, nil); err != nil {
 					return fmt.Errorf("identities: --out: %w", err)
 				}
 				fmt.Fprintf(stderr, "identities: the server's accounts block is in %s (include it in nats-server's config)\n", out)
@@ -128,7 +128,7 @@ files belong to root, and a pod's fsGroup makes them group-readable. So
 deploy/k8s runs this in an init container, as the service's user, from the
 Secret volume into a memory emptyDir the service then reads
 (docs/operations.md: Production).`,
-		Example: `  toolwire identities copy-seed /var/run/toolwire/secret/seed.nk /var/run/toolwire/nats/seed.nk`,
+		Example: `  toolwire identities copy-seed /var/run/secrets/toolwire/nats/seed.nk /var/run/toolwire/nats/seed.nk`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, dst := args[0], args[1]
@@ -136,12 +136,19 @@ Secret volume into a memory emptyDir the service then reads
 			if err != nil {
 				return fmt.Errorf("identities: copy-seed: %w", err)
 			}
-			if err := writeReplacing(dst, b, 0o600); err != nil {
-				return fmt.Errorf("identities: copy-seed: %w", err)
+			// Checked before it takes DST's place: a binary never finds
+			// there what it would refuse.
+			var pub string
+			check := func(tmp string) error {
+				p, err := identity.PublicKey(tmp)
+				if err != nil {
+					return fmt.Errorf("%s: %w", src, err)
+				}
+				pub = p
+				return nil
 			}
-			pub, err := identity.PublicKey(dst)
-			if err != nil {
-				return errors.Join(fmt.Errorf("identities: copy-seed %s: %w", src, err), os.Remove(dst))
+			if err := writeReplacing(dst, b, 0o600, check); err != nil {
+				return fmt.Errorf("identities: copy-seed: %w", err)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "identities: the seed of %s is in %s\n", pub, dst)
 			return nil
@@ -151,14 +158,20 @@ Secret volume into a memory emptyDir the service then reads
 
 // writeReplacing writes b to path with mode perm through a temporary file in
 // path's folder renamed over path: a reader sees the old file or the new
-// one, never part of it.
-func writeReplacing(path string, b []byte, perm os.FileMode) error {
+// one, never part of it. check, unless nil, vets the temporary file first;
+// its error leaves path as it was.
+func writeReplacing(path string, b []byte, perm os.FileMode, check func(tmp string) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("cannot write in the folder of %s: %w", path, err)
 	}
 	_, err = f.Write(b)
 	err = errors.Join(err, f.Chmod(perm), f.Close())
+	if err == nil && check != nil {
+		if err = check(f.Name()); err != nil {
+			return errors.Join(err, os.Remove(f.Name()))
+		}
+	}
 	if err == nil {
 		err = os.Rename(f.Name(), path)
 	}

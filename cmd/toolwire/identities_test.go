@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -230,7 +231,18 @@ func TestIdentitiesCopySeed(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("not a seed\n"), 0o400))
 	_, _, err = runCLI(t, "", "identities", "copy-seed", bad, filepath.Join(home, "bad-copy.nk"))
 	require.ErrorIs(t, err, identity.ErrSeedFile)
+	require.ErrorContains(t, err, bad)
 	require.NoFileExists(t, filepath.Join(home, "bad-copy.nk"), "nothing is left where a binary would read it")
+	_, _, err = runCLI(t, "", "identities", "copy-seed", bad, dst)
+	require.ErrorIs(t, err, identity.ErrSeedFile)
+	pub, err := identity.PublicKey(dst)
+	require.NoError(t, err, "a bad seed leaves the good copy in place")
+	require.Equal(t, keys.Public(identity.Executor), pub)
+	entries, err := os.ReadDir(home)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.False(t, strings.HasPrefix(e.Name(), "."), "temporary file %s left behind", e.Name())
+	}
 
 	_, _, err = runCLI(t, "", "identities", "copy-seed", filepath.Join(home, "missing.nk"), dst)
 	require.ErrorIs(t, err, os.ErrNotExist)
