@@ -1,7 +1,10 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -193,9 +196,49 @@ type composeService struct {
 	Build       struct {
 		Target string `json:"target"`
 	} `json:"build"`
-	DependsOn map[string]any `json:"depends_on"`
-	Volumes   []string       `json:"volumes"`
-	Ports     []string       `json:"ports"`
+	DependsOn map[string]any  `json:"depends_on"`
+	Volumes   []composeVolume `json:"volumes"`
+	Ports     []string        `json:"ports"`
+}
+
+// composeVolume is a service's mount, from the short syntax
+// ("source:target[:ro]") or the long one (a mapping, decoded strictly, so
+// that a misspelt key such as sub_path fails instead of mounting the whole
+// volume).
+type composeVolume struct {
+	Type     string `json:"type"` // volume or bind
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only"`
+	Volume   struct {
+		Subpath string `json:"subpath"`
+		NoCopy  bool   `json:"nocopy"`
+	} `json:"volume"`
+}
+
+func (v *composeVolume) UnmarshalJSON(b []byte) error {
+	var short string
+	if err := json.Unmarshal(b, &short); err == nil {
+		parts := strings.Split(short, ":")
+		if len(parts) < 2 || len(parts) > 3 {
+			return fmt.Errorf("volume %q: want source:target[:mode]", short)
+		}
+		*v = composeVolume{Type: "volume", Source: parts[0], Target: parts[1]}
+		if strings.HasPrefix(v.Source, ".") || strings.HasPrefix(v.Source, "/") {
+			v.Type = "bind"
+		}
+		v.ReadOnly = len(parts) == 3 && slices.Contains(strings.Split(parts[2], ","), "ro")
+		return nil
+	}
+	type long composeVolume
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var l long
+	if err := dec.Decode(&l); err != nil {
+		return fmt.Errorf("volume %s: %w", b, err)
+	}
+	*v = composeVolume(l)
+	return nil
 }
 
 func composeFiles(t *testing.T) []string {

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,7 +13,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
+	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/pkg/service/identity"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -191,8 +195,28 @@ type natsValues struct {
 			Enabled bool `json:"enabled"`
 			Port    int  `json:"port"`
 		} `json:"monitor"`
+		// Merge is merged into the chart's nats.conf; a key ending in
+		// $include becomes an include directive.
+		Merge map[string]any `json:"merge"`
 	} `json:"config"`
+	Container struct {
+		Patch []jsonPatch `json:"patch"`
+	} `json:"container"`
+	PodTemplate struct {
+		Patch []jsonPatch `json:"patch"`
+	} `json:"podTemplate"`
 }
+
+// jsonPatch is one operation of the chart's JSON patches, decoded strictly
+// into what it adds.
+type jsonPatch struct {
+	Op    string          `json:"op"`
+	Path  string          `json:"path"`
+	Value json.RawMessage `json:"value"`
+}
+
+// natsConfigDir is where the NATS chart mounts its nats.conf.
+const natsConfigDir = "/etc/nats-config"
 
 func readNATSValues(t *testing.T) natsValues {
 	t.Helper()
@@ -281,6 +305,24 @@ func TestKubernetesManifests(t *testing.T) {
 		require.NotNil(t, db.ValueFrom.SecretKeyRef)
 	})
 
+	t.Run("NATS identities", func(t *testing.T) {
+		secrets := map[string]string{}
+		for _, name := range []string{"orchestrator", "policy", "executor", "sandbox", "recorder"} {
+			d := r.deployments[name]
+			require.NotNil(t, d, name)
+			secret := checkSeed(t, d)
+			require.Equal(t, "toolwire-nats-"+name, secret, "%s runs on its own role's seed", name)
+			require.NotContains(t, secrets, secret, "%s and %s share a seed", name, secrets[secret])
+			secrets[secret] = name
+		}
+		require.Len(t, r.deployments, len(secrets), "every Deployment runs on a seed of its own")
+		checkSecretsDocumented(t, secrets)
+	})
+
+	t.Run("NATS lets in toolwire's accounts", func(t *testing.T) {
+		checkNATSAccounts(t, nats)
+	})
+
 	t.Run("KEDA scales on the consumers' backlog", func(t *testing.T) {
 		for name, concurrencyVar := range scaled {
 			so := r.scaledObjects[name]
@@ -333,7 +375,162 @@ func TestWorkerTemplate(t *testing.T) {
 			return e.ConfigMapRef != nil && base.configMaps[e.ConfigMapRef.Name] != nil
 		}), "the worker takes the shared settings from deploy/k8s's ConfigMap")
 		checkHTTPPort(t, d)
+		secret := checkSeed(t, d)
+		require.Equal(t, "toolwire-nats-worker-example", secret, "the worker of queue example runs on its worker identity's seed")
+		checkSecretsDocumented(t, map[string]string{secret: d.Name})
 	}
+}
+
+// checkSeed: the Deployment's container reads its NATS seed
+// (TOOLWIRE_NATS_NKEY_SEED_FILE) from a memory volume it mounts read-only,
+// where an init container running `toolwire identities copy-seed` as the
+// pod's user put it, from a Secret volume only that init container mounts.
+// It returns the Secret's name.
+func checkSeed(t *testing.T, d *appsv1.Deployment) string {
+	t.Helper()
+	spec := d.Spec.Template.Spec
+	c := spec.Containers[0]
+	env := envVar(c, service.EnvNATSSeedFile)
+	require.NotNil(t, env, "%s runs with a seed (%s)", d.Name, service.EnvNATSSeedFile)
+	require.Nil(t, envVar(c, service.EnvNATSCreds), d.Name)
+	seed := env.Value
+	require.True(t, filepath.IsAbs(seed), d.Name)
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	mountOf := func(c corev1.Container, path string) *corev1.VolumeMount {
+		for i, m := range c.VolumeMounts {
+			if m.MountPath == filepath.Dir(path) {
+				return &c.VolumeMounts[i]
+			}
+		}
+		return nil
+	}
+	m := mountOf(c, seed)
+	require.NotNil(t, m, "%s mounts the folder of its seed %s", d.Name, seed)
+	require.True(t, m.ReadOnly, "%s mounts its seed read-only", d.Name)
+	mem := volumes[m.Name]
+	require.NotNil(t, mem.EmptyDir, "%s: the seed is in an emptyDir", d.Name)
+	require.Equal(t, corev1.StorageMediumMemory, mem.EmptyDir.Medium, "%s: the seed stays off the node's disk", d.Name)
+
+	var copies []corev1.Container
+	for _, ic := range spec.InitContainers {
+		if i := slices.Index(ic.Command, "copy-seed"); i >= 2 && ic.Command[i-1] == "identities" {
+			copies = append(copies, ic)
+		}
+	}
+	require.Len(t, copies, 1, "%s: an init container copies the seed", d.Name)
+	ic := copies[0]
+	require.True(t, strings.HasPrefix(ic.Image, "ghcr.io/toolwire/toolwire:"), "%s: the CLI's image copies it (%s)", d.Name, ic.Image)
+	args := ic.Command[slices.Index(ic.Command, "copy-seed")+1:]
+	require.Len(t, args, 2, "%s: copy-seed SRC DST", d.Name)
+	src, dst := args[0], args[1]
+	require.Equal(t, seed, dst, "%s: the copy is where the service reads its seed", d.Name)
+	dm := mountOf(ic, dst)
+	require.NotNil(t, dm, d.Name)
+	require.Equal(t, m.Name, dm.Name, "%s: the init container writes into the service's seed volume", d.Name)
+	require.False(t, dm.ReadOnly, d.Name)
+	sm := mountOf(ic, src)
+	require.NotNil(t, sm, "%s: the init container mounts the Secret", d.Name)
+	require.True(t, sm.ReadOnly, d.Name)
+	sec := volumes[sm.Name].Secret
+	require.NotNil(t, sec, "%s: the seed comes from a Secret", d.Name)
+	require.Empty(t, sec.Items, "%s: the Secret's key is the file name", d.Name)
+	require.Equal(t, "seed.nk", filepath.Base(src), "%s: the Secret's key, as deploy/README.md creates it", d.Name)
+	require.Nil(t, mountOf(c, src), "%s: the service itself does not mount the Secret", d.Name)
+	for _, cc := range spec.Containers {
+		for _, vm := range cc.VolumeMounts {
+			require.NotEqual(t, sm.Name, vm.Name, "%s: container %s mounts the seed's Secret", d.Name, cc.Name)
+		}
+	}
+	// The copy belongs to the user the service runs as.
+	if ic.SecurityContext != nil {
+		require.Nil(t, ic.SecurityContext.RunAsUser, "%s: the init container runs as the pod's user", d.Name)
+		require.Nil(t, ic.SecurityContext.RunAsGroup, d.Name)
+	}
+	if c.SecurityContext != nil {
+		require.Nil(t, c.SecurityContext.RunAsUser, "%s: the service runs as the pod's user", d.Name)
+	}
+	require.NotNil(t, spec.SecurityContext.RunAsUser, d.Name)
+	return sec.SecretName
+}
+
+// checkSecretsDocumented: deploy/README.md says how to create each Secret.
+func checkSecretsDocumented(t *testing.T, secrets map[string]string) {
+	t.Helper()
+	b, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	for secret, who := range secrets {
+		require.True(t, strings.Contains(string(b), secret), "deploy/README.md creates the Secret %s of %s", secret, who)
+	}
+}
+
+// checkNATSAccounts: the NATS chart's values include toolwire's accounts
+// block from the Secret toolwire-nats-accounts, mounted where the include
+// points; nats-server's parser reads a config as the chart's include makes
+// it, over a block made here by the identity package, with every account.
+func checkNATSAccounts(t *testing.T, v natsValues) {
+	t.Helper()
+	var includes []string
+	for k, val := range v.Config.Merge {
+		if strings.HasSuffix(k, "$include") {
+			includes = append(includes, fmt.Sprint(val))
+		}
+	}
+	require.Len(t, includes, 1, "the chart's config includes the accounts block")
+	inc := filepath.Join(natsConfigDir, includes[0])
+
+	var mounts []corev1.VolumeMount
+	for _, p := range v.Container.Patch {
+		require.Equal(t, "add", p.Op)
+		require.Equal(t, "/volumeMounts/-", p.Path)
+		var m corev1.VolumeMount
+		require.NoError(t, k8sjson.UnmarshalCaseSensitivePreserveInts(p.Value, &m))
+		mounts = append(mounts, m)
+	}
+	i := slices.IndexFunc(mounts, func(m corev1.VolumeMount) bool { return m.MountPath == filepath.Dir(inc) })
+	require.GreaterOrEqual(t, i, 0, "the NATS container mounts the folder of %s", inc)
+	require.True(t, mounts[i].ReadOnly)
+	var secret string
+	for _, p := range v.PodTemplate.Patch {
+		require.Equal(t, "add", p.Op)
+		require.Equal(t, "/spec/volumes/-", p.Path)
+		var vol corev1.Volume
+		require.NoError(t, k8sjson.UnmarshalCaseSensitivePreserveInts(p.Value, &vol))
+		if vol.Name == mounts[i].Name {
+			require.NotNil(t, vol.Secret, "the accounts block comes from a Secret")
+			secret = vol.Secret.SecretName
+		}
+	}
+	require.Equal(t, "toolwire-nats-accounts", secret)
+	checkSecretsDocumented(t, map[string]string{secret: "NATS"})
+
+	// The chart's config folder and the Secret's, with a block of every
+	// kind of identity.
+	root := t.TempDir()
+	keys, err := identity.LoadOrCreate(filepath.Join(root, "seeds"))
+	require.NoError(t, err)
+	require.NoError(t, keys.AddWorker(identity.Worker{Queues: []string{"example"}}))
+	require.NoError(t, keys.AddTenant(identity.Tenant{Org: "acme"}))
+	etc := filepath.Join(root, "etc")
+	for _, dir := range []string{natsConfigDir, filepath.Dir(inc)} {
+		require.NoError(t, os.MkdirAll(filepath.Join(etc, dir), 0o700))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(etc, inc), []byte(keys.ServerConfig()), 0o600))
+	conf := filepath.Join(etc, natsConfigDir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("jetstream { store_dir: %q }\ninclude %q\n",
+		filepath.Join(root, "js"), includes[0])), 0o600))
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err, "nats-server reads the chart's include")
+	names := map[string]bool{}
+	for _, a := range opts.Accounts {
+		names[a.Name] = true
+	}
+	for _, a := range keys.Accounts() {
+		require.True(t, names[a.Name], "account %s", a.Name)
+	}
+	require.Len(t, opts.Nkeys, len(identity.Roles())+2)
 }
 
 // checkScaledObject checks what every ScaledObject of ours needs and returns
@@ -362,6 +559,7 @@ func checkScaledObject(t *testing.T, r *rendered, so *scaledObject, ns string, n
 	for _, k := range []string{"account", "stream", "consumer", "lagThreshold"} {
 		require.NotEmpty(t, trig[k], "%s: nats-jetstream trigger sets %s", name, k)
 	}
+	require.Equal(t, identity.SystemAccount, trig["account"], "%s: the streams are in toolwire's system account", name)
 	lag, err := strconv.Atoi(trig["lagThreshold"])
 	require.NoError(t, err)
 	require.Positive(t, lag)

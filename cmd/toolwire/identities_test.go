@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -137,4 +139,111 @@ func TestIdentitiesCommand(t *testing.T) {
 	_, _, err = runCLI(t, "", "identities", "--dir", dir, "--tenant", "acme.corp")
 	require.ErrorIs(t, err, identity.ErrTenant)
 	require.ErrorContains(t, err, `--tenant "acme.corp"`)
+}
+
+// TestIdentitiesOut: --out writes the accounts block to a file nats-server
+// includes, the same file again at every run (the seeds are kept, a worker
+// added before is kept too); a folder it cannot write in is named in the
+// error.
+func TestIdentitiesOut(t *testing.T) {
+	home := t.TempDir()
+	dir, out := filepath.Join(home, "seeds"), filepath.Join(home, "accounts.conf")
+	stdout, errOut, err := runCLI(t, "", "identities", "--dir", dir, "--out", out, "--worker", "example")
+	require.NoError(t, err, errOut)
+	require.Empty(t, stdout, "the block goes to the file, not to stdout")
+	require.Contains(t, errOut, out)
+	first, err := os.ReadFile(out)
+	require.NoError(t, err)
+	fi, err := os.Stat(out)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "public keys only: the server may run as another user")
+
+	conf := filepath.Join(home, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("jetstream { store_dir: \""+filepath.Join(home, "js")+"\" }\ninclude ./accounts.conf\n"), 0o600))
+	o, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	require.True(t, o.JetStream)
+	keys, err := identity.LoadOrCreate(dir)
+	require.NoError(t, err)
+	var accounts []string
+	for _, a := range o.Accounts {
+		accounts = append(accounts, a.Name)
+	}
+	require.Subset(t, accounts, []string{identity.SystemAccount, identity.ProducerAccount,
+		identity.WorkerAccount(identity.Worker{Queues: []string{"example"}})})
+	require.Len(t, o.Nkeys, len(identity.Roles())+1)
+
+	// A restart: the same seeds, the same file, no temporary file left.
+	_, errOut, err = runCLI(t, "", "identities", "--dir", dir, "--out", out)
+	require.NoError(t, err, errOut)
+	again, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Equal(t, string(first), string(again), "existing seeds are reused")
+	again2, err := identity.LoadOrCreate(dir)
+	require.NoError(t, err)
+	require.Equal(t, keys.Public(identity.Executor), again2.Public(identity.Executor))
+	entries, err := os.ReadDir(home)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	require.ElementsMatch(t, []string{"seeds", "accounts.conf", "nats.conf"}, names)
+
+	// Not a folder it can write in (a file stands where the folder should
+	// be: this test may run as root, whom no mode stops).
+	blocked := filepath.Join(home, "nats.conf", "accounts.conf")
+	_, _, err = runCLI(t, "", "identities", "--dir", dir, "--out", blocked)
+	require.Error(t, err)
+	require.ErrorContains(t, err, "--out")
+	require.ErrorContains(t, err, "cannot write in the folder of "+blocked)
+	require.ErrorIs(t, err, syscall.ENOTDIR)
+}
+
+// TestIdentitiesCopySeed: copy-seed turns a seed another user's group may
+// read (a Kubernetes Secret volume's, with an fsGroup) into one the binaries
+// take, and refuses what is no user seed.
+func TestIdentitiesCopySeed(t *testing.T) {
+	home := t.TempDir()
+	keys, err := identity.LoadOrCreate(filepath.Join(home, "seeds"))
+	require.NoError(t, err)
+	src := filepath.Join(home, "secret.nk")
+	b, err := os.ReadFile(keys.SeedFile(identity.Executor))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(src, b, 0o440))
+	_, err = identity.PublicKey(src)
+	require.ErrorIs(t, err, identity.ErrSeedFile, "the binaries refuse a group-readable seed")
+
+	dst := filepath.Join(home, "seed.nk")
+	for range 2 { // an init container runs again when its pod restarts
+		_, errOut, err := runCLI(t, "", "identities", "copy-seed", src, dst)
+		require.NoError(t, err, errOut)
+		require.Contains(t, errOut, keys.Public(identity.Executor))
+		pub, err := identity.PublicKey(dst)
+		require.NoError(t, err)
+		require.Equal(t, keys.Public(identity.Executor), pub)
+		fi, err := os.Stat(dst)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	}
+
+	bad := filepath.Join(home, "bad.nk")
+	require.NoError(t, os.WriteFile(bad, []byte("not a seed\n"), 0o400))
+	_, _, err = runCLI(t, "", "identities", "copy-seed", bad, filepath.Join(home, "bad-copy.nk"))
+	require.ErrorIs(t, err, identity.ErrSeedFile)
+	require.ErrorContains(t, err, bad)
+	require.NoFileExists(t, filepath.Join(home, "bad-copy.nk"), "nothing is left where a binary would read it")
+	_, _, err = runCLI(t, "", "identities", "copy-seed", bad, dst)
+	require.ErrorIs(t, err, identity.ErrSeedFile)
+	pub, err := identity.PublicKey(dst)
+	require.NoError(t, err, "a bad seed leaves the good copy in place")
+	require.Equal(t, keys.Public(identity.Executor), pub)
+	entries, err := os.ReadDir(home)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.False(t, strings.HasPrefix(e.Name(), "."), "temporary file %s left behind", e.Name())
+	}
+
+	_, _, err = runCLI(t, "", "identities", "copy-seed", filepath.Join(home, "missing.nk"), dst)
+	require.ErrorIs(t, err, os.ErrNotExist)
 }
