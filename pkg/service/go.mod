@@ -46,7 +46,7 @@ require (
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/toolwire/toolwire/pkg/embedded v0.1.0
-	github.com/toolwire/toolwire/pkg/envelope v0.1.0 // indirect
+	github.com/toolwire/toolwire/pkg/envelope v0.1.0
 	github.com/toolwire/toolwire/pkg/jetstream v0.1.0
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/bridges/prometheus v0.72.0 // indirect
