@@ -121,6 +121,9 @@ func ExampleWorker_Start() {
 	if err != nil {
 		panic(err)
 	}
+	if res.Outputs == nil || res.Outputs.LastTool == nil {
+		panic(fmt.Sprintf("run %s: %s", res.Status, res.Reason)) // a failed run says why
+	}
 	fmt.Println(res.Status, string(res.Outputs.LastTool.Output))
 	// Output:
 	// completed {"text":"HELLO"}
