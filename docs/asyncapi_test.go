@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -495,4 +496,100 @@ func TestAsyncAPIValidates(t *testing.T) {
 	t.Logf("%s", b)
 	require.NoError(t, err, "@asyncapi/parser found errors in docs/%s:\n%s", asyncAPIFile, b)
 	require.Contains(t, string(b), "valid AsyncAPI 3.0.0")
+}
+
+// TestAsyncAPIHeadersAreTheEncodedOnes: an event of every type, built by its
+// constructor in pkg/events and encoded as it goes on the wire
+// (events.Outgoing.Msg, then the hop's trace as the publisher adds it), has
+// on its channel's address the subject it is published on, every required
+// header of its message and no header its message does not declare, the
+// declared constants, and the id the message describes.
+func TestAsyncAPIHeadersAreTheEncodedOnes(t *testing.T) {
+	var doc struct {
+		Channels map[string]struct {
+			Address  string                    `yaml:"address"`
+			Messages map[string]map[string]any `yaml:"messages"`
+		} `yaml:"channels"`
+		Components struct {
+			Messages map[string]struct {
+				Headers struct {
+					Required   []string `yaml:"required"`
+					Properties map[string]struct {
+						Const       string `yaml:"const"`
+						Description string `yaml:"description"`
+					} `yaml:"properties"`
+				} `yaml:"headers"`
+			} `yaml:"messages"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(asyncAPIDocument(t), &doc))
+
+	const src, run, call = "/toolwire/test", "run_1", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+	tenant := envelope.Tenant{OrgID: "acme", WorkspaceID: "research", UserID: "u-42"}
+	trace := events.RunTrace{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "congo=t61rcWkgMzE"}
+	req := envelope.RunRequest{RunID: run, Tenant: tenant,
+		Agent:    envelope.Agent{Name: "researcher", Model: envelope.Model{Provider: "scripted", Name: "script-1"}},
+		Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "hi"}}}
+	status := func(s string) events.RunStatus { return events.RunStatus{RunID: run, Status: s, Tenant: tenant} }
+	env := envelope.ToolEnvelope{CallID: call, Name: "web_search", Version: "1.2.0", Input: []byte(`{}`), Output: []byte(`{}`)}
+	must := func(o events.Outgoing, err error) events.Outgoing {
+		t.Helper()
+		require.NoError(t, err)
+		return o
+	}
+	built := []events.Outgoing{
+		must(events.NewRunRequested(src, req, trace)),
+		must(events.NewRunStatus(src, status(events.StatusStarted), "", trace)),
+		must(events.NewTurnCompleted(src, events.Turn{RunID: run, Iteration: 2, Tenant: tenant}, trace)),
+		must(events.NewRunStatus(src, status(events.StatusSuspended), "2", trace)),
+		must(events.NewRunStatus(src, status(events.StatusResumed), "2", trace)),
+		must(events.NewRunStatus(src, status(events.StatusCompleted), "", trace)),
+		must(events.NewRunStatus(src, status(events.StatusFailed), "", trace)),
+		must(events.NewApprovalRequired(src, events.ApprovalRequest{RunID: run, CorrelationID: call, Tenant: tenant}, trace)),
+		must(events.NewDecided(src, events.Decision{RunID: run, CallID: call, Decision: events.DecisionApprove}, tenant, trace)),
+		must(events.NewCallApproved(src, events.CallRequest{RunID: run, CallID: call, Tenant: tenant, Queue: envelope.DefaultQueue}, trace)),
+		must(events.NewCallStarted(src, events.CallStarted{RunID: run, CallID: call}, tenant, trace)),
+		must(events.NewCallCompleted(src, run, env, tenant, trace)),
+		must(events.NewSandboxJob(src, events.SandboxJob{RunID: run, CallID: call, Tool: "python@1.0.0", TenantID: tenant.ID(),
+			Language: events.SandboxPython, Source: "print(1)", Input: []byte(`{}`), Stdout: events.SandboxStdoutJSON,
+			TimeoutMS: 1000, Deadline: time.Now().Add(time.Minute)}, trace)),
+		must(events.NewSandboxResult(src, events.SandboxResult{RunID: run, CallID: call, Output: []byte(`{}`)}, tenant.ID(), trace)),
+	}
+	covered := map[string]bool{}
+	for _, out := range built {
+		typ := out.Event.Type()
+		key := channelKey(typ)
+		covered[typ] = true
+		ch, ok := doc.Channels[key]
+		require.True(t, ok, "no channel %s", key)
+		require.Contains(t, ch.Messages, key)
+		addr := "^" + regexp.MustCompile(`\\\{[a-z_]+\\\}`).ReplaceAllString(regexp.QuoteMeta(ch.Address), `[^.]+`) + "$"
+		require.Regexp(t, addr, out.Subject, "%s: the subject is on the channel's address", typ)
+
+		m, err := out.Msg()
+		require.NoError(t, err)
+		events.InjectHop(events.ContextWithRunTrace(context.Background(), trace), m.Header)
+		msg := doc.Components.Messages[key]
+		for name, vs := range m.Header {
+			p, ok := msg.Headers.Properties[name]
+			require.True(t, ok, "%s: header %s is not declared", typ, name)
+			if p.Const != "" {
+				require.Equal(t, p.Const, vs[0], "%s: header %s", typ, name)
+			}
+		}
+		for _, name := range msg.Headers.Required {
+			require.NotEmpty(t, m.Header.Get(name), "%s: required header %s is not set", typ, name)
+		}
+		// The id is what the message says: its first `...` template.
+		tmpl := regexp.MustCompile("`([^`]+)`").FindStringSubmatch(msg.Headers.Properties[events.HeaderPrefix+"id"].Description)
+		require.NotNil(t, tmpl, "%s: ce-id describes no id", typ)
+		idRe := "^" + regexp.MustCompile(`\\\{[a-z_]+\\\}`).ReplaceAllString(regexp.QuoteMeta(tmpl[1]), `[^/]+`)
+		if out.Event.Type() == events.TypeRunSuspended || out.Event.Type() == events.TypeRunResumed {
+			idRe += `(/[^/]+)?`
+		}
+		require.Regexp(t, idRe+"$", m.Header.Get(events.HeaderPrefix+"id"), "%s: its id", typ)
+	}
+	for _, row := range events.Table() {
+		require.True(t, covered[row.Type], "no event of %s is built here", row.Type)
+	}
 }
