@@ -89,8 +89,9 @@ lint: ## gofmt check, go vet per module, golangci-lint per module when installed
 	@scripts/check-dockerfile-modules.sh
 
 .PHONY: docs
-docs: ## Regenerate the docs' generated tables from the code: environment, metrics, roles (docs/operations.md), events (docs/architecture.md)
+docs: ## Regenerate the docs' generated parts from the code: environment, metrics, roles (docs/operations.md), events (docs/architecture.md), docs/asyncapi.yaml
 	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestDocTablesAreCurrent$$' ./docs/
+	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestAsyncAPIIsCurrent$$' ./docs/
 	TOOLWIRE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestEventTableIsCurrent$$' ./pkg/events/
 
 .PHONY: tidy

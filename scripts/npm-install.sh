@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the npm packages the tests use, at the versions of their lockfiles:
 # scripts/schema-ts/ (json-schema-to-typescript and typescript, for pkg/events'
-# TestSchemasGenerateTypeScript).
+# TestSchemasGenerateTypeScript) and scripts/asyncapi/ (@asyncapi/parser, for
+# docs' TestAsyncAPIValidates).
 #
 # Idempotent and quick when nothing changed: `npm ci` runs only when the folder's
 # node_modules was not installed from its current package-lock.json (a copy of
@@ -9,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-DIRS=(scripts/schema-ts)
+DIRS=(scripts/schema-ts scripts/asyncapi)
 
 if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
 	echo "npm-install.sh: node and npm are needed (Debian: apt-get install nodejs npm)" >&2
