@@ -12,8 +12,8 @@ import (
 )
 
 // The CLI's exit statuses: the one place they are defined. exitCodesHelp
-// lists them in `toolwire --help`, and docs/operations.md ("The CLI's exit
-// statuses") in the docs.
+// lists them in `toolwire --help`, and docs/operations.md, Exit statuses in
+// the docs (exit_test.go checks both).
 const (
 	exitOK          = 0   // done
 	exitError       = 1   // any other error
