@@ -22,6 +22,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
+	"github.com/toolwire/toolwire/services/recorder/store"
 )
 
 // `toolwire runs`: the recorded runs, read from the recorder's HTTP API
@@ -216,7 +217,7 @@ func newRunsListCmd() *cobra.Command {
 	}
 	r.bind(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&f.status, "status", "", "keep one status: "+strings.Join(runStatuses(), ", "))
+	fl.StringVar(&f.status, "status", "", "keep one status: "+strings.Join(store.RunStatuses(), ", "))
 	fl.StringVar(&f.agent, "agent", "", "keep one agent")
 	fl.StringVar(&f.org, "org", "", "keep one org")
 	fl.StringVar(&f.workspace, "workspace", "", "keep one workspace")
@@ -227,13 +228,6 @@ func newRunsListCmd() *cobra.Command {
 	fl.IntVar(&f.limit, "limit", 0, "at most this many runs (default the recorder's)")
 	jsonFlag(cmd, &asJSON)
 	return cmd
-}
-
-// runStatuses are the statuses a run can be listed by (the recorder's
-// store.RunStatuses).
-func runStatuses() []string {
-	return []string{events.StatusRequested, events.StatusStarted, events.StatusSuspended,
-		events.StatusResumed, events.StatusCompleted, events.StatusFailed}
 }
 
 // jsonFlag adds a listing's --json, and -o/--output json for the same.
