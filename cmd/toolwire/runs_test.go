@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,17 +25,46 @@ import (
 	"github.com/toolwire/toolwire/stack"
 )
 
-// runCLIUntil runs the toolwire command with args under ctx (a test cancels
-// it to stand for SIGINT) and returns its output.
-func runCLIUntil(ctx context.Context, args ...string) (stdout, stderr string, err error) {
-	var out, errOut bytes.Buffer
+// runCLIUntil runs the toolwire command with args and cancels its context
+// (as SIGINT does) once its standard error shows cancelOn; it returns its
+// output. The command's own --timeout bounds it.
+func runCLIUntil(t *testing.T, cancelOn string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	errOut := &cancelWriter{on: cancelOn, cancel: cancel}
 	root := newRootCmd()
 	root.SetArgs(args)
 	root.SetIn(strings.NewReader(""))
 	root.SetOut(&out)
-	root.SetErr(&errOut)
+	root.SetErr(errOut)
 	err = root.ExecuteContext(ctx)
 	return out.String(), errOut.String(), err
+}
+
+// cancelWriter keeps what is written and calls cancel once it holds on.
+type cancelWriter struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	on     string
+	cancel context.CancelFunc
+}
+
+func (w *cancelWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.b.Write(p)
+	if strings.Contains(w.b.String(), w.on) {
+		w.cancel()
+	}
+	return n, err
+}
+
+func (w *cancelWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // nowhere returns a NATS URL and a recorder URL where nothing listens.
@@ -195,16 +225,16 @@ func TestRunsCommands(t *testing.T) {
 
 	t.Run("run past its timeout goes on", func(t *testing.T) {
 		start := time.Now()
-		_, errOut, err := runCLI(t, "", "run", "-f", waitingFile, "--nats", st.URL, "--timeout", "2s")
+		_, errOut, err := runCLI(t, "", "run", "-f", waitingFile, "--nats", st.URL, "--timeout", "5s")
 		require.Less(t, time.Since(start), 30*time.Second)
 		require.Equal(t, exitTimeout, exitCode(err), "%v", err)
-		require.ErrorContains(t, err, "run runs-waiting has not ended within --timeout 2s; it goes on: reattach with `toolwire runs follow runs-waiting --nats "+st.URL+"`")
+		require.ErrorContains(t, err, "run runs-waiting has not ended within --timeout 5s; it goes on: reattach with `toolwire runs follow runs-waiting --nats "+st.URL+"`")
 		require.NotContains(t, err.Error(), "context deadline exceeded")
 		require.Contains(t, errOut, "waits for an operator")
 	})
 
 	t.Run("follow past its timeout", func(t *testing.T) {
-		_, errOut, err := runCLI(t, "", "runs", "follow", "runs-waiting", "--nats", st.URL, "--timeout", "2s")
+		_, errOut, err := runCLI(t, "", "runs", "follow", "runs-waiting", "--nats", st.URL, "--timeout", "5s")
 		require.Equal(t, exitTimeout, exitCode(err), "%v", err)
 		require.ErrorContains(t, err, "it goes on: reattach with `toolwire runs follow runs-waiting")
 		require.Contains(t, errOut, "model turn 1: 3 tool call(s)")
@@ -212,11 +242,7 @@ func TestRunsCommands(t *testing.T) {
 	})
 
 	t.Run("follow interrupted", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		stop := time.AfterFunc(time.Second, cancel)
-		defer stop.Stop()
-		_, _, err := runCLIUntil(ctx, "runs", "follow", "runs-waiting", "--nats", st.URL)
-		cancel()
+		_, _, err := runCLIUntil(t, "waits for an operator", "runs", "follow", "runs-waiting", "--nats", st.URL)
 		require.Equal(t, exitInterrupted, exitCode(err), "%v", err)
 		require.ErrorContains(t, err, "interrupted; run runs-waiting goes on: reattach with `toolwire runs follow runs-waiting")
 		require.NotContains(t, err.Error(), "context canceled")
@@ -281,12 +307,53 @@ func TestRunInterrupted(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
 	waiting := demo.Request("interrupted-run")
 	waiting.Agent.Policy.RequireApproval = &envelope.ApprovalPolicy{Tools: []string{"echo"}}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	stop := time.AfterFunc(2*time.Second, cancel)
-	defer stop.Stop()
-	_, errOut, err := runCLIUntil(ctx, "run", "-f", writeRequest(t, waiting), "--nats", st.URL)
+	_, errOut, err := runCLIUntil(t, "waits for an operator", "run", "-f", writeRequest(t, waiting), "--nats", st.URL)
 	require.Equal(t, exitInterrupted, exitCode(err), "%v", err)
 	require.EqualError(t, err, "interrupted; run interrupted-run goes on: reattach with `toolwire runs follow interrupted-run --nats "+st.URL+"`")
 	require.Contains(t, errOut, "waits for an operator")
+}
+
+// TestRunsWithAuthentication: with the recorder's authentication on, runs
+// list and get need a token (--token or TOOLWIRE_TOKEN), and a token of
+// another org does not see the run: not found, as a run never recorded.
+func TestRunsWithAuthentication(t *testing.T) {
+	t.Setenv("TOOLWIRE_AUTH", "on")
+	t.Setenv("TOOLWIRE_TOKEN", "")
+	t.Setenv("DATABASE_URL", "")
+	dir := t.TempDir()
+	db := sqlite.URL(filepath.Join(dir, "recorder.db"))
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: dir, Recorder: recorder.ForStack(db)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
+	token := func(org string) string {
+		out, msg, err := runCLI(t, "", "tokens", "create", "--database-url", db, "--name", org, "--org", org, "--role", "viewer")
+		require.NoError(t, err, msg)
+		return strings.TrimSpace(out)
+	}
+	demoToken, acmeToken := token("demo-org"), token("acme")
+	_, errOut, err := runCLI(t, "", "run", "--demo", "--run-id", "runs-auth", "--nats", st.URL)
+	require.NoError(t, err, errOut)
+	rec := []string{"--recorder", st.HTTPURL}
+
+	_, _, err = runCLI(t, "", append([]string{"runs", "list"}, rec...)...)
+	require.Equal(t, exitError, exitCode(err), "%v", err)
+	require.ErrorContains(t, err, "authentication required")
+	require.ErrorContains(t, err, "(401 unauthorized)")
+
+	require.Eventually(t, func() bool {
+		out, _, err := runCLI(t, "", append([]string{"runs", "get", "runs-auth", "--json", "--token", demoToken}, rec...)...)
+		return err == nil && strings.Contains(out, `"settled": true`)
+	}, 30*time.Second, 50*time.Millisecond)
+
+	t.Setenv("TOOLWIRE_TOKEN", demoToken)
+	out, errOut, err := runCLI(t, "", append([]string{"runs", "list", "--json"}, rec...)...)
+	require.NoError(t, err, errOut)
+	require.Contains(t, out, `"run_id": "runs-auth"`, "the token from TOOLWIRE_TOKEN")
+
+	_, _, err = runCLI(t, "", append([]string{"runs", "get", "runs-auth", "--token", acmeToken}, rec...)...)
+	require.Equal(t, exitNotFound, exitCode(err), "%v", err)
+	require.ErrorContains(t, err, `run "runs-auth" is not recorded`)
+	out, errOut, err = runCLI(t, "", append([]string{"runs", "list", "--json", "--token", acmeToken}, rec...)...)
+	require.NoError(t, err, errOut)
+	require.JSONEq(t, "[]", out, "another org's runs do not show")
 }
