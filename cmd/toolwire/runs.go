@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,8 +49,8 @@ func (r *recorderFlags) bind(cmd *cobra.Command) {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&r.url, "recorder", def, "the recorder's URL (default $TOOLWIRE_RECORDER_URL, else the dev server's)")
-	fl.StringVar(&r.token, "token", os.Getenv("TOOLWIRE_TOKEN"),
-		"bearer token for a recorder with authentication on (default $TOOLWIRE_TOKEN; `toolwire tokens create`)")
+	// Not the flag's default: --help would print the secret.
+	fl.StringVar(&r.token, "token", "", "bearer token for a recorder with authentication on (default $TOOLWIRE_TOKEN; see toolwire tokens create)")
 	fl.DurationVar(&r.timeout, "timeout", 30*time.Second, "how long the command may take")
 }
 
@@ -81,8 +82,8 @@ func (r *recorderFlags) get(ctx context.Context, path string, query url.Values, 
 		return fmt.Errorf("recorder request: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
-	if r.token != "" {
-		req.Header.Set("Authorization", "Bearer "+r.token)
+	if tok := cmp.Or(r.token, os.Getenv("TOOLWIRE_TOKEN")); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -349,6 +349,9 @@ func TestRunsWithAuthentication(t *testing.T) {
 	out, errOut, err := runCLI(t, "", append([]string{"runs", "list", "--json"}, rec...)...)
 	require.NoError(t, err, errOut)
 	require.Contains(t, out, `"run_id": "runs-auth"`, "the token from TOOLWIRE_TOKEN")
+	out, _, err = runCLI(t, "", "runs", "list", "--help")
+	require.NoError(t, err)
+	require.NotContains(t, out, demoToken, "--help never shows the token")
 
 	_, _, err = runCLI(t, "", append([]string{"runs", "get", "runs-auth", "--token", acmeToken}, rec...)...)
 	require.Equal(t, exitNotFound, exitCode(err), "%v", err)
