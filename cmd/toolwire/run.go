@@ -182,10 +182,10 @@ The run is "call-<random hex>" (or --run-id); the call has sequence number 1;
 the tenant is --org (default "default"), --workspace and --user.
 
 A call that fails is still an answer: its envelope (with error.code) is printed
-and the exit status is 0, unless --fail-on-error is given (then 3). Bad
-arguments exit 2, an unreachable NATS 5 and no answer within --timeout 4, an
-unknown or blocked tool (the run is refused, with its reason) 1, all without
-an envelope.`,
+and the exit status is 0, unless --fail-on-error is given (then 3). An
+unknown or blocked tool (the call's run is refused, with its reason) exits 3,
+bad arguments 2, an unreachable NATS 5 and no answer within --timeout 4, all
+without an envelope.`,
 		Example: `  toolwire call calculator@1.0.0 --input '{"expression":"6*7"}'
   echo '{"text":"hi"}' | toolwire call echo@1.0.0 --input-file - --org acme --user u1`,
 		Args: cobra.ExactArgs(1),
@@ -322,5 +322,9 @@ func (c *oneCall) run(ctx context.Context, cl *client.Client, w io.Writer) (*env
 			return &env, nil
 		}
 	}
-	return nil, fmt.Errorf("run %s %s without the call's envelope: %s", c.req.RunID, final.Status, final.Reason)
+	err = fmt.Errorf("run %s %s without the call's envelope: %s", c.req.RunID, final.Status, final.Reason)
+	if final.Status != events.StatusCompleted {
+		return nil, withCode(exitRunFailed, err) // exit.go: the call's run was refused
+	}
+	return nil, err
 }
