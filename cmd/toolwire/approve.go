@@ -103,8 +103,9 @@ func operatorName() string {
 // newApprovalsCmd is `toolwire approvals`: the calls that await a decision.
 func newApprovalsCmd() *cobra.Command {
 	var (
-		n   cliNATS
-		all bool
+		n      cliNATS
+		all    bool
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "approvals",
@@ -137,6 +138,12 @@ func newApprovalsCmd() *cobra.Command {
 				recs = append(recs, rec)
 			}
 			sort.Slice(recs, func(i, j int) bool { return recs[i].Deadline.Before(recs[j].Deadline) })
+			if asJSON {
+				if recs == nil {
+					recs = []events.ApprovalRecord{}
+				}
+				return printJSON(cmd.OutOrStdout(), recs)
+			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "RUN\tCALL\tTOOL\tAGENT\tSTATE\tDEADLINE\tARGUMENTS")
 			for _, r := range recs {
@@ -149,5 +156,6 @@ func newApprovalsCmd() *cobra.Command {
 	}
 	n.flags(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "list decided and expired calls too")
+	jsonFlag(cmd, &asJSON) // runs.go
 	return cmd
 }

@@ -155,4 +155,17 @@ func TestDecisionCommands(t *testing.T) {
 	require.Contains(t, out, "cli-decided")
 	require.Contains(t, out, "cli-expired")
 	require.Regexp(t, `RUN\s+CALL\s+TOOL\s+AGENT\s+STATE\s+DEADLINE\s+ARGUMENTS`, out)
+	for _, format := range [][]string{{"--json"}, {"-o", "json"}} {
+		out, err = cli(t, env.URL, "", append([]string{"approvals"}, format...)...)
+		require.NoError(t, err)
+		var recs []events.ApprovalRecord
+		require.NoError(t, json.Unmarshal([]byte(out), &recs), out)
+		runs := map[string]bool{}
+		for _, r := range recs {
+			runs[r.Call.RunID] = true
+			require.Equal(t, events.ApprovalPending, r.State)
+		}
+		require.True(t, runs["cli-approve"], out)
+		require.False(t, runs["cli-decided"], "a decided call does not wait")
+	}
 }

@@ -69,12 +69,14 @@ func TestCallCommand(t *testing.T) {
 		out, _, err := runCLI(t, "", "call", "failing@1.0.0", "--input", `{"message":"down"}`, "--nats", st.URL, "--fail-on-error")
 		require.ErrorIs(t, err, errCallFailed)
 		require.ErrorContains(t, err, "PROVIDER_ERROR: down")
+		require.Equal(t, exitRunFailed, exitCode(err))
 		require.Equal(t, envelope.CodeProviderError, decode(t, out).Error.Code)
 	})
 
 	t.Run("an unknown tool's run is refused with its reason", func(t *testing.T) {
 		out, _, err := runCLI(t, "", "call", "nope@1.0.0", "--input", `{}`, "--nats", st.URL)
 		require.ErrorContains(t, err, "unknown tool nope@1.0.0")
+		require.Equal(t, exitRunFailed, exitCode(err), "the call's run failed")
 		require.Empty(t, out)
 	})
 
@@ -86,6 +88,7 @@ func TestCallCommand(t *testing.T) {
 		require.NoError(t, reg.SetState(t.Context(), envelope.ToolRef{Name: "failing", Version: "1.0.0"}, registry.StateBlocked))
 		out, _, err := runCLI(t, "", "call", "failing@1.0.0", "--input", `{"message":"x"}`, "--nats", st.URL)
 		require.ErrorContains(t, err, "tool failing@1.0.0 is blocked")
+		require.Equal(t, exitRunFailed, exitCode(err), "the call's run failed")
 		require.Empty(t, out)
 	})
 
@@ -142,6 +145,7 @@ func TestCallCommand(t *testing.T) {
 			out, _, err := runCLI(t, "", append(tc.args, "--nats", "nats://127.0.0.1:1")...)
 			require.Error(t, err)
 			require.ErrorContains(t, err, tc.want)
+			require.Equal(t, exitUsage, exitCode(err), "refused before anything is sent")
 			require.Empty(t, out)
 		})
 	}

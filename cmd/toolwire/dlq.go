@@ -96,6 +96,7 @@ func newDLQListCmd(f *dlqFlags) *cobra.Command {
 	}
 	addDLQFilters(cmd, f)
 	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many (0: all)")
+	outputFlag(cmd, &f.jsonOut) // runs.go: -o json, as the dlq's --json
 	return cmd
 }
 

@@ -72,6 +72,10 @@ func TestDLQCommands(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &listed), out)
 	require.Len(t, listed, 1)
 	require.Equal(t, uint64(3), listed[0].Deliveries)
+	out, _, err = runCLI(t, "", "dlq", "list", "--nats", env.URL, "-o", "json", "--consumer", "flaky-consumer")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &listed), out)
+	require.Len(t, listed, 1, "-o json is --json")
 
 	out, errOut, err = runCLI(t, "", "dlq", "show", seq, "--nats", env.URL)
 	require.NoError(t, err, errOut)

@@ -105,8 +105,8 @@ func connectCLI(ctx context.Context, url string) (*nats.Conn, jetstream.JetStrea
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 0 {
 			waited = 0
 		}
-		return nil, nil, fmt.Errorf("no toolwire at %s: nothing answered%s; start it with `toolwire dev`, "+
-			"or point --nats (or NATS_URL) at your NATS server", url, waitedText(waited))
+		return nil, nil, withCode(exitUnreachable, fmt.Errorf("no toolwire at %s: nothing answered%s; start it with `toolwire dev`, "+
+			"or point --nats (or NATS_URL) at your NATS server", url, waitedText(waited)))
 	}
 	return nc, js, err
 }

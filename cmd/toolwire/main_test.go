@@ -50,12 +50,14 @@ func TestCommandsSayWhenNothingAnswers(t *testing.T) {
 		{"approve", "run-1", strings.Repeat("a", 64)},
 		{"dlq", "list"},
 		{"provision"},
+		{"runs", "follow", "run-1"},
 	} {
-		t.Run(args[0], func(t *testing.T) {
+		t.Run(strings.Join(args[:min(2, len(args))], " "), func(t *testing.T) {
 			start := time.Now()
 			_, _, err := runCLI(t, "", append(args, "--nats", nowhere, "--timeout", "1s")...)
 			require.ErrorContains(t, err, "no toolwire at "+nowhere)
 			require.ErrorContains(t, err, "start it with `toolwire dev`")
+			require.Equal(t, exitUnreachable, exitCode(err), "the exit status of an unreachable server")
 			require.Less(t, time.Since(start), 30*time.Second, "bounded by --timeout, not the default wait")
 		})
 	}

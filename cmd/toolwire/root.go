@@ -1,18 +1,19 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/toolwire/toolwire/pkg/events"
 )
 
-// version is set by the build (-ldflags "-X main.version=...").
-var version = "dev"
-
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "toolwire",
 		Short:         "toolwire: a runtime for LLM agent tools over NATS JetStream",
+		Long:          "toolwire: a runtime for LLM agent tools over NATS JetStream.\n\n" + exitCodesHelp,
+		Version:       buildVersion(), // version.go; --version prints it
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -28,10 +29,14 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newProvisionCmd())
 	root.AddCommand(newReplayCmd()) // replay.go
 	root.AddCommand(newTokensCmd()) // tokens.go
+	root.AddCommand(newRunsCmd())   // runs.go
 	root.AddCommand(newDevCmd(), newRunCmd(), &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
-		Run:   func(cmd *cobra.Command, _ []string) { cmd.Println("toolwire", version) },
+		Short: "Print the version: the module's, the VCS revision and the Go toolchain of the build",
+		Args:  cobra.NoArgs,
+		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "toolwire", root.Version) },
 	})
+	root.SetVersionTemplate("toolwire {{.Version}}\n")
+	markUsage(root) // exit.go: bad flags and arguments exit exitUsage
 	return root
 }

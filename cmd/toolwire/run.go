@@ -45,7 +45,9 @@ func newRunCmd() *cobra.Command {
 		Long: `run publishes a run request (a JSON file, "-" for standard input, --demo, or
 --prompt) to a running toolwire (NATS_URL, default the dev server's
 nats://127.0.0.1:4223), shows each step as it happens and prints the final
-AgentOutputs as JSON.
+AgentOutputs as JSON; a run that ends failed prints its status as JSON and
+exits 3. Interrupted, or past --timeout, it says that the run goes on and
+prints the toolwire runs follow command that reattaches to it.
 
 --provider and --model run the request on a real model: openai (the
 orchestrator needs OPENAI_API_KEY, and OPENAI_BASE_URL for any other
@@ -61,26 +63,13 @@ get_current_time) your own question.
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req, err := buildRunRequest(f, cmd.InOrStdin(), time.Now())
 			if err != nil {
-				return err
+				return usageError(err)
 			}
-			var final *events.RunStatus
-			if err := withJetStream(cmd.Context(), natsURL, timeout, func(ctx context.Context, js jetstream.JetStream) (err error) {
-				c := client.New(js, "/toolwire/cli")
-				if err := c.Submit(ctx, req); err != nil {
-					return err
-				}
-				final, err = c.Follow(ctx, req.RunID, progressPrinter(cmd.ErrOrStderr()))
-				return err
-			}); err != nil {
-				return err
-			}
-			if final.Spend > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "spend: %s\n", formatSpend(final.Spend))
-			}
-			if final.Status != events.StatusCompleted {
-				return fmt.Errorf("run %s %s: %s", req.RunID, final.Status, final.Reason)
-			}
-			return printJSON(cmd.OutOrStdout(), final.Outputs)
+			// runs.go: the progress lines, the end, and what to do when
+			// the wait ends before the run does.
+			return followToEnd(cmd, natsURL, timeout, req.RunID, func(ctx context.Context, js jetstream.JetStream) error {
+				return client.New(js, "/toolwire/cli").Submit(ctx, req)
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -193,16 +182,17 @@ The run is "call-<random hex>" (or --run-id); the call has sequence number 1;
 the tenant is --org (default "default"), --workspace and --user.
 
 A call that fails is still an answer: its envelope (with error.code) is printed
-and the exit status is 0, unless --fail-on-error is given (then 1). Bad
-arguments, an unknown or blocked tool (the run is refused, with its reason), an
-unreachable NATS and no answer within --timeout exit 1 without an envelope.`,
+and the exit status is 0, unless --fail-on-error is given (then 3). An
+unknown or blocked tool (the call's run is refused, with its reason) exits 3,
+bad arguments 2, an unreachable NATS 5 and no answer within --timeout 4, all
+without an envelope.`,
 		Example: `  toolwire call calculator@1.0.0 --input '{"expression":"6*7"}'
   echo '{"text":"hi"}' | toolwire call echo@1.0.0 --input-file - --org acme --user u1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := buildCall(args[0], input, inputFile, cmd.InOrStdin(), tenant, runID)
 			if err != nil {
-				return err
+				return usageError(err)
 			}
 			var env *envelope.ToolEnvelope
 			if err := withJetStream(cmd.Context(), natsURL, timeout, func(ctx context.Context, js jetstream.JetStream) (err error) {
@@ -215,7 +205,7 @@ unreachable NATS and no answer within --timeout exit 1 without an envelope.`,
 				return err
 			}
 			if failOnError && env.Error != nil {
-				return fmt.Errorf("%w: %s: %s", errCallFailed, env.Error.Code, env.Error.Message)
+				return withCode(exitRunFailed, fmt.Errorf("%w: %s: %s", errCallFailed, env.Error.Code, env.Error.Message))
 			}
 			return nil
 		},
@@ -229,7 +219,7 @@ unreachable NATS and no answer within --timeout exit 1 without an envelope.`,
 	fl.StringVar(&tenant.UserID, "user", "", "tenant user id")
 	fl.StringVar(&runID, "run-id", "", `the call's run id (default "call-<random hex>")`)
 	fl.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the envelope")
-	fl.BoolVar(&failOnError, "fail-on-error", false, "exit 1 when the envelope holds an error")
+	fl.BoolVar(&failOnError, "fail-on-error", false, "exit 3 when the envelope holds an error")
 	return cmd
 }
 
@@ -332,5 +322,9 @@ func (c *oneCall) run(ctx context.Context, cl *client.Client, w io.Writer) (*env
 			return &env, nil
 		}
 	}
-	return nil, fmt.Errorf("run %s %s without the call's envelope: %s", c.req.RunID, final.Status, final.Reason)
+	err = fmt.Errorf("run %s %s without the call's envelope: %s", c.req.RunID, final.Status, final.Reason)
+	if final.Status != events.StatusCompleted {
+		return nil, withCode(exitRunFailed, err) // exit.go: the call's run was refused
+	}
+	return nil, err
 }

@@ -80,6 +80,7 @@ read from standard input, never from an argument.`,
 	var (
 		setN, listN, rmN, rotN cliNATS
 		setS, listS, rmS       scopeFlags
+		listJSON               bool
 	)
 	set := &cobra.Command{
 		Use:   "set NAME --scope org|workspace|user --org ORG [--workspace WS] [--user USER] < value",
@@ -124,6 +125,9 @@ read from standard input, never from an argument.`,
 			if err != nil {
 				return err
 			}
+			if listJSON {
+				return printJSON(cmd.OutOrStdout(), secretList(infos))
+			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tSCOPE\tKEY ID\tUPDATED")
 			for _, i := range infos {
@@ -134,6 +138,7 @@ read from standard input, never from an argument.`,
 	}
 	listN.flags(list)
 	listS.bind(list)
+	jsonFlag(list, &listJSON) // runs.go
 
 	rm := &cobra.Command{
 		Use:   "rm NAME --scope org|workspace|user --org ORG [--workspace WS] [--user USER]",
@@ -214,4 +219,13 @@ func readSecretValue(r io.Reader) ([]byte, error) {
 		return nil, errors.New(`no value on standard input: pipe the secret in (printf %s "$VALUE" | toolwire secrets set NAME --scope ...)`)
 	}
 	return b, nil
+}
+
+// secretList is the secrets of `toolwire secrets list --json`: names and
+// scopes, never values; [] when there are none.
+func secretList(infos []secrets.Info) []secrets.Info {
+	if infos == nil {
+		return []secrets.Info{}
+	}
+	return infos
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
@@ -41,6 +42,17 @@ func TestSecretsCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Regexp(t, regexp.MustCompile(`(?m)^API_KEY\s+workspace acme/research\s+k1\s+\d{4}-`), out)
 	require.NotContains(t, out, "s3cr3t")
+	out, err = cli(t, env.URL, "", "secrets", "list", "--scope", "workspace", "--org", "acme", "--workspace", "research", "--json")
+	require.NoError(t, err)
+	var listed []secrets.Info
+	require.NoError(t, json.Unmarshal([]byte(out), &listed), out)
+	require.Len(t, listed, 1)
+	require.Equal(t, "API_KEY", listed[0].Name)
+	require.Equal(t, secrets.Scope{Level: secrets.LevelWorkspace, OrgID: "acme", WorkspaceID: "research"}, listed[0].Scope)
+	require.NotContains(t, out, "s3cr3t")
+	out, err = cli(t, env.URL, "", "secrets", "list", "--scope", "user", "--org", "nobody", "--user", "u", "-o", "json")
+	require.NoError(t, err)
+	require.JSONEq(t, "[]", out, "none is [], not null")
 
 	for _, tc := range []struct {
 		stdin string

@@ -87,6 +87,7 @@ $DATABASE_URL; for toolwire dev, sqlite:.toolwire/recorder.db or its Postgres).`
 	fl.StringVar(&spec.role, "role", "viewer", "viewer, approver or admin")
 	fl.DurationVar(&spec.ttl, "ttl", 0, "expire after this long, e.g. 720h (default: never)")
 
+	var listJSON bool
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the tokens (never their secrets)",
@@ -100,6 +101,9 @@ $DATABASE_URL; for toolwire dev, sqlite:.toolwire/recorder.db or its Postgres).`
 			all, err := tokens.ListTokens(ctx)
 			if err != nil {
 				return err
+			}
+			if listJSON {
+				return printJSON(cmd.OutOrStdout(), tokenList(all))
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tTENANT\tROLE\tCREATED\tEXPIRES\tSTATE")
@@ -120,6 +124,7 @@ $DATABASE_URL; for toolwire dev, sqlite:.toolwire/recorder.db or its Postgres).`
 			return tw.Flush()
 		},
 	}
+	jsonFlag(list, &listJSON) // runs.go
 	revoke := &cobra.Command{
 		Use:   "revoke TOKEN_ID",
 		Short: "Revoke a token: the recorder refuses it from its next request",
@@ -167,4 +172,26 @@ func tenantOf(t store.Token) string {
 		return t.OrgID + "/" + t.WorkspaceID
 	}
 	return t.OrgID
+}
+
+// tokenJSON is a token as `toolwire tokens list --json` prints it: never
+// its hash.
+type tokenJSON struct {
+	ID          string     `json:"id"`
+	Name        string     `json:"name"`
+	OrgID       string     `json:"org_id"`
+	WorkspaceID string     `json:"workspace_id,omitempty"`
+	Role        string     `json:"role"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ExpiresAt   *time.Time `json:"expires_at"`
+	RevokedAt   *time.Time `json:"revoked_at"`
+}
+
+func tokenList(all []store.Token) []tokenJSON {
+	out := make([]tokenJSON, 0, len(all))
+	for _, t := range all {
+		out = append(out, tokenJSON{ID: t.ID, Name: t.Name, OrgID: t.OrgID, WorkspaceID: t.WorkspaceID, Role: t.Role,
+			CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt})
+	}
+	return out
 }

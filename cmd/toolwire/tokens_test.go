@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -44,6 +45,21 @@ func TestTokensCommand(t *testing.T) {
 	require.Regexp(t, id+`\s+ci dashboard\s+acme/eu\s+approver\s+\S+\s+\S+\s+active`, out)
 	_, secret, _ := auth.ParseToken(tok)
 	require.NotContains(t, out, secret, "list never shows a secret")
+	for _, format := range [][]string{{"--json"}, {"-o", "json"}} {
+		out, _, err = runCLI(t, "", append([]string{"tokens", "list", "--database-url", db}, format...)...)
+		require.NoError(t, err)
+		var listed []map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &listed), out)
+		require.Len(t, listed, 1)
+		require.Equal(t, id, listed[0]["id"])
+		require.Equal(t, "ci dashboard", listed[0]["name"])
+		require.Equal(t, "acme", listed[0]["org_id"])
+		require.Equal(t, "eu", listed[0]["workspace_id"])
+		require.Equal(t, "approver", listed[0]["role"])
+		require.Nil(t, listed[0]["revoked_at"])
+		require.NotContains(t, out, secret, "list --json never shows a secret")
+		require.NotContains(t, out, "hash", "nor its hash")
+	}
 
 	out, _, err = runCLI(t, "", "tokens", "revoke", id, "--database-url", db)
 	require.NoError(t, err)

@@ -106,6 +106,7 @@ blocked. Changes take effect on running services at once.`
 	list.Flags().StringVar(&category, "category", "", "keep one category: api, code, data, search, utility")
 	list.Flags().StringVar(&state, "state", "", "keep one state: active, deprecated, blocked")
 	list.Flags().BoolVar(&asJSON, "json", false, "print the entries as JSON")
+	outputFlag(list, &asJSON) // runs.go
 
 	show := &cobra.Command{
 		Use:   "show NAME@VERSION",
