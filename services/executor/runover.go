@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -47,18 +46,9 @@ func (s *Service) runOver(ctx context.Context, d *consume.Delivery, req *events.
 // runEnded reports whether the runs stream holds the run's end, read from
 // its leader.
 func runEnded(ctx context.Context, s *Service, runID string) (bool, error) {
-	for _, verb := range events.EndVerbs() {
-		subj, err := events.RunSubject(runID, verb)
-		if err != nil {
-			return false, consume.Permanent(err)
-		}
-		_, err = direct.Last(ctx, s.JS, events.StreamRuns, subj)
-		switch {
-		case err == nil:
-			return true, nil
-		case !errors.Is(err, direct.ErrNotStored):
-			return false, fmt.Errorf("executor: is run %s over: %w", runID, err)
-		}
+	m, err := direct.RunEnd(ctx, s.JS, runID)
+	if err != nil {
+		return false, fmt.Errorf("executor: is run %s over: %w", runID, err)
 	}
-	return false, nil
+	return m != nil, nil
 }

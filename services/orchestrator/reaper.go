@@ -436,25 +436,15 @@ func (s *Service) endRecorded(ctx context.Context, runID string) (bool, error) {
 // replica behind it, just back from an outage): nil when the run has not
 // ended.
 func (s *Service) endStored(ctx context.Context, runID string) (*storedEvent, error) {
-	for _, verb := range events.EndVerbs() {
-		subj, err := events.RunSubject(runID, verb)
-		if err != nil {
-			return nil, err
-		}
-		m, err := direct.Last(ctx, s.JS, events.StreamRuns, subj)
-		if errors.Is(err, direct.ErrNotStored) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("run %s: %w", runID, err)
-		}
-		ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
-		if err != nil {
-			return nil, fmt.Errorf("decode %s: %w: %w", subj, errUnreadable, err)
-		}
-		return &storedEvent{subject: m.Subject, trace: events.TraceOf(ev), data: ev}, nil
+	m, err := direct.RunEnd(ctx, s.JS, runID)
+	if err != nil || m == nil {
+		return nil, err
 	}
-	return nil, nil
+	ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w: %w", m.Subject, errUnreadable, err)
+	}
+	return &storedEvent{subject: m.Subject, trace: events.TraceOf(ev), data: ev}, nil
 }
 
 // adoptEnd makes the run's state say what its stored end e says, when it

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -47,18 +46,12 @@ func (s *Service) callOver(ctx context.Context, c *events.CallRequest) (string, 
 
 // ended is "ended" when the runs stream's leader holds the run's end.
 func (s *Service) ended(ctx context.Context, runID string) (string, error) {
-	for _, verb := range events.EndVerbs() {
-		subj, err := events.RunSubject(runID, verb)
-		if err != nil {
-			return "", consume.Permanent(err)
-		}
-		_, err = direct.Last(ctx, s.JS, events.StreamRuns, subj)
-		switch {
-		case err == nil:
-			return "ended", nil
-		case !errors.Is(err, direct.ErrNotStored):
-			return "", fmt.Errorf("policy: is run %s over: %w", runID, err)
-		}
+	m, err := direct.RunEnd(ctx, s.JS, runID)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("policy: is run %s over: %w", runID, err)
+	case m != nil:
+		return "ended", nil
 	}
 	return "", nil
 }

@@ -191,3 +191,23 @@ func Last(ctx context.Context, js jetstream.JetStream, stream, subject string) (
 	}
 	return out, nil
 }
+
+// RunEnd returns the run's end event (completed or failed) as the runs
+// stream's leader holds it (Last), nil when the run has not ended: what a
+// service checks before it does anything more for a run that may be over.
+func RunEnd(ctx context.Context, js jetstream.JetStream, runID string) (*Msg, error) {
+	for _, verb := range events.EndVerbs() {
+		subj, err := events.RunSubject(runID, verb)
+		if err != nil {
+			return nil, err
+		}
+		m, err := Last(ctx, js, events.StreamRuns, subj)
+		switch {
+		case err == nil:
+			return m, nil
+		case !errors.Is(err, ErrNotStored):
+			return nil, fmt.Errorf("run %s: its end: %w", runID, err)
+		}
+	}
+	return nil, nil
+}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
+	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/direct"
 )
 
@@ -107,4 +108,31 @@ func TestLast(t *testing.T) {
 	_, err = direct.Last(ctx, env.JS, "NOPE", "l.a.x")
 	require.Error(t, err)
 	require.NotErrorIs(t, err, direct.ErrNotStored)
+}
+
+// TestRunEnd: a run's end of either kind is found on the leader; a run
+// without one (a started event only) has none.
+func TestRunEnd(t *testing.T) {
+	env := eventstest.Start(t)
+	ctx := t.Context()
+	for _, st := range []events.RunStatus{
+		{RunID: "r-started", Status: events.StatusStarted},
+		{RunID: "r-done", Status: events.StatusCompleted},
+		{RunID: "r-failed", Status: events.StatusFailed, Reason: "model call failed"},
+	} {
+		out, err := events.NewRunStatus("/test", st, "", events.RunTrace{})
+		require.NoError(t, err)
+		env.Publish(t, out)
+	}
+	for run, want := range map[string]string{"r-started": "", "r-done": "toolwire.run.r-done.completed",
+		"r-failed": "toolwire.run.r-failed.failed", "r-none": ""} {
+		m, err := direct.RunEnd(ctx, env.JS, run)
+		require.NoError(t, err, run)
+		if want == "" {
+			require.Nil(t, m, run)
+			continue
+		}
+		require.NotNil(t, m, run)
+		require.Equal(t, want, m.Subject, run)
+	}
 }
