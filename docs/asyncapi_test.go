@@ -185,6 +185,8 @@ func eventIDDoc(row events.EventType) string {
 		return "`" + events.RunRequestedID(run) + "` (events.RunRequestedID): derived from the run, never a producer's choice; the orchestrator hands an intake's request over under this id whatever its producer called it"
 	case row.Type == events.TypeTurnCompleted:
 		return "`" + strings.Replace(events.TurnEventID(run, 1), "/1", "/{n}", 1) + "` (events.TurnEventID)"
+	case row.Type == events.TypeRunCancelRequested:
+		return "`" + events.CancelRequestedID(run) + "` (events.CancelRequestedID): a run is cancelled once, however often it is asked"
 	case events.IsEndStatus(row.RunStatus):
 		return "`" + events.EndEventID(run) + "` (events.EndEventID): one id for a run's end, whatever its kind, so that a second end is refused as a duplicate"
 	case row.Schema == events.SchemaRunStatus:
@@ -545,6 +547,8 @@ func TestAsyncAPIHeadersAreTheEncodedOnes(t *testing.T) {
 		must(events.NewRunStatus(src, status(events.StatusResumed), "2", trace)),
 		must(events.NewRunStatus(src, status(events.StatusCompleted), "", trace)),
 		must(events.NewRunStatus(src, status(events.StatusFailed), "", trace)),
+		must(events.NewCancelRequested(src, events.CancelRequest{RunID: run, Tenant: tenant, Reason: "runaway"}, trace)),
+		must(events.NewRunStatus(src, status(events.StatusCancelled), "", trace)),
 		must(events.NewApprovalRequired(src, events.ApprovalRequest{RunID: run, CorrelationID: call, Tenant: tenant}, trace)),
 		must(events.NewDecided(src, events.Decision{RunID: run, CallID: call, Decision: events.DecisionApprove}, tenant, trace)),
 		must(events.NewCallApproved(src, events.CallRequest{RunID: run, CallID: call, Tenant: tenant, Queue: envelope.DefaultQueue}, trace)),

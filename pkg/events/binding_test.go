@@ -57,7 +57,7 @@ func TestEncodeDecodeRoundTripEveryConstructor(t *testing.T) {
 
 func TestEveryEventTypeHasASchema(t *testing.T) {
 	types := events.EventTypes()
-	require.Len(t, types, 14)
+	require.Len(t, types, 16)
 	for _, typ := range types {
 		require.NotEmpty(t, events.DataSchema(typ), typ)
 	}

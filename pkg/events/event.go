@@ -175,15 +175,18 @@ func NewRunStatus(source string, s RunStatus, discriminator string, trace RunTra
 	return Build(typ, id, subj, Attrs{Source: source, RunID: s.RunID, TenantID: s.Tenant.ID(), Trace: trace}, s.dataOf())
 }
 
-// EndEventID is the id of a run's end event, whether it completed or failed.
+// EndEventID is the id of a run's end event, whether it completed, failed or
+// was cancelled.
 func EndEventID(runID string) string { return runID + "/end" }
 
 // IsEndStatus reports whether status ends a run: nothing of the run may
 // follow an event of it.
-func IsEndStatus(status string) bool { return status == StatusCompleted || status == StatusFailed }
+func IsEndStatus(status string) bool {
+	return status == StatusCompleted || status == StatusFailed || status == StatusCancelled
+}
 
 // EndVerbs are the verbs of a run's end events.
-func EndVerbs() []Verb { return []Verb{VerbCompleted, VerbFailed} }
+func EndVerbs() []Verb { return []Verb{VerbCompleted, VerbFailed, VerbCancelled} }
 
 // NewTurnCompleted builds the record of model turn t.Iteration. Its id is
 // "<run_id>/turn/<n>": a turn is recorded once, whichever replica's model

@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"strings"
 	"bytes"
 	"encoding/json"
 	"testing"
@@ -131,6 +132,7 @@ func allConstructors(t testing.TB) []constructed {
 		{events.StatusResumed, events.TypeRunResumed, "2"},
 		{events.StatusCompleted, events.TypeRunCompleted, ""},
 		{events.StatusFailed, events.TypeRunFailed, ""},
+		{events.StatusCancelled, events.TypeRunCancelled, ""},
 	} {
 		s := events.RunStatus{RunID: runID, Status: st.status, Agent: "researcher", Tenant: tenant,
 			TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Iteration: 2, ToolCalls: 1}
@@ -140,6 +142,13 @@ func allConstructors(t testing.TB) []constructed {
 		}
 		if st.status == events.StatusFailed {
 			s.Reason = "model unavailable"
+		}
+		if st.status == events.StatusCancelled {
+			cut := fixtureEnvelope()
+			cut.CallID, cut.Input = strings.Repeat("b", 64), json.RawMessage(`{"query":"weather in Lyon"}`)
+			cut.Output, cut.Error = nil, events.CancelledCallError(true, "cancelled by ops@acme: runaway")
+			o := envelope.NewAgentOutputs("", []envelope.ToolEnvelope{fixtureEnvelope(), cut}, "")
+			s.Outputs, s.Reason = &o, "cancelled by ops@acme: runaway"
 		}
 		id := runID + "/" + st.status
 		if st.disc != "" {
@@ -170,6 +179,8 @@ func allConstructors(t testing.TB) []constructed {
 			events.TypeCallStarted, runID + "/" + callID + "/started", call + ".started", callID, new(events.CallStarted)},
 		constructed{"approval required", must(events.NewApprovalRequired(src, fixtureApprovalRequest(), runTrace)),
 			events.TypeCallApprovalRequired, runID + "/" + callID + "/approval_required", call + ".approval_required", callID, new(events.ApprovalRequest)},
+		constructed{"cancel requested", must(events.NewCancelRequested(src, events.CancelRequest{RunID: runID, Reason: "runaway", By: "ops@acme", Tenant: tenant, RequestedAt: t0}, runTrace)),
+			events.TypeRunCancelRequested, runID + "/cancel_requested", run + ".cancel_requested", "", new(events.CancelRequest)},
 		constructed{"decided", must(events.NewDecided(src, events.Decision{RunID: runID, CallID: callID, Decision: events.DecisionRevise, Note: "search the French sources", By: "ops@acme"}, tenant, runTrace)),
 			events.TypeCallDecided, runID + "/" + callID + "/decided/revise", call + ".decided", callID, new(events.Decision)},
 	)

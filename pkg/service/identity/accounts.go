@@ -87,6 +87,7 @@ func producerReads() []string {
 func producerImports() []Import {
 	out := []Import{
 		{Subject: events.Filters(events.FilterRunRequested)[0]},
+		{Subject: events.Filters(events.FilterRunCancelRequested)[0]},
 		{Subject: events.SubjectsIntake},
 		{Subject: events.SubjectsRuns, Events: true},
 		{Subject: events.SubjectsCalls, Events: true},

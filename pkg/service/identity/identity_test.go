@@ -143,7 +143,9 @@ func TestPermissionMatrix(t *testing.T) {
 	}{
 		// The events: who may announce what.
 		{"toolwire.run.r1.requested", []identity.Role{orch}},
-		{"toolwire.intake.acme._.r1", nil},
+		{"toolwire.intake.acme._.r1", []identity.Role{rec}},
+		{"toolwire.run.r1.cancel_requested", []identity.Role{orch, rec}},
+		{"toolwire.run.r1.cancelled", []identity.Role{orch}},
 		{"toolwire.run.r1.turn.1.completed", []identity.Role{orch}},
 		{"toolwire.run.r1.started", []identity.Role{orch}},
 		{"toolwire.run.r1.completed", []identity.Role{orch}},
@@ -193,6 +195,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{events.SubjectPreview, events.SubjectPreview, []identity.Role{exe}},
 		{events.SubjectsWorkerRPC, "toolwire.rpc.worker.q.beat", []identity.Role{exe}},
 		{"toolwire.worker.q.call", "toolwire.worker.q.call", nil},
+		{"toolwire.run.*.cancel_requested", "toolwire.run.r1.cancel_requested", []identity.Role{exe, sbx}},
 		{"_INBOX.>", "_INBOX.x", nil},
 		{">", "anything", nil},
 		{"_INBOX_executor.>", "_INBOX_executor.x", []identity.Role{exe}},

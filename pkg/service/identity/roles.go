@@ -99,19 +99,19 @@ type Permissions struct {
 func (r Role) Doc() string {
 	switch r {
 	case Orchestrator:
-		return "runs the agent loop: consumes run requests (and hands tenant producers' intake over as run requests), turns and call outcomes; publishes turns, run lifecycle events, the completions of calls the loop rules answer, and runs' deadline timers"
+		return "runs the agent loop: consumes run requests (and hands tenant producers' intake over as run requests), turns and call outcomes; hands tenant producers' cancels over; publishes turns, run lifecycle events, the completions of calls the loop rules answer, and runs' deadline timers"
 	case Policy:
 		return "the Policy Guard: consumes turns and decisions; publishes approved calls, approval requests and POLICY_DENIED completions"
 	case Executor:
-		return "the executor: consumes approved calls (a worker's queue's too, handing each to the worker); publishes started and completed calls, sandbox jobs, and the heartbeats of the queues it serves and of the workers; registers the workers' tools"
+		return "the executor: consumes approved calls (a worker's queue's too, handing each to the worker); stops the calls of a cancelled run; publishes started and completed calls, sandbox jobs, and the heartbeats of the queues it serves and of the workers; registers the workers' tools"
 	case Sandbox:
-		return "consumes sandbox jobs, publishes their results"
+		return "consumes sandbox jobs, publishes their results; kills the jobs of a cancelled run"
 	case Recorder:
-		return "reads every stream into the database; publishes approval decisions made on the timeline page; writes the registry for its admin API"
+		return "reads every stream into the database; publishes the decisions and cancels of the timeline page and the HTTP API, and hands runs submitted over HTTP in on their tenant's intake; writes the registry for its admin API"
 	case Operator:
 		return "the toolwire CLI of the people who run toolwire: everything, including provisioning, deleting and purging streams"
 	case Producer:
-		return "an upstream system trusted with every tenant: publishes run requests (directly or on any tenant's intake), follows its runs' events and reads their outputs; a producer limited to one tenant is a tenant identity (toolwire identities --tenant)"
+		return "an upstream system trusted with every tenant: publishes run requests and cancels (directly or on any tenant's intake), follows its runs' events and reads their outputs; a producer limited to one tenant is a tenant identity (toolwire identities --tenant)"
 	}
 	return ""
 }
@@ -126,8 +126,10 @@ func (r Role) Permissions() Permissions {
 		return r.service(
 			// A run request: the intake's, handed over.
 			pub(events.FilterRunRequested, events.FilterTurnCompleted, events.FilterRunStarted, events.FilterRunSuspended,
-				events.FilterRunResumed, events.FilterRunCompleted, events.FilterRunFailed,
+				events.FilterRunResumed, events.FilterRunCompleted, events.FilterRunFailed, events.FilterRunCancelled,
 				events.FilterCallCompleted),
+			// A tenant producer's cancel, handed over from its intake.
+			pub(events.FilterRunCancelRequested),
 			consume(events.StreamRuns, events.StreamCalls),
 			// The intake of tenant producers, handed over as run requests.
 			consume(events.StreamIntake),
@@ -168,16 +170,26 @@ func (r Role) Permissions() Permissions {
 		// Whether a call's run has ended, read from the runs stream's
 		// leader before a late call is started (services/executor/runover.go).
 		p.Publish = append(p.Publish, "$JS.API.STREAM.MSG.GET."+events.StreamRuns)
+		// Runs' cancel requests, live: the calls of a cancelled run are
+		// stopped (events/cancel.go).
+		p.Subscribe = append(p.Subscribe, events.Filters(events.FilterRunCancelRequested)...)
 		return p
 	case Sandbox:
-		return r.service(
+		p := r.service(
 			pub(events.FilterSandboxCompleted),
 			consume(events.StreamSandbox),
 			kvWrite(provision.BucketTools),
 		)
+		// Runs' cancel requests, live: the jobs of a cancelled run are
+		// killed.
+		p.Subscribe = append(p.Subscribe, events.Filters(events.FilterRunCancelRequested)...)
+		return p
 	case Recorder:
 		return r.service(
-			pub(events.FilterCallDecided),
+			// Decisions and cancels of the timeline page and the HTTP API;
+			// runs submitted over HTTP go through their tenant's intake.
+			pub(events.FilterCallDecided, events.FilterRunCancelRequested),
+			[]string{events.SubjectsIntake},
 			consume(events.StreamRuns, events.StreamCalls, events.StreamSandbox, events.StreamDLQ),
 			// The registry's admin API (an admin of every tenant): it
 			// registers through registry.Registry, which refuses a changed
@@ -199,7 +211,7 @@ func (r Role) Permissions() Permissions {
 			// $JS.API.INFO is answered in its own account, which has no
 			// JetStream: how a client learns it is a producer's
 			// (direct.JetStream).
-			Publish:   flat(pub(events.FilterRunRequested), []string{events.SubjectsIntake, "$JS.API.INFO"}, reads),
+			Publish:   flat(pub(events.FilterRunRequested, events.FilterRunCancelRequested), []string{events.SubjectsIntake, "$JS.API.INFO"}, reads),
 			Subscribe: []string{r.InboxPrefix() + ".>", events.SubjectsRuns, events.SubjectsCalls},
 		}
 	}

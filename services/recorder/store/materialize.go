@@ -114,6 +114,8 @@ var decoders = map[string]decoder{
 	events.TypeRunResumed:           recordRunStatus,
 	events.TypeRunCompleted:         recordRunStatus,
 	events.TypeRunFailed:            recordRunStatus,
+	events.TypeRunCancelRequested:   recordCancelRequested,
+	events.TypeRunCancelled:         recordRunStatus,
 	events.TypeTurnCompleted:        recordTurn,
 	events.TypeCallApproved:         recordCallApproved,
 	events.TypeCallStarted:          recordCallStarted,
@@ -412,6 +414,20 @@ func recordDecided(d *decoding) error {
 	}
 	d.rec.Run = d.touch()
 	d.rec.Calls = []CallUpdate{{RunID: dec.RunID, CallID: dec.CallID, Status: d.typ.CallStatus}}
+	return nil
+}
+
+// recordCancelRequested keeps the request in the run's events; the run's
+// status changes with its end (cancelled), not with the asking.
+func recordCancelRequested(d *decoding) error {
+	c, err := data[events.CancelRequest](d)
+	if err != nil {
+		return err
+	}
+	if err := d.setRun(c.RunID); err != nil {
+		return err
+	}
+	d.rec.Run = d.touch()
 	return nil
 }
 

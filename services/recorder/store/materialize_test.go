@@ -28,9 +28,10 @@ func TestRecordOfEveryEventType(t *testing.T) {
 		}
 		outs = append(outs, o)
 	}
-	for _, st := range []string{events.StatusSuspended, events.StatusResumed, events.StatusFailed} {
+	for _, st := range []string{events.StatusSuspended, events.StatusResumed, events.StatusFailed, events.StatusCancelled} {
 		add(events.NewRunStatus(storetest.Source, events.RunStatus{RunID: fx.RunID, Status: st, Tenant: fx.Tenant}, "", fx.Trace))
 	}
+	add(events.NewCancelRequested(storetest.Source, events.CancelRequest{RunID: fx.RunID, Tenant: fx.Tenant, Reason: "runaway"}, fx.Trace))
 	add(events.NewTurnCompleted(storetest.Source, events.Turn{RunID: fx.RunID, Iteration: 3, Tenant: fx.Tenant,
 		Agent: fx.Agent, Verdict: events.LoopVerdict{Code: envelope.CodePolicyDenied, Reason: "max_iterations",
 			Rule: "max_iterations"}}, fx.Trace))

@@ -300,11 +300,11 @@ const (
 // RunStatuses lists the run statuses in rank order.
 func RunStatuses() []string {
 	return []string{StatusRequested, events.StatusStarted, events.StatusSuspended,
-		events.StatusResumed, events.StatusCompleted, events.StatusFailed}
+		events.StatusResumed, events.StatusCompleted, events.StatusFailed, events.StatusCancelled}
 }
 
 // RunStatusRank orders run statuses: requested 0, started 1, suspended and
-// resumed 2, completed and failed 3 (terminal); anything else -1.
+// resumed 2, completed, failed and cancelled 3 (terminal); anything else -1.
 func RunStatusRank(s string) int {
 	switch s {
 	case StatusRequested:
@@ -313,13 +313,14 @@ func RunStatusRank(s string) int {
 		return 1
 	case events.StatusSuspended, events.StatusResumed:
 		return 2
-	case events.StatusCompleted, events.StatusFailed:
+	case events.StatusCompleted, events.StatusFailed, events.StatusCancelled:
 		return 3
 	}
 	return -1
 }
 
-// IsTerminal reports whether a run status is final: completed or failed.
+// IsTerminal reports whether a run status is final: completed, failed or
+// cancelled.
 func IsTerminal(status string) bool { return RunStatusRank(status) == 3 }
 
 // CallStatusRank orders tool call statuses: requested 0, approved 1, started
