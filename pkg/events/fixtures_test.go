@@ -1,9 +1,9 @@
 package events_test
 
 import (
-	"strings"
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
