@@ -510,5 +510,3 @@ func TestWritesWithTheSessionCookieCheckTheOrigin(t *testing.T) {
 		t.Fatalf("same-origin cancel with the session cookie: %d, want 202", s)
 	}
 }
-
-
