@@ -57,6 +57,11 @@ test: ## go vet, then go test -race -count=1 in every module (stops at the first
 	@$(call for_each_module,$(GO) vet ./... && $(GO) test -race -count=1 -timeout 15m ./...)
 	@$(MAKE) release-check
 
+.PHONY: openapi-lint
+openapi-lint: ## Lint the recorder's OpenAPI document with Redocly's recommended rules, failing on any warning (make test runs it as TestOpenAPIRedoclyLint)
+	@bash scripts/npm-install.sh
+	@cd services/recorder && CI=true $(GO) test -count=1 -run '^TestOpenAPIRedoclyLint$$' ./api/
+
 .PHONY: test-race
 test-race: ## Like test, but every test three times (-count=3) to shake out flaky races
 	@$(call for_each_module,$(GO) vet ./... && $(GO) test -race -count=3 -timeout 15m ./...)
