@@ -29,8 +29,8 @@ import (
 // what lets a live stream resume after the last event a client received
 // (Last-Event-ID) by replaying the run's events from the first.
 type causalOrder struct {
-	asked    map[string]bool // calls whose turn was released
-	approval map[string]bool // calls whose approval request was released
+	asked    map[string]bool  // calls whose turn was released
+	approval map[string]bool  // calls whose approval request was released
 	held     []store.EventRow // in seq order
 	ends     []store.EventRow
 }
