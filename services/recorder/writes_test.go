@@ -478,6 +478,22 @@ func TestDecisionRoute(t *testing.T) {
 	if status != http.StatusConflict || decodeError(t, body).Code != apitypes.CodeAlreadyDecided {
 		t.Fatalf("deciding twice: %d %s; want 409", status, body)
 	}
+	// The run is cancelled while the record still reads pending: the
+	// approval was withdrawn, and the answer says so.
+	end, err := events.NewRunStatus("/toolwire/orchestrator", events.RunStatus{RunID: "decide-me", Status: events.StatusCancelled,
+		Reason: "cancelled by ops"}, "", events.RunTrace{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.env.Publish(t, end)
+	eventually(t, "the run cancelled", func() (bool, string) {
+		_, b := w.get("admin", "/v1/runs/decide-me")
+		return strings.Contains(string(b), `"status":"cancelled"`), string(b)
+	})
+	status, _, body = w.post("approver A", short, "application/json", []byte(`{"decision":"approve"}`))
+	if e := decodeError(t, body); status != http.StatusConflict || e.Code != apitypes.CodeAlreadyDecided || !strings.Contains(e.Message, "withdrawn") {
+		t.Fatalf("deciding a call of a cancelled run: %d %s; want 409 saying withdrawn", status, body)
+	}
 }
 
 // TestWritesWithTheSessionCookieCheckTheOrigin: a write authenticated by

@@ -152,15 +152,18 @@ func (a *api) decideCall(w http.ResponseWriter, r *http.Request) {
 			invalid("the decision is not valid", problems(verr)...).write(w)
 			return
 		}
-		if why := a.withdrawn(ctx, run, callID); why != "" {
-			writeError(w, http.StatusConflict, apitypes.CodeAlreadyDecided,
-				fmt.Sprintf("call %s of run %s no longer awaits a decision: its approval was withdrawn (%s)", callID, run.RunID, why))
-			return
-		}
 		var rec events.ApprovalRecord
 		rec, err = approvals.PendingApproval(ctx, a.opts.JS, run.RunID, callID)
 		if err == nil && !p.Sees(rec.Call.Tenant) {
 			err = fmt.Errorf("%w: call %s of run %s", approvals.ErrNoApproval, callID, run.RunID)
+		}
+		if err == nil {
+			// Still pending in the guard's record, but the run's
+			// cancellation may have answered the call already.
+			if why := a.withdrawn(ctx, run, callID); why != "" {
+				err = fmt.Errorf("%w: call %s of run %s no longer awaits a decision: its approval was withdrawn (%s)",
+					approvals.ErrAlreadyDecided, callID, run.RunID, why)
+			}
 		}
 		if err == nil {
 			err = approvals.PublishDecision(ctx, a.opts.JS, source, d, rec)
