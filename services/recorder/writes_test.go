@@ -628,6 +628,9 @@ func TestTimelineCancelButton(t *testing.T) {
 	if !strings.Contains(body, `status-cancelled">cancelled`) || strings.Contains(body, form) || !strings.Contains(body, "cancelled by approver A: stop it") {
 		t.Fatalf("the timeline of the cancelled run: %.3000s", body)
 	}
+	if s, b := w.get("producer A", "/v1/runs/button-run/outputs"); s != http.StatusOK {
+		t.Fatalf("the outputs of a cancelled run: %d %s; want 200 (what completed)", s, b)
+	}
 	if _, list := page("approver A", "/?status=cancelled"); !strings.Contains(list, `href="/runs/button-run"`) {
 		t.Fatal("the runs list filtered on cancelled lacks the run")
 	}
