@@ -446,3 +446,75 @@ func approvalsPending(ctx context.Context, h *httpStack, runID, callID string) (
 	}
 	return rec, err
 }
+
+// TestHTTPCancel: a run whose call waits for approval is cancelled over
+// HTTP by its tenant's producer (202 cancelling); the orchestrator ends it
+// cancelled, its live stream ends with the cancelled end last, its waiting
+// approval reads withdrawn on the timeline, a decision afterwards is 409
+// saying so, the call never ran, and cancelling again answers the end
+// (200). The run's outputs (what completed) are served.
+func TestHTTPCancel(t *testing.T) {
+	h := startHTTPStack(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const runID = "http-cancel"
+	req := approvalScript(t, runID, 120, mailTurn, map[string]any{"content": "sent"})
+	status, _, body := h.do(ctx, t, http.MethodPost, "/v1/runs", h.producer, submitBody(t, req))
+	require.Equal(t, http.StatusCreated, status, "%s", body)
+	var callID string
+	require.Eventually(t, func() bool {
+		_, _, body := h.do(ctx, t, http.MethodGet, "/v1/runs/"+runID, h.viewer, nil)
+		var run apitypes.RunDetailJSON
+		if json.Unmarshal(body, &run) != nil {
+			return false
+		}
+		for _, c := range run.ToolCalls {
+			if c.Name == "send_email" {
+				callID = c.CallID
+			}
+		}
+		if callID == "" {
+			return false
+		}
+		_, err := approvalsPending(ctx, h, runID, callID)
+		return err == nil
+	}, 60*time.Second, 50*time.Millisecond, "the call to await approval")
+
+	resp := h.openStream(ctx, t, runID, "")
+	defer func() { _ = resp.Body.Close() }()
+	status, _, body = h.do(ctx, t, http.MethodPost, "/v1/runs/"+runID+"/cancel", h.viewer, []byte(`{"reason":"x"}`))
+	require.Equal(t, http.StatusForbidden, status, "a viewer may not cancel: %s", body)
+	status, _, body = h.do(ctx, t, http.MethodPost, "/v1/runs/"+runID+"/cancel", h.producer, []byte(`{"reason":"wrong prompt"}`))
+	require.Equal(t, http.StatusAccepted, status, "%s", body)
+	require.JSONEq(t, `{"run_id":"http-cancel","status":"cancelling","cancelled":true}`, string(body))
+
+	var evs []event.Event
+	var end sse
+	readSSE(t, resp.Body, func(s sse) {
+		if s.event != "" {
+			end = s
+			return
+		}
+		evs = append(evs, checkCloudEvent(t, s.data))
+	})
+	require.Equal(t, "end", end.event, "%+v", end)
+	require.JSONEq(t, `{"run_id":"http-cancel","status":"cancelled"}`, end.data)
+	require.NotEmpty(t, evs)
+	require.Equal(t, events.TypeRunCancelled, evs[len(evs)-1].Type(), "the cancelled end comes last")
+	checkCausal(t, evs)
+
+	status, _, body = h.do(ctx, t, http.MethodPost, "/v1/runs/"+runID+"/calls/"+callID+"/decision", h.approver, []byte(`{"decision":"approve"}`))
+	require.Equal(t, http.StatusConflict, status, "%s", body)
+	require.Contains(t, string(body), "withdrawn")
+	require.Empty(t, h.mail.sentTo(), "the withdrawn call never ran")
+
+	status, _, body = h.do(ctx, t, http.MethodPost, "/v1/runs/"+runID+"/cancel", h.producer, nil)
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	require.JSONEq(t, `{"run_id":"http-cancel","status":"cancelled","cancelled":false}`, string(body))
+	status, _, body = h.do(ctx, t, http.MethodGet, "/v1/runs/"+runID+"/outputs", h.viewer, nil)
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	require.Eventually(t, func() bool {
+		_, _, page := h.do(ctx, t, http.MethodGet, "/runs/"+runID+"/timeline", h.viewer, nil)
+		return strings.Contains(string(page), "withdrawn") && strings.Contains(string(page), `status-cancelled">cancelled`)
+	}, 20*time.Second, 100*time.Millisecond, "the timeline shows the run cancelled and its approval withdrawn")
+}

@@ -19,7 +19,7 @@ const (
 	// ApprovalWithdrawn: the run was cancelled while the call waited, and
 	// the guard answered it (POLICY_DENIED, details.cancelled) instead of a
 	// decision.
-	ApprovalWithdrawn = "withdrawn"
+	ApprovalWithdrawn = string(events.ApprovalWithdrawn)
 )
 
 // Approval is what a call's recorded events say of its approval: the
