@@ -180,6 +180,7 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	// wait waits for the next change, a poll or a heartbeat; false: the
 	// stream is over.
+	var quiet <-chan time.Time // set while a settled run's stream waits out settleQuiet
 	wait := func() bool {
 		select {
 		case <-ctx.Done():
@@ -188,6 +189,7 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 			return false // the recorder stops: the client reconnects to another one
 		case <-changed:
 		case <-poll.C:
+		case <-quiet:
 		case <-beat.C:
 			// The credentials are checked again at each heartbeat: a token
 			// revoked (or expired) meanwhile ends the stream, and the
@@ -290,14 +292,21 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 			if len(evs) == streamPage {
 				continue // more waiting
 			}
-		} else if run, terminal, complete := a.settled(ctx, id); terminal && a.streamEnds(&endSeen, lastNew, complete) {
-			if !send(order.finish()) {
+		} else if run, terminal, complete := a.settled(ctx, id); terminal {
+			if a.streamEnds(&endSeen, lastNew, complete) {
+				if !send(order.finish()) {
+					return
+				}
+				b, _ := json.Marshal(apitypes.StreamEndJSON{RunID: id, Status: run.Status})
+				_, _ = fmt.Fprintf(w, "event: end\ndata: %s\n\n", b)
+				_ = rc.Flush()
 				return
 			}
-			b, _ := json.Marshal(apitypes.StreamEndJSON{RunID: id, Status: run.Status})
-			_, _ = fmt.Fprintf(w, "event: end\ndata: %s\n\n", b)
-			_ = rc.Flush()
-			return
+			if complete {
+				// Wake when the quiet period is over, not at the next poll:
+				// the run's end is held until then.
+				quiet = time.After(max(settleQuiet-time.Since(lastNew), time.Millisecond))
+			}
 		}
 		if !wait() {
 			return
