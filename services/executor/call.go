@@ -489,12 +489,13 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 	ran = true
 	rerun, runs := s.rerunFunc(s.writeRetryRule(def, delivery), claim, claimed, res.label, log)
 	out, te := s.invoke(runCtx, impl, def, req, s.runTimeout(def, claimed), rerun, log)
-	if said := cancelledBy(runCtx); said != "" {
-		// Cut short by its run's cancellation: not a sign of the tool's
-		// health either way.
+	if said := cancelledBy(runCtx); said != "" && events.IsCancelledCall(te) {
+		// Cut short by its run's cancellation (a tool that returned its
+		// output first was not): not a sign of the tool's health either
+		// way.
 		ran = false
 		s.metrics.cancelled.WithLabelValues(res.label, cancelCut).Inc()
-		log.Info("call cut short: its run was cancelled", "reason", said, "output", te == nil)
+		log.Info("call cut short: its run was cancelled", "reason", said)
 	}
 	if run := runs.run(); run > 1 {
 		claimed.Started, claimed.Attempt = claimed.firstStart(), run
