@@ -2,6 +2,9 @@ package sandbox
 
 import (
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,12 +44,14 @@ func TestCancelKillsTheRunsJobs(t *testing.T) {
 		name    string
 		runtime string // of the job
 		cfg     func(t *testing.T) Config
-		// procs is how many host processes of the job's uid show that its
-		// children run (gVisor's run inside its sentry).
-		procs int
+		// running says that the job runs: for bwrap and the insecure
+		// runtime, the job and its three children as host processes of
+		// the job's uid; gVisor runs them inside its Sentry, as root, so
+		// there the job's cgroup holds the runtime's processes.
+		running func(e *Engine) bool
 	}{
-		{"gvisor", RuntimeGVisor, func(t *testing.T) Config { newTestEngine(t, Config{}); return Config{} }, 1},
-		{"bwrap", RuntimeBwrap, func(t *testing.T) Config { newTestEngine(t, Config{}); return Config{} }, 4},
+		{"gvisor", RuntimeGVisor, func(t *testing.T) Config { newTestEngine(t, Config{}); return Config{} }, inJobCgroups},
+		{"bwrap", RuntimeBwrap, func(t *testing.T) Config { newTestEngine(t, Config{}); return Config{} }, ofJobUIDs(4)},
 		{"insecure-dev", "", func(t *testing.T) Config {
 			if os.Geteuid() != 0 {
 				needSandbox(t, "not running as root")
@@ -54,7 +59,7 @@ func TestCancelKillsTheRunsJobs(t *testing.T) {
 			// No runtime works (their binaries are missing): the insecure
 			// setting runs the job on the host, as its own uid.
 			return Config{InsecureDev: true, Bwrap: "/nonexistent/bwrap", Runsc: "/nonexistent/runsc"}
-		}, 4},
+		}, ofJobUIDs(4)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := eventstest.Start(t)
@@ -67,13 +72,7 @@ func TestCancelKillsTheRunsJobs(t *testing.T) {
 			job := serviceJob("c1", forkAndSleep)
 			job.RunID, job.Runtime, job.TimeoutMS, job.Deadline = runID, c.runtime, 60_000, time.Now().Add(2*time.Minute)
 			publishJob(t, env.JS, job)
-			require.Eventually(t, func() bool {
-				n := 0
-				for _, uid := range e.UIDs() {
-					n += len(processesOf(uid))
-				}
-				return n >= c.procs
-			}, time.Minute, 10*time.Millisecond, "the job and its children run")
+			require.Eventually(t, func() bool { return c.running(e) }, time.Minute, 10*time.Millisecond, "the job runs")
 
 			cancel, err := events.NewCancelRequested("/test", events.CancelRequest{
 				RunID: runID, Reason: "changed my mind", By: "tester", Tenant: envelope.Tenant{OrgID: "acme", WorkspaceID: "ws"},
@@ -117,4 +116,39 @@ func TestCancelKillsTheRunsJobs(t *testing.T) {
 			require.JSONEq(t, `7`, string(res.Output))
 		})
 	}
+}
+
+// ofJobUIDs says that at least n live processes run as the job slots' uids.
+func ofJobUIDs(n int) func(e *Engine) bool {
+	return func(e *Engine) bool {
+		found := 0
+		for _, uid := range e.UIDs() {
+			found += len(processesOf(uid))
+		}
+		return found >= n
+	}
+}
+
+// inJobCgroups says that a job cgroup of this process holds a process.
+func inJobCgroups(e *Engine) bool {
+	if e.cgroups == nil {
+		return false
+	}
+	prefix := strconv.Itoa(os.Getpid()) + "-"
+	for _, parent := range e.cgroups.parents {
+		entries, err := os.ReadDir(parent)
+		if err != nil {
+			continue
+		}
+		for _, en := range entries {
+			if !en.IsDir() || !strings.HasPrefix(en.Name(), prefix) {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(parent, en.Name(), "cgroup.procs"))
+			if err == nil && strings.TrimSpace(string(b)) != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
