@@ -3,6 +3,8 @@ package stack_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -90,6 +92,59 @@ func TestCancelEndToEnd(t *testing.T) {
 	require.Equal(t, 1, writer.total(), "the writes call ran once")
 
 	time.Sleep(time.Second) // anything late would be stored by now
+	broken, err := eventstest.AfterEnd(ctx, st.JS)
+	require.NoError(t, err)
+	require.Empty(t, broken, "nothing of a run follows its end")
+}
+
+// TestCancelManyRuns: runs cancelled at every point of their life (before
+// their first turn, during it, while their calls run or wait to start) all
+// end cancelled, once, with nothing after their end.
+func TestCancelManyRuns(t *testing.T) {
+	slow := newStackTool("slow_read", envelope.ToolMetadata{Category: envelope.CategoryUtility, SideEffects: envelope.SideEffectsReads, Cache: envelope.CacheNone},
+		func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(10 * time.Second):
+				return json.RawMessage(`{"done":true}`), nil
+			}
+		})
+	st := startStack(t, stack.Options{ExecutorOptions: []executor.Option{executor.WithTools(slow)}})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const runs = 60
+	errs := make(chan error, runs)
+	for i := range runs {
+		go func() {
+			req := scripted(t, fmt.Sprintf("cancel-many-%d", i), []string{"echo@1.0.0", "slow_read@1.0.0"},
+				map[string]any{"tool_calls": []any{call("echo", map[string]any{"n": i}), call("slow_read", map[string]any{"n": i})}},
+				map[string]any{"content": "never asked"},
+			)
+			if err := st.Client.Submit(ctx, req); err != nil {
+				errs <- err
+				return
+			}
+			time.Sleep(time.Duration(i%6) * 40 * time.Millisecond) // cancelled at every point of the run
+			if _, err := st.Client.Cancel(ctx, req.RunID, "", "e2e"); err != nil {
+				errs <- err
+				return
+			}
+			final, err := st.Client.Wait(ctx, req.RunID)
+			switch {
+			case !errors.Is(err, client.ErrRunCancelled):
+				errs <- fmt.Errorf("run %s: %v", req.RunID, err)
+			case final.Status != events.StatusCancelled:
+				errs <- fmt.Errorf("run %s ended %s", req.RunID, final.Status)
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range runs {
+		require.NoError(t, <-errs)
+	}
+	time.Sleep(time.Second)
 	broken, err := eventstest.AfterEnd(ctx, st.JS)
 	require.NoError(t, err)
 	require.Empty(t, broken, "nothing of a run follows its end")
