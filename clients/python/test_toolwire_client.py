@@ -118,6 +118,26 @@ class SSETest(unittest.TestCase):
         self.assertEqual((cm.exception.status, cm.exception.code), (401, "unauthorized"))
         self.assertEqual(len(hits), 1)
 
+    def test_follow_stops_at_end_and_raises_the_error_event(self):
+        def handle(h):
+            h.send_response(200)
+            h.send_header("Content-Type", "text/event-stream")
+            h.send_header("Connection", "close")
+            h.end_headers()
+            if "/runs/r1/" in h.path:
+                h.wfile.write(f": waiting\n\nid: 7\ndata: {json.dumps(ce('r1/started', 'dev.toolwire.run.started.v1'))}\n\n".encode())
+                h.wfile.write(b'event: end\ndata: {"run_id":"r1","status":"completed"}\n\n')
+            else:
+                h.wfile.write(b'event: error\ndata: {"error":{"code":"run_not_found","message":"not recorded"}}\n\n')
+
+        c = Client(self._serve(handle), retry_s=0.01)
+        f = c.follow("r1")
+        self.assertEqual([e["id"] for e in f], ["r1/started"])
+        self.assertIsNone(f.end)
+        with self.assertRaises(ToolwireError) as cm:
+            list(c.follow("r2"))
+        self.assertEqual(cm.exception.code, "run_not_found")
+
     def test_follow_gives_up(self):
         c = Client("http://127.0.0.1:1", retry_s=0.001, max_retries=2)
         with self.assertRaisesRegex(ToolwireError, "3 times in a row"):
@@ -180,18 +200,21 @@ class LiveTest(unittest.TestCase):
         self.assertEqual((cm.exception.status, cm.exception.code), (409, "run_id_in_use"))
         self.assertEqual(self.c.wait(req["run_id"])["type"], "dev.toolwire.run.completed.v1")
 
+    def refused(self, status, code, fn, *args):
+        with self.assertRaises(ToolwireError) as cm:
+            fn(*args)
+        self.assertEqual((cm.exception.status, cm.exception.code), (status, code), str(cm.exception))
+        return cm.exception
+
     def test_bad_input(self):
-        with self.assertRaises(ToolwireError) as cm:
-            self.c.submit(dict(echo_run("x"), run_id="not a run id!"))
-        self.assertEqual(cm.exception.status, 400)
-        self.assertTrue(cm.exception.code)
-        self.assertIn("run_id", cm.exception.message)
-        with self.assertRaises(ToolwireError) as cm:
-            self.c.get("no-such-run")
-        self.assertEqual((cm.exception.status, cm.exception.code), (404, "run_not_found"))
-        with self.assertRaises(ToolwireError) as cm:
-            Client(self.dev.url).submit(echo_run("x"))
-        self.assertEqual((cm.exception.status, cm.exception.code), (401, "unauthorized"))
+        err = self.refused(422, "invalid_request", self.c.submit, dict(echo_run("x"), run_id="not a run id!"))
+        self.assertIn("run_id", json.dumps(err.details), "details point at the field")
+        self.refused(422, "invalid_request", self.c.submit, dict(echo_run("x"), messages=[]))
+        self.refused(400, "unknown_field", self.c.submit, dict(echo_run("x"), colour="blue"))
+        self.refused(403, "tenant_mismatch", self.c.submit, dict(echo_run("x"), tenant={"org_id": "someone-else"}))
+        self.refused(404, "run_not_found", self.c.get, "no-such-run")
+        self.refused(404, "run_not_found", self.c.cancel, "no-such-run")
+        self.refused(401, "unauthorized", Client(self.dev.url).submit, echo_run("x"))
 
     def test_decide_approve(self):
         req = echo_run("approved", approval=True)
@@ -206,9 +229,8 @@ class LiveTest(unittest.TestCase):
             pass
         self.assertEqual(end_status(f.end), "completed")
         self.assertEqual(self.c.outputs(req["run_id"])["tools_by_id"][waiting["callid"]]["output"], {"text": "approved"})
-        with self.assertRaises(ToolwireError) as cm:
-            self.c.decide(req["run_id"], waiting["callid"], "deny")
-        self.assertEqual(cm.exception.status, 409)
+        self.refused(409, "already_decided", self.c.decide, req["run_id"], waiting["callid"], "deny")
+        self.refused(404, "call_not_found", self.c.decide, req["run_id"], "abcdef", "approve")
 
     def test_cancel(self):
         req = echo_run("never", approval=True)

@@ -141,12 +141,14 @@ class SSEMessage:
 class ToolwireError(Exception):
     """A request the API refused (status, its stable code), or that could not be made (status 0)."""
 
-    def __init__(self, status: int, code: str, message: str, details: Any = None):
+    def __init__(self, status: int, code: str, message: str, details: Any = None, final: bool = False):
         super().__init__(f"{code}: {message}" if code else message)
         self.status = status
         self.code = code
         self.message = message
         self.details = details
+        #: The stream's own error event: following again would not change it.
+        self.final = final
 
 
 def end_status(event: CloudEvent) -> Optional[str]:
@@ -187,28 +189,6 @@ def parse_sse(lines: Iterator[bytes]) -> Iterator[SSEMessage]:
             retry, seen = int(value), True
 
 
-def to_cloud_event(v: Dict[str, Any]) -> CloudEvent:
-    """A stream message's data as a CloudEvent; a recorder that sends its
-    recorded-event shape (seq, run_id, call_id, extensions) is read into the same form."""
-    if isinstance(v.get("specversion"), str):
-        return v  # type: ignore[return-value]
-    e: Dict[str, Any] = dict(v.get("extensions") or {})
-    e.update(
-        specversion="1.0",
-        id=v.get("id"),
-        source=v.get("source"),
-        type=v.get("type"),
-        time=v.get("time"),
-        datacontenttype="application/json",
-        data=v.get("data"),
-    )
-    if v.get("run_id"):
-        e["runid"] = v["run_id"]
-    if v.get("call_id"):
-        e["callid"] = v["call_id"]
-    return e  # type: ignore[return-value]
-
-
 class Follower:
     """The live events of a run; iterate it. lastEventId resumes, end is the run's end event."""
 
@@ -231,12 +211,14 @@ class Follower:
                             retry_s = m.retry / 1000
                         if m.event == "end":
                             return
+                        if m.event == "error":  # e.g. the run was never recorded
+                            raise _error(0, m.data.encode(), final=True)
                         if m.id is not None:
                             self.last_event_id = m.id
                         if m.data == "" or m.event != "message":
                             continue
                         failures = 0
-                        e = to_cloud_event(json.loads(m.data))
+                        e: CloudEvent = json.loads(m.data)
                         yield e
                         if e.get("type") in END_TYPES:
                             self.end = e
@@ -248,7 +230,7 @@ class Follower:
                 failures += 1
                 last = ToolwireError(0, "", "the stream closed before the run's end")
             except ToolwireError as err:
-                if err.status != 0 and err.status < 500 and err.status not in (408, 429):
+                if err.final or (err.status != 0 and err.status < 500 and err.status not in (408, 429)):
                     raise
                 failures += 1
                 last = err
@@ -290,7 +272,16 @@ class Client:
     def submit(self, request: RunRequest) -> Submitted:
         """Submits a run. The same request again answers the same run (created False);
         another request under a used run id raises ToolwireError (409, run_id_in_use)."""
-        return Submitted(**_pick(self._json("POST", "/v1/runs", request), Submitted))
+        # A 503 means the handover was not confirmed in time; the run id makes
+        # sending the same request again safe, and its answer is the outcome.
+        for attempt in (1, 2, 3):
+            try:
+                return Submitted(**_pick(self._json("POST", "/v1/runs", request), Submitted))
+            except ToolwireError as err:
+                if err.status != 503 or attempt == 3:
+                    raise
+                time.sleep(self.retry_s)
+        raise AssertionError("unreachable")
 
     def cancel(self, run_id: str, reason: Optional[str] = None) -> CancelResult:
         """Asks for the run's end; a run that has ended already answers cancelled False."""
@@ -383,9 +374,9 @@ def _pick(d: Dict[str, Any], cls: type) -> Dict[str, Any]:
     return {k: d.get(k) for k in cls.__dataclass_fields__}  # type: ignore[attr-defined]
 
 
-def _error(status: int, body: bytes) -> ToolwireError:
+def _error(status: int, body: bytes, final: bool = False) -> ToolwireError:
     try:
         e = json.loads(body)["error"]
-        return ToolwireError(status, e.get("code", ""), e.get("message", ""), e.get("details"))
+        return ToolwireError(status, e.get("code", ""), e.get("message", ""), e.get("details"), final)
     except (ValueError, KeyError, TypeError):
         return ToolwireError(status, "", f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")

@@ -6,7 +6,7 @@
 // through openapi-fetch, so a route or a field that the document does not
 // have does not compile.
 import createClient from "openapi-fetch";
-import type { paths } from "./schema.js";
+import type { components, paths } from "./schema.js";
 import { parseSSE } from "./sse.js";
 
 export type { paths, components } from "./schema.js";
@@ -30,9 +30,14 @@ export type RunDetail = JSONBody<paths["/v1/runs/{run_id}"]["get"]["responses"][
 /** The run's AgentOutputs (pkg/envelope/schemas/agent_outputs.schema.json). */
 export type AgentOutputs = JSONBody<paths["/v1/runs/{run_id}/outputs"]["get"]["responses"]["200"]>;
 /** The error body of every failed request. */
-export type ErrorBody = JSONBody<paths["/v1/runs/{run_id}"]["get"]["responses"]["404"]>;
+export type ErrorBody = components["schemas"]["Error"];
+/** The data of the stream's `end` message. */
+export type StreamEnd = components["schemas"]["StreamEnd"];
 
-/** A CloudEvent 1.0 in JSON structured format, as the live stream carries each event of a run. */
+/**
+ * A CloudEvent 1.0 in JSON structured format, as the live stream carries each
+ * event of a run: the CloudEvent schema of openapi.yaml, with data typed.
+ */
 export interface CloudEvent<T = unknown> {
   specversion: string;
   id: string;
@@ -130,7 +135,13 @@ export class Client {
 
   /** Submits a run. Submitting the same request again answers the same run (created false); another request under a used run id is a ToolwireError with code run_id_in_use. */
   async submit(req: RunRequest, signal?: AbortSignal): Promise<Submitted> {
-    return this.must(await this.api.POST("/v1/runs", { body: req, signal: this.signal(signal) }));
+    // A 503 means the handover was not confirmed in time; the run id makes
+    // sending the same request again safe, and its answer is the outcome.
+    for (let attempt = 1; ; attempt++) {
+      const r = await this.api.POST("/v1/runs", { body: req, signal: this.signal(signal) });
+      if (r.response.status !== 503 || attempt >= 3) return this.must(r);
+      await sleep(this.o.retryMs, signal);
+    }
   }
 
   /** Asks for the run's end. A run that has ended already answers cancelled false with its end status. */
@@ -199,10 +210,11 @@ export class Client {
           for await (const m of parseSSE(r.data)) {
             if (m.retry !== undefined) retry = m.retry;
             if (m.event === "end") return; // the server's own end of the stream
+            if (m.event === "error") throw toError(0, JSON.parse(m.data)); // e.g. the run was never recorded
             if (m.id !== undefined) state.lastEventId = m.id;
             if (m.data === "" || m.event !== "message") continue;
             failures = 0;
-            const e = toCloudEvent(JSON.parse(m.data));
+            const e = JSON.parse(m.data) as CloudEvent;
             yield e;
             if (END_TYPES.has(e.type)) {
               state.end = e;
@@ -260,32 +272,9 @@ class Retryable extends Error {
 }
 
 function toError(status: number, body: unknown): ToolwireError {
-  const e = (body as ErrorBody | undefined)?.error as { code?: string; message?: string; details?: unknown } | undefined;
+  const e = (body as Partial<ErrorBody> | undefined)?.error;
   if (e && typeof e === "object") return new ToolwireError(status, e.code ?? "", e.message ?? "", e.details);
   return new ToolwireError(status, "", `HTTP ${status}: ${typeof body === "string" ? body : JSON.stringify(body)}`);
-}
-
-/**
- * toCloudEvent takes a stream message's data as a CloudEvent. A recorder
- * that sends its recorded-event shape instead (seq, run_id, call_id,
- * extensions beside the attributes) is read into the same form.
- */
-export function toCloudEvent(v: Record<string, unknown>): CloudEvent {
-  if (typeof v.specversion === "string") return v as CloudEvent;
-  const ext = (v.extensions ?? {}) as Record<string, string>;
-  const e: CloudEvent = {
-    ...ext,
-    specversion: "1.0",
-    id: String(v.id),
-    source: String(v.source),
-    type: String(v.type),
-    time: v.time as string | undefined,
-    datacontenttype: "application/json",
-    data: v.data,
-  };
-  if (typeof v.run_id === "string" && v.run_id) e.runid = v.run_id;
-  if (typeof v.call_id === "string" && v.call_id) e.callid = v.call_id;
-  return e;
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {

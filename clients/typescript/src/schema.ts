@@ -14,47 +14,26 @@ export interface paths {
         /** Runs, newest first */
         get: operations["listRuns"];
         put?: never;
+        /**
+         * Submit a run request
+         * @description Hands a RunRequest (pkg/envelope/schemas/run_request.schema.json) in on its tenant's intake
+         *     (`toolwire.intake.<org>.<workspace>.<run_id>`), exactly as `client.SubmitToIntake` and the CLI do;
+         *     the orchestrator takes it over as the run's request. The credential decides the tenant: `tenant`
+         *     may be omitted (the caller's org, and its workspace when the credential is bound to one, are used);
+         *     a body naming another tenant is refused (403 `tenant_mismatch`); a caller of every tenant (the
+         *     admin token) must name one (422). Needs the role producer, approver or admin.
+         *
+         *     The run id is the idempotency key. The answer is given once the request is stored as the run's
+         *     (it waits for the handover, at most 10 s): 201 for a new run, 200 when the same request (equal as
+         *     RFC 8785 canonical JSON) was submitted before, 409 `run_id_in_use` when the run id holds another
+         *     request or another tenant's run. A 503 means the handover has not happened yet: send the same
+         *     request again to learn the outcome, which never makes a second run.
+         *
+         *     Nothing is published for a request that is refused: 413 over 1 MiB, 415 for a Content-Type other
+         *     than application/json, 400 `invalid_json` or `unknown_field`, 422 `invalid_request` with one
+         *     `details` line per problem.
+         */
         post: operations["submitRun"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/runs/{run_id}/cancel": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description 1 to 64 letters, digits, '-' or '_'. */
-                run_id: components["parameters"]["RunID"];
-            };
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post: operations["cancelRun"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/runs/{run_id}/calls/{call_id}/decision": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description 1 to 64 letters, digits, '-' or '_'. */
-                run_id: components["parameters"]["RunID"];
-                /** @description Lowercase hex, at most 64 digits. */
-                call_id: components["parameters"]["CallID"];
-            };
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post: operations["decideCall"];
         delete?: never;
         options?: never;
         head?: never;
@@ -185,13 +164,32 @@ export interface paths {
         };
         /**
          * The run's events, live (Server-Sent Events)
-         * @description Sends every recorded event of the run after `Last-Event-ID` (or `after`),
-         *     then each new one as it is recorded. Each message's `id` is the event's
-         *     seq and its `data` an Event (JSON), so a client that reconnects (an
-         *     EventSource does so by itself, sending `Last-Event-ID`) resumes after the
-         *     last event it received. Comments (`: keep-alive`) keep an idle stream
-         *     open. Once the run has ended and every event recorded so far was sent,
-         *     an `end` event (data: `{"run_id": ..., "status": ...}`) closes the stream.
+         * @description Every event of the run, then each new one as it is recorded, as Server-Sent Events
+         *     (text/event-stream). Each message is:
+         *
+         *         id: <seq>
+         *         data: <one CloudEvent, JSON event format, on one line>
+         *
+         *     `data` is a CloudEvent 1.0 in structured JSON (the CloudEvent schema): specversion, id, source,
+         *     type, time, datacontenttype, dataschema, data, and the extensions runid, callid, tenantid,
+         *     traceparent, tracestate.
+         *
+         *     Order is causal, not the order the recorder happened to store events from its three streams in:
+         *     a call's events come after the model turn that asked for the call, a decision after its call's
+         *     approval request, and the run's end (completed, failed or cancelled) last, after every event of
+         *     its calls recorded by then (or a bounded wait for them).
+         *
+         *     The stream may be opened before the run is recorded (just after POST /v1/runs, say): it waits for
+         *     the run, up to 30 s, sending comments (`: waiting`); if the run is not recorded by then, an
+         *     `error` event (data: an Error, code `run_not_found`) ends it. Another tenant's run is waited for
+         *     exactly as a run never recorded.
+         *
+         *     Resuming: `id` is the event's seq in the recorder, an opaque resume token for the client; send it
+         *     back as `Last-Event-ID` (an EventSource does so by itself when it reconnects) and the stream goes on
+         *     with the events after that one in the same causal order, none twice. `after=<seq>` instead
+         *     resumes after every event recorded up to that seq (what a page already rendered).
+         *     Comments (`: keep-alive`) keep an idle stream open. After the run's end event, an `end` event
+         *     (data: StreamEnd) closes the stream.
          */
         get: operations["streamEvents"];
         put?: never;
@@ -313,6 +311,60 @@ export interface paths {
         get: operations["materializeCall"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{run_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1 to 64 letters, digits, '-' or '_'. */
+                run_id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel a run
+         * @description Publishes the run's cancel request (`toolwire.run.<run_id>.cancel_requested`, by: the caller's name,
+         *     tenant: the run's), as `toolwire cancel` does; the run then ends `cancelled` (docs/agent-loop.md,
+         *     Cancellation). Needs the role producer, approver or admin of the run's tenant. Idempotent: a run
+         *     already cancelling is answered the same, and a run that has ended is answered with its end
+         *     (200, `cancelled: false`). Another tenant's run, or one not recorded, is 404 as reads are.
+         */
+        post: operations["cancelRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{run_id}/calls/{call_id}/decision": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1 to 64 letters, digits, '-' or '_'. */
+                run_id: components["parameters"]["RunID"];
+                /** @description The call's id, or at least 6 of its leading hex digits (the CLI and the timeline show 12). */
+                call_id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve, deny or revise a call that awaits approval
+         * @description Publishes the call's decided event, as `toolwire approve|deny|revise` and the timeline's buttons do
+         *     (pkg/jetstream/approvals), signed with the caller's name; the Policy Guard applies it. `revise`
+         *     needs a note. Needs the role approver or admin of the run's tenant.
+         */
+        post: operations["decideCall"];
         delete?: never;
         options?: never;
         head?: never;
@@ -452,27 +504,110 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
-        Submitted: {
-            run_id: string;
-            status: string;
-            created: boolean;
-        };
-        CancelResult: {
-            run_id: string;
-            status: string;
-            cancelled: boolean;
-        };
-        DecisionResult: {
-            run_id: string;
-            call_id: string;
-            decision: string;
-        };
         Error: {
             error: {
                 /** @enum {string} */
-                code: "invalid_run_id" | "invalid_call_id" | "invalid_parameter" | "run_not_found" | "call_not_found" | "run_not_completed" | "run_failed" | "run_request_missing" | "not_found" | "method_not_allowed" | "internal" | "unavailable" | "blob_not_found" | "admin_disabled" | "unauthorized" | "forbidden" | "invalid_tool" | "tool_conflict" | "tool_not_found";
+                code: "invalid_run_id" | "invalid_call_id" | "invalid_parameter" | "run_not_found" | "call_not_found" | "run_not_completed" | "run_failed" | "run_request_missing" | "not_found" | "method_not_allowed" | "internal" | "unavailable" | "blob_not_found" | "admin_disabled" | "unauthorized" | "forbidden" | "invalid_tool" | "tool_conflict" | "tool_not_found" | "invalid_json" | "unknown_field" | "invalid_request" | "payload_too_large" | "unsupported_media_type" | "tenant_mismatch" | "run_id_in_use" | "already_decided" | "ambiguous_call_id";
                 message: string;
+                /** @description One line per problem, for `invalid_request` (a JSON Pointer into the body and what is wrong there). */
+                details?: string[];
             };
+        };
+        SubmitResult: {
+            run_id: string;
+            /**
+             * @description The run's status as recorded, or `requested` when the recorder has not recorded it yet.
+             * @enum {string}
+             */
+            status: "requested" | "started" | "suspended" | "resumed" | "completed" | "failed" | "cancelled";
+            /** @description true when this request created the run; false for a repeat. */
+            created: boolean;
+        };
+        CancelRequest: {
+            /** @description Why; it becomes the reason of the run's end. */
+            reason?: string;
+        };
+        CancelResult: {
+            run_id: string;
+            /**
+             * @description `cancelling` when the cancel request was published, else the end the run had: completed, failed or cancelled.
+             * @enum {string}
+             */
+            status: "cancelling" | "completed" | "failed" | "cancelled";
+            /** @description true when this request published the cancel request. */
+            cancelled: boolean;
+        };
+        DecisionRequest: {
+            /** @enum {string} */
+            decision: "approve" | "deny" | "revise";
+            /** @description Why; required for revise. */
+            note?: string;
+        };
+        DecisionResult: {
+            run_id: string;
+            /** @description The call's full id. */
+            call_id: string;
+            /** @enum {string} */
+            decision: "approve" | "deny" | "revise";
+        };
+        /**
+         * @description A run request (pkg/envelope/schemas/run_request.schema.json is the contract; this is its outline).
+         *     `tenant` may be omitted: the caller's credential supplies it.
+         */
+        RunRequest: {
+            run_id: string;
+            tenant?: components["schemas"]["Tenant"];
+            /** @description The agent node (name, model, system prompt, enabled tools, policy, pins). */
+            agent: {
+                [key: string]: unknown;
+            };
+            messages: {
+                [key: string]: unknown;
+            }[];
+            metadata?: {
+                [key: string]: string;
+            };
+            deadline_s?: number;
+        };
+        /**
+         * @description One event of the run as a CloudEvent 1.0 in the JSON event format (structured mode), as the live
+         *     stream's `data` carries it. Extension attributes use CloudEvents names (lowercase letters and
+         *     digits): `runid`, `callid`, `tenantid`, and the distributed-tracing `traceparent`, `tracestate`.
+         */
+        CloudEvent: {
+            /** @enum {string} */
+            specversion: "1.0";
+            /** @description Unique within the run; deterministic for what it announces. */
+            id: string;
+            /** Format: uri-reference */
+            source: string;
+            /** @example dev.toolwire.run.completed.v1 */
+            type: string;
+            /** Format: date-time */
+            time: string;
+            /** @description The call id, for a call's events. */
+            subject?: string;
+            /** @enum {string} */
+            datacontenttype: "application/json";
+            /**
+             * Format: uri
+             * @description The JSON Schema of data.
+             */
+            dataschema?: string;
+            /** @description The event's data (JSON). */
+            data?: unknown;
+            runid?: string;
+            callid?: string;
+            tenantid?: string;
+            traceparent?: string;
+            tracestate?: string;
+        } & {
+            [key: string]: string;
+        };
+        StreamEnd: {
+            run_id: string;
+            /** @enum {string} */
+            status: "completed" | "failed" | "cancelled";
         };
         Tenant: {
             org_id: string;
@@ -484,7 +619,7 @@ export interface components {
             tenant: components["schemas"]["Tenant"];
             agent: string;
             /** @enum {string} */
-            status: "requested" | "started" | "suspended" | "resumed" | "completed" | "failed";
+            status: "requested" | "started" | "suspended" | "resumed" | "completed" | "failed" | "cancelled";
             /** @description Why a run failed or is suspended. */
             reason: string;
             trace_id: string;
@@ -875,6 +1010,72 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /**
+         * @description The caller's role may not do this (`forbidden`: a viewer submits, cancels or decides; a producer
+         *     decides), the body names another tenant than the credential's (`tenant_mismatch`), or a request
+         *     authenticated by the session cookie comes from another origin (`forbidden`).
+         */
+        Forbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
+         * @description The body is not JSON (`invalid_json`), has a field the request does not have (`unknown_field`), or a
+         *     path parameter is malformed (`invalid_run_id`, `invalid_call_id`, `ambiguous_call_id`).
+         */
+        BadBody: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The body is over 1 MiB (`payload_too_large`). */
+        TooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The body's Content-Type is not application/json (`unsupported_media_type`). */
+        UnsupportedMediaType: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The body is JSON but not a valid request (`invalid_request`); `details` lists every problem. */
+        Unprocessable: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
+         * @description The recorder has no NATS connection to publish on, or what it published was not taken over in time
+         *     (`unavailable`; Retry-After). Sending the same request again is safe.
+         */
+        WriteUnavailable: {
+            headers: {
+                /** @description Seconds to wait before retrying. */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
     };
     parameters: {
         /** @description A tool version, name@version. */
@@ -893,7 +1094,7 @@ export interface operations {
     listRuns: {
         parameters: {
             query?: {
-                status?: "requested" | "started" | "suspended" | "resumed" | "completed" | "failed";
+                status?: "requested" | "started" | "suspended" | "resumed" | "completed" | "failed" | "cancelled";
                 /** @description The agent node's name. */
                 agent?: string;
                 /** @description A tenant as events carry it: `org`, `org/workspace` or `org/workspace/user`. */
@@ -936,32 +1137,34 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    [key: string]: unknown;
-                };
+                "application/json": components["schemas"]["RunRequest"];
             };
         };
         responses: {
-            /** @description same */
+            /** @description The same request was submitted before; this is its run. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Submitted"];
+                    "application/json": components["schemas"]["SubmitResult"];
                 };
             };
-            /** @description new */
+            /** @description The run was created. */
             201: {
                 headers: {
+                    /** @description The run, /v1/runs/{run_id}. */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Submitted"];
+                    "application/json": components["schemas"]["SubmitResult"];
                 };
             };
-            400: components["responses"]["BadRequest"];
-            /** @description in use */
+            400: components["responses"]["BadBody"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description The run id holds another request, or another tenant's run (`run_id_in_use`). */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -970,88 +1173,10 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-        };
-    };
-    cancelRun: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description 1 to 64 letters, digits, '-' or '_'. */
-                run_id: components["parameters"]["RunID"];
-            };
-            cookie?: never;
-        };
-        requestBody?: {
-            content: {
-                "application/json": {
-                    reason?: string;
-                };
-            };
-        };
-        responses: {
-            /** @description ended already */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["CancelResult"];
-                };
-            };
-            /** @description cancelling */
-            202: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["CancelResult"];
-                };
-            };
-            404: components["responses"]["NotFound"];
-        };
-    };
-    decideCall: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description 1 to 64 letters, digits, '-' or '_'. */
-                run_id: components["parameters"]["RunID"];
-                /** @description Lowercase hex, at most 64 digits. */
-                call_id: components["parameters"]["CallID"];
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": {
-                    /** @enum {string} */
-                    decision: "approve" | "deny" | "revise";
-                    note?: string;
-                };
-            };
-        };
-        responses: {
-            /** @description sent */
-            202: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["DecisionResult"];
-                };
-            };
-            404: components["responses"]["NotFound"];
-            /** @description settled */
-            409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Error"];
-                };
-            };
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            503: components["responses"]["WriteUnavailable"];
         };
     };
     getRun: {
@@ -1225,11 +1350,11 @@ export interface operations {
     streamEvents: {
         parameters: {
             query?: {
-                /** @description Like Last-Event-ID, for clients that cannot set headers; the header wins. */
+                /** @description Resume after every event recorded up to this seq; Last-Event-ID wins. */
                 after?: number;
             };
             header?: {
-                /** @description The seq of the last event received; the stream resumes after it. */
+                /** @description The id of the last message received; the stream resumes after it. */
                 "Last-Event-ID"?: number;
             };
             path: {
@@ -1240,27 +1365,20 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description An event stream. */
+            /**
+             * @description An event stream. Message kinds: unnamed (`message`, data: CloudEvent), `end` (data: StreamEnd),
+             *     `error` (data: Error).
+             */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example retry: 2000
-                     *
-                     *     id: 42
-                     *     data: {"seq":42,"id":"run-1/started",...}
-                     *
-                     *     event: end
-                     *     data: {"run_id":"run-1","status":"completed"}
-                     */
                     "text/event-stream": string;
                 };
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
-            404: components["responses"]["NotFound"];
         };
     };
     getReplayBundle: {
@@ -1411,6 +1529,107 @@ export interface operations {
             };
         };
     };
+    cancelRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1 to 64 letters, digits, '-' or '_'. */
+                run_id: components["parameters"]["RunID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["CancelRequest"];
+            };
+        };
+        responses: {
+            /** @description The run had ended already; nothing was published. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CancelResult"];
+                };
+            };
+            /** @description The cancel request was published; the run is cancelling. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CancelResult"];
+                };
+            };
+            400: components["responses"]["BadBody"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            503: components["responses"]["WriteUnavailable"];
+        };
+    };
+    decideCall: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1 to 64 letters, digits, '-' or '_'. */
+                run_id: components["parameters"]["RunID"];
+                /** @description The call's id, or at least 6 of its leading hex digits (the CLI and the timeline show 12). */
+                call_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DecisionRequest"];
+            };
+        };
+        responses: {
+            /** @description The decision was published. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DecisionResult"];
+                };
+            };
+            400: components["responses"]["BadBody"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description No such run (`run_not_found`), or no such call awaits or awaited approval (`call_not_found`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /**
+             * @description The approval is settled (`already_decided`): decided (how, by whom, when), timed out, or withdrawn by
+             *     the run's cancellation; or the short call id matches several calls (`ambiguous_call_id`).
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            503: components["responses"]["WriteUnavailable"];
+        };
+    };
     getBlob: {
         parameters: {
             query?: never;
@@ -1471,6 +1690,15 @@ export interface operations {
                 };
                 content: {
                     "application/yaml": string;
+                };
+            };
+            /** @description Not expected (the document is public and takes no parameters); any 4XX comes as an Error. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };

@@ -83,20 +83,24 @@ describe("toolwire client against toolwire dev", { timeout: 240_000 }, () => {
   });
 
   test("bad input is the API's error object", async () => {
-    await assert.rejects(c.submit({ ...echoRun("x"), run_id: "not a run id!" }), (err) => {
+    const refused = (status, code) => (err) => {
       assert.ok(err instanceof ToolwireError, String(err));
-      assert.equal(err.status, 400);
-      assert.ok(err.code, "a stable code");
-      assert.match(err.message, /run_id/);
+      assert.equal(err.status, status, err.message);
+      assert.equal(err.code, code, err.message);
+      return true;
+    };
+    await assert.rejects(c.submit({ ...echoRun("x"), run_id: "not a run id!" }), (err) => {
+      refused(422, "invalid_request")(err);
+      assert.match(JSON.stringify(err.details), /run_id/, "details point at the field");
       return true;
     });
-    await assert.rejects(c.submit({ run_id: "ts-no-messages", agent: echoRun("x").agent, messages: [] }), (err) => {
-      assert.ok(err instanceof ToolwireError && err.status === 400 && err.code, String(err));
-      return true;
-    });
-    await assert.rejects(c.get("no-such-run"), (err) => err instanceof ToolwireError && err.status === 404 && err.code === "run_not_found");
+    await assert.rejects(c.submit({ ...echoRun("x"), messages: [] }), refused(422, "invalid_request"));
+    await assert.rejects(c.submit({ ...echoRun("x"), colour: "blue" }), refused(400, "unknown_field"));
+    await assert.rejects(c.submit({ ...echoRun("x"), tenant: { org_id: "someone-else" } }), refused(403, "tenant_mismatch"));
+    await assert.rejects(c.get("no-such-run"), refused(404, "run_not_found"));
+    await assert.rejects(c.cancel("no-such-run"), refused(404, "run_not_found"));
     const anon = new Client({ baseUrl: dev.url });
-    await assert.rejects(anon.submit(echoRun("x")), (err) => err instanceof ToolwireError && err.status === 401 && err.code === "unauthorized");
+    await assert.rejects(anon.submit(echoRun("x")), refused(401, "unauthorized"));
   });
 
   test("decide approve on an approval-gated call: it runs and the run completes", async () => {
@@ -113,8 +117,10 @@ describe("toolwire client against toolwire dev", { timeout: 240_000 }, () => {
     assert.equal(f.end?.type, "dev.toolwire.run.completed.v1");
     const out = await c.outputs(req.run_id);
     assert.deepEqual(out.tools_by_id[waiting.callid].output, { text: "approved" });
-    await assert.rejects(c.decide(req.run_id, waiting.callid, "deny"), (err) => err instanceof ToolwireError && err.status === 409);
-    await assert.rejects(c.decide(req.run_id, "abcdef", "approve"), (err) => err instanceof ToolwireError && err.status === 404);
+    await assert.rejects(c.decide(req.run_id, waiting.callid, "deny"),
+      (err) => err instanceof ToolwireError && err.status === 409 && err.code === "already_decided");
+    await assert.rejects(c.decide(req.run_id, "abcdef", "approve"),
+      (err) => err instanceof ToolwireError && err.status === 404 && err.code === "call_not_found");
   });
 
   test("cancel a run that waits for an approval: it ends cancelled", async () => {

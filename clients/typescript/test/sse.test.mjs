@@ -69,19 +69,22 @@ test("follow reconnects with Last-Event-ID and ends at the run's end event", asy
   }
 });
 
-test("follow reads the recorder's recorded-event shape as CloudEvents, and stops at event: end", async () => {
-  const server = createServer((_req, res) => {
+test("follow stops at event: end, and throws the stream's error event", async () => {
+  const server = createServer((req, res) => {
     res.writeHead(200, { "Content-Type": "text/event-stream" });
-    const rec = { seq: 7, id: "r1/r1c/completed", type: "dev.toolwire.call.completed.v1", source: "/executor", subject: "toolwire.call.r1.r1c.completed",
-      time: "2026-12-02T00:00:00Z", run_id: "r1", call_id: "abc", extensions: { tenantid: "acme//" }, data: { ok: true } };
-    res.end(`id: 7\ndata: ${JSON.stringify(rec)}\n\nevent: end\ndata: {"run_id":"r1","status":"completed"}\n\n`);
+    if (req.url.includes("/runs/r1/")) {
+      res.end(`: waiting\n\nid: 7\ndata: ${JSON.stringify(ce("r1/started", "dev.toolwire.run.started.v1"))}\n\nevent: end\ndata: {"run_id":"r1","status":"completed"}\n\n`);
+      return;
+    }
+    res.end(`: waiting\n\nevent: error\ndata: {"error":{"code":"run_not_found","message":"run \\"r2\\" is not recorded"}}\n\n`);
   });
   await new Promise((r) => server.listen(0, "127.0.0.1", r));
   try {
     const c = new Client({ baseUrl: `http://127.0.0.1:${server.address().port}` });
-    const got = await collect(c.follow("r1"));
-    assert.deepEqual(got, [{ specversion: "1.0", id: "r1/r1c/completed", source: "/executor", type: "dev.toolwire.call.completed.v1",
-      time: "2026-12-02T00:00:00Z", datacontenttype: "application/json", data: { ok: true }, tenantid: "acme//", runid: "r1", callid: "abc" }]);
+    const f = c.follow("r1");
+    assert.deepEqual((await collect(f)).map((e) => e.id), ["r1/started"]);
+    assert.equal(f.end, undefined, "the server ended the stream; no end event came");
+    await assert.rejects(collect(c.follow("r2")), (err) => err instanceof ToolwireError && err.code === "run_not_found");
   } finally {
     await new Promise((r) => server.close(r));
   }
