@@ -28,8 +28,9 @@ func newTokensCmd() *cobra.Command {
 		Short: "Create, list and revoke the recorder's API tokens",
 		Long: `tokens manages the API tokens the recorder's HTTP API, live stream and pages
 accept when authentication is on (TOOLWIRE_AUTH=on). A token is bound to an org
-(and optionally one of its workspaces) and has a role: viewer reads, approver
-also decides approvals on the timeline page, admin also manages the tool
+(and optionally one of its workspaces) and has a role: viewer reads, producer
+also submits and cancels runs over the HTTP API (an upstream system's token),
+approver also decides approvals (timeline page or API), admin also manages the tool
 registry (only with --org '*', every tenant). The database keeps only the
 SHA-256 of each token's secret: a token is shown once, when it is created.
 
@@ -55,7 +56,7 @@ $DATABASE_URL; for toolwire dev, sqlite:.toolwire/recorder.db or its Postgres).`
 
 	var spec tokenFlags
 	create := &cobra.Command{
-		Use:   "create --name NAME --org ORG --role viewer|approver|admin [--workspace WS] [--ttl DURATION]",
+		Use:   "create --name NAME --org ORG --role viewer|producer|approver|admin [--workspace WS] [--ttl DURATION]",
 		Short: "Create a token; it is printed once, on stdout",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -84,7 +85,7 @@ $DATABASE_URL; for toolwire dev, sqlite:.toolwire/recorder.db or its Postgres).`
 	fl.StringVar(&spec.name, "name", "", "who or what uses the token (required)")
 	fl.StringVar(&spec.org, "org", "", "the org it may read (required); '*' for every tenant (admin only)")
 	fl.StringVar(&spec.workspace, "workspace", "", "one workspace of the org (default: all of them)")
-	fl.StringVar(&spec.role, "role", "viewer", "viewer, approver or admin")
+	fl.StringVar(&spec.role, "role", "viewer", "viewer, producer, approver or admin")
 	fl.DurationVar(&spec.ttl, "ttl", 0, "expire after this long, e.g. 720h (default: never)")
 
 	var listJSON bool

@@ -420,6 +420,16 @@ func TestRecorderListRunsFilters(t *testing.T) {
 	}
 }
 
+// streamedEvent is what the tests read of a live stream's CloudEvent.
+type streamedEvent struct {
+	SpecVersion string          `json:"specversion"`
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	RunID       string          `json:"runid"`
+	CallID      string          `json:"callid"`
+	Data        json.RawMessage `json:"data"`
+}
+
 // sseEvent is one Server-Sent Event as read off the wire.
 type sseEvent struct {
 	ID, Event, Data string
@@ -497,18 +507,18 @@ func TestRecorderEventStream(t *testing.T) {
 	})
 
 	seen := map[string]bool{}
-	read := func(s *sseStream) (apitypes.EventJSON, sseEvent) {
+	read := func(s *sseStream) (streamedEvent, sseEvent) {
 		t.Helper()
 		ev, err := s.next()
 		if err != nil {
 			t.Fatalf("stream: %v", err)
 		}
 		if ev.Event != "" {
-			return apitypes.EventJSON{}, ev
+			return streamedEvent{}, ev
 		}
-		row := decode[apitypes.EventJSON](t, []byte(ev.Data))
-		if ev.ID != strconv.FormatInt(row.Seq, 10) {
-			t.Fatalf("SSE id %s for event seq %d", ev.ID, row.Seq)
+		row := decode[streamedEvent](t, []byte(ev.Data))
+		if _, err := strconv.ParseInt(ev.ID, 10, 64); err != nil {
+			t.Fatalf("SSE id %q is not a seq", ev.ID)
 		}
 		if seen[row.ID] {
 			t.Fatalf("event %s sent twice", row.ID)
@@ -556,7 +566,6 @@ func TestRecorderEventStream(t *testing.T) {
 	}
 
 	for path, want := range map[string]int{
-		"/v1/runs/nope/events/stream":     http.StatusNotFound,
 		"/v1/runs/a.b/events/stream":      http.StatusBadRequest,
 		"/v1/runs/stream/events?after=-1": http.StatusBadRequest,
 		"/v1/runs/stream/events?limit=x":  http.StatusBadRequest,
@@ -564,6 +573,12 @@ func TestRecorderEventStream(t *testing.T) {
 		if status, body := h.get(path); status != want {
 			t.Errorf("GET %s = %d %s, want %d", path, status, body, want)
 		}
+	}
+	// A run that is never recorded: the stream waits for it (StreamWait),
+	// then says so.
+	s = h.stream("nope", "")
+	if ev, err := s.next(); err != nil || ev.Event != "error" || decodeError(t, []byte(ev.Data)).Code != apitypes.CodeRunNotFound {
+		t.Fatalf("stream of a run never recorded: %+v %v; want an error event run_not_found", ev, err)
 	}
 	req, _ := http.NewRequestWithContext(testCtx(t), http.MethodGet, h.api.URL+"/v1/runs/stream/events/stream", nil)
 	req.Header.Set("Last-Event-ID", "yesterday")
@@ -603,7 +618,7 @@ func TestEventStreamOfARefusedRunEnds(t *testing.T) {
 	}
 	s := h.stream("refused-1", "")
 	ev, err := s.next()
-	if err != nil || ev.Event != "" || decode[apitypes.EventJSON](t, []byte(ev.Data)).Type != events.TypeRunFailed {
+	if err != nil || ev.Event != "" || decode[streamedEvent](t, []byte(ev.Data)).Type != events.TypeRunFailed {
 		t.Fatalf("first streamed: %+v %v; want the failed event", ev, err)
 	}
 	for _, after := range []string{"", ev.ID} {

@@ -130,7 +130,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.New(db.store, api.Options{Log: d.Log, Changes: r.changes, JS: d.JS, Done: r.streams,
-		AdminToken: cfg.AdminToken, Auth: authn}))
+		AdminToken: cfg.AdminToken, Auth: authn, SubmitWait: cfg.SubmitWait, StreamWait: cfg.StreamWait}))
 	mux.Handle("/", pages.New(db.store, pages.Options{Log: d.Log, Auth: authn, JS: d.JS, InsecureCookie: cfg.InsecureCookie}))
 	r.handler = mux
 	return r, nil

@@ -60,7 +60,7 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) start() {
 	h.t.Helper()
 	rec, err := recorder.New(service.Deps{JS: h.env.JetStream(h.t), Log: quietLog()},
-		recorder.Config{DatabaseURL: h.dsn, Batch: 64})
+		recorder.Config{DatabaseURL: h.dsn, Batch: 64, StreamWait: 2 * time.Second, SubmitWait: 2 * time.Second})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -538,7 +538,9 @@ func TestRecorderAPIErrors(t *testing.T) {
 		{"GET", "/v1/runs?status=bogus", 400, apitypes.CodeInvalidParameter, "status"},
 		{"GET", "/v1/runs?limit=0", 400, apitypes.CodeInvalidParameter, "limit"},
 		{"GET", "/v1/runs?limit=many", 400, apitypes.CodeInvalidParameter, "limit"},
-		{"POST", "/v1/runs", 405, apitypes.CodeMethodNotAllowed, "POST"},
+		{"DELETE", "/v1/runs", 405, apitypes.CodeMethodNotAllowed, "GET, HEAD, POST"},
+		{"GET", "/v1/runs/e2e-started/cancel", 405, apitypes.CodeMethodNotAllowed, "POST"},
+		{"POST", "/v1/runs", 415, apitypes.CodeUnsupportedMediaType, "application/json"},
 		{"DELETE", "/v1/runs/e2e-started", 405, apitypes.CodeMethodNotAllowed, ""},
 		{"GET", "/v1/nothing", 404, apitypes.CodeNotFound, ""},
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
@@ -53,6 +54,12 @@ type Options struct {
 	// tenant (package auth); nil: authentication off (every request is
 	// auth.Open), with AdminToken guarding the admin routes.
 	Auth *auth.Authenticator
+	// SubmitWait bounds how long POST /v1/runs waits for the orchestrator
+	// to take a request over from the intake; default 10s.
+	SubmitWait time.Duration
+	// StreamWait bounds how long a live stream opened before its run is
+	// recorded waits for it; default 30s.
+	StreamWait time.Duration
 }
 
 // New returns the recorder's JSON API on st, every route under /v1/
@@ -60,6 +67,9 @@ type Options struct {
 // are package apitypes):
 //
 //	GET /v1/runs                                  runs, newest first (filters: see openapi.yaml)
+//	POST /v1/runs                                 submit a run request (through its tenant's intake)
+//	POST /v1/runs/{run_id}/cancel                 cancel a run
+//	POST /v1/runs/{run_id}/calls/{call_id}/decision   approve, deny or revise a call that awaits approval
 //	GET /v1/runs/{run_id}                         one run and the summary of its tool calls
 //	GET /v1/runs/{run_id}/outputs                 its AgentOutputs, as the completed event carried them (or its blob)
 //	GET /v1/runs/{run_id}/turns                   its model turns: verdicts, responses, costs, calls
@@ -74,7 +84,10 @@ type Options struct {
 //	GET /v1/tools, /v1/admin/tools/...            the tool catalog and the registry's admin routes (catalog.go)
 //	GET /v1/openapi.yaml                          the API's OpenAPI document
 //
-// Responses are JSON; errors are {"error": {"code": "...", "message": "..."}}.
+// Responses are JSON; errors are {"error": {"code": "...", "message": "...",
+// "details": [...]}} (details for an invalid request only). The writes
+// (writes.go) publish what the CLI and the Go client publish, with the
+// tenant the credential gives.
 //
 // Every route but /v1/openapi.yaml authenticates the request (o.Auth) when
 // authentication is on (401 otherwise), and every read is scoped to the
@@ -98,13 +111,34 @@ func New(st store.Store, o Options) http.Handler {
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 15 * time.Second
 	}
-	a := &api{store: st, log: o.Log, opts: o}
+	if o.SubmitWait <= 0 {
+		o.SubmitWait = 10 * time.Second
+	}
+	if o.StreamWait <= 0 {
+		o.StreamWait = 30 * time.Second
+	}
+	schemas, err := envelope.NewSchemas(nil)
+	if err != nil {
+		panic(err) // the embedded contract schemas always compile (pkg/envelope's tests)
+	}
+	a := &api{store: st, log: o.Log, opts: o, schemas: schemas}
+	if o.JS != nil {
+		a.pub = publish.NewPublisher(o.JS, publish.WithLogger(o.Log))
+	}
 	mux := http.NewServeMux()
 	route := func(pattern string, h http.HandlerFunc) {
 		mux.HandleFunc("GET "+pattern, h)
 		mux.HandleFunc(pattern, a.methodNotAllowed)
 	}
-	route("/v1/runs", a.listRuns)
+	post := func(pattern string, h http.HandlerFunc) {
+		mux.HandleFunc("POST "+pattern, h)
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { a.notAllowed(w, r, "POST") })
+	}
+	mux.HandleFunc("GET /v1/runs", a.listRuns)
+	mux.HandleFunc("POST /v1/runs", a.submitRun)
+	mux.HandleFunc("/v1/runs", func(w http.ResponseWriter, r *http.Request) { a.notAllowed(w, r, "GET, HEAD, POST") })
+	post("/v1/runs/{run_id}/cancel", a.cancelRun)
+	post("/v1/runs/{run_id}/calls/{call_id}/decision", a.decideCall)
 	route("/v1/runs/{run_id}", a.getRun)
 	route("/v1/runs/{run_id}/outputs", a.getOutputs)
 	route("/v1/runs/{run_id}/turns", a.getTurns)
@@ -173,9 +207,11 @@ func notFoundRun(w http.ResponseWriter, id string) {
 }
 
 type api struct {
-	store store.Store
-	log   *slog.Logger
-	opts  Options
+	store   store.Store
+	log     *slog.Logger
+	opts    Options
+	schemas *envelope.Schemas
+	pub     *publish.Publisher // nil without a JetStream
 }
 
 func runJSON(r store.Run) apitypes.RunJSON {
@@ -435,9 +471,14 @@ func (a *api) blobError(w http.ResponseWriter, r *http.Request, run store.Run, e
 }
 
 func (a *api) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Allow", "GET, HEAD")
+	a.notAllowed(w, r, "GET, HEAD")
+}
+
+// notAllowed answers a method the path does not take (405, with Allow).
+func (a *api) notAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
 	writeError(w, http.StatusMethodNotAllowed, apitypes.CodeMethodNotAllowed,
-		fmt.Sprintf("%s is not allowed on %s: the API is read-only (GET)", r.Method, r.URL.Path))
+		fmt.Sprintf("%s is not allowed on %s: it takes %s", r.Method, r.URL.Path, allow))
 }
 
 func (a *api) internal(w http.ResponseWriter, r *http.Request, err error) {

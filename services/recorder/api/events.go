@@ -121,27 +121,37 @@ func (a *api) getEvents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apitypes.EventsJSON{RunID: id, Events: eventsJSON(evs), NextAfter: next})
 }
 
-// streamEvents serves a run's events as Server-Sent Events: every recorded
-// event after the Last-Event-ID header (or ?after=), then each new one as it is
-// recorded. An event's SSE id is its seq, so a client that reconnects (an
-// EventSource does so by itself) resumes after the last event it received.
-// Once the run has ended and every event recorded so far was sent, the stream
-// sends an "end" event and closes.
+// streamEvents serves a run's events as Server-Sent Events, each message's
+// data a CloudEvent in the JSON event format (cloudEventJSON), in causal
+// order (causalOrder): every event of the run, then each new one as it is
+// recorded, the run's end last; then an "end" event closes the stream.
+//
+// It may be opened before the run is recorded (a client that has just
+// submitted it): it waits for the run, at most Options.StreamWait, with
+// comments meanwhile, and ends with an "error" event when it does not come.
+// A run the principal may not see is waited for exactly as one never
+// recorded.
+//
+// A message's SSE id is its event's seq. A client that reconnects with
+// Last-Event-ID (an EventSource does so by itself) gets what came after
+// that event in the same causal order: the run's events are replayed from
+// the first through causalOrder, which is deterministic, and what was
+// released up to that event is not sent again. ?after=seq instead skips
+// every event recorded up to seq (what a page already shows).
 func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 	id, ok := a.runID(w, r)
 	if !ok {
 		return
 	}
-	resume := r.Header.Get("Last-Event-ID")
-	if resume == "" {
-		resume = r.URL.Query().Get("after")
-	}
-	after, err := parseAfter(resume)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, "Last-Event-ID: "+err.Error())
-		return
-	}
-	if _, ok := a.knownRun(w, r, id); !ok {
+	var resume, after int64
+	var err error
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		if resume, err = parseAfter(v); err != nil {
+			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, "Last-Event-ID: "+err.Error())
+			return
+		}
+	} else if after, err = parseAfter(r.URL.Query().Get("after")); err != nil {
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, "after: "+err.Error())
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -150,10 +160,12 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // tell nginx-like proxies not to buffer
 	w.WriteHeader(http.StatusOK)
+	// Flushed with what comes next (a comment while waiting for the run,
+	// or its first events): a reader sees one head whether or not the run
+	// is known.
 	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil {
 		return
 	}
-	_ = rc.Flush()
 
 	var changed <-chan struct{}
 	if a.opts.Changes != nil {
@@ -166,14 +178,98 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 	beat := time.NewTicker(a.opts.Heartbeat)
 	defer beat.Stop()
 	ctx := r.Context()
+	// wait waits for the next change, a poll or a heartbeat; false: the
+	// stream is over.
+	wait := func() bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-a.opts.Done:
+			return false // the recorder stops: the client reconnects to another one
+		case <-changed:
+		case <-poll.C:
+		case <-beat.C:
+			// The credentials are checked again at each heartbeat: a token
+			// revoked (or expired) meanwhile ends the stream, and the
+			// client's reconnection is refused.
+			if _, err := a.opts.Auth.Authenticate(r); err != nil {
+				a.log.Info("event stream: credentials no longer valid; closing", "run_id", id, "err", err)
+				return false
+			}
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
+				return false
+			}
+		}
+		return true
+	}
+
+	// The run may not be recorded yet: wait for it, bounded.
+	giveUp := time.Now().Add(a.opts.StreamWait)
+	for {
+		known, err := a.visible(ctx, id)
+		if err != nil && ctx.Err() == nil {
+			a.log.Warn("event stream: read failed; the client will reconnect", "run_id", id, "err", err)
+			return
+		}
+		if known {
+			break
+		}
+		if time.Now().After(giveUp) {
+			b, _ := json.Marshal(apitypes.ErrorJSON{Error: apitypes.ErrorBody{Code: apitypes.CodeRunNotFound,
+				Message: fmt.Sprintf("run %q is not recorded: it did not appear within %s", id, a.opts.StreamWait)}})
+			_, _ = fmt.Fprintf(w, "event: error\ndata: %s\n\n", b)
+			_ = rc.Flush()
+			return
+		}
+		if _, err := fmt.Fprint(w, ": waiting for the run to be recorded\n\n"); err != nil || rc.Flush() != nil {
+			return
+		}
+		if !wait() {
+			return
+		}
+	}
+
+	// A Last-Event-ID that is no event of the run (a client's own number)
+	// resumes as after= does.
+	if resume > 0 {
+		found, err := a.hasEvent(ctx, id, resume)
+		if err != nil {
+			return
+		}
+		if !found {
+			resume, after = 0, resume
+		}
+	}
+	skipping := resume > 0
+	order := newCausalOrder()
+	send := func(evs []store.EventRow) bool {
+		for _, e := range evs {
+			if skipping {
+				skipping = e.Seq != resume
+				continue
+			}
+			if e.Seq <= after {
+				continue
+			}
+			b, err := cloudEventJSON(e)
+			if err != nil {
+				return false
+			}
+			if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.Seq, b); err != nil {
+				return false
+			}
+		}
+		return true
+	}
 	// The streams of a run (runs, calls, sandbox) have no order between them
 	// and the recorder writes concurrently, so an event can be recorded after
 	// the run's end: the stream ends only once the run is settled and nothing
 	// new has come for settleQuiet, or store.SettleWait after this stream first saw
 	// its end.
+	var read int64 // the seq of the last event read
 	lastNew, endSeen := time.Now(), time.Time{}
 	for {
-		evs, err := a.store.EventsAfter(ctx, id, after, streamPage)
+		evs, err := a.store.EventsAfter(ctx, id, read, streamPage)
 		if err != nil {
 			if ctx.Err() == nil {
 				a.log.Warn("event stream: read failed; the client will reconnect", "run_id", id, "err", err)
@@ -181,14 +277,10 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, e := range evs {
-			b, err := json.Marshal(apitypes.EventJSON(e))
-			if err != nil {
+			if !send(order.add(e)) {
 				return
 			}
-			if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.Seq, b); err != nil {
-				return
-			}
-			after = e.Seq
+			read = e.Seq
 		}
 		if len(evs) > 0 {
 			lastNew = time.Now()
@@ -199,31 +291,43 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 				continue // more waiting
 			}
 		} else if run, terminal, complete := a.settled(ctx, id); terminal && a.streamEnds(&endSeen, lastNew, complete) {
+			if !send(order.finish()) {
+				return
+			}
 			b, _ := json.Marshal(apitypes.StreamEndJSON{RunID: id, Status: run.Status})
 			_, _ = fmt.Fprintf(w, "event: end\ndata: %s\n\n", b)
 			_ = rc.Flush()
 			return
 		}
-		select {
-		case <-ctx.Done():
+		if !wait() {
 			return
-		case <-a.opts.Done:
-			return // the recorder stops: the client reconnects to another one
-		case <-changed:
-		case <-poll.C:
-		case <-beat.C:
-			// The credentials are checked again at each heartbeat: a token
-			// revoked (or expired) meanwhile ends the stream, and the
-			// client's reconnection is refused.
-			if _, err := a.opts.Auth.Authenticate(r); err != nil {
-				a.log.Info("event stream: credentials no longer valid; closing", "run_id", id, "err", err)
-				return
-			}
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
-				return
-			}
 		}
 	}
+}
+
+// visible reports whether the principal of ctx sees run id: its run is
+// recorded and of the principal's tenant, or (for an operator) events of
+// it are.
+func (a *api) visible(ctx context.Context, id string) (bool, error) {
+	p := auth.FromContext(ctx)
+	run, err := a.store.Run(ctx, id)
+	if err == nil {
+		return p.Sees(run.Tenant), nil
+	}
+	if !errors.Is(err, store.ErrRunNotFound) {
+		return false, err
+	}
+	if !p.AllTenants() {
+		return false, nil
+	}
+	evs, err := a.store.EventsAfter(ctx, id, 0, 1)
+	return len(evs) > 0, err
+}
+
+// hasEvent reports whether run id has an event of seq.
+func (a *api) hasEvent(ctx context.Context, id string, seq int64) (bool, error) {
+	evs, err := a.store.EventsAfter(ctx, id, seq-1, 1)
+	return len(evs) == 1 && evs[0].Seq == seq, err
 }
 
 // settled reports whether a run has ended (terminal) and whether every tool
@@ -256,7 +360,7 @@ func (a *api) endedUnrecorded(ctx context.Context, id string) (run store.Run, te
 		return store.Run{}, false, false
 	}
 	for _, e := range evs {
-		if e.Type == events.TypeRunCompleted || e.Type == events.TypeRunFailed {
+		if isRunEnd(e.Type) {
 			t, _ := events.LookupType(e.Type)
 			return store.Run{RunID: id, Status: t.RunStatus}, true, true
 		}

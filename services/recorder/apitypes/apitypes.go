@@ -46,6 +46,69 @@ const (
 	CodeToolNotFound = "tool_not_found"
 )
 
+// Error codes of the write routes (POST /v1/runs, /cancel, /decision).
+const (
+	// CodeInvalidJSON: the body is not one JSON value.
+	CodeInvalidJSON = "invalid_json"
+	// CodeUnknownField: the body has a field the request does not have.
+	CodeUnknownField = "unknown_field"
+	// CodeInvalidRequest: the body is JSON but not a valid request; the
+	// error's details list every problem.
+	CodeInvalidRequest       = "invalid_request"
+	CodePayloadTooLarge      = "payload_too_large"
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeTenantMismatch: the body names another tenant than the
+	// credential's.
+	CodeTenantMismatch = "tenant_mismatch"
+	// CodeRunIDInUse: the run id holds another request, or another
+	// tenant's run.
+	CodeRunIDInUse = "run_id_in_use"
+	// CodeAlreadyDecided: the call's approval is settled (decided, timed
+	// out or withdrawn).
+	CodeAlreadyDecided = "already_decided"
+	// CodeAmbiguousCallID: a short call id matches several calls.
+	CodeAmbiguousCallID = "ambiguous_call_id"
+)
+
+// StatusCancelling is the status POST /v1/runs/{run_id}/cancel answers for
+// a run whose cancel request it published.
+const StatusCancelling = "cancelling"
+
+// SubmitJSON answers POST /v1/runs (200 for a repeat, 201 for a new run).
+type SubmitJSON struct {
+	RunID string `json:"run_id"`
+	// Status is the run's as recorded, or "requested" before it is.
+	Status  string `json:"status"`
+	Created bool   `json:"created"`
+}
+
+// CancelRequestJSON is the optional body of POST /v1/runs/{run_id}/cancel.
+type CancelRequestJSON struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// CancelJSON answers POST /v1/runs/{run_id}/cancel: 202 with status
+// cancelling when the cancel request was published, 200 with the run's end
+// when it had ended.
+type CancelJSON struct {
+	RunID     string `json:"run_id"`
+	Status    string `json:"status"`
+	Cancelled bool   `json:"cancelled"`
+}
+
+// DecisionRequestJSON is the body of POST /v1/runs/{run_id}/calls/{call_id}/decision.
+type DecisionRequestJSON struct {
+	Decision string `json:"decision"`
+	Note     string `json:"note,omitempty"`
+}
+
+// DecidedJSON answers a decision published (202).
+type DecidedJSON struct {
+	RunID    string `json:"run_id"`
+	CallID   string `json:"call_id"`
+	Decision string `json:"decision"`
+}
+
 // ErrorJSON is the body of every error response.
 type ErrorJSON struct {
 	Error ErrorBody `json:"error"`
@@ -55,6 +118,8 @@ type ErrorJSON struct {
 type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Details lists the problems of an invalid_request, one per line.
+	Details []string `json:"details,omitempty"`
 }
 
 // RunListJSON is GET /v1/runs.

@@ -6,9 +6,11 @@
 // A principal is bound to a tenant: an org and optionally one of its
 // workspaces (or, for an operator, every tenant). Reads are scoped to it:
 // a run of another tenant is not found (404), never forbidden, so that its
-// existence does not leak. Roles are ordered: a viewer reads, an approver
-// also decides approvals on the timeline page, an admin also manages the
-// tool registry (an admin of every tenant only, since the registry is shared).
+// existence does not leak. Roles are ordered: a viewer reads, a producer
+// also submits and cancels runs (an upstream system's token), an approver
+// also decides approvals (on the timeline page or over the API), an admin
+// also manages the tool registry (an admin of every tenant only, since the
+// registry is shared).
 package auth
 
 import (
@@ -25,22 +27,31 @@ type Role string
 
 // The roles.
 const (
-	RoleViewer   Role = "viewer"
+	RoleViewer Role = "viewer"
+	// RoleProducer may also submit its tenant's runs and cancel them: what
+	// an upstream system needs, and no decision on a call.
+	RoleProducer Role = "producer"
+	// RoleApprover may also decide approvals (and submit and cancel).
 	RoleApprover Role = "approver"
 	RoleAdmin    Role = "admin"
 )
 
 // Roles lists the roles from the least to the most powerful.
-func Roles() []Role { return []Role{RoleViewer, RoleApprover, RoleAdmin} }
+func Roles() []Role { return []Role{RoleViewer, RoleProducer, RoleApprover, RoleAdmin} }
+
+// roleNames is Roles as a sentence, for errors.
+const roleNames = "viewer, producer, approver, admin"
 
 func (r Role) rank() int {
 	switch r {
 	case RoleViewer:
 		return 1
-	case RoleApprover:
+	case RoleProducer:
 		return 2
-	case RoleAdmin:
+	case RoleApprover:
 		return 3
+	case RoleAdmin:
+		return 4
 	}
 	return 0
 }
@@ -49,7 +60,7 @@ func (r Role) rank() int {
 func ParseRole(s string) (Role, error) {
 	r := Role(strings.ToLower(strings.TrimSpace(s)))
 	if r.rank() == 0 {
-		return "", fmt.Errorf("%w: role %q is not one of viewer, approver, admin", ErrInvalid, s)
+		return "", fmt.Errorf("%w: role %q is not one of %s", ErrInvalid, s, roleNames)
 	}
 	return r, nil
 }

@@ -254,7 +254,7 @@ func roleOfClaim(claims map[string]any, name string) (Role, error) {
 		return "", fmt.Errorf("claim %q is %s, not a role or a list of them", name, jsonKind(v))
 	}
 	if best == "" {
-		return "", fmt.Errorf("claim %q names none of viewer, approver, admin", name)
+		return "", fmt.Errorf("claim %q names none of %s", name, roleNames)
 	}
 	return best, nil
 }

@@ -65,7 +65,7 @@ func (s TokenSpec) Validate() error {
 		errs = append(errs, fmt.Sprintf("workspace %q: want a workspace id (letters, digits, '.', '_', ':', '@', '-')", s.WorkspaceID))
 	}
 	if s.Role.rank() == 0 {
-		errs = append(errs, fmt.Sprintf("role %q is not one of viewer, approver, admin", s.Role))
+		errs = append(errs, fmt.Sprintf("role %q is not one of %s", s.Role, roleNames))
 	}
 	if s.TTL < 0 {
 		errs = append(errs, "a token's lifetime must be positive")

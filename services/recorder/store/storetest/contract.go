@@ -181,6 +181,20 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 	})
 
+	t.Run("CancelledRunEnds", func(t *testing.T) {
+		s := newStore(t)
+		fx := CancelledRun(t, "run-cancelled", "weather", TenantB, Base, "cancelled by ops: not needed")
+		mustWrite(t, s, fx.Records(t)...)
+		run := mustRun(t, s, fx.RunID)
+		if run.Status != events.StatusCancelled || run.Reason != fx.Reason || run.CompletedAt == nil {
+			t.Fatalf("run = %+v; want cancelled with reason %q, completed_at set", run, fx.Reason)
+		}
+		runs, err := s.ListRuns(ctx(t), store.RunFilter{Status: events.StatusCancelled})
+		if err != nil || len(runs) != 1 || runs[0].RunID != fx.RunID {
+			t.Fatalf("ListRuns(status cancelled) = %+v, %v", runs, err)
+		}
+	})
+
 	t.Run("CallStatusForwardAndEnvelopeWins", func(t *testing.T) {
 		s := newStore(t)
 		fx := CompletedRun(t, "run-calls", "weather", TenantA, Base)

@@ -287,6 +287,20 @@ func FailedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base t
 	return r
 }
 
+// CancelledRun builds a run that is requested, started and cancelled.
+func CancelledRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base time.Time, reason string) *Run {
+	t.Helper()
+	b := newBuilder(t, runID, agent, tenant, base)
+	r := b.run
+	r.Reason = reason
+	b.add(events.NewRunRequested(Source, r.Request, r.Trace))
+	b.add(events.NewRunStatus(Source, b.status(events.StatusStarted), "", r.Trace))
+	end := b.status(events.StatusCancelled)
+	end.Reason = reason
+	b.add(events.NewRunStatus(Source, end, "", r.Trace))
+	return r
+}
+
 // StartedRun builds a run that is requested and started, nothing more.
 func StartedRun(t testing.TB, runID, agent string, tenant envelope.Tenant, base time.Time) *Run {
 	t.Helper()

@@ -19,10 +19,12 @@ func runTokenContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 			Hash: []byte{1, 2, 3, 0, 255}, CreatedAt: Base, ExpiresAt: &exp},
 		{ID: "0000000000000002", Name: "ops", OrgID: "*", Role: "admin", Hash: []byte("h2"), CreatedAt: Base.Add(time.Second)},
 		{ID: "0000000000000003", Name: "approver", OrgID: "org-b", Role: "approver", Hash: []byte("h3"), CreatedAt: Base.Add(time.Second)},
+		{ID: "0000000000000004", Name: "ci producer", OrgID: "org-b", WorkspaceID: "ws-2", Role: "producer", Hash: []byte("h4"),
+			CreatedAt: Base.Add(2 * time.Second)},
 	}
 	t.Run("TokensRoundTrip", func(t *testing.T) {
 		s := newStore(t)
-		for _, tok := range []store.Token{tokens[2], tokens[0], tokens[1]} {
+		for _, tok := range []store.Token{tokens[2], tokens[0], tokens[3], tokens[1]} {
 			if err := s.CreateToken(ctx(t), tok); err != nil {
 				t.Fatalf("CreateToken %s: %v", tok.ID, err)
 			}

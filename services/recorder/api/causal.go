@@ -1,0 +1,164 @@
+package api
+
+import (
+	"encoding/json"
+	"regexp"
+
+	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/services/recorder/store"
+)
+
+// causalOrder puts a run's events, read in the order the store recorded
+// them (its seq), in the order they happened. The recorder reads the runs,
+// calls and sandbox streams side by side with concurrent handlers, so a
+// call's envelope can be recorded before the model turn that asked for the
+// call, a decision before the approval request it answers, and the run's
+// end before its last calls' envelopes. causalOrder holds:
+//
+//   - a call's events (its approval, routing, start, sandbox job, envelope)
+//     until the turn that asked for the call has been released;
+//   - a decision on a call, and an operator's approval of it, until the
+//     call's approval request has been released;
+//   - the run's end (completed, failed or cancelled) until finish, which
+//     the stream calls once the run is settled: the end comes last.
+//
+// It is a pure function of the sequence of events it is given: the same
+// events in the same seq order are released in the same order, which is
+// what lets a live stream resume after the last event a client received
+// (Last-Event-ID) by replaying the run's events from the first.
+type causalOrder struct {
+	asked    map[string]bool // calls whose turn was released
+	approval map[string]bool // calls whose approval request was released
+	held     []store.EventRow
+	ends     []store.EventRow
+}
+
+func newCausalOrder() *causalOrder {
+	return &causalOrder{asked: map[string]bool{}, approval: map[string]bool{}}
+}
+
+// isRunEnd reports whether an event type is a run's end.
+func isRunEnd(typ string) bool {
+	return typ == events.TypeRunCompleted || typ == events.TypeRunFailed || typ == events.TypeRunCancelled
+}
+
+// add takes the next event in seq order and returns those it releases, in
+// causal order.
+func (o *causalOrder) add(e store.EventRow) []store.EventRow {
+	if isRunEnd(e.Type) {
+		o.ends = append(o.ends, e)
+		return nil
+	}
+	if !o.ready(e) {
+		o.held = append(o.held, e)
+		return nil
+	}
+	out := o.release(nil, e)
+	// Each release may make held events ready; they go in seq order.
+	for changed := true; changed; {
+		changed = false
+		kept := o.held[:0]
+		for _, h := range o.held {
+			if !changed && o.ready(h) {
+				out = o.release(out, h)
+				changed = true
+				continue
+			}
+			kept = append(kept, h)
+		}
+		o.held = kept
+	}
+	return out
+}
+
+// finish releases what is still held (calls no turn asked for, decisions
+// without their request: in seq order), then the run's end.
+func (o *causalOrder) finish() []store.EventRow {
+	out := append(o.held, o.ends...)
+	o.held, o.ends = nil, nil
+	return out
+}
+
+func (o *causalOrder) ready(e store.EventRow) bool {
+	if e.CallID == "" || e.Type == events.TypeTurnCompleted {
+		return true
+	}
+	if !o.asked[e.CallID] {
+		return false
+	}
+	switch e.Type {
+	case events.TypeCallDecided:
+		return o.approval[e.CallID]
+	case events.TypeCallApproved:
+		var d struct {
+			OperatorApproved bool `json:"operator_approved"`
+		}
+		if json.Unmarshal(e.Data, &d) == nil && d.OperatorApproved {
+			return o.approval[e.CallID]
+		}
+	}
+	return true
+}
+
+func (o *causalOrder) release(out []store.EventRow, e store.EventRow) []store.EventRow {
+	switch e.Type {
+	case events.TypeTurnCompleted:
+		var t struct {
+			Calls []struct {
+				CallID string `json:"call_id"`
+			} `json:"calls"`
+		}
+		if json.Unmarshal(e.Data, &t) == nil {
+			for _, c := range t.Calls {
+				o.asked[c.CallID] = true
+			}
+		}
+	case events.TypeCallApprovalRequired:
+		o.approval[e.CallID] = true
+	}
+	return append(out, e)
+}
+
+// ceExtensionName is a valid CloudEvents attribute name: lowercase ASCII
+// letters and digits (CloudEvents 1.0, "Attribute Naming Convention").
+var ceExtensionName = regexp.MustCompile(`^[a-z0-9]{1,20}$`)
+
+// ceContextAttrs are the CloudEvents context attributes an extension must
+// not shadow.
+var ceContextAttrs = map[string]bool{"specversion": true, "id": true, "source": true, "type": true,
+	"time": true, "subject": true, "datacontenttype": true, "dataschema": true, "data": true, "data_base64": true}
+
+// cloudEventJSON is a recorded event as a CloudEvent 1.0 in the JSON event
+// format (structured mode): what the live stream's data carries. Its data
+// is the event's own bytes; its extensions those it was published with
+// whose names are CloudEvents names.
+func cloudEventJSON(e store.EventRow) ([]byte, error) {
+	ce := map[string]any{
+		"specversion":     "1.0",
+		"id":              e.ID,
+		"source":          e.Source,
+		"type":            e.Type,
+		"time":            e.Time.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"),
+		"datacontenttype": "application/json",
+	}
+	if name := events.DataSchema(e.Type); name != "" {
+		ce["dataschema"] = envelope.SchemaURL(name)
+	}
+	for k, v := range e.Extensions {
+		if ceExtensionName.MatchString(k) && !ceContextAttrs[k] && v != "" {
+			ce[k] = v
+		}
+	}
+	if e.RunID != "" {
+		ce[events.ExtRunID] = e.RunID
+	}
+	if e.CallID != "" {
+		ce[events.ExtCallID] = e.CallID
+		ce["subject"] = e.CallID // as events.Build sets it
+	}
+	if len(e.Data) > 0 && json.Valid(e.Data) {
+		ce["data"] = json.RawMessage(e.Data)
+	}
+	return json.Marshal(ce)
+}
