@@ -113,7 +113,10 @@ export interface FollowOptions {
   signal?: AbortSignal;
 }
 
-/** The live events of a run; iterate it with `for await`. */
+/**
+ * The live events of a run; iterate it with `for await`. Leaving a loop early
+ * closes the connection; looping again goes on after the last event received.
+ */
 export interface Follower extends AsyncIterable<CloudEvent> {
   /** The stream id of the last event received: pass it as lastEventId to resume. */
   readonly lastEventId: string | undefined;
@@ -186,7 +189,11 @@ export class Client {
   follow(runId: string, fo: FollowOptions = {}): Follower {
     const self = this;
     const state: { lastEventId: string | undefined; end: CloudEvent | undefined } = { lastEventId: fo.lastEventId, end: undefined };
+    // Each iteration is a generator of its own, from the last event received
+    // on: leaving a loop (break, return) closes its connection, and the next
+    // loop over the same follower resumes where it stopped.
     async function* events(): AsyncGenerator<CloudEvent> {
+      if (state.end && !fo.untilSettled) return;
       let failures = 0;
       let retry = self.o.retryMs;
       for (;;) {
@@ -233,9 +240,8 @@ export class Client {
         await sleep(retry, fo.signal);
       }
     }
-    const it = events();
     return {
-      [Symbol.asyncIterator]: () => it,
+      [Symbol.asyncIterator]: () => events(),
       get lastEventId() {
         return state.lastEventId;
       },
