@@ -270,7 +270,7 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 			continue // not ours to judge; the recorder dead-letters malformed events
 		}
 		typ := it.ev.Event.Type()
-		if end == nil && (typ == events.TypeRunCompleted || typ == events.TypeRunFailed) {
+		if end == nil && events.IsEndType(typ) {
 			var st events.RunStatus
 			if err := events.DecodeData(it.ev.Event, &st); err != nil {
 				return nil, err
@@ -464,6 +464,9 @@ func (c *Client) withOutputs(ctx context.Context, st *events.RunStatus) (*events
 // ErrRunFailed is wrapped by Wait when the run ended in failure.
 var ErrRunFailed = errors.New("run failed")
 
+// ErrRunCancelled is wrapped by Wait when the run was cancelled.
+var ErrRunCancelled = errors.New("run cancelled")
+
 // ErrOutputsUnreadable is wrapped when a completed run's outputs are in a
 // blob that cannot be read.
 var ErrOutputsUnreadable = errors.New("run outputs unreadable")
@@ -495,14 +498,18 @@ func (c *Client) Outputs(ctx context.Context, st *events.RunStatus) (events.Outp
 
 // Wait waits for the run to end and returns its final status, with its
 // outputs (see Follow); a failed run is returned together with an error
-// wrapping ErrRunFailed and its reason.
+// wrapping ErrRunFailed and its reason (ErrRunCancelled for a cancelled
+// one).
 func (c *Client) Wait(ctx context.Context, runID string) (*events.RunStatus, error) {
 	st, err := c.Follow(ctx, runID, nil)
 	if err != nil {
 		return st, err
 	}
-	if st.Status == events.StatusFailed {
+	switch st.Status {
+	case events.StatusFailed:
 		return st, fmt.Errorf("%w: %s", ErrRunFailed, st.Reason)
+	case events.StatusCancelled:
+		return st, fmt.Errorf("%w: %s", ErrRunCancelled, st.Reason)
 	}
 	return st, nil
 }

@@ -374,33 +374,37 @@ func asyncAPIDocument(t *testing.T) []byte {
 					Title: string(r) + " receives " + row.Type, Summary: r.Doc(), Messages: msg, Bindings: natsOp})
 			}
 		}
-		if row.Type != events.TypeRunRequested {
+		if row.Type != events.TypeRunCancelRequested {
 			continue
 		}
-		// The intake: the same message on its tenant's subject, handed over
-		// by the orchestrator (pkg/events/intake.go).
-		in := aaChannel{Address: events.Prefix + ".intake.{org_id}.{workspace_id}.{run_id}", Title: row.Type + " (intake)",
-			Description: "Where a producer limited to one tenant hands in its run requests (events.IntakeSubject): the " +
-				"orchestrator checks that the request's tenant and run id are the subject's and that no other tenant's " +
-				"run holds the run id, then publishes it on the run.requested channel under the id `" +
-				events.RunRequestedID("{run_id}") + "`. Stream `" + events.StreamIntake + "`, a work queue; it dedupes " +
+		// The intake: a run request, or a cancel, on its tenant's subject,
+		// handed over by the orchestrator (pkg/events/intake.go).
+		reqKey, cancelKey := channelKey(events.TypeRunRequested), key
+		in := aaChannel{Address: events.Prefix + ".intake.{org_id}.{workspace_id}.{run_id}", Title: "the tenant intake",
+			Description: "Where a producer limited to one tenant hands in its run requests and its cancels (events.IntakeSubject): " +
+				"for a request the orchestrator checks that the request's tenant and run id are the subject's and that no other " +
+				"tenant's run holds the run id, then publishes it on the run.requested channel under the id `" +
+				events.RunRequestedID("{run_id}") + "`; for a cancel (" + events.TypeRunCancelRequested + ") it checks that the " +
+				"run is the subject's tenant's and publishes it on the run.cancel_requested channel under the id `" +
+				events.CancelRequestedID("{run_id}") + "`. Stream `" + events.StreamIntake + "`, a work queue; it dedupes " +
 				"on the Nats-Msg-Id, which a producer chooses: package client sends the subject and a random nonce " +
-				"(client.SubmitToIntake)."}
+				"(client.SubmitToIntake, client.CancelOnIntake)."}
 		for _, p := range []string{"org_id", "workspace_id", "run_id"} {
 			in.Parameters.set(p, params[p])
 		}
-		in.Messages.set(key, aaRef{"#/components/messages/" + key})
+		in.Messages.set(reqKey, aaRef{"#/components/messages/" + reqKey})
+		in.Messages.set(cancelKey, aaRef{"#/components/messages/" + cancelKey})
 		in.Bindings = natsChannel
 		doc.Channels.set(intakeChannel, in)
-		inMsg := []aaRef{{"#/channels/" + intakeChannel + "/messages/" + key}}
+		inMsg := []aaRef{{"#/channels/" + intakeChannel + "/messages/" + reqKey}, {"#/channels/" + intakeChannel + "/messages/" + cancelKey}}
 		for _, r := range roles {
 			if r != identity.Operator && slices.Contains(r.Permissions().Publish, events.SubjectsIntake) {
 				doc.Operations.set(string(r)+".sends."+intakeChannel, aaOperation{Action: "send", Channel: aaRef{"#/channels/" + intakeChannel},
-					Title: string(r) + " hands in " + row.Type + " on any tenant's intake", Summary: r.Doc(), Messages: inMsg, Bindings: natsOp})
+					Title: string(r) + " hands in run requests and cancels on any tenant's intake", Summary: r.Doc(), Messages: inMsg, Bindings: natsOp})
 			}
 		}
 		doc.Operations.set("tenant.sends."+intakeChannel, aaOperation{Action: "send", Channel: aaRef{"#/channels/" + intakeChannel},
-			Title: "a tenant's producer hands in " + row.Type,
+			Title: "a tenant's producer hands in its run requests and cancels",
 			Summary: "an upstream system limited to one tenant (toolwire identities --tenant, pkg/service/identity/tenant.go): " +
 				"may publish on its tenant's intake subjects only", Messages: inMsg, Bindings: natsOp})
 		require.True(t, consumesStream(identity.Orchestrator, events.StreamIntake))

@@ -86,7 +86,7 @@ func (e *engine) onRun(ctx context.Context, d *consume.Delivery) error {
 			return consume.Permanent(err)
 		}
 		return e.pub.PublishAll(ctx, e.onTurn(t, events.TraceOf(d.Event)))
-	case events.TypeRunCompleted, events.TypeRunFailed:
+	case events.TypeRunCompleted, events.TypeRunFailed, events.TypeRunCancelled:
 		var s events.RunStatus
 		if err := events.DecodeData(d.Event, &s); err != nil {
 			return consume.Permanent(err)
@@ -355,7 +355,8 @@ func sameResult(a, b envelope.ToolEnvelope) (bool, json.RawMessage, json.RawMess
 // without a divergence.
 func (e *engine) endOfRecording(why string) {
 	out := len(e.steps) - 1
-	if e.b.Status == events.StatusFailed {
+	if e.b.Status == events.StatusFailed || e.b.Status == events.StatusCancelled {
+		// The recorded run stopped here too.
 		e.steps[out].Checked, e.steps[out].OK = true, true
 		e.finish()
 		return

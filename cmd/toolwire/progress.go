@@ -55,7 +55,7 @@ func progressPrinter(w io.Writer) func(client.Event) bool {
 					fmt.Fprintf(w, "    ok %-24s %s %s %s\n", env.ToolRef(), short, env.Latency().Round(time.Microsecond), clip(string(env.Output), 60))
 				}
 			}
-		case events.TypeRunCompleted, events.TypeRunFailed:
+		case events.TypeRunCompleted, events.TypeRunFailed, events.TypeRunCancelled:
 			var s events.RunStatus
 			if events.DecodeData(ev, &s) == nil {
 				if s.Turn != nil { // the turn that ended the run rides on its end

@@ -30,6 +30,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newReplayCmd()) // replay.go
 	root.AddCommand(newTokensCmd()) // tokens.go
 	root.AddCommand(newRunsCmd())   // runs.go
+	root.AddCommand(newCancelCmd()) // cancel.go
 	root.AddCommand(newDevCmd(), newRunCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version: the module's, the VCS revision and the Go toolchain of the build",

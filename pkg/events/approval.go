@@ -174,6 +174,10 @@ const (
 	ApprovalDenied   ApprovalState = "denied"
 	ApprovalRevised  ApprovalState = "revised"
 	ApprovalExpired  ApprovalState = "expired"
+	// ApprovalWithdrawn: the call's run was cancelled while it waited
+	// (cancel.go); the call is answered POLICY_DENIED, and a decision that
+	// comes later is refused.
+	ApprovalWithdrawn ApprovalState = "withdrawn"
 )
 
 // ApprovalRecord is the KV record of one call's approval. The Policy Guard
@@ -200,6 +204,9 @@ type ApprovalRecord struct {
 	// replica that settles the record publishes the same outcome.
 	Routed   bool   `json:"routed,omitempty"`
 	Unserved string `json:"unserved,omitempty"`
+	// Withdrawn says why a withdrawn record was (its run's cancel,
+	// CancelRequest.Said).
+	Withdrawn string `json:"withdrawn,omitempty"`
 	// Trace is the run's trace, for the events published on a decision.
 	Trace RunTrace `json:"trace,omitzero"`
 }
@@ -225,7 +232,7 @@ func DecodeApprovalRecord(b []byte) (ApprovalRecord, error) {
 		return ApprovalRecord{}, fmt.Errorf("approval record: %w", err)
 	}
 	switch r.State {
-	case ApprovalPending, ApprovalApproved, ApprovalDenied, ApprovalRevised, ApprovalExpired:
+	case ApprovalPending, ApprovalApproved, ApprovalDenied, ApprovalRevised, ApprovalExpired, ApprovalWithdrawn:
 	default:
 		return ApprovalRecord{}, fmt.Errorf("approval record: unknown state %q", r.State)
 	}

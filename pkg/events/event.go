@@ -185,6 +185,13 @@ func IsEndStatus(status string) bool {
 	return status == StatusCompleted || status == StatusFailed || status == StatusCancelled
 }
 
+// IsEndType reports whether events of the type end their run (completed,
+// failed, cancelled).
+func IsEndType(typ string) bool {
+	t, ok := byType[typ]
+	return ok && t.Schema == SchemaRunStatus && IsEndStatus(t.RunStatus)
+}
+
 // EndVerbs are the verbs of a run's end events.
 func EndVerbs() []Verb { return []Verb{VerbCompleted, VerbFailed, VerbCancelled} }
 

@@ -25,6 +25,7 @@ const (
 	EnvRunDeadline      = "TOOLWIRE_RUN_DEADLINE"
 	EnvAckWait          = "TOOLWIRE_ORCHESTRATOR_ACK_WAIT"
 	EnvTimerAfter       = "TOOLWIRE_RUN_TIMER_AFTER"
+	EnvCancelGrace      = "TOOLWIRE_CANCEL_GRACE"
 )
 
 // Defaults and bounds of Config.
@@ -60,6 +61,11 @@ const (
 	// per second that all last longer, well above what one replica serves.
 	DefaultTimerAfter = time.Second
 	maxTimerAfter     = time.Minute
+	// DefaultCancelGrace is how long a cancelled run waits for the
+	// envelopes of its calls being stopped before it ends without them
+	// (cancel.go).
+	DefaultCancelGrace = 10 * time.Second
+	maxCancelGrace     = 10 * time.Minute
 
 	maxStartedAfter     = time.Minute
 	maxRunDeadline      = envelope.MaxDeadlineS * time.Second
@@ -109,6 +115,9 @@ type Config struct {
 	// request sets no deadline_s (default DefaultRunDeadline, at most a
 	// day).
 	RunDeadline time.Duration
+	// CancelGrace is how long a cancelled run waits for the envelopes of
+	// its calls being stopped (default DefaultCancelGrace).
+	CancelGrace time.Duration
 	// InstanceID names this replica in its logs ("orchestrator started"); default
 	// host name, process id and a random suffix.
 	InstanceID string
@@ -130,6 +139,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	e.Duration(EnvRunDeadline, time.Second, maxRunDeadline, &c.RunDeadline)
 	e.Duration(EnvAckWait, time.Second, maxAckWait, &c.AckWait)
 	durationOrNow(e, EnvTimerAfter, maxTimerAfter, &c.TimerAfter)
+	e.Duration(EnvCancelGrace, time.Second, maxCancelGrace, &c.CancelGrace)
 	readPrices(e, c.Prices)
 	readProviders(e, &c)
 	return c, e.Err()
@@ -155,6 +165,7 @@ func EnvVars() []service.Var {
 		{Name: EnvModelOutputBytes, Help: "the most of one tool output the model is given; a larger output reaches it as its preview (default 262144)", Example: "65536"},
 		{Name: EnvRunDeadline, Help: "how long a run may take from its request when the request sets no deadline_s; a run still going then ends failed with code TIMEOUT and what it waited for (default 30m, at most 24h)", Example: "10m"},
 		{Name: EnvTimerAfter, Help: "how long a run goes before its deadline timer is stored; a run that ends sooner stores none, and its request stays unacknowledged until then; 0: at once (default 1s)", Example: "5s"},
+		{Name: EnvCancelGrace, Help: "how long a cancelled run waits for the envelopes of the calls being stopped before it ends without them (default 10s)", Example: "30s"},
 		{Name: EnvAckWait, Help: "how long a delivery stays with a replica that neither acknowledges nor extends it (a killed one) before another gets it; live handlers extend it (default 30s)", Example: "10s"},
 		{Name: EnvPrices, Help: "model price table, JSON or the path of a JSON file: {\"model\" or \"provider/model\": {\"input_per_mtok\": n, \"output_per_mtok\": n}}, over the built-in prices",
 			Example: `{"my-model": {"input_per_mtok": 1, "output_per_mtok": 2}}`},
@@ -165,6 +176,7 @@ func EnvVars() []service.Var {
 func (c Config) WithDefaults() Config {
 	c.Source = cmp.Or(c.Source, DefaultSource)
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.CancelGrace = cmp.Or(c.CancelGrace, DefaultCancelGrace)
 	c.ModelTimeout = cmp.Or(c.ModelTimeout, DefaultModelTimeout)
 	c.StartedAfter = cmp.Or(c.StartedAfter, DefaultStartedAfter)
 	c.ModelOutputBytes = cmp.Or(c.ModelOutputBytes, DefaultModelOutputBytes)

@@ -41,8 +41,13 @@ func (s *Service) handleIntake(ctx context.Context, d *consume.Delivery) error {
 		s.Log.Warn("intake refused", "subject", d.Subject, "run_id", in.RunID, "err", err)
 		return consume.Permanent(fmt.Errorf("orchestrator: intake %s refused: %w", d.Subject, err))
 	}
-	if d.Event.Type() != events.TypeRunRequested {
-		return refuse(fmt.Errorf("event type %q: the intake takes %s only", d.Event.Type(), events.TypeRunRequested))
+	switch d.Event.Type() {
+	case events.TypeRunRequested:
+	case events.TypeRunCancelRequested:
+		return s.intakeCancel(ctx, d, in, refuse)
+	default:
+		return refuse(fmt.Errorf("event type %q: the intake takes %s and %s only", d.Event.Type(),
+			events.TypeRunRequested, events.TypeRunCancelRequested))
 	}
 	var req envelope.RunRequest
 	if err := events.DecodeData(d.Event, &req); err != nil {
@@ -130,4 +135,47 @@ func (s *Service) requestTenant(ctx context.Context, subj string) (*envelope.Ten
 		return nil, consume.Permanent(fmt.Errorf("%w: %s holds an unreadable request: %w", events.ErrIntakeTenant, subj, err))
 	}
 	return &req.Tenant, nil
+}
+
+// intakeCancel hands a tenant producer's cancel over to the runs stream, as
+// the run's cancel request, when the run is the intake subject's tenant's;
+// a cancel of no run, or of another tenant's, is refused (dead-lettered
+// with the reason).
+func (s *Service) intakeCancel(ctx context.Context, d *consume.Delivery, in events.IntakeOf, refuse func(error) error) error {
+	var c events.CancelRequest
+	if err := events.DecodeData(d.Event, &c); err != nil {
+		return refuse(err)
+	}
+	if c.RunID != in.RunID {
+		return refuse(fmt.Errorf("cancel of run %q on the intake subject of run %q", c.RunID, in.RunID))
+	}
+	subj, err := events.RunSubject(in.RunID, events.VerbRequested)
+	if err != nil {
+		return refuse(err)
+	}
+	owner, err := s.requestTenant(ctx, subj)
+	switch {
+	case consume.IsPermanent(err):
+		return refuse(err)
+	case err != nil:
+		return err
+	case owner == nil:
+		return refuse(fmt.Errorf("no run %s", in.RunID))
+	case owner.OrgID != in.Org || owner.WorkspaceID != in.Workspace:
+		return refuse(fmt.Errorf("%w: run %s is another tenant's", events.ErrIntakeTenant, in.RunID))
+	}
+	// What the producer says of itself is kept as said; the tenant is the
+	// run's, which the subject proved.
+	c.Tenant = *owner
+	if c.By == "" {
+		c.By = "tenant " + owner.ID()
+	}
+	if c.RequestedAt.IsZero() {
+		c.RequestedAt = d.Event.Time().UTC()
+	}
+	out, err := events.NewCancelRequested(s.cfg.Source, c, events.TraceOf(d.Event))
+	if err != nil {
+		return refuse(err)
+	}
+	return s.Pub.Publish(ctx, out)
 }

@@ -340,6 +340,9 @@ func (s *Service) goOn(ctx context.Context, st *RunState, trigger string) error 
 		case st.Done():
 			_, err := s.publishEnd(ctx, st, nil)
 			return err
+		case st.Cancel != nil && st.Phase == PhaseCalling:
+			// Asked to stop while its model was due: no model call.
+			return s.cancelRun(ctx, st, fromStore, st.Cancel)
 		case st.Trigger != trigger:
 			return nil
 		case st.Phase == PhaseCalling:
@@ -466,6 +469,12 @@ func (s *Service) takeTurn(ctx context.Context, ts turnStart) error {
 			return err
 		}
 		return s.failRun(ctx, st, ts.from, envelope.CodeTimeout, deadlineReason(st, nil))
+	case s.cancelOf(st) != nil:
+		// Asked to stop (cancel.go): no model call.
+		if _, err := catchUp(); err != nil {
+			return err
+		}
+		return s.cancelRun(ctx, st, ts.from, s.cancelOf(st))
 	default:
 		if err := s.fault(ctx, FaultBeforeModel, st.RunID, n); err != nil {
 			return err
@@ -486,9 +495,19 @@ func (s *Service) takeTurn(ctx context.Context, ts turnStart) error {
 			stopStarted = s.startedAfter(ctx, st, warnings)
 		}
 		mctx, cancel := withDeadline(ctx, st.Deadline)
+		unwatch := s.cancels.watch(st.RunID, cancel) // a cancel stops the model call
 		t, err = s.callModel(mctx, st, req, msgs, results)
+		unwatch()
 		cancel()
 		stopStarted()
+		if c := s.cancelOf(st); c != nil && ctx.Err() == nil {
+			// Cancelled during the model call: its answer is dropped, and
+			// nothing of it is published.
+			if _, err := catchUp(); err != nil {
+				return err
+			}
+			return s.cancelRun(ctx, st, ts.from, c)
+		}
 		if err == nil && st.pastDeadline(time.Now()) {
 			// The answer came too late: the run has ended at its
 			// deadline, and a completion now would contradict the end
@@ -718,8 +737,11 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 		return false, nil
 	}
 	verb := events.VerbCompleted
-	if st.Phase == PhaseFailed {
+	switch st.Phase {
+	case PhaseFailed:
 		verb = events.VerbFailed
+	case PhaseCancelled:
+		verb = events.VerbCancelled
 	}
 	subj, err := events.RunSubject(st.RunID, verb)
 	if err != nil {
@@ -750,14 +772,22 @@ func (s *Service) publishEnd(ctx context.Context, st *RunState, final *events.Tu
 	}
 	end := s.status(st, events.StatusCompleted, st.Reason)
 	end.Turn = final
-	if st.Phase == PhaseFailed {
+	switch st.Phase {
+	case PhaseFailed:
 		end.Status, end.Code = events.StatusFailed, st.Code
 		if st.Denied != nil {
 			d := deniedTurn(st)
 			end.Turn = &d
 		}
-	} else if err := s.outputs(ctx, st, &end, final); err != nil {
-		return false, err
+	case PhaseCancelled:
+		end.Status = events.StatusCancelled
+		if err := s.cancelledOutputs(ctx, st, &end); err != nil {
+			return false, err
+		}
+	default:
+		if err := s.outputs(ctx, st, &end, final); err != nil {
+			return false, err
+		}
 	}
 	o, err := events.NewRunStatus(s.cfg.Source, end, "", st.Trace)
 	if err != nil {

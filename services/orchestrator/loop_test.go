@@ -617,7 +617,7 @@ func TestIntake(t *testing.T) {
 	bad.Subject = "toolwire.intake.acme.ws1.in-3"
 	require.NoError(t, h.Pub.Publish(ctx, bad))
 	dl = deadLetter(ctx, t, h, bad.Subject)
-	require.Contains(t, dl.Error, "the intake takes "+events.TypeRunRequested+" only")
+	require.Contains(t, dl.Error, "the intake takes "+events.TypeRunRequested+" and "+events.TypeRunCancelRequested+" only")
 
 	for _, id := range []string{"in-2", "in-3"} {
 		_, err := runs.GetLastMsgForSubject(ctx, "toolwire.run."+id+".>")

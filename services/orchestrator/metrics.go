@@ -25,7 +25,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return service.RegisterMetrics(reg, "orchestrator", func(r *service.Metrics, consumers *service.ConsumerMetrics) *metrics {
 		return &metrics{
 			consumers:   consumers,
-			runs:        r.CounterVec("runs_total", "Runs by final status (completed, failed, rejected).", "status"),
+			runs:        r.CounterVec("runs_total", "Runs by final status (completed, failed, cancelled, rejected).", "status"),
 			modelCalls:  r.CounterVec("model_calls_total", "Model calls by provider and outcome (ok, error).", "provider", "outcome"),
 			modelDur:    r.Histogram("model_call_seconds", "Model call latency.", prometheus.ExponentialBuckets(0.0005, 4, 10)),
 			spend:       r.Counter("model_spend_total", "Cost of the model turns recorded, in the price table's unit."),

@@ -34,6 +34,7 @@ type Service struct {
 	rules     *rules.Guard
 	convs     *conversations
 	deadlines *deadlines // of the run requests this replica handles
+	cancels   *cancelSet // the cancel requests heard (cancel.go)
 
 	// Set up by Start.
 	states  *stateStore
@@ -67,6 +68,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		rules:     rules.NewGuard(),
 		convs:     newConversations(),
 		deadlines: newDeadlines(),
+		cancels:   newCancelSet(),
 	}, nil
 }
 
@@ -122,6 +124,10 @@ func (s *Service) Start(ctx context.Context) error {
 		if err := s.watchApprovals(ctx, life); err != nil {
 			return err
 		}
+		// Cancels are heard before any run is handled here.
+		if err := s.listenCancels(); err != nil {
+			return err
+		}
 		// Once the consumers have stopped, the requests still held get
 		// their timers (Stop runs in reverse order).
 		s.OnStop(s.stopDeadlines)
@@ -140,11 +146,15 @@ func (s *Service) Start(ctx context.Context) error {
 				Filters:       events.Filters(events.FilterCallApprovalRequired),
 				MaxAckPending: 4096, AckWait: s.cfg.shortAckWait()}, Handler: s.handleApproval},
 			s.intakeSpec(),
+			s.cancelSpec(),
 		); err != nil {
 			return err
 		}
 		// The reaper of the runs past their deadline (reaper.go) stops first.
 		if err := s.startReaper(ctx); err != nil {
+			return err
+		}
+		if err := s.startCancelGrace(ctx); err != nil {
 			return err
 		}
 		s.Log.Info("orchestrator started", "instance", s.cfg.InstanceID, "providers", s.cfg.Providers.Names(),

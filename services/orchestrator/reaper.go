@@ -458,8 +458,11 @@ func (s *Service) adoptEnd(ctx context.Context, runID string, e *storedEvent) (b
 		return false, fmt.Errorf("run %s: its end event: %w: %w", runID, errUnreadable, err)
 	}
 	phase := PhaseComplete
-	if end.Status == events.StatusFailed {
+	switch end.Status {
+	case events.StatusFailed:
 		phase = PhaseFailed
+	case events.StatusCancelled:
+		phase = PhaseCancelled
 	}
 	changed := false
 	_, _, err := s.states.update(ctx, runID, func(cur *RunState) (bool, error) {

@@ -18,6 +18,8 @@ const (
 	PhaseCalling  = "calling"
 	PhaseComplete = "completed"
 	PhaseFailed   = "failed"
+	// PhaseCancelled: ended on request (cancel.go).
+	PhaseCancelled = "cancelled"
 )
 
 // stateVersion is the version of RunState this build writes.
@@ -66,6 +68,10 @@ type RunState struct {
 	Reason string              `json:"reason,omitempty"`
 	// Code is the error code of a failed run, when one applies.
 	Code envelope.ErrorCode `json:"code,omitempty"`
+	// Cancel is set once the run is asked to stop (cancel.go): no model
+	// call follows, and the run ends cancelled once the calls of its turn
+	// have their envelopes.
+	Cancel *Cancel `json:"cancel,omitempty"`
 
 	StartedAt time.Time `json:"started_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -114,7 +120,9 @@ func (c *PendingCall) ref() string {
 }
 
 // Done reports whether the run has ended.
-func (s *RunState) Done() bool { return s.Phase == PhaseComplete || s.Phase == PhaseFailed }
+func (s *RunState) Done() bool {
+	return s.Phase == PhaseComplete || s.Phase == PhaseFailed || s.Phase == PhaseCancelled
+}
 
 // call returns the pending call id, or nil.
 func (s *RunState) call(id string) *PendingCall {
@@ -149,6 +157,10 @@ func (s *RunState) clone() *RunState {
 	if s.Denied != nil {
 		d := *s.Denied
 		c.Denied = &d
+	}
+	if s.Cancel != nil {
+		x := *s.Cancel
+		c.Cancel = &x
 	}
 	return &c
 }

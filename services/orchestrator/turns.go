@@ -41,6 +41,12 @@ func (s *Service) advance(st *RunState, trigger string) {
 	if st.Phase != PhaseAwaitingTools || !st.allDone() {
 		return
 	}
+	if st.Cancel != nil {
+		// Asked to stop: no model call follows the turn's last envelope.
+		st.Trigger = trigger
+		st.cancelled(st.Iteration)
+		return
+	}
 	n := st.Iteration + 1
 	v := s.loopVerdict(st, n)
 	st.Iteration, st.Trigger = n, trigger

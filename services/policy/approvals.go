@@ -273,6 +273,9 @@ func describeState(rec *events.ApprovalRecord) string {
 	if rec.State == events.ApprovalExpired {
 		return "denied: its approval timed out"
 	}
+	if rec.State == events.ApprovalWithdrawn {
+		return "withdrawn: the run was " + cmp.Or(rec.Withdrawn, "cancelled")
+	}
 	if rec.Decision != nil && rec.Decision.By != "" {
 		return string(rec.State) + " by " + rec.Decision.By
 	}
@@ -383,6 +386,11 @@ func (s *Service) outcome(rec *events.ApprovalRecord) (events.Outgoing, error) {
 	at := time.Now().UTC()
 	if rec.DecidedAt != nil {
 		at = *rec.DecidedAt
+	}
+	if rec.State == events.ApprovalWithdrawn {
+		env := DeniedEnvelope(&rec.Call, rules.Deny("withdrawn"), at)
+		env.Error = events.CancelledCallError(false, cmp.Or(rec.Withdrawn, "cancelled"))
+		return events.NewCallCompleted(s.cfg.Source, rec.Call.RunID, env, rec.Call.Tenant, rec.Trace)
 	}
 	env := ApprovalDeniedEnvelope(rec, at)
 	return events.NewCallCompleted(s.cfg.Source, rec.Call.RunID, env, rec.Call.Tenant, rec.Trace)

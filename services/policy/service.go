@@ -121,7 +121,8 @@ func (s *Service) Start(ctx context.Context) error {
 			consume.RunnerConfig{
 				Spec:    provision.ConsumerSpec{Stream: events.StreamCalls, Durable: DurableDecisions, Filters: events.Filters(events.FilterCallDecided)},
 				Handler: s.handleDecision,
-			})
+			},
+			s.cancelSpec())
 	})
 }
 

@@ -134,6 +134,12 @@ func DecidedAs(rec *events.ApprovalRecord) string {
 	if rec.State == events.ApprovalExpired {
 		return "denied: its approval timed out"
 	}
+	if rec.State == events.ApprovalWithdrawn {
+		if rec.Withdrawn == "" {
+			return "withdrawn: its run was cancelled"
+		}
+		return "withdrawn: the run was " + rec.Withdrawn
+	}
 	s := string(rec.State)
 	if rec.Decision != nil && rec.Decision.By != "" {
 		s += " by " + rec.Decision.By

@@ -195,7 +195,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{events.SubjectPreview, events.SubjectPreview, []identity.Role{exe}},
 		{events.SubjectsWorkerRPC, "toolwire.rpc.worker.q.beat", []identity.Role{exe}},
 		{"toolwire.worker.q.call", "toolwire.worker.q.call", nil},
-		{"toolwire.run.*.cancel_requested", "toolwire.run.r1.cancel_requested", []identity.Role{exe, sbx}},
+		{"toolwire.run.*.cancel_requested", "toolwire.run.r1.cancel_requested", []identity.Role{orch, exe, sbx}},
 		{"_INBOX.>", "_INBOX.x", nil},
 		{">", "anything", nil},
 		{"_INBOX_executor.>", "_INBOX_executor.x", []identity.Role{exe}},

@@ -123,7 +123,7 @@ func (r Role) Permissions() Permissions {
 	case Operator:
 		return Permissions{Publish: []string{">"}, Subscribe: []string{">"}}
 	case Orchestrator:
-		return r.service(
+		p := r.service(
 			// A run request: the intake's, handed over.
 			pub(events.FilterRunRequested, events.FilterTurnCompleted, events.FilterRunStarted, events.FilterRunSuspended,
 				events.FilterRunResumed, events.FilterRunCompleted, events.FilterRunFailed, events.FilterRunCancelled,
@@ -141,6 +141,10 @@ func (r Role) Permissions() Permissions {
 			[]string{provision.SubjectsTimers, "$JS.API.STREAM.MSG.DELETE." + provision.StreamTimers},
 			consume(provision.StreamTimers),
 		)
+		// Runs' cancel requests, live: a model call of a cancelled run is
+		// stopped (services/orchestrator/cancel.go).
+		p.Subscribe = append(p.Subscribe, events.Filters(events.FilterRunCancelRequested)...)
+		return p
 	case Policy:
 		return r.service(
 			pub(events.FilterCallApproved, events.FilterCallApprovalRequired, events.FilterCallCompleted),

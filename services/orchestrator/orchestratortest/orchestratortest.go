@@ -155,7 +155,7 @@ func (h *Harness) Submit(ctx context.Context, req envelope.RunRequest) {
 // Wait returns the final status of a run.
 func (h *Harness) Wait(ctx context.Context, runID string) (*events.RunStatus, error) {
 	var filters []string
-	for _, f := range []events.Filter{events.FilterRunCompleted, events.FilterRunFailed} {
+	for _, f := range []events.Filter{events.FilterRunCompleted, events.FilterRunFailed, events.FilterRunCancelled} {
 		s, err := f.ForRun(runID)
 		if err != nil {
 			return nil, err
