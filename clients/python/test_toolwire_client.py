@@ -235,7 +235,8 @@ class LiveTest(unittest.TestCase):
     def test_cancel(self):
         req = echo_run("never", approval=True)
         self.c.submit(req)
-        f = self.c.follow(req["run_id"])
+        # Bounded: the run must end on its cancel, not at its approval's timeout (600 s).
+        f = self.c.follow(req["run_id"], timeout_s=60)
         it = iter(f)
         self.until(it, APPROVAL_REQUIRED)
         res = self.c.cancel(req["run_id"], "the tests cancel it")

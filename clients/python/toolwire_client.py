@@ -192,21 +192,33 @@ def parse_sse(lines: Iterator[bytes]) -> Iterator[SSEMessage]:
 class Follower:
     """The live events of a run; iterate it. lastEventId resumes, end is the run's end event."""
 
-    def __init__(self, client: "Client", run_id: str, last_event_id: Optional[str], until_settled: bool):
+    def __init__(
+        self, client: "Client", run_id: str, last_event_id: Optional[str], until_settled: bool, timeout_s: Optional[float]
+    ):
         self._c = client
         self.run_id = run_id
         self.last_event_id = last_event_id
         self.until_settled = until_settled
         self.end: Optional[CloudEvent] = None
+        self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def _lines(self, resp) -> Iterator[bytes]:
+        for line in iter(resp.readline, b""):
+            if self._deadline is not None and time.monotonic() > self._deadline:
+                raise ToolwireError(0, "", f"run {self.run_id}: not ended within the follow's timeout", final=True)
+            yield line
 
     def __iter__(self) -> Iterator[CloudEvent]:
+        # Each iteration is a connection of its own, from the last event received on.
+        if self.end is not None and not self.until_settled:
+            return
         failures = 0
         retry_s = self._c.retry_s
         while True:
             try:
                 conn, resp = self._c._open_stream(self.run_id, self.last_event_id)
                 try:
-                    for m in parse_sse(iter(resp.readline, b"")):
+                    for m in parse_sse(self._lines(resp)):
                         if m.retry is not None:
                             retry_s = m.retry / 1000
                         if m.event == "end":
@@ -306,11 +318,18 @@ class Client:
         """The outputs of a completed run; a failed run or one not ended raises ToolwireError (409)."""
         return self._json("GET", f"/v1/runs/{_seg(run_id)}/outputs")  # type: ignore[return-value]
 
-    def follow(self, run_id: str, last_event_id: Optional[str] = None, until_settled: bool = False) -> Follower:
+    def follow(
+        self,
+        run_id: str,
+        last_event_id: Optional[str] = None,
+        until_settled: bool = False,
+        timeout_s: Optional[float] = None,
+    ) -> Follower:
         """The run's events, live, up to its end event (until_settled: until the server
         closes the stream, once every event of the run is recorded). The stream may be
-        opened before the run exists; a dropped connection is reopened with Last-Event-ID."""
-        return Follower(self, run_id, last_event_id, until_settled)
+        opened before the run exists; a dropped connection is reopened with Last-Event-ID.
+        timeout_s bounds the whole follow (checked at each line, keep-alives included)."""
+        return Follower(self, run_id, last_event_id, until_settled, timeout_s)
 
     def wait(self, run_id: str) -> CloudEvent:
         """Follows the run to its end and returns its end event."""

@@ -126,7 +126,8 @@ describe("toolwire client against toolwire dev", { timeout: 240_000 }, () => {
   test("cancel a run that waits for an approval: it ends cancelled", async () => {
     const req = echoRun("never", { approval: true });
     await c.submit(req);
-    const f = c.follow(req.run_id);
+    // Bounded: the run must end on its cancel, not at its approval's timeout (600 s).
+    const f = c.follow(req.run_id, { signal: AbortSignal.timeout(60_000) });
     await until(f, APPROVAL_REQUIRED);
     const res = await c.cancel(req.run_id, "the tests cancel it");
     assert.deepEqual(res, { run_id: req.run_id, status: "cancelling", cancelled: true });
