@@ -162,9 +162,14 @@ type httpBenchReport struct {
 	Auth     string   `json:"auth"`
 	NATS     httpDist `json:"nats_submit_to_outputs"`
 	HTTP     httpDist `json:"http_submit_to_outputs"`
-	RatioP50 float64  `json:"ratio_p50_http_to_nats"`
-	Target   float64  `json:"target_ratio_p50"`
-	Met      bool     `json:"met"`
+	// The HTTP path's phases: POST /v1/runs answered, the event stream
+	// from its request to the run's end event, GET outputs answered.
+	HTTPSubmit  httpDist `json:"http_submit"`
+	HTTPStream  httpDist `json:"http_stream_to_end"`
+	HTTPOutputs httpDist `json:"http_outputs"`
+	RatioP50    float64  `json:"ratio_p50_http_to_nats"`
+	Target      float64  `json:"target_ratio_p50"`
+	Met         bool     `json:"met"`
 }
 
 func (r *httpBenchReport) table(w io.Writer) error {
@@ -174,6 +179,12 @@ func (r *httpBenchReport) table(w io.Writer) error {
 	fmt.Fprintln(tw, "path\tn\tp50\tp90\tp99")
 	fmt.Fprintf(tw, "NATS: client.Submit, Follow to the end with outputs\t%d\t%s\t%s\t%s\n", r.NATS.N, ms(r.NATS.P50), ms(r.NATS.P90), ms(r.NATS.P99))
 	fmt.Fprintf(tw, "HTTP: POST /v1/runs, event stream to the end, GET outputs\t%d\t%s\t%s\t%s\n", r.HTTP.N, ms(r.HTTP.P50), ms(r.HTTP.P90), ms(r.HTTP.P99))
+	for _, ph := range []struct {
+		name string
+		d    httpDist
+	}{{"  of which POST /v1/runs", r.HTTPSubmit}, {"  of which the event stream to the run's end event", r.HTTPStream}, {"  of which GET outputs", r.HTTPOutputs}} {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", ph.name, ph.d.N, ms(ph.d.P50), ms(ph.d.P90), ms(ph.d.P99))
+	}
 	verdict := "met"
 	if !r.Met {
 		verdict = "MISSED"
@@ -232,27 +243,29 @@ func runHTTPBench(ctx context.Context, o httpBenchOptions) (_ *httpBenchReport, 
 		}
 		return time.Since(t), nil
 	}
-	httpOnce := func() (time.Duration, error) {
+	httpOnce := func() (time.Duration, [3]time.Duration, error) {
 		req := benchRequest(fmt.Sprintf("bench-http-%d-%d", time.Now().UnixNano()%1e9, seq.Add(1)), false)
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		t := time.Now()
-		if err := hc.run(cctx, req); err != nil {
-			return 0, fmt.Errorf("run %s: %w", req.RunID, err)
+		ph, err := hc.run(cctx, req)
+		if err != nil {
+			return 0, ph, fmt.Errorf("run %s: %w", req.RunID, err)
 		}
-		return time.Since(t), nil
+		return time.Since(t), ph, nil
 	}
 	for range 10 { // warm up both paths
 		if _, err := natsOnce(); err != nil {
 			return nil, err
 		}
-		if _, err := httpOnce(); err != nil {
+		if _, _, err := httpOnce(); err != nil {
 			return nil, err
 		}
 	}
 	say("HTTP front door: %d one-call runs over NATS and %d over HTTP, one at a time, in alternating blocks", o.samples, o.samples)
 	const block = 20
 	var natsLat, httpLat []time.Duration
+	var phases [3][]time.Duration
 	for len(natsLat) < o.samples {
 		n := min(block, o.samples-len(natsLat))
 		for range n {
@@ -263,14 +276,18 @@ func runHTTPBench(ctx context.Context, o httpBenchOptions) (_ *httpBenchReport, 
 			natsLat = append(natsLat, d)
 		}
 		for range n {
-			d, err := httpOnce()
+			d, ph, err := httpOnce()
 			if err != nil {
 				return nil, err
 			}
 			httpLat = append(httpLat, d)
+			for i := range phases {
+				phases[i] = append(phases[i], ph[i])
+			}
 		}
 	}
-	r := &httpBenchReport{Recorder: "sqlite (embedded)", Auth: "bearer API token", NATS: httpDistOf(natsLat), HTTP: httpDistOf(httpLat), Target: httpTarget}
+	r := &httpBenchReport{Recorder: "sqlite (embedded)", Auth: "bearer API token", NATS: httpDistOf(natsLat), HTTP: httpDistOf(httpLat),
+		HTTPSubmit: httpDistOf(phases[0]), HTTPStream: httpDistOf(phases[1]), HTTPOutputs: httpDistOf(phases[2]), Target: httpTarget}
 	if r.NATS.P50 > 0 {
 		r.RatioP50 = r.HTTP.P50 / r.NATS.P50
 	}
@@ -331,35 +348,43 @@ func (h *httpSubmitter) do(ctx context.Context, method, path string, body []byte
 	return h.c.Do(req)
 }
 
-func (h *httpSubmitter) run(ctx context.Context, rr envelope.RunRequest) error {
+// run returns how long each phase took: the submit, the stream to the
+// run's end event, the outputs.
+func (h *httpSubmitter) run(ctx context.Context, rr envelope.RunRequest) (ph [3]time.Duration, err error) {
 	body, err := json.Marshal(rr)
 	if err != nil {
-		return err
+		return ph, err
 	}
 	// The tenant is the token's: leave it out of the body.
 	var m map[string]any
 	if err := json.Unmarshal(body, &m); err != nil {
-		return err
+		return ph, err
 	}
 	delete(m, "tenant")
 	if body, err = json.Marshal(m); err != nil {
-		return err
+		return ph, err
 	}
+	t := time.Now()
 	res, err := h.do(ctx, http.MethodPost, "/v1/runs", body)
 	if err != nil {
-		return err
+		return ph, err
 	}
 	if err := drainStatus(res, http.StatusCreated); err != nil {
-		return fmt.Errorf("POST /v1/runs: %w", err)
+		return ph, fmt.Errorf("POST /v1/runs: %w", err)
 	}
+	ph[0] = time.Since(t)
+	t = time.Now()
 	if err := h.follow(ctx, rr.RunID); err != nil {
-		return err
+		return ph, err
 	}
+	ph[1] = time.Since(t)
+	t = time.Now()
 	res, err = h.do(ctx, http.MethodGet, "/v1/runs/"+rr.RunID+"/outputs", nil)
 	if err != nil {
-		return err
+		return ph, err
 	}
-	return drainStatus(res, http.StatusOK)
+	ph[2] = time.Since(t)
+	return ph, drainStatus(res, http.StatusOK)
 }
 
 // follow reads the run's event stream up to its end event.
