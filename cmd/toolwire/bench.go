@@ -254,7 +254,7 @@ func runHTTPBench(ctx context.Context, o httpBenchOptions) (_ *httpBenchReport, 
 		}
 		return time.Since(t), ph, nil
 	}
-	for range 10 { // warm up both paths
+	for range min(10, o.samples) { // warm up both paths
 		if _, err := natsOnce(); err != nil {
 			return nil, err
 		}
