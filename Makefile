@@ -62,6 +62,11 @@ test: ## go vet, then go test -race -count=1 in every module (stops at the first
 test-clients: ## The TypeScript and Python clients (clients/) against a live toolwire dev; needs scripts/npm-install.sh
 	scripts/test-clients.sh
 
+.PHONY: openapi-lint
+openapi-lint: ## Lint the recorder's OpenAPI document with Redocly's recommended rules, failing on any warning (make test runs it as TestOpenAPIRedoclyLint)
+	@bash scripts/npm-install.sh
+	@cd services/recorder && CI=true $(GO) test -count=1 -run '^TestOpenAPIRedoclyLint$$' ./api/
+
 .PHONY: test-race
 test-race: ## Like test, but every test three times (-count=3) to shake out flaky races
 	@$(call for_each_module,$(GO) vet ./... && $(GO) test -race -count=3 -timeout 15m ./...)

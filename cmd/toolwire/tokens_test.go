@@ -79,11 +79,21 @@ func TestTokensCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, p.AllTenants() && p.Can(auth.RoleAdmin), "%+v", p)
 
+	// A producer's token (an upstream system's: submits and cancels its
+	// tenant's runs over the HTTP API, decides nothing).
+	tok, msg, err = runCLI(t, "", "tokens", "create", "--name", "ci-producer", "--org", "acme", "--workspace", "eu", "--role", "producer")
+	require.NoError(t, err, msg)
+	require.Contains(t, msg, "producer of acme/eu")
+	p, err = a.Check(ctx, strings.TrimSpace(tok))
+	require.NoError(t, err)
+	require.Equal(t, auth.RoleProducer, p.Role)
+	require.True(t, p.Can(auth.RoleProducer) && !p.Can(auth.RoleApprover), "%+v", p)
+
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"create", "--name", "x", "--org", "acme", "--role", "owner"}, `role "owner" is not one of viewer, approver, admin`},
+		{[]string{"create", "--name", "x", "--org", "acme", "--role", "owner"}, `role "owner" is not one of viewer, producer, approver, admin`},
 		{[]string{"create", "--name", "x", "--org", "*", "--role", "viewer"}, "only an admin token may cover every tenant"},
 		{[]string{"create", "--org", "acme"}, "needs a name"},
 		{[]string{"create", "--name", "x"}, `org ""`},

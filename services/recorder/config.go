@@ -276,6 +276,6 @@ func EnvVars() []service.Var {
 		{Name: EnvOIDCAudience, Help: "the client id OIDC tokens must be issued to", Example: "toolwire"},
 		{Name: EnvOIDCOrgClaim, Help: "the OIDC claim naming the tenant's org (default org_id)", Example: "org"},
 		{Name: EnvOIDCWorkspaceClaim, Help: "the OIDC claim naming the workspace (default workspace_id; absent: every workspace)", Example: "workspace"},
-		{Name: EnvOIDCRoleClaim, Help: "the OIDC claim naming the role: viewer, approver or admin, or a list of them (default toolwire_role)", Example: "groups"},
+		{Name: EnvOIDCRoleClaim, Help: "the OIDC claim naming the role: viewer, producer, approver or admin, or a list of them (default toolwire_role)", Example: "groups"},
 	}
 }

@@ -478,6 +478,22 @@ func TestDecisionRoute(t *testing.T) {
 	if status != http.StatusConflict || decodeError(t, body).Code != apitypes.CodeAlreadyDecided {
 		t.Fatalf("deciding twice: %d %s; want 409", status, body)
 	}
+	// The run is cancelled while the record still reads pending: the
+	// approval was withdrawn, and the answer says so.
+	end, err := events.NewRunStatus("/toolwire/orchestrator", events.RunStatus{RunID: "decide-me", Status: events.StatusCancelled,
+		Reason: "cancelled by ops"}, "", events.RunTrace{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.env.Publish(t, end)
+	eventually(t, "the run cancelled", func() (bool, string) {
+		_, b := w.get("admin", "/v1/runs/decide-me")
+		return strings.Contains(string(b), `"status":"cancelled"`), string(b)
+	})
+	status, _, body = w.post("approver A", short, "application/json", []byte(`{"decision":"approve"}`))
+	if e := decodeError(t, body); status != http.StatusConflict || e.Code != apitypes.CodeAlreadyDecided || !strings.Contains(e.Message, "withdrawn") {
+		t.Fatalf("deciding a call of a cancelled run: %d %s; want 409 saying withdrawn", status, body)
+	}
 }
 
 // TestWritesWithTheSessionCookieCheckTheOrigin: a write authenticated by
@@ -509,4 +525,121 @@ func TestWritesWithTheSessionCookieCheckTheOrigin(t *testing.T) {
 	if s := send(w.srv.URL); s != http.StatusAccepted {
 		t.Fatalf("same-origin cancel with the session cookie: %d, want 202", s)
 	}
+}
+
+// TestTimelineCancelButton: the timeline shows an approver of the run's
+// tenant a Cancel button (a form POST of the recorder's own origin, as the
+// decision form), and a viewer none. The form refuses another origin and a
+// viewer, and for the approver publishes the same cancel request as the
+// API, by the approver's name. Once the run has ended cancelled the list
+// and the timeline show it so, and the button is gone.
+func TestTimelineCancelButton(t *testing.T) {
+	w := newWritesEnv(t)
+	fx := storetest.StartedRun(t, "button-run", "weather", storetest.TenantA, time.Now())
+	w.env.Publish(t, fx.Events...)
+	eventually(t, "the run recorded", func() (bool, string) {
+		s, b := w.get("admin", "/v1/runs/button-run")
+		return s == http.StatusOK, string(b)
+	})
+	page := func(who, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(testCtx(t), http.MethodGet, w.srv.URL+path, nil)
+		req.AddCookie(&http.Cookie{Name: auth.SessionCookie, Value: w.tok[who]})
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	const form = `<form method="post" action="/runs/button-run/cancel" class="cancel-run">`
+	if s, body := page("approver A", "/runs/button-run"); s != http.StatusOK || !strings.Contains(body, form) {
+		t.Fatalf("the approver's timeline: %d, Cancel button %t", s, strings.Contains(body, form))
+	}
+	if _, body := page("viewer A", "/runs/button-run"); strings.Contains(body, form) {
+		t.Fatal("a viewer sees the Cancel button")
+	}
+	submit := func(who string, header map[string]string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(testCtx(t), http.MethodPost, w.srv.URL+"/runs/button-run/cancel",
+			strings.NewReader("reason=stop+it"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(&http.Cookie{Name: auth.SessionCookie, Value: w.tok[who]})
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := noRedirects().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp
+	}
+	subj := events.Prefix + ".run.button-run.cancel_requested"
+	for _, h := range []map[string]string{{"Sec-Fetch-Site": "cross-site"}, {"Origin": "https://evil.example"}} {
+		if s := submit("approver A", h).StatusCode; s != http.StatusForbidden {
+			t.Errorf("cross-origin cancel form %v: %d, want 403", h, s)
+		}
+	}
+	same := map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": w.srv.URL}
+	if s := submit("viewer A", same).StatusCode; s != http.StatusForbidden {
+		t.Errorf("the viewer's cancel form: %d, want 403", s)
+	}
+	if s := submit("approver B", same).StatusCode; s != http.StatusNotFound {
+		t.Errorf("another tenant's approver's cancel form: %d, want 404", s)
+	}
+	if n := w.count(events.StreamRuns, subj); n != 0 {
+		t.Fatalf("%d cancel requests published by refused forms", n)
+	}
+	resp := submit("approver A", same)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/runs/button-run" {
+		t.Fatalf("the approver's cancel form: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if n := w.count(events.StreamRuns, subj); n != 1 {
+		t.Fatalf("%d cancel requests, want 1", n)
+	}
+	runs, _ := w.env.JS.Stream(testCtx(t), events.StreamRuns)
+	m, err := runs.GetLastMsgForSubject(testCtx(t), subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := events.Decode(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+	var c events.CancelRequest
+	if err == nil {
+		err = events.DecodeData(ev, &c)
+	}
+	if err != nil || c.By != "approver A" || c.Reason != "stop it" || c.Tenant != storetest.TenantA {
+		t.Fatalf("the form's cancel request: %+v %v", c, err)
+	}
+
+	// The run ends cancelled (the orchestrator's end event).
+	end, err := events.NewRunStatus("/toolwire/orchestrator", events.RunStatus{RunID: "button-run", Status: events.StatusCancelled,
+		Reason: c.Said()}, "", events.RunTrace{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.env.Publish(t, end)
+	eventually(t, "the run cancelled", func() (bool, string) {
+		_, b := w.get("approver A", "/v1/runs/button-run")
+		return strings.Contains(string(b), `"status":"cancelled"`), string(b)
+	})
+	_, body := page("approver A", "/runs/button-run")
+	if !strings.Contains(body, `status-cancelled">cancelled`) || strings.Contains(body, form) || !strings.Contains(body, "cancelled by approver A: stop it") {
+		t.Fatalf("the timeline of the cancelled run: %.3000s", body)
+	}
+	if s, b := w.get("producer A", "/v1/runs/button-run/outputs"); s != http.StatusOK {
+		t.Fatalf("the outputs of a cancelled run: %d %s; want 200 (what completed)", s, b)
+	}
+	if _, list := page("approver A", "/?status=cancelled"); !strings.Contains(list, `href="/runs/button-run"`) {
+		t.Fatal("the runs list filtered on cancelled lacks the run")
+	}
+	status, _, b := w.post("producer A", "/v1/runs/button-run/cancel", "", nil)
+	if got := decode[apitypes.CancelJSON](t, b); status != http.StatusOK || got.Status != events.StatusCancelled || got.Cancelled {
+		t.Fatalf("cancelling a cancelled run: %d %s", status, b)
+	}
+}
+
+func noRedirects() *http.Client {
+	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }

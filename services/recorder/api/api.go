@@ -399,7 +399,7 @@ func (a *api) getOutputs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch run.Status {
-	case events.StatusCompleted:
+	case events.StatusCompleted, events.StatusCancelled: // a cancelled run's hold what completed
 	case events.StatusFailed:
 		msg := fmt.Sprintf("run %q failed and has no outputs", run.RunID)
 		if run.Reason != "" {

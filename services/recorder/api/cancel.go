@@ -13,6 +13,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/approvals"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
@@ -56,20 +57,13 @@ func (a *api) cancelRun(w http.ResponseWriter, r *http.Request) {
 		unavailable("this recorder has no NATS connection to publish the cancel request on; use toolwire cancel").write(w)
 		return
 	}
-	c := events.CancelRequest{RunID: run.RunID, Reason: strings.TrimSpace(in.Reason), By: p.Name, Tenant: run.Tenant,
-		RequestedAt: time.Now().UTC()}
-	if err := c.Validate(); err != nil {
-		invalid("the cancel request is not valid", problems(err)...).write(w)
+	err := Cancel(r.Context(), a.pub, run, p.Name, in.Reason)
+	var invalidCancel *invalidCancelError
+	switch {
+	case errors.As(err, &invalidCancel):
+		invalid("the cancel request is not valid", problems(invalidCancel.err)...).write(w)
 		return
-	}
-	out, err := events.NewCancelRequested(source, c, events.RunTraceFrom(r.Context()))
-	if err != nil {
-		invalid("the cancel request could not be built", err.Error()).write(w)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), writeTimeout)
-	defer cancel()
-	if err := a.pub.Publish(ctx, out); err != nil {
+	case err != nil:
 		if r.Context().Err() != nil {
 			return
 		}
@@ -79,6 +73,33 @@ func (a *api) cancelRun(w http.ResponseWriter, r *http.Request) {
 	a.log.Info("api: run cancel requested", "run_id", run.RunID, "by", p.Name)
 	writeJSON(w, http.StatusAccepted, apitypes.CancelJSON{RunID: run.RunID, Status: apitypes.StatusCancelling, Cancelled: true})
 }
+
+// Cancel publishes run's cancel request (events.NewCancelRequested), asked
+// by by (a principal's name) for the run's own tenant, as `toolwire cancel`
+// does: what POST /v1/runs/{run_id}/cancel and the timeline's Cancel button
+// publish. The request's id is one per run, so publishing it again within
+// the stream's duplicate window stores nothing more. A request that is not
+// valid (a reason too long) is an error wrapping events.ErrInvalidCancel.
+func Cancel(ctx context.Context, pub *publish.Publisher, run store.Run, by, reason string) error {
+	c := events.CancelRequest{RunID: run.RunID, Reason: strings.TrimSpace(reason), By: by, Tenant: run.Tenant,
+		RequestedAt: time.Now().UTC()}
+	if err := c.Validate(); err != nil {
+		return &invalidCancelError{err}
+	}
+	out, err := events.NewCancelRequested(source, c, events.RunTraceFrom(ctx))
+	if err != nil {
+		return &invalidCancelError{err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	return pub.Publish(ctx, out)
+}
+
+// invalidCancelError is a cancel request Cancel refused to build.
+type invalidCancelError struct{ err error }
+
+func (e *invalidCancelError) Error() string { return e.err.Error() }
+func (e *invalidCancelError) Unwrap() error { return e.err }
 
 // shortCallID is a call id as the decision route takes it: the whole id or
 // at least approvals.MinShortCallIDLen of its leading digits.
@@ -131,15 +152,18 @@ func (a *api) decideCall(w http.ResponseWriter, r *http.Request) {
 			invalid("the decision is not valid", problems(verr)...).write(w)
 			return
 		}
-		if why := a.withdrawn(ctx, run, callID); why != "" {
-			writeError(w, http.StatusConflict, apitypes.CodeAlreadyDecided,
-				fmt.Sprintf("call %s of run %s no longer awaits a decision: its approval was withdrawn (%s)", callID, run.RunID, why))
-			return
-		}
 		var rec events.ApprovalRecord
 		rec, err = approvals.PendingApproval(ctx, a.opts.JS, run.RunID, callID)
 		if err == nil && !p.Sees(rec.Call.Tenant) {
 			err = fmt.Errorf("%w: call %s of run %s", approvals.ErrNoApproval, callID, run.RunID)
+		}
+		if err == nil {
+			// Still pending in the guard's record, but the run's
+			// cancellation may have answered the call already.
+			if why := a.withdrawn(ctx, run, callID); why != "" {
+				err = fmt.Errorf("%w: call %s of run %s no longer awaits a decision: its approval was withdrawn (%s)",
+					approvals.ErrAlreadyDecided, callID, run.RunID, why)
+			}
 		}
 		if err == nil {
 			err = approvals.PublishDecision(ctx, a.opts.JS, source, d, rec)

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"regexp"
+	"strings"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -28,9 +29,9 @@ import (
 // what lets a live stream resume after the last event a client received
 // (Last-Event-ID) by replaying the run's events from the first.
 type causalOrder struct {
-	asked    map[string]bool // calls whose turn was released
-	approval map[string]bool // calls whose approval request was released
-	held     []store.EventRow
+	asked    map[string]bool  // calls whose turn was released
+	approval map[string]bool  // calls whose approval request was released
+	held     []store.EventRow // in seq order
 	ends     []store.EventRow
 }
 
@@ -55,21 +56,57 @@ func (o *causalOrder) add(e store.EventRow) []store.EventRow {
 		return nil
 	}
 	out := o.release(nil, e)
-	// Each release may make held events ready; they go in seq order.
-	for changed := true; changed; {
-		changed = false
-		kept := o.held[:0]
-		for _, h := range o.held {
-			if !changed && o.ready(h) {
-				out = o.release(out, h)
-				changed = true
-				continue
+	// Each release may make held events ready. Of those ready at once, the
+	// first in a call's life goes first (an approval request before its
+	// decisions, a routing before a start, an envelope last), then the
+	// first published on its stream: the order the services made them in,
+	// which a held batch would otherwise lose.
+	for {
+		best := -1
+		for i, h := range o.held {
+			if o.ready(h) && (best < 0 || before(h, o.held[best])) {
+				best = i
 			}
-			kept = append(kept, h)
 		}
-		o.held = kept
+		if best < 0 {
+			return out
+		}
+		h := o.held[best]
+		o.held = append(o.held[:best], o.held[best+1:]...)
+		out = o.release(out, h)
 	}
-	return out
+}
+
+// callRank orders the events of one call's life.
+func callRank(typ string) int {
+	switch typ {
+	case events.TypeCallApprovalRequired:
+		return 0
+	case events.TypeCallDecided:
+		return 1
+	case events.TypeCallApproved:
+		return 2
+	case events.TypeCallStarted:
+		return 3
+	case events.TypeCallCompleted:
+		return 6
+	}
+	if strings.HasPrefix(typ, "dev.toolwire.sandbox.") {
+		return 4
+	}
+	return 5
+}
+
+// before orders events released together: by callRank, then by their
+// place in their stream, then as recorded.
+func before(a, b store.EventRow) bool {
+	if ra, rb := callRank(a.Type), callRank(b.Type); ra != rb {
+		return ra < rb
+	}
+	if a.Stream == b.Stream && a.Stream != "" && a.StreamSeq != b.StreamSeq {
+		return a.StreamSeq < b.StreamSeq
+	}
+	return a.Seq < b.Seq
 }
 
 // finish releases what is still held (calls no turn asked for, decisions

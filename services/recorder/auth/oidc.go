@@ -231,7 +231,7 @@ func printable(s string) bool {
 func roleOfClaim(claims map[string]any, name string) (Role, error) {
 	v, ok := claims[name]
 	if !ok {
-		return "", fmt.Errorf("has no %q claim naming viewer, approver or admin", name)
+		return "", fmt.Errorf("has no %q claim naming viewer, producer, approver or admin", name)
 	}
 	var best Role
 	consider := func(s string) {

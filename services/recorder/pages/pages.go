@@ -28,6 +28,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/approvals"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
@@ -50,6 +51,7 @@ type pages struct {
 	run    *template.Template
 	login  *template.Template
 	assets http.Handler
+	pub    *publish.Publisher // the Cancel button's; nil without a JetStream
 }
 
 // Options configure New. Zero values mean the defaults.
@@ -75,6 +77,7 @@ type Options struct {
 //	GET  /runs/{run_id}             a run's timeline, live while the run goes on
 //	GET  /runs/{run_id}/timeline    the timeline alone, which the run page fetches on each event
 //	POST /runs/{run_id}/calls/{call_id}/decision   approve, deny or revise a call that awaits approval (approvers)
+//	POST /runs/{run_id}/cancel      cancel a run that has not ended (approvers)
 //	GET  /login, POST /login        the login page: a token pasted becomes the session cookie
 //	POST /logout                    ends the session
 //	GET  /assets/...                the stylesheet and the script
@@ -93,11 +96,15 @@ func New(st store.Store, o Options) http.Handler {
 	}
 	p := newPages(st, o.Log)
 	p.opts = o
+	if o.JS != nil {
+		p.pub = publish.NewPublisher(o.JS, publish.WithLogger(o.Log))
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.runsPage)
 	mux.HandleFunc("GET /runs/{run_id}", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, false) })
 	mux.HandleFunc("GET /runs/{run_id}/timeline", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, true) })
 	mux.HandleFunc("POST /runs/{run_id}/calls/{call_id}/decision", p.decide)
+	mux.HandleFunc("POST /runs/{run_id}/cancel", p.cancel)
 	mux.HandleFunc("GET /login", p.loginPage)
 	mux.HandleFunc("POST /login", p.loginSubmit)
 	mux.HandleFunc("POST /logout", p.logout)
@@ -277,6 +284,10 @@ type runView struct {
 	Loose                                []callView
 	Tokens                               string
 	StreamURL                            string
+	// Cancel shows the Cancel button: the run has not ended and the
+	// visitor is an approver of its tenant.
+	Cancel    bool
+	CancelURL string
 }
 
 type iterationView struct {
@@ -377,6 +388,7 @@ func (p *pages) buildRunView(ctx context.Context, id string, who auth.Principal)
 		Created: run.CreatedAt.Format("2006-01-02 15:04:05 MST"), Duration: runDuration(run), Spend: spendLabel(run.Spend),
 		Iterations: run.Iterations, ToolCalls: run.ToolCalls, TraceID: run.TraceID, Live: !store.IsTerminal(run.Status),
 		StreamURL: "/v1/runs/" + url.PathEscape(id) + "/events/stream",
+		Cancel:    canDecide, CancelURL: "/runs/" + url.PathEscape(id) + "/cancel",
 	}
 	if len(evs) > 0 {
 		v.LastSeq = evs[len(evs)-1].Seq
@@ -597,6 +609,9 @@ func callViewOf(runID string, c store.ToolCall, asked *time.Time, evs []store.Ev
 			}
 			if cv.Cost != "" {
 				step.Detail = "cost " + cv.Cost
+			}
+			if ap.State == store.ApprovalWithdrawn {
+				step.Label, step.Class = "approval withdrawn: the run was cancelled", "muted"
 			}
 		case events.TypeCallApprovalRequired:
 			step.Label, step.Class = "approval required", "warn"

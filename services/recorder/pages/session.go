@@ -13,6 +13,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/approvals"
+	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
@@ -251,4 +252,55 @@ func (p *pages) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	p.log.Info("web: approval decided", "run_id", runID, "call_id", callID, "decision", d.Decision, "by", who.Name)
 	http.Redirect(w, r, "/runs/"+url.PathEscape(runID)+"#call-"+callID, http.StatusSeeOther)
+}
+
+// cancel cancels a run from the timeline's Cancel button: it publishes the
+// run's cancel request exactly as POST /v1/runs/{run_id}/cancel and
+// `toolwire cancel` do (api.Cancel), asked by the approver, for the run's
+// tenant; the run then ends cancelled and the timeline shows it. Like the
+// decision form it is a POST of this origin only (csrfProtection).
+func (p *pages) cancel(w http.ResponseWriter, r *http.Request) {
+	runID := r.PathValue("run_id")
+	if events.ValidateRunID(runID) != nil {
+		p.pageError(w, r, http.StatusBadRequest, "Not a run id.")
+		return
+	}
+	who := auth.FromContext(r.Context())
+	run, err := p.store.Run(r.Context(), runID)
+	if err == nil && !who.Sees(run.Tenant) {
+		err = store.ErrRunNotFound // not there for this reader
+	}
+	if p.runReadFailed(w, r, runID, err, "cancel") {
+		return
+	}
+	if !who.Can(auth.RoleApprover) {
+		p.pageError(w, r, http.StatusForbidden, fmt.Sprintf("You are a %s: only an approver or an admin may cancel a run here.", who.Role))
+		return
+	}
+	if p.pub == nil {
+		p.pageError(w, r, http.StatusServiceUnavailable, "This recorder has no NATS connection to publish the cancel on; use toolwire cancel.")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		p.pageError(w, r, http.StatusBadRequest, "The form could not be read.")
+		return
+	}
+	back := "/runs/" + url.PathEscape(runID)
+	if store.IsTerminal(run.Status) {
+		http.Redirect(w, r, back, http.StatusSeeOther) // nothing to cancel: the timeline shows its end
+		return
+	}
+	err = api.Cancel(r.Context(), p.pub, run, who.Name, r.PostForm.Get("reason"))
+	switch {
+	case errors.Is(err, events.ErrInvalidCancel):
+		p.pageError(w, r, http.StatusBadRequest, err.Error())
+		return
+	case err != nil:
+		p.log.Error("cancel", "run_id", runID, "err", err)
+		p.pageError(w, r, http.StatusServiceUnavailable, "The cancel could not be published now; retry, or use toolwire cancel.")
+		return
+	}
+	p.log.Info("web: run cancel requested", "run_id", runID, "by", who.Name)
+	http.Redirect(w, r, back, http.StatusSeeOther)
 }

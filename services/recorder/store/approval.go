@@ -16,6 +16,10 @@ const (
 	ApprovalDenied   = string(events.ApprovalDenied)
 	ApprovalRevised  = string(events.ApprovalRevised)
 	ApprovalExpired  = string(events.ApprovalExpired)
+	// ApprovalWithdrawn: the run was cancelled while the call waited, and
+	// the guard answered it (POLICY_DENIED, details.cancelled) instead of a
+	// decision.
+	ApprovalWithdrawn = string(events.ApprovalWithdrawn)
 )
 
 // Approval is what a call's recorded events say of its approval: the
@@ -29,8 +33,9 @@ const (
 // recorded is not the one that took effect.
 type Approval struct {
 	// State is "" when the call waited for no approval; else pending until
-	// the guard's outcome is recorded, then approved, denied, revised or
-	// expired (no decision by the deadline).
+	// the guard's outcome is recorded, then approved, denied, revised,
+	// expired (no decision by the deadline) or withdrawn (the run was
+	// cancelled while the call waited).
 	State string
 	// Applied is the decision the guard applied (nil while pending, and
 	// for an expired approval). Its Event is "" when the outcome is
@@ -104,6 +109,8 @@ func ApprovalOf(evs []EventRow) Approval {
 		return a
 	case out.kind == "timeout":
 		a.State = ApprovalExpired
+	case out.kind == ApprovalWithdrawn:
+		a.State = ApprovalWithdrawn
 	case out.kind == "":
 		// The call ended otherwise (its run ended, say) while it waited.
 		a.State = ApprovalPending
@@ -139,6 +146,8 @@ func ApprovalOf(evs []EventRow) Approval {
 	switch {
 	case a.State == ApprovalExpired:
 		why = "the approval had timed out"
+	case a.State == ApprovalWithdrawn:
+		why = "the approval was withdrawn: the run was cancelled"
 	case out.kind == "":
 		why = "the call had ended"
 	case a.Applied != nil && a.Applied.By != "":
@@ -164,6 +173,10 @@ func completionOutcome(data json.RawMessage) *outcome {
 		return &outcome{}
 	}
 	str := func(k string) string { s, _ := env.Error.Details[k].(string); return s }
+	if c, _ := env.Error.Details["cancelled"].(bool); c && str("approval") == "" {
+		// Withdrawn by the run's cancellation (events.CancelledCallError).
+		return &outcome{kind: ApprovalWithdrawn}
+	}
 	switch k := str("approval"); k {
 	case "deny", "revise":
 		return &outcome{kind: k, by: str("by"), note: str("note"), detailed: true}

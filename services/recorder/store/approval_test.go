@@ -29,6 +29,9 @@ func TestApprovalOf(t *testing.T) {
 		return row("r/c/completed", events.TypeCallCompleted, string(b))
 	}
 	approved := row("r/c/approved", events.TypeCallApproved, `{"operator_approved":true}`)
+	cut, err := json.Marshal(map[string]any{"call_id": "c", "error": events.CancelledCallError(false, "cancelled by ops")})
+	require.NoError(t, err)
+	withdrawn := row("r/c/completed", events.TypeCallCompleted, string(cut))
 	allowed := row("r/c/approved", events.TypeCallApproved, `{}`)
 	succeeded := row("r/c/completed", events.TypeCallCompleted, `{"call_id":"c","output":1}`)
 	ids := func(ds []store.DecisionRow) []string {
@@ -64,6 +67,8 @@ func TestApprovalOf(t *testing.T) {
 			store.ApprovalExpired, "-", []string{"d1"}, []string{}, "the approval had timed out"},
 		{"an outcome with no decision recorded", []store.EventRow{asked, denied("revise", "a", "fix it")},
 			store.ApprovalRevised, "", []string{}, []string{}, ""},
+		{"withdrawn by the run's cancellation, then decided", []store.EventRow{asked, withdrawn, decided("d1", "approve", "a", "")},
+			store.ApprovalWithdrawn, "-", []string{"d1"}, []string{}, "the approval was withdrawn: the run was cancelled"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

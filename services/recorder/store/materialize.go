@@ -234,7 +234,8 @@ func recordRunStatus(d *decoding) error {
 	if u.TraceID == "" {
 		u.TraceID = d.traceID
 	}
-	if s.Status == events.StatusCompleted {
+	if s.Status == events.StatusCompleted || s.Status == events.StatusCancelled {
+		// A cancelled run's outputs hold what completed (events/cancel.go).
 		u.Outputs, u.Pinned, u.OutputsBlob = r.Outputs, r.Pinned, r.OutputsBlob
 	}
 	if s.Turn != nil {

@@ -56,8 +56,8 @@ type Store interface {
 	//     from the first event that named them when the request has none;
 	//   - iteration and tool call counts only grow; created_at is the earliest
 	//     event's time, updated_at the latest one's;
-	//   - a completed run's outputs, pinned handles and outputs blob: the first
-	//     reported wins;
+	//   - a completed (or cancelled) run's outputs, pinned handles and outputs
+	//     blob: the first reported wins;
 	//   - a tool call's status moves forward only, along requested < approved <
 	//     started < completed (the model turn that made it requests it); once
 	//     its envelope has arrived, the envelope's name, version, input and

@@ -186,8 +186,8 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T) store.Store) {
 		fx := CancelledRun(t, "run-cancelled", "weather", TenantB, Base, "cancelled by ops: not needed")
 		mustWrite(t, s, fx.Records(t)...)
 		run := mustRun(t, s, fx.RunID)
-		if run.Status != events.StatusCancelled || run.Reason != fx.Reason || run.CompletedAt == nil {
-			t.Fatalf("run = %+v; want cancelled with reason %q, completed_at set", run, fx.Reason)
+		if run.Status != events.StatusCancelled || run.Reason != fx.Reason || run.CompletedAt == nil || len(run.Outputs) == 0 {
+			t.Fatalf("run = %+v; want cancelled with reason %q, completed_at set, the outputs of what completed", run, fx.Reason)
 		}
 		runs, err := s.ListRuns(ctx(t), store.RunFilter{Status: events.StatusCancelled})
 		if err != nil || len(runs) != 1 || runs[0].RunID != fx.RunID {

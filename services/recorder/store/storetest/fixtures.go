@@ -297,6 +297,8 @@ func CancelledRun(t testing.TB, runID, agent string, tenant envelope.Tenant, bas
 	b.add(events.NewRunStatus(Source, b.status(events.StatusStarted), "", r.Trace))
 	end := b.status(events.StatusCancelled)
 	end.Reason = reason
+	r.Outputs = &envelope.AgentOutputs{ToolsByID: map[string]envelope.ToolEnvelope{}, ToolOrder: []string{}}
+	end.Outputs = r.Outputs
 	b.add(events.NewRunStatus(Source, end, "", r.Trace))
 	return r
 }
