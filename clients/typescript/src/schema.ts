@@ -72,7 +72,10 @@ export interface paths {
         };
         /**
          * The run's AgentOutputs, exactly as its completed event carried them
-         * @description Outputs too large for the completed event are in a blob it names
+         * @description A cancelled run has outputs too: those its cancelled event carried, holding the envelopes of what
+         *     completed (the calls cut short included).
+         *
+         *     Outputs too large for the completed event are in a blob it names
          *     (`outputs_blob` of the run): the recorder reads them from the object
          *     store and serves them the same way.
          */
@@ -843,7 +846,7 @@ export interface components {
         /** @description A call's approval as its events record it: the decision the Policy Guard applied (its outcome shows it: the call approved, or its POLICY_DENIED completion), not the last one recorded; the decisions it ignored; and those recorded before its outcome. Absent for a call that waited for no approval. */
         Approval: {
             /** @enum {string} */
-            state: "pending" | "approved" | "denied" | "revised" | "expired";
+            state: "pending" | "approved" | "denied" | "revised" | "expired" | "withdrawn";
             applied: components["schemas"]["Decision"] | null;
             ignored: components["schemas"]["Decision"][];
             awaiting: components["schemas"]["Decision"][];
@@ -1025,7 +1028,7 @@ export interface components {
         };
         /**
          * @description The body is not JSON (`invalid_json`), has a field the request does not have (`unknown_field`), or a
-         *     path parameter is malformed (`invalid_run_id`, `invalid_call_id`, `ambiguous_call_id`).
+         *     path parameter is malformed (`invalid_run_id`, `invalid_call_id`).
          */
         BadBody: {
             headers: {
