@@ -198,7 +198,6 @@ export class Client {
       let retry = self.o.retryMs;
       for (;;) {
         fo.signal?.throwIfAborted();
-        let res: Response | undefined;
         try {
           const header: Record<string, string> = {};
           if (state.lastEventId !== undefined) header["Last-Event-ID"] = state.lastEventId;
@@ -208,10 +207,10 @@ export class Client {
             parseAs: "stream",
             signal: fo.signal,
           });
-          res = r.response;
+          const status = r.response.status;
           if (r.error !== undefined || !r.data) {
-            const err = toError(res.status, r.error);
-            if (res.status < 500 && res.status !== 408 && res.status !== 429) throw err;
+            const err = toError(status, r.error);
+            if (status < 500 && status !== 408 && status !== 429) throw err;
             throw new Retryable(err);
           }
           for await (const m of parseSSE(r.data)) {
@@ -229,6 +228,7 @@ export class Client {
             }
           }
           // Closed without an end: the connection dropped, or the server went away.
+          throw new Error("the stream closed before the run's end");
         } catch (err) {
           if (fo.signal?.aborted) throw fo.signal.reason ?? err;
           if (err instanceof ToolwireError) throw err;

@@ -111,3 +111,20 @@ test("follow gives up after maxRetries failures in a row", async () => {
   const c = new Client({ baseUrl: "http://127.0.0.1:1", retryMs: 1, maxRetries: 2 });
   await assert.rejects(collect(c.follow("r1")), (err) => err instanceof ToolwireError && /3 times in a row/.test(err.message));
 });
+
+test("follow counts a stream closed before the run's end as a failure, and gives up", async () => {
+  let hits = 0;
+  const server = createServer((_req, res) => {
+    hits++;
+    res.writeHead(200, { "Content-Type": "text/event-stream" });
+    res.end("retry: 1\n\n: nothing\n\n");
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  try {
+    const c = new Client({ baseUrl: `http://127.0.0.1:${server.address().port}`, maxRetries: 2 });
+    await assert.rejects(collect(c.follow("r1")), (err) => err instanceof ToolwireError && /closed before the run's end/.test(err.message));
+    assert.equal(hits, 3);
+  } finally {
+    await new Promise((r) => server.close(r));
+  }
+});
