@@ -283,13 +283,27 @@ func checkCloudEvent(t *testing.T, data string) event.Event {
 
 // checkCausal checks that evs are in causal order: each call's events after
 // the turn that asked for the call, a decision after its call's approval
-// request, the run's end last.
+// request, the run's suspension for an approval after that request and its
+// resumption after the call's answer, the run's end last.
 func checkCausal(t *testing.T, evs []event.Event) {
 	t.Helper()
-	asked, approval := map[string]bool{}, map[string]bool{}
+	asked, approval, answered := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for i, e := range evs {
 		callID := events.Ext(&e, events.ExtCallID)
+		if callID != "" && (e.Type() == events.TypeCallDecided || e.Type() == events.TypeCallApproved || e.Type() == events.TypeCallCompleted) {
+			answered[callID] = true // checked below against the turn, not against itself
+		}
 		switch {
+		case e.Type() == events.TypeRunSuspended || e.Type() == events.TypeRunResumed:
+			_, call, ok := strings.Cut(strings.TrimPrefix(e.ID(), events.Ext(&e, events.ExtRunID)+"/"), "/")
+			if !ok {
+				break
+			}
+			if e.Type() == events.TypeRunSuspended {
+				require.True(t, approval[call], "the run suspended for call %s before its approval request", call)
+			} else {
+				require.True(t, answered[call], "the run resumed for call %s before its answer", call)
+			}
 		case e.Type() == events.TypeTurnCompleted:
 			var turn events.Turn
 			require.NoError(t, events.DecodeData(&e, &turn))

@@ -21,6 +21,9 @@ import (
 //     until the turn that asked for the call has been released;
 //   - a decision on a call, and an operator's approval of it, until the
 //     call's approval request has been released;
+//   - the run's suspension for a call's approval until that approval
+//     request, and its resumption until the call's decision, approval or
+//     envelope;
 //   - the run's end (completed, failed or cancelled) until finish, which
 //     the stream calls once the run is settled: the end comes last.
 //
@@ -31,12 +34,13 @@ import (
 type causalOrder struct {
 	asked    map[string]bool  // calls whose turn was released
 	approval map[string]bool  // calls whose approval request was released
+	answered map[string]bool  // calls whose decision, approval or envelope was released
 	held     []store.EventRow // in seq order
 	ends     []store.EventRow
 }
 
 func newCausalOrder() *causalOrder {
-	return &causalOrder{asked: map[string]bool{}, approval: map[string]bool{}}
+	return &causalOrder{asked: map[string]bool{}, approval: map[string]bool{}, answered: map[string]bool{}}
 }
 
 // isRunEnd reports whether an event type is a run's end.
@@ -82,19 +86,23 @@ func callRank(typ string) int {
 	switch typ {
 	case events.TypeCallApprovalRequired:
 		return 0
-	case events.TypeCallDecided:
+	case events.TypeRunSuspended:
 		return 1
-	case events.TypeCallApproved:
+	case events.TypeCallDecided:
 		return 2
-	case events.TypeCallStarted:
+	case events.TypeCallApproved:
 		return 3
+	case events.TypeRunResumed:
+		return 4
+	case events.TypeCallStarted:
+		return 5
 	case events.TypeCallCompleted:
-		return 6
+		return 8
 	}
 	if strings.HasPrefix(typ, "dev.toolwire.sandbox.") {
-		return 4
+		return 6
 	}
-	return 5
+	return 7
 }
 
 // before orders events released together: by callRank, then by their
@@ -118,6 +126,12 @@ func (o *causalOrder) finish() []store.EventRow {
 }
 
 func (o *causalOrder) ready(e store.EventRow) bool {
+	if c := statusCall(e); c != "" {
+		if e.Type == events.TypeRunSuspended {
+			return o.approval[c]
+		}
+		return o.answered[c]
+	}
 	if e.CallID == "" || e.Type == events.TypeTurnCompleted {
 		return true
 	}
@@ -153,8 +167,30 @@ func (o *causalOrder) release(out []store.EventRow, e store.EventRow) []store.Ev
 		}
 	case events.TypeCallApprovalRequired:
 		o.approval[e.CallID] = true
+	case events.TypeCallDecided, events.TypeCallApproved, events.TypeCallCompleted:
+		o.answered[e.CallID] = true
 	}
 	return append(out, e)
+}
+
+// statusCall is the call a run's suspension or resumption is about, from
+// its id (<run_id>/suspended/<call_id>, events.NewRunStatus); "" for any
+// other event.
+func statusCall(e store.EventRow) string {
+	var verb string
+	switch e.Type {
+	case events.TypeRunSuspended:
+		verb = "/" + events.StatusSuspended + "/"
+	case events.TypeRunResumed:
+		verb = "/" + events.StatusResumed + "/"
+	default:
+		return ""
+	}
+	c, ok := strings.CutPrefix(e.ID, e.RunID+verb)
+	if !ok || events.ValidateCallID(c) != nil {
+		return ""
+	}
+	return c
 }
 
 // ceExtensionName is a valid CloudEvents attribute name: lowercase ASCII

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -9,9 +10,11 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/api/apitest"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite/sqlitetest"
 )
 
 // TestOpenAPIDocument: the document is valid OpenAPI 3, documents every route
@@ -101,6 +104,49 @@ func TestOpenAPISecurity(t *testing.T) {
 			}
 			if op.Responses.Status(http.StatusUnauthorized) == nil {
 				t.Errorf("%s documents no 401", name)
+			}
+		}
+	}
+}
+
+// TestOpenAPIOperationsAreServed: every operation the document describes
+// is a route of the API: its method on its path (parameters filled in) is
+// neither refused as a method the path does not take (405) nor answered as
+// a resource that does not exist (404 not_found); and every method of a
+// documented path that the document does not describe is refused (405).
+func TestOpenAPIOperationsAreServed(t *testing.T) {
+	doc, _ := apitest.Spec(t)
+	st := sqlitetest.Store(t)
+	done := make(chan struct{})
+	defer close(done)
+	srv := httptest.NewServer(api.New(st, api.Options{Log: slog.New(slog.DiscardHandler), Done: done,
+		StreamWait: time.Millisecond, Poll: time.Millisecond}))
+	t.Cleanup(srv.Close)
+	fill := strings.NewReplacer("{run_id}", "run-1", "{call_id}", strings.Repeat("ab", 32), "{name}", "run-1.outputs",
+		"{ref}", "ghost@1.0.0")
+	for path, item := range doc.Paths.Map() {
+		ops := item.Operations()
+		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+			req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+fill.Replace(path), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 4096)
+			n, _ := io.ReadAtLeast(resp.Body, b, 1)
+			_ = resp.Body.Close()
+			body := string(b[:n])
+			_, documented := ops[method]
+			switch {
+			case documented && resp.StatusCode == http.StatusMethodNotAllowed:
+				t.Errorf("%s %s is documented but refused: %s", method, path, body)
+			case documented && resp.StatusCode == http.StatusNotFound && strings.Contains(body, `"code":"not_found"`):
+				t.Errorf("%s %s is documented but no route: %s", method, path, body)
+			case !documented && resp.StatusCode != http.StatusMethodNotAllowed:
+				t.Errorf("%s %s is not documented but answered %d: %.200s", method, path, resp.StatusCode, body)
 			}
 		}
 	}

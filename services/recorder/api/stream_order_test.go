@@ -68,16 +68,17 @@ func readStream(t *testing.T, ctx context.Context, url, header, value string) (e
 			data += strings.TrimPrefix(line, "data: ")
 		}
 	}
-	t.Fatalf("the stream ended without an end event (%v)", sc.Err())
+	t.Fatalf("the stream ended without an end event (%v) after %d events: %+v", sc.Err(), len(evs), evs)
 	return nil, ""
 }
 
 // TestStreamIsCausalWhateverTheRecordedOrder: a run's events recorded in an
 // order that inverts cause and effect (the end first, a call's envelope
 // and decisions before its turn and its approval request, a late decision
-// before the one applied) stream in causal order: the request, the turn,
-// the approval request, the decisions in the order they were published,
-// the operator's approval, the envelope, the end last; each a CloudEvent
+// before the one applied, the run resumed before it was suspended) stream
+// in causal order: the request, the turn, the approval request, the run's
+// suspension for it, the decisions in the order they were published, the
+// operator's approval, the run's resumption, the envelope, the end last; each a CloudEvent
 // whose extension names are CloudEvents names. A stream resumed after any
 // of its messages (Last-Event-ID) sends exactly the rest; after=seq skips
 // what was recorded up to seq.
@@ -90,7 +91,33 @@ func TestStreamIsCausalWhateverTheRecordedOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs := storetest.Records(t, append(fx.Events, end)...)
+	var callID string
+	for _, o := range fx.Events {
+		if o.Event.Type() == events.TypeCallApprovalRequired {
+			callID = events.Ext(&o.Event, events.ExtCallID)
+		}
+	}
+	suspended, err := events.NewRunStatus(storetest.Source, events.RunStatus{RunID: "causal", Status: events.StatusSuspended,
+		Reason: "waiting for approval"}, callID, fx.Trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := events.NewRunStatus(storetest.Source, events.RunStatus{RunID: "causal", Status: events.StatusResumed}, callID, fx.Trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Dated after every event of the fixture (the end last), so that the
+	// store's gate applies them all whatever order they are written in.
+	var last time.Time
+	for _, o := range fx.Events {
+		if o.Event.Time().After(last) {
+			last = o.Event.Time()
+		}
+	}
+	suspended.Event.SetTime(last.Add(100 * time.Millisecond))
+	resumed.Event.SetTime(last.Add(200 * time.Millisecond))
+	end.Event.SetTime(last.Add(time.Second))
+	recs := storetest.Records(t, append(fx.Events, suspended, resumed, end)...)
 	// Their place in their streams, as published.
 	streamSeq := map[string]uint64{}
 	for i := range recs {
@@ -117,7 +144,8 @@ func TestStreamIsCausalWhateverTheRecordedOrder(t *testing.T) {
 	request, turn := byType(events.TypeRunRequested, 0), byType(events.TypeTurnCompleted, 0)
 	asked, applied, late := byType(events.TypeCallApprovalRequired, 0), byType(events.TypeCallDecided, 0), byType(events.TypeCallDecided, 1)
 	approved, completed, ended := byType(events.TypeCallApproved, 0), byType(events.TypeCallCompleted, 0), byType(events.TypeRunCompleted, 0)
-	recorded := []store.Record{request, late, completed, ended, approved, applied, asked, turn}
+	susp, res := byType(events.TypeRunSuspended, 0), byType(events.TypeRunResumed, 0)
+	recorded := []store.Record{request, late, res, completed, ended, approved, applied, susp, asked, turn}
 	if len(recorded) != len(recs) {
 		t.Fatalf("the fixture has %d events, the test orders %d", len(recs), len(recorded))
 	}
@@ -146,8 +174,8 @@ func TestStreamIsCausalWhateverTheRecordedOrder(t *testing.T) {
 			t.Errorf("%s lacks CloudEvents attributes: %v", e.id, e.raw)
 		}
 	}
-	want := []string{request.Event.ID, turn.Event.ID, asked.Event.ID, applied.Event.ID, late.Event.ID, approved.Event.ID,
-		completed.Event.ID, ended.Event.ID}
+	want := []string{request.Event.ID, turn.Event.ID, asked.Event.ID, susp.Event.ID, applied.Event.ID, late.Event.ID,
+		approved.Event.ID, res.Event.ID, completed.Event.ID, ended.Event.ID}
 	if strings.Join(order, " ") != strings.Join(want, " ") {
 		t.Fatalf("streamed\n  %s\nwant\n  %s", strings.Join(order, "\n  "), strings.Join(want, "\n  "))
 	}
