@@ -39,6 +39,12 @@
 // logged; a panic is an UNKNOWN too, logged with its stack, and the worker
 // goes on serving.
 //
+// A tool's context ends at its timeout, and when its run is cancelled (the
+// executor tells every replica of the queue, which stops the call it runs):
+// a tool that waits or does I/O should pass its context on and return when
+// it ends. The call is answered by the executor then; what the tool returns
+// afterwards is not read.
+//
 // Start and Stop run a worker inside a process that already has a JetStream
 // connection (tests: see package workertest).
 package worker

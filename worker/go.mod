@@ -7,6 +7,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
+	github.com/toolwire/toolwire/pkg/embedded v0.1.0
 	github.com/toolwire/toolwire/pkg/envelope v0.1.0
 	github.com/toolwire/toolwire/pkg/events v0.1.0
 	github.com/toolwire/toolwire/pkg/jetstream v0.1.0
@@ -71,7 +72,6 @@ require (
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
 	github.com/toolwire/toolwire/client v0.1.0 // indirect
-	github.com/toolwire/toolwire/pkg/embedded v0.1.0 // indirect
 	github.com/toolwire/toolwire/pkg/rules v0.1.0 // indirect
 	github.com/toolwire/toolwire/services/policy v0.1.0 // indirect
 	github.com/toolwire/toolwire/services/sandbox v0.1.0 // indirect

@@ -45,12 +45,16 @@ type server struct {
 	calls    *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 
-	subs     []*nats.Subscription
-	inflight sync.WaitGroup
-	stopBeat chan struct{}
-	beatDone chan struct{}
-	stopOnce sync.Once
-	stopErr  error
+	subs []*nats.Subscription
+	// cancelSubs receive the executors' cancels: kept until the calls in
+	// flight at a stop are over.
+	cancelSubs []*nats.Subscription
+	cancels    *callCancels
+	inflight   sync.WaitGroup
+	stopBeat   chan struct{}
+	beatDone   chan struct{}
+	stopOnce   sync.Once
+	stopErr    error
 }
 
 func newServer(w *Worker, nc *nats.Conn, defs []envelope.ToolDefinition, log *slog.Logger, metrics prometheus.Registerer) (*server, error) {
@@ -59,7 +63,7 @@ func newServer(w *Worker, nc *nats.Conn, defs []envelope.ToolDefinition, log *sl
 		return nil, fmt.Errorf("worker: instance: %w", err)
 	}
 	s := &server{w: w, nc: nc, log: log, byQueue: map[string][]envelope.ToolDefinition{}, tools: map[string]*Tool{},
-		instance: hex.EncodeToString(nonce), started: time.Now().UTC(), id: workerID(w.cfg),
+		instance: hex.EncodeToString(nonce), started: time.Now().UTC(), id: workerID(w.cfg), cancels: newCallCancels(),
 		slots:    make(chan struct{}, cmpOr(w.cfg.Concurrency, envInt(w.cfg, EnvConcurrency, DefaultConcurrency))),
 		stopBeat: make(chan struct{}), beatDone: make(chan struct{})}
 	s.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -158,23 +162,48 @@ func (s *server) start(ctx context.Context) error {
 		return err
 	}
 	for q := range s.byQueue {
-		subj, err := events.WorkerSubjects(q)
+		// A call goes to one replica (the queue group); a cancel to every
+		// one, as the executor does not know which took the call.
+		call, err := events.WorkerCallSubject(q)
 		if err != nil {
 			return err
 		}
-		sub, err := s.nc.QueueSubscribe(subj, events.QueueWorkerCalls, s.receive)
+		preview, err := events.WorkerPreviewSubject(q)
 		if err != nil {
-			s.unsubscribe()
-			return fmt.Errorf("worker: serve queue %s: %w", q, err)
+			return err
 		}
-		s.subs = append(s.subs, sub)
+		cancel, err := events.WorkerCancelSubject(q)
+		if err != nil {
+			return err
+		}
+		for _, subj := range []string{call, preview, cancel} {
+			var sub *nats.Subscription
+			if subj == cancel {
+				sub, err = s.nc.Subscribe(subj, s.cancel)
+				if sub != nil {
+					s.cancelSubs = append(s.cancelSubs, sub)
+				}
+			} else {
+				sub, err = s.nc.QueueSubscribe(subj, events.QueueWorkerCalls, s.receive)
+				if sub != nil {
+					s.subs = append(s.subs, sub)
+				}
+			}
+			if err != nil {
+				s.unsubscribe()
+				s.unsubscribeCancels()
+				return fmt.Errorf("worker: serve queue %s: %w", q, err)
+			}
+		}
 	}
 	if err := s.nc.FlushTimeout(rpcTimeout); err != nil {
 		s.unsubscribe()
+		s.unsubscribeCancels()
 		return fmt.Errorf("worker: %w", err)
 	}
 	if err := s.beat(ctx, events.WorkerBeat); err != nil {
 		s.unsubscribe()
+		s.unsubscribeCancels()
 		return err
 	}
 	go s.beats()
@@ -308,14 +337,24 @@ func (s *server) serve(m *nats.Msg) (res events.WorkerResult) {
 	}
 	scrub := secrets.NewScrubber(c.Secrets)
 	log := scrub.Logger(s.log.With("run_id", c.RunID, "call_id", c.CallID, "tool", ref.String()))
-	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout())
-	defer cancel()
-	ctx = context.WithValue(ctx, callKey{}, Call{TenantID: c.TenantID, RunID: c.RunID, CallID: c.CallID, Secrets: c.Secrets, Log: log})
 	if m.Subject == previewSubj {
 		// A worker's Go tools declare no preview (supports_preview is
 		// false), so the Policy Guard asks for none.
 		return events.WorkerResult{Error: envelope.NewToolError(envelope.CodeUnknown, "tool %s has no preview", ref)}
 	}
+	// The call's context ends at its timeout, or when the executor says
+	// its run was cancelled (cancel.go).
+	ctx, cut := context.WithCancelCause(context.Background())
+	defer cut(nil)
+	untrack, said := s.cancels.track(c.RunID, c.CallID, cut)
+	if untrack == nil {
+		log.Info("call of a cancelled run not started", "reason", said)
+		return events.WorkerResult{Error: events.CancelledCallError(false, said)}
+	}
+	defer untrack()
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout())
+	defer cancel()
+	ctx = context.WithValue(ctx, callKey{}, Call{TenantID: c.TenantID, RunID: c.RunID, CallID: c.CallID, Secrets: c.Secrets, Log: log})
 	// Counted once the outcome is final: this runs after the recovery below.
 	begun := time.Now()
 	defer func() {
@@ -336,6 +375,9 @@ func (s *server) serve(m *nats.Msg) (res events.WorkerResult) {
 	if err != nil {
 		var te *envelope.ToolError
 		switch {
+		case cancelledBy(ctx) != "":
+			log.Info("call stopped: its run was cancelled", "reason", cancelledBy(ctx))
+			return events.WorkerResult{Error: events.CancelledCallError(true, cancelledBy(ctx))}
 		case errors.As(err, &te):
 			cp := *te
 			cp.Message = scrub.String(cp.Message)
@@ -353,6 +395,12 @@ func (s *server) serve(m *nats.Msg) (res events.WorkerResult) {
 func (s *server) unsubscribe() {
 	for _, sub := range s.subs {
 		_ = sub.Drain()
+	}
+}
+
+func (s *server) unsubscribeCancels() {
+	for _, sub := range s.cancelSubs {
+		_ = sub.Unsubscribe()
 	}
 }
 
@@ -395,6 +443,7 @@ func (s *server) stop(ctx context.Context) error {
 				s.stopErr = fmt.Errorf("worker: calls still running at stop: %w", ctx.Err())
 			}
 		}
+		s.unsubscribeCancels() // no call of this worker runs any more
 		if err := s.beat(ctx, events.WorkerLeave); err != nil {
 			s.log.Warn("leave not taken", "err", err)
 		}

@@ -45,6 +45,17 @@ func WorkerCallSubject(queue string) (string, error) { return workerSubject(queu
 // preview (toolapi's Previewer): toolwire.worker.<queue>.preview.
 func WorkerPreviewSubject(queue string) (string, error) { return workerSubject(queue, "preview") }
 
+// WorkerCancelSubject is where the executor tells every worker replica of
+// a queue to stop a call it handed over, whose run was cancelled:
+// toolwire.worker.<queue>.cancel (data: WorkerCancel). The replicas
+// subscribe to it outside their queue group, since the executor does not
+// know which one took the call; the server delivers it only to the queue's
+// worker account, as the calls.
+func WorkerCancelSubject(queue string) (string, error) { return workerSubject(queue, VerbWorkerCancel) }
+
+// VerbWorkerCancel is the last token of WorkerCancelSubject.
+const VerbWorkerCancel = "cancel"
+
 // WorkerSubjects are the subjects a queue's workers answer on:
 // toolwire.worker.<queue>.* .
 func WorkerSubjects(queue string) (string, error) { return workerSubject(queue, "*") }
@@ -122,6 +133,28 @@ func (c *WorkerCall) Validate() error {
 
 // Timeout is the call's timeout.
 func (c *WorkerCall) Timeout() time.Duration { return time.Duration(c.TimeoutMS) * time.Millisecond }
+
+// WorkerCancel tells the workers of a queue to stop one call: the tool's
+// context of the call run_id/call_id is cancelled, wherever it runs. The
+// executor has answered the call already (a TIMEOUT envelope saying it was
+// cut short, events.CancelledCallError); what the worker answers after it
+// is not read.
+type WorkerCancel struct {
+	RunID  string `json:"run_id"`
+	CallID string `json:"call_id"`
+	// Reason is CancelRequest.Said: why the call was stopped.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Validate checks the ids and the reason's size.
+func (c *WorkerCancel) Validate() error {
+	var errs []error
+	if len(c.Reason) > MaxCancelReason+MaxCancelBy+32 {
+		errs = append(errs, fmt.Errorf("worker cancel: reason longer than %d bytes", MaxCancelReason+MaxCancelBy+32))
+	}
+	errs = append(errs, ValidateRunID(c.RunID), ValidateCallID(c.CallID))
+	return errors.Join(errs...)
+}
 
 // WorkerResult is a worker's answer to a call or a preview: first, once a
 // worker has taken the call, Accepted alone (who runs it: the executor

@@ -31,12 +31,12 @@ func BenchmarkCacheHit(b *testing.B) {
 	if err != nil || !found {
 		b.Fatalf("lookup: %v (found %v)", err, found)
 	}
-	res, err := s.execute(b.Context(), &req, &entry, s.now().UTC(), 1, log)
+	res, err := s.execute(b.Context(), &req, &entry, s.now().UTC(), 1, "", log)
 	if err != nil || res.env.Error != nil || res.env.Cached {
 		b.Fatalf("warm-up: %v %+v cached=%v", err, res.env.Error, res.env.Cached)
 	}
 	for b.Loop() {
-		res, err := s.execute(b.Context(), &req, &entry, s.now().UTC(), 1, log)
+		res, err := s.execute(b.Context(), &req, &entry, s.now().UTC(), 1, "", log)
 		if err != nil || !res.env.Cached {
 			b.Fatalf("not a hit: %v %+v", err, res.env.Error)
 		}

@@ -66,7 +66,8 @@ func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 	}
 	rt := events.TraceOf(d.Event)
 	log := s.Log.With("run_id", req.RunID, "call_id", req.CallID, "tool", req.Ref().String())
-	if over, err := s.runOver(ctx, d, &req); err != nil {
+	over, cancelled, err := s.runOver(ctx, d, &req)
+	if err != nil {
 		return err
 	} else if over != "" {
 		// Nothing of a run follows its end (runover.go): no event, no
@@ -119,10 +120,14 @@ func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 	if found {
 		known, def = &entry, &entry.Definition
 	}
-	sec, err := s.resolveSecrets(ctx, &req, def, log)
-	if err != nil {
-		span.SetStatus(codes.Error, "secrets unavailable")
-		return err
+	// A call of a cancelled run does not start: it needs no secrets, and
+	// has no call.started (execute answers it).
+	sec := &callSecrets{}
+	if cancelled == "" {
+		if sec, err = s.resolveSecrets(ctx, &req, def, log); err != nil {
+			span.SetStatus(codes.Error, "secrets unavailable")
+			return err
+		}
 	}
 	ctx, log = withCallSecrets(ctx, sec), sec.logger(log)
 
@@ -139,7 +144,7 @@ func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 	// quicker call publishes none, unless it has secret scopes to record
 	// (see Config.StartedAfter).
 	early := s.startStarted(ctx, started, len(sec.scopes) > 0 || len(sec.warnings) > 0)
-	res, err := s.execute(ctx, &req, known, tStart, deliveryOf(d), log)
+	res, err := s.execute(ctx, &req, known, tStart, deliveryOf(d), cancelled, log)
 	if err != nil {
 		early.cancel()
 		span.SetStatus(codes.Error, "infrastructure")
@@ -303,7 +308,7 @@ type execResult struct {
 // infrastructure that cannot be reached (the rate-limit or outcomes bucket):
 // the call is then redelivered rather than answered with an outcome that
 // says nothing about the tool.
-func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *registry.Entry, tStart time.Time, delivery uint64, log *slog.Logger) (res execResult, err error) {
+func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *registry.Entry, tStart time.Time, delivery uint64, cancelled string, log *slog.Logger) (res execResult, err error) {
 	res = execResult{label: unknownTool, env: envelope.ToolEnvelope{
 		CallID:  req.CallID,
 		Name:    req.Name,
@@ -345,6 +350,13 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 			return res, err
 		}
 		stale = st
+	}
+	if cancelled != "" {
+		// Its run was cancelled before it started (a writes call that ran
+		// before has been answered from its record, above).
+		s.metrics.cancelled.WithLabelValues(res.label, cancelRefused).Inc()
+		log.Info("call of a cancelled run refused without being started", "reason", cancelled)
+		return fail(events.CancelledCallError(false, cancelled))
 	}
 	if entry.State == registry.StateBlocked {
 		return fail(envelope.NewToolError(envelope.CodePolicyDenied, "tool %s is blocked", ref))
@@ -420,9 +432,20 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 		}
 	}
 
+	// From here on the call runs: its run's cancellation cuts it
+	// (cancel.go). A run cancelled since handle looked is refused here.
+	runCtx, cut := context.WithCancelCause(ctx)
+	defer cut(nil)
+	untrack, said := s.cancels.track(req.RunID, req.Tenant, cut)
+	if untrack == nil {
+		s.metrics.cancelled.WithLabelValues(res.label, cancelRefused).Inc()
+		log.Info("call of a cancelled run refused without being started", "reason", said)
+		return fail(events.CancelledCallError(false, said))
+	}
+	defer untrack()
+
 	// A writes call is claimed before it runs: the claim decides which
 	// delivery runs it, and a heartbeat keeps the claim alive meanwhile.
-	runCtx := ctx
 	var (
 		claim   *heldClaim
 		claimed outcomeRecord // the claim's record: which run this is
@@ -452,7 +475,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 		}
 		claim = s.outcomes.hold(outKey, rev, claimed)
 		var cancel context.CancelCauseFunc
-		runCtx, cancel = context.WithCancelCause(ctx)
+		runCtx, cancel = context.WithCancelCause(runCtx)
 		defer cancel(nil)
 		go func() {
 			select {
@@ -466,6 +489,14 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 	ran = true
 	rerun, runs := s.rerunFunc(s.writeRetryRule(def, delivery), claim, claimed, res.label, log)
 	out, te := s.invoke(runCtx, impl, def, req, s.runTimeout(def, claimed), rerun, log)
+	if said := cancelledBy(runCtx); said != "" && events.IsCancelledCall(te) {
+		// Cut short by its run's cancellation (a tool that returned its
+		// output first was not): not a sign of the tool's health either
+		// way.
+		ran = false
+		s.metrics.cancelled.WithLabelValues(res.label, cancelCut).Inc()
+		log.Info("call cut short: its run was cancelled", "reason", said)
+	}
 	if run := runs.run(); run > 1 {
 		claimed.Started, claimed.Attempt = claimed.firstStart(), run
 		res.env.Attempt, res.env.TStart = run, claimed.firstStart().UTC()
@@ -668,6 +699,9 @@ func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.T
 	switch {
 	case r.panic == nil && r.err == nil:
 		return r.out, nil
+	case cancelledBy(ctx) != "":
+		// Its run was cancelled while it ran (cancel.go).
+		return nil, events.CancelledCallError(true, cancelledBy(ctx))
 	case ctx.Err() != nil:
 		// Shutdown: the caller leaves the call for redelivery.
 		return nil, envelope.NewToolError(envelope.CodeUnknown, "tool %s was interrupted", ref)

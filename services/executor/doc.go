@@ -122,6 +122,26 @@
 //     consecutive PROVIDER_ERROR, NETWORK_ERROR or TIMEOUT outcomes.
 //   - UNKNOWN with the message MsgOutcomeUnknown: a writes call whose
 //     executor stopped in the middle of it; it is not run again.
+//   - TIMEOUT or POLICY_DENIED with details.cancelled (see Cancellation).
+//
+// # Cancellation
+//
+// Every replica subscribes to the runs' cancel requests
+// (events.FilterRunCancelRequested, core NATS, no queue group) and
+// remembers the runs cancelled lately, at most 4096 for an hour (cancel.go).
+// A running call of a cancelled run is cut: its tool's context ends with a
+// cause that says so (an HTTP tool's request is cancelled with it, the MCP
+// client sends notifications/cancelled, a worker's call is stopped with
+// toolwire.worker.<queue>.cancel) and the call is answered at once with
+// events.CancelledCallError(true, ...): TIMEOUT, details.cancelled. A writes
+// call cut short records that envelope as its outcome. A call of a
+// cancelled run that has not started is answered
+// events.CancelledCallError(false, ...), POLICY_DENIED, and never runs (a
+// writes call with an outcome record is answered from it); a stale call
+// also looks for the run's stored cancel request on the runs stream's
+// leader, and a call whose run's end is stored is dropped (runover.go). A
+// cancel whose tenant is not the call's (its org, and its workspace when it
+// names one) stops nothing.
 //
 // # Runtime
 //
@@ -170,8 +190,10 @@
 // toolwire_executor_rate_limited_total{tool},
 // toolwire_executor_outputs_truncated_total{tool},
 // toolwire_executor_circuit_state{tool} (0 closed, 1 half-open, 2 open),
-// toolwire_executor_circuit_rejections_total{tool} and
-// toolwire_executor_write_redeliveries_total{tool,outcome}.
+// toolwire_executor_circuit_rejections_total{tool},
+// toolwire_executor_write_redeliveries_total{tool,outcome},
+// toolwire_executor_calls_cancelled_total{tool,stage} (refused, cut) and
+// toolwire_executor_cancel_requests_invalid_total.
 //
 // # Lifecycle
 //

@@ -82,6 +82,9 @@ type Service struct {
 	cache    *toolCache
 	limiter  *rateLimiter
 	outcomes *outcomes
+	// cancels are the runs cancelled lately and the calls running here
+	// (cancel.go).
+	cancels *cancels
 }
 
 // New builds the executor from the service's dependencies and cfg (zero
@@ -104,6 +107,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		secrets:      &secretResolver{js: d.JS, keys: cfg.Keyring},
 		kinds:        map[envelope.ImplementationKind]Kind{},
 	}
+	s.cancels = newCancels(func() time.Time { return s.now() })
 	s.circuits = newCircuits(cfg.CircuitFailures, cfg.CircuitOpen, func() time.Time { return s.now() }, m)
 	var tools []toolapi.Tool
 	host := Host{JS: s.JS, Pub: s.Pub, Source: cfg.Source, Log: s.Log,
@@ -238,6 +242,13 @@ func (s *Service) Start(ctx context.Context) error {
 				Logger:  s.Log.With("queue", q),
 			})
 		}
+		// The runs' cancel requests, before any call runs; unsubscribed at
+		// Stop once the calls in flight have drained.
+		stopCancels, err := s.watchCancels()
+		if err != nil {
+			return err
+		}
+		s.OnStopFunc(stopCancels)
 		// First at Stop: drains the calls in flight.
 		if err := s.Consume(ctx, s.cfg.Concurrency, specs...); err != nil {
 			return err

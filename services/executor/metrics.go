@@ -11,6 +11,10 @@ import (
 const (
 	outcomeOK   = "ok"       // code label of a successful call
 	unknownTool = "_unknown" // tool label of a call to a tool not in the registry
+
+	// Stages of a call its run's cancellation stopped (cancel.go).
+	cancelRefused = "refused" // not started: POLICY_DENIED
+	cancelCut     = "cut"     // stopped while it ran: TIMEOUT
 )
 
 type metrics struct {
@@ -36,6 +40,10 @@ type metrics struct {
 	sandboxJobResends  *prometheus.CounterVec // tool
 	// runOver counts calls dropped unstarted because their run is over.
 	runOver *prometheus.CounterVec // tool, reason: deadline, ended
+	// cancelled counts calls stopped by their run's cancellation.
+	cancelled *prometheus.CounterVec // tool, stage: refused, cut
+	// cancelsInvalid counts cancel requests dropped as malformed.
+	cancelsInvalid prometheus.Counter
 }
 
 // newMetrics registers the executor's metrics on reg. Several executors may
@@ -73,6 +81,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"Sandbox jobs sent again because their call, with no answer yet, did not find them stored (a publish lost around a leader change), by tool name@version.", "tool"),
 			runOver: r.CounterVec("calls_of_ended_runs_total",
 				"Calls dropped without being started because their run was over: past its deadline (reason deadline) or ended (reason ended), by tool name@version.", "tool", "reason"),
+			cancelled: r.CounterVec("calls_cancelled_total",
+				"Calls stopped because their run was cancelled: refused before they started (stage refused, POLICY_DENIED) or cut short while they ran (stage cut, TIMEOUT), by tool name@version and stage.", "tool", "stage"),
+			cancelsInvalid: r.Counter("cancel_requests_invalid_total",
+				"Cancel requests dropped because they could not be decoded or are not valid."),
 		}
 	})
 }

@@ -25,25 +25,44 @@ import (
 // that has just made it.
 const staleCall = 5 * time.Second
 
-// runOver reports why req, delivered as d, must not be started ("" when it
-// may): its run's deadline has passed, or its run has ended.
-func (s *Service) runOver(ctx context.Context, d *consume.Delivery, req *events.CallRequest) (reason string, err error) {
+// runOver reports why req, delivered as d, must not be started: over, when
+// nothing of it is published (its run's deadline has passed, or its run
+// has ended), or cancelled, why its run was cancelled (cancel.go), when it
+// is answered POLICY_DENIED without running. Both "": it may start.
+//
+// A call of a run this replica knows cancelled, and a stale call (delivered
+// again, or stored a while before its delivery), are checked against the
+// run's end on the runs stream's leader; a stale call also against the
+// run's stored cancel request, which a replica that was down when it was
+// sent missed live.
+func (s *Service) runOver(ctx context.Context, d *consume.Delivery, req *events.CallRequest) (over, cancelled string, err error) {
 	now := s.now()
 	if req.PastRunDeadline(now) {
-		return "deadline", nil
+		return "deadline", "", nil
 	}
+	said, known := s.cancels.said(req.RunID, req.Tenant)
 	stale := d.Attempt > 1 || d.Meta != nil && now.Sub(d.Meta.Timestamp) > staleCall
-	if !stale {
-		return "", nil
+	if !stale && !known {
+		return "", "", nil
 	}
 	ended, err := runEnded(ctx, s, req.RunID)
-	if err != nil || !ended {
-		return "", err
+	switch {
+	case err != nil:
+		return "", "", err
+	case ended:
+		return "ended", "", nil
+	case known:
+		return "", said, nil
 	}
-	return "ended", nil
+	said, known, err = s.cancelStored(ctx, req.RunID, req.Tenant)
+	if err != nil || !known {
+		return "", "", err
+	}
+	return "", said, nil
 }
 
-// runEnded reports whether the runs stream holds the run's end, read from
+// runEnded reports whether the runs stream holds the run's end (completed,
+// failed or cancelled), read from
 // its leader.
 func runEnded(ctx context.Context, s *Service, runID string) (bool, error) {
 	m, err := direct.RunEnd(ctx, s.JS, runID)

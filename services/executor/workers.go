@@ -304,6 +304,12 @@ func (t workerTool) askOnce(ctx context.Context, subject string, input json.RawM
 	for {
 		select {
 		case <-ctx.Done():
+			if said := cancelledBy(ctx); said != "" {
+				// Its run was cancelled: the worker that has it stops it
+				// too. The call is answered now, without waiting for the
+				// worker (whose late answer goes nowhere).
+				t.cancel(tc, said)
+			}
 			return nil, nil, ctx.Err()
 		case <-check.C:
 			if taken == nil {
@@ -334,5 +340,22 @@ func (t workerTool) askOnce(ctx context.Context, subject string, input json.RawM
 				return res.Output, nil, nil
 			}
 		}
+	}
+}
+
+// cancel tells every worker of the queue to stop the call (tc), its run
+// cancelled: said is why. A worker that missed it (it restarted) runs the
+// call to its end, unread.
+func (t workerTool) cancel(tc toolapi.Context, said string) {
+	subj, err := events.WorkerCancelSubject(t.queue)
+	if err != nil {
+		return
+	}
+	b, err := json.Marshal(events.WorkerCancel{RunID: tc.RunID, CallID: tc.CallID, Reason: said})
+	if err == nil {
+		err = t.s.JS.Conn().Publish(subj, b)
+	}
+	if err != nil {
+		t.s.Log.Warn("cannot tell the worker to stop a cancelled call", "queue", t.queue, "run_id", tc.RunID, "call_id", tc.CallID, "err", err)
 	}
 }

@@ -63,6 +63,16 @@ func (s *RunState) cancelled(through int) {
 	s.Cancel.Through = max(through, 0)
 }
 
+// cancelledReason is the reason a call's cancelled envelope gives.
+func cancelledReason(e *envelope.ToolError) string {
+	if d, ok := e.Details.(map[string]any); ok {
+		if r, ok := d["reason"].(string); ok && r != "" {
+			return r
+		}
+	}
+	return "cancelled"
+}
+
 // cancelOf is the run's cancel request, from its state or heard live.
 func (s *Service) cancelOf(st *RunState) *Cancel {
 	if st.Cancel != nil {

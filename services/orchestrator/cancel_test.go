@@ -225,3 +225,31 @@ func TestCancelOnTheIntake(t *testing.T) {
 	require.Equal(t, "cancelled by tenant "+acme.ID()+": mine", final.Reason)
 	requireOneEnd(ctx, t, h, req.RunID)
 }
+
+// The envelope of a call its run's cancel cut short can come before the
+// cancel request is handled (they are on different streams): the run stops
+// on it all the same, with no model call after it.
+func TestCutEnvelopeBeforeItsCancel(t *testing.T) {
+	h, ctx, g := newGuarded(t)
+	var models atomic.Int32
+	h.Start("o1", orchestrator.Config{Providers: countingModel(&models), TimerAfter: 10 * time.Millisecond})
+	req := orchestratortest.Scripted(t, "cut-first", []string{"echo@1.0.0"}, envelope.Policy{},
+		map[string]any{"tool_calls": []any{orchestratortest.ToolCall("echo", map[string]any{"text": "cut"})}},
+		map[string]any{"content": "never asked"},
+	)
+	h.Submit(ctx, req)
+	cut := g.Request(req.RunID, "echo", map[string]any{"text": "cut"}, 1)
+	now := time.Now().UTC()
+	g.Publish(events.NewCallCompleted("/toolwire/executor", req.RunID, envelope.ToolEnvelope{
+		CallID: cut.CallID, Name: cut.Name, Version: cut.Version, Input: cut.Input, TStart: now, TEnd: now,
+		Error: events.CancelledCallError(true, "cancelled by ops: runaway"),
+	}, cut.Tenant, events.RunTrace{}))
+	final, err := h.Wait(ctx, req.RunID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCancelled, final.Status)
+	require.Equal(t, "cancelled by ops: runaway", final.Reason)
+	require.EqualValues(t, 1, models.Load(), "no model call after the cut")
+	cancel(ctx, t, h, req.RunID, req.Tenant, "runaway") // the cancel, late
+	time.Sleep(300 * time.Millisecond)
+	requireOneEnd(ctx, t, h, req.RunID)
+}

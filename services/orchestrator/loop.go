@@ -969,6 +969,13 @@ func (s *Service) handleCallCompleted(ctx context.Context, d *consume.Delivery) 
 		}
 		c.Done, c.Error = true, env.Error != nil
 		st.Spend += env.Cost
+		if st.Cancel == nil && events.IsCancelledCall(env.Error) {
+			// Only a cancel cuts a call so (events.CancelledCallError), and
+			// only the services may complete a call: its envelope can come
+			// before the cancel request is handled here, and the run
+			// stops all the same.
+			st.Cancel = &Cancel{Reason: cancelledReason(env.Error), At: time.Now().UTC()}
+		}
 		if c.Approval == ApprovalWaiting {
 			c.Approval, c.ResumedBy = ApprovalResumed, resumedByCompletion(c, &env)
 			resumed = true

@@ -34,6 +34,16 @@
 // cgroup, the process group, the job uid's processes, runsc's container) and
 // checked to be gone.
 //
+// # Cancellation
+//
+// Every replica also subscribes to the runs' cancel requests
+// (toolwire.run.*.cancel_requested, live, no queue group): the running jobs
+// of a cancelled run are killed as a job at its timeout is, every process
+// of them, and answered TIMEOUT with details.cancelled
+// (events.CancelledCallError); a job of the run that comes later is
+// answered so without running (cancel.go). Counted in
+// toolwire_sandbox_jobs_cancelled_total{stage} (refused, killed).
+//
 // # Configuration
 //
 // New(Deps, Config) reads no environment; Build reads the Config from

@@ -17,7 +17,17 @@ type metrics struct {
 	duration  *prometheus.HistogramVec // runtime
 	inFlight  prometheus.Gauge
 	available *prometheus.GaugeVec // runtime
+	// cancelled counts the jobs of cancelled runs.
+	cancelled *prometheus.CounterVec // stage: refused, killed
+	// cancelsInvalid counts cancel requests dropped as malformed.
+	cancelsInvalid prometheus.Counter
 }
+
+// Stages of a job its run's cancellation stopped (cancel.go).
+const (
+	cancelRefused = "refused" // not run
+	cancelKilled  = "killed"  // killed while it ran
+)
 
 // newMetrics registers the sandbox's metrics on reg; replicas sharing a
 // registry share the collectors.
@@ -34,6 +44,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			inFlight: r.Gauge("jobs_in_flight", "Sandbox jobs being run by this process."),
 			available: r.GaugeVec("runtime_available",
 				"1 when the runtime passed its trial job at start, else 0.", "runtime"),
+			cancelled: r.CounterVec("jobs_cancelled_total",
+				"Jobs stopped because their run was cancelled: not run (stage refused) or killed while they ran (stage killed).", "stage"),
+			cancelsInvalid: r.Counter("cancel_requests_invalid_total",
+				"Cancel requests dropped because they could not be decoded or are not valid."),
 		}
 	})
 }

@@ -37,6 +37,9 @@ type Service struct {
 
 	engine atomic.Pointer[Engine] // set by Start
 	stream jetstream.Stream
+	// cancels are the runs cancelled lately and the jobs running here
+	// (cancel.go).
+	cancels *jobCancels
 }
 
 // New returns a sandbox service on d's JetStream. Zero fields of cfg take
@@ -48,7 +51,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{Core: d.Core("sandbox", m.consumers), cfg: cfg, metrics: m}, nil
+	return &Service{Core: d.Core("sandbox", m.consumers), cfg: cfg, metrics: m, cancels: newJobCancels()}, nil
 }
 
 // Option adjusts the configuration Build read from the environment.
@@ -96,6 +99,13 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", events.StreamSandbox, err)
 		}
+		// The runs' cancel requests, before any job runs; unsubscribed at
+		// Stop once the jobs in flight have drained.
+		stopCancels, err := s.watchCancels()
+		if err != nil {
+			return err
+		}
+		s.OnStopFunc(stopCancels)
 		if err := s.Consume(ctx, s.cfg.Concurrency, consume.RunnerConfig{
 			Spec: provision.ConsumerSpec{
 				Stream: events.StreamSandbox, Durable: Durable, Filters: events.Filters(events.FilterSandboxRequested),
@@ -173,12 +183,9 @@ func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 		// The caller waits for an answer: refuse the job with one.
 		res = events.SandboxResult{RunID: job.RunID, CallID: job.CallID, Worker: s.cfg.ID,
 			Error: envelope.NewToolError(envelope.CodeSandboxError, "the sandbox refused the job: %v", err)}
-	} else {
-		res, err = s.engine.Load().Run(ctx, &job)
-		if err != nil {
-			span.SetStatus(codes.Error, "interrupted")
-			return fmt.Errorf("job %s/%s: %w", job.RunID, job.CallID, err)
-		}
+	} else if res, err = s.run(ctx, &job, tenantID, log); err != nil {
+		span.SetStatus(codes.Error, "interrupted")
+		return fmt.Errorf("job %s/%s: %w", job.RunID, job.CallID, err)
 	}
 	out, err := s.fitResult(&res, tenantID, rt, log)
 	if err != nil {
@@ -201,6 +208,30 @@ func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 	}
 	log.Debug("job done", "runtime", res.Runtime, "outcome", outcome, "duration_ms", res.DurationMS)
 	return nil
+}
+
+// run runs a valid job in the engine, unless its run was cancelled; a job
+// whose run is cancelled while it runs is killed (cancel.go). The error is
+// the engine's: a shutdown interrupted the job.
+func (s *Service) run(ctx context.Context, job *events.SandboxJob, tenantID string, log *slog.Logger) (events.SandboxResult, error) {
+	jctx, kill := context.WithCancelCause(ctx)
+	defer kill(nil)
+	untrack, said := s.cancels.track(job.RunID, tenantID, kill)
+	if untrack == nil {
+		s.metrics.cancelled.WithLabelValues(cancelRefused).Inc()
+		log.Info("job of a cancelled run not run", "reason", said)
+		return events.SandboxResult{RunID: job.RunID, CallID: job.CallID, Worker: s.cfg.ID, Error: notRun(said)}, nil
+	}
+	defer untrack()
+	res, err := s.engine.Load().Run(jctx, job)
+	if said := cancelledBy(jctx); said != "" && ctx.Err() == nil && errors.Is(err, errInterrupted) {
+		// Killed (every process of it) because its run was cancelled.
+		s.metrics.cancelled.WithLabelValues(cancelKilled).Inc()
+		log.Info("job killed: its run was cancelled", "reason", said, "runtime", res.Runtime)
+		res.Output, res.Error, res.ExitCode = nil, events.CancelledCallError(true, said), -1
+		return res, nil
+	}
+	return res, err
 }
 
 // hopHeadroom is room kept in a message for the headers the publisher adds

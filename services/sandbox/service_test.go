@@ -37,6 +37,13 @@ func startService(t *testing.T, env *eventstest.Env, id string, reg prometheus.R
 func startServiceWith(t *testing.T, env *eventstest.Env, cfg Config, reg prometheus.Registerer) *Service {
 	t.Helper()
 	newTestEngine(t, Config{}) // fails (or skips) the test when the runtimes do not work here
+	return startServiceOn(t, env, cfg, reg)
+}
+
+// startServiceOn starts a sandbox service of cfg as startServiceWith does,
+// whatever runtimes work here.
+func startServiceOn(t *testing.T, env *eventstest.Env, cfg Config, reg prometheus.Registerer) *Service {
+	t.Helper()
 	cfg.StateDir, cfg.Concurrency = t.TempDir(), 2
 	s, err := New(service.Deps{
 		JS:      env.JetStream(t),

@@ -28,7 +28,8 @@ type Ended struct {
 
 // AfterEnd reads every message of the runs, calls and sandbox streams and
 // returns, for each run that ended more than once or has events stored after
-// its first end, what broke the rule "nothing of a run follows its end": an
+// its first end (a cancel request aside: anyone allowed may ask at any
+// time), what broke the rule "nothing of a run follows its end": an
 // empty result means it held for every run. Messages of different streams
 // are ordered by the time the server stored them. The reads are bounded by
 // ctx.
@@ -83,6 +84,9 @@ func AfterEnd(ctx context.Context, js jetstream.JetStream) ([]Ended, error) {
 			switch {
 			case isEnd(run, m.subject):
 				e.Ends = append(e.Ends, m.subject)
+			case isCancelRequest(run, m.subject):
+				// A request from outside, which anyone allowed may send at
+				// any time: not something of the run.
 			case len(e.Ends) > 0:
 				e.After = append(e.After, m.subject)
 			}
@@ -93,6 +97,11 @@ func AfterEnd(ctx context.Context, js jetstream.JetStream) ([]Ended, error) {
 	}
 	slices.SortFunc(out, func(a, b Ended) int { return strings.Compare(a.RunID, b.RunID) })
 	return out, nil
+}
+
+func isCancelRequest(runID, subject string) bool {
+	s, err := events.RunSubject(runID, events.VerbCancelRequested)
+	return err == nil && s == subject
 }
 
 func isEnd(runID, subject string) bool {

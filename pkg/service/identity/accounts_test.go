@@ -324,6 +324,38 @@ func TestWorkerAccount(t *testing.T) {
 	_, err = exe.nc.Request("toolwire.worker.nobody.call", []byte(`{}`), time.Second)
 	require.ErrorIs(t, err, nats.ErrNoResponders, "no worker identity serves that queue")
 
+	// A cancel the executor publishes (no reply) reaches every replica of
+	// its queue's worker, outside their queue group, and no other worker
+	// account; another queue's worker may not subscribe to it.
+	billingCancel, err := events.WorkerCancelSubject("billing")
+	require.NoError(t, err)
+	for _, sub := range []string{billingCancel, "toolwire.worker.*.cancel", "toolwire.worker.>"} {
+		require.Equal(t, "denied", r.subscribe(t, op, sub, billingCancel), "worker reports subscribing %s", sub)
+	}
+	cancels := make(chan string, 4)
+	for range 2 { // two replicas of the billing worker
+		replica := connectWorker(t, s, keys, billing)
+		_, err = replica.nc.Subscribe(billingCancel, func(m *nats.Msg) { cancels <- string(m.Data) })
+		require.NoError(t, err)
+		require.NoError(t, replica.nc.Flush())
+	}
+	require.NoError(t, exe.nc.Publish(billingCancel, []byte(`{"run_id":"r1","call_id":"`+call+`"}`)))
+	require.NoError(t, exe.nc.Flush())
+	for range 2 {
+		select {
+		case got := <-cancels:
+			require.JSONEq(t, `{"run_id":"r1","call_id":"`+call+`"}`, got)
+		case <-time.After(wait):
+			t.Fatal("a billing worker replica did not receive its queue's cancel")
+		}
+	}
+	require.NoError(t, r.nc.Flush())
+	select {
+	case subj := <-seen:
+		t.Fatalf("worker reports received %s", subj)
+	default:
+	}
+
 	// The answers to the worker's requests stay in its account.
 	ojs, err := jetstream.New(op.nc)
 	require.NoError(t, err)

@@ -67,7 +67,9 @@ func WorkerSeedFile(dir string, w Worker) string {
 }
 
 // Permissions are what the worker may do in its account: ask the
-// executors about its queues, answer its queues' calls, receive its replies.
+// executors about its queues, answer its queues' calls and receive their
+// cancels (toolwire.worker.<queue>.*: events.WorkerCancelSubject is one of
+// them), receive its replies.
 func (w Worker) Permissions() Permissions {
 	// Two answers to each call (accepted, then the result), within the
 	// longest timeout a worker's tool may have.
@@ -94,7 +96,9 @@ func (w Worker) imports() []Import {
 }
 
 // exports are what the worker's account offers the system account: its
-// queues' calls, which the executors request.
+// queues' calls, which the executors request, and their cancels, which the
+// executors publish (no reply): the server delivers a queue's cancel into
+// that queue's worker account only.
 func (w Worker) exports() []string {
 	var out []string
 	for _, q := range w.Queues {
