@@ -53,9 +53,14 @@ run: ## Run everything in one process with an embedded NATS and demo data (toolw
 	$(GO) run ./cmd/toolwire dev --demo
 
 .PHONY: test
-test: ## go vet, then go test -race -count=1 in every module (stops at the first failing module), then the release check
+test: ## go vet, then go test -race -count=1 in every module (stops at the first failing module), then the clients' tests, then the release check
 	@$(call for_each_module,$(GO) vet ./... && $(GO) test -race -count=1 -timeout 15m ./...)
+	@$(MAKE) test-clients
 	@$(MAKE) release-check
+
+.PHONY: test-clients
+test-clients: ## The TypeScript and Python clients (clients/) against a live toolwire dev; needs scripts/npm-install.sh
+	scripts/test-clients.sh
 
 .PHONY: openapi-lint
 openapi-lint: ## Lint the recorder's OpenAPI document with Redocly's recommended rules, failing on any warning (make test runs it as TestOpenAPIRedoclyLint)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the npm packages the tests use, at the versions of their lockfiles:
 # scripts/schema-ts/ (json-schema-to-typescript and typescript, for pkg/events'
-# TestSchemasGenerateTypeScript) and scripts/asyncapi/ (@asyncapi/parser, for
-# docs' TestAsyncAPIValidates) and scripts/redocly/ (@redocly/cli, for the
-# recorder's TestOpenAPIRedoclyLint).
+# TestSchemasGenerateTypeScript), scripts/asyncapi/ (@asyncapi/parser, for
+# docs' TestAsyncAPIValidates), scripts/redocly/ (@redocly/cli, for the
+# recorder's TestOpenAPIRedoclyLint) and clients/typescript/ (openapi-typescript,
+# openapi-fetch and typescript, for scripts/test-clients.sh).
 #
 # Idempotent and quick when nothing changed: `npm ci` runs only when the folder's
 # node_modules was not installed from its current package-lock.json (a copy of
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-DIRS=(scripts/schema-ts scripts/asyncapi scripts/redocly)
+DIRS=(scripts/schema-ts scripts/asyncapi scripts/redocly clients/typescript)
 
 if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
 	echo "npm-install.sh: node and npm are needed (Debian: apt-get install nodejs npm)" >&2
