@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cloudevents/sdk-go/v2/event"
+
 	"github.com/toolwire/toolwire/pkg/envelope"
 )
 
@@ -98,6 +100,33 @@ func (c CancelRequest) Validate() error {
 		return fmt.Errorf("%w: %s", ErrInvalidCancel, strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// Covers reports whether the cancel was made for tenant t: its org, and its
+// workspace when it names one. Whoever published it checked that it is the
+// run's; a call or job of another tenant under the run's id is not the
+// run's.
+func (c CancelRequest) Covers(t envelope.Tenant) bool {
+	return c.Tenant.OrgID == t.OrgID && (c.Tenant.WorkspaceID == "" || c.Tenant.WorkspaceID == t.WorkspaceID)
+}
+
+// DecodeCancel reads the cancel request e, received on subject: its type,
+// its data (strictly, then Validate) and that its run is the subject's.
+func DecodeCancel(e *event.Event, subject string) (CancelRequest, error) {
+	var c CancelRequest
+	if e.Type() != TypeRunCancelRequested {
+		return c, fmt.Errorf("%w: event %s has type %q, want %s", ErrInvalidCancel, e.ID(), e.Type(), TypeRunCancelRequested)
+	}
+	if err := DecodeData(e, &c); err != nil {
+		return c, err
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	if want, err := RunSubject(c.RunID, VerbCancelRequested); err != nil || want != subject {
+		return c, fmt.Errorf("%w: cancel of run %q on subject %s", ErrInvalidCancel, c.RunID, subject)
+	}
+	return c, nil
 }
 
 // Said is the reason as the run's end and its cut calls say it.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/cancels"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
@@ -436,7 +437,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 	// (cancel.go). A run cancelled since handle looked is refused here.
 	runCtx, cut := context.WithCancelCause(ctx)
 	defer cut(nil)
-	untrack, said := s.cancels.track(req.RunID, req.Tenant, cut)
+	untrack, said := s.cancels.Track(req.RunID, req.Tenant, cut)
 	if untrack == nil {
 		s.metrics.cancelled.WithLabelValues(res.label, cancelRefused).Inc()
 		log.Info("call of a cancelled run refused without being started", "reason", said)
@@ -489,7 +490,7 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 	ran = true
 	rerun, runs := s.rerunFunc(s.writeRetryRule(def, delivery), claim, claimed, res.label, log)
 	out, te := s.invoke(runCtx, impl, def, req, s.runTimeout(def, claimed), rerun, log)
-	if said := cancelledBy(runCtx); said != "" && events.IsCancelledCall(te) {
+	if said := cancels.CancelledBy(runCtx); said != "" && events.IsCancelledCall(te) {
 		// Cut short by its run's cancellation (a tool that returned its
 		// output first was not): not a sign of the tool's health either
 		// way.
@@ -699,9 +700,9 @@ func (s *Service) invoke(ctx context.Context, impl toolapi.Tool, def *envelope.T
 	switch {
 	case r.panic == nil && r.err == nil:
 		return r.out, nil
-	case cancelledBy(ctx) != "":
+	case cancels.CancelledBy(ctx) != "":
 		// Its run was cancelled while it ran (cancel.go).
-		return nil, events.CancelledCallError(true, cancelledBy(ctx))
+		return nil, events.CancelledCallError(true, cancels.CancelledBy(ctx))
 	case ctx.Err() != nil:
 		// Shutdown: the caller leaves the call for redelivery.
 		return nil, envelope.NewToolError(envelope.CodeUnknown, "tool %s was interrupted", ref)

@@ -182,7 +182,7 @@ func TestCallsOfCancelledRunsDoNotStart(t *testing.T) {
 				// Live: the executor has the cancel before the call comes.
 				require.NoError(t, pub.Publish(t.Context(), testCancel(t, runID)))
 				require.Eventually(t, func() bool {
-					_, ok := s.cancels.said(runID, req.Tenant)
+					_, ok := s.cancels.Said(runID, req.Tenant)
 					return ok
 				}, waitLimit, 5*time.Millisecond, "the executor gets the cancel")
 			}
@@ -242,28 +242,4 @@ func TestCancelOfAnotherTenantIsNotTheRunsCancel(t *testing.T) {
 	require.NotNil(t, got.Error)
 	require.Equal(t, envelope.CodeTimeout, got.Error.Code)
 	require.False(t, events.IsCancelledCall(got.Error), "it ran to its own timeout: %s", got.Error.Message)
-}
-
-// TestCancelledRunsAreBounded: the set of cancelled runs forgets the
-// oldest past its size and every run past its age.
-func TestCancelledRunsAreBounded(t *testing.T) {
-	now := time.Now()
-	c := newCancels(func() time.Time { return now })
-	tenant := envelope.Tenant{OrgID: "acme"}
-	for i := range maxCancelledRuns + 10 {
-		c.cancel(events.CancelRequest{RunID: "r" + string(rune('a'+i%26)) + time.Duration(i).String(), Tenant: tenant})
-	}
-	c.mu.Lock()
-	require.Len(t, c.runs, maxCancelledRuns)
-	require.Len(t, c.order, maxCancelledRuns)
-	c.mu.Unlock()
-	c.cancel(events.CancelRequest{RunID: "last", Tenant: tenant})
-	_, ok := c.said("last", tenant)
-	require.True(t, ok)
-	now = now.Add(cancelledRunAge + time.Second)
-	_, ok = c.said("last", tenant)
-	require.False(t, ok, "forgotten past its age")
-	c.mu.Lock()
-	require.Empty(t, c.runs)
-	c.mu.Unlock()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/cancels"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
@@ -84,7 +85,7 @@ type Service struct {
 	outcomes *outcomes
 	// cancels are the runs cancelled lately and the calls running here
 	// (cancel.go).
-	cancels *cancels
+	cancels *cancels.Runs
 }
 
 // New builds the executor from the service's dependencies and cfg (zero
@@ -107,7 +108,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		secrets:      &secretResolver{js: d.JS, keys: cfg.Keyring},
 		kinds:        map[envelope.ImplementationKind]Kind{},
 	}
-	s.cancels = newCancels(func() time.Time { return s.now() })
+	s.cancels = cancels.New(0, 0, func() time.Time { return s.now() })
 	s.circuits = newCircuits(cfg.CircuitFailures, cfg.CircuitOpen, func() time.Time { return s.now() }, m)
 	var tools []toolapi.Tool
 	host := Host{JS: s.JS, Pub: s.Pub, Source: cfg.Source, Log: s.Log,

@@ -40,7 +40,7 @@ func (s *Service) runOver(ctx context.Context, d *consume.Delivery, req *events.
 	if req.PastRunDeadline(now) {
 		return "deadline", "", nil
 	}
-	said, known := s.cancels.said(req.RunID, req.Tenant)
+	said, known := s.cancels.Said(req.RunID, req.Tenant)
 	stale := d.Attempt > 1 || d.Meta != nil && now.Sub(d.Meta.Timestamp) > staleCall
 	if !stale && !known {
 		return "", "", nil

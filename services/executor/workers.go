@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/cancels"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
@@ -304,7 +305,7 @@ func (t workerTool) askOnce(ctx context.Context, subject string, input json.RawM
 	for {
 		select {
 		case <-ctx.Done():
-			if said := cancelledBy(ctx); said != "" {
+			if said := cancels.CancelledBy(ctx); said != "" {
 				// Its run was cancelled: the worker that has it stops it
 				// too. The call is answered now, without waiting for the
 				// worker (whose late answer goes nowhere).

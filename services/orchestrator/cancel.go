@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats.go"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/cancels"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/timers"
@@ -21,9 +18,9 @@ import (
 // pkg/events/cancel.go).
 //
 // A cancel request reaches the orchestrators twice. Every replica hears it
-// live (a core subscription, cancelSet): a model call of the run in
-// flight here is stopped and its answer dropped, and no model call of the
-// run starts here again. One replica takes it from the runs stream
+// live (a core subscription; pkg/jetstream/cancels keeps what it heard): a
+// model call of the run in flight here is stopped and its answer dropped,
+// and no model call of the run starts here again. One replica takes it from the runs stream
 // (DurableCancels, handleCancel) and writes it into the run's state
 // (RunState.Cancel): a run whose model was due ends at once; a run
 // awaiting its calls ends once the last of them has its envelope (advance,
@@ -78,96 +75,21 @@ func (s *Service) cancelOf(st *RunState) *Cancel {
 	if st.Cancel != nil {
 		return st.Cancel
 	}
-	return s.cancels.of(st.RunID)
+	if said, ok := s.cancels.Said(st.RunID, st.Tenant); ok {
+		return &Cancel{Reason: said, At: time.Now().UTC()}
+	}
+	return nil
 }
 
-// cancelSet is what this replica heard of cancel requests: the runs asked
-// to stop, and the model calls in flight here that a cancel stops. It is
-// bounded: an entry goes after cancelMemory, and the oldest when it holds
-// maxCancels runs (the run's state has the request anyway).
-type cancelSet struct {
-	mu      sync.Mutex
-	runs    map[string]*Cancel
-	order   []string
-	watches map[string]map[int]context.CancelFunc
-	next    int
-}
-
-const (
-	cancelMemory = time.Hour
-	maxCancels   = 1 << 16
-)
-
-func newCancelSet() *cancelSet {
-	return &cancelSet{runs: map[string]*Cancel{}, watches: map[string]map[int]context.CancelFunc{}}
-}
-
-// of returns the run's cancel, nil when none was heard.
-func (c *cancelSet) of(runID string) *Cancel {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	x := c.runs[runID]
-	if x == nil || time.Since(x.At) > cancelMemory {
-		return nil
+// watchModelCall has a cancel of the run heard here stop its model call
+// (stop), until the returned func is called.
+func (s *Service) watchModelCall(st *RunState, stop context.CancelFunc) func() {
+	untrack, said := s.cancels.Track(st.RunID, st.Tenant, func(error) { stop() })
+	if said != "" {
+		stop() // cancelled meanwhile
+		return func() {}
 	}
-	cp := *x
-	return &cp
-}
-
-// add records the run's cancel and stops its model calls in flight here.
-func (c *cancelSet) add(runID string, x Cancel) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.runs[runID]; !ok {
-		c.order = append(c.order, runID)
-	}
-	c.runs[runID] = &x
-	for len(c.order) > maxCancels || len(c.order) > 0 && time.Since(c.runs[c.order[0]].At) > cancelMemory {
-		delete(c.runs, c.order[0])
-		c.order = c.order[1:]
-	}
-	for _, stop := range c.watches[runID] {
-		stop()
-	}
-}
-
-// watch has a cancel of the run call stop (a model call's cancel func)
-// until the returned func is called.
-func (c *cancelSet) watch(runID string, stop context.CancelFunc) func() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.next++
-	id := c.next
-	if c.watches[runID] == nil {
-		c.watches[runID] = map[int]context.CancelFunc{}
-	}
-	c.watches[runID][id] = stop
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		delete(c.watches[runID], id)
-		if len(c.watches[runID]) == 0 {
-			delete(c.watches, runID)
-		}
-	}
-}
-
-// decodeCancel reads a cancel request, checked against its subject.
-func decodeCancel(e *event.Event, subject string) (events.CancelRequest, error) {
-	var c events.CancelRequest
-	if e.Type() != events.TypeRunCancelRequested {
-		return c, fmt.Errorf("event type %q on %s, want %s", e.Type(), subject, events.TypeRunCancelRequested)
-	}
-	if err := events.DecodeData(e, &c); err != nil {
-		return c, err
-	}
-	if err := c.Validate(); err != nil {
-		return c, err
-	}
-	if p, err := events.ParseSubject(subject); err != nil || p.RunID != c.RunID {
-		return c, fmt.Errorf("cancel of run %q on subject %s", c.RunID, subject)
-	}
-	return c, nil
+	return untrack
 }
 
 // cancelOfRequest is the state's Cancel of a request.
@@ -181,27 +103,13 @@ func cancelOfRequest(c events.CancelRequest) Cancel {
 
 // listenCancels subscribes this replica to the cancel requests, live.
 func (s *Service) listenCancels() error {
-	nc := s.JS.Conn()
-	if nc == nil {
-		return errors.New("orchestrator: no NATS connection to hear cancels on")
-	}
-	sub, err := nc.Subscribe(events.Filters(events.FilterRunCancelRequested)[0], func(m *nats.Msg) {
-		e, err := events.Decode(m)
-		if err != nil {
-			s.Log.Warn("cancel request not understood", "subject", m.Subject, "err", err)
-			return
-		}
-		c, err := decodeCancel(e, m.Subject)
-		if err != nil {
-			s.Log.Warn("cancel request refused", "subject", m.Subject, "err", err)
-			return
-		}
-		s.cancels.add(c.RunID, cancelOfRequest(c))
+	stop, err := cancels.Listen(s.JS.Conn(), s.cancels, nil, func(subject string, err error) {
+		s.Log.Warn("cancel request refused", "subject", subject, "err", err)
 	})
 	if err != nil {
-		return fmt.Errorf("orchestrator: hear cancels: %w", err)
+		return fmt.Errorf("orchestrator: %w", err)
 	}
-	s.OnStopFunc(func() { _ = sub.Unsubscribe() })
+	s.OnStopFunc(stop)
 	return nil
 }
 
@@ -219,16 +127,10 @@ func (s *Service) cancelSpec() consume.RunnerConfig {
 // (stateStore.stash): until its deadline timer is stored.
 func (s *Service) settleHorizon() time.Duration { return max(s.cfg.TimerAfter, 0) + 2*time.Second }
 
-// sameTenant reports whether a cancel's tenant is the run's: the same org,
-// and the same workspace when the cancel names one.
-func sameTenant(run, asked envelope.Tenant) bool {
-	return run.OrgID == asked.OrgID && (asked.WorkspaceID == "" || asked.WorkspaceID == run.WorkspaceID)
-}
-
 // handleCancel writes a cancel request into its run's state and ends the
 // run when nothing is left running; what is running gets the grace.
 func (s *Service) handleCancel(ctx context.Context, d *consume.Delivery) error {
-	req, err := decodeCancel(d.Event, d.Subject)
+	req, err := events.DecodeCancel(d.Event, d.Subject)
 	if err != nil {
 		return consume.Permanent(fmt.Errorf("orchestrator: %w", err))
 	}
@@ -237,7 +139,7 @@ func (s *Service) handleCancel(ctx context.Context, d *consume.Delivery) error {
 		s.Log.Warn("cancel refused", "run_id", runID, "reason", why)
 		return consume.Permanent(fmt.Errorf("orchestrator: cancel of run %s refused: %s", runID, why))
 	}
-	s.cancels.add(runID, c)
+	s.cancels.Cancel(req)
 	if ended, err := s.endRecorded(ctx, runID); err != nil || ended {
 		return err
 	}
@@ -259,7 +161,7 @@ func (s *Service) handleCancel(ctx context.Context, d *consume.Delivery) error {
 		if err != nil {
 			return err
 		}
-		if !sameTenant(r.Tenant, req.Tenant) {
+		if !req.Covers(r.Tenant) {
 			return refuse("the run is another tenant's")
 		}
 		if time.Since(at) < s.settleHorizon() {
@@ -272,7 +174,7 @@ func (s *Service) handleCancel(ctx context.Context, d *consume.Delivery) error {
 		st.Deadline = at.Add(s.deadlineFor(r))
 		return s.cancelRun(ctx, st, fromRequest, &c)
 	}
-	if !sameTenant(st.Tenant, req.Tenant) {
+	if !req.Covers(st.Tenant) {
 		return refuse("the run is another tenant's")
 	}
 	if st.Done() {

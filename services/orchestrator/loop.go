@@ -495,7 +495,7 @@ func (s *Service) takeTurn(ctx context.Context, ts turnStart) error {
 			stopStarted = s.startedAfter(ctx, st, warnings)
 		}
 		mctx, cancel := withDeadline(ctx, st.Deadline)
-		unwatch := s.cancels.watch(st.RunID, cancel) // a cancel stops the model call
+		unwatch := s.watchModelCall(st, cancel) // a cancel stops the model call
 		t, err = s.callModel(mctx, st, req, msgs, results)
 		unwatch()
 		cancel()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/cancels"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
@@ -33,8 +34,8 @@ type Service struct {
 
 	rules     *rules.Guard
 	convs     *conversations
-	deadlines *deadlines // of the run requests this replica handles
-	cancels   *cancelSet // the cancel requests heard (cancel.go)
+	deadlines *deadlines    // of the run requests this replica handles
+	cancels   *cancels.Runs // the cancel requests heard (cancel.go)
 
 	// Set up by Start.
 	states  *stateStore
@@ -68,7 +69,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		rules:     rules.NewGuard(),
 		convs:     newConversations(),
 		deadlines: newDeadlines(),
-		cancels:   newCancelSet(),
+		cancels:   cancels.New(0, 0, nil),
 	}, nil
 }
 

@@ -33,18 +33,9 @@ func (s *Service) cancelSpec() consume.RunnerConfig {
 // is answered POLICY_DENIED, saying the run was cancelled; the orchestrator
 // ends the run once its calls are all answered.
 func (s *Service) handleCancel(ctx context.Context, d *consume.Delivery) error {
-	if d.Event.Type() != events.TypeRunCancelRequested {
-		return consume.Permanent(fmt.Errorf("policy: event type %q on %s", d.Event.Type(), d.Subject))
-	}
-	var c events.CancelRequest
-	if err := events.DecodeData(d.Event, &c); err != nil {
-		return consume.Permanent(fmt.Errorf("policy: cancel: %w", err))
-	}
-	if err := c.Validate(); err != nil {
+	c, err := events.DecodeCancel(d.Event, d.Subject)
+	if err != nil {
 		return consume.Permanent(fmt.Errorf("policy: %w", err))
-	}
-	if p, err := events.ParseSubject(d.Subject); err != nil || p.RunID != c.RunID {
-		return consume.Permanent(fmt.Errorf("policy: cancel of run %q on subject %s", c.RunID, d.Subject))
 	}
 	lister, err := s.approvals.ListKeysFiltered(ctx, c.RunID+".*")
 	if err != nil {

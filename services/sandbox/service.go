@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/cancels"
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
@@ -39,7 +40,7 @@ type Service struct {
 	stream jetstream.Stream
 	// cancels are the runs cancelled lately and the jobs running here
 	// (cancel.go).
-	cancels *jobCancels
+	cancels *cancels.Runs
 }
 
 // New returns a sandbox service on d's JetStream. Zero fields of cfg take
@@ -51,7 +52,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{Core: d.Core("sandbox", m.consumers), cfg: cfg, metrics: m, cancels: newJobCancels()}, nil
+	return &Service{Core: d.Core("sandbox", m.consumers), cfg: cfg, metrics: m, cancels: cancels.New(0, 0, nil)}, nil
 }
 
 // Option adjusts the configuration Build read from the environment.
@@ -216,7 +217,7 @@ func (s *Service) handle(ctx context.Context, d *consume.Delivery) error {
 func (s *Service) run(ctx context.Context, job *events.SandboxJob, tenantID string, log *slog.Logger) (events.SandboxResult, error) {
 	jctx, kill := context.WithCancelCause(ctx)
 	defer kill(nil)
-	untrack, said := s.cancels.track(job.RunID, tenantID, kill)
+	untrack, said := s.cancels.Track(job.RunID, tenantOf(tenantID), kill)
 	if untrack == nil {
 		s.metrics.cancelled.WithLabelValues(cancelRefused).Inc()
 		log.Info("job of a cancelled run not run", "reason", said)
@@ -224,7 +225,7 @@ func (s *Service) run(ctx context.Context, job *events.SandboxJob, tenantID stri
 	}
 	defer untrack()
 	res, err := s.engine.Load().Run(jctx, job)
-	if said := cancelledBy(jctx); said != "" && ctx.Err() == nil && errors.Is(err, errInterrupted) {
+	if said := cancels.CancelledBy(jctx); said != "" && ctx.Err() == nil && errors.Is(err, errInterrupted) {
 		// Killed (every process of it) because its run was cancelled.
 		s.metrics.cancelled.WithLabelValues(cancelKilled).Inc()
 		log.Info("job killed: its run was cancelled", "reason", said, "runtime", res.Runtime)
