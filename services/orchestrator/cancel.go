@@ -256,17 +256,7 @@ func (s *Service) cancelRun(ctx context.Context, st *RunState, from stateSource,
 
 // startCancelGrace starts the consumer of the cancelled runs' grace timers.
 func (s *Service) startCancelGrace(ctx context.Context) error {
-	tr, err := timers.NewTimerRunner(s.JS, timers.TimerConfig{
-		Durable: DurableCancelGrace, Kind: timerCancel, Handler: s.onCancelGrace, Logger: s.Log,
-	})
-	if err != nil {
-		return fmt.Errorf("orchestrator: %w", err)
-	}
-	if err := tr.Start(ctx); err != nil {
-		return fmt.Errorf("orchestrator: %w", err)
-	}
-	s.OnStop(tr.Stop)
-	return nil
+	return s.startTimers(ctx, DurableCancelGrace, timerCancel, s.onCancelGrace)
 }
 
 // onCancelGrace answers the calls of a cancelled run that have no envelope

@@ -320,9 +320,13 @@ func withDeadline(ctx context.Context, deadline time.Time) (context.Context, con
 
 // startReaper starts the consumer of the deadline timers.
 func (s *Service) startReaper(ctx context.Context) error {
-	tr, err := timers.NewTimerRunner(s.JS, timers.TimerConfig{
-		Durable: DurableDeadlines, Kind: timerRun, Handler: s.onDeadline, Logger: s.Log,
-	})
+	return s.startTimers(ctx, DurableDeadlines, timerRun, s.onDeadline)
+}
+
+// startTimers starts the durable consumer of the timers of a kind, stopped
+// with the service.
+func (s *Service) startTimers(ctx context.Context, durable, kind string, h timers.TimerHandler) error {
+	tr, err := timers.NewTimerRunner(s.JS, timers.TimerConfig{Durable: durable, Kind: kind, Handler: h, Logger: s.Log})
 	if err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
