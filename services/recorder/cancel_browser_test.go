@@ -71,10 +71,8 @@ func TestCancelFromTheTimelineInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.env.Publish(t, end)
-	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`!!document.querySelector(".run-head .status-cancelled") && !document.querySelector("form.cancel-run")`,
-		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
-		t.Fatalf("the page did not show the run cancelled: %v (page: %.1500s)", err, page.Eval(`document.body.innerText`))
-	}
+	page.Until("the page shows the run cancelled",
+		`!!document.querySelector(".run-head .status-cancelled") && !document.querySelector("form.cancel-run")`, 30*time.Second)
 	if txt := page.Text(`.run-head`); !strings.Contains(txt, "cancelled by approver A: wrong prompt") {
 		t.Fatalf("the run's head: %q", txt)
 	}

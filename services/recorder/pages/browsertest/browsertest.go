@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 )
@@ -79,6 +80,24 @@ func (p Page) Do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	p.t.Helper()
 	if err := chromedp.Do(p.ctx, steps...); err != nil {
 		p.t.Fatalf("browser: %s: %v", what, err)
+	}
+}
+
+// Until evaluates the boolean expr until it is true, failing the test
+// when it is not within d. An evaluation a navigation interrupts (a form's
+// redirect, a live page's reload end it with "Cannot find context with
+// specified id") is asked again.
+func (p Page) Until(what, expr string, d time.Duration) {
+	p.t.Helper()
+	var last error
+	for giveUp := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+		ok, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](expr))
+		if last = err; err == nil && ok {
+			return
+		}
+		if time.Now().After(giveUp) {
+			p.t.Fatalf("browser: %s: not within %s (last error: %v; page: %.1500s)", what, d, last, p.Eval(`document.body.innerText`))
+		}
 	}
 }
 
