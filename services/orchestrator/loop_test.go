@@ -773,12 +773,32 @@ func TestLastEnvelopeEndsTheRunInOneStateWrite(t *testing.T) {
 	require.Zero(t, n, "a one-call run that ends before its request is settled writes no state")
 	require.Nil(t, stateOf("early-one"))
 
+	// ended waits for the run's state to record its end: the end is
+	// published before the state's write (loop.go, publishEnd), so a
+	// waiter on the end may see it first.
+	ended := func(id string) {
+		w, err := kv.Watch(ctx, id)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, w.Stop()) }()
+		for e := range w.Updates() {
+			if e == nil {
+				continue // the key's history has been delivered
+			}
+			var st orchestrator.RunState
+			require.NoError(t, json.Unmarshal(e.Value(), &st))
+			if st.Done() {
+				return
+			}
+		}
+		require.NoError(t, ctx.Err(), "the state of %s never recorded its end", id)
+	}
 	var call string
 	n = writes(func() {
 		run("early-two", func() {
 			complete("early-two", "a", 1)
 			call = complete("early-two", "b", 2)
 		}, echo("a"), echo("b"))
+		ended("early-two")
 	})
 	require.Equal(t, 3, n, "created by the first envelope's write before the second turn; that turn; the end")
 	last := stateOf("early-two")
