@@ -152,6 +152,14 @@ func CallEvents(runID string) (string, error) {
 	return Prefix + ".call." + runID + ".>", nil
 }
 
+// SandboxEvents is the subject filter for every sandbox job event of one run.
+func SandboxEvents(runID string) (string, error) {
+	if err := ValidateRunID(runID); err != nil {
+		return "", err
+	}
+	return Prefix + ".sandbox." + runID + ".>", nil
+}
+
 // ParsedSubject is what a toolwire subject names.
 type ParsedSubject struct {
 	Kind      string // "run", "call" or "sandbox"

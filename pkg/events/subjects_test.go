@@ -65,6 +65,13 @@ func TestSubjectFilters(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "toolwire.call."+runID+".>", got)
 
+	got, err = events.SandboxEvents(runID)
+	require.NoError(t, err)
+	require.Equal(t, "toolwire.sandbox."+runID+".>", got)
+	sub, err := events.SandboxSubject(runID, callID, "requested")
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(sub, strings.TrimSuffix(got, ">")), "%s is under %s", sub, got)
+
 	_, err = events.RunEvents("a.b")
 	require.ErrorIs(t, err, events.ErrUnsafeID)
 	_, err = events.CallEvents("a>")
@@ -93,6 +100,7 @@ func TestSubjectsRejectUnsafeRunIDs(t *testing.T) {
 		"SandboxSubject":  func(id string) (string, error) { return events.SandboxSubject(id, callID, "requested") },
 		"RunEvents":       events.RunEvents,
 		"CallEvents":      events.CallEvents,
+		"SandboxEvents":   events.SandboxEvents,
 	}
 	for _, tc := range unsafe {
 		t.Run(tc.name, func(t *testing.T) {

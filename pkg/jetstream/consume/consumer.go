@@ -225,9 +225,11 @@ type Runner struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	once    sync.Once
-	// pollStop and pollDone run the polling loop (RunnerConfig.Poll).
+	// pollStop and pollDone run the polling loop (RunnerConfig.Poll);
+	// nudge wakes it before its interval is over (Nudge).
 	pollStop chan struct{}
 	pollDone chan struct{}
+	nudge    chan struct{}
 	// mu orders wg.Add in dispatch before the wg.Wait of Stop: once closing
 	// is set, a late dispatch (after a drain that ran out of time) hands its
 	// message back instead of starting a handler.
@@ -269,7 +271,7 @@ func NewRunner(js jetstream.JetStream, cfg RunnerConfig) (*Runner, error) {
 	}
 	return &Runner{
 		js: js, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), jobs: make(chan job),
-		batches: make(chan struct{}, batchesInHand), stopping: make(chan struct{}),
+		batches: make(chan struct{}, batchesInHand), stopping: make(chan struct{}), nudge: make(chan struct{}, 1),
 		log: cfg.Logger.With("consumer", cfg.Spec.Durable, "stream", cfg.Spec.Stream),
 	}, nil
 }
@@ -331,11 +333,14 @@ func (r *Runner) pollLoop(c jetstream.Consumer) {
 	defer close(r.pollDone)
 	t := time.NewTimer(0)
 	defer t.Stop()
+	nudged := 0 // fetches left that a nudge asked for
 	for {
 		select {
 		case <-r.pollStop:
 			return
 		case <-t.C:
+		case <-r.nudge:
+			nudged = nudgeFetches
 		}
 		if !r.connected() {
 			// A pull made now would wait in the client's reconnect buffer,
@@ -380,13 +385,41 @@ func (r *Runner) pollLoop(c jetstream.Consumer) {
 			!errors.Is(err, nats.ErrConnectionClosed) {
 			r.log.Warn("fetch", "err", err)
 		}
-		if n < r.cfg.Concurrency {
-			t.Reset(r.cfg.Poll)
-		} else {
+		switch {
+		case n >= r.cfg.Concurrency:
 			t.Reset(0)
+		case n == 0 && nudged > 1:
+			// A live event can come a moment before its stream has
+			// stored it: ask again shortly.
+			nudged--
+			t.Reset(nudgeRetry)
+		default:
+			nudged = 0
+			t.Reset(r.cfg.Poll)
 		}
 	}
 }
+
+// Nudge makes a polling runner (RunnerConfig.Poll) fetch what is waiting now
+// rather than at the end of its interval: a reader of the consumer's stream
+// that has just heard of a new message live (the recorder, for the runs its
+// API's clients wait on) has it handled without waiting out the poll. When
+// the fetch finds nothing (the message is not stored yet) it asks again up
+// to nudgeFetches times, nudgeRetry apart. It never blocks; nudges that come
+// while one is pending are one. A runner that pushes (no Poll) ignores it.
+func (r *Runner) Nudge() {
+	select {
+	case r.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// nudgeFetches is how many fetches a nudge asks for at most, nudgeRetry
+// apart, while they find nothing.
+const (
+	nudgeFetches = 4
+	nudgeRetry   = time.Millisecond
+)
 
 // reconnectPoll is how often a polling runner looks whether its connection
 // is back, while it is not.

@@ -548,6 +548,36 @@ func TestRunnerPolls(t *testing.T) {
 	require.NoError(t, r.Stop(testCtx(t)), "Stop is idempotent")
 }
 
+// Nudge makes a polling runner fetch at once: with an hour's poll, an event
+// stored after the first fetch is handled as soon as the runner is nudged,
+// as often as that happens.
+func TestRunnerNudged(t *testing.T) {
+	env := eventstest.Start(t)
+	env.Publish(t, callStarted(t, 1)) // the first fetch, at the start, takes it
+	handled := make(chan string, 8)
+	r := startRunner(t, env, consume.RunnerConfig{Poll: time.Hour, Concurrency: 4,
+		Handler: func(_ context.Context, d *consume.Delivery) error {
+			handled <- d.Event.ID()
+			return nil
+		}})
+	next := func() string {
+		select {
+		case id := <-handled:
+			return id
+		case <-testCtx(t).Done():
+			t.Fatal("nothing handled")
+			return ""
+		}
+	}
+	require.Equal(t, callStarted(t, 1).Event.ID(), next())
+	for i := 2; i <= 4; i++ {
+		env.Publish(t, callStarted(t, i))
+		r.Nudge()
+		require.Equal(t, callStarted(t, i).Event.ID(), next(), "handled once nudged, not after the hour")
+	}
+	requireAllAcked(t, env, 4)
+}
+
 // A batch runner hands each fetch to its batch handler in one call, in
 // stream order, holds at most two fetches at once, and settles each event by
 // its own outcome: acknowledged, retried later, or dead-lettered.

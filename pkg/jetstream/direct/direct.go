@@ -62,10 +62,7 @@ func Batch(ctx context.Context, js jetstream.JetStream, stream, filter string, f
 	if err := nc.PublishRequest(APIPrefix(js)+".DIRECT.GET."+stream, inbox, body); err != nil {
 		return nil, false, fmt.Errorf("direct get %s: %w", stream, err)
 	}
-	wait := js.Options().DefaultTimeout
-	if wait <= 0 {
-		wait = 5 * time.Second
-	}
+	wait := apiWait(js)
 	var out []Msg
 	for {
 		mctx, cancel := context.WithTimeout(ctx, wait)
@@ -147,13 +144,7 @@ func Last(ctx context.Context, js jetstream.JetStream, stream, subject string) (
 	if err != nil {
 		return nil, err
 	}
-	wait := js.Options().DefaultTimeout
-	if wait <= 0 {
-		wait = 5 * time.Second
-	}
-	rctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	reply, err := js.Conn().RequestWithContext(rctx, APIPrefix(js)+".STREAM.MSG.GET."+stream, body)
+	reply, err := request(ctx, js, "STREAM.MSG.GET."+stream, body)
 	if err != nil {
 		return nil, fmt.Errorf("read the last message of %s on %s: %w", stream, subject, err)
 	}
@@ -190,6 +181,67 @@ func Last(ctx context.Context, js jetstream.JetStream, stream, subject string) (
 		out.Header = hm
 	}
 	return out, nil
+}
+
+// apiWait bounds each answer of the JetStream API: js's default timeout,
+// else 5s.
+func apiWait(js jetstream.JetStream) time.Duration {
+	if wait := js.Options().DefaultTimeout; wait > 0 {
+		return wait
+	}
+	return 5 * time.Second
+}
+
+// request asks js's JetStream API (under its prefix) api with body, the
+// wait bounded by ctx and apiWait.
+func request(ctx context.Context, js jetstream.JetStream, api string, body []byte) (*nats.Msg, error) {
+	rctx, cancel := context.WithTimeout(ctx, apiWait(js))
+	defer cancel()
+	return js.Conn().RequestWithContext(rctx, APIPrefix(js)+"."+api, body)
+}
+
+// Count returns how many messages stream holds on subjects matching filter
+// (which may hold wildcards), as the stream's leader counts them (a
+// STREAM.INFO with a subjects filter): it counts every publish that was
+// acknowledged before it was asked. The wait is bounded by ctx and by js's
+// default API timeout.
+func Count(ctx context.Context, js jetstream.JetStream, stream, filter string) (uint64, error) {
+	body, err := json.Marshal(struct {
+		Filter string `json:"subjects_filter"`
+	}{filter})
+	if err != nil {
+		return 0, err
+	}
+	reply, err := request(ctx, js, "STREAM.INFO."+stream, body)
+	if err != nil {
+		return 0, fmt.Errorf("count the messages of %s on %s: %w", stream, filter, err)
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Total int `json:"total"`
+		State struct {
+			Subjects map[string]uint64 `json:"subjects"`
+		} `json:"state"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return 0, fmt.Errorf("%w: %s: an answer that is not JSON: %w", ErrRead, stream, err)
+	}
+	if resp.Error != nil {
+		return 0, fmt.Errorf("%w: %s: %d %s", ErrRead, stream, resp.Error.Code, resp.Error.Description)
+	}
+	if resp.Total > len(resp.State.Subjects) {
+		// The server pages subjects past its limit (100,000): more than
+		// one filter is meant to match.
+		return 0, fmt.Errorf("%w: %s: %d subjects on %s, more than one answer holds", ErrRead, stream, resp.Total, filter)
+	}
+	var n uint64
+	for _, c := range resp.State.Subjects {
+		n += c
+	}
+	return n, nil
 }
 
 // RunEnd returns the run's end event (completed or failed) as the runs

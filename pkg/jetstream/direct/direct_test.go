@@ -110,6 +110,27 @@ func TestLast(t *testing.T) {
 	require.NotErrorIs(t, err, direct.ErrNotStored)
 }
 
+// TestCount: the messages on a subject or a wildcard are counted, every
+// one stored on it (not one per subject); none stored is zero; an unknown
+// stream is an error.
+func TestCount(t *testing.T) {
+	env := eventstest.Start(t)
+	ctx := t.Context()
+	_, err := env.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "C", Subjects: []string{"c.>"}})
+	require.NoError(t, err)
+	for _, subj := range []string{"c.a.x", "c.b.y", "c.a.z", "c.b.y", "c.a.x"} {
+		_, err := env.JS.Publish(ctx, subj, nil)
+		require.NoError(t, err)
+	}
+	for filter, want := range map[string]uint64{"c.a.x": 2, "c.a.*": 3, "c.b.>": 2, "c.>": 5, "c.none": 0} {
+		n, err := direct.Count(ctx, env.JS, "C", filter)
+		require.NoError(t, err, filter)
+		require.Equal(t, want, n, filter)
+	}
+	_, err = direct.Count(ctx, env.JS, "NOPE", "c.>")
+	require.ErrorIs(t, err, direct.ErrRead)
+}
+
 // TestRunEnd: a run's end of either kind is found on the leader; a run
 // without one (a started event only) has none.
 func TestRunEnd(t *testing.T) {
