@@ -165,6 +165,16 @@ class LiveTest(unittest.TestCase):
                 self.fail(f"run ended {end_status(e)} before {type_}")
         self.fail(f"the stream ended before {type_}")
 
+    def test_submit_then_wait_for_outputs(self):
+        req = echo_run("waited")
+        self.assertTrue(self.c.submit(req).created)
+        out = self.c.outputs(req["run_id"], wait_s=30)
+        self.assertEqual(out["response"], "done")
+        self.assertEqual(len(out["tool_order"]), 1)
+        self.assertEqual(out["tools_by_id"][out["tool_order"][0]]["output"], {"text": "waited"})
+        with self.assertRaises(ValueError):
+            self.c.outputs(req["run_id"], wait_s=120)
+
     def test_submit_follow_outputs(self):
         req = echo_run("hello")
         sub = self.c.submit(req)

@@ -314,9 +314,16 @@ class Client:
         """The run as recorded, with the summary of its tool calls (RunDetail)."""
         return self._json("GET", f"/v1/runs/{_seg(run_id)}")
 
-    def outputs(self, run_id: str) -> AgentOutputs:
-        """The outputs of a completed run; a failed run or one not ended raises ToolwireError (409)."""
-        return self._json("GET", f"/v1/runs/{_seg(run_id)}/outputs")  # type: ignore[return-value]
+    def outputs(self, run_id: str, wait_s: Optional[float] = None) -> AgentOutputs:
+        """The outputs of a completed run; a failed run or one not ended raises ToolwireError (409).
+
+        With wait_s (at most 60), a run not ended yet is waited for: the answer comes as soon as it ends."""
+        path = f"/v1/runs/{_seg(run_id)}/outputs"
+        if wait_s:
+            if not 0 < wait_s <= 60:
+                raise ValueError("wait_s must be above 0 and at most 60")
+            path += "?" + urllib.parse.urlencode({"wait": f"{int(wait_s * 1000)}ms"})
+        return self._json("GET", path, timeout=max(self.timeout, (wait_s or 0) + 5))  # type: ignore[return-value]
 
     def follow(
         self,
@@ -348,7 +355,7 @@ class Client:
             h["Authorization"] = f"Bearer {self.token}"
         return h
 
-    def _json(self, method: str, path: str, body: Any = None) -> Any:
+    def _json(self, method: str, path: str, body: Any = None, timeout: Optional[float] = None) -> Any:
         data = None
         headers = self._headers()
         if body is not None:
@@ -356,7 +363,7 @@ class Client:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as err:
             raise _error(err.code, err.read()) from None

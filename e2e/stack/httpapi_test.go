@@ -32,7 +32,7 @@ import (
 )
 
 // httpStack is the whole pipeline with the recorder, every service on its
-// own NATS identity (the recorder hands runs in on the intake with its
+// own NATS identity (the recorder stores runs submitted over HTTP with its
 // own), authentication on, and tokens of tenant org1/ws1.
 type httpStack struct {
 	st                         *stack.Stack
@@ -112,8 +112,8 @@ func requestsStored(t *testing.T, js jetstream.JetStream) map[string]uint64 {
 }
 
 // TestHTTPSubmitConcurrently: 200 runs submitted over HTTP at once, each
-// through its tenant's intake and the orchestrator's handover, are each
-// created (201) and stored exactly once on the runs stream; submitting them
+// stored by the recorder on the runs stream as client.Submit stores it, are
+// each created (201) and stored exactly once on the runs stream; submitting them
 // all again at once answers each with its run (200, created false) and
 // stores nothing more; 20 concurrent submissions of one new request make
 // one run, created for exactly one of them; another request under a used run

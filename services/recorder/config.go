@@ -121,11 +121,10 @@ type Config struct {
 	// is set; every read is then scoped to the caller's tenant. Setting an
 	// OIDC issuer turns it on too.
 	AuthRequired bool
-	// SubmitWait bounds how long POST /v1/runs waits for the orchestrator
-	// to take a request over; StreamWait how long a live stream opened
-	// before its run is recorded waits for it. Zero: the API's defaults
-	// (10s, 30s); no environment variable sets them (tests and embedders do).
-	SubmitWait, StreamWait time.Duration
+	// StreamWait bounds how long a live stream opened before its run is
+	// recorded waits for it. Zero: the API's default (30s); no environment
+	// variable sets it (tests and embedders do).
+	StreamWait time.Duration
 	// OIDC accepts OpenID Connect ID tokens (Issuer and Audience set).
 	OIDC auth.OIDCConfig
 	// InsecureNoAuth allows serving without authentication on an address

@@ -72,6 +72,7 @@ type Service struct {
 	writer  *batchWriter
 	handler http.Handler
 	changes *api.Changes
+	live    *live // the runs the API's clients wait on, followed live
 	// retention is the gauge of the retention watch (retention.go).
 	retention *prometheus.GaugeVec
 	tools     toolResolver  // set by Start; nil without a tool registry
@@ -97,6 +98,9 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	}
 	r := &Service{Core: d.Core("recorder", m.consumers), cfg: cfg, db: db, changes: api.NewChanges(), streams: make(chan struct{})}
 	r.retention = m.retention
+	if d.JS != nil {
+		r.live = newLive(d.JS.Conn(), d.Log)
+	}
 	// Released last, in this order, after what Start registers: the live
 	// streams end once the consumers have drained, then the database closes.
 	r.OnStopFunc(db.close)
@@ -129,8 +133,12 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		d.Log.Warn("AUTHENTICATION OFF ON PURPOSE (" + EnvInsecureNoAuth + "=1): everyone who reaches this recorder's HTTP port reads every tenant's runs, tool inputs and outputs")
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", api.New(db.store, api.Options{Log: d.Log, Changes: r.changes, JS: d.JS, Done: r.streams,
-		AdminToken: cfg.AdminToken, Auth: authn, SubmitWait: cfg.SubmitWait, StreamWait: cfg.StreamWait}))
+	var watch api.Watcher
+	if r.live != nil {
+		watch = r.live
+	}
+	mux.Handle("/v1/", api.New(db.store, api.Options{Log: d.Log, Changes: r.changes, Live: watch, JS: d.JS, Done: r.streams,
+		AdminToken: cfg.AdminToken, Auth: authn, StreamWait: cfg.StreamWait}))
 	mux.Handle("/", pages.New(db.store, pages.Options{Log: d.Log, Auth: authn, JS: d.JS, InsecureCookie: cfg.InsecureCookie}))
 	r.handler = mux
 	return r, nil
@@ -202,8 +210,12 @@ func (r *Service) Start(ctx context.Context) error {
 				// once beside the services on the same CPUs.
 				rc.Batch = r.handleBatch
 			}
-			if _, err := r.Runners.Start(ctx, r.JS, rc); err != nil {
+			runner, err := r.Runners.Start(ctx, r.JS, rc)
+			if err != nil {
 				return fmt.Errorf("recorder: consumer %s: %w", spec.Durable, err)
+			}
+			if r.live != nil {
+				r.live.setNudge(spec.Stream, runner.Nudge)
 			}
 		}
 		r.Go(life, func(life context.Context) { r.watchRetention(life, r.retention) })

@@ -60,7 +60,7 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) start() {
 	h.t.Helper()
 	rec, err := recorder.New(service.Deps{JS: h.env.JetStream(h.t), Log: quietLog()},
-		recorder.Config{DatabaseURL: h.dsn, Batch: 64, StreamWait: 2 * time.Second, SubmitWait: 2 * time.Second})
+		recorder.Config{DatabaseURL: h.dsn, Batch: 64, StreamWait: 2 * time.Second})
 	if err != nil {
 		h.t.Fatal(err)
 	}

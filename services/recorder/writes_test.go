@@ -17,6 +17,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/api/apitest"
@@ -28,8 +29,8 @@ import (
 
 // writesEnv is a recorder with authentication on, on an embedded JetStream
 // and SQLite, and tokens of every role for tenants A and B. No orchestrator
-// runs: what is handed in on the intake stays there (the end-to-end tests of
-// e2e/stack run the handover).
+// runs: what is submitted stays on the runs stream (the end-to-end tests of
+// e2e/stack run it).
 type writesEnv struct {
 	t     *testing.T
 	env   *eventstest.Env
@@ -46,7 +47,7 @@ func newWritesEnv(t *testing.T) *writesEnv {
 	db := sqlite.URL(filepath.Join(t.TempDir(), "recorder.db"))
 	rec, err := recorder.New(service.Deps{JS: env.JetStream(t), Log: quietLog()},
 		recorder.Config{DatabaseURL: db, AuthRequired: true, AdminToken: writesAdminToken,
-			SubmitWait: 300 * time.Millisecond, StreamWait: time.Second})
+			StreamWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,10 +222,10 @@ func TestSubmitRefusesBadInput(t *testing.T) {
 // TestSubmitIdempotency: a run id whose request is stored answers the same
 // request (200, created false) and refuses another (409 run_id_in_use), as
 // it does for another tenant's producer under the same run id; neither
-// hands anything in. A new request is handed in on its tenant's intake,
-// once, with the intake subject, the tenant the credential gave and a
-// Nats-Msg-Id of its own; without an orchestrator to take it over, the
-// answer is 503 (retry the same request) after SubmitWait.
+// stores anything. A new request is stored on the runs stream, once, as
+// client.Submit stores it (the run's request id, on the condition that the
+// subject holds none), with the tenant the credential gave: 201, then 200
+// for the same request again; the intake is not used.
 func TestSubmitIdempotency(t *testing.T) {
 	w := newWritesEnv(t)
 	fx := storetest.StartedRun(t, "stored-run", "weather", storetest.TenantA, time.Now())
@@ -260,23 +261,31 @@ func TestSubmitIdempotency(t *testing.T) {
 		t.Fatalf("the intake holds %d messages: a run id in use must not be handed in", n)
 	}
 
-	// A new run: handed in on A's intake, then 503 for want of a handover.
+	// A new run: stored on the runs stream as client.Submit stores it,
+	// with the tenant the credential gave; 201, then 200 for it again.
 	status, h, body := w.post("producer A", "/v1/runs", "application/json", requestBody(t, "new-run", false))
-	if status != http.StatusServiceUnavailable || decodeError(t, body).Code != apitypes.CodeUnavailable || h.Get("Retry-After") == "" {
-		t.Fatalf("a new run without an orchestrator: %d %s; want 503 with Retry-After", status, body)
+	if got := decode[apitypes.SubmitJSON](t, body); status != http.StatusCreated || !got.Created || h.Get("Location") != "/v1/runs/new-run" {
+		t.Fatalf("a new run: %d %s (Location %q); want 201 created", status, body, h.Get("Location"))
 	}
-	subj, err := events.IntakeSubject(envelope.Tenant{OrgID: storetest.TenantA.OrgID, WorkspaceID: storetest.TenantA.WorkspaceID}, "new-run")
+	status, _, body = w.post("producer A", "/v1/runs", "application/json", requestBody(t, "new-run", false))
+	if got := decode[apitypes.SubmitJSON](t, body); status != http.StatusOK || got.Created {
+		t.Fatalf("the new run again: %d %s; want 200 created false", status, body)
+	}
+	subj, err := events.RunSubject("new-run", events.VerbRequested)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := w.count(events.StreamIntake, subj); n != 1 {
-		t.Fatalf("the intake holds %d messages on %s, want 1", n, subj)
+	if n := w.count(events.StreamRuns, subj); n != 1 {
+		t.Fatalf("the runs stream holds %d requests on %s, want 1", n, subj)
 	}
-	intake, err := w.env.JS.Stream(testCtx(t), events.StreamIntake)
+	if n := w.count(events.StreamIntake, events.SubjectsIntake); n != 0 {
+		t.Fatalf("the intake holds %d messages: HTTP submissions are stored on the runs stream", n)
+	}
+	runs, err := w.env.JS.Stream(testCtx(t), events.StreamRuns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := intake.GetLastMsgForSubject(testCtx(t), subj)
+	m, err := runs.GetLastMsgForSubject(testCtx(t), subj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,9 +297,10 @@ func TestSubmitIdempotency(t *testing.T) {
 	if err := events.DecodeData(ev, &req); err != nil {
 		t.Fatal(err)
 	}
-	if ev.Type() != events.TypeRunRequested || req.Tenant.OrgID != storetest.TenantA.OrgID || req.Tenant.WorkspaceID != storetest.TenantA.WorkspaceID ||
-		!strings.HasPrefix(m.Header.Get(events.HeaderMsgID), subj+"/") {
-		t.Fatalf("handed in: %s %+v, Nats-Msg-Id %q", ev.Type(), req.Tenant, m.Header.Get(events.HeaderMsgID))
+	if ev.Type() != events.TypeRunRequested || ev.ID() != events.RunRequestedID("new-run") ||
+		req.Tenant.OrgID != storetest.TenantA.OrgID || req.Tenant.WorkspaceID != storetest.TenantA.WorkspaceID ||
+		!publish.FirstOnSubject(m.Header) {
+		t.Fatalf("stored: %s %s %+v, first on its subject %v", ev.Type(), ev.ID(), req.Tenant, publish.FirstOnSubject(m.Header))
 	}
 }
 

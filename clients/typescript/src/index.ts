@@ -172,10 +172,17 @@ export class Client {
     return this.must(await this.api.GET("/v1/runs/{run_id}", { params: { path: { run_id: runId } }, signal: this.signal(signal) }));
   }
 
-  /** The outputs of a completed run; a failed run, or one not ended, is a ToolwireError (409). */
-  async outputs(runId: string, signal?: AbortSignal): Promise<AgentOutputs> {
+  /**
+   * The outputs of a completed run; a failed run, or one not ended, is a
+   * ToolwireError (409). With wait (a duration such as "30s", at most "60s")
+   * a run not ended yet is waited for: the answer comes as soon as it ends.
+   */
+  async outputs(runId: string, signal?: AbortSignal, wait?: string): Promise<AgentOutputs> {
     return this.must(
-      await this.api.GET("/v1/runs/{run_id}/outputs", { params: { path: { run_id: runId } }, signal: this.signal(signal) }),
+      await this.api.GET("/v1/runs/{run_id}/outputs", {
+        params: { path: { run_id: runId }, query: wait ? { wait } : {} },
+        signal: this.signal(signal),
+      }),
     );
   }
 

@@ -16,18 +16,20 @@ export interface paths {
         put?: never;
         /**
          * Submit a run request
-         * @description Hands a RunRequest (pkg/envelope/schemas/run_request.schema.json) in on its tenant's intake
-         *     (`toolwire.intake.<org>.<workspace>.<run_id>`), exactly as `client.SubmitToIntake` and the CLI do;
-         *     the orchestrator takes it over as the run's request. The credential decides the tenant: `tenant`
+         * @description Stores a RunRequest (pkg/envelope/schemas/run_request.schema.json) as the run's request on the runs
+         *     stream (`toolwire.run.<run_id>.requested`), exactly as `client.Submit` and the CLI do: on the
+         *     condition that the subject holds no request yet, so that a run id starts one run whoever submits
+         *     it. The credential decides the tenant: `tenant`
          *     may be omitted (the caller's org, and its workspace when the credential is bound to one, are used);
          *     a body naming another tenant is refused (403 `tenant_mismatch`); a caller of every tenant (the
          *     admin token) must name one (422). Needs the role producer, approver or admin.
          *
-         *     The run id is the idempotency key. The answer is given once the request is stored as the run's
-         *     (it waits for the handover, at most 10 s): 201 for a new run, 200 when the same request (equal as
-         *     RFC 8785 canonical JSON) was submitted before, 409 `run_id_in_use` when the run id holds another
-         *     request or another tenant's run. A 503 means the handover has not happened yet: send the same
-         *     request again to learn the outcome, which never makes a second run.
+         *     The run id is the idempotency key. The answer is given once the request is stored: 201 for a new
+         *     run, 200 when the same request (equal as RFC 8785 canonical JSON) was submitted before, 409
+         *     `run_id_in_use` when the run id holds another request or another tenant's run. A 503 means the
+         *     request could not be stored now: send the same request again to learn the outcome, which never
+         *     makes a second run. Then `GET /v1/runs/{run_id}/outputs?wait=30s` answers its outputs as soon as
+         *     it ends, or the event stream follows it.
          *
          *     Nothing is published for a request that is refused: 413 over 1 MiB, 415 for a Content-Type other
          *     than application/json, 400 `invalid_json` or `unknown_field`, 422 `invalid_request` with one
@@ -78,6 +80,12 @@ export interface paths {
          *     Outputs too large for the completed event are in a blob it names
          *     (`outputs_blob` of the run): the recorder reads them from the object
          *     store and serves them the same way.
+         *
+         *     With `wait`, a run that has not ended is waited for, up to that long: the answer comes as soon
+         *     as the run's end is stored on the runs stream (the outputs as its end carried them, which is what
+         *     the recorder records), without waiting for the recorder to have written the run; submit then
+         *     wait is the shortest way from a request to its outputs (POST /v1/runs, then this). A run that
+         *     has not ended when the wait is over answers 409 `run_not_completed`, as without it.
          */
         get: operations["getOutputs"];
         put?: never;
@@ -179,8 +187,10 @@ export interface paths {
          *
          *     Order is causal, not the order the recorder happened to store events from its three streams in:
          *     a call's events come after the model turn that asked for the call, a decision after its call's
-         *     approval request, and the run's end (completed, failed or cancelled) last, after every event of
-         *     its calls recorded by then (or a bounded wait for them).
+         *     approval request, and the run's end (completed, failed or cancelled) last: it is sent as soon as
+         *     every event the run's streams hold has been recorded and sent (the recorder asks the streams;
+         *     without a NATS connection it waits for 500 ms without new events instead), at the latest 5 s after
+         *     the end was recorded.
          *
          *     The stream may be opened before the run is recorded (just after POST /v1/runs, say): it waits for
          *     the run, up to 30 s, sending comments (`: waiting`); if the run is not recorded by then, an
@@ -1066,8 +1076,8 @@ export interface components {
             };
         };
         /**
-         * @description The recorder has no NATS connection to publish on, or what it published was not taken over in time
-         *     (`unavailable`; Retry-After). Sending the same request again is safe.
+         * @description The recorder has no NATS connection to publish on, or could not publish now (`unavailable`;
+         *     Retry-After). Sending the same request again is safe.
          */
         WriteUnavailable: {
             headers: {
@@ -1210,7 +1220,10 @@ export interface operations {
     };
     getOutputs: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description How long to wait for the run to end, as a duration (`30s`, `500ms`), at most `60s`; none or `0s`, no wait. */
+                wait?: string;
+            };
             header?: never;
             path: {
                 /** @description 1 to 64 letters, digits, '-' or '_'. */
@@ -1240,7 +1253,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description The run failed (`run_failed`, with its reason) or has not completed yet (`run_not_completed`). */
+            /** @description The run failed (`run_failed`, with its reason) or has not completed yet (`run_not_completed`; with `wait`, not within it). */
             409: {
                 headers: {
                     [name: string]: unknown;

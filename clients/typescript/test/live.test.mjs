@@ -30,6 +30,16 @@ describe("toolwire client against toolwire dev", { timeout: 240_000 }, () => {
     await dev?.stop();
   });
 
+  test("submit, then wait for the outputs", async () => {
+    const req = echoRun("waited");
+    assert.equal((await c.submit(req)).created, true);
+    const out = await c.outputs(req.run_id, undefined, "30s");
+    assert.equal(out.response, "done");
+    assert.equal(out.tool_order.length, 1);
+    assert.deepEqual(out.tools_by_id[out.tool_order[0]].output, { text: "waited" });
+    await assert.rejects(c.outputs(req.run_id, undefined, "2m"), (e) => e.status === 400 && e.code === "invalid_parameter");
+  });
+
   test("submit, follow to completion, outputs", async () => {
     const req = echoRun("hello");
     const sub = await c.submit(req);

@@ -142,8 +142,8 @@ func TestPermissionMatrix(t *testing.T) {
 		allowed []identity.Role // besides the operator
 	}{
 		// The events: who may announce what.
-		{"toolwire.run.r1.requested", []identity.Role{orch}},
-		{"toolwire.intake.acme._.r1", []identity.Role{rec}},
+		{"toolwire.run.r1.requested", []identity.Role{orch, rec}},
+		{"toolwire.intake.acme._.r1", nil},
 		{"toolwire.run.r1.cancel_requested", []identity.Role{orch, rec}},
 		{"toolwire.run.r1.cancelled", []identity.Role{orch}},
 		{"toolwire.run.r1.turn.1.completed", []identity.Role{orch}},
@@ -191,11 +191,14 @@ func TestPermissionMatrix(t *testing.T) {
 		allowed        []identity.Role
 	}{
 		{"toolwire.>", "toolwire.x", nil},
-		{"toolwire.run.r1.requested", "toolwire.run.r1.requested", nil},
+		// The recorder follows the runs its API's clients wait on, live.
+		{"toolwire.run.r1.requested", "toolwire.run.r1.requested", []identity.Role{rec}},
+		{"toolwire.call.r1.>", "toolwire.call.r1." + call + ".completed", []identity.Role{rec}},
+		{"toolwire.sandbox.r1.>", "toolwire.sandbox.r1." + call + ".completed", []identity.Role{rec}},
 		{events.SubjectPreview, events.SubjectPreview, []identity.Role{exe}},
 		{events.SubjectsWorkerRPC, "toolwire.rpc.worker.q.beat", []identity.Role{exe}},
 		{"toolwire.worker.q.call", "toolwire.worker.q.call", nil},
-		{"toolwire.run.*.cancel_requested", "toolwire.run.r1.cancel_requested", []identity.Role{orch, exe, sbx}},
+		{"toolwire.run.*.cancel_requested", "toolwire.run.r1.cancel_requested", []identity.Role{orch, exe, sbx, rec}},
 		{"_INBOX.>", "_INBOX.x", nil},
 		{">", "anything", nil},
 		{"_INBOX_executor.>", "_INBOX_executor.x", []identity.Role{exe}},

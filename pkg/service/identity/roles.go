@@ -107,7 +107,7 @@ func (r Role) Doc() string {
 	case Sandbox:
 		return "consumes sandbox jobs, publishes their results; kills the jobs of a cancelled run"
 	case Recorder:
-		return "reads every stream into the database; publishes the decisions and cancels of the timeline page and the HTTP API, and hands runs submitted over HTTP in on their tenant's intake; writes the registry for its admin API"
+		return "reads every stream into the database; follows live the runs its API's clients wait on; publishes the decisions and cancels of the timeline page and the HTTP API, and the requests of runs submitted over HTTP; writes the registry for its admin API"
 	case Operator:
 		return "the toolwire CLI of the people who run toolwire: everything, including provisioning, deleting and purging streams"
 	case Producer:
@@ -189,11 +189,11 @@ func (r Role) Permissions() Permissions {
 		p.Subscribe = append(p.Subscribe, events.Filters(events.FilterRunCancelRequested)...)
 		return p
 	case Recorder:
-		return r.service(
-			// Decisions and cancels of the timeline page and the HTTP API;
-			// runs submitted over HTTP go through their tenant's intake.
-			pub(events.FilterCallDecided, events.FilterRunCancelRequested),
-			[]string{events.SubjectsIntake},
+		p := r.service(
+			// Decisions and cancels of the timeline page and the HTTP API,
+			// and the requests of runs submitted over HTTP (stored as
+			// client.Submit does; the tenant is the credential's).
+			pub(events.FilterCallDecided, events.FilterRunCancelRequested, events.FilterRunRequested),
 			consume(events.StreamRuns, events.StreamCalls, events.StreamSandbox, events.StreamDLQ),
 			// The registry's admin API (an admin of every tenant): it
 			// registers through registry.Registry, which refuses a changed
@@ -202,6 +202,11 @@ func (r Role) Permissions() Permissions {
 			kvRead(events.BucketApprovals),
 			objRead(provision.ObjectBlobs, provision.ObjectDeadLetters),
 		)
+		// The events of the runs its API's clients wait on, live: each
+		// wakes the recorder's consumer of its stream (services/recorder/
+		// live.go), which reads every stream anyway.
+		p.Subscribe = append(p.Subscribe, events.SubjectsRuns, events.SubjectsCalls, events.SubjectsSandbox)
+		return p
 	case Producer:
 		// In its own account (accounts.go): what it may send into the system
 		// account, and the run and call events it receives live.

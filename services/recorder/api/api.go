@@ -29,12 +29,21 @@ import (
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
 
+// Watcher follows a run for a live reader until stop is called.
+type Watcher interface {
+	Watch(runID string) (stop func())
+}
+
 // Options configure New. Zero values mean the defaults.
 type Options struct {
 	Log *slog.Logger
 	// Changes wakes live event streams as soon as this process commits a
 	// run's events; without it (or for other replicas' commits) they poll.
 	Changes *Changes
+	// Live, when set, is told of each run a live event stream waits on,
+	// for as long as it does (the recorder then records that run as it
+	// happens rather than at its consumers' poll); nil: nothing is.
+	Live Watcher
 	// JS is the JetStream the blobs of truncated outputs are read from
 	// (GET /v1/blobs/...) and the tool registry of the catalog; nil: neither.
 	JS jetstream.JetStream
@@ -54,9 +63,6 @@ type Options struct {
 	// tenant (package auth); nil: authentication off (every request is
 	// auth.Open), with AdminToken guarding the admin routes.
 	Auth *auth.Authenticator
-	// SubmitWait bounds how long POST /v1/runs waits for the orchestrator
-	// to take a request over from the intake; default 10s.
-	SubmitWait time.Duration
 	// StreamWait bounds how long a live stream opened before its run is
 	// recorded waits for it; default 30s.
 	StreamWait time.Duration
@@ -67,11 +73,11 @@ type Options struct {
 // are package apitypes):
 //
 //	GET /v1/runs                                  runs, newest first (filters: see openapi.yaml)
-//	POST /v1/runs                                 submit a run request (through its tenant's intake)
+//	POST /v1/runs                                 submit a run request (stored as client.Submit does)
 //	POST /v1/runs/{run_id}/cancel                 cancel a run
 //	POST /v1/runs/{run_id}/calls/{call_id}/decision   approve, deny or revise a call that awaits approval
 //	GET /v1/runs/{run_id}                         one run and the summary of its tool calls
-//	GET /v1/runs/{run_id}/outputs                 its AgentOutputs, as the completed event carried them (or its blob)
+//	GET /v1/runs/{run_id}/outputs                 its AgentOutputs, as the completed event carried them (or its blob); ?wait= waits for the end
 //	GET /v1/runs/{run_id}/turns                   its model turns: verdicts, responses, costs, calls
 //	GET /v1/runs/{run_id}/envelopes               its ToolEnvelopes in call order
 //	GET /v1/runs/{run_id}/events                  its recorded events (?after=seq&limit=)
@@ -110,9 +116,6 @@ func New(st store.Store, o Options) http.Handler {
 	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 15 * time.Second
-	}
-	if o.SubmitWait <= 0 {
-		o.SubmitWait = 10 * time.Second
 	}
 	if o.StreamWait <= 0 {
 		o.StreamWait = 30 * time.Second
@@ -394,7 +397,17 @@ func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) getOutputs(w http.ResponseWriter, r *http.Request) {
-	run, ok := a.run(w, r)
+	wait, err := parseWait(r.URL.Query().Get("wait"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, err.Error())
+		return
+	}
+	run, ok := store.Run{}, false
+	if wait > 0 {
+		run, ok = a.awaitRun(w, r, wait)
+	} else {
+		run, ok = a.run(w, r)
+	}
 	if !ok {
 		return
 	}

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/direct"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
@@ -154,6 +156,10 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, "after: "+err.Error())
 		return
 	}
+	t0 := time.Now()
+	dbg := func(what string, args ...any) {
+		fmt.Fprintln(os.Stderr, append([]any{"DBG", id, time.Since(t0).Microseconds(), what}, args...)...)
+	}
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -167,6 +173,10 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if a.opts.Live != nil {
+		stop := a.opts.Live.Watch(id)
+		defer stop()
+	}
 	var changed <-chan struct{}
 	if a.opts.Changes != nil {
 		ch, cancel := a.opts.Changes.Subscribe(id)
@@ -214,6 +224,7 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if known {
+			dbg("known")
 			break
 		}
 		if time.Now().After(giveUp) {
@@ -265,11 +276,14 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	// The streams of a run (runs, calls, sandbox) have no order between them
 	// and the recorder writes concurrently, so an event can be recorded after
-	// the run's end: the stream ends only once the run is settled and nothing
-	// new has come for settleQuiet, or store.SettleWait after this stream first saw
-	// its end.
+	// the run's end: the stream ends once the run is settled and every event
+	// its streams hold has been read here (streamsRead), or, without a NATS
+	// connection to ask, once nothing new has come for settleQuiet; at the
+	// latest store.SettleWait after this stream first saw its end.
 	var read int64 // the seq of the last event read
 	lastNew, endSeen := time.Now(), time.Time{}
+	seen := map[string]uint64{} // per stream, how many of its events were read
+	recheck := streamsRecheck
 	for {
 		evs, err := a.store.EventsAfter(ctx, id, read, streamPage)
 		if err != nil {
@@ -278,11 +292,17 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
+		if len(evs) > 0 {
+			dbg("read", len(evs))
+		}
 		for _, e := range evs {
 			if !send(order.add(e)) {
 				return
 			}
 			read = e.Seq
+			if e.Stream != "" {
+				seen[e.Stream]++ // one row per event, and per message
+			}
 		}
 		if len(evs) > 0 {
 			lastNew = time.Now()
@@ -292,25 +312,42 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 			if len(evs) == streamPage {
 				continue // more waiting
 			}
-		} else if run, terminal, complete := a.settled(ctx, id); terminal {
-			if a.streamEnds(&endSeen, lastNew, complete) {
+		}
+		// Whether the run is over is asked after new events too: its end
+		// may have been among them.
+		if run, terminal, complete := a.settled(ctx, id); terminal || true {
+			dbg("settled", terminal, complete)
+			if !terminal {
+				goto next
+			}
+			if a.streamEnds(ctx, id, &endSeen, lastNew, complete, seen) {
 				if !send(order.finish()) {
 					return
 				}
 				b, _ := json.Marshal(apitypes.StreamEndJSON{RunID: id, Status: run.Status})
 				_, _ = fmt.Fprintf(w, "event: end\ndata: %s\n\n", b)
 				_ = rc.Flush()
+				dbg("end sent")
 				return
 			}
-			if complete {
+			if complete && a.opts.JS == nil {
 				// Wake when the quiet period is over, not at the next poll:
 				// the run's end is held until then.
 				quiet = time.After(max(settleQuiet-time.Since(lastNew), time.Millisecond))
+			} else if complete {
+				// Events the streams hold are being recorded, by this
+				// recorder (whose commits wake the stream) or another
+				// replica: look again soon, not only at the next poll,
+				// and less often the longer it takes.
+				quiet = time.After(recheck)
+				recheck = min(2*recheck, a.opts.Poll)
 			}
 		}
+	next:
 		if !wait() {
 			return
 		}
+		dbg("woke")
 	}
 }
 
@@ -377,21 +414,71 @@ func (a *api) endedUnrecorded(ctx context.Context, id string) (run store.Run, te
 	return store.Run{}, false, false
 }
 
-// settleQuiet is how long a settled run's stream waits for stragglers.
+// settleQuiet is how long a settled run's stream waits for stragglers when
+// it cannot ask the streams what they hold (no NATS connection).
 const settleQuiet = 500 * time.Millisecond
 
+// streamsRecheck is how soon a settled run's stream first asks the streams
+// again when they held events of the run it had not read yet (then twice as
+// late each time, up to Options.Poll).
+const streamsRecheck = 20 * time.Millisecond
+
 // streamEnds decides, for a run that has ended, whether its stream may end:
-// every call has its envelope and nothing new came for settleQuiet, or
-// store.SettleWait passed since this stream first saw the end (measured on this
-// recorder's clock, not by event times).
-func (a *api) streamEnds(endSeen *time.Time, lastNew time.Time, complete bool) bool {
+// every call has its envelope and every event of the run its streams hold
+// has been read (streamsRead; without a NATS connection: nothing new came
+// for settleQuiet), or store.SettleWait passed since this stream first saw
+// the end (measured on this recorder's clock, not by event times).
+func (a *api) streamEnds(ctx context.Context, id string, endSeen *time.Time, lastNew time.Time, complete bool, seen map[string]uint64) bool {
 	if endSeen.IsZero() {
 		*endSeen = time.Now()
 	}
 	if time.Since(*endSeen) > store.SettleWait {
 		return true
 	}
-	return complete && time.Since(lastNew) >= settleQuiet
+	if !complete {
+		return false
+	}
+	if a.opts.JS == nil {
+		return time.Since(lastNew) >= settleQuiet
+	}
+	all, err := a.streamsRead(ctx, id, seen)
+	if err != nil {
+		// Not known now: the quiet period decides, as without NATS.
+		a.log.Debug("event stream: the streams could not be asked what they hold of the run", "run_id", id, "err", err)
+		return time.Since(lastNew) >= settleQuiet
+	}
+	return all
+}
+
+// streamsRead reports whether every event of run id that its streams hold
+// has been read: for each of the runs, calls and sandbox streams, the
+// messages on the run's subjects, as the stream's leader counts them, are
+// no more than the events of that stream read (seen). A run's events end
+// with its end (nothing is published for it after that but cancel
+// requests, which are read like any event), so once they are all read the
+// stream is over.
+func (a *api) streamsRead(ctx context.Context, id string, seen map[string]uint64) (bool, error) {
+	for _, s := range []struct {
+		stream string
+		filter func(string) (string, error)
+	}{
+		{events.StreamRuns, events.RunEvents},
+		{events.StreamCalls, events.CallEvents},
+		{events.StreamSandbox, events.SandboxEvents},
+	} {
+		filter, err := s.filter(id)
+		if err != nil {
+			return false, err
+		}
+		n, err := direct.Count(ctx, a.opts.JS, s.stream, filter)
+		if err != nil {
+			return false, err
+		}
+		if n > seen[s.stream] {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // eventsJSON shows recorded events as the API does (never null).

@@ -3,8 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,18 +21,16 @@ import (
 	"github.com/toolwire/toolwire/services/recorder/store"
 )
 
-// submitRun is POST /v1/runs: a run request handed in on its tenant's
-// intake, as client.SubmitToIntake does, answered once the orchestrator has
-// taken it over as the run's request.
+// submitRun is POST /v1/runs: a run request stored on the runs stream as
+// client.Submit does, on the condition that the run's request subject holds
+// none, and answered once the stream has it: the run starts as it would from
+// NATS, without a hop through the tenant's intake (the tenant is the
+// credential's, checked here as the orchestrator checks an intake's).
 //
-// The run id is the idempotency key, and the runs stream, where the
-// orchestrator stores the one request of each run, says what became of it.
-// The orchestrator takes a same-tenant request under a run id that has one
-// for a redelivery of it ("handed over already") and drops another tenant's:
-// neither answers the submitter. So the answer is read back from the stored
-// request: this request (equal as RFC 8785 canonical JSON, of this tenant)
-// is 201 when this call's publication is the one stored, 200 when an earlier
-// one is; anything else there is 409 run_id_in_use.
+// The run id is the idempotency key, and the stream's condition makes the
+// answer exact: 201 when this call's publication is the request stored; when
+// the subject holds one already, 200 if it is this request (equal as RFC 8785
+// canonical JSON, of this tenant), else 409 run_id_in_use.
 func (a *api) submitRun(w http.ResponseWriter, r *http.Request) {
 	p := auth.FromContext(r.Context())
 	if e := may(p, auth.RoleProducer, "submitting a run"); e != nil {
@@ -55,7 +51,7 @@ func (a *api) submitRun(w http.ResponseWriter, r *http.Request) {
 		unavailable("this recorder has no NATS connection to hand the request in on; submit with the CLI or the Go client").write(w)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), a.opts.SubmitWait+5*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), submitWait)
 	defer cancel()
 	created, e := a.submit(ctx, req)
 	if e != nil {
@@ -143,19 +139,13 @@ func (a *api) runRequestOf(p auth.Principal, body []byte) (envelope.RunRequest, 
 	return req, nil
 }
 
-// submit hands req in on its tenant's intake (unless the run id holds a
-// request already) and waits, at most Options.SubmitWait, for the run's
-// request to be stored; created says whether it is this call's.
+// submitWait bounds a submission's reads and its publication.
+const submitWait = 10 * time.Second
+
+// submit stores req on the runs stream unless the run id holds a request
+// already; created says whether it is this call's.
 func (a *api) submit(ctx context.Context, req envelope.RunRequest) (created bool, _ *apiError) {
-	runs, err := a.opts.JS.Stream(ctx, events.StreamRuns)
-	if err != nil {
-		return false, unavailable(fmt.Sprintf("the runs stream cannot be read now (%v); retry", err))
-	}
-	subj, err := events.RunSubject(req.RunID, events.VerbRequested)
-	if err != nil {
-		return false, invalid(err.Error())
-	}
-	out, err := events.NewRunIntake(source, req, events.RunTraceFrom(ctx))
+	out, err := events.NewRunRequested(source, req, events.RunTraceFrom(ctx))
 	if err != nil {
 		return false, invalid("the run request could not be built", err.Error())
 	}
@@ -163,41 +153,28 @@ func (a *api) submit(ctx context.Context, req envelope.RunRequest) (created bool
 	if err != nil {
 		return false, &apiError{status: http.StatusInternalServerError, code: apitypes.CodeInternal, msg: "internal error: " + err.Error()}
 	}
-	if stored, err := storedRequest(ctx, runs, subj); err != nil {
+	stored, err := a.pub.PublishFirst(ctx, out)
+	if err != nil {
+		return false, unavailable(fmt.Sprintf("the request could not be stored now (%v); send the same request again (it never makes a second run)", err))
+	}
+	if stored {
+		return true, nil
+	}
+	// The subject holds a request: this one (a retry) or another.
+	runs, err := a.opts.JS.Stream(ctx, events.StreamRuns)
+	if err != nil {
 		return false, unavailable(fmt.Sprintf("the runs stream cannot be read now (%v); retry", err))
-	} else if stored != nil {
-		return false, sameRequest(stored, req, mine)
 	}
-	// As client.SubmitToIntake: a nonce in the Nats-Msg-Id, so that no
-	// other producer of the tenant can have this request dropped as the
-	// duplicate of a message it published first under a guessed id.
-	var nonce [16]byte
-	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails (Go 1.24+)
-	out.MsgID += "/" + hex.EncodeToString(nonce[:])
-	if err := a.pub.Publish(ctx, out); err != nil {
-		return false, unavailable(fmt.Sprintf("the request could not be handed in on the intake now (%v); retry the same request", err))
+	had, err := storedRequest(ctx, runs, out.Subject)
+	switch {
+	case err != nil:
+		return false, unavailable(fmt.Sprintf("the runs stream cannot be read now (%v); retry", err))
+	case had == nil:
+		// Refused, yet nothing there: deleted meanwhile (an operator's
+		// purge). Not this call's to redo.
+		return false, unavailable(fmt.Sprintf("run id %q was refused by the runs stream, which holds no request for it now; retry", req.RunID))
 	}
-	deadline := time.Now().Add(a.opts.SubmitWait)
-	for delay := 5 * time.Millisecond; ; delay = min(delay*3/2, 250*time.Millisecond) {
-		stored, err := storedRequest(ctx, runs, subj)
-		if err == nil && stored != nil {
-			if e := sameRequest(stored, req, mine); e != nil {
-				return false, e
-			}
-			// Another publication of this same request may have been
-			// handed over first (a retry racing this one): this call's
-			// own is the one of this call's time.
-			return stored.Time().Equal(out.Event.Time()), nil
-		}
-		if time.Now().Add(delay).After(deadline) {
-			return false, unavailable(fmt.Sprintf("the request was handed in on the intake, but the orchestrator has not taken it over within %s; send the same request again to learn its outcome (it never makes a second run)", a.opts.SubmitWait))
-		}
-		select {
-		case <-ctx.Done():
-			return false, unavailable("the request was handed in, and its outcome could not be awaited; send the same request again")
-		case <-time.After(delay):
-		}
-	}
+	return false, sameRequest(had, req, mine)
 }
 
 // storedRequest is the run request stored on subj, nil when there is none.
