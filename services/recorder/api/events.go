@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"time"
 
@@ -156,10 +155,6 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, "after: "+err.Error())
 		return
 	}
-	t0 := time.Now()
-	dbg := func(what string, args ...any) {
-		fmt.Fprintln(os.Stderr, append([]any{"DBG", id, time.Since(t0).Microseconds(), what}, args...)...)
-	}
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -224,7 +219,6 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if known {
-			dbg("known")
 			break
 		}
 		if time.Now().After(giveUp) {
@@ -292,9 +286,6 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		if len(evs) > 0 {
-			dbg("read", len(evs))
-		}
 		for _, e := range evs {
 			if !send(order.add(e)) {
 				return
@@ -315,11 +306,7 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		// Whether the run is over is asked after new events too: its end
 		// may have been among them.
-		if run, terminal, complete := a.settled(ctx, id); terminal || true {
-			dbg("settled", terminal, complete)
-			if !terminal {
-				goto next
-			}
+		if run, terminal, complete := a.settled(ctx, id); terminal {
 			if a.streamEnds(ctx, id, &endSeen, lastNew, complete, seen) {
 				if !send(order.finish()) {
 					return
@@ -327,7 +314,6 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 				b, _ := json.Marshal(apitypes.StreamEndJSON{RunID: id, Status: run.Status})
 				_, _ = fmt.Fprintf(w, "event: end\ndata: %s\n\n", b)
 				_ = rc.Flush()
-				dbg("end sent")
 				return
 			}
 			if complete && a.opts.JS == nil {
@@ -343,11 +329,9 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 				recheck = min(2*recheck, a.opts.Poll)
 			}
 		}
-	next:
 		if !wait() {
 			return
 		}
-		dbg("woke")
 	}
 }
 
