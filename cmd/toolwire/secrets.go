@@ -78,9 +78,9 @@ read from standard input, never from an argument.`,
 	}
 
 	var (
-		setN, listN, rmN, rotN cliNATS
-		setS, listS, rmS       scopeFlags
-		listJSON               bool
+		setN, listN, rmN, rotN, reN cliNATS
+		setS, listS, rmS            scopeFlags
+		listJSON                    bool
 	)
 	set := &cobra.Command{
 		Use:   "set NAME --scope org|workspace|user --org ORG [--workspace WS] [--user USER] < value",
@@ -178,6 +178,26 @@ executors and here), run rotate, then remove the old key.`,
 	}
 	rotN.flags(rotate)
 
+	reindex := &cobra.Command{
+		Use:   "reindex",
+		Short: "Name every stored secret in the names bucket (what the tool catalog reads), and drop names of no secret",
+		Long: `reindex makes toolwire_secret_names hold exactly the keys of toolwire_secrets:
+the recorder's tool catalog reads which scopes hold a key from there, never a
+sealed value. secrets set and rm keep it so; run reindex once after upgrading
+from a version without it, or when set or rm said a name was not written. It
+needs no master key and reads no value.`,
+		Args: cobra.NoArgs,
+		RunE: withStore(&reN, false, func(ctx context.Context, cmd *cobra.Command, st *secrets.Store, _ []string) error {
+			n, err := st.Reindex(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d secret names added or removed\n", n)
+			return nil
+		}),
+	}
+	reN.flags(reindex)
+
 	var keyID string
 	keygen := &cobra.Command{
 		Use:   "keygen",
@@ -194,7 +214,7 @@ executors and here), run rotate, then remove the old key.`,
 	}
 	keygen.Flags().StringVar(&keyID, "id", "k1", "the key's id")
 
-	cmd.AddCommand(set, list, rm, rotate, keygen)
+	cmd.AddCommand(set, list, rm, rotate, reindex, keygen)
 	return cmd
 }
 

@@ -50,6 +50,10 @@ func TestSecretsCommands(t *testing.T) {
 	require.Equal(t, "API_KEY", listed[0].Name)
 	require.Equal(t, secrets.Scope{Level: secrets.LevelWorkspace, OrgID: "acme", WorkspaceID: "research"}, listed[0].Scope)
 	require.NotContains(t, out, "s3cr3t")
+	// The names set and rm keep: nothing for reindex to do.
+	out, err = cli(t, env.URL, "", "secrets", "reindex")
+	require.NoError(t, err, out)
+	require.Equal(t, "0 secret names added or removed\n", out)
 	out, err = cli(t, env.URL, "", "secrets", "list", "--scope", "user", "--org", "nobody", "--user", "u", "-o", "json")
 	require.NoError(t, err)
 	require.JSONEq(t, "[]", out, "none is [], not null")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,6 +24,8 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
+	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 	"github.com/toolwire/toolwire/services/executor"
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
@@ -531,4 +534,38 @@ func TestHTTPCancel(t *testing.T) {
 		_, _, page := h.do(ctx, t, http.MethodGet, "/runs/"+runID+"/timeline", h.viewer, nil)
 		return strings.Contains(string(page), "withdrawn") && strings.Contains(string(page), `status-cancelled">cancelled`)
 	}, 20*time.Second, 100*time.Millisecond, "the timeline shows the run cancelled and its approval withdrawn")
+}
+
+// TestCatalogAuthStatusUnderIdentities: with every service on its own NATS
+// identity, the tool catalog tells a tool whose key is missing from one
+// whose key is set, and at which scope, reading only the secrets' names
+// (the recorder's role may not read the sealed values: before the names
+// bucket, GET /v1/tools answered 503 here for any tool with secrets).
+func TestCatalogAuthStatusUnderIdentities(t *testing.T) {
+	h := startHTTPStack(t)
+	ctx := t.Context()
+	reg, err := registry.Open(ctx, h.st.JS)
+	require.NoError(t, err)
+	def := probeDef("1.0.0")
+	def.Name, def.RequiredSecrets = "keyed", []string{"KEYED_API_KEY"}
+	_, err = reg.Register(ctx, def)
+	require.NoError(t, err)
+	auth := func() apitypes.AuthStatusJSON {
+		code, _, body := h.do(ctx, t, http.MethodGet, "/v1/tools?search=keyed", h.viewer, nil)
+		require.Equal(t, http.StatusOK, code, string(body))
+		var c apitypes.CatalogJSON
+		require.NoError(t, json.Unmarshal(body, &c))
+		require.Len(t, c.Tools, 1, string(body))
+		return c.Tools[0].Auth
+	}
+	require.Equal(t, apitypes.AuthMissing, auth().Status)
+
+	k, err := secrets.ParseKeyring("k1:"+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)), "")
+	require.NoError(t, err)
+	store, err := secrets.Open(ctx, h.st.JS, k)
+	require.NoError(t, err)
+	require.NoError(t, store.Set(ctx, secrets.WorkspaceScope("org1", "ws1"), "KEYED_API_KEY", []byte("sk-test-value")))
+	got := auth()
+	require.Equal(t, apitypes.AuthReady, got.Status, "%+v", got)
+	require.Equal(t, string(secrets.LevelWorkspace), got.Scope)
 }

@@ -29,9 +29,13 @@ const (
 	BucketCache    = "toolwire_cache"     // executor tool cache, per-key TTL
 	BucketRate     = "toolwire_rate"      // rate-limit token buckets, CAS
 	BucketSecrets  = "toolwire_secrets"   // sealed secrets
-	BucketOutcomes = "toolwire_outcomes"  // outcomes of side-effecting calls
-	BucketWorkers  = "toolwire_workers"   // worker heartbeats, queue.instance keys, per-key TTL
-	ObjectBlobs    = "toolwire_blobs"     // oversized outputs
+	// BucketSecretNames holds the keys of BucketSecrets without their
+	// values: which scopes hold which secret, for readers that must know
+	// that and nothing more (the recorder's tool catalog).
+	BucketSecretNames = "toolwire_secret_names"
+	BucketOutcomes    = "toolwire_outcomes" // outcomes of side-effecting calls
+	BucketWorkers     = "toolwire_workers"  // worker heartbeats, queue.instance keys, per-key TTL
+	ObjectBlobs       = "toolwire_blobs"    // oversized outputs
 	// ObjectDeadLetters holds the whole of a dead letter too large for a
 	// message of its own (dlq.go); nothing serves it over HTTP.
 	ObjectDeadLetters = "toolwire_dead_letters"
@@ -171,6 +175,7 @@ func (c StoreConfig) KVConfigs() []jetstream.KeyValueConfig {
 	rate := mk(BucketRate, "toolwire rate-limit buckets", 1)
 	rate.TTL = 24 * time.Hour
 	secrets := mk(BucketSecrets, "toolwire sealed secrets", 3)
+	secretNames := mk(BucketSecretNames, "toolwire secret names: the keys of toolwire_secrets, never a value", 1)
 	outcomes := mk(BucketOutcomes, "toolwire outcomes of side-effecting calls", 1)
 	outcomes.TTL = c.MaxAge
 	approvals := mk(events.BucketApprovals, "toolwire tool call approvals: run.call -> pending or decided", 1)
@@ -183,7 +188,7 @@ func (c StoreConfig) KVConfigs() []jetstream.KeyValueConfig {
 	workers.LimitMarkerTTL = time.Minute // enables per-key TTL
 	workers.TTL = time.Hour
 	workers.MaxValueSize = MaxWorkerValue
-	return []jetstream.KeyValueConfig{runs, tools, cache, rate, secrets, outcomes, approvals, workers}
+	return []jetstream.KeyValueConfig{runs, tools, cache, rate, secrets, secretNames, outcomes, approvals, workers}
 }
 
 // ObjectConfigs returns the configurations of toolwire's object stores.

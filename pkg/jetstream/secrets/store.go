@@ -8,7 +8,8 @@
 // encodes its scope and name: a sealed value moved to another scope or name
 // does not open. Only the executor and the CLI hold the master keys; the other
 // services (the recorder's tool catalog) see which secrets exist, never their
-// values.
+// values: every key is also in events.BucketSecretNames, without a value,
+// and that bucket is all such a reader may open (Locate).
 //
 // The executor resolves a tool's secrets for a tenant narrowest first: user,
 // then workspace, then org (Store.Resolve).
@@ -19,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -86,20 +88,29 @@ type Resolved struct {
 // Store reads and writes sealed secrets. A Store without a keyring can list
 // and locate secrets but not read or write their values.
 type Store struct {
-	kv   jetstream.KeyValue
-	keys *Keyring
-	now  func() time.Time
+	kv    jetstream.KeyValue // the sealed secrets
+	names jetstream.KeyValue // their keys, without values
+	keys  *Keyring
+	now   func() time.Time
 }
 
-// Open opens the secrets bucket (provisioned by events.Provision). keys may be
-// nil for a store that only lists and locates.
+// Open opens the secrets bucket and the bucket of their names (both
+// provisioned by provision.Provision). keys may be nil for a store that only
+// lists and locates.
 func Open(ctx context.Context, js jetstream.JetStream, keys *Keyring) (*Store, error) {
 	kv, err := js.KeyValue(ctx, provision.BucketSecrets)
 	if err != nil {
 		return nil, fmt.Errorf("open secrets: %w", err)
 	}
-	return &Store{kv: kv, keys: keys, now: time.Now}, nil
+	names, err := js.KeyValue(ctx, provision.BucketSecretNames)
+	if err != nil {
+		return nil, fmt.Errorf("open the names of secrets: %w", err)
+	}
+	return &Store{kv: kv, names: names, keys: keys, now: time.Now}, nil
 }
+
+// nameValue is what a key of the names bucket holds: only that it exists.
+var nameValue = []byte("1")
 
 // CanOpen reports whether the store holds master keys.
 func (s *Store) CanOpen() bool { return s.keys != nil }
@@ -133,6 +144,9 @@ func (s *Store) Set(ctx context.Context, scope Scope, name string, value []byte)
 	}
 	if _, err := s.kv.Put(ctx, key, b); err != nil {
 		return fmt.Errorf("store secret %s in %s: %w", name, scope, err)
+	}
+	if _, err := s.names.Put(ctx, key, nameValue); err != nil {
+		return fmt.Errorf("secret %s in %s is stored, but its name is not (run toolwire secrets reindex): %w", name, scope, err)
 	}
 	return nil
 }
@@ -192,7 +206,43 @@ func (s *Store) Delete(ctx context.Context, scope Scope, name string) error {
 	if err := s.kv.Purge(ctx, key); err != nil {
 		return fmt.Errorf("remove secret %s in %s: %w", name, scope, err)
 	}
+	if err := s.names.Purge(ctx, key); err != nil {
+		return fmt.Errorf("secret %s in %s is removed, but its name is not (run toolwire secrets reindex): %w", name, scope, err)
+	}
 	return nil
+}
+
+// Reindex makes the names bucket hold exactly the keys of the secrets bucket
+// (secrets stored before it existed, or a write that failed between the
+// two): it adds the names missing and removes those of no secret, and
+// returns how many it changed. It reads no value.
+func (s *Store) Reindex(ctx context.Context) (int, error) {
+	have, err := keysUnder(ctx, s.kv, ">")
+	if err != nil {
+		return 0, err
+	}
+	named, err := keysUnder(ctx, s.names, ">")
+	if err != nil {
+		return 0, err
+	}
+	changed := 0
+	for _, k := range have {
+		if _, found := slices.BinarySearch(named, k); !found {
+			if _, err := s.names.Put(ctx, k, nameValue); err != nil {
+				return changed, fmt.Errorf("reindex secrets: %w", err)
+			}
+			changed++
+		}
+	}
+	for _, k := range named {
+		if _, found := slices.BinarySearch(have, k); !found {
+			if err := s.names.Purge(ctx, k); err != nil {
+				return changed, fmt.Errorf("reindex secrets: %w", err)
+			}
+			changed++
+		}
+	}
+	return changed, nil
 }
 
 // List describes the secrets of one scope, sorted by name. It needs no master
@@ -201,7 +251,7 @@ func (s *Store) List(ctx context.Context, scope Scope) ([]Info, error) {
 	if err := scope.Validate(); err != nil {
 		return nil, err
 	}
-	keys, err := s.keysUnder(ctx, scope.prefix()+"*")
+	keys, err := keysUnder(ctx, s.kv, scope.prefix()+"*")
 	if err != nil {
 		return nil, err
 	}
@@ -223,9 +273,13 @@ func (s *Store) List(ctx context.Context, scope Scope) ([]Info, error) {
 	return out, nil
 }
 
-// keysUnder lists the keys matching filter, sorted and without duplicates.
-func (s *Store) keysUnder(ctx context.Context, filter string) ([]string, error) {
-	lister, err := s.kv.ListKeysFiltered(ctx, filter)
+// keysUnder lists the keys of kv matching filter, sorted and without
+// duplicates; none is no keys.
+func keysUnder(ctx context.Context, kv jetstream.KeyValue, filter string) ([]string, error) {
+	lister, err := kv.ListKeysFiltered(ctx, filter)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list secrets: %w", err)
 	}
@@ -245,8 +299,8 @@ func (s *Store) keysUnder(ctx context.Context, filter string) ([]string, error) 
 }
 
 // Locate tells, for each secret name a tenant can use, the narrowest level
-// that holds it, without opening any value: what the tool catalog shows as
-// auth status.
+// that holds it, from the names bucket alone (it reads no sealed value):
+// what the tool catalog shows as auth status.
 func (s *Store) Locate(ctx context.Context, t envelope.Tenant) (map[string]Level, error) {
 	out := map[string]Level{}
 	scopes := ScopesFor(t)
@@ -256,7 +310,7 @@ func (s *Store) Locate(ctx context.Context, t envelope.Tenant) (map[string]Level
 		if sc.Validate() != nil {
 			continue
 		}
-		keys, err := s.keysUnder(ctx, sc.prefix()+"*")
+		keys, err := keysUnder(ctx, s.names, sc.prefix()+"*")
 		if err != nil {
 			return nil, err
 		}
@@ -300,7 +354,7 @@ func (s *Store) Reseal(ctx context.Context) (int, error) {
 	if s.keys == nil {
 		return 0, ErrNoKeyring
 	}
-	keys, err := s.keysUnder(ctx, ">")
+	keys, err := keysUnder(ctx, s.kv, ">")
 	if err != nil {
 		return 0, err
 	}

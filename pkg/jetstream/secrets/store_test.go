@@ -3,6 +3,7 @@ package secrets_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -300,4 +301,72 @@ func TestStoreRejectsBadInput(t *testing.T) {
 	l, err := secrets.ParseLevel("workspace")
 	require.NoError(t, err)
 	require.Equal(t, secrets.LevelWorkspace, l)
+}
+
+// TestNamesBucketHoldsTheKeysOnly: every secret set is named in the names
+// bucket with no value, and its name goes with it; Locate reads only that
+// bucket (a secret stored without its name, as before the bucket existed, is
+// not located until Reindex names it); Reindex also drops a name of no
+// secret, and changes nothing the second time.
+func TestNamesBucketHoldsTheKeysOnly(t *testing.T) {
+	env := eventstest.Start(t)
+	s := open(t, env.JS, keyring(t, "k1:"+b64key('a'), ""))
+	ctx := t.Context()
+	tenant := envelope.Tenant{OrgID: "acme", WorkspaceID: "research"}
+	names, err := env.JS.KeyValue(ctx, provision.BucketSecretNames)
+	require.NoError(t, err)
+	sealed, err := env.JS.KeyValue(ctx, provision.BucketSecrets)
+	require.NoError(t, err)
+
+	require.NoError(t, s.Set(ctx, ws, "API_KEY", []byte("ws-value")))
+	require.NoError(t, s.Set(ctx, org, "OTHER", []byte("other-value")))
+	keys := func(kv jetstream.KeyValue) []string {
+		l, err := kv.ListKeys(ctx)
+		require.NoError(t, err)
+		var out []string
+		for k := range l.Keys() {
+			out = append(out, k)
+		}
+		return out
+	}
+	require.ElementsMatch(t, keys(sealed), keys(names), "the same keys in both buckets")
+	for _, k := range keys(names) {
+		e, err := names.Get(ctx, k)
+		require.NoError(t, err)
+		require.NotContains(t, string(e.Value()), "value", "a name holds no value")
+		require.LessOrEqual(t, len(e.Value()), 1)
+	}
+	loc, err := s.Locate(ctx, tenant)
+	require.NoError(t, err)
+	require.Equal(t, map[string]secrets.Level{"API_KEY": secrets.LevelWorkspace, "OTHER": secrets.LevelOrg}, loc)
+
+	require.NoError(t, s.Delete(ctx, org, "OTHER"))
+	require.ElementsMatch(t, keys(sealed), keys(names), "a deleted secret's name goes too")
+
+	// A secret stored without its name (before the names bucket), and a
+	// name left of a secret gone.
+	k, err := names.Get(ctx, keys(names)[0])
+	require.NoError(t, err)
+	e, err := sealed.Get(ctx, k.Key())
+	require.NoError(t, err)
+	old := strings.Replace(k.Key(), "API_KEY", "OLD_KEY", 1)
+	_, err = sealed.Put(ctx, old, e.Value())
+	require.NoError(t, err)
+	_, err = names.Put(ctx, strings.Replace(k.Key(), "API_KEY", "GONE_KEY", 1), []byte("1"))
+	require.NoError(t, err)
+	loc, err = s.Locate(ctx, tenant)
+	require.NoError(t, err)
+	require.NotContains(t, loc, "OLD_KEY", "Locate reads the names only")
+	require.Contains(t, loc, "GONE_KEY")
+
+	n, err := s.Reindex(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.ElementsMatch(t, keys(sealed), keys(names))
+	loc, err = s.Locate(ctx, tenant)
+	require.NoError(t, err)
+	require.Equal(t, map[string]secrets.Level{"API_KEY": secrets.LevelWorkspace, "OLD_KEY": secrets.LevelWorkspace}, loc)
+	n, err = s.Reindex(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing left to change")
 }

@@ -183,6 +183,10 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$JS.API.CONSUMER.DELETE." + events.StreamSandbox + ".x", []identity.Role{exe}},
 		{"$JS.API.CONSUMER.DELETE." + events.StreamSandbox + "." + identity.SandboxDurable, nil},
 		{"$JS.API.CONSUMER.DELETE.KV_" + provision.BucketTools + ".x", []identity.Role{orch, pol, exe, sbx, rec}},
+		// The sealed secrets are read by the executor alone; their names
+		// by the recorder's catalog.
+		{"$JS.API.CONSUMER.CREATE.KV_" + provision.BucketSecrets + ".x", []identity.Role{exe}},
+		{"$JS.API.CONSUMER.CREATE.KV_" + provision.BucketSecretNames + ".x", []identity.Role{rec}},
 		{"toolwire.rpc.worker.q.register", nil},
 		{"elsewhere.anything", nil},
 	}

@@ -199,7 +199,9 @@ func (r Role) Permissions() Permissions {
 			// registers through registry.Registry, which refuses a changed
 			// version whoever asks.
 			kvWrite(provision.BucketTools),
-			kvRead(events.BucketApprovals),
+			// Which scopes hold which secret, for the catalog's auth status:
+			// the names' bucket, never the sealed values'.
+			kvRead(events.BucketApprovals, provision.BucketSecretNames),
 			objRead(provision.ObjectBlobs, provision.ObjectDeadLetters),
 		)
 		// The events of the runs its API's clients wait on, live: each
