@@ -139,7 +139,11 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	}
 	mux.Handle("/v1/", api.New(db.store, api.Options{Log: d.Log, Changes: r.changes, Live: watch, JS: d.JS, Done: r.streams,
 		AdminToken: cfg.AdminToken, Auth: authn, StreamWait: cfg.StreamWait}))
-	mux.Handle("/", pages.New(db.store, pages.Options{Log: d.Log, Auth: authn, JS: d.JS, InsecureCookie: cfg.InsecureCookie}))
+	var catalog *api.Catalog
+	if d.JS != nil {
+		catalog = api.NewCatalog(d.JS, d.Log)
+	}
+	mux.Handle("/", pages.New(db.store, pages.Options{Log: d.Log, Auth: authn, JS: d.JS, Catalog: catalog, InsecureCookie: cfg.InsecureCookie}))
 	r.handler = mux
 	return r, nil
 }

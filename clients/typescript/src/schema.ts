@@ -914,6 +914,13 @@ export interface components {
             category: "api" | "code" | "data" | "search" | "utility";
             /** @enum {string} */
             side_effects: "none" | "reads" | "writes";
+            /**
+             * @description How it is run: worker is a tool on a worker's queue.
+             * @enum {string}
+             */
+            kind: "builtin" | "http" | "mcp" | "sandbox" | "worker";
+            /** @description The task queue it is routed to (default for the executor's own). */
+            queue: string;
             /** @enum {string} */
             state: "active" | "deprecated";
             deprecated: boolean;
@@ -1725,6 +1732,8 @@ export interface operations {
                 /** @description Part of the name or description, any case. */
                 search?: string;
                 category?: "api" | "code" | "data" | "search" | "utility";
+                /** @description How the tool is run; worker is a tool on a worker's queue. */
+                kind?: "builtin" | "http" | "mcp" | "sandbox" | "worker";
                 show_deprecated?: boolean;
                 /** @description The tenant; without it auth statuses are unknown. */
                 org_id?: string;

@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
@@ -100,30 +104,82 @@ func (c *toolCatalog) entries(w http.ResponseWriter, r *http.Request) ([]registr
 }
 
 func (c *toolCatalog) list(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	f, ok := listFilter(w, q)
-	if !ok {
+	out, err := c.catalog(r.Context(), r.URL.Query())
+	if err != nil {
+		var ce *CatalogError
+		if errors.As(err, &ce) && ce.Status != http.StatusServiceUnavailable {
+			writeError(w, ce.Status, ce.Code, ce.Message)
+			return
+		}
+		c.unavailable(w, r, err)
 		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// CatalogError is a catalog request refused: its HTTP status, code and why.
+type CatalogError struct {
+	Status        int
+	Code, Message string
+}
+
+func (e *CatalogError) Error() string { return e.Message }
+
+// Catalog lists a tenant's tool catalog, as GET /v1/tools does, for the
+// pages (the tools page) on the same server.
+type Catalog struct{ c *toolCatalog }
+
+// NewCatalog returns the catalog of js's tool registry (nil js: every
+// listing is unavailable).
+func NewCatalog(js jetstream.JetStream, log *slog.Logger) *Catalog {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Catalog{c: &toolCatalog{a: &api{opts: Options{JS: js}, log: log}}}
+}
+
+// List is GET /v1/tools for the principal of ctx, with the query's
+// filters (search, category, kind, show_deprecated, org_id, workspace_id,
+// user_id): a bad filter or a tenant the principal may not ask about is a
+// *CatalogError; anything else means the registry or the secrets' names
+// cannot be read now.
+func (cat *Catalog) List(ctx context.Context, q url.Values) (apitypes.CatalogJSON, error) {
+	return cat.c.catalog(ctx, q)
+}
+
+// catalog is the listing of GET /v1/tools.
+func (c *toolCatalog) catalog(ctx context.Context, q url.Values) (apitypes.CatalogJSON, error) {
+	bad := func(msg string) error {
+		return &CatalogError{Status: http.StatusBadRequest, Code: apitypes.CodeInvalidParameter, Message: msg}
+	}
+	f, msg := parseListFilter(q)
+	if msg != "" {
+		return apitypes.CatalogJSON{}, bad(msg)
 	}
 	f.States = []registry.State{registry.StateActive}
 	if v := q.Get("show_deprecated"); v != "" {
 		show, err := strconv.ParseBool(v)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, fmt.Sprintf("show_deprecated %q must be true or false", v))
-			return
+			return apitypes.CatalogJSON{}, bad(fmt.Sprintf("show_deprecated %q must be true or false", v))
 		}
 		if show {
 			f.States = append(f.States, registry.StateDeprecated) // blocked: never listed
 		}
 	}
+	var kind string
+	if v := q.Get("kind"); v != "" {
+		if !slices.Contains(ToolKinds(), v) {
+			return apitypes.CatalogJSON{}, bad(fmt.Sprintf("kind %q is not one of %s", v, strings.Join(ToolKinds(), ", ")))
+		}
+		kind = v
+	}
 	tenant := envelope.Tenant{OrgID: q.Get("org_id"), WorkspaceID: q.Get("workspace_id"), UserID: q.Get("user_id")}
 	if tenant.OrgID == "" && (tenant.WorkspaceID != "" || tenant.UserID != "") {
-		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, "workspace_id and user_id need an org_id")
-		return
+		return apitypes.CatalogJSON{}, bad("workspace_id and user_id need an org_id")
 	}
 	// Which secrets a tenant has is the tenant's: a principal bound to one
 	// asks about its own (by default), never about another.
-	if p := auth.FromContext(r.Context()); !p.AllTenants() {
+	if p := auth.FromContext(ctx); !p.AllTenants() {
 		if tenant.OrgID == "" {
 			tenant.OrgID = p.OrgID
 		}
@@ -131,24 +187,30 @@ func (c *toolCatalog) list(w http.ResponseWriter, r *http.Request) {
 			tenant.WorkspaceID = p.WorkspaceID
 		}
 		if !p.Sees(tenant) {
-			writeError(w, http.StatusNotFound, apitypes.CodeNotFound, fmt.Sprintf("no tenant %s/%s", tenant.OrgID, tenant.WorkspaceID))
-			return
+			return apitypes.CatalogJSON{}, &CatalogError{Status: http.StatusNotFound, Code: apitypes.CodeNotFound,
+				Message: fmt.Sprintf("no tenant %s/%s", tenant.OrgID, tenant.WorkspaceID)}
 		}
 	}
-	entries, ok := c.entries(w, r)
-	if !ok {
-		return
+	reg, err := c.registry(ctx)
+	if err != nil {
+		return apitypes.CatalogJSON{}, err
+	}
+	entries, err := reg.List(ctx)
+	if err != nil {
+		return apitypes.CatalogJSON{}, err
 	}
 	entries = registry.Select(entries, f)
+	if kind != "" {
+		entries = slices.DeleteFunc(entries, func(e registry.Entry) bool { return ToolKind(e.Definition) != kind })
+	}
 	var located map[string]secrets.Level
 	if tenant.OrgID != "" && needsSecrets(entries) {
-		store, err := secrets.Open(r.Context(), c.a.opts.JS, nil)
+		store, err := secrets.Open(ctx, c.a.opts.JS, nil)
 		if err == nil {
-			located, err = store.Locate(r.Context(), tenant)
+			located, err = store.Locate(ctx, tenant)
 		}
 		if err != nil {
-			c.unavailable(w, r, err)
-			return
+			return apitypes.CatalogJSON{}, err
 		}
 	}
 	out := apitypes.CatalogJSON{Tools: make([]apitypes.CatalogToolJSON, 0, len(entries))}
@@ -156,13 +218,34 @@ func (c *toolCatalog) list(w http.ResponseWriter, r *http.Request) {
 		d := e.Definition
 		t := apitypes.CatalogToolJSON{
 			Ref: d.Ref().String(), Name: d.Name, Version: d.Version, Description: d.Description,
-			Category: d.Metadata.Category, SideEffects: d.Metadata.SideEffects, State: e.State,
-			Deprecated: e.State == registry.StateDeprecated, RequiredScopes: orEmpty(d.RequiredScopes),
+			Category: d.Metadata.Category, SideEffects: d.Metadata.SideEffects, Kind: ToolKind(d), Queue: d.QueueName(),
+			State: e.State, Deprecated: e.State == registry.StateDeprecated, RequiredScopes: orEmpty(d.RequiredScopes),
 			Auth: authStatus(d.RequiredSecrets, tenant.OrgID != "", located),
 		}
 		out.Tools = append(out.Tools, t)
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
+}
+
+// Tool kinds of the catalog: how a tool is run.
+const (
+	KindBuiltin = "builtin" // compiled into the executor
+	KindHTTP    = "http"    // an HTTP endpoint the executor calls
+	KindMCP     = "mcp"     // a tool of an MCP server
+	KindSandbox = "sandbox" // code the sandbox service runs
+	KindWorker  = "worker"  // a worker's own tool, on the worker's queue
+)
+
+// ToolKinds are the catalog's kinds, in the order the tools page shows them.
+func ToolKinds() []string { return []string{KindBuiltin, KindHTTP, KindMCP, KindSandbox, KindWorker} }
+
+// ToolKind is how d is run: a tool on a queue of its own is a worker's,
+// else its implementation's kind.
+func ToolKind(d envelope.ToolDefinition) string {
+	if d.QueueName() != envelope.DefaultQueue {
+		return KindWorker
+	}
+	return string(d.Implementation.Kind)
 }
 
 func needsSecrets(entries []registry.Entry) bool {
@@ -231,16 +314,25 @@ func parseCategory(v string) (envelope.Category, error) {
 // listFilter reads what both listings take, ?search= and ?category=, or
 // writes the error.
 func listFilter(w http.ResponseWriter, q url.Values) (registry.Filter, bool) {
-	f := registry.Filter{Search: q.Get("search")}
+	f, msg := parseListFilter(q)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, msg)
+		return f, false
+	}
+	return f, true
+}
+
+// parseListFilter reads ?search= and ?category=; msg says what is wrong.
+func parseListFilter(q url.Values) (f registry.Filter, msg string) {
+	f = registry.Filter{Search: q.Get("search")}
 	if v := q.Get("category"); v != "" {
 		cat, err := parseCategory(v)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, err.Error())
-			return f, false
+			return f, err.Error()
 		}
 		f.Category = cat
 	}
-	return f, true
+	return f, ""
 }
 
 func badState(v string) string {

@@ -113,6 +113,12 @@ func refs(c apitypes.CatalogJSON) []string {
 	return out
 }
 
+// onQueue routes d to a worker's queue.
+func onQueue(d envelope.ToolDefinition, queue string) envelope.ToolDefinition {
+	d.Queue = queue
+	return d
+}
+
 func TestToolCatalog(t *testing.T) {
 	h := newCatalogHarness(t, "")
 	ctx := t.Context()
@@ -122,6 +128,7 @@ func TestToolCatalog(t *testing.T) {
 		{Definition: catalogDef("crm_sync", "2.0.0", envelope.CategoryData, "CRM_KEY", "CRM_SECRET")},
 		{Definition: catalogDef("web_search", "1.0.0", envelope.CategorySearch)},
 		{Definition: catalogDef("rm_rf", "1.0.0", envelope.CategoryUtility), State: registry.StateBlocked},
+		{Definition: onQueue(catalogDef("ocr", "1.0.0", envelope.CategoryData), "gpu")},
 	} {
 		require.NoError(t, h.reg.Put(ctx, e))
 	}
@@ -130,12 +137,21 @@ func TestToolCatalog(t *testing.T) {
 	require.NoError(t, h.store.Set(ctx, secrets.WorkspaceScope("acme", "ws1"), "CRM_SECRET", []byte("ws-crm")))
 
 	// Deprecated hidden, blocked never listed.
-	require.Equal(t, []string{"crm_sync@2.0.0", "weather@1.0.0", "web_search@1.0.0"}, refs(h.catalog("")))
-	require.Equal(t, []string{"crm_sync@2.0.0", "weather@0.9.0", "weather@1.0.0", "web_search@1.0.0"},
+	require.Equal(t, []string{"crm_sync@2.0.0", "ocr@1.0.0", "weather@1.0.0", "web_search@1.0.0"}, refs(h.catalog("")))
+	require.Equal(t, []string{"crm_sync@2.0.0", "ocr@1.0.0", "weather@0.9.0", "weather@1.0.0", "web_search@1.0.0"},
 		refs(h.catalog("?show_deprecated=true")))
+	// The kind: a tool on a queue of its own is a worker's.
+	require.Equal(t, []string{"ocr@1.0.0"}, refs(h.catalog("?kind=worker")))
+	require.Equal(t, []string{"crm_sync@2.0.0", "weather@1.0.0", "web_search@1.0.0"}, refs(h.catalog("?kind=http")))
+	require.Equal(t, []string{}, refs(h.catalog("?kind=mcp")))
+	for _, tool := range h.catalog("").Tools {
+		want := map[bool]string{true: "worker", false: "http"}[tool.Name == "ocr"]
+		require.Equal(t, want, tool.Kind, tool.Ref)
+		require.Equal(t, map[bool]string{true: "gpu", false: "default"}[tool.Name == "ocr"], tool.Queue, tool.Ref)
+	}
 	require.Equal(t, []string{"weather@1.0.0"}, refs(h.catalog("?search=WEATH")))
 	require.Equal(t, []string{"weather@0.9.0", "weather@1.0.0"}, refs(h.catalog("?search=weather&show_deprecated=1")))
-	require.Equal(t, []string{"crm_sync@2.0.0"}, refs(h.catalog("?category=data")))
+	require.Equal(t, []string{"crm_sync@2.0.0", "ocr@1.0.0"}, refs(h.catalog("?category=data")))
 	require.Equal(t, []string{}, refs(h.catalog("?search=rm_rf&show_deprecated=true")))
 
 	c := h.catalog("?org_id=acme&workspace_id=ws1&user_id=u1&show_deprecated=true")
@@ -171,11 +187,12 @@ func TestToolCatalog(t *testing.T) {
 
 	// A change is visible at once.
 	require.NoError(t, h.reg.SetState(ctx, envelope.ToolRef{Name: "web_search", Version: "1.0.0"}, registry.StateDeprecated))
-	require.Equal(t, []string{"crm_sync@2.0.0", "weather@1.0.0"}, refs(h.catalog("")))
+	require.Equal(t, []string{"crm_sync@2.0.0", "ocr@1.0.0", "weather@1.0.0"}, refs(h.catalog("")))
 
 	for _, bad := range []struct{ query, msg string }{
 		{"?category=email", `category \"email\" is not one of api, code, data, search, utility`},
 		{"?show_deprecated=maybe", `show_deprecated \"maybe\" must be true or false`},
+		{"?kind=lambda", `kind \"lambda\" is not one of builtin, http, mcp, sandbox, worker`},
 		{"?user_id=u1", "workspace_id and user_id need an org_id"},
 	} {
 		status, b := h.do(http.MethodGet, "/v1/tools"+bad.query, "", "")

@@ -396,16 +396,20 @@ type CatalogJSON struct {
 // CatalogToolJSON is one tool version of the catalog: what a tool selector
 // shows, with the tenant's auth status.
 type CatalogToolJSON struct {
-	Ref            string               `json:"ref"`
-	Name           string               `json:"name"`
-	Version        string               `json:"version"`
-	Description    string               `json:"description"`
-	Category       envelope.Category    `json:"category"`
-	SideEffects    envelope.SideEffects `json:"side_effects"`
-	State          registry.State       `json:"state"`
-	Deprecated     bool                 `json:"deprecated"`
-	RequiredScopes []string             `json:"required_scopes"`
-	Auth           AuthStatusJSON       `json:"auth"`
+	Ref         string               `json:"ref"`
+	Name        string               `json:"name"`
+	Version     string               `json:"version"`
+	Description string               `json:"description"`
+	Category    envelope.Category    `json:"category"`
+	SideEffects envelope.SideEffects `json:"side_effects"`
+	// Kind is how it is run: builtin, http, mcp, sandbox, or worker (a
+	// tool on a worker's queue); Queue is the queue it is routed to.
+	Kind           string         `json:"kind"`
+	Queue          string         `json:"queue"`
+	State          registry.State `json:"state"`
+	Deprecated     bool           `json:"deprecated"`
+	RequiredScopes []string       `json:"required_scopes"`
+	Auth           AuthStatusJSON `json:"auth"`
 }
 
 // Auth statuses of a catalog tool.

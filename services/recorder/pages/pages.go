@@ -50,6 +50,7 @@ type pages struct {
 	runs   *template.Template
 	run    *template.Template
 	login  *template.Template
+	tools  *template.Template
 	assets http.Handler
 	pub    *publish.Publisher // the Cancel button's; nil without a JetStream
 }
@@ -64,6 +65,9 @@ type Options struct {
 	// JS is where the approval buttons publish decisions (and read the
 	// approval records); nil: the timeline shows no buttons.
 	JS jetstream.JetStream
+	// Catalog lists the tool catalog of the tools page (GET /tools); nil:
+	// the page says the registry is not available.
+	Catalog *api.Catalog
 	// InsecureCookie sends the session cookie without Secure, so that a
 	// browser keeps it over plain HTTP beyond loopback (a private network
 	// you trust, on purpose). Without it the cookie is Secure, except to a
@@ -74,6 +78,7 @@ type Options struct {
 // New returns the pages on st:
 //
 //	GET  /                          the runs, newest first (the filters of GET /v1/runs)
+//	GET  /tools                     the tool catalog: search, category, kind, show deprecated, each tool's key status
 //	GET  /runs/{run_id}             a run's timeline, live while the run goes on
 //	GET  /runs/{run_id}/timeline    the timeline alone, which the run page fetches on each event
 //	POST /runs/{run_id}/calls/{call_id}/decision   approve, deny or revise a call that awaits approval (approvers)
@@ -101,6 +106,7 @@ func New(st store.Store, o Options) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.runsPage)
+	mux.HandleFunc("GET /tools", p.toolsPage)
 	mux.HandleFunc("GET /runs/{run_id}", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, false) })
 	mux.HandleFunc("GET /runs/{run_id}/timeline", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, true) })
 	mux.HandleFunc("POST /runs/{run_id}/calls/{call_id}/decision", p.decide)
@@ -138,6 +144,7 @@ func newPages(st store.Store, log *slog.Logger) *pages {
 		runs:   parse("base.html", "runs.html"),
 		run:    parse("base.html", "run.html", "runbody.html"),
 		login:  parse("base.html", "login.html"),
+		tools:  parse("base.html", "tools.html"),
 		assets: http.StripPrefix("/assets/", http.FileServerFS(assets)),
 	}
 }

@@ -120,3 +120,15 @@ func (p Page) Text(sel string) string {
 	}
 	return s
 }
+
+// Screenshot writes a PNG of the whole page to path (quality 100 is PNG).
+func (p Page) Screenshot(path string) {
+	p.t.Helper()
+	b, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644) //nolint:gosec // a picture for the docs
+	}
+	if err != nil {
+		p.t.Fatalf("browser: screenshot %s: %v", path, err)
+	}
+}
