@@ -540,7 +540,8 @@ func TestHTTPCancel(t *testing.T) {
 // identity, the tool catalog tells a tool whose key is missing from one
 // whose key is set, and at which scope, reading only the secrets' names
 // (the recorder's role may not read the sealed values: before the names
-// bucket, GET /v1/tools answered 503 here for any tool with secrets).
+// bucket, GET /v1/tools answered 503 here for any tool with secrets), and
+// the live processes of its queue.
 func TestCatalogAuthStatusUnderIdentities(t *testing.T) {
 	h := startHTTPStack(t)
 	ctx := t.Context()
@@ -556,6 +557,9 @@ func TestCatalogAuthStatusUnderIdentities(t *testing.T) {
 		var c apitypes.CatalogJSON
 		require.NoError(t, json.Unmarshal(body, &c))
 		require.Len(t, c.Tools, 1, string(body))
+		// The executor serving the default queue, from its heartbeats,
+		// which the recorder's role may read.
+		require.NotEmpty(t, c.Tools[0].LiveWorkers, string(body))
 		return c.Tools[0].Auth
 	}
 	require.Equal(t, apitypes.AuthMissing, auth().Status)

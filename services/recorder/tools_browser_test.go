@@ -69,6 +69,9 @@ func TestToolsPageInBrowser(t *testing.T) {
 		require.NoError(t, reg.Put(ctx, e))
 	}
 
+	require.NoError(t, registry.Beat(ctx, w.env.JS, registry.Worker{Queue: "gpu", Instance: "i-1", ID: "gpu-host-1", Remote: true,
+		StartedAt: time.Now(), TTL: time.Minute}, time.Now()))
+
 	bctx := browsertest.Start(t, ctx, bin)
 	page := browsertest.NewPage(t, bctx)
 	listed := func() string {
@@ -120,6 +123,10 @@ func TestToolsPageInBrowser(t *testing.T) {
 	)
 	require.Equal(t, "ocr@1.0.0", listed())
 	require.Contains(t, page.Text(`[data-ref="ocr@1.0.0"] .tool-head`), "Worker queue")
+	page.Do("open its details", chromedp.Click(chromedp.CSS(`[data-ref="ocr@1.0.0"] summary`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-ref="ocr@1.0.0"] .input-schema`)))
+	require.Equal(t, "1 live: gpu-host-1 (worker)", page.Text(`[data-ref="ocr@1.0.0"] .live-workers`))
+	require.Contains(t, page.Text(`[data-ref="ocr@1.0.0"] .input-schema`), `"type": "object"`)
 
 	k, err := secrets.ParseKeyring("k1:"+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{5}, 32)), "")
 	require.NoError(t, err)

@@ -926,6 +926,24 @@ export interface components {
             deprecated: boolean;
             required_scopes: string[];
             auth: components["schemas"]["AuthStatus"];
+            /** @description The JSON Schema of the tool's arguments. */
+            input_schema: Record<string, never>;
+            /** @description The JSON Schema of its output, when it declares one. */
+            output_schema?: Record<string, never>;
+            /** @enum {string} */
+            cache: "none" | "ttl" | "forever";
+            /** @description With cache ttl, how long an output is reused. */
+            cache_ttl_s?: number;
+            /** @description How long a call may run (the default when the definition sets none). */
+            timeout_ms: number;
+            /** @description The processes serving the tool's queue now (their last heartbeat holds); none means calls would wait. */
+            live_workers: {
+                id: string;
+                /** @description A worker process rather than an executor. */
+                remote: boolean;
+                /** Format: date-time */
+                seen_at: string;
+            }[];
         };
         /**
          * @description ready (every required secret is set for the tenant; scope is the broadest

@@ -165,7 +165,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$KV." + provision.BucketTools + ".echo.1", []identity.Role{exe, sbx, rec}},
 		{"$KV." + provision.BucketOutcomes + ".x", []identity.Role{exe}},
 		{"$KV." + provision.BucketWorkers + ".default.x", []identity.Role{exe}},
-		{"$JS.API.DIRECT.GET.KV_" + provision.BucketWorkers + ".x", []identity.Role{pol, exe}},
+		{"$JS.API.DIRECT.GET.KV_" + provision.BucketWorkers + ".x", []identity.Role{pol, exe, rec}},
 		// JetStream's API: reading, consuming, and what only operators do.
 		{"$JS.API.INFO", []identity.Role{orch, pol, exe, sbx, rec}},
 		{"$JS.API.STREAM.INFO." + events.StreamCalls, []identity.Role{orch, pol, exe, sbx, rec}},
@@ -187,6 +187,7 @@ func TestPermissionMatrix(t *testing.T) {
 		// by the recorder's catalog.
 		{"$JS.API.CONSUMER.CREATE.KV_" + provision.BucketSecrets + ".x", []identity.Role{exe}},
 		{"$JS.API.CONSUMER.CREATE.KV_" + provision.BucketSecretNames + ".x", []identity.Role{rec}},
+		{"$JS.API.CONSUMER.CREATE.KV_" + provision.BucketWorkers + ".x", []identity.Role{pol, exe, rec}},
 		{"toolwire.rpc.worker.q.register", nil},
 		{"elsewhere.anything", nil},
 	}

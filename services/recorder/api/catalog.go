@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -213,6 +214,17 @@ func (c *toolCatalog) catalog(ctx context.Context, q url.Values) (apitypes.Catal
 			return apitypes.CatalogJSON{}, err
 		}
 	}
+	// The live processes of each queue, from their heartbeats.
+	live := map[string][]apitypes.LiveWorkerJSON{}
+	if len(entries) > 0 {
+		ws, err := registry.ListWorkers(ctx, c.a.opts.JS, time.Now())
+		if err != nil {
+			return apitypes.CatalogJSON{}, err
+		}
+		for _, w := range ws {
+			live[w.Queue] = append(live[w.Queue], apitypes.LiveWorkerJSON{ID: w.ID, Remote: w.Remote, SeenAt: w.SeenAt})
+		}
+	}
 	out := apitypes.CatalogJSON{Tools: make([]apitypes.CatalogToolJSON, 0, len(entries))}
 	for _, e := range entries {
 		d := e.Definition
@@ -220,7 +232,9 @@ func (c *toolCatalog) catalog(ctx context.Context, q url.Values) (apitypes.Catal
 			Ref: d.Ref().String(), Name: d.Name, Version: d.Version, Description: d.Description,
 			Category: d.Metadata.Category, SideEffects: d.Metadata.SideEffects, Kind: ToolKind(d), Queue: d.QueueName(),
 			State: e.State, Deprecated: e.State == registry.StateDeprecated, RequiredScopes: orEmpty(d.RequiredScopes),
-			Auth: authStatus(d.RequiredSecrets, tenant.OrgID != "", located),
+			Auth:        authStatus(d.RequiredSecrets, tenant.OrgID != "", located),
+			InputSchema: d.InputSchema, OutputSchema: d.OutputSchema, Cache: d.Metadata.Cache, CacheTTLS: d.Metadata.CacheTTLS,
+			TimeoutMS: int(d.Timeout().Milliseconds()), LiveWorkers: orNone(live[d.QueueName()]),
 		}
 		out.Tools = append(out.Tools, t)
 	}
@@ -294,6 +308,13 @@ func authStatus(required []string, haveTenant bool, located map[string]secrets.L
 		}
 	}
 	return st
+}
+
+func orNone(ws []apitypes.LiveWorkerJSON) []apitypes.LiveWorkerJSON {
+	if ws == nil {
+		return []apitypes.LiveWorkerJSON{}
+	}
+	return ws
 }
 
 func orEmpty(s []string) []string {

@@ -11,7 +11,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
@@ -28,6 +30,7 @@ const adminToken = "test-admin-token"
 type catalogHarness struct {
 	t     *testing.T
 	srv   *httptest.Server
+	js    jetstream.JetStream
 	reg   *registry.Registry
 	store *secrets.Store
 }
@@ -45,7 +48,7 @@ func newCatalogHarness(t *testing.T, token string) *catalogHarness {
 	require.NoError(t, err)
 	store, err := secrets.Open(t.Context(), env.JS, k)
 	require.NoError(t, err)
-	return &catalogHarness{t: t, srv: srv, reg: reg, store: store}
+	return &catalogHarness{t: t, srv: srv, js: env.JS, reg: reg, store: store}
 }
 
 func (h *catalogHarness) do(method, path, token string, body string) (int, []byte) {
@@ -149,6 +152,18 @@ func TestToolCatalog(t *testing.T) {
 		require.Equal(t, want, tool.Kind, tool.Ref)
 		require.Equal(t, map[bool]string{true: "gpu", false: "default"}[tool.Name == "ocr"], tool.Queue, tool.Ref)
 	}
+	// The detail: schemas, cache, timeout, and the queue's live processes.
+	require.NoError(t, registry.Beat(ctx, h.js, registry.Worker{Queue: "gpu", Instance: "i-1", ID: "gpu-host-1", Remote: true,
+		StartedAt: time.Now(), TTL: time.Minute}, time.Now()))
+	for _, tool := range h.catalog("?search=ocr").Tools {
+		require.JSONEq(t, `{"type":"object"}`, string(tool.InputSchema), tool.Ref)
+		require.Equal(t, envelope.CacheNone, tool.Cache)
+		require.Positive(t, tool.TimeoutMS, "the default timeout when none is set")
+		require.Len(t, tool.LiveWorkers, 1)
+		require.Equal(t, "gpu-host-1", tool.LiveWorkers[0].ID)
+		require.True(t, tool.LiveWorkers[0].Remote)
+	}
+	require.Empty(t, h.catalog("?search=web_search").Tools[0].LiveWorkers, "no executor beats in this test")
 	require.Equal(t, []string{"weather@1.0.0"}, refs(h.catalog("?search=WEATH")))
 	require.Equal(t, []string{"weather@0.9.0", "weather@1.0.0"}, refs(h.catalog("?search=weather&show_deprecated=1")))
 	require.Equal(t, []string{"crm_sync@2.0.0", "ocr@1.0.0"}, refs(h.catalog("?category=data")))

@@ -410,6 +410,22 @@ type CatalogToolJSON struct {
 	Deprecated     bool           `json:"deprecated"`
 	RequiredScopes []string       `json:"required_scopes"`
 	Auth           AuthStatusJSON `json:"auth"`
+	// What a tool's detail shows: its schemas, cache policy, timeout, and
+	// the processes serving its queue now (their last heartbeat holds).
+	InputSchema  json.RawMessage      `json:"input_schema"`
+	OutputSchema json.RawMessage      `json:"output_schema,omitempty"`
+	Cache        envelope.CachePolicy `json:"cache"`
+	CacheTTLS    int                  `json:"cache_ttl_s,omitempty"`
+	TimeoutMS    int                  `json:"timeout_ms"`
+	LiveWorkers  []LiveWorkerJSON     `json:"live_workers"`
+}
+
+// LiveWorkerJSON is a process serving a tool's queue: an executor, or a
+// worker process (remote).
+type LiveWorkerJSON struct {
+	ID     string    `json:"id"`
+	Remote bool      `json:"remote"`
+	SeenAt time.Time `json:"seen_at"`
 }
 
 // Auth statuses of a catalog tool.

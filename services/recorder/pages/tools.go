@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/services/recorder/api"
@@ -46,6 +47,8 @@ type toolView struct {
 	AuthLabel, AuthTitle     string
 	ScopeLabel, ScopeWarning string
 	Secrets                  []apitypes.SecretStatusJSON
+	Input, Output            string // the schemas, indented
+	Timeout                  string
 }
 
 var kindLabels = map[string]string{
@@ -120,7 +123,8 @@ func (p *pages) toolsPage(w http.ResponseWriter, r *http.Request) {
 // toolViewOf is how the page shows t: its key status as the spec names it
 // ("Missing API Key", "Using Workspace Key").
 func toolViewOf(t apitypes.CatalogToolJSON) toolView {
-	v := toolView{CatalogToolJSON: t, KindLabel: kindLabels[t.Kind], Auth: t.Auth.Status, Secrets: t.Auth.Secrets}
+	v := toolView{CatalogToolJSON: t, KindLabel: kindLabels[t.Kind], Auth: t.Auth.Status, Secrets: t.Auth.Secrets,
+		Input: prettyJSON(t.InputSchema), Output: prettyJSON(t.OutputSchema), Timeout: (time.Duration(t.TimeoutMS) * time.Millisecond).String()}
 	switch t.Auth.Status {
 	case apitypes.AuthNone:
 		v.AuthLabel, v.AuthTitle = "No key needed", "the tool needs no secret"
