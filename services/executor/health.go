@@ -9,6 +9,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 )
 
 // Circuit states as ToolHealth reports them.
@@ -188,6 +189,22 @@ func (cs *circuits) snapshot() []ToolHealth {
 		out = append(out, h)
 	}
 	return out
+}
+
+// unwell is what a heartbeat says of this replica's circuits: those open,
+// half open or counting failures, at most registry.MaxWorkerTools (the
+// open ones first).
+func (s *Service) unwell() []registry.ToolHealth {
+	var out []registry.ToolHealth
+	for _, h := range s.circuits.snapshot() {
+		if h.State == CircuitClosed && h.ConsecutiveFailures == 0 {
+			continue
+		}
+		out = append(out, registry.ToolHealth{Tool: h.Tool, State: h.State, ConsecutiveFailures: h.ConsecutiveFailures,
+			OpenUntil: h.OpenUntil, LastFailure: string(h.LastFailure)})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].State == CircuitOpen && out[j].State != CircuitOpen })
+	return out[:min(len(out), registry.MaxWorkerTools)]
 }
 
 // Health returns the health of every tool version this replica has called:

@@ -56,7 +56,9 @@ func (s *Service) startHeartbeats(ctx, life context.Context) (*heartbeats, error
 func (h *heartbeats) beat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, h.s.cfg.Heartbeat)
 	defer cancel()
+	health := h.s.unwell()
 	for _, w := range h.workers {
+		w.Health = health
 		if err := registry.Beat(ctx, h.s.JS, w, h.s.now()); err != nil {
 			h.s.metrics.heartbeatFailures.Inc()
 			return err

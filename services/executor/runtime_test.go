@@ -214,6 +214,9 @@ func TestCircuitOpensAndCloses(t *testing.T) {
 	require.Equal(t, CircuitOpen, h[0].State)
 	require.Equal(t, uint32(3), h[0].ConsecutiveFailures)
 	require.False(t, h[0].OpenUntil.IsZero())
+	// What the heartbeats tell the catalog: the open circuit.
+	require.Equal(t, []registry.ToolHealth{{Tool: "flaky@1.0.0", State: CircuitOpen, ConsecutiveFailures: 3,
+		OpenUntil: h[0].OpenUntil, LastFailure: string(envelope.CodeTimeout)}}, s.unwell())
 	require.Equal(t, 2.0, testutil.ToFloat64(s.metrics.circuit.WithLabelValues("flaky@1.0.0")))
 	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.circuitFast.WithLabelValues("flaky@1.0.0")))
 
@@ -229,6 +232,7 @@ func TestCircuitOpensAndCloses(t *testing.T) {
 	h = s.Health()
 	require.Equal(t, CircuitClosed, h[0].State)
 	require.Zero(t, h[0].ConsecutiveFailures)
+	require.Empty(t, s.unwell(), "a closed circuit without failures is not named")
 	require.Equal(t, 0.0, testutil.ToFloat64(s.metrics.circuit.WithLabelValues("flaky@1.0.0")))
 }
 

@@ -71,6 +71,10 @@ func TestToolsPageInBrowser(t *testing.T) {
 
 	require.NoError(t, registry.Beat(ctx, w.env.JS, registry.Worker{Queue: "gpu", Instance: "i-1", ID: "gpu-host-1", Remote: true,
 		StartedAt: time.Now(), TTL: time.Minute}, time.Now()))
+	// An executor whose circuit of web_search is open.
+	require.NoError(t, registry.Beat(ctx, w.env.JS, registry.Worker{Queue: "default", Instance: "e-1", ID: "exec-1",
+		StartedAt: time.Now(), TTL: time.Minute, Health: []registry.ToolHealth{{Tool: "web_search@1.0.0", State: "open",
+			ConsecutiveFailures: 5, OpenUntil: time.Now().Add(time.Minute), LastFailure: "PROVIDER_ERROR"}}}, time.Now()))
 
 	bctx := browsertest.Start(t, ctx, bin)
 	page := browsertest.NewPage(t, bctx)
@@ -87,6 +91,8 @@ func TestToolsPageInBrowser(t *testing.T) {
 	require.Equal(t, "ocr@1.0.0 weather@1.0.0 web_search@1.0.0", listed(), "active versions only")
 	require.Equal(t, "Missing API Key", page.Text(`[data-ref="weather@1.0.0"] .badge.auth`))
 	require.Equal(t, "No key needed", page.Text(`[data-ref="web_search@1.0.0"] .badge.auth`))
+	require.Equal(t, "Unavailable", page.Text(`[data-ref="web_search@1.0.0"] .badge.health`), "the one executor's circuit is open")
+	require.Equal(t, "Healthy", page.Text(`[data-ref="weather@1.0.0"] .badge.health`))
 	require.Equal(t, "1", page.Text(`.kind-card[data-kind="worker"] .kind-count`))
 	require.Equal(t, "2", page.Text(`.kind-card[data-kind="http"] .kind-count`), "weather and web_search; ocr is on a worker's queue")
 	require.Equal(t, "0", page.Text(`.kind-card[data-kind="mcp"] .kind-count`))

@@ -944,6 +944,24 @@ export interface components {
                 /** Format: date-time */
                 seen_at: string;
             }[];
+            /**
+             * @description From the live executors' circuits (their heartbeats): unavailable when every executor's circuit
+             *     for the tool is open (its calls fail at once with PROVIDER_ERROR until open_until), degraded when
+             *     some executor's is open, half open or counting failures, else healthy.
+             */
+            health: {
+                /** @enum {string} */
+                status: "healthy" | "degraded" | "unavailable";
+                /** @description The most consecutive failures an executor counts. */
+                consecutive_failures: number;
+                /** @description That executor's latest failure's error code. */
+                last_failure?: string;
+                /**
+                 * Format: date-time
+                 * @description When the first open circuit lets a trial call through.
+                 */
+                open_until?: string;
+            };
         };
         /**
          * @description ready (every required secret is set for the tenant; scope is the broadest

@@ -43,6 +43,21 @@ type Worker struct {
 	// Remote: a worker process (package worker), which the executors hand
 	// its queue's calls to; otherwise an executor running them in process.
 	Remote bool `json:"remote,omitempty"`
+	// Health is an executor's circuits that are not quite well (open, half
+	// open, or counting failures), at most MaxWorkerTools of them; a tool
+	// it does not name is healthy there. What the catalog shows as a
+	// tool's health.
+	Health []ToolHealth `json:"health,omitempty"`
+}
+
+// ToolHealth is one tool version's circuit in one executor
+// (services/executor/health.go).
+type ToolHealth struct {
+	Tool                string    `json:"tool"`  // name@version
+	State               string    `json:"state"` // closed, open or half_open
+	ConsecutiveFailures uint32    `json:"consecutive_failures"`
+	OpenUntil           time.Time `json:"open_until,omitzero"`
+	LastFailure         string    `json:"last_failure,omitempty"`
 }
 
 // Bounds of a heartbeat.
@@ -74,6 +89,9 @@ func (w *Worker) Validate() error {
 	}
 	if len(w.Tools) > MaxWorkerTools {
 		return fmt.Errorf("a heartbeat names at most %d tools, not %d", MaxWorkerTools, len(w.Tools))
+	}
+	if len(w.Health) > MaxWorkerTools {
+		return fmt.Errorf("a heartbeat gives the health of at most %d tools, not %d", MaxWorkerTools, len(w.Health))
 	}
 	return nil
 }

@@ -70,12 +70,13 @@ func TestWorkerHeartbeatRefusals(t *testing.T) {
 		long[i] = "t@1.0.0"
 	}
 	for name, w := range map[string]registry.Worker{
-		"bad queue":      worker("Bad.Queue", "a1", time.Minute),
-		"bad instance":   worker("text", "a.b", time.Minute),
-		"empty instance": worker("text", "", time.Minute),
-		"ttl too short":  worker("text", "a1", time.Millisecond),
-		"ttl too long":   worker("text", "a1", time.Hour),
-		"too many tools": {Queue: "text", Instance: "a1", TTL: time.Minute, Tools: long},
+		"bad queue":       worker("Bad.Queue", "a1", time.Minute),
+		"bad instance":    worker("text", "a.b", time.Minute),
+		"empty instance":  worker("text", "", time.Minute),
+		"ttl too short":   worker("text", "a1", time.Millisecond),
+		"ttl too long":    worker("text", "a1", time.Hour),
+		"too many tools":  {Queue: "text", Instance: "a1", TTL: time.Minute, Tools: long},
+		"too much health": {Queue: "text", Instance: "a1", TTL: time.Minute, Health: make([]registry.ToolHealth, registry.MaxWorkerTools+1)},
 	} {
 		require.Error(t, registry.Beat(ctx, env.JS, w, time.Now()), name)
 	}

@@ -216,15 +216,16 @@ func (c *toolCatalog) catalog(ctx context.Context, q url.Values) (apitypes.Catal
 	}
 	// The live processes of each queue, from their heartbeats.
 	live := map[string][]apitypes.LiveWorkerJSON{}
+	var ws []registry.Worker
 	if len(entries) > 0 {
-		ws, err := registry.ListWorkers(ctx, c.a.opts.JS, time.Now())
-		if err != nil {
+		if ws, err = registry.ListWorkers(ctx, c.a.opts.JS, time.Now()); err != nil {
 			return apitypes.CatalogJSON{}, err
 		}
 		for _, w := range ws {
 			live[w.Queue] = append(live[w.Queue], apitypes.LiveWorkerJSON{ID: w.ID, Remote: w.Remote, SeenAt: w.SeenAt})
 		}
 	}
+	health := healthOf(ws, time.Now())
 	out := apitypes.CatalogJSON{Tools: make([]apitypes.CatalogToolJSON, 0, len(entries))}
 	for _, e := range entries {
 		d := e.Definition
@@ -235,6 +236,7 @@ func (c *toolCatalog) catalog(ctx context.Context, q url.Values) (apitypes.Catal
 			Auth:        authStatus(d.RequiredSecrets, tenant.OrgID != "", located),
 			InputSchema: d.InputSchema, OutputSchema: d.OutputSchema, Cache: d.Metadata.Cache, CacheTTLS: d.Metadata.CacheTTLS,
 			TimeoutMS: int(d.Timeout().Milliseconds()), LiveWorkers: orNone(live[d.QueueName()]),
+			Health: health(d.Ref().String()),
 		}
 		out.Tools = append(out.Tools, t)
 	}
@@ -308,6 +310,49 @@ func authStatus(required []string, haveTenant bool, located map[string]secrets.L
 		}
 	}
 	return st
+}
+
+// healthOf reads the executors' heartbeats (ws, the live ones) into each
+// tool's health: unavailable when every live executor's circuit for it is
+// open (still open at now), degraded when some executor's is open, half open
+// or counting failures, else healthy. An executor beats once per queue it
+// serves: each counts once.
+func healthOf(ws []registry.Worker, now time.Time) func(ref string) apitypes.ToolHealthJSON {
+	executors := map[string]bool{}
+	reports := map[string]map[string]registry.ToolHealth{} // tool -> executor -> its circuit
+	for _, w := range ws {
+		if w.Remote {
+			continue
+		}
+		executors[w.Instance] = true
+		for _, h := range w.Health {
+			if reports[h.Tool] == nil {
+				reports[h.Tool] = map[string]registry.ToolHealth{}
+			}
+			reports[h.Tool][w.Instance] = h
+		}
+	}
+	return func(ref string) apitypes.ToolHealthJSON {
+		out := apitypes.ToolHealthJSON{Status: apitypes.HealthHealthy}
+		open := 0
+		for _, h := range reports[ref] {
+			out.Status = apitypes.HealthDegraded
+			if h.ConsecutiveFailures >= out.ConsecutiveFailures {
+				out.ConsecutiveFailures, out.LastFailure = h.ConsecutiveFailures, h.LastFailure
+			}
+			if h.State == "open" && h.OpenUntil.After(now) {
+				open++
+				if out.OpenUntil == nil || h.OpenUntil.Before(*out.OpenUntil) {
+					until := h.OpenUntil
+					out.OpenUntil = &until
+				}
+			}
+		}
+		if open > 0 && open == len(executors) {
+			out.Status = apitypes.HealthUnavailable
+		}
+		return out
+	}
 }
 
 func orNone(ws []apitypes.LiveWorkerJSON) []apitypes.LiveWorkerJSON {

@@ -164,6 +164,36 @@ func TestToolCatalog(t *testing.T) {
 		require.True(t, tool.LiveWorkers[0].Remote)
 	}
 	require.Empty(t, h.catalog("?search=web_search").Tools[0].LiveWorkers, "no executor beats in this test")
+
+	// Health, from the executors' heartbeats: one executor's open circuit
+	// of two is degraded; both open, unavailable until the first reopens.
+	webSearch := func() apitypes.ToolHealthJSON { return h.catalog("?search=web_search").Tools[0].Health }
+	require.Equal(t, apitypes.ToolHealthJSON{Status: apitypes.HealthHealthy}, webSearch())
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	beat := func(instance string, until time.Duration, failures uint32) {
+		w := registry.Worker{Queue: "default", Instance: instance, ID: "exec-" + instance, StartedAt: now, TTL: time.Minute}
+		if failures > 0 {
+			state := "half_open"
+			if until > 0 {
+				state = "open"
+			}
+			w.Health = []registry.ToolHealth{{Tool: "web_search@1.0.0", State: state, ConsecutiveFailures: failures,
+				OpenUntil: now.Add(until), LastFailure: "PROVIDER_ERROR"}}
+		}
+		require.NoError(t, registry.Beat(ctx, h.js, w, now))
+	}
+	beat("e1", time.Minute, 5)
+	beat("e2", 0, 0)
+	got := webSearch()
+	require.Equal(t, apitypes.HealthDegraded, got.Status)
+	require.Equal(t, uint32(5), got.ConsecutiveFailures)
+	require.Equal(t, "PROVIDER_ERROR", got.LastFailure)
+	beat("e2", 30*time.Second, 3)
+	got = webSearch()
+	require.Equal(t, apitypes.HealthUnavailable, got.Status)
+	require.NotNil(t, got.OpenUntil)
+	require.True(t, got.OpenUntil.Equal(now.Add(30*time.Second)), "the first circuit to let a trial call through: %v", got.OpenUntil)
+	require.Equal(t, apitypes.HealthHealthy, h.catalog("?search=weather").Tools[0].Health.Status)
 	require.Equal(t, []string{"weather@1.0.0"}, refs(h.catalog("?search=WEATH")))
 	require.Equal(t, []string{"weather@0.9.0", "weather@1.0.0"}, refs(h.catalog("?search=weather&show_deprecated=1")))
 	require.Equal(t, []string{"crm_sync@2.0.0", "ocr@1.0.0"}, refs(h.catalog("?category=data")))

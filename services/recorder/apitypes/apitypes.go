@@ -418,6 +418,24 @@ type CatalogToolJSON struct {
 	CacheTTLS    int                  `json:"cache_ttl_s,omitempty"`
 	TimeoutMS    int                  `json:"timeout_ms"`
 	LiveWorkers  []LiveWorkerJSON     `json:"live_workers"`
+	Health       ToolHealthJSON       `json:"health"`
+}
+
+// Health statuses of a catalog tool, from the executors' circuits.
+const (
+	HealthHealthy     = "healthy"     // no executor's circuit counts a failure
+	HealthDegraded    = "degraded"    // some executor's circuit failed lately, or is open
+	HealthUnavailable = "unavailable" // every live executor's circuit is open: calls fail at once
+)
+
+// ToolHealthJSON is a tool's health across the live executors: the status,
+// the most consecutive failures one counts, the latest failure's code, and
+// when the first open circuit lets a trial call through.
+type ToolHealthJSON struct {
+	Status              string     `json:"status"`
+	ConsecutiveFailures uint32     `json:"consecutive_failures"`
+	LastFailure         string     `json:"last_failure,omitempty"`
+	OpenUntil           *time.Time `json:"open_until,omitempty"`
 }
 
 // LiveWorkerJSON is a process serving a tool's queue: an executor, or a

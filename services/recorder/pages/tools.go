@@ -2,6 +2,7 @@ package pages
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -49,6 +50,7 @@ type toolView struct {
 	Secrets                  []apitypes.SecretStatusJSON
 	Input, Output            string // the schemas, indented
 	Timeout                  string
+	HealthLabel, HealthTitle string
 }
 
 var kindLabels = map[string]string{
@@ -125,6 +127,17 @@ func (p *pages) toolsPage(w http.ResponseWriter, r *http.Request) {
 func toolViewOf(t apitypes.CatalogToolJSON) toolView {
 	v := toolView{CatalogToolJSON: t, KindLabel: kindLabels[t.Kind], Auth: t.Auth.Status, Secrets: t.Auth.Secrets,
 		Input: prettyJSON(t.InputSchema), Output: prettyJSON(t.OutputSchema), Timeout: (time.Duration(t.TimeoutMS) * time.Millisecond).String()}
+	switch h := t.Health; h.Status {
+	case apitypes.HealthUnavailable:
+		v.HealthLabel, v.HealthTitle = "Unavailable", "every executor's circuit is open: calls fail at once"
+		if h.OpenUntil != nil {
+			v.HealthTitle += " until " + h.OpenUntil.UTC().Format(time.RFC3339)
+		}
+	case apitypes.HealthDegraded:
+		v.HealthLabel, v.HealthTitle = "Degraded", fmt.Sprintf("%d consecutive failures (%s) on an executor", h.ConsecutiveFailures, h.LastFailure)
+	default:
+		v.HealthLabel, v.HealthTitle = "Healthy", "no executor counts a failure"
+	}
 	switch t.Auth.Status {
 	case apitypes.AuthNone:
 		v.AuthLabel, v.AuthTitle = "No key needed", "the tool needs no secret"
