@@ -72,10 +72,15 @@ func DecodeDefinition(b []byte) (envelope.ToolDefinition, error) {
 // definition it is ErrConflict, whatever the version's state: publish a new
 // version instead, and older versions stay callable until blocked.
 func (r *Registry) Register(ctx context.Context, def envelope.ToolDefinition) (created bool, err error) {
+	return r.RegisterAs(ctx, def, "")
+}
+
+// RegisterAs is Register by who (Entry.UpdatedBy).
+func (r *Registry) RegisterAs(ctx context.Context, def envelope.ToolDefinition, by string) (created bool, err error) {
 	if err := def.Validate(); err != nil {
 		return false, err
 	}
-	b, err := json.Marshal(Entry{Definition: def, State: StateActive, UpdatedAt: time.Now().UTC()})
+	b, err := json.Marshal(Entry{Definition: def, State: StateActive, UpdatedAt: time.Now().UTC(), UpdatedBy: by})
 	if err != nil {
 		return false, err
 	}

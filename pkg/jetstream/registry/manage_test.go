@@ -58,6 +58,30 @@ func TestRegister(t *testing.T) {
 	require.ErrorIs(t, err, envelope.ErrInvalidTool)
 }
 
+// TestChangesSayWhoAndWhen: a registration and each state change record
+// who made them and when; History gives the entry as each change left it,
+// oldest first.
+func TestChangesSayWhoAndWhen(t *testing.T) {
+	r := open(t)
+	ctx := testCtx(t)
+	v1 := def("audited", "1.0.0")
+	_, err := r.RegisterAs(ctx, v1, "alice")
+	require.NoError(t, err)
+	require.NoError(t, r.SetStateAs(ctx, v1.Ref(), registry.StateDeprecated, "bob"))
+	require.NoError(t, r.SetStateAs(ctx, v1.Ref(), registry.StateBlocked, "carol"))
+	h, err := r.History(ctx, v1.Ref())
+	require.NoError(t, err)
+	var got []string
+	for _, e := range h {
+		got = append(got, string(e.State)+" by "+e.UpdatedBy)
+		require.False(t, e.UpdatedAt.IsZero())
+	}
+	require.Equal(t, []string{"active by alice", "deprecated by bob", "blocked by carol"}, got)
+	require.False(t, h[2].UpdatedAt.Before(h[0].UpdatedAt))
+	_, err = r.History(ctx, envelope.ToolRef{Name: "never", Version: "1.0.0"})
+	require.ErrorIs(t, err, registry.ErrNotFound)
+}
+
 func TestDecodeDefinition(t *testing.T) {
 	good := `{
   "name": "send_email", "version": "1.0.0", "description": "Sends an email.",

@@ -35,6 +35,10 @@ type Entry struct {
 	Definition envelope.ToolDefinition `json:"definition"`
 	State      State                   `json:"state"`
 	UpdatedAt  time.Time               `json:"updated_at"`
+	// UpdatedBy names who made the last change (an admin's token or
+	// login through the recorder, the CLI's operator); empty when unknown
+	// (a service registering its own tools).
+	UpdatedBy string `json:"updated_by,omitempty"`
 }
 
 // ErrNotFound is returned for a tool version the registry does not hold.
@@ -117,12 +121,41 @@ func (r *Registry) Get(ctx context.Context, ref envelope.ToolRef) (Entry, error)
 
 // SetState changes the state of a registered version.
 func (r *Registry) SetState(ctx context.Context, ref envelope.ToolRef, s State) error {
+	return r.SetStateAs(ctx, ref, s, "")
+}
+
+// SetStateAs changes the state of a registered version, by who.
+func (r *Registry) SetStateAs(ctx context.Context, ref envelope.ToolRef, s State, by string) error {
 	e, err := r.Get(ctx, ref)
 	if err != nil {
 		return err
 	}
-	e.State, e.UpdatedAt = s, time.Time{}
+	e.State, e.UpdatedAt, e.UpdatedBy = s, time.Time{}, by
 	return r.Put(ctx, e)
+}
+
+// History returns the entry of ref as each of its last changes left it
+// (the bucket keeps a few), oldest first.
+func (r *Registry) History(ctx context.Context, ref envelope.ToolRef) ([]Entry, error) {
+	kves, err := r.kv.History(ctx, Key(ref))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("registry history %s: %w", ref, err)
+	}
+	out := make([]Entry, 0, len(kves))
+	for _, kve := range kves {
+		if kve.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		e, err := decode(kve.Value())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // List returns every entry, sorted by name then version.

@@ -531,7 +531,8 @@ func (c *toolCatalog) register(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	created, err := reg.Register(r.Context(), def)
+	by := auth.FromContext(r.Context()).Name
+	created, err := reg.RegisterAs(r.Context(), def, by)
 	switch {
 	case errors.Is(err, registry.ErrConflict):
 		writeError(w, http.StatusConflict, apitypes.CodeToolConflict, err.Error())
@@ -546,7 +547,7 @@ func (c *toolCatalog) register(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
-		c.a.log.Info("tool registered", "tool", def.Ref().String())
+		c.a.log.Info("tool registered", "tool", def.Ref().String(), "by", by)
 	}
 	writeJSON(w, status, apitypes.RegisterJSON{Ref: def.Ref().String(), Created: created})
 }
@@ -571,10 +572,11 @@ func (c *toolCatalog) setState(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if c.refFailed(w, r, ref, reg.SetState(r.Context(), ref, body.State)) {
+	by := auth.FromContext(r.Context()).Name
+	if c.refFailed(w, r, ref, reg.SetStateAs(r.Context(), ref, body.State, by)) {
 		return
 	}
-	c.a.log.Info("tool state changed", "tool", ref.String(), "state", body.State)
+	c.a.log.Info("tool state changed", "tool", ref.String(), "state", body.State, "by", by)
 	e, err := reg.Get(r.Context(), ref)
 	if err != nil {
 		c.unavailable(w, r, err)

@@ -296,9 +296,13 @@ func TestToolAdminAPI(t *testing.T) {
 	var got apitypes.AdminToolJSON
 	require.NoError(t, json.Unmarshal(b, &got))
 	require.Equal(t, registry.StateDeprecated, got.State)
+	require.Equal(t, "admin", got.UpdatedBy, "the change says who made it")
 	e, err = h.reg.Get(t.Context(), def.Ref())
 	require.NoError(t, err)
 	require.Equal(t, registry.StateDeprecated, e.State)
+	hist, err := h.reg.History(t.Context(), def.Ref())
+	require.NoError(t, err)
+	require.Equal(t, "admin", hist[0].UpdatedBy, "so does the registration")
 
 	status, b = h.do(http.MethodGet, "/v1/admin/tools?state=deprecated", adminToken, "")
 	require.Equal(t, http.StatusOK, status)

@@ -51,6 +51,7 @@ type pages struct {
 	run    *template.Template
 	login  *template.Template
 	tools  *template.Template
+	admin  *template.Template
 	assets http.Handler
 	pub    *publish.Publisher // the Cancel button's; nil without a JetStream
 }
@@ -79,6 +80,8 @@ type Options struct {
 //
 //	GET  /                          the runs, newest first (the filters of GET /v1/runs)
 //	GET  /tools                     the tool catalog: search, category, kind, show deprecated, each tool's key status
+//	GET  /admin/tools               the registry (admins of every tenant): register an HTTP tool, change a version's state, who changed what and when
+//	POST /admin/tools, POST /admin/tools/{ref}/state   the registry page's forms
 //	GET  /runs/{run_id}             a run's timeline, live while the run goes on
 //	GET  /runs/{run_id}/timeline    the timeline alone, which the run page fetches on each event
 //	POST /runs/{run_id}/calls/{call_id}/decision   approve, deny or revise a call that awaits approval (approvers)
@@ -107,6 +110,9 @@ func New(st store.Store, o Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.runsPage)
 	mux.HandleFunc("GET /tools", p.toolsPage)
+	mux.HandleFunc("GET /admin/tools", p.adminPage)
+	mux.HandleFunc("POST /admin/tools", p.register)
+	mux.HandleFunc("POST /admin/tools/{ref}/state", p.setState)
 	mux.HandleFunc("GET /runs/{run_id}", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, false) })
 	mux.HandleFunc("GET /runs/{run_id}/timeline", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, true) })
 	mux.HandleFunc("POST /runs/{run_id}/calls/{call_id}/decision", p.decide)
@@ -145,6 +151,7 @@ func newPages(st store.Store, log *slog.Logger) *pages {
 		run:    parse("base.html", "run.html", "runbody.html"),
 		login:  parse("base.html", "login.html"),
 		tools:  parse("base.html", "tools.html"),
+		admin:  parse("base.html", "admin.html"),
 		assets: http.StripPrefix("/assets/", http.FileServerFS(assets)),
 	}
 }

@@ -48,6 +48,8 @@ func csrfProtection() *http.CrossOriginProtection {
 type userView struct {
 	Name, Role, Tenant string
 	CanLogout          bool
+	// Admin: an admin of every tenant, who manages the registry.
+	Admin bool
 }
 
 func userOf(r *http.Request) *userView {
@@ -55,7 +57,7 @@ func userOf(r *http.Request) *userView {
 	if p.Role == "" {
 		return nil
 	}
-	u := &userView{Name: p.Name, Role: string(p.Role), Tenant: "every tenant", CanLogout: p.Via != "none"}
+	u := &userView{Name: p.Name, Role: string(p.Role), Tenant: "every tenant", CanLogout: p.Via != "none", Admin: isRegistryAdmin(p)}
 	if !p.AllTenants() {
 		u.Tenant = tenantLabel(envelope.Tenant{OrgID: p.OrgID, WorkspaceID: p.WorkspaceID})
 	}

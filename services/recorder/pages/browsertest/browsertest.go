@@ -5,6 +5,8 @@ package browsertest
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
@@ -111,15 +113,28 @@ func (p Page) Eval(expr string) string {
 	return s
 }
 
-// Text is the text of the node that the CSS selector sel selects.
+// Text is the visible text of the node that the CSS selector sel selects,
+// waiting for it up to textWait. It is read by the page's own script, not
+// through a DOM node id, which a navigation the page made itself (a form's
+// redirect) leaves stale ("No node with given id found").
 func (p Page) Text(sel string) string {
 	p.t.Helper()
-	s, err := chromedp.Run(p.ctx, chromedp.Text(chromedp.CSS(sel)))
-	if err != nil {
-		p.t.Fatalf("browser: text of %s: %v", sel, err)
+	q, _ := json.Marshal(sel)
+	expr := fmt.Sprintf(`(() => { const e = document.querySelector(%s); return e ? e.innerText : null })()`, q)
+	var last error
+	for giveUp := time.Now().Add(textWait); ; time.Sleep(20 * time.Millisecond) {
+		s, err := chromedp.Run(p.ctx, chromedp.Evaluate[*string](expr))
+		if last = err; err == nil && s != nil {
+			return *s
+		}
+		if time.Now().After(giveUp) {
+			p.t.Fatalf("browser: text of %s: not found within %s (last error: %v)", sel, textWait, last)
+		}
 	}
-	return s
 }
+
+// textWait bounds how long Text waits for its node.
+const textWait = 10 * time.Second
 
 // Screenshot writes a PNG of the whole page to path (quality 100 is PNG).
 func (p Page) Screenshot(path string) {
