@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/service"
@@ -37,6 +39,8 @@ const (
 	// EnvInsecureCookie sets Config.InsecureCookie: 1 sends the pages'
 	// session cookie without Secure.
 	EnvInsecureCookie = "TOOLWIRE_INSECURE_COOKIE"
+	// EnvCORSOrigins sets Config.CORSOrigins: origins separated by commas.
+	EnvCORSOrigins = "TOOLWIRE_RECORDER_CORS_ORIGINS"
 	// The OIDC settings (Config.OIDC).
 	EnvOIDCIssuer         = "TOOLWIRE_OIDC_ISSUER"
 	EnvOIDCAudience       = "TOOLWIRE_OIDC_AUDIENCE"
@@ -139,6 +143,12 @@ type Config struct {
 	// plain HTTP at a loopback address (`toolwire dev` at
 	// http://127.0.0.1:...), where it never leaves the machine.
 	InsecureCookie bool
+	// CORSOrigins are the origins (scheme://host[:port]) whose pages may
+	// embed the tool selector (<toolwire-tool-selector>, from
+	// /assets/toolwire-tool-selector.js) and read GET /v1/tools with their
+	// own bearer token; no other route answers another origin, and no
+	// cookie crosses. None by default; "*" is refused.
+	CORSOrigins []string
 }
 
 // Auth is the authentication the configuration asks for.
@@ -203,6 +213,11 @@ func (c Config) Validate() error {
 	if c.DatabaseWait < minDatabaseWait || c.DatabaseWait > maxDatabaseWait {
 		errs = append(errs, fmt.Errorf("database wait %s: want %s to %s", c.DatabaseWait, minDatabaseWait, maxDatabaseWait))
 	}
+	for _, o := range c.CORSOrigins {
+		if err := validOrigin(o); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", EnvCORSOrigins, err))
+		}
+	}
 	if c.OIDC.Issuer != "" {
 		if err := c.OIDC.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("%w (%s, %s)", err, EnvOIDCIssuer, EnvOIDCAudience))
@@ -241,6 +256,18 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c.AuthRequired = mode == "on"
 	e.Bool(EnvInsecureNoAuth, &c.InsecureNoAuth)
 	e.Bool(EnvInsecureCookie, &c.InsecureCookie)
+	if v, ok := e.Lookup(EnvCORSOrigins); ok {
+		for o := range strings.SplitSeq(v, ",") {
+			if o = strings.TrimSpace(o); o == "" {
+				continue
+			}
+			if err := validOrigin(o); err != nil {
+				e.Fail(EnvCORSOrigins, v, err.Error())
+				continue
+			}
+			c.CORSOrigins = append(c.CORSOrigins, strings.TrimSuffix(o, "/"))
+		}
+	}
 	e.String(EnvOIDCIssuer, &c.OIDC.Issuer)
 	e.String(EnvOIDCAudience, &c.OIDC.Audience)
 	e.String(EnvOIDCOrgClaim, &c.OIDC.OrgClaim)
@@ -270,6 +297,8 @@ func EnvVars() []service.Var {
 			Example: "1"},
 		{Name: EnvInsecureCookie, Help: "1: the pages' session cookie is sent without Secure, for plain HTTP beyond loopback (default: Secure, but to a browser at http://127.0.0.1 or http://localhost)",
 			Example: "1"},
+		{Name: EnvCORSOrigins, Help: "origins (scheme://host[:port], comma-separated) whose pages may embed the tool selector web component and read GET /v1/tools with their own token; none by default",
+			Example: "https://editor.example.com"},
 		{Name: EnvOIDCIssuer, Help: "accept OpenID Connect ID tokens of this issuer as bearer tokens (turns authentication on; needs " + EnvOIDCAudience + ")",
 			Example: "https://accounts.example.com"},
 		{Name: EnvOIDCAudience, Help: "the client id OIDC tokens must be issued to", Example: "toolwire"},
@@ -277,4 +306,15 @@ func EnvVars() []service.Var {
 		{Name: EnvOIDCWorkspaceClaim, Help: "the OIDC claim naming the workspace (default workspace_id; absent: every workspace)", Example: "workspace"},
 		{Name: EnvOIDCRoleClaim, Help: "the OIDC claim naming the role: viewer, producer, approver or admin, or a list of them (default toolwire_role)", Example: "groups"},
 	}
+}
+
+// validOrigin checks that o is one web origin: http or https, a host, an
+// optional port, nothing else ("*" and paths are refused).
+func validOrigin(o string) error {
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || strings.Contains(o, "*") {
+		return fmt.Errorf("origin %q must be scheme://host[:port], http or https, with nothing after it", o)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,19 @@ func TestConfigFromEnv(t *testing.T) {
 	if _, err := recorder.ConfigFromEnv(env(map[string]string{"TOOLWIRE_AUTH": "maybe"})); err == nil || !strings.Contains(err.Error(), "TOOLWIRE_AUTH") {
 		t.Errorf("TOOLWIRE_AUTH=maybe: %v", err)
 	}
+	// The embedding origins: full origins only.
+	c, err = recorder.ConfigFromEnv(env(map[string]string{recorder.EnvCORSOrigins: "https://editor.example, http://127.0.0.1:8080/"}))
+	if err != nil || !reflect.DeepEqual(c.CORSOrigins, []string{"https://editor.example", "http://127.0.0.1:8080"}) {
+		t.Errorf("%s: %v %v", recorder.EnvCORSOrigins, c.CORSOrigins, err)
+	}
+	for _, bad := range []string{"*", "https://*.example", "editor.example", "ftp://editor.example", "https://editor.example/path", "https://u@editor.example"} {
+		if _, err := recorder.ConfigFromEnv(env(map[string]string{recorder.EnvCORSOrigins: bad})); err == nil || !strings.Contains(err.Error(), recorder.EnvCORSOrigins) {
+			t.Errorf("%s=%s: %v, want refused", recorder.EnvCORSOrigins, bad, err)
+		}
+		if err := (recorder.Config{DatabaseURL: "sqlite:x.db", CORSOrigins: []string{bad}}).Validate(); err == nil {
+			t.Errorf("Validate(CORSOrigins %s) passed", bad)
+		}
+	}
 	for _, bad := range []recorder.Config{
 		{DatabaseURL: "sqlite:x.db", OIDC: auth.OIDCConfig{Issuer: "id.example", Audience: "tw"}},
 		{DatabaseURL: "sqlite:x.db", OIDC: auth.OIDCConfig{Issuer: "https://id.example"}},
@@ -110,7 +124,7 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want the OIDC variables named", bad.OIDC, err)
 		}
 	}
-	if got := recorder.EnvVars(); len(got) != 14 {
+	if got := recorder.EnvVars(); len(got) != 15 {
 		t.Errorf("EnvVars = %v", got)
 	}
 }
@@ -140,7 +154,7 @@ func TestBuildAppliesOptionsAfterTheEnvironment(t *testing.T) {
 	}()
 	want := recorder.Config{DatabaseURL: dbURL, Batch: 32, Poll: recorder.DefaultPoll, AdminToken: "tok",
 		DatabaseWait: recorder.DefaultDatabaseWait, AckWait: recorder.DefaultAckWait}
-	if got := rec.Config(); got != want {
+	if got := rec.Config(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Config() = %+v, want %+v", got, want)
 	}
 }

@@ -144,7 +144,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		catalog = api.NewCatalog(d.JS, d.Log)
 	}
 	mux.Handle("/", pages.New(db.store, pages.Options{Log: d.Log, Auth: authn, JS: d.JS, Catalog: catalog, InsecureCookie: cfg.InsecureCookie}))
-	r.handler = mux
+	r.handler = embeddable(mux, cfg.CORSOrigins)
 	return r, nil
 }
 

@@ -41,13 +41,15 @@ type writesEnv struct {
 
 const writesAdminToken = "writes-admin-token"
 
-func newWritesEnv(t *testing.T) *writesEnv {
+func newWritesEnv(t *testing.T, opts ...func(*recorder.Config)) *writesEnv {
 	t.Helper()
 	env := eventstest.Start(t)
 	db := sqlite.URL(filepath.Join(t.TempDir(), "recorder.db"))
-	rec, err := recorder.New(service.Deps{JS: env.JetStream(t), Log: quietLog()},
-		recorder.Config{DatabaseURL: db, AuthRequired: true, AdminToken: writesAdminToken,
-			StreamWait: time.Second})
+	cfg := recorder.Config{DatabaseURL: db, AuthRequired: true, AdminToken: writesAdminToken, StreamWait: time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	rec, err := recorder.New(service.Deps{JS: env.JetStream(t), Log: quietLog()}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

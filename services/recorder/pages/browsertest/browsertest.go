@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,12 +78,35 @@ func NewPage(t testing.TB, bctx context.Context) Page { //nolint:revive // t fir
 	return Page{t: t, ctx: bctx}
 }
 
-// Do runs steps; what says what they do.
+// Do runs steps; what says what they do. Steps that a navigation the page
+// made itself (a form's redirect) leaves with a stale node or context
+// ("No node with given id found": chromedp had not seen the new document
+// yet) are run again, from the first, a few times: write steps that may run
+// twice (set a value, click what submits a form once more).
 func (p Page) Do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	p.t.Helper()
-	if err := chromedp.Do(p.ctx, steps...); err != nil {
+	var err error
+	for attempt := range staleRetries {
+		if err = chromedp.Do(p.ctx, steps...); err == nil || !stale(err) {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+	}
+	if err != nil {
 		p.t.Fatalf("browser: %s: %v", what, err)
 	}
+}
+
+// staleRetries bounds Do's attempts on a stale node or context.
+const staleRetries = 4
+
+// stale says whether err is chromedp's view of a document the page has
+// already left.
+func stale(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "No node with given id found") || strings.Contains(msg, "Could not find node with given id") ||
+		strings.Contains(msg, "Cannot find context with specified id") ||
+		strings.Contains(msg, "does not belong to the document")
 }
 
 // Until evaluates the boolean expr until it is true, failing the test
