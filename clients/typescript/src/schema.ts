@@ -992,6 +992,8 @@ export interface components {
             state: "active" | "deprecated" | "blocked";
             /** Format: date-time */
             updated_at: string;
+            /** @description Who made the last change (the admin's token or login); absent when a service registered its own tool. */
+            updated_by?: string;
         };
         AdminTools: {
             tools: components["schemas"]["AdminTool"][];
