@@ -3,7 +3,6 @@ package recorder_test
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,13 +31,7 @@ func TestRegistryPageInBrowser(t *testing.T) {
 	bctx := browsertest.Start(t, ctx, bin)
 	page := browsertest.NewPage(t, bctx)
 
-	page.Do("sign in as the admin and open the registry",
-		chromedp.Navigate(w.srv.URL+"/login?next="+url.QueryEscape("/admin/tools")),
-		chromedp.WaitVisible(chromedp.CSS(`#token`)),
-		chromedp.SetValue(chromedp.CSS(`#token`), w.admin),
-		chromedp.Click(chromedp.CSS(`.login-form button`)),
-		chromedp.WaitVisible(chromedp.CSS(`#register`)),
-	)
+	signIn(page, w, "admin", "/admin/tools", `#register`)
 	require.Contains(t, page.Text(`header nav`), "Registry", "an admin has the registry's link")
 	fill := func(what, schema string) {
 		page.Do(what,
@@ -92,15 +85,8 @@ func TestRegistryPageInBrowser(t *testing.T) {
 			chromedp.Click(chromedp.CSS(`#register summary`)), chromedp.WaitVisible(chromedp.CSS(`.register-form`)))
 		page.Screenshot(filepath.Join("..", "..", "docs", "images", "registry-page.png"))
 	}
-	page.Do("sign out", chromedp.Click(chromedp.CSS(`form.logout button`)))
-	page.Until("signed out", `location.pathname === "/login" && !document.querySelector("form.logout")`, 10*time.Second)
-	page.Do("sign in as tenant A's viewer",
-		chromedp.Navigate(w.srv.URL+"/login?next="+url.QueryEscape("/tools?show_deprecated=true")),
-		chromedp.WaitVisible(chromedp.CSS(`#token`)),
-		chromedp.SetValue(chromedp.CSS(`#token`), w.tok["viewer A"]),
-		chromedp.Click(chromedp.CSS(`.login-form button`)),
-		chromedp.WaitVisible(chromedp.CSS(`.tool-list`)),
-	)
+	signOut(page)
+	signIn(page, w, "viewer A", "/tools?show_deprecated=true", `.tool-list`)
 	require.Contains(t, page.Text(`[data-ref="send_invoice@1.0.0"] .tool-head`), "Missing API Key", "the viewer sees the new tool")
 	require.NotContains(t, page.Text(`header nav`), "Registry", "no admin controls for a viewer")
 	page.Do("try the registry", chromedp.Navigate(w.srv.URL+"/admin/tools"), chromedp.WaitVisible(chromedp.CSS(`main`)))

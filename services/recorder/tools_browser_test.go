@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,7 +52,8 @@ func pageTool(t *testing.T, name, version string, cat envelope.Category, queue s
 // never); typing into the search and choosing a category narrow the list;
 // the kind cards count each kind and a click shows that kind alone; a tool
 // whose key is set nowhere shows "Missing API Key", and once the key is set
-// at the workspace's scope it shows "Ready" and "Using Workspace Key".
+// at the workspace's scope it shows "Ready" and "Using Workspace Key"; for
+// tenant B it is still missing, and B may not ask about A's keys.
 func TestToolsPageInBrowser(t *testing.T) {
 	bin := browsertest.Chromium(t)
 	w := newWritesEnv(t)
@@ -81,13 +83,7 @@ func TestToolsPageInBrowser(t *testing.T) {
 	listed := func() string {
 		return page.Eval(`[...document.querySelectorAll(".tool-item")].map(e => e.dataset.ref).join(" ")`)
 	}
-	page.Do("sign in as tenant A's producer and open the tools page",
-		chromedp.Navigate(w.srv.URL+"/login?next=/tools"),
-		chromedp.WaitVisible(chromedp.CSS(`#token`)),
-		chromedp.SetValue(chromedp.CSS(`#token`), w.tok["producer A"]),
-		chromedp.Click(chromedp.CSS(`.login-form button`)),
-		chromedp.WaitVisible(chromedp.CSS(`.tool-list`)),
-	)
+	signIn(page, w, "producer A", "/tools", `.tool-list`)
 	require.Equal(t, "ocr@1.0.0 weather@1.0.0 web_search@1.0.0", listed(), "active versions only")
 	require.Equal(t, "Missing API Key", page.Text(`[data-ref="weather@1.0.0"] .badge.auth`))
 	require.Equal(t, "No key needed", page.Text(`[data-ref="web_search@1.0.0"] .badge.auth`))
@@ -151,4 +147,35 @@ func TestToolsPageInBrowser(t *testing.T) {
 		page.Do("the page for the docs", chromedp.Navigate(w.srv.URL+"/tools?show_deprecated=true"), chromedp.WaitVisible(chromedp.CSS(`.tool-list`)))
 		page.Screenshot(filepath.Join("..", "..", "docs", "images", "tools-page.png"))
 	}
+
+	// Another tenant: its own key status (A's key is A's), and no asking
+	// about A's.
+	signOut(page)
+	signIn(page, w, "producer B", "/tools?search=weather", `.tool-list`)
+	require.Equal(t, "Missing API Key", page.Text(`[data-ref="weather@1.0.0"] .badge.auth`), "tenant A's key is not tenant B's")
+	page.Do("ask about tenant A's keys", chromedp.Navigate(w.srv.URL+"/tools?org_id="+storetest.TenantA.OrgID), chromedp.WaitVisible(chromedp.CSS(`main`)))
+	require.Contains(t, page.Text(`main`), "no tenant "+storetest.TenantA.OrgID)
+	require.Equal(t, "0", page.Eval(`String(document.querySelectorAll(".tool-item").length)`))
+}
+
+// signIn signs who in on the login page, which then opens next; waitFor is
+// what that page shows once it is there.
+func signIn(page browsertest.Page, w *writesEnv, who, next, waitFor string) {
+	tok := w.tok[who]
+	if who == "admin" {
+		tok = w.admin
+	}
+	page.Do("sign in as "+who,
+		chromedp.Navigate(w.srv.URL+"/login?next="+url.QueryEscape(next)),
+		chromedp.WaitVisible(chromedp.CSS(`#token`)),
+		chromedp.SetValue(chromedp.CSS(`#token`), tok),
+		chromedp.Click(chromedp.CSS(`.login-form button`)),
+		chromedp.WaitVisible(chromedp.CSS(waitFor)),
+	)
+}
+
+// signOut ends the session with the page's Sign out button.
+func signOut(page browsertest.Page) {
+	page.Do("sign out", chromedp.Click(chromedp.CSS(`form.logout button`)))
+	page.Until("signed out", `location.pathname === "/login" && !document.querySelector("form.logout")`, 10*time.Second)
 }

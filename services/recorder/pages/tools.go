@@ -86,7 +86,11 @@ func (p *pages) toolsPage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var ce *api.CatalogError
 		if errors.As(err, &ce) {
-			data.Error = &errorPage{Title: "Bad filter", Message: ce.Message}
+			title := "Bad filter"
+			if ce.Status == http.StatusNotFound {
+				title = "Not yours to ask about"
+			}
+			data.Error = &errorPage{Title: title, Message: ce.Message}
 			p.renderPage(w, r, p.tools, "base.html", ce.Status, data)
 			return
 		}
