@@ -57,6 +57,7 @@ type Service struct {
 	metrics *metrics
 
 	catalog   *registry.Catalog
+	reg       *registry.Registry // what catalog watches; read when it has not caught up
 	workers   *registry.Workers
 	approvals jetstream.KeyValue
 	index     *pendingIndex
@@ -95,6 +96,7 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		s.reg = reg
 		if s.catalog, err = reg.Watch(ctx); err != nil {
 			return err
 		}
@@ -199,7 +201,10 @@ func (s *Service) handleTurn(ctx context.Context, d *consume.Delivery) error {
 				continue
 			}
 		}
-		v := s.checkCall(ctx, &t, c, costBefore, req)
+		v, err := s.checkCall(ctx, &t, c, costBefore, req)
+		if err != nil {
+			return fail(span, err) // the registry cannot be read now: the turn comes back
+		}
 		switch {
 		case v.dec.Allowed && v.dec.ApprovalRequired != "":
 			held = append(held, v)
@@ -240,7 +245,7 @@ func (s *Service) handleTurn(ctx context.Context, d *consume.Delivery) error {
 }
 
 // checkCall runs the call rules on one call of t, under its own span.
-func (s *Service) checkCall(ctx context.Context, t *events.Turn, c *events.TurnCall, costBefore float64, req events.CallRequest) verdict {
+func (s *Service) checkCall(ctx context.Context, t *events.Turn, c *events.TurnCall, costBefore float64, req events.CallRequest) (verdict, error) {
 	_, span := s.Tracer.Start(ctx, SpanCheckToolCall, trace.WithAttributes(
 		attribute.String(AttrRunID, req.RunID),
 		attribute.String(AttrToolName, req.Name),
@@ -257,7 +262,14 @@ func (s *Service) checkCall(ctx context.Context, t *events.Turn, c *events.TurnC
 	}
 	v := verdict{req: req}
 	if c.Version != "" { // a tool that is not enabled has no version to look up
-		if e, ok := s.catalog.Lookup(c.Ref()); ok {
+		// The watched catalog, else the registry itself: a tool registered
+		// a moment ago (a worker's, just started) is not unknown because
+		// the watch has not delivered it yet.
+		e, ok, err := s.catalog.Resolve(ctx, s.reg, c.Ref())
+		if err != nil {
+			return v, err
+		}
+		if ok {
 			v.def = e.Definition
 			call.Tool, call.State = &v.def, e.State
 		}
@@ -267,7 +279,7 @@ func (s *Service) checkCall(ctx context.Context, t *events.Turn, c *events.TurnC
 	if v.dec.Allowed && v.dec.ApprovalRequired != "" {
 		span.SetAttributes(attribute.String(AttrApprovalRequired, v.dec.ApprovalRequired))
 	}
-	return v
+	return v, nil
 }
 
 // judgedBefore reports whether an earlier delivery of the call's turn judged

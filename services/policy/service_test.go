@@ -874,3 +874,22 @@ func TestDeniedEnvelopeMatchesSchema(t *testing.T) {
 		})
 	}
 }
+
+// TestServiceFindsAToolItsWatchHasNotSeen: a tool registered a moment ago
+// (a worker's, just started) is judged by its registry entry when the
+// catalog's watch has not delivered it yet: here the watch is stopped, so it
+// never will, and the call is approved, not refused as unknown.
+func TestServiceFindsAToolItsWatchHasNotSeen(t *testing.T) {
+	h := newHarness(t)
+	h.svc.catalog.Stop()
+	_, err := h.reg.Register(t.Context(), toolDef("fresh", "1.0.0"))
+	require.NoError(t, err)
+	_, ok := h.svc.catalog.Lookup(envelope.ToolRef{Name: "fresh", Version: "1.0.0"})
+	require.False(t, ok, "the stopped watch does not know it")
+
+	const runID = "run-fresh"
+	approved := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approved.*")
+	h.publishTurn(newTurn(runID, 1, envelope.Policy{}, []string{"fresh@1.0.0"}, turnCall(t, "fresh", "1.0.0", 1)))
+	got := decode[events.CallRequest](t, h.nextEvent(approved))
+	require.Equal(t, "fresh", got.Name)
+}
