@@ -7,7 +7,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/mattn/go-shellwords"
 	"github.com/spf13/cobra"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -133,48 +132,22 @@ entries and keeps their lifecycle state.`,
 	return cmd
 }
 
+// flagName names an option as the command line gives it.
+func flagName(option string) string { return "--" + option }
+
 // mcpServerFromFlags builds the server from the command line.
 func mcpServerFromFlags(name, command, url string) (mcp.Server, error) {
-	switch {
-	case command != "" && url != "":
-		return mcp.Server{}, errors.New("give either --command or --url, not both")
-	case command == "" && url == "":
-		return mcp.Server{}, errors.New("give the server: --command for a stdio server or --url for an HTTP one")
-	}
-	srv := mcp.Server{Name: name, Transport: mcp.HTTP, URL: url}
-	if command != "" {
-		p := shellwords.NewParser()
-		p.ParseEnv, p.ParseBacktick = false, false
-		words, err := p.Parse(command)
-		if err != nil {
-			return srv, fmt.Errorf("--command %q: %w", command, err)
-		}
-		if len(words) == 0 {
-			return srv, fmt.Errorf("--command %q names no program", command)
-		}
-		srv = mcp.Server{Name: name, Transport: mcp.Stdio, Command: words[0], Args: words[1:]}
-	}
-	return srv, srv.Validate()
+	return mcp.ParseServer(name, command, url, flagName)
 }
 
 // checkMCPOptions rejects bad flag values before connecting.
 func checkMCPOptions(o mcp.RegisterOptions, toolTimeout time.Duration) error {
-	var errs []error
-	if err := (envelope.ToolRef{Name: "x", Version: o.Version}).Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("--version %q: want a semantic version like 1.0.0", o.Version))
-	}
-	switch o.Category {
-	case envelope.CategoryAPI, envelope.CategoryCode, envelope.CategoryData, envelope.CategorySearch, envelope.CategoryUtility:
-	default:
-		errs = append(errs, fmt.Errorf("--category %q: want api, code, data, search or utility", o.Category))
-	}
-	if o.SideEffects != "" && o.SideEffects.Rank() < 0 {
-		errs = append(errs, fmt.Errorf("--side-effects %q: want none, reads or writes", o.SideEffects))
-	}
+	var bad error
 	if toolTimeout < 0 || (toolTimeout > 0 && toolTimeout < time.Millisecond) {
-		errs = append(errs, fmt.Errorf("--tool-timeout %s: want a positive duration", toolTimeout))
+		bad = fmt.Errorf("--tool-timeout %s: want a positive duration", toolTimeout)
+		o.TimeoutMS = 0
 	}
-	return errors.Join(errs...)
+	return errors.Join(o.Validate(flagName), bad)
 }
 
 func firstLine(s string) string {

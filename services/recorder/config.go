@@ -39,6 +39,9 @@ const (
 	// EnvInsecureCookie sets Config.InsecureCookie: 1 sends the pages'
 	// session cookie without Secure.
 	EnvInsecureCookie = "TOOLWIRE_INSECURE_COOKIE"
+	// EnvMCPStdio sets Config.MCPStdio: 1 lets the registry page start
+	// stdio MCP servers to register their tools.
+	EnvMCPStdio = "TOOLWIRE_RECORDER_MCP_STDIO"
 	// EnvCORSOrigins sets Config.CORSOrigins: origins separated by commas.
 	EnvCORSOrigins = "TOOLWIRE_RECORDER_CORS_ORIGINS"
 	// The OIDC settings (Config.OIDC).
@@ -149,6 +152,13 @@ type Config struct {
 	// own bearer token; no other route answers another origin, and no
 	// cookie crosses. None by default; "*" is refused.
 	CORSOrigins []string
+	// MCPStdio lets the registry page register a stdio MCP server: the
+	// recorder then starts its command (without a shell, with PATH, HOME,
+	// LANG, LC_ALL and TMPDIR only) to list its tools. Off by default: a
+	// web form does not start programs on the recorder's host unless the
+	// operator allows it; `toolwire tools mcp add --command` registers one
+	// from the operator's own host. Streamable HTTP servers need nothing.
+	MCPStdio bool
 }
 
 // Auth is the authentication the configuration asks for.
@@ -256,6 +266,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c.AuthRequired = mode == "on"
 	e.Bool(EnvInsecureNoAuth, &c.InsecureNoAuth)
 	e.Bool(EnvInsecureCookie, &c.InsecureCookie)
+	e.Bool(EnvMCPStdio, &c.MCPStdio)
 	if v, ok := e.Lookup(EnvCORSOrigins); ok {
 		for o := range strings.SplitSeq(v, ",") {
 			if o = strings.TrimSpace(o); o == "" {
@@ -296,6 +307,8 @@ func EnvVars() []service.Var {
 		{Name: EnvInsecureNoAuth, Help: "1: serve without authentication on a non-loopback address anyway (everyone who reaches the port reads every tenant's runs)",
 			Example: "1"},
 		{Name: EnvInsecureCookie, Help: "1: the pages' session cookie is sent without Secure, for plain HTTP beyond loopback (default: Secure, but to a browser at http://127.0.0.1 or http://localhost)",
+			Example: "1"},
+		{Name: EnvMCPStdio, Help: "1: the registry page may register a stdio MCP server, which starts its command on the recorder's host to list its tools (default off: use toolwire tools mcp add --command; streamable HTTP servers need nothing)",
 			Example: "1"},
 		{Name: EnvCORSOrigins, Help: "origins (scheme://host[:port], comma-separated) whose pages may embed the tool selector web component and read GET /v1/tools with their own token; none by default",
 			Example: "https://editor.example.com"},

@@ -124,7 +124,13 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want the OIDC variables named", bad.OIDC, err)
 		}
 	}
-	if got := recorder.EnvVars(); len(got) != 15 {
+	if c, err := recorder.ConfigFromEnv(env(nil)); err != nil || c.MCPStdio {
+		t.Errorf("the registry page starts no stdio MCP server by default: %+v %v", c, err)
+	}
+	if c, err := recorder.ConfigFromEnv(env(map[string]string{recorder.EnvMCPStdio: "1"})); err != nil || !c.MCPStdio {
+		t.Errorf("%s=1: %+v %v", recorder.EnvMCPStdio, c, err)
+	}
+	if got := recorder.EnvVars(); len(got) != 16 {
 		t.Errorf("EnvVars = %v", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"os"
 	"testing"
 	"time"
 
@@ -14,12 +15,17 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
+	"github.com/toolwire/toolwire/services/executor/tools/mcp/mcptest"
 	"github.com/toolwire/toolwire/services/recorder"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind: every
 // recorder, runner, pool, writer and embedded server must be stopped.
 func TestMain(m *testing.M) {
+	// The registry page's test starts this binary as a stdio MCP server.
+	if code, served := mcptest.ServeIfAsked(); served {
+		os.Exit(code)
+	}
 	// nats.go v1.55.0: the object store's Put clears the publisher's status
 	// channel while this goroutine waits on it, so it can wait forever (a
 	// client-library race, jetstream/object.go and publish.go; not ours).

@@ -139,11 +139,19 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	}
 	mux.Handle("/v1/", api.New(db.store, api.Options{Log: d.Log, Changes: r.changes, Live: watch, JS: d.JS, Done: r.streams,
 		AdminToken: cfg.AdminToken, Auth: authn, StreamWait: cfg.StreamWait}))
-	var catalog *api.Catalog
+	var (
+		catalog *api.Catalog
+		runs    *api.Runs
+	)
 	if d.JS != nil {
 		catalog = api.NewCatalog(d.JS, d.Log)
+		if runs, err = api.NewRuns(db.store, d.JS, d.Log); err != nil {
+			db.close()
+			return nil, fmt.Errorf("recorder: %w", err)
+		}
 	}
-	mux.Handle("/", pages.New(db.store, pages.Options{Log: d.Log, Auth: authn, JS: d.JS, Catalog: catalog, InsecureCookie: cfg.InsecureCookie}))
+	mux.Handle("/", pages.New(db.store, pages.Options{Log: d.Log, Auth: authn, JS: d.JS, Catalog: catalog, Runs: runs, InsecureCookie: cfg.InsecureCookie,
+		MCPStdio: cfg.MCPStdio}))
 	r.handler = embeddable(mux, cfg.CORSOrigins)
 	return r, nil
 }

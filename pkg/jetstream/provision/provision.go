@@ -169,7 +169,10 @@ func (c StoreConfig) KVConfigs() []jetstream.KeyValueConfig {
 	}
 	runs := mk(BucketRunState, "toolwire run state (orchestrator)", 1)
 	runs.TTL = c.MaxAge
-	tools := mk(BucketTools, "toolwire tool registry: name.version -> definition and state", 5)
+	// Each version keeps its last 64 revisions (the most a KV bucket keeps:
+	// jetstream.KeyValueMaxHistory): the registry page's record of who
+	// changed it and when (registry.History).
+	tools := mk(BucketTools, "toolwire tool registry: name.version -> definition and state", jetstream.KeyValueMaxHistory)
 	cache := mk(BucketCache, "toolwire tool cache, tenant scoped", 1)
 	cache.LimitMarkerTTL = time.Minute // enables per-key TTL
 	rate := mk(BucketRate, "toolwire rate-limit buckets", 1)

@@ -94,7 +94,7 @@ func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	st, err := tools.Status(ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, 5, st.History())
+	require.EqualValues(t, jetstream.KeyValueMaxHistory, st.History(), "each version keeps its last 64 changes")
 	cache, err := env.JS.KeyValue(ctx, provision.BucketCache)
 	require.NoError(t, err)
 	cst, err := cache.Status(ctx)

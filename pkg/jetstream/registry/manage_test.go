@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -80,6 +81,22 @@ func TestChangesSayWhoAndWhen(t *testing.T) {
 	require.False(t, h[2].UpdatedAt.Before(h[0].UpdatedAt))
 	_, err = r.History(ctx, envelope.ToolRef{Name: "never", Version: "1.0.0"})
 	require.ErrorIs(t, err, registry.ErrNotFound)
+
+	// Many changes: each is kept, up to the bucket's 64 per version, and
+	// an MCP server's re-registration (EnsureAs) says who too.
+	for i := range 40 {
+		st := []registry.State{registry.StateActive, registry.StateDeprecated}[i%2]
+		require.NoError(t, r.SetStateAs(ctx, v1.Ref(), st, fmt.Sprintf("op-%d", i)))
+	}
+	changed := v1
+	changed.Description = "re-registered"
+	require.NoError(t, r.EnsureAs(ctx, changed, "dave"))
+	h, err = r.History(ctx, v1.Ref())
+	require.NoError(t, err)
+	require.Len(t, h, 3+40+1, "every change is kept")
+	require.Equal(t, "op-39", h[len(h)-2].UpdatedBy)
+	require.Equal(t, "dave", h[len(h)-1].UpdatedBy)
+	require.Equal(t, registry.StateDeprecated, h[len(h)-1].State, "EnsureAs keeps the state")
 }
 
 func TestDecodeDefinition(t *testing.T) {

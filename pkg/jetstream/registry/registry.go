@@ -90,10 +90,15 @@ func (r *Registry) Put(ctx context.Context, e Entry) error {
 // definition (any state): services call it at start to publish their built-in
 // tools without overwriting an operator's state change.
 func (r *Registry) Ensure(ctx context.Context, def envelope.ToolDefinition) error {
+	return r.EnsureAs(ctx, def, "")
+}
+
+// EnsureAs is Ensure recording by (who wrote it) in the entry it writes.
+func (r *Registry) EnsureAs(ctx context.Context, def envelope.ToolDefinition, by string) error {
 	cur, err := r.Get(ctx, def.Ref())
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return r.Put(ctx, Entry{Definition: def})
+		return r.Put(ctx, Entry{Definition: def, UpdatedBy: by})
 	case err != nil:
 		return err
 	}
@@ -103,7 +108,7 @@ func (r *Registry) Ensure(ctx context.Context, def envelope.ToolDefinition) erro
 		return nil
 	}
 	cur.Definition = def
-	cur.UpdatedAt = time.Time{}
+	cur.UpdatedAt, cur.UpdatedBy = time.Time{}, by
 	return r.Put(ctx, cur)
 }
 

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/auth"
 	"github.com/toolwire/toolwire/services/recorder/store"
@@ -42,18 +45,7 @@ func (a *api) submitRun(w http.ResponseWriter, r *http.Request) {
 		e.write(w)
 		return
 	}
-	req, e := a.runRequestOf(p, body)
-	if e != nil {
-		e.write(w)
-		return
-	}
-	if a.opts.JS == nil {
-		unavailable("this recorder has no NATS connection to hand the request in on; submit with the CLI or the Go client").write(w)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), submitWait)
-	defer cancel()
-	created, e := a.submit(ctx, req)
+	out, e := a.submitFor(r.Context(), p, body)
 	if e != nil {
 		if e.status == http.StatusInternalServerError && r.Context().Err() != nil {
 			return // the client went away
@@ -61,17 +53,93 @@ func (a *api) submitRun(w http.ResponseWriter, r *http.Request) {
 		e.write(w)
 		return
 	}
+	code := http.StatusOK
+	if out.Created {
+		code = http.StatusCreated
+		w.Header().Set("Location", "/v1/runs/"+url.PathEscape(out.RunID))
+	}
+	writeJSON(w, code, out)
+}
+
+// submitFor submits body, a run request, for p: what POST /v1/runs and the
+// agent builder's page (Runs) answer.
+func (a *api) submitFor(ctx context.Context, p auth.Principal, body []byte) (apitypes.SubmitJSON, *apiError) {
+	req, e := a.runRequestOf(p, body)
+	if e != nil {
+		return apitypes.SubmitJSON{}, e
+	}
+	if a.opts.JS == nil {
+		return apitypes.SubmitJSON{}, unavailable("this recorder has no NATS connection to hand the request in on; submit with the CLI or the Go client")
+	}
+	ctx, cancel := context.WithTimeout(ctx, submitWait)
+	defer cancel()
+	created, e := a.submit(ctx, req)
+	if e != nil {
+		return apitypes.SubmitJSON{}, e
+	}
 	status := store.StatusRequested
 	if run, err := a.store.Run(ctx, req.RunID); err == nil {
 		status = run.Status
 	}
-	code := http.StatusOK
 	if created {
-		code = http.StatusCreated
-		w.Header().Set("Location", "/v1/runs/"+url.PathEscape(req.RunID))
 		a.log.Info("api: run submitted", "run_id", req.RunID, "tenant", req.Tenant.ID(), "by", p.Name)
 	}
-	writeJSON(w, code, apitypes.SubmitJSON{RunID: req.RunID, Status: status, Created: created})
+	return apitypes.SubmitJSON{RunID: req.RunID, Status: status, Created: created}, nil
+}
+
+// Runs submits run requests as POST /v1/runs does, for the pages (the
+// agent builder) on the same server.
+type Runs struct{ a *api }
+
+// NewRuns returns the submitter of runs to js's runs stream; st answers
+// a submitted run's status.
+func NewRuns(st store.Store, js jetstream.JetStream, log *slog.Logger) (*Runs, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	schemas, err := envelope.NewSchemas(nil)
+	if err != nil {
+		return nil, err
+	}
+	a := &api{store: st, log: log, opts: Options{JS: js}, schemas: schemas}
+	if js != nil {
+		a.pub = publish.NewPublisher(js, publish.WithLogger(log))
+	}
+	return &Runs{a: a}, nil
+}
+
+// SubmitError is a submission refused, as POST /v1/runs would refuse it:
+// its HTTP status, code, message and the problems found.
+type SubmitError struct {
+	Status        int
+	Code, Message string
+	Details       []string
+}
+
+func (e *SubmitError) Error() string {
+	if len(e.Details) == 0 {
+		return e.Message
+	}
+	return e.Message + ": " + strings.Join(e.Details, "; ")
+}
+
+// Submit is POST /v1/runs with body for the principal of ctx: the role,
+// the tenant, the schema and the run id's idempotency are checked as
+// there, and a refusal is a *SubmitError.
+func (r *Runs) Submit(ctx context.Context, body []byte) (apitypes.SubmitJSON, error) {
+	p := auth.FromContext(ctx)
+	if e := may(p, auth.RoleProducer, "submitting a run"); e != nil {
+		return apitypes.SubmitJSON{}, e.submitError()
+	}
+	out, e := r.a.submitFor(ctx, p, body)
+	if e != nil {
+		return apitypes.SubmitJSON{}, e.submitError()
+	}
+	return out, nil
+}
+
+func (e *apiError) submitError() *SubmitError {
+	return &SubmitError{Status: e.status, Code: e.code, Message: e.msg, Details: e.details}
 }
 
 // runRequestOf reads a submitted body as the run request of p's tenant:

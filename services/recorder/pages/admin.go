@@ -28,6 +28,9 @@ type adminPage struct {
 	Notice      string
 	Problem     string
 	Form        registerForm
+	MCP         mcpForm
+	MCPProblem  string
+	MCPStdio    bool
 	Entries     []adminEntryView
 	States      []registry.State
 	Categories  []envelope.Category
@@ -90,21 +93,37 @@ func (p *pages) adminPage(w http.ResponseWriter, r *http.Request) {
 	if ref := r.URL.Query().Get("changed"); ref != "" {
 		notice = ref + " is now " + r.URL.Query().Get("state") + "."
 	}
+	if srv := r.URL.Query().Get("mcp"); srv != "" {
+		notice = fmt.Sprintf("Registered %s tools of MCP server %s: they are active, and every tenant's catalog lists them.", r.URL.Query().Get("tools"), srv)
+		if sk := r.URL.Query().Get("skipped"); sk != "" && sk != "0" {
+			notice += " " + sk + " of its tools could not be registered (the CLI's --dry-run says why)."
+		}
+	}
 	p.renderAdmin(w, r, reg, http.StatusOK, form, notice, "")
 }
 
 func (p *pages) renderAdmin(w http.ResponseWriter, r *http.Request, reg *registry.Registry, status int, form registerForm, notice, problem string) {
+	p.renderAdminPage(w, r, reg, status, adminPage{Notice: notice, Problem: problem, Form: form, MCP: newMCPForm()})
+}
+
+// renderAdminPage renders data (its notices and forms) with the registry's
+// entries.
+func (p *pages) renderAdminPage(w http.ResponseWriter, r *http.Request, reg *registry.Registry, status int, data adminPage) {
 	entries, err := reg.List(r.Context())
 	if err != nil {
 		p.log.Warn("registry page: the registry cannot be listed", "err", err)
 		p.pageError(w, r, http.StatusServiceUnavailable, "The tool registry cannot be read now; retry in a moment.")
 		return
 	}
-	data := adminPage{Title: "Registry", User: userOf(r), Notice: notice, Problem: problem, Form: form,
-		States:      []registry.State{registry.StateActive, registry.StateDeprecated, registry.StateBlocked},
-		Categories:  []envelope.Category{envelope.CategoryAPI, envelope.CategoryCode, envelope.CategoryData, envelope.CategorySearch, envelope.CategoryUtility},
-		SideEffects: []envelope.SideEffects{envelope.SideEffectsNone, envelope.SideEffectsReads, envelope.SideEffectsWrites},
-		Methods:     []string{"POST", "PUT", "PATCH"}}
+	data.Title, data.User, data.MCPStdio = "Registry", userOf(r), p.opts.MCPStdio
+	data.States = []registry.State{registry.StateActive, registry.StateDeprecated, registry.StateBlocked}
+	data.Categories = []envelope.Category{envelope.CategoryAPI, envelope.CategoryCode, envelope.CategoryData, envelope.CategorySearch, envelope.CategoryUtility}
+	data.SideEffects = []envelope.SideEffects{envelope.SideEffectsNone, envelope.SideEffectsReads, envelope.SideEffectsWrites}
+	data.Methods = []string{"POST", "PUT", "PATCH"}
+	if data.Form.Method == "" {
+		data.Form = registerForm{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsReads, Method: envelope.DefaultHTTPMethod,
+			InputSchema: `{"type": "object", "properties": {}}`}
+	}
 	for _, e := range entries {
 		v := adminEntryView{Ref: e.Definition.Ref().String(), Description: e.Definition.Description, Kind: kindLabels[api.ToolKind(e.Definition)],
 			State: e.State, When: e.UpdatedAt.UTC().Format("2006-01-02 15:04:05"), By: e.UpdatedBy}

@@ -44,16 +44,17 @@ const (
 )
 
 type pages struct {
-	store  store.Store
-	log    *slog.Logger
-	opts   Options
-	runs   *template.Template
-	run    *template.Template
-	login  *template.Template
-	tools  *template.Template
-	admin  *template.Template
-	assets http.Handler
-	pub    *publish.Publisher // the Cancel button's; nil without a JetStream
+	store   store.Store
+	log     *slog.Logger
+	opts    Options
+	runs    *template.Template
+	run     *template.Template
+	login   *template.Template
+	tools   *template.Template
+	admin   *template.Template
+	builder *template.Template
+	assets  http.Handler
+	pub     *publish.Publisher // the Cancel button's; nil without a JetStream
 }
 
 // Options configure New. Zero values mean the defaults.
@@ -69,19 +70,28 @@ type Options struct {
 	// Catalog lists the tool catalog of the tools page (GET /tools); nil:
 	// the page says the registry is not available.
 	Catalog *api.Catalog
+	// Runs submits the agent builder's run requests (POST /builder/runs),
+	// as POST /v1/runs does; nil: the builder shows the request only.
+	Runs *api.Runs
 	// InsecureCookie sends the session cookie without Secure, so that a
 	// browser keeps it over plain HTTP beyond loopback (a private network
 	// you trust, on purpose). Without it the cookie is Secure, except to a
 	// browser on http:// at a loopback address (see secureCookie).
 	InsecureCookie bool
+	// MCPStdio lets the registry page start a stdio MCP server's command
+	// to register its tools (recorder.Config.MCPStdio); without it the
+	// page registers streamable HTTP servers only.
+	MCPStdio bool
 }
 
 // New returns the pages on st:
 //
 //	GET  /                          the runs, newest first (the filters of GET /v1/runs)
 //	GET  /tools                     the tool catalog: search, category, kind, show deprecated, each tool's key status
+//	GET  /builder                   the agent node builder (viewers): tools, policy, pinned handles, the run request and what validate says of it (?from_run= starts from a run, &pin_call= pins one of its calls)
+//	POST /builder/runs              submits the builder's run request (producers), then opens its timeline
 //	GET  /admin/tools               the registry (admins of every tenant): register an HTTP tool, change a version's state, who changed what and when
-//	POST /admin/tools, POST /admin/tools/{ref}/state   the registry page's forms
+//	POST /admin/tools, POST /admin/mcp, POST /admin/tools/{ref}/state   the registry page's forms (an HTTP tool, an MCP server's tools, a state)
 //	GET  /runs/{run_id}             a run's timeline, live while the run goes on
 //	GET  /runs/{run_id}/timeline    the timeline alone, which the run page fetches on each event
 //	POST /runs/{run_id}/calls/{call_id}/decision   approve, deny or revise a call that awaits approval (approvers)
@@ -110,8 +120,11 @@ func New(st store.Store, o Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.runsPage)
 	mux.HandleFunc("GET /tools", p.toolsPage)
+	mux.HandleFunc("GET /builder", p.builderPage)
+	mux.HandleFunc("POST /builder/runs", p.submitBuilt)
 	mux.HandleFunc("GET /admin/tools", p.adminPage)
 	mux.HandleFunc("POST /admin/tools", p.register)
+	mux.HandleFunc("POST /admin/mcp", p.registerMCP)
 	mux.HandleFunc("POST /admin/tools/{ref}/state", p.setState)
 	mux.HandleFunc("GET /runs/{run_id}", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, false) })
 	mux.HandleFunc("GET /runs/{run_id}/timeline", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, true) })
@@ -145,14 +158,15 @@ func newPages(st store.Store, log *slog.Logger) *pages {
 		panic(err) // the embedded tree always has the directory
 	}
 	return &pages{
-		store:  st,
-		log:    log,
-		runs:   parse("base.html", "runs.html"),
-		run:    parse("base.html", "run.html", "runbody.html"),
-		login:  parse("base.html", "login.html"),
-		tools:  parse("base.html", "tools.html"),
-		admin:  parse("base.html", "admin.html"),
-		assets: http.StripPrefix("/assets/", http.FileServerFS(assets)),
+		store:   st,
+		log:     log,
+		runs:    parse("base.html", "runs.html"),
+		run:     parse("base.html", "run.html", "runbody.html"),
+		login:   parse("base.html", "login.html"),
+		tools:   parse("base.html", "tools.html"),
+		admin:   parse("base.html", "admin.html"),
+		builder: parse("base.html", "builder.html"),
+		assets:  http.StripPrefix("/assets/", http.FileServerFS(assets)),
 	}
 }
 
@@ -302,6 +316,18 @@ type runView struct {
 	// visitor is an approver of its tenant.
 	Cancel    bool
 	CancelURL string
+	// Pins are the agent node's pinned handles and their values, once
+	// the run has ended.
+	Pins []pinValueView
+	// BuilderURL opens the agent builder on the run's configuration.
+	BuilderURL string
+}
+
+// pinValueView is a pinned handle of an ended run: what it outputs.
+type pinValueView struct {
+	Name, Tool, Strategy, Source string
+	// Value is the selected call's result, "null" when none is.
+	Value, CallID, Short, Error string
 }
 
 type iterationView struct {
@@ -344,6 +370,9 @@ type callView struct {
 	// visitor is an approver of its tenant.
 	Decide    bool
 	DecideURL string
+	// PinURL opens the agent builder on the run with this call pinned
+	// (strategy by_call_id).
+	PinURL string
 }
 
 type attachmentView struct {
@@ -403,6 +432,10 @@ func (p *pages) buildRunView(ctx context.Context, id string, who auth.Principal)
 		Iterations: run.Iterations, ToolCalls: run.ToolCalls, TraceID: run.TraceID, Live: !store.IsTerminal(run.Status),
 		StreamURL: "/v1/runs/" + url.PathEscape(id) + "/events/stream",
 		Cancel:    canDecide, CancelURL: "/runs/" + url.PathEscape(id) + "/cancel",
+		BuilderURL: "/builder?" + url.Values{"from_run": {id}}.Encode(),
+	}
+	if store.IsTerminal(run.Status) {
+		v.Pins = p.pinValues(ctx, run)
 	}
 	if len(evs) > 0 {
 		v.LastSeq = evs[len(evs)-1].Seq
@@ -512,6 +545,36 @@ func (p *pages) buildRunView(ctx context.Context, id string, who auth.Principal)
 	return v, nil
 }
 
+// pinValues are what run's pinned handles output (api.ResolvePins, as GET
+// /v1/runs/{run_id}/pins): a handle that selects no call shows null.
+func (p *pages) pinValues(ctx context.Context, run store.Run) []pinValueView {
+	pins, err := api.ResolvePins(ctx, p.store, run, p.blobReader())
+	if err != nil {
+		if !errors.Is(err, store.ErrNoRequest) {
+			p.log.Warn("run page: the pinned handles cannot be resolved", "run_id", run.RunID, "err", err)
+		}
+		return nil
+	}
+	out := make([]pinValueView, 0, len(pins.Pins))
+	for _, pj := range pins.Pins {
+		v := pinValueView{Name: pj.Name, Tool: pj.Selector.Tool, Strategy: string(pj.Selector.Strategy), Source: pj.Source, Value: "null", Error: pj.Error}
+		if v.Strategy == "" {
+			v.Strategy = string(envelope.PinLatest)
+		}
+		if e := pj.Value; e != nil {
+			v.CallID, v.Short = e.CallID, approvals.ShortCallID(e.CallID)
+			switch {
+			case e.Error != nil:
+				v.Value = "error " + string(e.Error.Code) + ": " + e.Error.Message
+			case len(e.Output) > 0:
+				v.Value = truncate(string(e.Output), 400)
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
 // callViewOf shows one call: its summary, its input and result, and its
 // steps. asked is when its model turn requested it (nil: not recorded); the
 // other steps are its events: approved, started (only for a call still
@@ -524,6 +587,7 @@ func callViewOf(runID string, c store.ToolCall, asked *time.Time, evs []store.Ev
 		MaterializeURL: base + "/materialize", JSONURL: base, Pending: c.Status != store.CallCompleted,
 		DecideURL: "/runs/" + url.PathEscape(runID) + "/calls/" + url.PathEscape(c.CallID) + "/decision",
 		Queue:     c.Queue,
+		PinURL:    "/builder?" + url.Values{"from_run": {runID}, "pin_call": {c.CallID}}.Encode(),
 	}
 	if c.Cost != nil && *c.Cost > 0 {
 		cv.Cost = spendLabel(c.Cost)

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mattn/go-shellwords"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -188,6 +189,60 @@ type RegisterOptions struct {
 	SideEffects envelope.SideEffects
 	// TimeoutMS of every tool; 0 is the executor's default.
 	TimeoutMS int
+	// By is who registers (recorded in each entry written).
+	By string
+}
+
+// Validate checks the options' values, before anything connects; field
+// names the option of each message (a flag, a form's field).
+func (o RegisterOptions) Validate(field func(option string) string) error {
+	var errs []error
+	if o.Version != "" {
+		if err := (envelope.ToolRef{Name: "x", Version: o.Version}).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: want a semantic version like 1.0.0", field("version"), o.Version))
+		}
+	}
+	switch o.Category {
+	case "", envelope.CategoryAPI, envelope.CategoryCode, envelope.CategoryData, envelope.CategorySearch, envelope.CategoryUtility:
+	default:
+		errs = append(errs, fmt.Errorf("%s %q: want api, code, data, search or utility", field("category"), o.Category))
+	}
+	if o.SideEffects != "" && o.SideEffects.Rank() < 0 {
+		errs = append(errs, fmt.Errorf("%s %q: want none, reads or writes", field("side-effects"), o.SideEffects))
+	}
+	if o.TimeoutMS < 0 {
+		errs = append(errs, fmt.Errorf("%s: want a positive duration", field("tool-timeout")))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseServer is the server named name at command (a stdio server: the
+// program and its arguments, split as a shell would split them: quotes and
+// backslashes, no variables, globs or substitutions) or at url (a
+// streamable HTTP endpoint): exactly one of the two. field names the
+// option of each message.
+func ParseServer(name, command, url string, field func(option string) string) (Server, error) {
+	command, url = strings.TrimSpace(command), strings.TrimSpace(url)
+	switch {
+	case command != "" && url != "":
+		return Server{}, fmt.Errorf("give either %s or %s, not both", field("command"), field("url"))
+	case command == "" && url == "":
+		return Server{}, fmt.Errorf("give the server: %s for a stdio server or %s for an HTTP one", field("command"), field("url"))
+	}
+	srv := Server{Name: name, Transport: HTTP, URL: url}
+	if command != "" {
+		p := shellwords.NewParser()
+		p.ParseEnv, p.ParseBacktick = false, false
+		words, err := p.Parse(command)
+		if err != nil {
+			return srv, fmt.Errorf("%s %q: %w", field("command"), command, err)
+		}
+		if len(words) == 0 {
+			return srv, fmt.Errorf("%s %q names no program", field("command"), command)
+		}
+		srv = Server{Name: name, Transport: Stdio, Command: words[0], Args: words[1:]}
+	}
+	return srv, srv.Validate()
 }
 
 // Registration is what registering a server did.
@@ -254,7 +309,7 @@ func RegisterServer(ctx context.Context, reg *registry.Registry, srv Server, opt
 		return r, err
 	}
 	for _, def := range r.Tools {
-		if err := reg.Ensure(ctx, def); err != nil {
+		if err := reg.EnsureAs(ctx, def, opts.By); err != nil {
 			return r, fmt.Errorf("register %s: %w", def.Ref(), err)
 		}
 	}
