@@ -573,3 +573,59 @@ func TestCatalogAuthStatusUnderIdentities(t *testing.T) {
 	require.Equal(t, apitypes.AuthReady, got.Status, "%+v", got)
 	require.Equal(t, string(secrets.LevelWorkspace), got.Scope)
 }
+
+// TestCatalogRateLimitUnderIdentities: a tool's rate limit, and where the
+// tenant stands in it, as the catalog reads the executors' token buckets
+// with the recorder's own NATS identity: after the tenant's one call of
+// the hour, none is left and the catalog (and the tools page) says when
+// the next may go.
+func TestCatalogRateLimitUnderIdentities(t *testing.T) {
+	h := startHTTPStack(t)
+	ctx := t.Context()
+	reg, err := registry.Open(ctx, h.st.JS)
+	require.NoError(t, err)
+	def := probeDef("1.0.0")
+	def.Name, def.RateLimit = "limited", &envelope.RateLimit{PerS: 1.0 / 3600, Burst: 1}
+	_, err = reg.Register(ctx, def)
+	require.NoError(t, err)
+	limit := func() apitypes.RateLimitStatusJSON {
+		t.Helper()
+		code, _, body := h.do(ctx, t, http.MethodGet, "/v1/tools?search=limited", h.viewer, nil)
+		require.Equal(t, http.StatusOK, code, string(body))
+		var c apitypes.CatalogJSON
+		require.NoError(t, json.Unmarshal(body, &c))
+		require.Len(t, c.Tools, 1, string(body))
+		require.NotNil(t, c.Tools[0].RateLimit, string(body))
+		return *c.Tools[0].RateLimit
+	}
+	before := limit()
+	require.Equal(t, 1, before.Burst)
+	require.NotNil(t, before.Remaining)
+	require.Equal(t, 1, *before.Remaining, "an untouched bucket is full")
+	require.Nil(t, before.ResetsAt)
+
+	req := scripted(t, "rate-limited", []string{"limited@1.0.0"},
+		map[string]any{"tool_calls": []any{call("limited", map[string]any{"text": "one"})}},
+		map[string]any{"tool_calls": []any{call("limited", map[string]any{"text": "two"})}},
+		map[string]any{"content": "done"})
+	req.Tenant = envelope.Tenant{OrgID: "org1", WorkspaceID: "ws1"} // the viewer's tenant, as the catalog asks
+	called := time.Now()
+	final := runToEnd(t, h.st, req)
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	require.NotNil(t, final.Outputs)
+	require.Len(t, final.Outputs.ToolOrder, 2)
+	second := final.Outputs.ToolsByID[final.Outputs.ToolOrder[1]]
+	require.NotNil(t, second.Error)
+	require.Equal(t, envelope.CodeRateLimit, second.Error.Code)
+
+	after := limit()
+	require.NotNil(t, after.Remaining)
+	require.Zero(t, *after.Remaining)
+	require.NotNil(t, after.ResetsAt, "none left: the catalog says when the next call may go")
+	require.WithinRange(t, *after.ResetsAt, called.Add(59*time.Minute), time.Now().Add(time.Hour))
+
+	code, _, page := h.do(ctx, t, http.MethodGet, "/tools?search=limited", h.viewer, nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, string(page), "Rate limited")
+	require.Contains(t, string(page), "none left now, the next at "+after.ResetsAt.UTC().Format("15:04:05"))
+}

@@ -2,8 +2,6 @@ package executor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/jetstream/ratebucket"
 )
 
 // maxCASAttempts bounds the compare-and-set retries of one update of a shared
@@ -28,50 +27,28 @@ type rateLimiter struct {
 	now func() time.Time
 }
 
-// bucketState is a token bucket as stored: its tokens at time At.
-type bucketState struct {
-	Tokens float64   `json:"tokens"`
-	At     time.Time `json:"at"`
-}
-
-// rateKey is the KV key of the bucket of a tenant and tool: the tool's name
-// (all its versions share the bucket) and a hash of the tenant id (tenant ids
-// hold characters keys cannot).
-func rateKey(tenantID, tool string) string {
-	h := sha256.Sum256([]byte(tenantID))
-	return tool + "." + hex.EncodeToString(h[:16])
-}
-
 // take takes one token from the bucket of tenantID and tool under lim. It
 // returns 0 when the call may go ahead, or how long until a token is back.
 func (l *rateLimiter) take(ctx context.Context, tenantID, tool string, lim *envelope.RateLimit) (time.Duration, error) {
-	key := rateKey(tenantID, tool)
-	burst := float64(lim.Burst)
+	key := ratebucket.Key(tenantID, tool)
 	for range maxCASAttempts {
-		var st bucketState
+		var st ratebucket.State
 		var rev uint64
 		e, err := l.kv.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			st = bucketState{Tokens: burst}
+			st = ratebucket.Full(lim)
 		case err != nil:
 			return 0, fmt.Errorf("rate limit %s: %w", key, err)
 		default:
 			rev = e.Revision()
-			if err := json.Unmarshal(e.Value(), &st); err != nil || math.IsNaN(st.Tokens) {
-				// A damaged bucket starts over full rather than blocking the tool.
-				st = bucketState{Tokens: burst}
-			}
+			st = ratebucket.Decode(e.Value(), lim)
 		}
 		now := l.now().UTC()
-		if !st.At.IsZero() && now.After(st.At) {
-			st.Tokens += now.Sub(st.At).Seconds() * lim.PerS
+		if wait := st.Wait(lim, now); wait > 0 {
+			return wait, nil
 		}
-		st.Tokens = min(st.Tokens, burst)
-		if st.Tokens < 1 {
-			wait := time.Duration((1 - st.Tokens) / lim.PerS * float64(time.Second))
-			return max(wait, time.Millisecond), nil
-		}
+		st = st.Refilled(lim, now)
 		st.Tokens--
 		if st.At.IsZero() || now.After(st.At) {
 			st.At = now

@@ -19,6 +19,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/jetstream/ratebucket"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 )
@@ -109,9 +110,9 @@ func TestRateLimitSharedByReplicas(t *testing.T) {
 
 	kv, err := env.JS.KeyValue(t.Context(), provision.BucketRate)
 	require.NoError(t, err)
-	e, err := kv.Get(t.Context(), rateKey(acme.ID(), "limited"))
+	e, err := kv.Get(t.Context(), ratebucket.Key(acme.ID(), "limited"))
 	require.NoError(t, err)
-	var st bucketState
+	var st ratebucket.State
 	require.NoError(t, json.Unmarshal(e.Value(), &st))
 	require.Less(t, st.Tokens, 1.0)
 }

@@ -962,6 +962,23 @@ export interface components {
                  */
                 open_until?: string;
             };
+            /**
+             * @description The tool's rate limit, a token bucket per tenant and tool (burst calls back to back, refilled at
+             *     per_s), and, when the listing is for a tenant, how many calls that tenant may make now and, when
+             *     none, when the next one may go. Absent for a tool without a rate limit.
+             */
+            rate_limit?: {
+                /** @description Calls per second, sustained. */
+                per_s: number;
+                burst: number;
+                /** @description Whole calls the tenant may make now. */
+                remaining?: number;
+                /**
+                 * Format: date-time
+                 * @description When the tenant's next call may go, when none may now.
+                 */
+                resets_at?: string;
+            };
         };
         /**
          * @description ready (every required secret is set for the tenant; scope is the broadest

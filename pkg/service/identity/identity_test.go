@@ -188,6 +188,8 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$JS.API.CONSUMER.CREATE.KV_" + provision.BucketSecrets + ".x", []identity.Role{exe}},
 		{"$JS.API.CONSUMER.CREATE.KV_" + provision.BucketSecretNames + ".x", []identity.Role{rec}},
 		{"$JS.API.CONSUMER.CREATE.KV_" + provision.BucketWorkers + ".x", []identity.Role{pol, exe, rec}},
+		// The rate buckets: taken from by the executor, read by the catalog.
+		{"$JS.API.DIRECT.GET.KV_" + provision.BucketRate + ".x", []identity.Role{exe, rec}},
 		{"toolwire.rpc.worker.q.register", nil},
 		{"elsewhere.anything", nil},
 	}

@@ -202,8 +202,10 @@ func (r Role) Permissions() Permissions {
 			// Which scopes hold which secret, for the catalog's auth status:
 			// the names' bucket, never the sealed values'.
 			kvRead(events.BucketApprovals, provision.BucketSecretNames),
-			// The catalog's live workers of each queue, from their heartbeats.
-			kvRead(provision.BucketWorkers),
+			// The catalog's live workers of each queue, from their
+			// heartbeats, and where a tenant stands in a tool's rate limit
+			// (the executors' token buckets; it never takes a token).
+			kvRead(provision.BucketWorkers, provision.BucketRate),
 			objRead(provision.ObjectBlobs, provision.ObjectDeadLetters),
 		)
 		// The events of the runs its API's clients wait on, live: each

@@ -17,6 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/jetstream/provision"
+	"github.com/toolwire/toolwire/pkg/jetstream/ratebucket"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/jetstream/secrets"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
@@ -226,6 +228,7 @@ func (c *toolCatalog) catalog(ctx context.Context, q url.Values) (apitypes.Catal
 		}
 	}
 	health := healthOf(ws, time.Now())
+	rates := c.rateLimits(ctx, tenant)
 	out := apitypes.CatalogJSON{Tools: make([]apitypes.CatalogToolJSON, 0, len(entries))}
 	for _, e := range entries {
 		d := e.Definition
@@ -236,11 +239,60 @@ func (c *toolCatalog) catalog(ctx context.Context, q url.Values) (apitypes.Catal
 			Auth:        authStatus(d.RequiredSecrets, tenant.OrgID != "", located),
 			InputSchema: d.InputSchema, OutputSchema: d.OutputSchema, Cache: d.Metadata.Cache, CacheTTLS: d.Metadata.CacheTTLS,
 			TimeoutMS: int(d.Timeout().Milliseconds()), LiveWorkers: orNone(live[d.QueueName()]),
-			Health: health(d.Ref().String()),
+			Health: health(d.Ref().String()), RateLimit: rates(d),
 		}
 		out.Tools = append(out.Tools, t)
 	}
 	return out, nil
+}
+
+// rateLimits says where tenant stands in each tool's rate limit, from the
+// executors' token buckets (toolwire_rate, read only). A bucket that cannot
+// be read leaves the tenant's standing out (the limit is still shown): the
+// catalog does not fail for it.
+func (c *toolCatalog) rateLimits(ctx context.Context, tenant envelope.Tenant) func(d envelope.ToolDefinition) *apitypes.RateLimitStatusJSON {
+	var (
+		kv     jetstream.KeyValue
+		opened bool
+	)
+	now := time.Now()
+	return func(d envelope.ToolDefinition) *apitypes.RateLimitStatusJSON {
+		lim := d.RateLimit
+		if lim == nil {
+			return nil
+		}
+		out := &apitypes.RateLimitStatusJSON{PerS: lim.PerS, Burst: lim.Burst}
+		if tenant.OrgID == "" {
+			return out
+		}
+		if !opened {
+			opened = true
+			var err error
+			if kv, err = c.a.opts.JS.KeyValue(ctx, provision.BucketRate); err != nil {
+				c.a.log.Warn("catalog: the rate limits cannot be read", "err", err)
+			}
+		}
+		if kv == nil {
+			return out
+		}
+		st := ratebucket.Full(lim)
+		e, err := kv.Get(ctx, ratebucket.Key(tenant.ID(), d.Name))
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			c.a.log.Warn("catalog: a rate limit cannot be read", "tool", d.Name, "err", err)
+			return out
+		default:
+			st = ratebucket.Decode(e.Value(), lim)
+		}
+		left := int(st.Refilled(lim, now).Tokens)
+		out.Remaining = &left
+		if wait := st.Wait(lim, now); wait > 0 {
+			at := now.Add(wait).UTC().Truncate(time.Millisecond)
+			out.ResetsAt = &at
+		}
+		return out
+	}
 }
 
 // Tool kinds of the catalog: how a tool is run.

@@ -419,6 +419,20 @@ type CatalogToolJSON struct {
 	TimeoutMS    int                  `json:"timeout_ms"`
 	LiveWorkers  []LiveWorkerJSON     `json:"live_workers"`
 	Health       ToolHealthJSON       `json:"health"`
+	// RateLimit is the tool's rate limit and where the tenant asked about
+	// stands in it; absent for a tool without one.
+	RateLimit *RateLimitStatusJSON `json:"rate_limit,omitempty"`
+}
+
+// RateLimitStatusJSON is a tool's rate limit (a token bucket per tenant
+// and tool: burst calls back to back, refilled at per_s) and, when a
+// tenant is given and its bucket can be read, how many calls it may make
+// now and, when none, when the next one may go.
+type RateLimitStatusJSON struct {
+	PerS      float64    `json:"per_s"`
+	Burst     int        `json:"burst"`
+	Remaining *int       `json:"remaining,omitempty"`
+	ResetsAt  *time.Time `json:"resets_at,omitempty"`
 }
 
 // Health statuses of a catalog tool, from the executors' circuits.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,10 @@ type toolView struct {
 	Input, Output            string // the schemas, indented
 	Timeout                  string
 	HealthLabel, HealthTitle string
+	// RateLimited: the tenant may make no call now (RateTitle says when
+	// it may); RateDetail describes the limit.
+	RateLimited           bool
+	RateTitle, RateDetail string
 }
 
 var kindLabels = map[string]string{
@@ -141,6 +146,17 @@ func toolViewOf(t apitypes.CatalogToolJSON) toolView {
 		v.HealthLabel, v.HealthTitle = "Degraded", fmt.Sprintf("%d consecutive failures (%s) on an executor", h.ConsecutiveFailures, h.LastFailure)
 	default:
 		v.HealthLabel, v.HealthTitle = "Healthy", "no executor counts a failure"
+	}
+	if rl := t.RateLimit; rl != nil {
+		v.RateDetail = fmt.Sprintf("%s calls/s sustained, %d back to back, per tenant", strconv.FormatFloat(rl.PerS, 'g', 4, 64), rl.Burst)
+		switch {
+		case rl.ResetsAt != nil:
+			v.RateLimited = true
+			v.RateTitle = "no call may go now: the next may at " + rl.ResetsAt.UTC().Format("15:04:05 MST, 2 Jan")
+			v.RateDetail += "; none left now, the next at " + rl.ResetsAt.UTC().Format("15:04:05 MST")
+		case rl.Remaining != nil:
+			v.RateDetail += fmt.Sprintf("; %d left now", *rl.Remaining)
+		}
 	}
 	switch t.Auth.Status {
 	case apitypes.AuthNone:
