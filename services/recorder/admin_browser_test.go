@@ -54,6 +54,7 @@ func TestRegistryPageInBrowser(t *testing.T) {
 
 	page.Do("mend the schema and register",
 		chromedp.SetValue(chromedp.CSS(`.register-form textarea[name=input_schema]`), `{"type": "object", "required": ["customer"], "properties": {"customer": {"type": "string"}}}`),
+		chromedp.SetValue(chromedp.CSS(`.register-form textarea[name=output_schema]`), `{"type": "object", "required": ["invoice_id"]}`),
 		chromedp.Click(chromedp.CSS(`.register-form button`)),
 	)
 	page.Until("registered", `!!document.querySelector("#notice") && document.querySelector("#notice").textContent.includes("Registered send_invoice@1.0.0")`, 10*time.Second)
@@ -66,6 +67,7 @@ func TestRegistryPageInBrowser(t *testing.T) {
 	require.Equal(t, envelope.SideEffectsWrites, e.Definition.Metadata.SideEffects)
 	require.Equal(t, []string{"BILLING_KEY"}, e.Definition.RequiredSecrets)
 	require.Equal(t, envelope.ImplHTTP, e.Definition.Implementation.Kind)
+	require.JSONEq(t, `{"type": "object", "required": ["invoice_id"]}`, string(e.Definition.OutputSchema))
 
 	page.Do("deprecate it",
 		chromedp.SetValue(chromedp.CSS(`tr[data-ref="send_invoice@1.0.0"] select[name=state]`), "deprecated"),

@@ -57,6 +57,7 @@ type registerForm struct {
 	SideEffects                envelope.SideEffects
 	Method, URL                string
 	SecretHeaders, InputSchema string
+	OutputSchema               string
 	TimeoutMS                  string
 }
 
@@ -154,7 +155,7 @@ func (p *pages) register(w http.ResponseWriter, r *http.Request) {
 		Description: strings.TrimSpace(r.PostForm.Get("description")), Category: envelope.Category(r.PostForm.Get("category")),
 		SideEffects: envelope.SideEffects(r.PostForm.Get("side_effects")), Method: r.PostForm.Get("method"),
 		URL: strings.TrimSpace(r.PostForm.Get("url")), SecretHeaders: r.PostForm.Get("secret_headers"),
-		InputSchema: r.PostForm.Get("input_schema"), TimeoutMS: strings.TrimSpace(r.PostForm.Get("timeout_ms"))}
+		InputSchema: r.PostForm.Get("input_schema"), OutputSchema: r.PostForm.Get("output_schema"), TimeoutMS: strings.TrimSpace(r.PostForm.Get("timeout_ms"))}
 	def, err := f.definition()
 	if err == nil {
 		var b []byte
@@ -214,6 +215,12 @@ func (f registerForm) definition() (envelope.ToolDefinition, error) {
 	def := envelope.ToolDefinition{Name: f.Name, Version: f.Version, Description: f.Description, InputSchema: json.RawMessage(schema),
 		Metadata:       envelope.ToolMetadata{Category: f.Category, SideEffects: f.SideEffects, Cache: envelope.CacheNone},
 		Implementation: envelope.Implementation{Kind: envelope.ImplHTTP, Config: config}, RequiredSecrets: secrets}
+	if out := strings.TrimSpace(f.OutputSchema); out != "" {
+		if !json.Valid([]byte(out)) {
+			return envelope.ToolDefinition{}, errors.New("the output schema is not JSON")
+		}
+		def.OutputSchema = json.RawMessage(out)
+	}
 	if f.TimeoutMS != "" {
 		ms, err := strconv.Atoi(f.TimeoutMS)
 		if err != nil || ms <= 0 {
