@@ -28,6 +28,9 @@ type Decision struct {
 	Rule string
 	// Warnings are findings that do not block, such as a deprecated tool.
 	Warnings []string
+	// Details are a denial's particulars, such as the problems of an input
+	// its tool's schema refuses; they go in the envelope's error.
+	Details []string
 	// ApprovalRequired, on an allowed tool call, says why the call must wait
 	// for an operator's decision before it runs; empty when it need not.
 	ApprovalRequired string

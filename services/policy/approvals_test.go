@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -361,4 +362,45 @@ func TestApprovalKVErrors(t *testing.T) {
 	rec := events.ApprovalRecord{State: events.ApprovalPending}
 	_, err = h.svc.update(t.Context(), key, &rec, 42)
 	require.True(t, errors.Is(err, jetstream.ErrKeyRevisionMismatch), "%v", err)
+}
+
+// TestApprovalOnlyForAValidInput: a call that needs approval but whose input
+// its tool's schema refuses is answered VALIDATION_ERROR with the schema's
+// problems at once: no approval is requested and none is held (the
+// operator could only approve a call that then fails). A valid input of the
+// same tool is held as before.
+func TestApprovalOnlyForAValidInput(t *testing.T) {
+	h := newHarnessConfig(t, Config{Concurrency: 4, ApprovalSweep: 20 * time.Millisecond, PreviewTimeout: time.Second})
+	strict := writerDef()
+	strict.Name = "send_strict"
+	strict.InputSchema = json.RawMessage(`{"type":"object","required":["to"],"properties":{"to":{"type":"string","format":"email"}}}`)
+	require.NoError(t, h.reg.Put(t.Context(), registry.Entry{Definition: strict}))
+	const runID = "run-appr-invalid"
+	bad := turnCall(t, "send_strict", "1.0.0", 1) // {"query":..., "limit":...}: no "to"
+	good := events.TurnCall{Seq: 2, Name: "send_strict", Version: "1.0.0", Input: json.RawMessage(`{"to":"ops@acme.example"}`), ProviderCallID: "toolu_2"}
+	var err error
+	good.CallID, err = envelope.CallID(good.Name, good.Version, good.Input, good.Seq)
+	require.NoError(t, err)
+	turn := newTurn(runID, 1, approvalPolicy, []string{"send_strict@1.0.0"}, bad, good)
+	completed := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.completed")
+	required := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approval_required")
+	h.publishTurn(turn)
+
+	ev, subj := h.nextEventOn(completed)
+	require.Equal(t, "toolwire.call."+runID+"."+bad.CallID+".completed", subj)
+	env := decode[envelope.ToolEnvelope](t, ev)
+	require.NotNil(t, env.Error)
+	require.Equal(t, envelope.CodeValidation, env.Error.Code)
+	require.Equal(t, "input for tool send_strict@1.0.0 does not match its input schema", env.Error.Message)
+	require.Contains(t, fmt.Sprint(env.Error.Details), "to", "the schema's problems are given")
+	require.NoError(t, h.schemas.Validate(envelope.SchemaToolEnvelope, ev.Data()))
+
+	req := decode[events.ApprovalRequest](t, h.nextEvent(required))
+	require.Equal(t, good.CallID, req.CorrelationID, "only the valid call awaits a decision")
+	key, err := events.ApprovalKey(runID, bad.CallID)
+	require.NoError(t, err)
+	_, err = h.svc.approvals.Get(t.Context(), key)
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "nothing is held for the invalid call")
+	held := h.record(runID, good.CallID)
+	require.True(t, held.Pending())
 }

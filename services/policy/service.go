@@ -61,6 +61,7 @@ type Service struct {
 	workers   *registry.Workers
 	approvals jetstream.KeyValue
 	index     *pendingIndex
+	inputs    *inputSchemas
 }
 
 // New returns a service on d's JetStream. It registers its metrics on
@@ -72,7 +73,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{Core: d.Core("policy", m.consumers), cfg: cfg, guard: rules.NewGuard(), metrics: m}, nil
+	return &Service{Core: d.Core("policy", m.consumers), cfg: cfg, guard: rules.NewGuard(), metrics: m, inputs: newInputSchemas()}, nil
 }
 
 // Option adjusts the configuration Build read from the environment.
@@ -275,6 +276,14 @@ func (s *Service) checkCall(ctx context.Context, t *events.Turn, c *events.TurnC
 		}
 	}
 	v.dec = s.guard.CheckCall(call)
+	if v.dec.Allowed && v.dec.ApprovalRequired != "" {
+		// Only a call that would run is put to an operator: its input is
+		// checked now, not after the approval (the executor checks again).
+		if in := s.inputs.checkInput(&v.def, req.Input); !in.Allowed {
+			in.Warnings = v.dec.Warnings
+			v.dec = in
+		}
+	}
 	annotate(span, v.dec)
 	if v.dec.Allowed && v.dec.ApprovalRequired != "" {
 		span.SetAttributes(attribute.String(AttrApprovalRequired, v.dec.ApprovalRequired))
@@ -377,12 +386,16 @@ func DeniedEnvelope(req *events.CallRequest, dec rules.Decision, now time.Time) 
 	if code == "" {
 		code = envelope.CodePolicyDenied
 	}
+	te := &envelope.ToolError{Code: code, Message: dec.Reason}
+	if len(dec.Details) > 0 {
+		te.Details = dec.Details
+	}
 	return envelope.ToolEnvelope{
 		CallID:  req.CallID,
 		Name:    req.Name,
 		Version: req.Version,
 		Input:   req.Input,
-		Error:   &envelope.ToolError{Code: code, Message: dec.Reason},
+		Error:   te,
 		TStart:  now,
 		TEnd:    now,
 	}
