@@ -56,6 +56,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/nyaruka/phonenumbers v1.8.1 // indirect
 	github.com/openai/openai-go/v3 v3.98.0 // indirect
 	github.com/opencontainers/runtime-spec v1.3.0 // indirect
 	github.com/pb33f/ordered-map/v2 v2.3.1 // indirect

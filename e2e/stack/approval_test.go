@@ -214,7 +214,7 @@ func TestApprovals(t *testing.T) {
 		ar := res.requests[0]
 		require.Equal(t, "send_email", ar.ToolName)
 		require.Equal(t, "test-agent", ar.AgentName)
-		require.Equal(t, `{"api_token":"[redacted]","body":"Quarterly numbers attached.","to":"all@acme.example"}`, ar.ArgsSummary)
+		require.Equal(t, `{"api_token":"[redacted]","body":"Quarterly numbers attached.","to":"[email]"}`, ar.ArgsSummary)
 		require.Equal(t, "Calls send_email@1.0.0. Sends an email. It writes: it changes external state, and runs at most once for this call.", ar.EffectDescription)
 		require.NotNil(t, ar.Preview)
 		require.Empty(t, ar.Preview.Unavailable)

@@ -78,7 +78,7 @@ func (s *Service) requestApproval(ctx context.Context, req *events.CallRequest, 
 		deadline := now.Add(timeout)
 		ar := events.ApprovalRequest{
 			RunID: req.RunID, CorrelationID: req.CallID, ToolName: req.Name, ToolVersion: req.Version,
-			AgentName: req.Agent, Tenant: req.Tenant, ArgsSummary: SummarizeArgs(req.Input),
+			AgentName: req.Agent, Tenant: req.Tenant, ArgsSummary: SummarizeArgsWith(req.Input, s.piiFor(req.Tenant.OrgID)),
 			EffectDescription: describeEffect(&def), Reason: reason, ExpiresAt: deadline,
 		}
 		if def.SupportsPreview {

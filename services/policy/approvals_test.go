@@ -16,6 +16,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
+	"github.com/toolwire/toolwire/services/policy/pii"
 )
 
 // writer is a tool that writes, registered for the approval tests.
@@ -110,7 +111,7 @@ func TestApprovalDecisions(t *testing.T) {
 			require.Equal(t, "1.0.0", ar.ToolVersion)
 			require.Equal(t, "researcher", ar.AgentName)
 			require.Equal(t, tenant, ar.Tenant)
-			require.Equal(t, `{"body":"hello","password":"[redacted]","to":"bob@example.com"}`, ar.ArgsSummary)
+			require.Equal(t, `{"body":"hello","password":"[redacted]","to":"[email]"}`, ar.ArgsSummary)
 			require.Equal(t, "Calls send_email@1.0.0. Sends an email. It writes: it changes external state, and runs at most once for this call.", ar.EffectDescription)
 			require.Equal(t, "the policy requires approval for tools that write, and send_email@1.0.0 writes", ar.Reason)
 			require.Equal(t, &events.ApprovalPreview{Unavailable: "preview unavailable: no executor answers preview requests"}, ar.Preview,
@@ -397,10 +398,28 @@ func TestApprovalOnlyForAValidInput(t *testing.T) {
 
 	req := decode[events.ApprovalRequest](t, h.nextEvent(required))
 	require.Equal(t, good.CallID, req.CorrelationID, "only the valid call awaits a decision")
+	require.Equal(t, `{"to":"[email]"}`, req.ArgsSummary, "no personal data in what the operator is shown")
 	key, err := events.ApprovalKey(runID, bad.CallID)
 	require.NoError(t, err)
 	_, err = h.svc.approvals.Get(t.Context(), key)
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "nothing is held for the invalid call")
 	held := h.record(runID, good.CallID)
 	require.True(t, held.Pending())
+}
+
+// TestApprovalSummaryPerOrg: an org configured apart gets its own
+// stripping: none here, so its operator sees the recipient.
+func TestApprovalSummaryPerOrg(t *testing.T) {
+	h := newHarnessConfig(t, Config{Concurrency: 4, ApprovalSweep: 20 * time.Millisecond, PreviewTimeout: time.Second,
+		PII: PIIConfig{Orgs: map[string][]pii.Kind{tenant.OrgID: {}}}})
+	require.NoError(t, h.reg.Put(t.Context(), registry.Entry{Definition: writerDef()}))
+	const runID = "run-appr-pii-org"
+	c := events.TurnCall{Seq: 1, Name: "send_email", Version: "1.0.0", Input: json.RawMessage(`{"to":"ops@acme.example","ip":"10.0.0.9"}`), ProviderCallID: "toolu_1"}
+	var err error
+	c.CallID, err = envelope.CallID(c.Name, c.Version, c.Input, c.Seq)
+	require.NoError(t, err)
+	required := h.watch(events.StreamCalls, "toolwire.call."+runID+".*.approval_required")
+	h.publishTurn(newTurn(runID, 1, approvalPolicy, []string{"send_email@1.0.0"}, c))
+	req := decode[events.ApprovalRequest](t, h.nextEvent(required))
+	require.Equal(t, `{"ip":"10.0.0.9","to":"ops@acme.example"}`, req.ArgsSummary)
 }

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/policy/pii"
 )
 
 // Environment variables of the policy service.
@@ -19,6 +21,12 @@ const (
 	EnvPreviewTimeout = "TOOLWIRE_PREVIEW_TIMEOUT"
 	// EnvQueueWait sets Config.QueueWait (a Go duration).
 	EnvQueueWait = "TOOLWIRE_POLICY_QUEUE_WAIT"
+	// EnvPII sets Config.PII.Kinds: all, none, or kinds separated by commas.
+	EnvPII = "TOOLWIRE_POLICY_PII"
+	// EnvPIIOrgs sets Config.PII.Orgs: ORG=KINDS;ORG=KINDS.
+	EnvPIIOrgs = "TOOLWIRE_POLICY_PII_ORGS"
+	// EnvPIIRegion sets Config.PII.Region.
+	EnvPIIRegion = "TOOLWIRE_POLICY_PII_REGION"
 )
 
 // Defaults of Config.
@@ -60,6 +68,33 @@ type Config struct {
 	// PROVIDER_ERROR envelope that names the queue, rather than left in a
 	// queue nobody serves until its run's deadline. Default 15s.
 	QueueWait time.Duration
+	// PII is the personal data an approval's arguments summary strips.
+	PII PIIConfig
+}
+
+// PIIConfig says which personal data (package pii) approval summaries
+// strip, for every org and for some.
+type PIIConfig struct {
+	// Kinds are stripped for every org not in Orgs; nil means every kind,
+	// an empty list none.
+	Kinds []pii.Kind
+	// Orgs overrides Kinds for the orgs it names (an empty list: none).
+	Orgs map[string][]pii.Kind
+	// Region reads phone numbers without a country code (ISO 3166-1
+	// alpha-2); default US.
+	Region string
+}
+
+// scanners are the scanners of c: one for every org, and one for each
+// org Orgs names.
+func (c PIIConfig) scanners() (def *pii.Scanner, orgs map[string]*pii.Scanner) {
+	region := cmp.Or(c.Region, pii.DefaultRegion)
+	def = pii.New(c.Kinds...).WithRegion(region) // nil: every kind
+	orgs = map[string]*pii.Scanner{}
+	for org, kinds := range c.Orgs {
+		orgs[org] = pii.New(append([]pii.Kind{}, kinds...)...).WithRegion(region)
+	}
+	return def, orgs
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -100,6 +135,38 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	e.Duration(EnvApprovalSweep, minSweep, maxSweep, &c.ApprovalSweep)
 	e.Duration(EnvPreviewTimeout, time.Millisecond, maxPreviewTimeout, &c.PreviewTimeout)
 	e.Duration(EnvQueueWait, minQueueWait, maxQueueWait, &c.QueueWait)
+	if v, ok := e.Lookup(EnvPII); ok {
+		kinds, err := pii.ParseKinds(v)
+		if err != nil {
+			e.Fail(EnvPII, v, err.Error())
+		}
+		c.PII.Kinds = kinds
+	}
+	if v, ok := e.Lookup(EnvPIIOrgs); ok {
+		c.PII.Orgs = map[string][]pii.Kind{}
+		for part := range strings.SplitSeq(v, ";") {
+			if part = strings.TrimSpace(part); part == "" {
+				continue
+			}
+			org, list, found := strings.Cut(part, "=")
+			org = strings.TrimSpace(org)
+			kinds, err := pii.ParseKinds(list)
+			switch {
+			case !found || org == "":
+				e.Fail(EnvPIIOrgs, v, fmt.Sprintf("%q: want ORG=KINDS, such as acme=email,phone", part))
+			case err != nil:
+				e.Fail(EnvPIIOrgs, v, fmt.Sprintf("%s: %v", org, err))
+			default:
+				c.PII.Orgs[org] = kinds
+			}
+		}
+	}
+	if v, ok := e.Lookup(EnvPIIRegion); ok {
+		if len(v) != 2 || !isLetter(v[0]) || !isLetter(v[1]) {
+			e.Fail(EnvPIIRegion, v, "want a two-letter region code such as GB")
+		}
+		c.PII.Region = strings.ToUpper(v)
+	}
 	return c.WithDefaults(), e.Err()
 }
 
@@ -110,6 +177,13 @@ func EnvVars() []service.Var {
 		{Name: EnvConcurrency, Help: "checks each of the guard's consumers handles at once per replica (default 32)", Example: "8"},
 		{Name: EnvApprovalSweep, Help: "how often pending approvals are checked for their deadline (default 500ms)", Example: "2s"},
 		{Name: EnvPreviewTimeout, Help: "bound on the wait for a tool's dry run asked by an approval (default 5s)", Example: "1s"},
+		{Name: EnvPII, Help: "the personal data an approval's arguments summary strips: all (the default), none, or kinds separated by commas: email, iban, card, national_id, ip, phone",
+			Example: "email,card,national_id"},
+		{Name: EnvPIIOrgs, Help: "per org, what " + EnvPII + " says for the others: ORG=KINDS separated by semicolons",
+			Example: "acme=email,phone;lab=none"},
+		{Name: EnvPIIRegion, Help: "the region of phone numbers written without a country code, in summaries (default US)", Example: "GB"},
 		{Name: EnvQueueWait, Help: "bound on the wait for a live worker of an approved call's queue; then the call fails with PROVIDER_ERROR naming the queue (default 15s)", Example: "30s"},
 	}
 }
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/policy"
+	"github.com/toolwire/toolwire/services/policy/pii"
 )
 
 func env(m map[string]string) func(string) string {
@@ -38,6 +39,20 @@ func TestConfigFromEnv(t *testing.T) {
 			err: `TOOLWIRE_PREVIEW_TIMEOUT="1h": want a duration from 1ms to 1m0s, for example 30s`},
 		{name: "queue wait too long", env: map[string]string{policy.EnvQueueWait: "1h"},
 			err: `TOOLWIRE_POLICY_QUEUE_WAIT="1h": want a duration from 10ms to 10m0s, for example 30s`},
+		{name: "personal data", env: map[string]string{policy.EnvPII: "email, card", policy.EnvPIIOrgs: "acme=none; lab=all", policy.EnvPIIRegion: "gb"},
+			want: policy.Config{Source: "/toolwire/policy", Concurrency: 32,
+				ApprovalSweep: 500 * time.Millisecond, PreviewTimeout: 5 * time.Second, QueueWait: policy.DefaultQueueWait,
+				PII: policy.PIIConfig{Kinds: []pii.Kind{pii.Email, pii.Card}, Orgs: map[string][]pii.Kind{"acme": {}, "lab": pii.Kinds()}, Region: "GB"}}},
+		{name: "no personal data stripped", env: map[string]string{policy.EnvPII: "none"},
+			want: policy.Config{Source: "/toolwire/policy", Concurrency: 32,
+				ApprovalSweep: 500 * time.Millisecond, PreviewTimeout: 5 * time.Second, QueueWait: policy.DefaultQueueWait,
+				PII: policy.PIIConfig{Kinds: []pii.Kind{}}}},
+		{name: "an unknown kind", env: map[string]string{policy.EnvPII: "email,passport"},
+			err: `TOOLWIRE_POLICY_PII="email,passport": pii kind "passport" is not one of all, none, email, iban, card, national_id, ip, phone`},
+		{name: "an org without kinds", env: map[string]string{policy.EnvPIIOrgs: "acme"},
+			err: `TOOLWIRE_POLICY_PII_ORGS="acme": "acme": want ORG=KINDS, such as acme=email,phone`},
+		{name: "a region that is not", env: map[string]string{policy.EnvPIIRegion: "USA"},
+			err: `TOOLWIRE_POLICY_PII_REGION="USA": want a two-letter region code such as GB`},
 		{name: "not a number", env: map[string]string{policy.EnvConcurrency: "many"},
 			err: `TOOLWIRE_POLICY_CONCURRENCY="many": want a whole number from 1 to 4096`},
 		{name: "zero", env: map[string]string{policy.EnvConcurrency: "0"},

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/nats-io/nats.go v1.55.0
+	github.com/nyaruka/phonenumbers v1.8.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
 	github.com/toolwire/toolwire/pkg/envelope v0.1.0
@@ -57,7 +58,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/toolwire/toolwire/pkg/embedded v0.1.0

@@ -20,6 +20,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/rules"
 	"github.com/toolwire/toolwire/pkg/service"
+	"github.com/toolwire/toolwire/services/policy/pii"
 )
 
 // DurableTurns is the guard's durable consumer of model turns.
@@ -62,6 +63,16 @@ type Service struct {
 	approvals jetstream.KeyValue
 	index     *pendingIndex
 	inputs    *inputSchemas
+	pii       *pii.Scanner            // what approval summaries strip
+	piiOrgs   map[string]*pii.Scanner // ... for the orgs configured apart
+}
+
+// piiFor is the scanner of org's approval summaries.
+func (s *Service) piiFor(org string) *pii.Scanner {
+	if sc, ok := s.piiOrgs[org]; ok {
+		return sc
+	}
+	return s.pii
 }
 
 // New returns a service on d's JetStream. It registers its metrics on
@@ -73,7 +84,9 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{Core: d.Core("policy", m.consumers), cfg: cfg, guard: rules.NewGuard(), metrics: m, inputs: newInputSchemas()}, nil
+	def, orgs := cfg.PII.scanners()
+	return &Service{Core: d.Core("policy", m.consumers), cfg: cfg, guard: rules.NewGuard(), metrics: m, inputs: newInputSchemas(),
+		pii: def, piiOrgs: orgs}, nil
 }
 
 // Option adjusts the configuration Build read from the environment.

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/toolwire/toolwire/services/policy/pii"
 )
 
 // Limits of an arguments summary.
@@ -21,8 +23,14 @@ const (
 )
 
 // secretKeyRE matches object keys whose values are secrets by their name.
-var secretKeyRE = regexp.MustCompile(`(?i)(passw(or)?d|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|` +
-	`client[_-]?key|authori[sz]ation|(^|[^a-z])auth($|[^a-z])|credential|cookie|session|signature|bearer|otp$|pin$)`)
+var secretKeyRE = regexp.MustCompile(`(?i)(passw(or)?d|pwd|passcode|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|` +
+	`client[_-]?key|authori[sz]ation|(^|[^a-z])auth($|[^a-z])|credential|cookie|session|signature|bearer|otp$|pin$|` +
+	`(^|[^a-z])(pin|otp|cvv|cvc|ssn)($|[^a-z]))`)
+
+// secretNumberKeyRE matches the secret-looking keys whose numbers are
+// secrets too (a PIN, a card's security code); a number under another
+// (max_tokens) is a setting, and shown.
+var secretNumberKeyRE = regexp.MustCompile(`(?i)(passw(or)?d|pwd|passcode|(^|[^a-z])(pin|otp|cvv|cvc|ssn)($|[^a-z])|pin$|otp$)`)
 
 // secretValueRE matches string values that look like credentials whatever
 // their key: bearer and basic credentials, well-known API key prefixes, AWS
@@ -31,12 +39,17 @@ var secretValueRE = regexp.MustCompile(`(?i)^(bearer|basic)\s+\S+|` +
 	`^(sk|pk|rk)[-_][A-Za-z0-9_-]{12,}|^gh[pousr]_[A-Za-z0-9]{20,}|^xox[abprs]-|^AKIA[0-9A-Z]{16}$|` +
 	`^eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.|-----BEGIN [A-Z ]*PRIVATE KEY-----`)
 
-// SummarizeArgs renders a tool call's arguments for an operator who must
+// SummarizeArgs is SummarizeArgsWith every kind of personal data stripped.
+func SummarizeArgs(input json.RawMessage) string { return SummarizeArgsWith(input, pii.New()) }
+
+// SummarizeArgsWith renders a tool call's arguments for an operator who must
 // approve the call: compact JSON in which values under secret-looking keys
-// and values that look like credentials are replaced by "[redacted]", long
+// and values that look like credentials are replaced by "[redacted]", the
+// personal data sc finds in a value is replaced by its kind ("[email]",
+// "[card]": before anything is cut, so that no part of one is left), long
 // strings, arrays and objects are cut (saying how much was left out), deep
 // nesting is elided, and the whole is at most 2000 bytes.
-func SummarizeArgs(input json.RawMessage) string {
+func SummarizeArgsWith(input json.RawMessage, sc *pii.Scanner) string {
 	dec := json.NewDecoder(bytes.NewReader(input))
 	dec.UseNumber()
 	var v any
@@ -46,7 +59,7 @@ func SummarizeArgs(input json.RawMessage) string {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(summarize(v, 0)); err != nil {
+	if err := enc.Encode(summarize(v, 0, sc)); err != nil {
 		return fmt.Sprintf("(the arguments cannot be shown: %d bytes)", len(input))
 	}
 	out := strings.TrimSuffix(b.String(), "\n")
@@ -99,12 +112,19 @@ func marshalNoEscape(v any) ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
-func summarize(v any, depth int) any {
+func summarize(v any, depth int, sc *pii.Scanner) any {
 	switch t := v.(type) {
+	case json.Number:
+		// A card or phone number may be a JSON number.
+		if s := t.String(); len(sc.Find(s)) > 0 {
+			return sc.Redact(s)
+		}
+		return t
 	case string:
 		if secretValueRE.MatchString(t) {
 			return redacted
 		}
+		t = sc.Redact(t)
 		if n := utf8.RuneCountInString(t); n > summaryMaxString {
 			r := []rune(t)
 			return string(r[:summaryMaxString]) + fmt.Sprintf("…(+%d chars)", n-summaryMaxString)
@@ -117,7 +137,7 @@ func summarize(v any, depth int) any {
 		n := min(len(t), summaryMaxItems)
 		out := make([]any, 0, n+1)
 		for _, e := range t[:n] {
-			out = append(out, summarize(e, depth+1))
+			out = append(out, summarize(e, depth+1, sc))
 		}
 		if len(t) > n {
 			out = append(out, fmt.Sprintf("…(+%d more)", len(t)-n))
@@ -144,12 +164,13 @@ func summarize(v any, depth int) any {
 				shown = string([]rune(k)[:summaryMaxString]) + "…"
 			}
 			o.keys = append(o.keys, shown)
-			if secretKeyRE.MatchString(k) && !isScalarNonString(t[k]) {
-				// Numbers and booleans under such keys (max_tokens) are kept.
+			if secretKeyRE.MatchString(k) && (!isScalarNonString(t[k]) || secretNumberKeyRE.MatchString(k) && t[k] != nil) {
+				// Numbers and booleans under such keys (max_tokens) are
+				// kept, but for a PIN's and the like.
 				o.vals = append(o.vals, redacted)
 				continue
 			}
-			o.vals = append(o.vals, summarize(t[k], depth+1))
+			o.vals = append(o.vals, summarize(t[k], depth+1, sc))
 		}
 		return o
 	}

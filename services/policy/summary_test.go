@@ -8,13 +8,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/services/policy"
+	"github.com/toolwire/toolwire/services/policy/pii"
 )
 
 func TestSummarizeArgs(t *testing.T) {
 	long := strings.Repeat("é", 100)
 	tests := []struct{ name, in, want string }{
 		{"plain", `{"to":"bob@example.com","subject":"Hi <3","n":2,"ok":true,"x":null}`,
-			`{"n":2,"ok":true,"subject":"Hi <3","to":"bob@example.com","x":null}`},
+			`{"n":2,"ok":true,"subject":"Hi <3","to":"[email]","x":null}`},
+		{"personal data", `{"note":"call +1 415 555 2671 or mail jane@example.com","ssn":"123-45-6789","id":"078-05-1120","card":4111111111111111,"iban":"DE89 3704 0044 0532 0130 00","ip":"10.1.2.3","pin":1234,"cvv":123,"max_tokens":100,"count":7}`,
+			`{"card":"[card]","count":7,"cvv":"[redacted]","iban":"[iban]","id":"[national_id]","ip":"[ip]","max_tokens":100,"note":"call [phone] or mail [email]","pin":"[redacted]","ssn":"[redacted]"}`},
+		{"personal data before the cut", `{"body":"` + strings.Repeat("x", 70) + ` jane.doe@example.com"}`, `{"body":"` + strings.Repeat("x", 70) + ` [email]"}`},
 		{"secret keys", `{"password":"hunter2","api_key":"k","Authorization":"x","auth":"y","x-auth-token":"z","author":"Jane","max_tokens":100,"otp":"123456","pin":"1234"}`,
 			`{"Authorization":"[redacted]","api_key":"[redacted]","auth":"[redacted]","author":"Jane","max_tokens":100,"otp":"[redacted]","password":"[redacted]","pin":"[redacted]","x-auth-token":"[redacted]"}`},
 		{"secret under a secret key is redacted whole", `{"credentials":{"user":"a","pass":"b"}}`, `{"credentials":"[redacted]"}`},
@@ -33,6 +37,12 @@ func TestSummarizeArgs(t *testing.T) {
 			require.Equal(t, tt.want, got)
 		})
 	}
+
+	// Per org: what the configuration says is stripped, only.
+	none := policy.SummarizeArgsWith(json.RawMessage(`{"to":"bob@example.com","ip":"10.1.2.3"}`), pii.New([]pii.Kind{}...))
+	require.Equal(t, `{"ip":"10.1.2.3","to":"bob@example.com"}`, none)
+	ipOnly := policy.SummarizeArgsWith(json.RawMessage(`{"to":"bob@example.com","ip":"10.1.2.3"}`), pii.New(pii.IP))
+	require.Equal(t, `{"ip":"[ip]","to":"bob@example.com"}`, ipOnly)
 
 	many := map[string]int{}
 	for i := range 30 {
