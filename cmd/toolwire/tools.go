@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -125,6 +126,7 @@ blocked. Changes take effect on running services at once.`
 		}),
 	}
 
+	var draft bool
 	register := &cobra.Command{
 		Use:   "register FILE",
 		Short: "Register a tool version from a JSON or YAML definition (\"-\": standard input)",
@@ -132,20 +134,32 @@ blocked. Changes take effect on running services at once.`
 in JSON or YAML (by the file's extension .yaml/.yml, or by its content), checks it
 against the schema, compiles its input and output schemas, and stores it as a new,
 active tool version. Registering the same definition again changes nothing; a
-changed definition under a registered version is refused: give it a new version.`,
+changed definition under a registered version is refused: give it a new version.
+
+--draft registers it as a draft instead: listed to admins (tools list, the
+registry page), absent from the catalog, refused at run time, until
+` + "`toolwire tools publish NAME@VERSION`" + `. Until then a draft may be registered
+again with a changed definition, which replaces it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: withRegistry(func(ctx context.Context, cmd *cobra.Command, reg *registry.Registry, args []string) error {
 			def, err := readDefinition(args[0], cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
-			created, err := reg.Register(ctx, def)
+			register, state := reg.RegisterAs, registry.StateActive
+			if draft {
+				register, state = reg.RegisterDraftAs, registry.StateDraft
+			}
+			created, err := register(ctx, def, cliActor())
 			if err != nil {
 				return err
 			}
-			if created {
-				fmt.Fprintf(cmd.OutOrStdout(), "registered %s (active)\n", def.Ref())
-			} else {
+			switch {
+			case created:
+				fmt.Fprintf(cmd.OutOrStdout(), "registered %s (%s)\n", def.Ref(), state)
+			case draft:
+				fmt.Fprintf(cmd.OutOrStdout(), "%s is a draft with this definition now\n", def.Ref())
+			default:
 				fmt.Fprintf(cmd.OutOrStdout(), "%s is already registered with this definition; nothing changed\n", def.Ref())
 			}
 			return nil
@@ -162,7 +176,7 @@ changed definition under a registered version is refused: give it a new version.
 				if err != nil {
 					return err
 				}
-				if err := reg.SetState(ctx, ref, st); err != nil {
+				if err := reg.SetStateAs(ctx, ref, st, cliActor()); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s is now %s\n", ref, st)
@@ -170,7 +184,24 @@ changed definition under a registered version is refused: give it a new version.
 			}),
 		}
 	}
-	subs := []*cobra.Command{list, show, register,
+	register.Flags().BoolVar(&draft, "draft", false, "register the version as a draft, to publish after review")
+	publish := &cobra.Command{
+		Use:   "publish NAME@VERSION",
+		Short: "Publish a draft version: it becomes active, runs, and every tenant's catalog lists it",
+		Args:  cobra.ExactArgs(1),
+		RunE: withRegistry(func(ctx context.Context, cmd *cobra.Command, reg *registry.Registry, args []string) error {
+			ref, err := envelope.ParseToolRef(args[0])
+			if err != nil {
+				return err
+			}
+			if err := reg.Publish(ctx, ref, cliActor()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s is published (active)\n", ref)
+			return nil
+		}),
+	}
+	subs := []*cobra.Command{list, show, register, publish,
 		setState("deprecate", registry.StateDeprecated, "Deprecate a tool version: still callable, hidden from the catalog, warned about"),
 		setState("block", registry.StateBlocked, "Block a tool version: refused at run time with POLICY_DENIED"),
 		setState("activate", registry.StateActive, "Make a tool version active again"),
@@ -195,7 +226,7 @@ func toolFilter(search, category, state string) (registry.Filter, error) {
 	if state != "" {
 		st, err := registry.ParseState(state)
 		if err != nil {
-			return f, fmt.Errorf("--state %q is not one of active, deprecated, blocked", state)
+			return f, fmt.Errorf("--state %q is not one of active, deprecated, blocked, draft", state)
 		}
 		f.States = []registry.State{st}
 	}
@@ -277,3 +308,12 @@ func readDefinition(path string, stdin io.Reader) (envelope.ToolDefinition, erro
 
 // errFindings is returned by validate when a configuration cannot run.
 var errFindings = errors.New("the configuration cannot run")
+
+// cliActor is who a registry change made with the CLI is recorded as: the
+// operating system's user, "cli:NAME".
+func cliActor() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "cli:" + u.Username
+	}
+	return "cli"
+}

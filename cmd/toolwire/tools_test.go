@@ -212,3 +212,61 @@ func TestToolsRegisterSecretDestinations(t *testing.T) {
 		require.ErrorContains(t, err, tc.err)
 	}
 }
+
+// TestToolsDraftAndPublish: a draft is listed with its state, refused by
+// validate (as a run refuses it), replaced while it is a draft, and runs
+// once published; each change says who made it; a published version is
+// never a draft again.
+func TestToolsDraftAndPublish(t *testing.T) {
+	env := eventstest.Start(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "weather.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(weatherYAML), 0o600))
+	out, err := cli(t, env.URL, "", "tools", "register", "--draft", file)
+	require.NoError(t, err, out)
+	require.Equal(t, "registered weather@1.0.0 (draft)\n", out)
+	out, err = cli(t, env.URL, "", "tools", "list", "--state", "draft")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "weather@1.0.0  draft")
+
+	agent := filepath.Join(dir, "agent.json")
+	require.NoError(t, os.WriteFile(agent, []byte(`{"name":"a","model":{"provider":"scripted","name":"m"},"enabled_tools":["weather@1.0.0"],"policy":{}}`), 0o600))
+	out, err = cli(t, env.URL, "", "validate", agent)
+	require.ErrorIs(t, err, errFindings)
+	require.Contains(t, out, "error: tool weather@1.0.0 is a draft: publish it first (toolwire tools publish weather@1.0.0)")
+
+	// Still a draft: a changed definition replaces it.
+	changed := strings.Replace(weatherYAML, "Current weather", "Weather now", 1)
+	require.NoError(t, os.WriteFile(file, []byte(changed), 0o600))
+	out, err = cli(t, env.URL, "", "tools", "register", "--draft", file)
+	require.NoError(t, err, out)
+	require.Equal(t, "weather@1.0.0 is a draft with this definition now\n", out)
+
+	out, err = cli(t, env.URL, "", "tools", "publish", "weather@1.0.0")
+	require.NoError(t, err, out)
+	require.Equal(t, "weather@1.0.0 is published (active)\n", out)
+	reg, err := registry.Open(t.Context(), env.JS)
+	require.NoError(t, err)
+	e, err := reg.Get(t.Context(), envelope.ToolRef{Name: "weather", Version: "1.0.0"})
+	require.NoError(t, err)
+	require.Equal(t, registry.StateActive, e.State)
+	require.Equal(t, "Weather now for a city.", e.Definition.Description, "the draft's last definition is what was published")
+	require.True(t, strings.HasPrefix(e.UpdatedBy, "cli"), e.UpdatedBy)
+	h, err := reg.History(t.Context(), e.Definition.Ref())
+	require.NoError(t, err)
+	require.Equal(t, []registry.State{registry.StateDraft, registry.StateDraft, registry.StateActive}, []registry.State{h[0].State, h[1].State, h[2].State})
+
+	// Published: fixed, and never a draft again.
+	out, err = cli(t, env.URL, "", "tools", "publish", "weather@1.0.0")
+	require.ErrorIs(t, err, registry.ErrNotDraft)
+	require.ErrorContains(t, err, "it is active")
+	_, err = cli(t, env.URL, "", "tools", "register", "--draft", file)
+	require.NoError(t, err, "the same definition: nothing changes")
+	require.NoError(t, os.WriteFile(file, []byte(weatherYAML), 0o600))
+	_, err = cli(t, env.URL, "", "tools", "register", "--draft", file)
+	require.ErrorIs(t, err, registry.ErrConflict, "a published version's definition is fixed")
+	require.ErrorContains(t, reg.SetState(t.Context(), e.Definition.Ref(), registry.StateDraft), "never becomes a draft again")
+	out, err = cli(t, env.URL, "", "validate", agent)
+	require.NoError(t, err, out)
+	require.NotContains(t, out, "draft", "published: it runs")
+}

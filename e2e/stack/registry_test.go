@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/toolwire/toolwire/services/recorder"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
+	"github.com/toolwire/toolwire/services/recorder/store/sqlite"
 	"github.com/toolwire/toolwire/stack"
 )
 
@@ -198,4 +200,34 @@ func TestRegistryChangesReachRunningServices(t *testing.T) {
 		final, _ = probeRun("1.0.0")
 		return final.Status == events.StatusCompleted && envelopeAt(t, final, 1).Error == nil
 	})
+}
+
+// TestDraftRefusedUntilPublished: a draft version is refused when a run
+// enables it (the run fails saying so, before any model call), is absent
+// from the catalog, and runs once it is published.
+func TestDraftRefusedUntilPublished(t *testing.T) {
+	st := startStack(t, stack.Options{Recorder: recorder.ForStack(sqlite.URL(filepath.Join(t.TempDir(), "recorder.db")))})
+	ctx := t.Context()
+	reg, err := registry.Open(ctx, st.JS)
+	require.NoError(t, err)
+	def := probeDef("2.0.0")
+	def.Name = "beta_probe"
+	_, err = reg.RegisterDraftAs(ctx, def, "reviewer")
+	require.NoError(t, err)
+	turns := []map[string]any{{"tool_calls": []any{call("beta_probe", map[string]any{"text": "hi"})}}, {"content": "done"}}
+
+	final := runToEnd(t, st, scripted(t, "draft-before", []string{"beta_probe@2.0.0"}, turns...))
+	require.Equal(t, events.StatusFailed, final.Status)
+	require.Contains(t, final.Reason, "tool beta_probe@2.0.0 is draft: it does not run until it is published")
+	code, body := get(t, st.HTTPURL+"/v1/tools?search=beta_probe&show_deprecated=true")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, string(body), "beta_probe@2.0.0", "a draft is in no catalog")
+
+	require.NoError(t, reg.Publish(ctx, def.Ref(), "reviewer"))
+	final = runToEnd(t, st, scripted(t, "draft-after", []string{"beta_probe@2.0.0"}, turns...))
+	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	require.JSONEq(t, `{"text":"hi"}`, string(envelopeAt(t, final, 1).Output))
+	e, err := reg.Get(ctx, def.Ref())
+	require.NoError(t, err)
+	require.Equal(t, "reviewer", e.UpdatedBy)
 }

@@ -140,12 +140,19 @@ const (
 	ToolActive     ToolState = "active"     // discoverable and executable
 	ToolDeprecated ToolState = "deprecated" // hidden by default, warned about, still executable
 	ToolBlocked    ToolState = "blocked"    // refused at run time with POLICY_DENIED
+	// ToolDraft is a version registered for review: listed to admins only,
+	// refused at run time until it is published (made active).
+	ToolDraft ToolState = "draft"
 )
 
 // Valid reports whether s is a known state.
 func (s ToolState) Valid() bool {
-	return s == ToolActive || s == ToolDeprecated || s == ToolBlocked
+	return s == ToolActive || s == ToolDeprecated || s == ToolBlocked || s == ToolDraft
 }
+
+// Executable reports whether a version in state s may run: active or
+// deprecated.
+func (s ToolState) Executable() bool { return s == ToolActive || s == ToolDeprecated }
 
 // DefaultQueue is the queue of a tool that names none: the executor binary's.
 const DefaultQueue = "default"

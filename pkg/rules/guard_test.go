@@ -31,6 +31,7 @@ var testCatalog = map[envelope.ToolRef]registered{
 	{Name: "old_search", Version: "0.9.0"}: entry("old_search", "0.9.0", envelope.ToolDeprecated),
 	{Name: "rm_rf", Version: "1.0.0"}:      entry("rm_rf", "1.0.0", envelope.ToolBlocked),
 	{Name: "weird", Version: "1.0.0"}:      entry("weird", "1.0.0", "retired"),
+	{Name: "beta", Version: "0.1.0"}:       entry("beta", "0.1.0", envelope.ToolDraft),
 }
 
 func catalogLookup(ref envelope.ToolRef) (registered, bool) {
@@ -51,7 +52,7 @@ func withTool(c rules.Call, l lookup) rules.Call {
 	return c
 }
 
-var enabledAll = []string{"web_search@1.0.0", "calc@2.1.0", "old_search@0.9.0", "rm_rf@1.0.0", "ghost@1.0.0", "weird@1.0.0"}
+var enabledAll = []string{"web_search@1.0.0", "calc@2.1.0", "old_search@0.9.0", "rm_rf@1.0.0", "ghost@1.0.0", "weird@1.0.0", "beta@0.1.0"}
 
 func TestCheckLoop(t *testing.T) {
 	tests := []struct {
@@ -141,6 +142,9 @@ func TestCheckCall(t *testing.T) {
 		{name: "blocked", tool: "rm_rf", version: "1.0.0", seq: 1,
 			rule:   rules.RuleLifecycle,
 			reason: "tool rm_rf@1.0.0 is blocked"},
+		{name: "a draft does not run", tool: "beta", version: "0.1.0", seq: 1,
+			rule:   rules.RuleLifecycle,
+			reason: "tool beta@0.1.0 is a draft: it does not run until it is published"},
 		{name: "deprecated runs with a warning", tool: "old_search", version: "0.9.0", seq: 1,
 			allowed: true, warnings: []string{"tool old_search@0.9.0 is deprecated"}},
 		{name: "unknown registry state fails closed", tool: "weird", version: "1.0.0", seq: 1,

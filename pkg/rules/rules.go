@@ -285,6 +285,8 @@ func Lifecycle(c *Call) Decision {
 		return Warn("tool %s is deprecated", c.Ref())
 	case envelope.ToolBlocked:
 		return Deny("tool %s is blocked", c.Ref())
+	case envelope.ToolDraft:
+		return Deny("tool %s is a draft: it does not run until it is published", c.Ref())
 	default:
 		return Deny("tool %s has unknown registry state %q", c.Ref(), c.State)
 	}

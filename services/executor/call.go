@@ -359,8 +359,8 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 		log.Info("call of a cancelled run refused without being started", "reason", cancelled)
 		return fail(events.CancelledCallError(false, cancelled))
 	}
-	if entry.State == registry.StateBlocked {
-		return fail(envelope.NewToolError(envelope.CodePolicyDenied, "tool %s is blocked", ref))
+	if !entry.State.Executable() {
+		return fail(envelope.NewToolError(envelope.CodePolicyDenied, "tool %s is %s", ref, entry.State))
 	}
 	impl, te := s.toolFor(def)
 	if te != nil {

@@ -182,6 +182,8 @@ func (s *Service) onRunRequested(ctx context.Context, d *consume.Delivery) (err 
 			problems = append(problems, "unknown tool "+ref.String())
 		case e.State == registry.StateBlocked:
 			problems = append(problems, "tool "+ref.String()+" is blocked")
+		case !e.State.Executable():
+			problems = append(problems, fmt.Sprintf("tool %s is %s: it does not run until it is published", ref, e.State))
 		case e.State == registry.StateDeprecated:
 			warnings = append(warnings, "tool "+ref.String()+" is deprecated")
 		}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
-	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/rules"
 	"github.com/toolwire/toolwire/services/orchestrator/provider"
 )
@@ -90,7 +89,7 @@ func (s *Service) callModel(ctx context.Context, st *RunState, req *envelope.Run
 		if err != nil {
 			return nil, err
 		}
-		if ok && e.State != registry.StateBlocked {
+		if ok && e.State.Executable() {
 			tools = append(tools, e.Definition)
 			names = append(names, ref.String())
 			defs[ref.Name] = &tools[len(tools)-1]

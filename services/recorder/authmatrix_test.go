@@ -170,8 +170,10 @@ func TestAuthMatrix(t *testing.T) {
 		row{http.MethodPost, "/v1/admin/tools", [5]int{unauthorized, forbidden, forbidden, forbidden, http.StatusBadRequest}},
 		row{http.MethodGet, "/v1/admin/tools/ghost@1.0.0", [5]int{unauthorized, forbidden, forbidden, forbidden, notFound}},
 		row{http.MethodPut, "/v1/admin/tools/ghost@1.0.0/state", [5]int{unauthorized, forbidden, forbidden, forbidden, http.StatusBadRequest}},
+		row{http.MethodPost, "/v1/admin/tools/ghost@1.0.0/publish", [5]int{unauthorized, forbidden, forbidden, forbidden, notFound}},
 		row{http.MethodGet, "/v1/openapi.yaml", [5]int{ok, ok, ok, ok, ok}},
 		row{http.MethodGet, "/", [5]int{unauthorized, ok, ok, ok, ok}},
+		row{http.MethodGet, "/builder", [5]int{unauthorized, ok, ok, ok, ok}},
 		row{http.MethodGet, "/login", [5]int{ok, ok, ok, ok, ok}},
 		row{http.MethodGet, "/assets/app.css", [5]int{ok, ok, ok, ok, ok}},
 		// The approval form: the call does not await approval (404 for

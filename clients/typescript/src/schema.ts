@@ -464,7 +464,9 @@ export interface paths {
          * @description The body is a tool definition (pkg/envelope/schemas/tool_definition.schema.json).
          *     A new version is created active (201); the same definition again changes
          *     nothing (200); another definition under a registered version is refused
-         *     (409 `tool_conflict`): register a new version.
+         *     (409 `tool_conflict`): register a new version. With `draft=true` the version is
+         *     a draft: listed here only, absent from the catalog and refused at run time until
+         *     it is published; a draft registered again with another definition is replaced (200).
          */
         post: operations["registerTool"];
         delete?: never;
@@ -507,6 +509,29 @@ export interface paths {
         /** Deprecate, block or activate a tool version */
         put: operations["setToolState"];
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tools/{ref}/publish": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A tool version, name@version. */
+                ref: components["parameters"]["ToolRef"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Publish a draft version
+         * @description The draft becomes active; it runs, and every tenant's catalog lists it. Recorded with who and when.
+         */
+        post: operations["publishTool"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1006,7 +1031,7 @@ export interface components {
                 [key: string]: unknown;
             };
             /** @enum {string} */
-            state: "active" | "deprecated" | "blocked";
+            state: "active" | "deprecated" | "blocked" | "draft";
             /** Format: date-time */
             updated_at: string;
             /** @description Who made the last change (the admin's token or login); absent when a service registered its own tool. */
@@ -1837,7 +1862,7 @@ export interface operations {
             query?: {
                 search?: string;
                 category?: "api" | "code" | "data" | "search" | "utility";
-                state?: "active" | "deprecated" | "blocked";
+                state?: "active" | "deprecated" | "blocked" | "draft";
             };
             header?: never;
             path?: never;
@@ -1862,7 +1887,10 @@ export interface operations {
     };
     registerTool: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Register the version as a draft. */
+                draft?: boolean;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -1966,7 +1994,10 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @enum {string} */
+                    /**
+                     * @description A version never becomes a draft again (409).
+                     * @enum {string}
+                     */
                     state: "active" | "deprecated" | "blocked";
                 };
             };
@@ -1985,6 +2016,52 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["AdminDisabled"];
             404: components["responses"]["ToolNotFound"];
+            /** @description A published version was asked to become a draft (`tool_conflict`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    publishTool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A tool version, name@version. */
+                ref: components["parameters"]["ToolRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The entry, published. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AdminTool"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["AdminDisabled"];
+            404: components["responses"]["ToolNotFound"];
+            /** @description The version is not a draft (`tool_conflict`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             503: components["responses"]["Unavailable"];
         };
     };

@@ -27,7 +27,7 @@ func CheckAgent(a envelope.Agent, lookup func(envelope.ToolRef) (Entry, bool), s
 			continue
 		}
 		e, ok := lookup(ref)
-		if !ok || e.State == StateBlocked {
+		if !ok || !e.State.Executable() {
 			continue
 		}
 		d := e.Definition

@@ -26,7 +26,7 @@ var ErrConflict = errors.New("tool version already registered with another defin
 func ParseState(s string) (State, error) {
 	st := State(s)
 	if !st.Valid() {
-		return "", fmt.Errorf("%w: state %q is not one of active, deprecated, blocked", envelope.ErrInvalidTool, s)
+		return "", fmt.Errorf("%w: state %q is not one of active, deprecated, blocked, draft", envelope.ErrInvalidTool, s)
 	}
 	return st, nil
 }
@@ -77,10 +77,61 @@ func (r *Registry) Register(ctx context.Context, def envelope.ToolDefinition) (c
 
 // RegisterAs is Register by who (Entry.UpdatedBy).
 func (r *Registry) RegisterAs(ctx context.Context, def envelope.ToolDefinition, by string) (created bool, err error) {
+	return r.register(ctx, def, StateActive, by)
+}
+
+// RegisterDraftAs registers a new version as a draft, by who: listed to
+// admins, refused at run time, until Publish. Until then a draft may be
+// registered again with another definition, which replaces it (a published
+// version never changes).
+func (r *Registry) RegisterDraftAs(ctx context.Context, def envelope.ToolDefinition, by string) (created bool, err error) {
+	return r.register(ctx, def, StateDraft, by)
+}
+
+// ErrNotDraft is Publish's error for a version that is not a draft.
+var ErrNotDraft = errors.New("not a draft")
+
+// Publish makes draft version ref active, by who: from now on it runs and
+// every tenant's catalog lists it, and its definition is fixed.
+func (r *Registry) Publish(ctx context.Context, ref envelope.ToolRef, by string) error {
+	for range maxUpdateAttempts {
+		kve, err := r.kv.Get(ctx, Key(ref))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("%w: %s", ErrNotFound, ref)
+		}
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", ref, err)
+		}
+		e, err := decode(kve.Value())
+		if err != nil {
+			return err
+		}
+		if e.State != StateDraft {
+			return fmt.Errorf("publish %s: %w: it is %s", ref, ErrNotDraft, e.State)
+		}
+		e.State, e.UpdatedAt, e.UpdatedBy = StateActive, time.Now().UTC(), by
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if _, err = r.kv.Update(ctx, Key(ref), b, kve.Revision()); err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("publish %s: %w", ref, err)
+		}
+	}
+	return fmt.Errorf("publish %s: the entry kept changing", ref)
+}
+
+// maxUpdateAttempts bounds the compare-and-set retries of one change.
+const maxUpdateAttempts = 16
+
+func (r *Registry) register(ctx context.Context, def envelope.ToolDefinition, st State, by string) (created bool, err error) {
 	if err := def.Validate(); err != nil {
 		return false, err
 	}
-	b, err := json.Marshal(Entry{Definition: def, State: StateActive, UpdatedAt: time.Now().UTC(), UpdatedBy: by})
+	b, err := json.Marshal(Entry{Definition: def, State: st, UpdatedAt: time.Now().UTC(), UpdatedBy: by})
 	if err != nil {
 		return false, err
 	}
@@ -97,6 +148,11 @@ func (r *Registry) RegisterAs(ctx context.Context, def envelope.ToolDefinition, 
 	}
 	if SameDefinition(cur.Definition, def) {
 		return false, nil
+	}
+	if cur.State == StateDraft && st == StateDraft {
+		// A draft is still under review: the new definition replaces it.
+		cur.Definition, cur.UpdatedAt, cur.UpdatedBy = def, time.Time{}, by
+		return false, r.Put(ctx, cur)
 	}
 	return false, fmt.Errorf("%w: %s (state %s); register the change as a new version", ErrConflict, def.Ref(), cur.State)
 }
@@ -179,12 +235,14 @@ func CheckTools(lookup func(envelope.ToolRef) (Entry, bool), enabled []string) F
 			f.Problems = append(f.Problems, "unknown tool "+ref.String())
 		case e.State == StateBlocked:
 			f.Problems = append(f.Problems, "tool "+ref.String()+" is blocked")
+		case e.State == StateDraft:
+			f.Problems = append(f.Problems, "tool "+ref.String()+" is a draft: publish it first (toolwire tools publish "+ref.String()+")")
 		case e.State == StateDeprecated:
 			f.Warnings = append(f.Warnings, "tool "+ref.String()+" is deprecated")
 		case e.State != StateActive:
 			f.Problems = append(f.Problems, fmt.Sprintf("tool %s has unknown registry state %q", ref, e.State))
 		}
-		if ok && e.State != StateBlocked {
+		if ok && e.State.Executable() {
 			if err := e.Definition.Validate(); err != nil {
 				f.Problems = append(f.Problems, fmt.Sprintf("tool %s cannot run: %v", ref, err))
 			}

@@ -28,6 +28,7 @@ const (
 	StateActive     = envelope.ToolActive     // discoverable and executable
 	StateDeprecated = envelope.ToolDeprecated // hidden by default, warned about, still executable
 	StateBlocked    = envelope.ToolBlocked    // refused at run time with POLICY_DENIED
+	StateDraft      = envelope.ToolDraft      // registered for review: admins only, refused at run time until published
 )
 
 // Entry is one registry entry.
@@ -134,6 +135,11 @@ func (r *Registry) SetStateAs(ctx context.Context, ref envelope.ToolRef, s State
 	e, err := r.Get(ctx, ref)
 	if err != nil {
 		return err
+	}
+	if s == StateDraft && e.State != StateDraft {
+		// A version that may have run is never a draft again: a draft's
+		// definition may still change.
+		return fmt.Errorf("%w: %s is %s: a version that was published never becomes a draft again", envelope.ErrInvalidTool, ref, e.State)
 	}
 	e.State, e.UpdatedAt, e.UpdatedBy = s, time.Time{}, by
 	return r.Put(ctx, e)

@@ -42,7 +42,8 @@ const maxDefinitionBytes = 1 << 20
 //	GET  /v1/admin/tools                  every entry, any state (?search= &category= &state=)
 //	POST /v1/admin/tools                  register a definition (JSON): 201 new, 200 already registered the same, 409 changed
 //	GET  /v1/admin/tools/{ref}            one entry (name@version)
-//	PUT  /v1/admin/tools/{ref}/state      {"state": "active" | "deprecated" | "blocked"}
+//	PUT  /v1/admin/tools/{ref}/state      {"state": "active" | "deprecated" | "blocked"} (never back to draft)
+//	POST /v1/admin/tools/{ref}/publish    a draft becomes active (POST /v1/admin/tools?draft=true registers one)
 type toolCatalog struct {
 	a *api
 
@@ -62,6 +63,8 @@ func (a *api) mountToolCatalog(mux *http.ServeMux) {
 	mux.HandleFunc("/v1/admin/tools/{ref}", c.notAllowed("GET"))
 	mux.HandleFunc("PUT /v1/admin/tools/{ref}/state", c.admin(c.setState))
 	mux.HandleFunc("/v1/admin/tools/{ref}/state", c.notAllowed("PUT"))
+	mux.HandleFunc("POST /v1/admin/tools/{ref}/publish", c.admin(c.publish))
+	mux.HandleFunc("/v1/admin/tools/{ref}/publish", c.notAllowed("POST"))
 }
 
 func (c *toolCatalog) registry(ctx context.Context) (*registry.Registry, error) {
@@ -454,7 +457,7 @@ func parseListFilter(q url.Values) (f registry.Filter, msg string) {
 }
 
 func badState(v string) string {
-	return fmt.Sprintf("state %q is not one of active, deprecated, blocked", v)
+	return fmt.Sprintf("state %q is not one of active, deprecated, blocked, draft", v)
 }
 
 // admin guards an admin route: it needs an admin of every tenant (the
@@ -583,8 +586,17 @@ func (c *toolCatalog) register(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	register := reg.RegisterAs
+	switch v := r.URL.Query().Get("draft"); v {
+	case "", "false":
+	case "true":
+		register = reg.RegisterDraftAs
+	default:
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, fmt.Sprintf("draft %q must be true or false", v))
+		return
+	}
 	by := auth.FromContext(r.Context()).Name
-	created, err := reg.RegisterAs(r.Context(), def, by)
+	created, err := register(r.Context(), def, by)
 	switch {
 	case errors.Is(err, registry.ErrConflict):
 		writeError(w, http.StatusConflict, apitypes.CodeToolConflict, err.Error())
@@ -613,7 +625,7 @@ func (c *toolCatalog) setState(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, `the body must be {"state": "active" | "deprecated" | "blocked"}: `+err.Error())
+		writeError(w, http.StatusBadRequest, apitypes.CodeInvalidParameter, `the body must be {"state": "active" | "deprecated" | "blocked" | "draft"}: `+err.Error())
 		return
 	}
 	if _, err := registry.ParseState(string(body.State)); err != nil {
@@ -625,10 +637,40 @@ func (c *toolCatalog) setState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := auth.FromContext(r.Context()).Name
-	if c.refFailed(w, r, ref, reg.SetStateAs(r.Context(), ref, body.State, by)) {
+	if err := reg.SetStateAs(r.Context(), ref, body.State, by); errors.Is(err, envelope.ErrInvalidTool) {
+		writeError(w, http.StatusConflict, apitypes.CodeToolConflict, err.Error())
+		return
+	} else if c.refFailed(w, r, ref, err) {
 		return
 	}
 	c.a.log.Info("tool state changed", "tool", ref.String(), "state", body.State, "by", by)
+	e, err := reg.Get(r.Context(), ref)
+	if err != nil {
+		c.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitypes.AdminToolJSON{Ref: ref.String(), Entry: e})
+}
+
+// publish is POST /v1/admin/tools/{ref}/publish: a draft becomes active
+// (409 for a version that is not a draft).
+func (c *toolCatalog) publish(w http.ResponseWriter, r *http.Request) {
+	ref, ok := c.ref(w, r)
+	if !ok {
+		return
+	}
+	reg, ok := c.open(w, r)
+	if !ok {
+		return
+	}
+	by := auth.FromContext(r.Context()).Name
+	if err := reg.Publish(r.Context(), ref, by); errors.Is(err, registry.ErrNotDraft) {
+		writeError(w, http.StatusConflict, apitypes.CodeToolConflict, err.Error())
+		return
+	} else if c.refFailed(w, r, ref, err) {
+		return
+	}
+	c.a.log.Info("tool published", "tool", ref.String(), "by", by)
 	e, err := reg.Get(r.Context(), ref)
 	if err != nil {
 		c.unavailable(w, r, err)

@@ -346,3 +346,51 @@ func TestToolAdminAPIOff(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, status)
 	require.Contains(t, string(b), `"code":"unauthorized"`)
 }
+
+// TestToolDraftsAPI: a draft is the admins' only: not in the catalog, not
+// executable; registered again it is replaced; publish makes it active and
+// listed, once; a published version never becomes a draft again.
+func TestToolDraftsAPI(t *testing.T) {
+	h := newCatalogHarness(t, adminToken)
+	def := catalogDef("forecast", "1.0.0", envelope.CategoryAPI)
+	body, err := json.Marshal(def)
+	require.NoError(t, err)
+	status, b := h.do(http.MethodPost, "/v1/admin/tools?draft=maybe", adminToken, string(body))
+	require.Equal(t, http.StatusBadRequest, status, string(b))
+	status, b = h.do(http.MethodPost, "/v1/admin/tools?draft=true", adminToken, string(body))
+	require.Equal(t, http.StatusCreated, status, string(b))
+	listed := func() bool {
+		status, b := h.do(http.MethodGet, "/v1/tools?search=forecast&show_deprecated=true", "", "")
+		require.Equal(t, http.StatusOK, status, string(b))
+		return strings.Contains(string(b), "forecast@1.0.0")
+	}
+	require.False(t, listed(), "a draft is not in the catalog")
+	status, b = h.do(http.MethodGet, "/v1/admin/tools?state=draft", adminToken, "")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, string(b), "forecast@1.0.0")
+
+	changed := def
+	changed.Description = "reviewed"
+	cb, err := json.Marshal(changed)
+	require.NoError(t, err)
+	status, b = h.do(http.MethodPost, "/v1/admin/tools?draft=true", adminToken, string(cb))
+	require.Equal(t, http.StatusOK, status, "a draft is replaced: %s", b)
+
+	status, b = h.do(http.MethodPost, "/v1/admin/tools/forecast@1.0.0/publish", adminToken, "")
+	require.Equal(t, http.StatusOK, status, string(b))
+	var got apitypes.AdminToolJSON
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Equal(t, registry.StateActive, got.State)
+	require.Equal(t, "admin", got.UpdatedBy)
+	require.Equal(t, "reviewed", got.Definition.Description)
+	require.True(t, listed())
+
+	status, b = h.do(http.MethodPost, "/v1/admin/tools/forecast@1.0.0/publish", adminToken, "")
+	require.Equal(t, http.StatusConflict, status)
+	require.Contains(t, string(b), "not a draft")
+	status, b = h.do(http.MethodPut, "/v1/admin/tools/forecast@1.0.0/state", adminToken, `{"state":"draft"}`)
+	require.Equal(t, http.StatusConflict, status)
+	require.Contains(t, string(b), "never becomes a draft again")
+	status, _ = h.do(http.MethodPost, "/v1/admin/tools/ghost@1.0.0/publish", adminToken, "")
+	require.Equal(t, http.StatusNotFound, status)
+}

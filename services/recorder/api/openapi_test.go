@@ -32,7 +32,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		"/v1/runs/{run_id}/cancel", "/v1/runs/{run_id}/calls/{call_id}/decision",
 		"/v1/runs/{run_id}/envelopes", "/v1/runs/{run_id}/events", "/v1/runs/{run_id}/events/stream",
 		"/v1/runs/{run_id}/outputs", "/v1/runs/{run_id}/pins", "/v1/runs/{run_id}/replay", "/v1/runs/{run_id}/turns",
-		"/v1/tools", "/v1/admin/tools", "/v1/admin/tools/{ref}", "/v1/admin/tools/{ref}/state",
+		"/v1/tools", "/v1/admin/tools", "/v1/admin/tools/{ref}", "/v1/admin/tools/{ref}/state", "/v1/admin/tools/{ref}/publish",
 	}
 	sort.Strings(want)
 	if !slices.Equal(paths, want) {

@@ -41,8 +41,11 @@ type adminPage struct {
 type adminEntryView struct {
 	Ref, Description, Kind string
 	State                  registry.State
-	When, By               string
-	History                []historyView
+	// States are those the version may be moved to (a published version
+	// never becomes a draft again).
+	States   []registry.State
+	When, By string
+	History  []historyView
 }
 
 type historyView struct {
@@ -59,6 +62,7 @@ type registerForm struct {
 	SecretHeaders, InputSchema string
 	OutputSchema               string
 	TimeoutMS                  string
+	Draft                      bool
 }
 
 // registry is the pages' registry handle; false once it wrote why not.
@@ -90,6 +94,12 @@ func (p *pages) adminPage(w http.ResponseWriter, r *http.Request) {
 	notice := ""
 	if ref := r.URL.Query().Get("registered"); ref != "" {
 		notice = "Registered " + ref + ": it is active, and every tenant's catalog lists it."
+		if r.URL.Query().Get("draft") == "true" {
+			notice = "Registered " + ref + " as a draft: no catalog lists it and no run may call it until it is published."
+		}
+	}
+	if ref := r.URL.Query().Get("published"); ref != "" {
+		notice = "Published " + ref + ": it is active, and every tenant's catalog lists it."
 	}
 	if ref := r.URL.Query().Get("changed"); ref != "" {
 		notice = ref + " is now " + r.URL.Query().Get("state") + "."
@@ -127,7 +137,10 @@ func (p *pages) renderAdminPage(w http.ResponseWriter, r *http.Request, reg *reg
 	}
 	for _, e := range entries {
 		v := adminEntryView{Ref: e.Definition.Ref().String(), Description: e.Definition.Description, Kind: kindLabels[api.ToolKind(e.Definition)],
-			State: e.State, When: e.UpdatedAt.UTC().Format("2006-01-02 15:04:05"), By: e.UpdatedBy}
+			State: e.State, When: e.UpdatedAt.UTC().Format("2006-01-02 15:04:05"), By: e.UpdatedBy, States: data.States}
+		if e.State == registry.StateDraft {
+			v.States = append([]registry.State{registry.StateDraft}, data.States...)
+		}
 		if hist, err := reg.History(r.Context(), e.Definition.Ref()); err == nil && len(hist) > 1 {
 			for _, h := range hist {
 				v.History = append(v.History, historyView{State: h.State, When: h.UpdatedAt.UTC().Format("2006-01-02 15:04:05"), By: h.UpdatedBy})
@@ -155,7 +168,7 @@ func (p *pages) register(w http.ResponseWriter, r *http.Request) {
 		Description: strings.TrimSpace(r.PostForm.Get("description")), Category: envelope.Category(r.PostForm.Get("category")),
 		SideEffects: envelope.SideEffects(r.PostForm.Get("side_effects")), Method: r.PostForm.Get("method"),
 		URL: strings.TrimSpace(r.PostForm.Get("url")), SecretHeaders: r.PostForm.Get("secret_headers"),
-		InputSchema: r.PostForm.Get("input_schema"), OutputSchema: r.PostForm.Get("output_schema"), TimeoutMS: strings.TrimSpace(r.PostForm.Get("timeout_ms"))}
+		InputSchema: r.PostForm.Get("input_schema"), OutputSchema: r.PostForm.Get("output_schema"), Draft: r.PostForm.Get("draft") == "true", TimeoutMS: strings.TrimSpace(r.PostForm.Get("timeout_ms"))}
 	def, err := f.definition()
 	if err == nil {
 		var b []byte
@@ -168,7 +181,11 @@ func (p *pages) register(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := auth.FromContext(r.Context()).Name
-	created, err := reg.RegisterAs(r.Context(), def, by)
+	register := reg.RegisterAs
+	if f.Draft {
+		register = reg.RegisterDraftAs
+	}
+	created, err := register(r.Context(), def, by)
 	switch {
 	case errors.Is(err, registry.ErrConflict), errors.Is(err, envelope.ErrInvalidTool):
 		p.renderAdmin(w, r, reg, http.StatusConflict, f, "", "Not registered: "+err.Error())
@@ -181,7 +198,11 @@ func (p *pages) register(w http.ResponseWriter, r *http.Request) {
 	if created {
 		p.log.Info("tool registered", "tool", def.Ref().String(), "by", by, "via", "registry page")
 	}
-	http.Redirect(w, r, "/admin/tools?registered="+url.QueryEscape(def.Ref().String()), http.StatusSeeOther)
+	q := url.Values{"registered": {def.Ref().String()}}
+	if f.Draft {
+		q.Set("draft", "true")
+	}
+	http.Redirect(w, r, "/admin/tools?"+q.Encode(), http.StatusSeeOther)
 }
 
 // definition is the HTTP tool the form describes.
@@ -250,7 +271,10 @@ func (p *pages) setState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := auth.FromContext(r.Context()).Name
-	if err := reg.SetStateAs(r.Context(), ref, st, by); errors.Is(err, registry.ErrNotFound) {
+	if err := reg.SetStateAs(r.Context(), ref, st, by); errors.Is(err, envelope.ErrInvalidTool) {
+		p.renderAdmin(w, r, reg, http.StatusConflict, registerForm{}, "", "Not changed: "+err.Error())
+		return
+	} else if errors.Is(err, registry.ErrNotFound) {
 		p.pageError(w, r, http.StatusNotFound, "No such tool: "+err.Error())
 		return
 	} else if err != nil {
@@ -260,4 +284,33 @@ func (p *pages) setState(w http.ResponseWriter, r *http.Request) {
 	}
 	p.log.Info("tool state changed", "tool", ref.String(), "state", st, "by", by, "via", "registry page")
 	http.Redirect(w, r, "/admin/tools?changed="+url.QueryEscape(ref.String())+"&state="+url.QueryEscape(string(st)), http.StatusSeeOther)
+}
+
+// publish is a draft's Publish button: the version becomes active, by the
+// admin's name.
+func (p *pages) publish(w http.ResponseWriter, r *http.Request) {
+	reg, ok := p.registry(w, r)
+	if !ok {
+		return
+	}
+	ref, err := envelope.ParseToolRef(r.PathValue("ref"))
+	if err != nil {
+		p.pageError(w, r, http.StatusBadRequest, "Bad tool: "+err.Error())
+		return
+	}
+	by := auth.FromContext(r.Context()).Name
+	switch err := reg.Publish(r.Context(), ref, by); {
+	case errors.Is(err, registry.ErrNotFound):
+		p.pageError(w, r, http.StatusNotFound, "No such tool: "+err.Error())
+		return
+	case errors.Is(err, registry.ErrNotDraft):
+		p.renderAdmin(w, r, reg, http.StatusConflict, registerForm{}, "", "Not published: "+err.Error())
+		return
+	case err != nil:
+		p.log.Warn("registry page: publish", "tool", ref.String(), "err", err)
+		p.pageError(w, r, http.StatusServiceUnavailable, "The registry cannot be written now; retry in a moment.")
+		return
+	}
+	p.log.Info("tool published", "tool", ref.String(), "by", by, "via", "registry page")
+	http.Redirect(w, r, "/admin/tools?published="+url.QueryEscape(ref.String()), http.StatusSeeOther)
 }

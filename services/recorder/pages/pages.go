@@ -126,6 +126,7 @@ func New(st store.Store, o Options) http.Handler {
 	mux.HandleFunc("POST /admin/tools", p.register)
 	mux.HandleFunc("POST /admin/mcp", p.registerMCP)
 	mux.HandleFunc("POST /admin/tools/{ref}/state", p.setState)
+	mux.HandleFunc("POST /admin/tools/{ref}/publish", p.publish)
 	mux.HandleFunc("GET /runs/{run_id}", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, false) })
 	mux.HandleFunc("GET /runs/{run_id}/timeline", func(w http.ResponseWriter, r *http.Request) { p.runPage(w, r, true) })
 	mux.HandleFunc("POST /runs/{run_id}/calls/{call_id}/decision", p.decide)
