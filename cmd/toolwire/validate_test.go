@@ -137,3 +137,37 @@ messages: [{role: user, content: hi}]
 		require.ErrorContains(t, err, tc.err)
 	}
 }
+
+// TestValidateReportsGates: validate says which of a tool's calls the gate
+// matrix puts to an operator, or denies, under the agent's autonomy.
+func TestValidateReportsGates(t *testing.T) {
+	env := eventstest.Start(t)
+	reg, err := registry.Open(t.Context(), env.JS)
+	require.NoError(t, err)
+	crm := envelope.ToolDefinition{Name: "crm", Version: "1.0.0", InputSchema: json.RawMessage(`{"type":"object"}`), SupportsPreview: true,
+		Metadata:       envelope.ToolMetadata{Category: envelope.CategoryAPI, SideEffects: envelope.SideEffectsWrites, Cache: envelope.CacheNone},
+		Implementation: envelope.Implementation{Kind: envelope.ImplHTTP, Config: json.RawMessage(`{"url":"https://api.example/crm"}`)},
+		Risk: &envelope.RiskPolicy{Default: envelope.RiskMedium, Field: "method",
+			Actions: map[string]envelope.Risk{"GET": envelope.RiskLow, "DELETE": envelope.RiskCritical}}}
+	require.NoError(t, reg.Put(t.Context(), registry.Entry{Definition: crm}))
+	require.NoError(t, registry.Beat(t.Context(), env.JS, registry.Worker{Queue: envelope.DefaultQueue, Instance: "w1",
+		ID: "executor-1", TTL: registry.MaxWorkerTTL}, time.Now()))
+	file := filepath.Join(t.TempDir(), "agent.json")
+	write := func(autonomy string) {
+		require.NoError(t, os.WriteFile(file, []byte(`{"name":"a","model":{"provider":"scripted","name":"m"},"enabled_tools":["crm@1.0.0"],"policy":{`+autonomy+`}}`), 0o600))
+	}
+	write(`"autonomy":"supervised"`)
+	out, err := cli(t, env.URL, "", "validate", file)
+	require.NoError(t, err)
+	require.Equal(t, "warning: tool crm@1.0.0: its calls will wait for an operator, with their dry run: supervised × medium → preview (default)\n"+
+		"warning: tool crm@1.0.0 (action DELETE): its calls will be denied by the gate matrix: supervised × critical (DELETE) → deny (default)\n", out)
+
+	write(``) // autonomous: only the critical action is put to an operator
+	out, err = cli(t, env.URL, "", "validate", file)
+	require.NoError(t, err)
+	require.Equal(t, "warning: tool crm@1.0.0 (action DELETE): its calls will wait for an operator: autonomous × critical (DELETE) → confirm (default)\n", out)
+
+	write(`"autonomy":"reckless"`)
+	_, err = cli(t, env.URL, "", "validate", file)
+	require.ErrorContains(t, err, `agent.policy.autonomy "reckless" is not one of manual, supervised, autonomous`)
+}

@@ -77,6 +77,9 @@ type Policy struct {
 	// ApprovalTimeoutS is how long a call waits for that decision; none in
 	// time is a denial. Zero means DefaultApprovalTimeout.
 	ApprovalTimeoutS int `json:"approval_timeout_s,omitempty"`
+	// Autonomy is the agent node's row of the gate matrix (docs/policy.md,
+	// Gates); empty: autonomous.
+	Autonomy Autonomy `json:"autonomy,omitempty"`
 }
 
 // Iterations is MaxIterations or its default.
@@ -219,6 +222,9 @@ func (r *RunRequest) Validate() error {
 	}
 	if p.SideEffects != "" && p.SideEffects.Rank() < 0 {
 		add("agent.policy.side_effects %q is not one of none, reads, writes", p.SideEffects)
+	}
+	if !p.Autonomy.Valid() {
+		add("agent.policy.autonomy %q is not one of manual, supervised, autonomous", p.Autonomy)
 	}
 	for _, problem := range p.guardProblems() {
 		add("agent.policy.%s", problem)

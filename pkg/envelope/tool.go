@@ -124,6 +124,9 @@ type ToolDefinition struct {
 	// SupportsPreview says the tool can do a dry run that changes nothing: an
 	// approval request for one of its calls then carries the preview.
 	SupportsPreview bool `json:"supports_preview,omitempty"`
+	// Risk classifies its calls for the gate matrix (docs/policy.md,
+	// Gates); nil: by its side effects.
+	Risk *RiskPolicy `json:"risk,omitempty"`
 	// Queue names the task queue whose workers run the tool; empty means
 	// DefaultQueue, which the executor binary serves. The Policy Guard routes
 	// each approved call to its tool's queue (toolwire.call.<run>.<call>.
@@ -233,6 +236,11 @@ func (d *ToolDefinition) Validate() error {
 	}
 	if d.Cost < 0 || math.IsNaN(d.Cost) || math.IsInf(d.Cost, 0) {
 		problems = append(problems, "cost must be a finite number, zero or more")
+	}
+	if d.Risk != nil {
+		if err := d.Risk.Validate(); err != nil {
+			problems = append(problems, err.Error())
+		}
 	}
 	if d.RateLimit != nil {
 		if err := d.RateLimit.Validate(); err != nil {

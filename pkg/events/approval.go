@@ -62,6 +62,10 @@ type ApprovalRequest struct {
 	Reason string `json:"reason"`
 	// Preview is the tool's dry run, when its definition supports one.
 	Preview *ApprovalPreview `json:"preview,omitempty"`
+	// Gate is the gate matrix's verdict that put the call to an operator
+	// (preview or confirm) and its cell; absent when only the policy's
+	// approval list did.
+	Gate *envelope.GateVerdict `json:"gate,omitempty"`
 	// ExpiresAt is the deadline: no decision by then denies the call.
 	ExpiresAt time.Time `json:"expires_at"`
 }

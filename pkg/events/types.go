@@ -193,6 +193,9 @@ type CallRequest struct {
 	// OperatorApproved marks the approved request of a call that waited for
 	// an operator's decision (the guard's own approvals leave it false).
 	OperatorApproved bool `json:"operator_approved,omitempty"`
+	// Gate is the gate matrix's verdict on the call and the cell that gave
+	// it (docs/policy.md, Gates).
+	Gate *envelope.GateVerdict `json:"gate,omitempty"`
 	// RunDeadline is the run's deadline (its turn's Deadline): a call is not
 	// started after it, and a running one is cut at it, so that nothing of
 	// a run that ended at its deadline runs on. Nil for a call outside a

@@ -10,6 +10,7 @@ require (
 	github.com/toolwire/toolwire/pkg/embedded v0.1.0
 	github.com/toolwire/toolwire/pkg/envelope v0.1.0
 	github.com/toolwire/toolwire/pkg/events v0.1.0
+	github.com/toolwire/toolwire/pkg/rules v0.1.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0

@@ -165,7 +165,7 @@ func TestCheckCall(t *testing.T) {
 			c := withTool(rules.Call{Seq: tt.seq, Name: tt.tool, Version: tt.version, EnabledTools: enabled, Policy: tt.policy}, l)
 			d := g.CheckCall(c)
 			if tt.allowed {
-				require.Equal(t, rules.Decision{Allowed: true, Warnings: tt.warnings}, d)
+				require.Equal(t, rules.Decision{Allowed: true, Warnings: tt.warnings}, autoGated(t, d))
 				return
 			}
 			require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied, Reason: tt.reason, Rule: tt.rule}, d)

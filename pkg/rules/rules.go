@@ -9,6 +9,7 @@
 package rules
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -34,6 +35,9 @@ type Decision struct {
 	// ApprovalRequired, on an allowed tool call, says why the call must wait
 	// for an operator's decision before it runs; empty when it need not.
 	ApprovalRequired string
+	// Gate is the gate matrix's verdict on a call of a registered tool,
+	// with the cell that gave it.
+	Gate *envelope.GateVerdict
 }
 
 // Allow is the decision of a rule that has nothing against a check.
@@ -88,6 +92,11 @@ type Call struct {
 	// lifecycle state; Tool is nil when the registry does not hold it.
 	Tool  *envelope.ToolDefinition
 	State envelope.ToolState
+	// Input is the call's arguments (the gate matrix reads the action a
+	// tool's risk depends on); Org is the run's org (whose overrides of
+	// the matrix apply).
+	Input json.RawMessage
+	Org   string
 }
 
 // Ref is the called tool's name@version.
@@ -129,8 +138,17 @@ const (
 // Guard runs the rules of each check in order; the first denial wins. Guards
 // are immutable and safe for concurrent use.
 type Guard struct {
-	loop []LoopRule
-	call []CallRule
+	loop  []LoopRule
+	call  []CallRule
+	gates Gates
+}
+
+// WithGates is g deciding calls' gates with gates (the default matrix
+// without overrides otherwise).
+func (g *Guard) WithGates(gates Gates) *Guard {
+	c := *g
+	c.gates = gates
+	return &c
 }
 
 // NewGuard returns a guard with DefaultLoopRules and DefaultCallRules.
@@ -178,6 +196,7 @@ func (g *Guard) CheckCall(c Call) Decision {
 			dec.ApprovalRequired = why
 		}
 	}
+	g.gate(&c, &dec)
 	return dec
 }
 

@@ -57,7 +57,7 @@ func TestSideEffectsRule(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := check(g, toolDef("t", tt.tool), envelope.ToolActive, envelope.Policy{SideEffects: tt.ceiling})
 			if tt.reason == "" {
-				require.Equal(t, rules.Decision{Allowed: true}, d)
+				require.Equal(t, rules.Decision{Allowed: true}, autoGated(t, d))
 				return
 			}
 			require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied, Reason: tt.reason, Rule: rules.RuleSideEffects}, d)
@@ -87,7 +87,7 @@ func TestScopesRule(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := check(g, toolDef("t", envelope.SideEffectsNone, tt.required...), envelope.ToolActive, envelope.Policy{Scopes: tt.granted})
 			if tt.reason == "" {
-				require.Equal(t, rules.Decision{Allowed: true}, d)
+				require.Equal(t, rules.Decision{Allowed: true}, autoGated(t, d))
 				return
 			}
 			require.Equal(t, rules.Decision{Code: envelope.CodePolicyDenied, Reason: tt.reason, Rule: rules.RuleScopes}, d)
@@ -248,4 +248,14 @@ func TestMaxBudgetCallUsesTheHigherCost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// autoGated is d, an allowed call's decision, without its gate, which must
+// be auto (the default autonomy runs low and medium risks).
+func autoGated(t *testing.T, d rules.Decision) rules.Decision {
+	t.Helper()
+	require.NotNil(t, d.Gate, "an allowed call of a registered tool has its gate")
+	require.Equal(t, envelope.GateAuto, d.Gate.Gate, "%+v", d.Gate)
+	d.Gate = nil
+	return d
 }

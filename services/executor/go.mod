@@ -72,6 +72,7 @@ require (
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/toolwire/toolwire/pkg/embedded v0.1.0
 	github.com/toolwire/toolwire/pkg/jetstream v0.1.0
+	github.com/toolwire/toolwire/pkg/rules v0.1.0 // indirect
 	github.com/toolwire/toolwire/pkg/service v0.1.0
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect

@@ -81,6 +81,9 @@ func (s *Service) requestApproval(ctx context.Context, req *events.CallRequest, 
 			AgentName: req.Agent, Tenant: req.Tenant, ArgsSummary: SummarizeArgsWith(req.Input, s.piiFor(req.Tenant.OrgID)),
 			EffectDescription: describeEffect(&def), Reason: reason, ExpiresAt: deadline,
 		}
+		if g := req.Gate; g != nil && g.Gate != envelope.GateAuto {
+			ar.Gate = g
+		}
 		if def.SupportsPreview {
 			ar.Preview = s.preview(ctx, req)
 		}

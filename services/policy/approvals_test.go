@@ -134,7 +134,7 @@ func TestApprovalDecisions(t *testing.T) {
 				require.Equal(t, events.TypeCallApproved, ev.Type())
 				require.Equal(t, runID+"/"+req.CallID+"/approved", ev.ID())
 				sent := wantApproved(t, turn, req, "default")
-				sent.OperatorApproved = true
+				sent.OperatorApproved, sent.Gate = true, autoMedium
 				require.Equal(t, sent, decode[events.CallRequest](t, ev), "the approved call is the turn's call, marked as an operator's approval")
 			} else {
 				require.Equal(t, events.TypeCallCompleted, ev.Type())
@@ -285,7 +285,7 @@ func TestApprovalHoldsOnlyItsCall(t *testing.T) {
 	ev, subj = h.nextEventOn(approved)
 	require.Equal(t, "toolwire.call."+runID+"."+send.CallID+".approved.mail", subj, "the operator's approval goes to the tool's queue")
 	want := wantApproved(t, turn, send, "mail")
-	want.OperatorApproved = true
+	want.OperatorApproved, want.Gate = true, autoMedium
 	require.Equal(t, want, decode[events.CallRequest](t, ev))
 	require.NoError(t, h.schemas.Validate(events.SchemaCallRequest, ev.Data()))
 	require.Equal(t, 1.0, testutil.ToFloat64(h.svc.metrics.verdicts.WithLabelValues(kindCall, "approved")),
@@ -423,3 +423,7 @@ func TestApprovalSummaryPerOrg(t *testing.T) {
 	req := decode[events.ApprovalRequest](t, h.nextEvent(required))
 	require.Equal(t, `{"ip":"10.0.0.9","to":"ops@acme.example"}`, req.ArgsSummary)
 }
+
+// autoMedium is the gate of a call of a tool that writes, without a risk
+// policy, under the default autonomy: what the approved call carries.
+var autoMedium = &envelope.GateVerdict{Gate: envelope.GateAuto, Autonomy: envelope.AutonomyAutonomous, Risk: envelope.RiskMedium, Source: "default"}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolwire/toolwire/pkg/rules"
 	"github.com/toolwire/toolwire/pkg/service"
 	"github.com/toolwire/toolwire/services/policy/pii"
 )
@@ -25,6 +26,8 @@ const (
 	EnvPII = "TOOLWIRE_POLICY_PII"
 	// EnvPIIOrgs sets Config.PII.Orgs: ORG=KINDS;ORG=KINDS.
 	EnvPIIOrgs = "TOOLWIRE_POLICY_PII_ORGS"
+	// EnvGates sets Config.GateOverrides: ORG:AUTONOMY/RISK=GATE;...
+	EnvGates = "TOOLWIRE_POLICY_GATES"
 	// EnvPIIRegion sets Config.PII.Region.
 	EnvPIIRegion = "TOOLWIRE_POLICY_PII_REGION"
 )
@@ -70,6 +73,9 @@ type Config struct {
 	QueueWait time.Duration
 	// PII is the personal data an approval's arguments summary strips.
 	PII PIIConfig
+	// GateOverrides change cells of the gate matrix for some orgs
+	// (rules.ParseGateOverrides); the default matrix otherwise.
+	GateOverrides []rules.GateOverride
 }
 
 // PIIConfig says which personal data (package pii) approval summaries
@@ -161,6 +167,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			}
 		}
 	}
+	if v, ok := e.Lookup(EnvGates); ok {
+		o, err := rules.ParseGateOverrides(v)
+		if err != nil {
+			e.Fail(EnvGates, v, err.Error())
+		}
+		c.GateOverrides = o
+	}
 	if v, ok := e.Lookup(EnvPIIRegion); ok {
 		if len(v) != 2 || !isLetter(v[0]) || !isLetter(v[1]) {
 			e.Fail(EnvPIIRegion, v, "want a two-letter region code such as GB")
@@ -181,6 +194,8 @@ func EnvVars() []service.Var {
 			Example: "email,card,national_id"},
 		{Name: EnvPIIOrgs, Help: "per org, what " + EnvPII + " says for the others: ORG=KINDS separated by semicolons",
 			Example: "acme=email,phone;lab=none"},
+		{Name: EnvGates, Help: "orgs' overrides of the gate matrix (docs/policy.md, Gates): ORG:AUTONOMY/RISK=GATE separated by semicolons, * for any autonomy or risk; gates auto, preview, confirm, deny",
+			Example: "acme:*/high=confirm;acme:autonomous/critical=deny"},
 		{Name: EnvPIIRegion, Help: "the region of phone numbers written without a country code, in summaries (default US)", Example: "GB"},
 		{Name: EnvQueueWait, Help: "bound on the wait for a live worker of an approved call's queue; then the call fails with PROVIDER_ERROR naming the queue (default 15s)", Example: "30s"},
 	}

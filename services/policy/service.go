@@ -44,6 +44,8 @@ const (
 	AttrAllowed     = "toolwire.policy.allowed"
 	AttrReason      = "toolwire.policy.reason"
 	AttrRule        = "toolwire.policy.rule"
+	AttrGate        = "toolwire.policy.gate"
+	AttrGateCell    = "toolwire.policy.gate_cell"
 )
 
 // Service is the Policy Guard service. It is stateless between events: each
@@ -85,7 +87,8 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	def, orgs := cfg.PII.scanners()
-	return &Service{Core: d.Core("policy", m.consumers), cfg: cfg, guard: rules.NewGuard(), metrics: m, inputs: newInputSchemas(),
+	return &Service{Core: d.Core("policy", m.consumers), cfg: cfg, guard: rules.NewGuard().WithGates(rules.Gates{Overrides: cfg.GateOverrides}),
+		metrics: m, inputs: newInputSchemas(),
 		pii: def, piiOrgs: orgs}, nil
 }
 
@@ -224,11 +227,11 @@ func (s *Service) handleTurn(ctx context.Context, d *consume.Delivery) error {
 			held = append(held, v)
 			continue
 		case v.dec.Allowed:
-			out, err := events.NewCallApproved(s.cfg.Source, req, rt)
+			out, err := events.NewCallApproved(s.cfg.Source, v.req, rt) // v.req carries the gate
 			if err != nil {
 				return fail(span, consume.Permanent(fmt.Errorf("turn: call %s approved: %w", req.CallID, err)))
 			}
-			routes = append(routes, route{out: len(outs), req: req})
+			routes = append(routes, route{out: len(outs), req: v.req})
 			outs = append(outs, out)
 		default:
 			out, err := events.NewCallCompleted(s.cfg.Source, req.RunID, DeniedEnvelope(&req, v.dec, time.Now()), req.Tenant, rt)
@@ -273,6 +276,7 @@ func (s *Service) checkCall(ctx context.Context, t *events.Turn, c *events.TurnC
 		Seq: c.Seq, Name: c.Name, Version: c.Version,
 		Policy: t.Policy, EnabledTools: t.EnabledTools,
 		Spend: t.Spend, Cost: c.Cost, CostBefore: costBefore,
+		Input: c.Input, Org: t.Tenant.OrgID,
 	}
 	v := verdict{req: req}
 	if c.Version != "" { // a tool that is not enabled has no version to look up
@@ -296,6 +300,10 @@ func (s *Service) checkCall(ctx context.Context, t *events.Turn, c *events.TurnC
 			in.Warnings = v.dec.Warnings
 			v.dec = in
 		}
+	}
+	v.req.Gate = v.dec.Gate // on the approved call's event, and in its approval record
+	if g := v.dec.Gate; g != nil {
+		span.SetAttributes(attribute.String(AttrGate, string(g.Gate)), attribute.String(AttrGateCell, g.Cell()))
 	}
 	annotate(span, v.dec)
 	if v.dec.Allowed && v.dec.ApprovalRequired != "" {

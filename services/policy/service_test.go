@@ -152,6 +152,9 @@ func wantApproved(t *testing.T, turn events.Turn, c events.TurnCall, queue strin
 		RunID: turn.RunID, CallID: c.CallID, Seq: c.Seq, Iteration: turn.Iteration,
 		Name: c.Name, Version: c.Version, Input: c.Input, ProviderCallID: c.ProviderCallID,
 		Tenant: tenant, Agent: "researcher", Queue: queue,
+		// The test tools (toolDef) change nothing: low risk, auto under
+		// the default autonomy.
+		Gate: &envelope.GateVerdict{Gate: envelope.GateAuto, Autonomy: envelope.AutonomyAutonomous, Risk: envelope.RiskLow, Source: "default"},
 	}
 	var onWire events.CallRequest // the input as the wire carries it
 	require.NoError(t, json.Unmarshal(mustJSON(t, want), &onWire))

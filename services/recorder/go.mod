@@ -84,6 +84,7 @@ require (
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/toolwire/toolwire/pkg/embedded v0.1.0
 	github.com/toolwire/toolwire/pkg/jetstream v0.1.0
+	github.com/toolwire/toolwire/pkg/rules v0.1.0 // indirect
 	github.com/toolwire/toolwire/pkg/service v0.1.0
 	github.com/toolwire/toolwire/services/executor v0.1.0
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect

@@ -65,6 +65,7 @@ require (
 	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/toolwire/toolwire/pkg/embedded v0.1.0
 	github.com/toolwire/toolwire/pkg/jetstream v0.1.0
+	github.com/toolwire/toolwire/pkg/rules v0.1.0 // indirect
 	github.com/toolwire/toolwire/pkg/service v0.1.0
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/rules"
 )
 
 // CheckAgent checks an agent's enabled tools against the registry: their
@@ -49,6 +50,7 @@ func CheckAgent(a envelope.Agent, lookup func(envelope.ToolRef) (Entry, bool), s
 			f.Warnings = append(f.Warnings, fmt.Sprintf("tool %s needs scopes the policy does not grant (%s): its calls will be denied",
 				ref, strings.Join(missing, ", ")))
 		}
+		f.Warnings = append(f.Warnings, gateFindings(a, &d)...)
 		if unbound := unboundWebSecrets(&d); len(unbound) > 0 {
 			f.Warnings = append(f.Warnings, fmt.Sprintf("tool %s is a web tool that declares %s with no secret_destinations: "+
 				"a call that sends them will be denied (docs/tools.md, Secrets by name)", ref, strings.Join(unbound, ", ")))
@@ -77,6 +79,49 @@ func CheckAgentNow(ctx context.Context, js jetstream.JetStream, a envelope.Agent
 		f.Warnings = append(f.Warnings, fmt.Sprintf("the queues' workers are unknown (no heartbeats: %v)", werr))
 	}
 	return f, nil
+}
+
+// gateFindings say what the default gate matrix (rules.DefaultGates; an
+// org's overrides, which the policy service holds, may change it) does with
+// the tool's calls under the agent's autonomy, when it does more than run
+// them: for its default risk and for each action of its risk map.
+func gateFindings(a envelope.Agent, d *envelope.ToolDefinition) []string {
+	var g rules.Gates
+	say := func(v envelope.GateVerdict) string {
+		ref := d.Ref().String()
+		if v.Action != "" {
+			ref += " (action " + v.Action + ")"
+		}
+		switch v.Gate {
+		case envelope.GateDeny:
+			return fmt.Sprintf("tool %s: its calls will be denied by the gate matrix: %s", ref, v.Cell())
+		case envelope.GatePreview:
+			if !d.SupportsPreview {
+				return fmt.Sprintf("tool %s: its calls will wait for an operator: %s, which falls back to confirm: the tool has no dry run", ref, v.Cell())
+			}
+			return fmt.Sprintf("tool %s: its calls will wait for an operator, with their dry run: %s", ref, v.Cell())
+		default:
+			return fmt.Sprintf("tool %s: its calls will wait for an operator: %s", ref, v.Cell())
+		}
+	}
+	var out []string
+	risk, _ := d.RiskOf(nil)
+	if v := g.For("", a.Policy.Autonomy, risk, ""); v.Gate != envelope.GateAuto {
+		out = append(out, say(v))
+	}
+	if d.Risk != nil {
+		actions := make([]string, 0, len(d.Risk.Actions))
+		for k := range d.Risk.Actions {
+			actions = append(actions, k)
+		}
+		slices.Sort(actions)
+		for _, act := range actions {
+			if v := g.For("", a.Policy.Autonomy, d.Risk.Actions[act], act); v.Gate != envelope.GateAuto {
+				out = append(out, say(v))
+			}
+		}
+	}
+	return out
 }
 
 // webToolBuiltins are the builtins that send secrets by name in a call's

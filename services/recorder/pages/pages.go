@@ -374,6 +374,9 @@ type callView struct {
 	// PinURL opens the agent builder on the run with this call pinned
 	// (strategy by_call_id).
 	PinURL string
+	// Gate and GateCell are the gate matrix's verdict on the call and the
+	// cell that gave it, from its approval request or its approved event.
+	Gate, GateCell, GateNote string
 }
 
 type attachmentView struct {
@@ -653,6 +656,12 @@ func callViewOf(runID string, c store.ToolCall, asked *time.Time, evs []store.Ev
 				return s
 			}
 			return ""
+		}
+		var gated struct {
+			Gate *envelope.GateVerdict `json:"gate"`
+		}
+		if (e.Type == events.TypeCallApproved || e.Type == events.TypeCallApprovalRequired) && json.Unmarshal(e.Data, &gated) == nil && gated.Gate != nil {
+			cv.Gate, cv.GateCell, cv.GateNote = string(gated.Gate.Gate), gated.Gate.Cell(), gated.Gate.Note
 		}
 		switch e.Type {
 		case events.TypeCallApproved:
