@@ -52,5 +52,8 @@ func PythonExecDefinition() envelope.ToolDefinition {
 		},
 		TimeoutMS:      30_000,
 		Implementation: envelope.Implementation{Kind: envelope.ImplSandbox, Config: cfg},
+		// Its dry run is the code and the limits it would run under
+		// (services/executor/tools/sandboxtool).
+		SupportsPreview: true,
 	}
 }

@@ -91,20 +91,22 @@ type endpoint struct {
 
 func (e *endpoint) Definition() envelope.ToolDefinition { return e.def }
 
-func (e *endpoint) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
+// request is the request a call with input sends, as Execute sends it and
+// Preview shows it.
+func (e *endpoint) request(ctx context.Context, input json.RawMessage, tc toolapi.Context) (web.Request, error) {
 	name := e.def.Ref().String()
 	hdr, secretNames, _, te := web.BuildHeaders(name, e.cfg.Headers, e.cfg.SecretHeaders, tc.Auth)
 	if te != nil {
-		return nil, te
+		return web.Request{}, te
 	}
 	// The endpoint is the binding of every secret the config sends.
 	bindings, err := web.EndpointBindings(e.url, secretNames)
 	if err != nil {
-		return nil, envelope.NewToolError(envelope.CodePolicyDenied, "%s: %v: its secrets are sent nowhere", name, err)
+		return web.Request{}, envelope.NewToolError(envelope.CodePolicyDenied, "%s: %v: its secrets are sent nowhere", name, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, e.cfg.MethodOrDefault(), e.url.String(), bytes.NewReader(input))
 	if err != nil {
-		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
+		return web.Request{}, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
 	}
 	req.Header = hdr
 	req.Header.Set("Content-Type", "application/json")
@@ -117,9 +119,33 @@ func (e *endpoint) Execute(ctx context.Context, input json.RawMessage, tc toolap
 	if e.def.Metadata.SideEffects == envelope.SideEffectsWrites {
 		req.Header.Set(envelope.IdempotencyKeyHeader, envelope.IdempotencyKey(tc.RunID, tc.CallID))
 	}
+	return web.Request{Tool: name, HTTP: req, SecretHeaders: secretNames, Bindings: bindings, NoRedirects: true}, nil
+}
+
+// Preview is the request the call would send to the endpoint, checked as a
+// call checks it and not sent (web.RequestPreview: secrets named, never
+// their values). Every http entry can be previewed; its definition says
+// supports_preview for the guard to ask.
+func (e *endpoint) Preview(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
+	r, err := e.request(ctx, input, tc)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.r.web.Check(r); err != nil {
+		return nil, err
+	}
+	return json.Marshal(web.PreviewOf(r.HTTP, input, r.SecretHeaders, e.cfg.SecretHeaders))
+}
+
+func (e *endpoint) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
+	r, err := e.request(ctx, input, tc)
+	if err != nil {
+		return nil, err
+	}
 	// The pipeline scrubs every secret value from the output and the error
 	// (message and details) before anyone sees them: no redaction here.
-	resp, body, truncated, err := e.r.web.Do(web.Request{Tool: name, HTTP: req, SecretHeaders: secretNames, Bindings: bindings, NoRedirects: true})
+	name := r.Tool
+	resp, body, truncated, err := e.r.web.Do(r)
 	if err != nil {
 		return nil, err
 	}

@@ -372,3 +372,37 @@ func TestUnrunnableEntries(t *testing.T) {
 	_, err := r.Tool(&def)
 	require.ErrorContains(t, err, `implementation kind "builtin" is not http`)
 }
+
+// TestPreview: the dry run of an http entry is the exact request a call
+// would send (method, URL, headers, the body byte for byte, the idempotency
+// key), its secrets named and never their values, and nothing is sent.
+func TestPreview(t *testing.T) {
+	srv := newEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, `{}`) })
+	r := newRunner(t, srv.hostPort())
+	def := definition(envelope.SideEffectsWrites, config(srv.URL+"/v1/invoices?draft=false",
+		`"headers":{"X-Api-Version":"2"},"secret_headers":{"Authorization":"Bearer {{secret:BILLING_KEY}}"}`), "BILLING_KEY")
+	tl, err := r.Tool(&def)
+	require.NoError(t, err)
+	pv, ok := tl.(toolapi.Previewer)
+	require.True(t, ok, "every http entry can be previewed")
+	input := `{"customer": "c-1", "amount": 12.50}`
+	out, err := pv.Preview(t.Context(), json.RawMessage(input), toolapi.Context{TenantID: "acme", RunID: "run-1", CallID: callID, Auth: map[string]string{"BILLING_KEY": "sk-live-verysecret"}})
+	require.NoError(t, err)
+	require.NotContains(t, string(out), "sk-live-verysecret")
+	var p web.RequestPreview
+	require.NoError(t, json.Unmarshal(out, &p))
+	require.True(t, p.DryRun)
+	require.Equal(t, "POST", p.Method)
+	require.Equal(t, srv.URL+"/v1/invoices?draft=false", p.URL)
+	require.Equal(t, "Bearer [secret BILLING_KEY]", p.Headers["Authorization"])
+	require.Equal(t, "2", p.Headers["X-Api-Version"])
+	require.Equal(t, "application/json", p.Headers["Content-Type"])
+	require.Equal(t, "run-1."+callID, p.Headers["Idempotency-Key"])
+	require.Equal(t, []string{"BILLING_KEY"}, p.Secrets)
+	require.Equal(t, input, p.Body, "the body as it would be sent, byte for byte")
+	require.Empty(t, srv.requests(), "a dry run sends nothing")
+
+	// A secret it could not resolve: the call would fail, and so does its preview.
+	_, err = pv.Preview(t.Context(), json.RawMessage(input), toolapi.Context{TenantID: "acme", RunID: "run-1", CallID: callID})
+	require.Equal(t, envelope.CodeAuthRequired, toolError(t, err).Code)
+}

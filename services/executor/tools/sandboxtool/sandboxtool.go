@@ -154,6 +154,37 @@ func answerMargin(left time.Duration) time.Duration {
 	return min(max(left/10, 200*time.Millisecond), 3*time.Second)
 }
 
+// Preview is the code the call would run and the limits it would run
+// under, not run: code runs only in the sandbox, so its dry run is what it
+// is, shown to the operator.
+func (t *sandboxTool) Preview(_ context.Context, input json.RawMessage, _ toolapi.Context) (json.RawMessage, error) {
+	ref := t.def.Ref()
+	p := struct {
+		DryRun   bool            `json:"dry_run"`
+		Language string          `json:"language"`
+		Code     string          `json:"code"`
+		Input    json.RawMessage `json:"input"`
+		Runtime  string          `json:"runtime,omitempty"`
+		Limits   any             `json:"limits"`
+		TimeoutS float64         `json:"timeout_s"`
+	}{DryRun: true, Language: t.cfg.Language, Code: t.cfg.Source, Input: input, Runtime: t.cfg.Runtime, Limits: t.cfg.Limits,
+		TimeoutS: t.def.Timeout().Seconds()}
+	if t.cfg.CodeFromInput {
+		var in struct {
+			Code  string          `json:"code"`
+			Input json.RawMessage `json:"input"`
+		}
+		if err := json.Unmarshal(input, &in); err != nil || in.Code == "" {
+			return nil, envelope.NewToolError(envelope.CodeValidation, "tool %s takes {\"code\": \"...\", \"input\": ...}", ref)
+		}
+		p.Code, p.Input = in.Code, in.Input
+	}
+	if len(bytes.TrimSpace(p.Input)) == 0 {
+		p.Input = json.RawMessage("null")
+	}
+	return json.Marshal(p)
+}
+
 func (t *sandboxTool) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
 	ref := t.def.Ref()
 	job := events.SandboxJob{

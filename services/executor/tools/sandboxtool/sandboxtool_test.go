@@ -341,3 +341,32 @@ func TestLostJob(t *testing.T) {
 		})
 	}
 }
+
+// TestPreviewShowsTheCode: the dry run of a code tool is the code it would
+// run (the definition's, or the call's own for a code-from-input tool), its
+// input and its limits; no job is published (the Jobs have no JetStream).
+func TestPreviewShowsTheCode(t *testing.T) {
+	jobs := sandboxtool.NewJobs(nil, nil, "/toolwire/executor", sandboxtool.Options{})
+	for _, tc := range []struct{ config, input, code, in string }{
+		{`{"language":"python","source":"print(1)","limits":{"memory_bytes":67108864}}`, `{"n":2}`, "print(1)", `{"n":2}`},
+		{`{"language":"python","code_from_input":true}`, `{"code":"import sys\nprint(sys.stdin.read())","input":[1]}`, "import sys\nprint(sys.stdin.read())", `[1]`},
+	} {
+		tl, err := jobs.Tool(sandboxDef(tc.config))
+		require.NoError(t, err)
+		out, err := tl.(toolapi.Previewer).Preview(t.Context(), json.RawMessage(tc.input), toolapi.Context{RunID: "run-sb", CallID: "c0ffee04"})
+		require.NoError(t, err)
+		var p struct {
+			DryRun   bool            `json:"dry_run"`
+			Language string          `json:"language"`
+			Code     string          `json:"code"`
+			Input    json.RawMessage `json:"input"`
+			TimeoutS float64         `json:"timeout_s"`
+		}
+		require.NoError(t, json.Unmarshal(out, &p))
+		require.True(t, p.DryRun)
+		require.Equal(t, "python", p.Language)
+		require.Equal(t, tc.code, p.Code)
+		require.JSONEq(t, tc.in, string(p.Input))
+		require.Positive(t, p.TimeoutS)
+	}
+}

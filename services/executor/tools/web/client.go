@@ -215,6 +215,16 @@ func (c *Client) Do(r Request) (resp *http.Response, body []byte, truncated bool
 	return res, body, truncated, nil
 }
 
+// Check is what Do checks before it sends r: a secret that may not go to
+// r's destination in its header is refused (POLICY_DENIED), as Do refuses
+// it. A preview asks it of the request it shows.
+func (c *Client) Check(r Request) error {
+	if err := checkSecretDestinations(r.HTTP.URL, r.SecretHeaders, r.Bindings); err != nil {
+		return classifyTransportError(r.HTTP.Context(), r.Tool, r.HTTP.URL, err)
+	}
+	return nil
+}
+
 // requestContext bounds one request of tool, redirects and body included, by
 // RequestTimeout. Its expiry is the cause the request fails with (Do returns
 // the context's cause): TIMEOUT naming the limit, not a bare

@@ -100,6 +100,7 @@ func (t httpTool) Definition() envelope.ToolDefinition {
   "additionalProperties": false
 }`, httpOutputSchema)
 		d.Metadata.SideEffects = envelope.SideEffectsReads
+		d.SupportsPreview = true // the request it would send
 		return d
 	}
 	d := toolapi.BuiltinDefinition("http_request",
@@ -120,6 +121,14 @@ func (t httpTool) Definition() envelope.ToolDefinition {
   "additionalProperties": false
 }`, httpOutputSchema)
 	d.Metadata.SideEffects = envelope.SideEffectsWrites
+	d.SupportsPreview = true // the request it would send
+	// An HTTP method says what a call does: a read is low risk, a write
+	// medium, a deletion high.
+	d.Risk = &envelope.RiskPolicy{Default: envelope.RiskMedium, Field: "method", Actions: map[string]envelope.Risk{
+		http.MethodGet: envelope.RiskLow, http.MethodHead: envelope.RiskLow, http.MethodOptions: envelope.RiskLow,
+		http.MethodPost: envelope.RiskMedium, http.MethodPut: envelope.RiskMedium, http.MethodPatch: envelope.RiskMedium,
+		http.MethodDelete: envelope.RiskHigh,
+	}}
 	return d
 }
 
@@ -141,52 +150,89 @@ type httpOut struct {
 	Truncated    bool              `json:"truncated"`
 }
 
-func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
+// built is a call's request as Execute sends it and Preview shows it.
+type built struct {
+	in      httpIn
+	req     *http.Request
+	body    []byte
+	secret  []SecretHeader
+	secrets []string // the values, for redaction
+}
+
+// build makes the request a call with input sends, under ctx.
+func (t httpTool) build(ctx context.Context, input json.RawMessage, tc toolapi.Context) (built, error) {
 	name := t.name()
-	var in httpIn
-	if err := toolapi.DecodeInput(name, input, &in); err != nil {
-		return nil, err
+	var b built
+	if err := toolapi.DecodeInput(name, input, &b.in); err != nil {
+		return b, err
 	}
+	in := &b.in
 	if t.getOnly || in.Method == "" {
 		in.Method = http.MethodGet
 	}
 	u, err := CheckURL(in.URL)
 	if err != nil {
-		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
+		return b, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
 	}
 	hdr, secretNames, secrets, te := BuildHeaders(name, in.Headers, in.SecretHeaders, tc.Auth)
 	if te != nil {
-		return nil, te
+		return b, te
 	}
-	redact := redactor(secrets)
-
-	var body io.Reader
+	b.secret, b.secrets = secretNames, secrets
 	if len(in.Body) > 0 && !bytes.Equal(in.Body, []byte("null")) {
 		if in.Method == http.MethodGet || in.Method == http.MethodHead {
-			return nil, envelope.NewToolError(envelope.CodeValidation, "%s: a %s request has no body", name, in.Method)
+			return b, envelope.NewToolError(envelope.CodeValidation, "%s: a %s request has no body", name, in.Method)
 		}
 		var s string
 		if json.Unmarshal(in.Body, &s) == nil {
-			body = strings.NewReader(s)
+			b.body = []byte(s)
 		} else {
-			body = bytes.NewReader(in.Body)
+			b.body = in.Body
 			if hdr.Get("Content-Type") == "" {
 				hdr.Set("Content-Type", "application/json")
 			}
 		}
 	}
+	var body io.Reader
+	if b.body != nil {
+		body = bytes.NewReader(b.body)
+	}
+	b.req, err = http.NewRequestWithContext(ctx, in.Method, u.String(), body)
+	if err != nil {
+		return b, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
+	}
+	b.req.Header = hdr
+	if b.req.Header.Get("User-Agent") == "" {
+		b.req.Header.Set("User-Agent", UserAgent)
+	}
+	return b, nil
+}
 
+// Preview is the request the call would send, checked as a call checks it
+// (the URL, the headers, where its secrets may go) and not sent: a
+// RequestPreview, each secret header shown with its secrets named, never
+// their values.
+func (t httpTool) Preview(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
+	b, err := t.build(ctx, input, tc)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.web.Check(Request{Tool: t.name(), HTTP: b.req, SecretHeaders: b.secret, Bindings: tc.SecretDestinations}); err != nil {
+		return nil, err
+	}
+	return json.Marshal(PreviewOf(b.req, b.body, b.secret, b.in.SecretHeaders))
+}
+
+func (t httpTool) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {
+	name := t.name()
 	ctx, cancel := t.web.requestContext(ctx, name)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, in.Method, u.String(), body)
+	b, err := t.build(ctx, input, tc)
 	if err != nil {
-		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
+		return nil, err
 	}
-	req.Header = hdr
-	if req.Header.Get("User-Agent") == "" {
-		req.Header.Set("User-Agent", UserAgent)
-	}
-	resp, raw, truncated, err := t.web.Do(Request{Tool: name, HTTP: req, SecretHeaders: secretNames, Bindings: tc.SecretDestinations})
+	redact := redactor(b.secrets)
+	resp, raw, truncated, err := t.web.Do(Request{Tool: name, HTTP: b.req, SecretHeaders: b.secret, Bindings: tc.SecretDestinations})
 	if err != nil {
 		return nil, err
 	}

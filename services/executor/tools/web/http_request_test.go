@@ -445,3 +445,35 @@ func TestHTTPSecretHeaders(t *testing.T) {
 	_, te = runTool(t, tl, input(map[string]any{"url": srv.URL, "secret_headers": map[string]any{"Authorization": "Bearer plain"}}), auth)
 	require.Equal(t, envelope.CodeValidation, te.Code)
 }
+
+// TestHTTPRequestPreview: the dry run of http_request is the request it
+// would send, checked as the call is (a secret bound elsewhere is refused),
+// with its secret headers named, never filled; nothing is sent.
+func TestHTTPRequestPreview(t *testing.T) {
+	srv := newCounted(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{}") })
+	c := newTestClient(t, Config{AllowHosts: []string{srv.hostPort()}})
+	tl := httpTool{web: c, now: time.Now}
+	require.True(t, tl.Definition().SupportsPreview)
+	const token = "s3cr3t-t0ken-value"
+	tc := toolapi.Context{Auth: map[string]string{"API_TOKEN": token}, SecretDestinations: map[string]envelope.SecretBinding{
+		"API_TOKEN": {Hosts: []string{"http://" + srv.hostPort()}, Headers: []string{"Authorization"}},
+	}}
+	in := input(map[string]any{"method": "POST", "url": srv.URL + "/v1/issues", "headers": map[string]any{"Accept": "application/json"},
+		"secret_headers": map[string]any{"Authorization": "Bearer {{secret:API_TOKEN}}"}, "body": map[string]any{"title": "bug"}})
+	out, err := tl.Preview(t.Context(), json.RawMessage(in), tc)
+	require.NoError(t, err)
+	require.NotContains(t, string(out), token)
+	var p RequestPreview
+	require.NoError(t, json.Unmarshal(out, &p))
+	require.Equal(t, RequestPreview{DryRun: true, Method: "POST", URL: srv.URL + "/v1/issues", Body: `{"title":"bug"}`, Secrets: []string{"API_TOKEN"},
+		Headers: map[string]string{"Accept": "application/json", "Authorization": "Bearer [secret API_TOKEN]", "Content-Type": "application/json", "User-Agent": UserAgent}}, p)
+	require.Zero(t, srv.hits.Load(), "a dry run sends nothing")
+
+	// Bound elsewhere: the call would be refused, and so is its preview.
+	tc.SecretDestinations["API_TOKEN"] = envelope.SecretBinding{Hosts: []string{"https://api.example.com"}, Headers: []string{"Authorization"}}
+	_, err = tl.Preview(t.Context(), json.RawMessage(in), tc)
+	var te *envelope.ToolError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, envelope.CodePolicyDenied, te.Code)
+	require.Zero(t, srv.hits.Load())
+}
