@@ -239,20 +239,27 @@ type listedTool struct {
 	registry.Entry
 	Queue   string            `json:"queue"`
 	Workers []registry.Worker `json:"workers"`
+	// Health is from the live executors' circuits (registry.HealthOf).
+	Health registry.Health `json:"health"`
 }
 
 func listedTools(entries []registry.Entry, byQueue map[string][]registry.Worker) []listedTool {
+	var live []registry.Worker
+	for _, ws := range byQueue {
+		live = append(live, ws...)
+	}
+	health := registry.HealthOf(live, time.Now())
 	out := make([]listedTool, 0, len(entries))
 	for _, e := range entries {
 		q := cmp.Or(e.Definition.Queue, envelope.DefaultQueue)
-		out = append(out, listedTool{Entry: e, Queue: q, Workers: append([]registry.Worker{}, byQueue[q]...)})
+		out = append(out, listedTool{Entry: e, Queue: q, Workers: append([]registry.Worker{}, byQueue[q]...), Health: health(e.Definition.Ref().String())})
 	}
 	return out
 }
 
 func printTools(w io.Writer, tools []listedTool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tSTATE\tCATEGORY\tSIDE EFFECTS\tSECRETS\tQUEUE\tWORKERS\tDESCRIPTION")
+	fmt.Fprintln(tw, "TOOL\tSTATE\tHEALTH\tCATEGORY\tSIDE EFFECTS\tSECRETS\tQUEUE\tWORKERS\tDESCRIPTION")
 	for _, t := range tools {
 		d := t.Definition
 		sec := strings.Join(d.RequiredSecrets, ",")
@@ -263,7 +270,11 @@ func printTools(w io.Writer, tools []listedTool) error {
 		if len(t.Workers) > 0 {
 			workers = strconv.Itoa(len(t.Workers))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Ref(), t.State, d.Metadata.Category, d.Metadata.SideEffects, sec,
+		health := string(t.Health.Status)
+		if !t.Health.OpenUntil.IsZero() {
+			health += " until " + t.Health.OpenUntil.UTC().Format("15:04:05")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Ref(), t.State, health, d.Metadata.Category, d.Metadata.SideEffects, sec,
 			t.Queue, workers, clip(firstLine(d.Description), 60))
 	}
 	return tw.Flush()

@@ -115,18 +115,29 @@ func TestToolsCommands(t *testing.T) {
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3, out)
-	require.Regexp(t, `^TOOL\s+STATE\s+CATEGORY\s+SIDE EFFECTS\s+SECRETS\s+QUEUE\s+WORKERS\s+DESCRIPTION$`, lines[0])
-	require.Regexp(t, `^weather@1.0.0\s+deprecated\s+api\s+reads\s+WEATHER_KEY\s+default\s+none\s+Current weather for a city.$`, lines[1])
+	require.Regexp(t, `^TOOL\s+STATE\s+HEALTH\s+CATEGORY\s+SIDE EFFECTS\s+SECRETS\s+QUEUE\s+WORKERS\s+DESCRIPTION$`, lines[0])
+	require.Regexp(t, `^weather@1.0.0\s+deprecated\s+healthy\s+api\s+reads\s+WEATHER_KEY\s+default\s+none\s+Current weather for a city.$`, lines[1])
 	require.Regexp(t, `^weather@2.0.0\s+active\s+`, lines[2])
 
-	// Each tool's queue shows its live workers.
-	for _, id := range []string{"a1", "b2"} {
-		require.NoError(t, registry.Beat(t.Context(), env.JS, registry.Worker{Queue: envelope.DefaultQueue, Instance: id,
-			ID: "executor-" + id, TTL: registry.MaxWorkerTTL}, time.Now()))
+	// Each tool's queue shows its live workers, and its health their
+	// circuits: one executor's is open (degraded), then both (unavailable).
+	until := time.Now().Add(time.Hour).UTC()
+	beat := func(id string, open bool) {
+		w := registry.Worker{Queue: envelope.DefaultQueue, Instance: id, ID: "executor-" + id, TTL: registry.MaxWorkerTTL}
+		if open {
+			w.Health = []registry.ToolHealth{{Tool: "weather@1.0.0", State: "open", ConsecutiveFailures: 5, OpenUntil: until, LastFailure: "TIMEOUT"}}
+		}
+		require.NoError(t, registry.Beat(t.Context(), env.JS, w, time.Now()))
 	}
+	beat("a1", true)
+	beat("b2", false)
 	out, err = cli(t, env.URL, "", "tools", "list", "--search", "weather")
 	require.NoError(t, err)
-	require.Regexp(t, `(?m)^weather@1.0.0\s+deprecated\s+api\s+reads\s+WEATHER_KEY\s+default\s+2\s+Current`, out)
+	require.Regexp(t, `(?m)^weather@1.0.0\s+deprecated\s+degraded until \d\d:\d\d:\d\d\s+api\s+reads\s+WEATHER_KEY\s+default\s+2\s+Current`, out)
+	beat("b2", true)
+	out, err = cli(t, env.URL, "", "tools", "list", "--search", "weather")
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^weather@1.0.0\s+deprecated\s+unavailable until `+until.Format("15:04:05")+`\s+api`, out)
 
 	out, err = cli(t, env.URL, "", "tools", "list", "--state", "deprecated", "--json")
 	require.NoError(t, err)

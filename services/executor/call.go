@@ -405,6 +405,11 @@ func (s *Service) execute(ctx context.Context, req *events.CallRequest, entry *r
 	}
 
 	// The tool's health: an open circuit answers at once.
+	// Another replica found the tool down: fail fast here too.
+	if refusal := s.peerRefusal(res.label); refusal != nil {
+		s.metrics.circuitFast.WithLabelValues(res.label).Inc()
+		return fail(refusal)
+	}
 	report, refusal := s.circuits.allow(res.label)
 	if refusal != nil {
 		return fail(refusal)

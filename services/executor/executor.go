@@ -86,6 +86,11 @@ type Service struct {
 	// cancels are the runs cancelled lately and the calls running here
 	// (cancel.go).
 	cancels *cancels.Runs
+	// peers are the executors' heartbeats, with their circuits: a tool one
+	// replica found down fails fast on every replica (health.go).
+	peers *registry.Workers
+	// instance is this process's heartbeat instance.
+	instance string
 }
 
 // New builds the executor from the service's dependencies and cfg (zero
@@ -256,11 +261,16 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		// Announced last, once every queue's consumer runs; at Stop, withdrawn
 		// first (before the consumers drain), so that no new call is routed here.
+		if s.peers, err = registry.WatchWorkers(ctx, s.JS, s.now); err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+		s.OnStopFunc(s.peers.Stop)
 		beats, err := s.startHeartbeats(ctx, life)
 		if err != nil {
 			return err
 		}
 		s.OnStop(beats.end)
+		s.circuits.onOpen(beats.kick) // a circuit that opens is announced at once
 		// The workers' requests, and the queues of the workers alive now.
 		stopWorkers, err := s.serveWorkers(ctx, life)
 		if err != nil {

@@ -54,6 +54,7 @@ type circuits struct {
 	open     time.Duration
 	now      func() time.Time
 	metrics  *metrics
+	opened   func() // called when a circuit opens (a beat announces it); nil: none
 
 	mu       sync.Mutex
 	breakers map[string]*circuit
@@ -91,6 +92,9 @@ func (cs *circuits) get(tool string) *circuit {
 			c.mu.Lock()
 			if to == gobreaker.StateOpen {
 				c.openUntil = cs.now().Add(cs.open)
+				if f := cs.openedFunc(); f != nil {
+					defer f()
+				}
 			} else {
 				c.openUntil = time.Time{}
 			}
@@ -101,6 +105,38 @@ func (cs *circuits) get(tool string) *circuit {
 	cs.breakers[tool] = c
 	cs.metrics.circuit.WithLabelValues(tool).Set(0)
 	return c
+}
+
+// onOpen has f called (quickly, without blocking) whenever a circuit opens.
+func (cs *circuits) onOpen(f func()) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.opened = f
+}
+
+func (cs *circuits) openedFunc() func() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.opened
+}
+
+// peerRefusal is the PROVIDER_ERROR of a call of tool while another live
+// executor's circuit for it is open: every replica fails fast on what one
+// has found out, until that circuit lets a trial call through.
+func (s *Service) peerRefusal(tool string) *envelope.ToolError {
+	if s.peers == nil {
+		return nil
+	}
+	h, by, open := s.peers.OpenElsewhere(tool, s.instance)
+	if !open {
+		return nil
+	}
+	wait := h.OpenUntil.Sub(s.now())
+	te := envelope.NewToolError(envelope.CodeProviderError,
+		"tool %s is unavailable: executor %s's circuit is open after %d consecutive failures (last: %s); retry in %s",
+		tool, by.ID, h.ConsecutiveFailures, h.LastFailure, wait.Round(time.Millisecond))
+	te.RetryAfterS = retryAfterSeconds(wait)
+	return te
 }
 
 func stateValue(s gobreaker.State) float64 {

@@ -22,6 +22,17 @@ type heartbeats struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+	// kicks asks for a beat now (a circuit opened), at most one pending.
+	kicks chan struct{}
+}
+
+// kick asks for a beat now, without waiting: a beat pending already
+// covers it, so a storm of openings is one beat.
+func (h *heartbeats) kick() {
+	select {
+	case h.kicks <- struct{}{}:
+	default:
+	}
 }
 
 // startHeartbeats beats every queue once (ctx bounds it), then keeps
@@ -32,6 +43,7 @@ func (s *Service) startHeartbeats(ctx, life context.Context) (*heartbeats, error
 		return nil, fmt.Errorf("heartbeat instance: %w", err)
 	}
 	instance := hex.EncodeToString(nonce)
+	s.instance = instance
 	tools := make([]string, 0, min(len(s.defs), registry.MaxWorkerTools))
 	for i := range s.defs {
 		if len(tools) == registry.MaxWorkerTools {
@@ -39,7 +51,7 @@ func (s *Service) startHeartbeats(ctx, life context.Context) (*heartbeats, error
 		}
 		tools = append(tools, s.defs[i].Ref().String())
 	}
-	h := &heartbeats{s: s, stop: make(chan struct{}), done: make(chan struct{})}
+	h := &heartbeats{s: s, stop: make(chan struct{}), done: make(chan struct{}), kicks: make(chan struct{}, 1)}
 	started := s.now().UTC()
 	for _, q := range s.cfg.Queues {
 		h.workers = append(h.workers, registry.Worker{Queue: q, Instance: instance, ID: s.cfg.ID, Tools: tools,
@@ -69,13 +81,22 @@ func (h *heartbeats) beat(ctx context.Context) error {
 
 func (h *heartbeats) run(life context.Context) {
 	defer close(h.done)
-	every(life, h.stop, h.s.cfg.Heartbeat, func() bool {
+	t := time.NewTicker(h.s.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-life.Done():
+			return
+		case <-t.C:
+		case <-h.kicks:
+		}
 		if err := h.beat(life); err != nil {
 			// The next beat may get through: a beat outlives two lost ones.
 			h.s.Log.Warn("heartbeat failed", "err", err)
 		}
-		return true
-	})
+	}
 }
 
 // every calls beat once a period until stop is closed, ctx ends or beat

@@ -21,6 +21,7 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/jetstream/ratebucket"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
+	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor/tools/testtools"
 )
 
@@ -670,4 +671,76 @@ func TestEnvelopeCost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCircuitSharedAcrossReplicas: a circuit that opens is announced at
+// once (a heartbeat without waiting for the period), and a call on a
+// replica whose own circuit is closed fails fast, with retry_after_s,
+// while another live executor says that its circuit is open; once that
+// one reports it closed, the call runs.
+func TestCircuitSharedAcrossReplicas(t *testing.T) {
+	env := eventstest.Start(t)
+	schemas := newEventSchemas(t)
+	var fail atomic.Bool
+	var runs atomic.Int32
+	flaky := newTestTool("flaky", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
+		runs.Add(1)
+		if fail.Load() {
+			return nil, envelope.NewToolError(envelope.CodeProviderError, "upstream said 503")
+		}
+		return okOutput(ctx, in)
+	})
+	// A heartbeat period far longer than the test: only a kick beats.
+	s := startExecutor(t, env, Config{CircuitFailures: 2, CircuitOpen: time.Minute, Heartbeat: 3 * time.Minute}, WithTools(flaky))
+	const runID = "run-shared-circuit"
+	w := watchRun(t, env.JS, runID)
+	seq := 0
+	call := func() envelope.ToolEnvelope {
+		seq++
+		return w.call(t, env.JS, schemas, callRequest(t, runID, seq, "flaky", "1.0.0", fmt.Sprintf(`{"seq":%d}`, seq)))
+	}
+
+	// Another executor reports the tool down: this replica fails fast.
+	peer := func(state string, until time.Time) {
+		require.NoError(t, registry.Beat(t.Context(), env.JS, registry.Worker{Queue: envelope.DefaultQueue, Instance: "peer-1", ID: "executor-peer",
+			TTL: registry.MaxWorkerTTL, Health: []registry.ToolHealth{{Tool: "flaky@1.0.0", State: state, ConsecutiveFailures: 5,
+				OpenUntil: until, LastFailure: string(envelope.CodeTimeout)}}}, time.Now()))
+	}
+	peer(CircuitOpen, time.Now().Add(30*time.Second))
+	servicetest.PollUntil(t, 5*time.Second, "the replica sees the peer's circuit", func() bool {
+		_, _, open := s.peers.OpenElsewhere("flaky@1.0.0", s.instance)
+		return open
+	})
+	fast := call()
+	require.NotNil(t, fast.Error)
+	require.Equal(t, envelope.CodeProviderError, fast.Error.Code)
+	require.Contains(t, fast.Error.Message, "tool flaky@1.0.0 is unavailable: executor executor-peer's circuit is open after 5 consecutive failures (last: TIMEOUT)")
+	require.Greater(t, fast.Error.RetryAfterS, 20.0)
+	require.Zero(t, runs.Load(), "the tool did not run")
+
+	peer(CircuitClosed, time.Time{})
+	servicetest.PollUntil(t, 5*time.Second, "the replica sees the peer's circuit closed", func() bool {
+		_, _, open := s.peers.OpenElsewhere("flaky@1.0.0", s.instance)
+		return !open
+	})
+	require.Nil(t, call().Error)
+
+	// This replica's own circuit opens: its heartbeat says so at once.
+	fail.Store(true)
+	call()
+	call()
+	servicetest.PollUntil(t, 5*time.Second, "the opened circuit is announced before the next period", func() bool {
+		ws, err := registry.ListWorkers(t.Context(), env.JS, time.Now())
+		require.NoError(t, err)
+		for _, wk := range ws {
+			if wk.Instance == s.instance {
+				for _, h := range wk.Health {
+					if h.Tool == "flaky@1.0.0" && h.State == CircuitOpen {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
 }

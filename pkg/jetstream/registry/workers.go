@@ -254,6 +254,96 @@ func (w *Workers) Live(queue string) []Worker {
 	return ws
 }
 
+// HealthStatus is a tool version's health across the live executors.
+type HealthStatus string
+
+// Health statuses.
+const (
+	Healthy     HealthStatus = "healthy"     // no executor's circuit counts a failure
+	Degraded    HealthStatus = "degraded"    // some executor's circuit failed lately, or is open
+	Unavailable HealthStatus = "unavailable" // every live executor's circuit is open: calls fail at once
+)
+
+// Health is a tool version's health from the executors' heartbeats.
+type Health struct {
+	Status HealthStatus
+	// ConsecutiveFailures and LastFailure are those of the executor that
+	// counts the most.
+	ConsecutiveFailures uint32
+	LastFailure         string
+	// OpenUntil is when the first open circuit lets a trial call through
+	// (zero: none is open).
+	OpenUntil time.Time
+}
+
+// HealthOf reads the live executors' heartbeats ws into each tool's
+// health: unavailable when every live executor's circuit for it is open
+// (still open at now), degraded when some executor's is open, half open or
+// counting failures, else healthy. An executor beats once per queue it
+// serves: each counts once. Workers (remote) keep no circuits here.
+func HealthOf(ws []Worker, now time.Time) func(ref string) Health {
+	executors := map[string]bool{}
+	reports := map[string]map[string]ToolHealth{} // tool -> executor -> its circuit
+	for _, w := range ws {
+		if w.Remote {
+			continue
+		}
+		executors[w.Instance] = true
+		for _, h := range w.Health {
+			if reports[h.Tool] == nil {
+				reports[h.Tool] = map[string]ToolHealth{}
+			}
+			reports[h.Tool][w.Instance] = h
+		}
+	}
+	return func(ref string) Health {
+		out := Health{Status: Healthy}
+		open := 0
+		for _, h := range reports[ref] {
+			out.Status = Degraded
+			if h.ConsecutiveFailures >= out.ConsecutiveFailures {
+				out.ConsecutiveFailures, out.LastFailure = h.ConsecutiveFailures, h.LastFailure
+			}
+			if h.State == "open" && h.OpenUntil.After(now) {
+				open++
+				if out.OpenUntil.IsZero() || h.OpenUntil.Before(out.OpenUntil) {
+					out.OpenUntil = h.OpenUntil
+				}
+			}
+		}
+		if open > 0 && open == len(executors) {
+			out.Status = Unavailable
+		}
+		return out
+	}
+}
+
+// OpenElsewhere reports whether an executor other than instance self,
+// live now, says in its heartbeat that its circuit for tool (name@version)
+// is open, and until when: the one open longest, with the executor. It is
+// how every replica learns what one has found out: a tool that is down.
+func (w *Workers) OpenElsewhere(tool, self string) (ToolHealth, Worker, bool) {
+	now := w.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var (
+		best  ToolHealth
+		by    Worker
+		found bool
+	)
+	for _, wk := range w.byKey {
+		if wk.Remote || wk.Instance == self || !wk.LiveAt(now) {
+			continue
+		}
+		for _, h := range wk.Health {
+			if h.Tool == tool && h.State == "open" && h.OpenUntil.After(now) && (!found || h.OpenUntil.After(best.OpenUntil)) {
+				best, by, found = h, wk, true
+			}
+		}
+	}
+	return best, by, found
+}
+
 // missing returns the queues of queues that have no live worker now, each
 // once.
 func (w *Workers) missing(queues []string) []string {

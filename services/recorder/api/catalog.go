@@ -367,44 +367,16 @@ func authStatus(required []string, haveTenant bool, located map[string]secrets.L
 	return st
 }
 
-// healthOf reads the executors' heartbeats (ws, the live ones) into each
-// tool's health: unavailable when every live executor's circuit for it is
-// open (still open at now), degraded when some executor's is open, half open
-// or counting failures, else healthy. An executor beats once per queue it
-// serves: each counts once.
+// healthOf is each tool's health from the live executors' heartbeats
+// (registry.HealthOf), as the catalog shows it.
 func healthOf(ws []registry.Worker, now time.Time) func(ref string) apitypes.ToolHealthJSON {
-	executors := map[string]bool{}
-	reports := map[string]map[string]registry.ToolHealth{} // tool -> executor -> its circuit
-	for _, w := range ws {
-		if w.Remote {
-			continue
-		}
-		executors[w.Instance] = true
-		for _, h := range w.Health {
-			if reports[h.Tool] == nil {
-				reports[h.Tool] = map[string]registry.ToolHealth{}
-			}
-			reports[h.Tool][w.Instance] = h
-		}
-	}
+	of := registry.HealthOf(ws, now)
 	return func(ref string) apitypes.ToolHealthJSON {
-		out := apitypes.ToolHealthJSON{Status: apitypes.HealthHealthy}
-		open := 0
-		for _, h := range reports[ref] {
-			out.Status = apitypes.HealthDegraded
-			if h.ConsecutiveFailures >= out.ConsecutiveFailures {
-				out.ConsecutiveFailures, out.LastFailure = h.ConsecutiveFailures, h.LastFailure
-			}
-			if h.State == "open" && h.OpenUntil.After(now) {
-				open++
-				if out.OpenUntil == nil || h.OpenUntil.Before(*out.OpenUntil) {
-					until := h.OpenUntil
-					out.OpenUntil = &until
-				}
-			}
-		}
-		if open > 0 && open == len(executors) {
-			out.Status = apitypes.HealthUnavailable
+		h := of(ref)
+		out := apitypes.ToolHealthJSON{Status: string(h.Status), ConsecutiveFailures: h.ConsecutiveFailures, LastFailure: h.LastFailure}
+		if !h.OpenUntil.IsZero() {
+			until := h.OpenUntil
+			out.OpenUntil = &until
 		}
 		return out
 	}
