@@ -16,9 +16,9 @@ import (
 // handles, CallID and the rules guard; and the others beside them.
 var godocExamples = map[string][]string{
 	"pkg/envelope":      {"CallID", "ResolvePins"},
-	"pkg/rules":         {"Guard_CheckCall", "Guard_CheckLoop"},
+	"pkg/rules":         {"Guard_CheckCall", "Guard_CheckLoop", "Gates_For"},
 	"stack":             {"Start", "Stack_submitAndFollow"},
-	"worker":            {"Func", "Worker_Start"},
+	"worker":            {"Func", "WithPreview", "Worker_Start"},
 	"worker/workertest": {"Start"},
 }
 

@@ -68,6 +68,26 @@ func ExampleFunc() {
 	// invalid tool definition forecast@1.3.0: side effects must be declared: SideEffectsNone, SideEffectsReads or SideEffectsWrites
 }
 
+// WithPreview gives a tool a dry run: under a preview gate an operator
+// sees what it returns before approving the call.
+func ExampleWithPreview() {
+	type In struct {
+		To string `json:"to"`
+	}
+	send := worker.Func(worker.Def{Name: "send_note", Version: "1.0.0", Description: "Sends a note.", SideEffects: worker.SideEffectsWrites},
+		func(context.Context, In) (struct{}, error) { return struct{}{}, nil })
+	send = worker.WithPreview(send, func(_ context.Context, in In) (any, error) {
+		return map[string]string{"would_send_to": in.To}, nil
+	})
+	def, err := send.Definition()
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(def.Ref(), "supports_preview:", def.SupportsPreview)
+	// Output:
+	// send_note@1.0.0 supports_preview: true
+}
+
 // Start serves a worker's tools inside a process that has a JetStream
 // connection: here a stack's, whose scripted model calls the tool. A
 // program of its own runs the worker with Run instead (NATS_URL from the

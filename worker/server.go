@@ -337,10 +337,14 @@ func (s *server) serve(m *nats.Msg) (res events.WorkerResult) {
 	}
 	scrub := secrets.NewScrubber(c.Secrets)
 	log := scrub.Logger(s.log.With("run_id", c.RunID, "call_id", c.CallID, "tool", ref.String()))
-	if m.Subject == previewSubj {
-		// A worker's Go tools declare no preview (supports_preview is
-		// false), so the Policy Guard asks for none.
-		return events.WorkerResult{Error: envelope.NewToolError(envelope.CodeUnknown, "tool %s has no preview", ref)}
+	run, preview := t.run, m.Subject == previewSubj
+	if preview {
+		// A tool without WithPreview declares no supports_preview, so the
+		// Policy Guard asks for none.
+		if t.preview == nil {
+			return events.WorkerResult{Error: envelope.NewToolError(envelope.CodeUnknown, "tool %s has no preview", ref)}
+		}
+		run = t.preview
 	}
 	// The call's context ends at its timeout, or when the executor says
 	// its run was cancelled (cancel.go).
@@ -358,6 +362,9 @@ func (s *server) serve(m *nats.Msg) (res events.WorkerResult) {
 	// Counted once the outcome is final: this runs after the recovery below.
 	begun := time.Now()
 	defer func() {
+		if preview {
+			return // a dry run is not a call
+		}
 		code := "ok"
 		if res.Error != nil {
 			code = string(res.Error.Code)
@@ -371,7 +378,7 @@ func (s *server) serve(m *nats.Msg) (res events.WorkerResult) {
 			res = events.WorkerResult{Error: envelope.NewToolError(envelope.CodeUnknown, "internal error in tool %s", ref)}
 		}
 	}()
-	out, err := t.run(ctx, c.Input)
+	out, err := run(ctx, c.Input)
 	if err != nil {
 		var te *envelope.ToolError
 		switch {

@@ -105,9 +105,44 @@ type Def struct {
 // from a bad declaration carries its error (Err), which the Worker reports
 // before it serves anything.
 type Tool struct {
-	def envelope.ToolDefinition
-	run func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
-	err error
+	def     envelope.ToolDefinition
+	run     func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
+	preview func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
+	err     error
+}
+
+// WithPreview gives t a dry run, fn: what a call with the input would do,
+// changing nothing (the request it would send, the rows it would touch).
+// The definition then declares supports_preview, and a call that waits for
+// an operator's approval (the preview gate, docs/policy.md) carries what fn
+// returns, encoded as JSON. fn gets the input as the tool's own function
+// does, and the same context (CallOf, the timeout); it must not change
+// anything.
+func WithPreview[In any](t *Tool, fn func(ctx context.Context, in In) (any, error)) *Tool {
+	if t.err != nil {
+		return t
+	}
+	if fn == nil {
+		t.err = fmt.Errorf("%w %s: no preview function", ErrInvalidTool, t.def.Ref())
+		return t
+	}
+	t.def.SupportsPreview = true
+	t.preview = func(ctx context.Context, input json.RawMessage) (json.RawMessage, error) {
+		var in In
+		if err := json.Unmarshal(input, &in); err != nil {
+			return nil, envelope.NewToolError(envelope.CodeValidation, "input of tool %s does not fit its Go type: %v", t.def.Name, err)
+		}
+		out, err := fn(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nil, fmt.Errorf("tool %s: encode preview: %w", t.def.Name, err)
+		}
+		return b, nil
+	}
+	return t
 }
 
 // schemaDialect is the JSON Schema draft of the generated schemas, the one

@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
+	"github.com/toolwire/toolwire/pkg/jetstream/publish"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
 	"github.com/toolwire/toolwire/services/executor/toolapi"
@@ -367,4 +370,73 @@ func TestTheBuiltInsPipeline(t *testing.T) {
 	require.InDelta(t, 1, servicetest.CounterSum(t, reg, "toolwire_worker_tool_calls_total", map[string]string{"tool": "limited@1.0.0", "code": "ok"}), 0)
 	require.InDelta(t, 0, servicetest.CounterSum(t, reg, "toolwire_worker_tool_calls_total", map[string]string{"tool": "limited@1.0.0", "code": "RATE_LIMIT"}), 0,
 		"the rate-limited call never reached the worker")
+}
+
+// TestPreviewHook: a worker tool with WithPreview declares supports_preview,
+// and under a preview gate (a supervised node, a tool that writes) its call
+// waits for an operator with what the preview function returned; approved,
+// the tool itself runs, once.
+func TestPreviewHook(t *testing.T) {
+	type sendIn struct {
+		To string `json:"to"`
+	}
+	type sendOut struct {
+		Sent bool `json:"sent"`
+	}
+	var sent, previewed atomic.Int64
+	send := worker.Func(worker.Def{Name: "send_note", Version: "1.0.0", Description: "Sends a note.", SideEffects: worker.SideEffectsWrites},
+		func(_ context.Context, in sendIn) (sendOut, error) {
+			sent.Add(1)
+			return sendOut{Sent: true}, nil
+		})
+	send = worker.WithPreview(send, func(ctx context.Context, in sendIn) (any, error) {
+		previewed.Add(1)
+		if worker.CallOf(ctx).CallID == "" {
+			return nil, errors.New("no call in the preview's context")
+		}
+		return map[string]any{"would_send_to": in.To}, nil
+	})
+	def, err := send.Definition()
+	require.NoError(t, err)
+	require.True(t, def.SupportsPreview)
+
+	env := workertest.StartWith(t, workertest.Options{Policy: envelope.Policy{Autonomy: envelope.AutonomySupervised, ApprovalTimeoutS: 60}},
+		worker.Config{Queue: "notes"}, send)
+	required := make(chan *nats.Msg, 4)
+	sub, err := env.Stack.JS.Conn().ChanSubscribe("toolwire.call.*.*.approval_required", required)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	done := make(chan *workertest.Result, 1)
+	go func() {
+		done <- env.Run(workertest.Calls(workertest.Call("send_note", sendIn{To: "ops@acme.example"})), workertest.Answer("done"))
+	}()
+	var ar events.ApprovalRequest
+	select {
+	case m := <-required:
+		e, err := events.Decode(m)
+		require.NoError(t, err)
+		require.NoError(t, events.DecodeData(e, &ar))
+	case <-time.After(30 * time.Second):
+		t.Fatal("no approval request within 30s")
+	}
+	require.NotNil(t, ar.Gate)
+	require.Equal(t, envelope.GatePreview, ar.Gate.Gate)
+	require.NotNil(t, ar.Preview)
+	require.Empty(t, ar.Preview.Unavailable)
+	require.JSONEq(t, `{"would_send_to":"ops@acme.example"}`, string(ar.Preview.Output))
+	require.Zero(t, sent.Load(), "the tool waits for the decision")
+
+	out, err := events.NewDecided("/toolwire/cli", events.Decision{RunID: ar.RunID, CallID: ar.CorrelationID, Decision: events.DecisionApprove, By: "ops"},
+		ar.Tenant, events.RunTrace{})
+	require.NoError(t, err)
+	require.NoError(t, publish.NewPublisher(env.Stack.JS).Publish(t.Context(), out))
+	var res *workertest.Result
+	select {
+	case res = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the run did not end")
+	}
+	require.Equal(t, events.StatusCompleted, res.Status, res.Reason)
+	require.Equal(t, int64(1), sent.Load())
+	require.Equal(t, int64(1), previewed.Load())
 }

@@ -76,3 +76,20 @@ func ExampleGuard_CheckLoop() {
 	// call 3: denied by max_budget: max_budget (0.05) would be exceeded by model call 3: the run has spent 0.04 and the call costs at least 0.02
 	// call 4: denied by max_iterations: max_iterations (3) reached: iteration 4 not allowed
 }
+
+// Gates.For is the gate matrix's verdict on a call: the autonomy of the
+// agent node, the risk of the call (ToolDefinition.RiskOf), and an org's
+// overrides.
+func ExampleGates_For() {
+	var gates rules.Gates // the default matrix, no overrides
+	fmt.Println(gates.For("acme", envelope.AutonomySupervised, envelope.RiskMedium, "").Cell())
+	overrides, err := rules.ParseGateOverrides("acme:*/medium=confirm")
+	if err != nil {
+		panic(err)
+	}
+	gates.Overrides = overrides
+	fmt.Println(gates.For("acme", envelope.AutonomySupervised, envelope.RiskMedium, "POST").Cell())
+	// Output:
+	// supervised × medium → preview (default)
+	// supervised × medium (POST) → confirm (org acme)
+}
