@@ -38,6 +38,10 @@ type HTTPConfig struct {
 	// SecretHeaders are sent with every call, each {{secret:NAME}} replaced
 	// by the value of the secret NAME resolved for the call's tenant.
 	SecretHeaders map[string]string `json:"secret_headers,omitempty"`
+	// PreviewURL is an optional dry-run endpoint on URL's origin: a
+	// preview POSTs the call's input there, with the same headers, and
+	// shows its JSON answer.
+	PreviewURL string `json:"preview_url,omitempty"`
 }
 
 // DefaultHTTPMethod is the method of an http tool whose config names none.
@@ -111,6 +115,16 @@ func (c HTTPConfig) problems(requiredSecrets []string) []string {
 		add("%v", err)
 	} else if err := checkEndpointHost(u.Hostname()); err != nil {
 		add("url %q: %v", c.URL, err)
+	}
+	if c.PreviewURL != "" {
+		pu, perr := CheckHTTPURL(c.PreviewURL)
+		u, uerr := CheckHTTPURL(c.URL)
+		switch {
+		case perr != nil:
+			add("preview_url: %v", perr)
+		case uerr == nil && !sameHTTPOrigin(u, pu):
+			add("preview_url %q is not on the origin of url %q (scheme, host and port): the tool's secrets go to one origin only", c.PreviewURL, c.URL)
+		}
 	}
 	if c.Method != "" && !slices.Contains(httpMethods, c.Method) {
 		add("method %q is not one of %s", truncateForError(c.Method), strings.Join(httpMethods, ", "))
@@ -271,4 +285,19 @@ func ExpandSecretRefs(s string, lookup func(name string) (string, bool)) (expand
 		return v
 	})
 	return expanded, missing
+}
+
+// sameHTTPOrigin reports whether a and b have the same scheme, host and
+// port (the scheme's default when none is written).
+func sameHTTPOrigin(a, b *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if strings.EqualFold(u.Scheme, "https") {
+			return "443"
+		}
+		return "80"
+	}
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
 }

@@ -235,7 +235,9 @@ func (f registerForm) definition() (envelope.ToolDefinition, error) {
 	}
 	def := envelope.ToolDefinition{Name: f.Name, Version: f.Version, Description: f.Description, InputSchema: json.RawMessage(schema),
 		Metadata:       envelope.ToolMetadata{Category: f.Category, SideEffects: f.SideEffects, Cache: envelope.CacheNone},
-		Implementation: envelope.Implementation{Kind: envelope.ImplHTTP, Config: config}, RequiredSecrets: secrets}
+		Implementation: envelope.Implementation{Kind: envelope.ImplHTTP, Config: config}, RequiredSecrets: secrets,
+		// The executor previews every http tool: the request it would send.
+		SupportsPreview: true}
 	if out := strings.TrimSpace(f.OutputSchema); out != "" {
 		if !json.Valid([]byte(out)) {
 			return envelope.ToolDefinition{}, errors.New("the output schema is not JSON")

@@ -134,7 +134,44 @@ func (e *endpoint) Preview(ctx context.Context, input json.RawMessage, tc toolap
 	if err := e.r.web.Check(r); err != nil {
 		return nil, err
 	}
-	return json.Marshal(web.PreviewOf(r.HTTP, input, r.SecretHeaders, e.cfg.SecretHeaders))
+	p := web.PreviewOf(r.HTTP, input, r.SecretHeaders, e.cfg.SecretHeaders)
+	if e.cfg.PreviewURL != "" {
+		answer, err := e.askPreviewEndpoint(r, input)
+		if err != nil {
+			return nil, err
+		}
+		p.EndpointPreview = answer
+	}
+	return json.Marshal(p)
+}
+
+// askPreviewEndpoint POSTs the call's input to the tool's dry-run endpoint
+// (on the endpoint's origin, so its secrets may go there), with the
+// request's headers, and returns its JSON answer.
+func (e *endpoint) askPreviewEndpoint(r web.Request, input json.RawMessage) (json.RawMessage, error) {
+	name := r.Tool
+	pu, err := web.CheckURL(e.cfg.PreviewURL)
+	if err != nil {
+		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: preview_url: %v", name, err)
+	}
+	req, err := http.NewRequestWithContext(r.HTTP.Context(), http.MethodPost, pu.String(), bytes.NewReader(input))
+	if err != nil {
+		return nil, envelope.NewToolError(envelope.CodeValidation, "%s: %v", name, err)
+	}
+	req.Header = r.HTTP.Header.Clone()
+	pr := r
+	pr.HTTP = req
+	resp, body, truncated, err := e.r.web.Do(pr)
+	if err != nil {
+		return nil, err
+	}
+	if te := web.StatusError(name+" preview", resp, body, nil, e.r.now(), web.SuccessOnly); te != nil {
+		return nil, te
+	}
+	if truncated || !json.Valid(body) {
+		return nil, envelope.NewToolError(envelope.CodeProviderError, "%s: its preview endpoint answered no JSON document (or one over %d bytes)", name, e.r.web.MaxResponseBytes())
+	}
+	return body, nil
 }
 
 func (e *endpoint) Execute(ctx context.Context, input json.RawMessage, tc toolapi.Context) (json.RawMessage, error) {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -405,4 +406,39 @@ func TestPreview(t *testing.T) {
 	// A secret it could not resolve: the call would fail, and so does its preview.
 	_, err = pv.Preview(t.Context(), json.RawMessage(input), toolapi.Context{TenantID: "acme", RunID: "run-1", CallID: callID})
 	require.Equal(t, envelope.CodeAuthRequired, toolError(t, err).Code)
+}
+
+// TestPreviewEndpoint: an http tool with a preview_url asks it, with the
+// call's input and the same secret headers, and shows its answer beside the
+// request the call would send; the tool's endpoint itself is not called.
+// A preview_url on another origin is refused when the tool is registered.
+func TestPreviewEndpoint(t *testing.T) {
+	srv := newEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/v1/invoices/preview" {
+			_, _ = io.WriteString(w, `{"would_charge": 12.5, "currency": "EUR"}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"invoice_id": "inv-1"}`)
+	})
+	r := newRunner(t, srv.hostPort())
+	def := definition(envelope.SideEffectsWrites, config(srv.URL+"/v1/invoices",
+		`"preview_url":`+strconv.Quote(srv.URL+"/v1/invoices/preview")+`,"secret_headers":{"Authorization":"Bearer {{secret:BILLING_KEY}}"}`), "BILLING_KEY")
+	tl, err := r.Tool(&def)
+	require.NoError(t, err)
+	out, err := tl.(toolapi.Previewer).Preview(t.Context(), json.RawMessage(`{"customer":"c-1"}`),
+		toolapi.Context{TenantID: "acme", RunID: "run-1", CallID: callID, Auth: map[string]string{"BILLING_KEY": "sk-live-x"}})
+	require.NoError(t, err)
+	var p web.RequestPreview
+	require.NoError(t, json.Unmarshal(out, &p))
+	require.Equal(t, srv.URL+"/v1/invoices", p.URL, "the request the call would send")
+	require.JSONEq(t, `{"would_charge": 12.5, "currency": "EUR"}`, string(p.EndpointPreview))
+	got := srv.requests()
+	require.Len(t, got, 1, "only the preview endpoint was asked")
+	require.Equal(t, "/v1/invoices/preview", got[0].URI)
+	require.Equal(t, `{"customer":"c-1"}`, got[0].Body)
+	require.Equal(t, "Bearer sk-live-x", got[0].Header.Get("Authorization"), "the secret goes to the endpoint's origin only")
+
+	elsewhere := definition(envelope.SideEffectsWrites, config(srv.URL+"/v1/invoices", `"preview_url":"https://preview.example.com/p"`))
+	require.ErrorContains(t, elsewhere.Validate(), "is not on the origin of url")
 }

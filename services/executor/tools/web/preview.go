@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/json"
 	"maps"
 	"net/http"
 	"regexp"
@@ -19,6 +20,9 @@ type RequestPreview struct {
 	Body string `json:"body,omitempty"`
 	// Secrets are the secrets the request would carry, by name.
 	Secrets []string `json:"secrets,omitempty"`
+	// EndpointPreview is what the tool's own dry-run endpoint answered,
+	// for an http tool that has one (preview_url).
+	EndpointPreview json.RawMessage `json:"endpoint_preview,omitempty"`
 }
 
 var secretRefRE = regexp.MustCompile(`\{\{\s*secret:([A-Za-z0-9_.\-]+)\s*\}\}`)
