@@ -44,14 +44,15 @@ idempotent, so only the one that failed it has work left to do.`,
 		Example: `  toolwire dlq list
   toolwire dlq list --stream TOOLWIRE_CALLS --consumer recorder-calls
   toolwire dlq show 12
-  toolwire dlq replay 12 13
-  toolwire dlq replay --all --consumer recorder-runs`,
+  toolwire dlq replay 12 13 --reason "the registry entry is fixed"
+  toolwire dlq replay --all --consumer recorder-runs --reason "postgres is back"
+  toolwire dlq audit`,
 	}
 	pf := cmd.PersistentFlags()
 	natsFlag(pf, &f.natsURL)
 	pf.BoolVar(&f.jsonOut, "json", false, "print JSON")
 	pf.DurationVar(&f.timeout, "timeout", 30*time.Second, "bound on the whole command")
-	cmd.AddCommand(newDLQListCmd(&f), newDLQShowCmd(&f), newDLQReplayCmd(&f))
+	cmd.AddCommand(newDLQListCmd(&f), newDLQShowCmd(&f), newDLQReplayCmd(&f), newDLQAuditCmd(&f))
 	return cmd
 }
 
@@ -130,7 +131,10 @@ func newDLQShowCmd(f *dlqFlags) *cobra.Command {
 }
 
 func newDLQReplayCmd(f *dlqFlags) *cobra.Command {
-	var all bool
+	var (
+		all        bool
+		reason, by string
+	)
 	cmd := &cobra.Command{
 		Use:   "replay SEQ... | --all",
 		Short: "Publish dead letters again on their original subjects and delete them",
@@ -155,6 +159,9 @@ func newDLQReplayCmd(f *dlqFlags) *cobra.Command {
 			if !all && (f.stream != "" || f.consumer != "") {
 				return errors.New("--stream and --consumer select dead letters for --all")
 			}
+			if strings.TrimSpace(reason) == "" {
+				return errors.New("give --reason: why the dead letters may go again (the cause fixed); it is recorded with who replayed what, see toolwire dlq audit")
+			}
 			return dlqWithJS(cmd, f, func(ctx context.Context, js jetstream.JetStream) error {
 				if all {
 					dls, err := consume.ListDeadLetters(ctx, js, consume.DeadLetterFilter{Stream: f.stream, Consumer: f.consumer})
@@ -174,7 +181,7 @@ func newDLQReplayCmd(f *dlqFlags) *cobra.Command {
 					errs []error
 				)
 				for _, seq := range seqs {
-					r, err := consume.ReplayDeadLetter(ctx, js, seq)
+					r, err := consume.ReplayDeadLetterAs(ctx, js, seq, reason, by)
 					if err != nil {
 						errs = append(errs, err)
 						continue
@@ -203,6 +210,8 @@ func newDLQReplayCmd(f *dlqFlags) *cobra.Command {
 	}
 	addDLQFilters(cmd, f)
 	cmd.Flags().BoolVar(&all, "all", false, "replay every dead letter (of --stream / --consumer)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why they may go again (required; recorded, see toolwire dlq audit)")
+	cmd.Flags().StringVar(&by, "by", cliActor(), "who replays them, as recorded")
 	return cmd
 }
 
@@ -279,4 +288,29 @@ func dlqOneLine(s string, n int) string {
 		return string(r[:n]) + "…"
 	}
 	return s
+}
+
+func newDLQAuditCmd(f *dlqFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "audit",
+		Short: "List every replay: which dead letter, why, who, when",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return dlqWithJS(cmd, f, func(ctx context.Context, js jetstream.JetStream) error {
+				rs, err := consume.ListReplays(ctx, js)
+				if err != nil {
+					return err
+				}
+				if f.jsonOut {
+					return printJSON(cmd.OutOrStdout(), rs)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "AT\tSEQ\tBY\tSUBJECT\tCONSUMER\tREASON")
+				for _, r := range rs {
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.At.Format(time.RFC3339), r.Seq, r.By, r.Subject, dlqOrDash(r.Consumer), r.Reason)
+				}
+				return tw.Flush()
+			})
+		},
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -86,9 +87,24 @@ func TestDLQCommands(t *testing.T) {
 
 	// The fault is fixed; the operator replays.
 	fault.Store(false)
-	out, errOut, err = runCLI(t, "", "dlq", "replay", seq, "--nats", env.URL)
+	_, _, err = runCLI(t, "", "dlq", "replay", seq, "--nats", env.URL)
+	require.ErrorContains(t, err, "give --reason", "a replay says why")
+	out, errOut, err = runCLI(t, "", "dlq", "replay", seq, "--reason", "the flaky handler is fixed", "--by", "alice", "--nats", env.URL)
 	require.NoError(t, err, errOut)
 	require.Contains(t, out, "replayed "+seq+": "+poison.Event.ID()+" on "+poison.Subject)
+	// The audit says who replayed what, when and why.
+	out, errOut, err = runCLI(t, "", "dlq", "audit", "--nats", env.URL)
+	require.NoError(t, err, errOut)
+	require.Regexp(t, `(?m)^AT\s+SEQ\s+BY\s+SUBJECT\s+CONSUMER\s+REASON$`, out)
+	require.Regexp(t, `(?m)^\S+\s+`+seq+`\s+alice\s+`+regexp.QuoteMeta(poison.Subject)+`\s+\S+\s+the flaky handler is fixed$`, out)
+	out, _, err = runCLI(t, "", "dlq", "audit", "--json", "--nats", env.URL)
+	require.NoError(t, err)
+	var audit []consume.ReplayAudit
+	require.NoError(t, json.Unmarshal([]byte(out), &audit))
+	require.Len(t, audit, 1)
+	require.Equal(t, poison.Event.ID(), audit[0].EventID)
+	require.Equal(t, "alice", audit[0].By)
+	require.NotEmpty(t, audit[0].Error, "the failure that dead-lettered it")
 	select {
 	case id := <-handled:
 		require.Equal(t, poison.Event.ID(), id)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -421,4 +422,101 @@ func ReplayDeadLetter(ctx context.Context, js jetstream.JetStream, seq uint64) (
 		}
 	}
 	return r, nil
+}
+
+// ReplayAudit is the record of one replay of a dead letter: what it was,
+// why and by whom it was replayed, when, and where it went.
+type ReplayAudit struct {
+	Seq       uint64 `json:"seq"`
+	Subject   string `json:"subject"`
+	Stream    string `json:"stream"`
+	Consumer  string `json:"consumer"`
+	EventID   string `json:"event_id,omitempty"`
+	EventType string `json:"event_type,omitempty"`
+	// Error is the failure that dead-lettered it.
+	Error  string    `json:"error"`
+	Reason string    `json:"reason"`
+	By     string    `json:"by"`
+	At     time.Time `json:"at"`
+	// MsgID, ReplayedStream and ReplayedSeq say where the replay went;
+	// Duplicate that it had been replayed already.
+	MsgID          string `json:"msg_id"`
+	ReplayedStream string `json:"replayed_stream"`
+	ReplayedSeq    uint64 `json:"replayed_seq"`
+	Duplicate      bool   `json:"duplicate,omitempty"`
+}
+
+// ErrNoReason is ReplayDeadLetterAs's error for a replay without a reason.
+var ErrNoReason = errors.New("a replay needs a reason: it is recorded with who replayed what and when")
+
+// maxReplayReason bounds a replay's reason.
+const maxReplayReason = 1000
+
+// ReplayDeadLetterAs is ReplayDeadLetter by who, for reason (required, at
+// most 1000 characters), recorded in provision.BucketDLQAudit: a replay
+// that cannot be recorded is an error saying so (the event went).
+func ReplayDeadLetterAs(ctx context.Context, js jetstream.JetStream, seq uint64, reason, by string) (Replayed, error) {
+	reason = strings.TrimSpace(reason)
+	switch {
+	case reason == "":
+		return Replayed{}, ErrNoReason
+	case len(reason) > maxReplayReason:
+		return Replayed{}, fmt.Errorf("a replay's reason is at most %d bytes, not %d", maxReplayReason, len(reason))
+	case strings.TrimSpace(by) == "":
+		return Replayed{}, errors.New("a replay needs who replays it")
+	}
+	kv, err := js.KeyValue(ctx, provision.BucketDLQAudit)
+	if err != nil {
+		return Replayed{}, fmt.Errorf("replay audit: %w (provision the streams: toolwire provision)", err)
+	}
+	r, err := ReplayDeadLetter(ctx, js, seq)
+	if err != nil {
+		return r, err
+	}
+	d := r.DeadLetter
+	a := ReplayAudit{Seq: seq, Subject: d.Subject, Stream: d.Stream, Consumer: d.Consumer, EventID: d.EventID, EventType: d.EventType,
+		Error: d.Error, Reason: reason, By: by, At: time.Now().UTC(), MsgID: r.MsgID, ReplayedStream: r.Stream, ReplayedSeq: r.Seq,
+		Duplicate: r.Duplicate}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return r, err
+	}
+	key := fmt.Sprintf("%020d.%d", a.At.UnixNano(), seq)
+	if _, err := kv.Create(ctx, key, b); err != nil {
+		return r, fmt.Errorf("replayed dead letter %d, but its audit record could not be written: %w", seq, err)
+	}
+	return r, nil
+}
+
+// ListReplays returns every recorded replay, oldest first.
+func ListReplays(ctx context.Context, js jetstream.JetStream) ([]ReplayAudit, error) {
+	kv, err := js.KeyValue(ctx, provision.BucketDLQAudit)
+	if err != nil {
+		return nil, fmt.Errorf("replay audit: %w", err)
+	}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("replay audit: %w", err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]ReplayAudit, 0, len(keys))
+	for _, k := range keys {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("replay audit %s: %w", k, err)
+		}
+		var a ReplayAudit
+		if err := json.Unmarshal(e.Value(), &a); err != nil {
+			return nil, fmt.Errorf("replay audit %s: %w", k, err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }

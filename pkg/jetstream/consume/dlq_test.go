@@ -379,3 +379,23 @@ func TestRunnerDeadLettersADeliveryPastItsBudget(t *testing.T) {
 	require.Contains(t, dl.Header.Get(consume.HeaderDLQError), "past the budget of 2")
 	require.Zero(t, second.Load(), "the handler never saw it")
 }
+
+// TestReplayNeedsAReason: a replay says why and who, or nothing is
+// replayed; the audit starts empty.
+func TestReplayNeedsAReason(t *testing.T) {
+	env := eventstest.Start(t)
+	audit, err := consume.ListReplays(testCtx(t), env.JS)
+	require.NoError(t, err)
+	require.Empty(t, audit)
+	_, err = consume.ReplayDeadLetterAs(testCtx(t), env.JS, 1, "  ", "alice")
+	require.ErrorIs(t, err, consume.ErrNoReason)
+	_, err = consume.ReplayDeadLetterAs(testCtx(t), env.JS, 1, strings.Repeat("x", 1001), "alice")
+	require.ErrorContains(t, err, "at most 1000 bytes")
+	_, err = consume.ReplayDeadLetterAs(testCtx(t), env.JS, 1, "fixed", "")
+	require.ErrorContains(t, err, "who replays it")
+	_, err = consume.ReplayDeadLetterAs(testCtx(t), env.JS, 1, "fixed", "alice")
+	require.ErrorIs(t, err, consume.ErrDeadLetterNotFound, "nothing at 1: nothing recorded")
+	audit, err = consume.ListReplays(testCtx(t), env.JS)
+	require.NoError(t, err)
+	require.Empty(t, audit)
+}

@@ -28,6 +28,9 @@ const (
 	BucketTools    = "toolwire_tools"     // tool registry, name.version keys
 	BucketCache    = "toolwire_cache"     // executor tool cache, per-key TTL
 	BucketRate     = "toolwire_rate"      // rate-limit token buckets, CAS
+	// BucketDLQAudit records every replay of a dead letter: what, why,
+	// who, when (consume.ReplayDeadLetterAs).
+	BucketDLQAudit = "toolwire_dlq_audit"
 	BucketSecrets  = "toolwire_secrets"   // sealed secrets
 	// BucketSecretNames holds the keys of BucketSecrets without their
 	// values: which scopes hold which secret, for readers that must know
@@ -191,7 +194,8 @@ func (c StoreConfig) KVConfigs() []jetstream.KeyValueConfig {
 	workers.LimitMarkerTTL = time.Minute // enables per-key TTL
 	workers.TTL = time.Hour
 	workers.MaxValueSize = MaxWorkerValue
-	return []jetstream.KeyValueConfig{runs, tools, cache, rate, secrets, secretNames, outcomes, approvals, workers}
+	audit := mk(BucketDLQAudit, "toolwire replays of dead letters: what, why, who, when", 1)
+	return []jetstream.KeyValueConfig{runs, tools, cache, rate, secrets, secretNames, outcomes, approvals, workers, audit}
 }
 
 // ObjectConfigs returns the configurations of toolwire's object stores.

@@ -19,7 +19,7 @@ import (
 )
 
 var allBuckets = []string{provision.BucketRunState, provision.BucketTools, provision.BucketCache,
-	provision.BucketRate, provision.BucketSecrets, provision.BucketSecretNames, provision.BucketOutcomes, events.BucketApprovals, provision.BucketWorkers}
+	provision.BucketRate, provision.BucketSecrets, provision.BucketSecretNames, provision.BucketOutcomes, events.BucketApprovals, provision.BucketWorkers, provision.BucketDLQAudit}
 
 // streamState is what must not change when Provision runs again.
 type streamState struct {
@@ -62,7 +62,7 @@ func TestProvisionCreatesEverythingAndIsIdempotent(t *testing.T) {
 	}
 	slices.Sort(names)
 	require.Equal(t, []string{
-		"KV_" + events.BucketApprovals, "KV_" + provision.BucketCache, "KV_" + provision.BucketOutcomes, "KV_" + provision.BucketRate,
+		"KV_" + events.BucketApprovals, "KV_" + provision.BucketCache, "KV_" + provision.BucketDLQAudit, "KV_" + provision.BucketOutcomes, "KV_" + provision.BucketRate,
 		"KV_" + provision.BucketRunState, "KV_" + provision.BucketSecretNames, "KV_" + provision.BucketSecrets, "KV_" + provision.BucketTools, "KV_" + provision.BucketWorkers,
 		"OBJ_" + provision.ObjectBlobs, "OBJ_" + provision.ObjectDeadLetters,
 		events.StreamCalls, events.StreamDLQ, events.StreamIntake, events.StreamRuns, events.StreamSandbox, provision.StreamTimers,
