@@ -29,6 +29,18 @@ type (
 	CachePolicy = envelope.CachePolicy
 	// RateLimit is a token bucket per tenant and tool.
 	RateLimit = envelope.RateLimit
+	// RiskPolicy classifies a tool's calls for the gate matrix.
+	RiskPolicy = envelope.RiskPolicy
+	// Risk is a risk level: RiskLow, RiskMedium, RiskHigh, RiskCritical.
+	Risk = envelope.Risk
+)
+
+// Risk levels.
+const (
+	RiskLow      = envelope.RiskLow
+	RiskMedium   = envelope.RiskMedium
+	RiskHigh     = envelope.RiskHigh
+	RiskCritical = envelope.RiskCritical
 )
 
 // Categories, side effects and cache policies.
@@ -95,6 +107,9 @@ type Def struct {
 	Secrets []string
 	// Scopes are the scopes a run must be granted to call the tool.
 	Scopes []string
+	// Risk classifies the tool's calls for the gate matrix (docs/policy.md,
+	// Gates); nil: by its side effects.
+	Risk *RiskPolicy
 	// Queue is the queue the tool's calls are routed to; default
 	// Config.Queue of the worker that serves it. Not "default": that queue
 	// is the executor binary's, whose replicas do not have your function.
@@ -210,6 +225,7 @@ func definition[In, Out any](d Def) (envelope.ToolDefinition, error) {
 			Idempotent:  d.Idempotent,
 		},
 		RateLimit:       d.RateLimit,
+		Risk:            d.Risk,
 		Cost:            d.Cost,
 		RequiredSecrets: append([]string(nil), d.Secrets...),
 		RequiredScopes:  append([]string(nil), d.Scopes...),
