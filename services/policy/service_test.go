@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -230,15 +231,54 @@ func (h *harness) count(stream, filter string) uint64 {
 }
 
 // drained waits until the durable consumer has handled every event stored
-// on its stream so far: what it publishes for them is stored by then.
+// on its stream so far that it consumes: what it publishes for them is
+// stored by then. It waits for the last of them by its sequence (the
+// consumer's pending counts catch up with the stream asynchronously: they
+// may say 0 for an event just stored).
 func (h *harness) drained(stream, durable string) {
 	h.t.Helper()
+	c, err := h.env.JS.Consumer(h.t.Context(), stream, durable)
+	require.NoError(h.t, err)
+	info, err := c.Info(h.t.Context())
+	require.NoError(h.t, err)
+	s, err := h.env.JS.Stream(h.t.Context(), stream)
+	require.NoError(h.t, err)
+	filters := info.Config.FilterSubjects
+	if info.Config.FilterSubject != "" {
+		filters = append(filters, info.Config.FilterSubject)
+	}
+	var last uint64
+	for _, f := range filters {
+		m, err := s.GetLastMsgForSubject(h.t.Context(), f)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		require.NoError(h.t, err)
+		last = max(last, m.Sequence)
+	}
 	servicetest.PollUntil(h.t, waitFor, durable+" has handled everything", func() bool {
+		info, err := c.Info(h.t.Context())
+		require.NoError(h.t, err)
+		return info.AckFloor.Stream >= last && info.NumAckPending == 0 && info.NumPending == 0
+	})
+}
+
+// handledThrough waits until durable has acknowledged the last event
+// stored on subject (and everything before it): a handler's outcomes are
+// stored before its event is acknowledged. Unlike drained, it names the
+// event it waits for, so it cannot pass before that event is delivered.
+func (h *harness) handledThrough(stream, durable, subject string) {
+	h.t.Helper()
+	s, err := h.env.JS.Stream(h.t.Context(), stream)
+	require.NoError(h.t, err)
+	m, err := s.GetLastMsgForSubject(h.t.Context(), subject)
+	require.NoError(h.t, err)
+	servicetest.PollUntil(h.t, waitFor, fmt.Sprintf("%s has handled %s seq %d", durable, subject, m.Sequence), func() bool {
 		c, err := h.env.JS.Consumer(h.t.Context(), stream, durable)
 		require.NoError(h.t, err)
 		info, err := c.Info(h.t.Context())
 		require.NoError(h.t, err)
-		return info.NumPending == 0 && info.NumAckPending == 0
+		return info.AckFloor.Stream >= m.Sequence && info.NumAckPending == 0
 	})
 }
 
@@ -646,7 +686,8 @@ func TestServiceTurnAgainPublishesNothingNew(t *testing.T) {
 	turn := newTurn(runID, 1, envelope.Policy{}, enabled,
 		turnCall(t, "web_search", "1.0.0", 1), turnCall(t, "rm_rf", "1.0.0", 2), turnCall(t, "web_search", "1.0.0", 3))
 	h.publishTurn(turn)
-	h.drained(events.StreamRuns, DurableTurns)
+	turnSubject := "toolwire.run." + runID + ".turn.1.completed"
+	h.handledThrough(events.StreamRuns, DurableTurns, turnSubject)
 	all := "toolwire.call." + runID + ".>"
 	require.Equal(t, uint64(3), h.count(events.StreamCalls, all))
 
@@ -656,9 +697,9 @@ func TestServiceTurnAgainPublishesNothingNew(t *testing.T) {
 	require.NoError(t, err)
 	out.Event.SetID(out.Event.ID() + "/again")
 	require.NoError(t, h.pub.Publish(t.Context(), out))
-	h.drained(events.StreamRuns, DurableTurns)
+	h.handledThrough(events.StreamRuns, DurableTurns, turnSubject)
 	require.Equal(t, uint64(3), h.count(events.StreamCalls, all))
-	require.Equal(t, uint64(2), h.count(events.StreamRuns, "toolwire.run."+runID+".turn.1.completed"), "the turn was handled twice")
+	require.Equal(t, uint64(2), h.count(events.StreamRuns, turnSubject), "the turn was handled twice")
 }
 
 // A redelivered turn (its first delivery stored part of its outcomes, then
