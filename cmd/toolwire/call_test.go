@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
@@ -112,12 +113,9 @@ func TestCallCommand(t *testing.T) {
 	t.Run("the agent loop acknowledges envelopes of calls outside its runs", func(t *testing.T) {
 		// Every envelope above reached the orchestrator too: it must take them
 		// (no run of its own) rather than retry them into the dead letters.
+		eventstest.Drained(t, st.JS, events.StreamCalls, "orchestrator-calls", 10*time.Second)
 		cons, err := st.JS.Consumer(t.Context(), events.StreamCalls, "orchestrator-calls")
 		require.NoError(t, err)
-		require.Eventually(t, func() bool {
-			info, err := cons.Info(t.Context())
-			return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-		}, 10*time.Second, 20*time.Millisecond)
 		info, err := cons.Info(t.Context())
 		require.NoError(t, err)
 		require.Zero(t, info.NumRedelivered, "no envelope was retried")

@@ -175,14 +175,7 @@ func publishCopies(t testing.TB, js jetstream.JetStream, req events.CallRequest,
 // acknowledged every message.
 func waitIdle(t testing.TB, js jetstream.JetStream) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		c, err := js.Consumer(t.Context(), events.StreamCalls, Durable)
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(t.Context())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, waitLimit, 20*time.Millisecond)
+	eventstest.Drained(t, js, events.StreamCalls, Durable, waitLimit)
 }
 
 func waitEntered(t testing.TB, log *appendLog) entered {

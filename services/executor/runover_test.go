@@ -21,16 +21,7 @@ import (
 // published so far: its handler has settled each, run or not.
 func acked(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	st, err := js.Stream(t.Context(), events.StreamCalls)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		for info := range st.ListConsumers(t.Context()).Info() {
-			if info.Name == Durable && info.NumAckPending == 0 && info.NumPending == 0 && info.Delivered.Stream > 0 {
-				return true
-			}
-		}
-		return false
-	}, 20*time.Second, 10*time.Millisecond)
+	eventstest.Drained(t, js, events.StreamCalls, Durable, 20*time.Second)
 }
 
 // TestCallsOfRunsThatAreOver: a call is never started once its run is over —

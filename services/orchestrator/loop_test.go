@@ -201,13 +201,7 @@ func TestRequestSubmittedAgainMakesNoSecondRun(t *testing.T) {
 		_, err = h.Env.JS.PublishMsg(ctx, m)
 		require.NoError(t, err)
 	}
-	cons, err := h.Env.JS.Consumer(ctx, events.StreamRuns, orchestrator.DurableRuns)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= info.Delivered.Stream &&
-			info.AckFloor.Stream > 0
-	}, 30*time.Second, 10*time.Millisecond, "both requests handled")
+	eventstest.Drained(t, h.Env.JS, events.StreamRuns, orchestrator.DurableRuns, 30*time.Second) // both requests handled
 
 	after := h.StreamEvents(ctx)
 	for _, id := range []string{"again-tool", "again-answer"} {

@@ -3,7 +3,6 @@ package policy
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -231,36 +230,11 @@ func (h *harness) count(stream, filter string) uint64 {
 }
 
 // drained waits until the durable consumer has handled every event stored
-// on its stream so far that it consumes: what it publishes for them is
-// stored by then. It waits for the last of them by its sequence (the
-// consumer's pending counts catch up with the stream asynchronously: they
-// may say 0 for an event just stored).
+// on its stream so far that it consumes (eventstest.Drained): what it
+// publishes for them is stored by then.
 func (h *harness) drained(stream, durable string) {
 	h.t.Helper()
-	c, err := h.env.JS.Consumer(h.t.Context(), stream, durable)
-	require.NoError(h.t, err)
-	info, err := c.Info(h.t.Context())
-	require.NoError(h.t, err)
-	s, err := h.env.JS.Stream(h.t.Context(), stream)
-	require.NoError(h.t, err)
-	filters := info.Config.FilterSubjects
-	if info.Config.FilterSubject != "" {
-		filters = append(filters, info.Config.FilterSubject)
-	}
-	var last uint64
-	for _, f := range filters {
-		m, err := s.GetLastMsgForSubject(h.t.Context(), f)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		require.NoError(h.t, err)
-		last = max(last, m.Sequence)
-	}
-	servicetest.PollUntil(h.t, waitFor, durable+" has handled everything", func() bool {
-		info, err := c.Info(h.t.Context())
-		require.NoError(h.t, err)
-		return info.AckFloor.Stream >= last && info.NumAckPending == 0 && info.NumPending == 0
-	})
+	eventstest.Drained(h.t, h.env.JS, stream, durable, waitFor)
 }
 
 // handledThrough waits until durable has acknowledged the last event
