@@ -31,7 +31,7 @@ const (
 	// BucketDLQAudit records every replay of a dead letter: what, why,
 	// who, when (consume.ReplayDeadLetterAs).
 	BucketDLQAudit = "toolwire_dlq_audit"
-	BucketSecrets  = "toolwire_secrets"   // sealed secrets
+	BucketSecrets  = "toolwire_secrets" // sealed secrets
 	// BucketSecretNames holds the keys of BucketSecrets without their
 	// values: which scopes hold which secret, for readers that must know
 	// that and nothing more (the recorder's tool catalog).
