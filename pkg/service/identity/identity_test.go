@@ -119,6 +119,11 @@ func (c *conn) subscribe(t *testing.T, op *conn, subject, probe string) string {
 	defer func() { _ = sub.Unsubscribe() }()
 	require.NoError(t, c.nc.Flush())
 	require.NoError(t, op.nc.Publish(probe, []byte("probe")))
+	// Until the server has the probe: a refused subscription answers at
+	// once, and a probe still in the operator's buffer would otherwise
+	// reach a subscriber made after this check (TestWorkerAccount's
+	// replicas once got "probe" for their cancel).
+	require.NoError(t, op.nc.Flush())
 	return c.outcome(t, got, subject)
 }
 
