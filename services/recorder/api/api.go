@@ -458,8 +458,12 @@ func (a *api) getEnvelopes(w http.ResponseWriter, r *http.Request) {
 
 // blobReader reads blobs from JetStream's object store; nil without a
 // JetStream.
-func (a *api) blobReader() store.BlobReader {
-	js := a.opts.JS
+func (a *api) blobReader() store.BlobReader { return BlobReader(a.opts.JS) }
+
+// BlobReader reads the blobs of js's object store (the outputs of runs too
+// large for an event), as the API and the pages read them; nil for a nil
+// js.
+func BlobReader(js jetstream.JetStream) store.BlobReader {
 	if js == nil {
 		return nil
 	}

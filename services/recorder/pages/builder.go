@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
-	"github.com/toolwire/toolwire/pkg/jetstream/blobs"
 	"github.com/toolwire/toolwire/pkg/jetstream/registry"
 	"github.com/toolwire/toolwire/services/recorder/api"
 	"github.com/toolwire/toolwire/services/recorder/apitypes"
@@ -646,17 +645,4 @@ func runIfByCall(h envelope.PinnedHandle, runID string) string {
 		return runID
 	}
 	return ""
-}
-
-// blobReader reads the outputs blobs of runs from the JetStream object
-// store; nil without a JetStream.
-func (p *pages) blobReader() store.BlobReader {
-	js := p.opts.JS
-	if js == nil {
-		return nil
-	}
-	return func(ctx context.Context, name string) ([]byte, error) {
-		b, _, err := blobs.Get(ctx, js, name)
-		return b, err
-	}
 }

@@ -552,7 +552,7 @@ func (p *pages) buildRunView(ctx context.Context, id string, who auth.Principal)
 // pinValues are what run's pinned handles output (api.ResolvePins, as GET
 // /v1/runs/{run_id}/pins): a handle that selects no call shows null.
 func (p *pages) pinValues(ctx context.Context, run store.Run) []pinValueView {
-	pins, err := api.ResolvePins(ctx, p.store, run, p.blobReader())
+	pins, err := api.ResolvePins(ctx, p.store, run, api.BlobReader(p.opts.JS))
 	if err != nil {
 		if !errors.Is(err, store.ErrNoRequest) {
 			p.log.Warn("run page: the pinned handles cannot be resolved", "run_id", run.RunID, "err", err)
