@@ -52,7 +52,7 @@ idempotent, so only the one that failed it has work left to do.`,
 	natsFlag(pf, &f.natsURL)
 	pf.BoolVar(&f.jsonOut, "json", false, "print JSON")
 	pf.DurationVar(&f.timeout, "timeout", 30*time.Second, "bound on the whole command")
-	cmd.AddCommand(newDLQListCmd(&f), newDLQShowCmd(&f), newDLQReplayCmd(&f), newDLQAuditCmd(&f))
+	cmd.AddCommand(newDLQListCmd(&f), newDLQShowCmd(&f), newDLQReplayCmd(&f), newDLQAuditCmd(&f), newDLQServeCmd(&f))
 	return cmd
 }
 

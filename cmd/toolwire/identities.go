@@ -23,14 +23,15 @@ func newIdentitiesCmd() *cobra.Command {
 		Use:   "identities",
 		Short: "Create the NATS nkeys of toolwire's roles and print the server's authorization config",
 		Long: `identities creates one nkey user per role (orchestrator, policy, executor,
-sandbox, recorder, operator, producer) in --dir, each seed in <role>.nk (mode
+sandbox, recorder, operator, producer, operations) in --dir, each seed in <role>.nk (mode
 0600; existing seeds are kept), and prints the authorization block of a
 nats-server configuration that lets in exactly these users, each limited to
 its role's subjects (docs/operations.md: Who may publish what).
 
 Give each binary its role's seed: ` + service.EnvNATSSeedFile + `=/path/<role>.nk
 (an upstream system producer.nk; the CLI of the people who run toolwire
-operator.nk). ` + "`toolwire dev`" + ` does all of this by itself. The printed block is
+operator.nk; the process serving an operations agent's dead-letter tools
+operations.nk, beside --worker ops: toolwire dlq serve). ` + "`toolwire dev`" + ` does all of this by itself. The printed block is
 an accounts block: the services and the operator in the system account
 TOOLWIRE, the producer, each tenant and each worker in an account of its own
 (docs/operations.md: Accounts).

@@ -4,7 +4,11 @@
 // risk high: a call waits for an operator under every autonomy; a reason is
 // required and recorded with who replayed what, as `toolwire dlq replay
 // --reason` records it). They run in a worker (package worker) on a queue
-// of their own, Queue, on the JetStream of the worker's process.
+// of their own, Queue, on the JetStream of the worker's process: a
+// connection of the operations role (Connect), which reaches the dead
+// letters, their audit and the replay of announcements, nothing else; the
+// worker itself connects with its worker identity (`toolwire dlq serve` runs
+// both).
 package dlqtools
 
 import (
@@ -15,9 +19,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
+	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/worker"
 )
 
@@ -93,6 +99,32 @@ type ReplayOut struct {
 	RecordedBy  string `json:"recorded_by"`
 }
 
+// Connect opens the connection the tools read and replay dead letters on:
+// to url, signed in as the operations role with the nkey seed in seedFile
+// (operations.nk, which toolwire identities makes), its replies under the
+// role's inbox prefix; unauthenticated when seedFile is empty (a server
+// without authentication). Close it with js.Conn().Close() once the worker
+// has stopped.
+func Connect(url, seedFile string, opts ...nats.Option) (jetstream.JetStream, error) {
+	if seedFile != "" {
+		sign, err := identity.ConnectOptions(identity.Operations, seedFile)
+		if err != nil {
+			return nil, fmt.Errorf("dlqtools: the operations identity: %w", err)
+		}
+		opts = append(sign, opts...)
+	}
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("toolwire-dlqtools")}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("dlqtools: connect to %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("dlqtools: %w", err)
+	}
+	return js, nil
+}
+
 // Tools are the three tools on js.
 func Tools(js jetstream.JetStream) []*worker.Tool {
 	list := worker.Func(worker.Def{Name: "list_dlq_events", Version: Version, Queue: Queue, Category: worker.CategoryData,
@@ -149,6 +181,19 @@ func Tools(js jetstream.JetStream) []*worker.Tool {
 		func(ctx context.Context, in ReplayIn) (ReplayOut, error) {
 			if strings.TrimSpace(in.Reason) == "" {
 				return ReplayOut{}, worker.Errorf(worker.CodeValidation, "a replay needs a reason: why the dead letter may go again")
+			}
+			d, err := consume.GetDeadLetter(ctx, js, in.Seq)
+			if errors.Is(err, consume.ErrDeadLetterNotFound) {
+				return ReplayOut{}, worker.Errorf(worker.CodeValidation, "no dead letter %d: see list_dlq_events", in.Seq)
+			}
+			if err != nil {
+				return ReplayOut{}, err
+			}
+			if !identity.Operations.Permissions().MayPublish(d.Subject) {
+				// The server would refuse the publish; say why at once.
+				return ReplayOut{}, worker.Errorf(worker.CodeValidation,
+					"dead letter %d is a command (%s), not an announcement: an operations agent cannot replay it; an operator can (toolwire dlq replay %d --reason ...)",
+					in.Seq, d.Subject, in.Seq)
 			}
 			c := worker.CallOf(ctx)
 			by := fmt.Sprintf("agent run %s (call %s), approved by an operator", c.RunID, c.CallID)

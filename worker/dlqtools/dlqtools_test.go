@@ -20,7 +20,9 @@ import (
 	"github.com/toolwire/toolwire/pkg/jetstream/consume"
 	"github.com/toolwire/toolwire/pkg/jetstream/provision"
 	"github.com/toolwire/toolwire/pkg/jetstream/publish"
+	"github.com/toolwire/toolwire/pkg/service/identity"
 	"github.com/toolwire/toolwire/pkg/service/servicetest"
+	"github.com/toolwire/toolwire/stack"
 	"github.com/toolwire/toolwire/worker"
 	"github.com/toolwire/toolwire/worker/dlqtools"
 	"github.com/toolwire/toolwire/worker/workertest"
@@ -34,13 +36,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // operator (risk high), runs once approved, brings the event back to its
 // consumer, and the audit shows the agent's reason.
 func TestOperationsAgentReplaysADeadLetter(t *testing.T) {
-	// The tools run on the pipeline's JetStream, which exists once the
-	// environment runs: they get it through late, set right after.
+	// The tools run on a connection of the operations identity to the
+	// pipeline's server (every role there with its own nkey), which exists
+	// once the environment runs: they get it through late, set right after.
 	late := &lateJS{}
-	env := workertest.StartWith(t, workertest.Options{Policy: envelope.Policy{ApprovalTimeoutS: 60}},
+	env := workertest.StartWith(t, workertest.Options{Policy: envelope.Policy{ApprovalTimeoutS: 60}, Stack: stack.Options{Identities: true}},
 		worker.Config{Queue: dlqtools.Queue}, dlqtools.Tools(late)...)
-	js := env.Stack.JS
-	late.JetStream = js
+	js := env.Stack.JS // the operator's
+	late.JetStream = connectOperations(t, env)
 
 	// A consumer that dead-letters an event at once, until it is fixed.
 	var fixed, handled atomic.Bool
@@ -69,30 +72,7 @@ func TestOperationsAgentReplaysADeadLetter(t *testing.T) {
 	})
 
 	// The run: list, inspect, replay (approved by an operator).
-	approvals := make(chan *nats.Msg, 4)
-	sub, err := js.Conn().ChanSubscribe("toolwire.call.*.*.approval_required", approvals)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	go func() {
-		select {
-		case m := <-approvals:
-			e, err := events.Decode(m)
-			if err != nil {
-				return
-			}
-			var ar events.ApprovalRequest
-			if events.DecodeData(e, &ar) != nil {
-				return
-			}
-			fixed.Store(true) // the cause is fixed before the operator approves
-			out, err := events.NewDecided("/toolwire/cli", events.Decision{RunID: ar.RunID, CallID: ar.CorrelationID, Decision: events.DecisionApprove, By: "oncall"},
-				ar.Tenant, events.RunTrace{})
-			if err == nil {
-				_ = publish.NewPublisher(js).Publish(context.Background(), out)
-			}
-		case <-time.After(30 * time.Second):
-		}
-	}()
+	approveNext(t, js, func() { fixed.Store(true) }) // the cause is fixed before the operator approves
 	res := env.Run(
 		workertest.Calls(workertest.Call("list_dlq_events", dlqtools.ListIn{Consumer: "ops-test"})),
 		workertest.Calls(workertest.Call("get_dlq_event_detail", dlqtools.GetIn{Seq: seq})),
@@ -134,6 +114,111 @@ func TestReplayToolIsGated(t *testing.T) {
 			require.Equal(t, envelope.RiskHigh, r)
 		}
 	}
+}
+
+// connectOperations connects as the operations role, with the seed the
+// stack's identities hold (what toolwire identities writes).
+func connectOperations(t *testing.T, env *workertest.Env) jetstream.JetStream {
+	t.Helper()
+	js, err := dlqtools.Connect(env.Stack.URL, env.Stack.Identities.SeedFile(identity.Operations))
+	require.NoError(t, err)
+	t.Cleanup(js.Conn().Close)
+	return js
+}
+
+// TestACommandIsNotReplayed: a dead-lettered command (here an approval
+// decision) is refused by replay_dlq_event, once approved, with the reason
+// and what an operator runs instead, and stays a dead letter; the server refuses the operations identity's publish of it too,
+// and every stream but the dead letters' is out of its reach.
+func TestACommandIsNotReplayed(t *testing.T) {
+	late := &lateJS{}
+	env := workertest.StartWith(t, workertest.Options{Policy: envelope.Policy{ApprovalTimeoutS: 60}, Stack: stack.Options{Identities: true}},
+		worker.Config{Queue: dlqtools.Queue}, dlqtools.Tools(late)...)
+	js := env.Stack.JS
+	ops := connectOperations(t, env)
+	late.JetStream = ops
+
+	// A decision that a consumer refuses as permanent.
+	r, err := consume.NewRunner(js, consume.RunnerConfig{
+		Spec: provision.ConsumerSpec{Stream: events.StreamCalls, Durable: "ops-cmd", Filters: []string{"toolwire.call." + eventstest.RunID + ".*.decided"}, MaxDeliver: 1},
+		Handler: func(context.Context, *consume.Delivery) error {
+			return consume.Permanent(errors.New("refused"))
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(t.Context()))
+	eventstest.StopAtCleanup(t, r)
+	call := strings.Repeat("ab", 32)
+	decided, err := events.NewDecided("/toolwire/cli", events.Decision{RunID: eventstest.RunID, CallID: call, Decision: events.DecisionApprove, By: "oncall"},
+		envelope.Tenant{OrgID: "acme"}, events.RunTrace{})
+	require.NoError(t, err)
+	require.NoError(t, publish.NewPublisher(js).Publish(t.Context(), decided))
+	var dl consume.DeadLetter
+	servicetest.PollUntil(t, 10*time.Second, "the decision is dead-lettered", func() bool {
+		dls, err := consume.ListDeadLetters(t.Context(), ops, consume.DeadLetterFilter{Consumer: "ops-cmd"})
+		require.NoError(t, err)
+		if len(dls) == 1 {
+			dl = dls[0]
+		}
+		return len(dls) == 1
+	})
+
+	approveNext(t, js, func() {})
+	res := env.Run(
+		workertest.Calls(workertest.Call("replay_dlq_event", dlqtools.ReplayIn{Seq: dl.Seq, Reason: "try again"})),
+		workertest.Answer("refused"),
+	)
+	require.Equal(t, events.StatusCompleted, res.Status, res.Reason)
+	out := res.Envelopes("replay_dlq_event")[0]
+	require.NotNil(t, out.Error)
+	require.Equal(t, envelope.CodeValidation, out.Error.Code)
+	require.Contains(t, out.Error.Message, "is a command")
+	require.Contains(t, out.Error.Message, "toolwire dlq replay")
+	got, err := consume.GetDeadLetter(t.Context(), ops, dl.Seq)
+	require.NoError(t, err, "still a dead letter")
+	require.Equal(t, dl.Subject, got.Subject)
+
+	// The server's side: the same publish, and what lies beyond the DLQ.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	_, err = ops.PublishMsg(ctx, &nats.Msg{Subject: dl.Subject, Data: got.Data, Header: nats.Header{}})
+	require.Error(t, err, "the server refuses a decision from the operations identity")
+	_, err = ops.Stream(t.Context(), events.StreamCalls)
+	require.Error(t, err, "the calls stream is not the operations identity's to read")
+	_, err = ops.KeyValue(t.Context(), provision.BucketSecrets)
+	require.Error(t, err, "nor the sealed secrets")
+	_, err = ops.Stream(t.Context(), events.StreamDLQ)
+	require.NoError(t, err, "the dead letters are")
+}
+
+// approveNext approves the next call that asks for an operator, as an
+// operator would, after before.
+func approveNext(t *testing.T, js jetstream.JetStream, before func()) {
+	t.Helper()
+	approvals := make(chan *nats.Msg, 4)
+	sub, err := js.Conn().ChanSubscribe("toolwire.call.*.*.approval_required", approvals)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	go func() {
+		select {
+		case m := <-approvals:
+			e, err := events.Decode(m)
+			if err != nil {
+				return
+			}
+			var ar events.ApprovalRequest
+			if events.DecodeData(e, &ar) != nil {
+				return
+			}
+			before()
+			out, err := events.NewDecided("/toolwire/cli", events.Decision{RunID: ar.RunID, CallID: ar.CorrelationID, Decision: events.DecisionApprove, By: "oncall"},
+				ar.Tenant, events.RunTrace{})
+			if err == nil {
+				_ = publish.NewPublisher(js).Publish(context.Background(), out)
+			}
+		case <-time.After(30 * time.Second):
+		}
+	}()
 }
 
 // lateJS is a JetStream set after the tools are made.

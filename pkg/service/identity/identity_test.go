@@ -141,6 +141,7 @@ func TestPermissionMatrix(t *testing.T) {
 		exe  = identity.Executor
 		sbx  = identity.Sandbox
 		rec  = identity.Recorder
+		ops  = identity.Operations
 	)
 	pubs := []struct {
 		subject string
@@ -150,18 +151,18 @@ func TestPermissionMatrix(t *testing.T) {
 		{"toolwire.run.r1.requested", []identity.Role{orch, rec}},
 		{"toolwire.intake.acme._.r1", nil},
 		{"toolwire.run.r1.cancel_requested", []identity.Role{orch, rec}},
-		{"toolwire.run.r1.cancelled", []identity.Role{orch}},
-		{"toolwire.run.r1.turn.1.completed", []identity.Role{orch}},
-		{"toolwire.run.r1.started", []identity.Role{orch}},
-		{"toolwire.run.r1.completed", []identity.Role{orch}},
-		{"toolwire.run.r1.failed", []identity.Role{orch}},
+		{"toolwire.run.r1.cancelled", []identity.Role{orch, ops}},
+		{"toolwire.run.r1.turn.1.completed", []identity.Role{orch, ops}},
+		{"toolwire.run.r1.started", []identity.Role{orch, ops}},
+		{"toolwire.run.r1.completed", []identity.Role{orch, ops}},
+		{"toolwire.run.r1.failed", []identity.Role{orch, ops}},
 		{"toolwire.call.r1." + call + ".approved.default", []identity.Role{pol}},
-		{"toolwire.call.r1." + call + ".approval_required", []identity.Role{pol}},
+		{"toolwire.call.r1." + call + ".approval_required", []identity.Role{pol, ops}},
 		{"toolwire.call.r1." + call + ".decided", []identity.Role{rec}},
-		{"toolwire.call.r1." + call + ".started", []identity.Role{exe}},
-		{"toolwire.call.r1." + call + ".completed", []identity.Role{orch, pol, exe}},
+		{"toolwire.call.r1." + call + ".started", []identity.Role{exe, ops}},
+		{"toolwire.call.r1." + call + ".completed", []identity.Role{orch, pol, exe, ops}},
 		{"toolwire.sandbox.r1." + call + ".requested", []identity.Role{exe}},
-		{"toolwire.sandbox.r1." + call + ".completed", []identity.Role{sbx}},
+		{"toolwire.sandbox.r1." + call + ".completed", []identity.Role{sbx, ops}},
 		{"toolwire.dlq.toolwire.run.r1.requested", []identity.Role{orch, pol, exe, sbx, rec}},
 		// State: each bucket's writers.
 		{"$KV." + provision.BucketRunState + ".r1", []identity.Role{orch}},
@@ -172,7 +173,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$KV." + provision.BucketWorkers + ".default.x", []identity.Role{exe}},
 		{"$JS.API.DIRECT.GET.KV_" + provision.BucketWorkers + ".x", []identity.Role{pol, exe, rec}},
 		// JetStream's API: reading, consuming, and what only operators do.
-		{"$JS.API.INFO", []identity.Role{orch, pol, exe, sbx, rec}},
+		{"$JS.API.INFO", []identity.Role{orch, pol, exe, sbx, rec, ops}},
 		{"$JS.API.STREAM.INFO." + events.StreamCalls, []identity.Role{orch, pol, exe, sbx, rec}},
 		{"$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamCalls + ".x", []identity.Role{orch, pol, exe, rec}},
 		{"$JS.API.CONSUMER.DURABLE.CREATE." + events.StreamIntake + ".x", []identity.Role{orch}},
@@ -195,6 +196,16 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$JS.API.CONSUMER.CREATE.KV_" + provision.BucketWorkers + ".x", []identity.Role{pol, exe, rec}},
 		// The rate buckets: taken from by the executor, read by the catalog.
 		{"$JS.API.DIRECT.GET.KV_" + provision.BucketRate + ".x", []identity.Role{exe, rec}},
+		// The dead letters: the operations role reads them, deletes one
+		// once replayed, keeps the replay audit; nobody purges them.
+		{"$JS.API.CONSUMER.CREATE." + events.StreamDLQ + ".x", []identity.Role{rec, ops}},
+		{"$JS.API.DIRECT.GET." + events.StreamDLQ, []identity.Role{rec, ops}},
+		{"$JS.API.STREAM.MSG.DELETE." + events.StreamDLQ, []identity.Role{ops}},
+		{"$JS.API.STREAM.MSG.DELETE." + events.StreamCalls, nil},
+		{"$JS.API.CONSUMER.DELETE." + events.StreamDLQ + ".x", []identity.Role{ops}},
+		{"$KV." + provision.BucketDLQAudit + ".x", []identity.Role{ops}},
+		{"$JS.API.CONSUMER.CREATE.OBJ_" + provision.ObjectDeadLetters + ".x", []identity.Role{orch, pol, exe, sbx, rec, ops}},
+		{"$JS.API.CONSUMER.CREATE.KV_" + provision.BucketDLQAudit + ".x", []identity.Role{ops}},
 		{"toolwire.rpc.worker.q.register", nil},
 		{"elsewhere.anything", nil},
 	}

@@ -37,6 +37,10 @@ const (
 	Recorder     Role = "recorder"
 	Operator     Role = "operator" // the toolwire CLI of a person running toolwire
 	Producer     Role = "producer" // an upstream system: asks for runs, follows them
+	// Operations is the process serving the dead-letter tools of an
+	// operations agent (worker/dlqtools): the dead letters, their replay
+	// audit, and replays of the events that announce (operations.go).
+	Operations Role = "operations"
 )
 
 // SandboxDurable is the name of the sandbox service's durable consumer
@@ -48,7 +52,7 @@ var ErrUnknownRole = errors.New("unknown NATS role")
 
 // Roles lists every role, in the order of the docs' roles table.
 func Roles() []Role {
-	return []Role{Orchestrator, Policy, Executor, Sandbox, Recorder, Operator, Producer}
+	return []Role{Orchestrator, Policy, Executor, Sandbox, Recorder, Operator, Producer, Operations}
 }
 
 // Parse returns the role named s.
@@ -62,10 +66,10 @@ func Parse(s string) (Role, error) {
 
 // ForService is the role a service binary connects as: its own name for the
 // five services; false for anything else (a worker has an identity of its
-// own: Worker).
+// own: Worker; the operations role is a worker's second connection).
 func ForService(name string) (Role, bool) {
 	r, err := Parse(name)
-	return r, err == nil && r != Operator && r != Producer
+	return r, err == nil && r != Operator && r != Producer && r != Operations
 }
 
 func joinRoles(rs []Role) string {
@@ -110,6 +114,8 @@ func (r Role) Doc() string {
 		return "reads every stream into the database; follows live the runs its API's clients wait on; publishes the decisions and cancels of the timeline page and the HTTP API, and the requests of runs submitted over HTTP; writes the registry for its admin API"
 	case Operator:
 		return "the toolwire CLI of the people who run toolwire: everything, including provisioning, deleting and purging streams"
+	case Operations:
+		return "the process serving an operations agent's dead-letter tools (worker/dlqtools), beside its worker identity: reads and deletes dead letters, writes the replay audit, and replays the events that announce what happened; never a command (a run request or cancel, an approved call, a decision, a sandbox job: those an operator replays), never another stream"
 	case Producer:
 		return "an upstream system trusted with every tenant: publishes run requests and cancels (directly or on any tenant's intake), follows its runs' events and reads their outputs; a producer limited to one tenant is a tenant identity (toolwire identities --tenant)"
 	}
@@ -213,6 +219,8 @@ func (r Role) Permissions() Permissions {
 		// live.go), which reads every stream anyway.
 		p.Subscribe = append(p.Subscribe, events.SubjectsRuns, events.SubjectsCalls, events.SubjectsSandbox)
 		return p
+	case Operations:
+		return operations()
 	case Producer:
 		// In its own account (accounts.go): what it may send into the system
 		// account, and the run and call events it receives live.
