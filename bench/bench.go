@@ -158,6 +158,9 @@ type Report struct {
 	// Scenarios are the agent-shaped workloads (scenarios.go).
 	Scenarios []Scenario `json:"scenarios"`
 
+	// Streaming is what agent.stream costs a one-call run (streaming.go).
+	Streaming Streaming `json:"streaming"`
+
 	// Targets are the figures the design sets a bound for, each checked.
 	Targets []Target `json:"targets"`
 
@@ -414,6 +417,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		r.Scenarios = append(r.Scenarios, got)
+	}
+
+	streamed := min(max(o.Samples/5, 10), 200)
+	say("streaming: %d one-call runs with agent.stream beside %d without, in alternating blocks; time to the first delta", streamed, streamed)
+	if r.Streaming, err = measureStreaming(ctx, run, st.Conn, streamed); err != nil {
+		return nil, err
 	}
 
 	say("fan-out: one 100 ms sleep versus eight in one turn")

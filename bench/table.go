@@ -81,6 +81,13 @@ func (r *Report) Table(w io.Writer) error {
 	if len(r.ScaleOut.CallsPerSec) == 3 {
 		p("  scale-out, 1/2/3 executors\t%.0f / %.0f / %.0f calls/s\t%.2fx (target >= 2.5x)\t", r.ScaleOut.CallsPerSec[0], r.ScaleOut.CallsPerSec[1], r.ScaleOut.CallsPerSec[2], r.ScaleOut.Ratio3To1)
 	}
+	if r.Streaming.On.N > 0 {
+		p("")
+		p("STREAMING (agent.stream: the model's deltas on core NATS)\t\t\t")
+		p("  one-call run, stream off\t%s\t", d(r.Streaming.Off))
+		p("  one-call run, stream on\t%s\t%.2fx off", d(r.Streaming.On), r.Streaming.Ratio)
+		p("  submit to the first delta\t%s\t%.1f deltas per run", d(r.Streaming.FirstDelta), r.Streaming.Deltas)
+	}
 	if len(r.Scenarios) > 0 {
 		p("")
 		p("AGENT-SHAPED SCENARIOS (scripted zero-latency model)\t\t\t")

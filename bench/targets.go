@@ -35,6 +35,7 @@ func (r *Report) targets() []Target {
 		atMost("recorder lag after one-call runs (ms)", r.Throughput.RecorderLag, 1000),
 		atMost(fmt.Sprintf("recorder lag after turns of %d calls (ms)", r.TurnCalls), r.TurnThroughput.RecorderLag, 1000),
 		atMost("fan-out: 8 x 100 ms to 1 x 100 ms", r.FanOut.Ratio, 1.2),
+		atMost("one-call run p50, agent.stream on to off", r.Streaming.Ratio, streamTarget),
 	}
 	if len(r.ScaleOut.CallsPerSec) == 3 {
 		ts = append(ts, atLeast("scale-out: 3 executors to 1", r.ScaleOut.Ratio3To1, 2.5))

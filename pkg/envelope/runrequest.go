@@ -124,6 +124,26 @@ type Agent struct {
 	EnabledTools  []string       `json:"enabled_tools"`
 	Policy        Policy         `json:"policy"`
 	PinnedHandles []PinnedHandle `json:"pinned_handles,omitempty"`
+
+	// The model side (modelside.go). Stream publishes the model's answers
+	// as they arrive, to watchers of the run (pkg/events/delta.go); off by
+	// default.
+	Stream bool `json:"stream,omitempty"`
+	// ToolChoice: auto (default), required, none, or an enabled tool's
+	// name; it applies to the first model call (ToolChoiceAt).
+	ToolChoice string `json:"tool_choice,omitempty"`
+	// ParallelToolCalls lets the model call several tools in one answer
+	// (nil: the provider's default, which allows it).
+	ParallelToolCalls *bool `json:"parallel_tool_calls,omitempty"`
+	// StopAtTools end the run at the first successful call of one of these
+	// enabled tools: its output is the answer.
+	StopAtTools []string `json:"stop_at_tools,omitempty"`
+	// OutputSchema is the JSON Schema of the final answer: the answer must
+	// be one JSON value it accepts, else it goes back to the model with
+	// the problems, at most OutputRetries times (0: DefaultOutputRetries;
+	// -1: none), then the run fails. The value is AgentOutputs.Output.
+	OutputSchema  json.RawMessage `json:"output_schema,omitempty"`
+	OutputRetries int             `json:"output_retries,omitempty"`
 }
 
 // EnabledRefs parses EnabledTools.
@@ -216,6 +236,7 @@ func (r *RunRequest) Validate() error {
 		}
 		names[ref.Name] = s
 	}
+	problems = append(problems, r.Agent.modelSideProblems(names)...)
 	p := r.Agent.Policy
 	if p.MaxIterations < 0 || p.MaxToolCalls < 0 || p.MaxBudget < 0 {
 		add("agent.policy caps must not be negative")

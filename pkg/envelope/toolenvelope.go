@@ -86,7 +86,12 @@ func (e *ToolEnvelope) ToolRef() string { return e.Name + "@" + e.Version }
 // (docs/architecture.md, Contracts). Its shape never depends on node
 // configuration.
 type AgentOutputs struct {
-	Response  string                  `json:"response"`
+	Response string `json:"response"`
+	// Output is the final answer as a validated JSON value (the value
+	// Agent.OutputSchema accepted, or the output of the Agent.StopAtTools
+	// call that ended the run), null for any other node: always written,
+	// so that the shape never depends on the configuration.
+	Output    json.RawMessage         `json:"output"`
 	ToolsByID map[string]ToolEnvelope `json:"tools_by_id"`
 	ToolOrder []string                `json:"tool_order"`
 	LastTool  *ToolEnvelope           `json:"last_tool,omitempty"`

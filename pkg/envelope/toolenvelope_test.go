@@ -63,9 +63,9 @@ func TestAgentOutputsJSON(t *testing.T) {
 		out  envelope.AgentOutputs
 		want string
 	}{
-		{"zero value", envelope.AgentOutputs{}, `{"response":"","tools_by_id":{},"tool_order":[]}`},
-		{"no calls", envelope.NewAgentOutputs("hi", nil, ""), `{"response":"hi","tools_by_id":{},"tool_order":[]}`},
-		{"empty slices", envelope.NewAgentOutputs("", []envelope.ToolEnvelope{}, "http://t/1"), `{"response":"","tools_by_id":{},"tool_order":[],"traces_url":"http://t/1"}`},
+		{"zero value", envelope.AgentOutputs{}, `{"response":"","output":null,"tools_by_id":{},"tool_order":[]}`},
+		{"no calls", envelope.NewAgentOutputs("hi", nil, ""), `{"response":"hi","output":null,"tools_by_id":{},"tool_order":[]}`},
+		{"empty slices", envelope.NewAgentOutputs("", []envelope.ToolEnvelope{}, "http://t/1"), `{"response":"","output":null,"tools_by_id":{},"tool_order":[],"traces_url":"http://t/1"}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -128,6 +128,20 @@ type Turn struct {
 	// (its guard and executors drop such a call), and a call running then
 	// is cut at it. Nil on turns of runs recorded before it was carried.
 	Deadline *time.Time `json:"deadline,omitempty"`
+	// Output is the final answer's value once agent.output_schema accepted
+	// it (a final turn only).
+	Output json.RawMessage `json:"output,omitempty"`
+	// Rejected says the answer failed agent.output_schema: it goes back to
+	// the model with the problems, and the run's next model call follows.
+	// A rejected turn has no calls.
+	Rejected *OutputRejection `json:"rejected,omitempty"`
+}
+
+// OutputRejection is why a final answer went back to the model.
+type OutputRejection struct {
+	Problems []string `json:"problems"`
+	// Attempt counts the run's rejections from 1.
+	Attempt int `json:"attempt"`
 }
 
 // LoopVerdict is the loop rules' verdict on one model call.

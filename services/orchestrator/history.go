@@ -338,6 +338,9 @@ func (s *Service) extend(ctx context.Context, runID string, c *conversation, n i
 			return fmt.Errorf("run %s: turn %d has no response (it was denied)", runID, k)
 		}
 		msgs := []envelope.Message{{Role: envelope.RoleAssistant, Content: t.Response.Content, ToolCalls: t.Response.ToolCalls}}
+		if t.Rejected != nil {
+			msgs = append(msgs, envelope.Message{Role: envelope.RoleUser, Content: outputFeedback(t.Rejected)})
+		}
 		ids := make([]string, 0, len(t.Calls))
 		for _, call := range t.Calls {
 			env := c.envs[call.CallID]

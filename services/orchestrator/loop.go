@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -283,6 +284,7 @@ func newRunState(req *envelope.RunRequest, tr events.RunTrace) *RunState {
 		V: stateVersion, RunID: req.RunID, Tenant: req.Tenant, Agent: req.Agent.Name,
 		Model:  events.ModelRef{Provider: req.Agent.Model.Provider, Name: req.Agent.Model.Name},
 		Policy: req.Agent.Policy, EnabledTools: req.Agent.EnabledTools, Trace: tr, StartedAt: time.Now().UTC(),
+		StopAt: req.Agent.StopAtTools,
 	}
 }
 
@@ -528,6 +530,11 @@ func (s *Service) takeTurn(ctx context.Context, ts turnStart) error {
 			if st.pastDeadline(time.Now()) {
 				return s.failRun(ctx, st, ts.from, envelope.CodeTimeout, deadlineReason(st, nil))
 			}
+			var oe *outputError
+			if errors.As(err, &oe) {
+				// The answer failed the output schema once too often.
+				return s.failRun(ctx, st, ts.from, envelope.CodeValidation, oe.Error())
+			}
 			// A model failure ends the run with a clear reason; the
 			// adapter's retries already happened.
 			return s.failRun(ctx, st, ts.from, envelope.CodeProviderError, "model call failed: "+err.Error())
@@ -538,7 +545,7 @@ func (s *Service) takeTurn(ctx context.Context, ts turnStart) error {
 		if err := s.fault(ctx, FaultAfterModel, st.RunID, n); err != nil {
 			return err
 		}
-		if len(t.Calls) > 0 && ts.from == fromSnapshot {
+		if (len(t.Calls) > 0 || t.Rejected != nil) && ts.from == fromSnapshot {
 			cur, err := catchUp()
 			if err != nil {
 				return err
@@ -551,7 +558,7 @@ func (s *Service) takeTurn(ctx context.Context, ts turnStart) error {
 				return s.goOn(ctx, cur, trigger)
 			}
 		}
-		if len(t.Calls) == 0 {
+		if len(t.Calls) == 0 && t.Rejected == nil {
 			// The model's final answer rides on the run's end event.
 			if t, err = s.publishFinal(ctx, st, t); err != nil {
 				return err
@@ -841,7 +848,11 @@ func (s *Service) outputs(ctx context.Context, st *RunState, end *events.RunStat
 		}
 		final = t
 	}
-	req, _, ids, err := s.conversationThrough(ctx, st.RunID, st.Iteration-1)
+	through := st.Iteration - 1
+	if st.StopCall != "" {
+		through = st.Iteration // the stopping call's turn is a turn of calls
+	}
+	req, _, ids, err := s.conversationThrough(ctx, st.RunID, through)
 	if err != nil {
 		return err
 	}
@@ -850,10 +861,21 @@ func (s *Service) outputs(ctx context.Context, st *RunState, end *events.RunStat
 		return err
 	}
 	response := ""
-	if final.Response != nil {
-		response = final.Response.Content
+	var value json.RawMessage
+	switch {
+	case st.StopCall != "":
+		// The first successful call of a stop_at_tools tool is the answer.
+		for _, env := range envs {
+			if env.CallID == st.StopCall {
+				value = env.Output
+				response = string(env.Output)
+			}
+		}
+	case final.Response != nil:
+		response, value = final.Response.Content, final.Output
 	}
 	out := envelope.NewAgentOutputs(response, envs, events.TracesURL(s.cfg.TracesURLTemplate, traceIDOf(st.Trace)))
+	out.Output = value
 	pinned, perr := envelope.ResolvePins(out, req.Agent.PinnedHandles)
 	if perr != nil {
 		// A pin with on_missing error fails the run, with its reason.

@@ -19,6 +19,8 @@ type metrics struct {
 	reaped     prometheus.Counter
 	// endsRefused counts ends decided after another end was stored.
 	endsRefused prometheus.Counter
+	// deltas counts the deltas of streamed model answers published.
+	deltas prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -30,6 +32,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			modelDur:    r.Histogram("model_call_seconds", "Model call latency.", prometheus.ExponentialBuckets(0.0005, 4, 10)),
 			spend:       r.Counter("model_spend_total", "Cost of the model turns recorded, in the price table's unit."),
 			reaped:      r.Counter("runs_reaped_total", "Runs failed by the reaper at their deadline (each also counts in runs_total as failed)."),
+			deltas:      r.Counter("model_deltas_total", "Deltas of streamed model answers published (core NATS: watchers may miss some, the turn event is the record)."),
 			endsRefused: r.Counter("run_ends_refused_total", "Ends of runs that had ended already (a failure at the deadline racing a completion): refused, the run's state set to its first end."),
 		}
 	})

@@ -73,6 +73,14 @@ type RunState struct {
 	// have their envelopes.
 	Cancel *Cancel `json:"cancel,omitempty"`
 
+	// Rejections counts the final answers that failed the agent's output
+	// schema and went back to the model.
+	Rejections int `json:"rejections,omitempty"`
+	// StopAt are the agent's stop_at_tools; StopCall is the call whose
+	// success ended the run, its output the answer.
+	StopAt   []string `json:"stop_at,omitempty"`
+	StopCall string   `json:"stop_call,omitempty"`
+
 	StartedAt time.Time `json:"started_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// Deadline is when the run must have ended: its request's time plus
@@ -197,6 +205,13 @@ func (s *RunState) recordTurn(t *events.Turn) bool {
 		s.Calls = max(s.Calls, c.Seq)
 	}
 	s.Phase = PhaseAwaitingTools
+	if t.Rejected != nil {
+		// The answer goes back to the model: the next model call follows
+		// as after a turn whose calls are all answered (Service.goOn).
+		s.Rejections = max(s.Rejections, t.Rejected.Attempt)
+		s.Pending = nil
+		return true
+	}
 	if len(s.Pending) == 0 {
 		s.Pending = nil
 		if t.Response != nil {
@@ -204,4 +219,15 @@ func (s *RunState) recordTurn(t *events.Turn) bool {
 		}
 	}
 	return true
+}
+
+// stopCall is the first call of the current turn, in call order, that
+// succeeded and names a stop_at_tools tool; "" when none did.
+func (s *RunState) stopCall() string {
+	for _, c := range s.Pending {
+		if c.Done && !c.Error && slices.Contains(s.StopAt, c.Name) {
+			return c.CallID
+		}
+	}
+	return ""
 }

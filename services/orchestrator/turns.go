@@ -46,6 +46,11 @@ func (s *Service) advance(st *RunState, trigger string) {
 		st.cancelled(st.Iteration)
 		return
 	}
+	if c := st.stopCall(); c != "" {
+		// A stop_at_tools call succeeded: its output is the answer.
+		st.Trigger, st.StopCall, st.Phase = trigger, c, PhaseComplete
+		return
+	}
 	n := st.Iteration + 1
 	v := s.loopVerdict(st, n)
 	st.Iteration, st.Trigger = n, trigger
@@ -107,9 +112,10 @@ func (s *Service) callModel(ctx context.Context, st *RunState, req *envelope.Run
 	mctx, cancel := context.WithTimeout(ctx, s.cfg.ModelTimeout)
 	defer cancel()
 	start := time.Now()
-	resp, err := prov.Complete(mctx, provider.Request{
+	resp, err := s.complete(mctx, prov, req.Agent, provider.Request{
 		RunID: st.RunID, Iteration: n, Model: req.Agent.Model, System: req.Agent.SystemPrompt,
 		Messages: msgs, Tools: tools,
+		ToolChoice: req.Agent.ToolChoiceAt(n), ParallelToolCalls: req.Agent.ParallelToolCalls, OutputSchema: req.Agent.OutputSchema,
 	})
 	end := time.Now()
 	s.metrics.modelDur.Observe(end.Sub(start).Seconds())
@@ -164,7 +170,56 @@ func (s *Service) callModel(ctx context.Context, st *RunState, req *envelope.Run
 	}
 	resp.ToolCalls = calls
 	t.Response = &resp
+	if len(calls) == 0 {
+		if err := checkOutput(req.Agent, st, t); err != nil {
+			return nil, err
+		}
+	}
 	return t, nil
+}
+
+// checkOutput validates a final answer against the agent's output schema:
+// accepted, its value is the turn's Output; refused, the turn is Rejected
+// (the answer goes back to the model with the problems) while the agent's
+// retries last, and an *outputError after.
+func checkOutput(agent envelope.Agent, st *RunState, t *events.Turn) error {
+	sch, err := agent.CompileOutputSchema()
+	if err != nil || sch == nil {
+		return err // validated with the request: never an error here
+	}
+	value, err := sch.Check(t.Response.Content)
+	if err == nil {
+		t.Output = value
+		return nil
+	}
+	problems := []string{err.Error()}
+	var se *envelope.SchemaError
+	if errors.As(err, &se) {
+		problems = se.Problems
+	}
+	if st.Rejections >= agent.OutputRetriesOr() {
+		return &outputError{answers: st.Rejections + 1, problems: problems}
+	}
+	t.Rejected = &events.OutputRejection{Problems: problems, Attempt: st.Rejections + 1}
+	return nil
+}
+
+// outputError is a final answer that failed the output schema with no retry
+// left: the run fails with it.
+type outputError struct {
+	answers  int
+	problems []string
+}
+
+func (e *outputError) Error() string {
+	return fmt.Sprintf("the final answer failed agent.output_schema %d times (output_retries %d); the last answer: %s",
+		e.answers, e.answers-1, strings.Join(e.problems, "; "))
+}
+
+// outputFeedback is what the model is told of a rejected answer.
+func outputFeedback(r *events.OutputRejection) string {
+	return "Your answer is not what the output schema asks for: " + strings.Join(r.Problems, "; ") +
+		". Answer again with only one JSON value that the schema accepts."
 }
 
 // turnCall numbers one tool call of the model and gives it its id, cost and

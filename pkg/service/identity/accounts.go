@@ -82,7 +82,7 @@ func producerReads() []string {
 
 // producerImports is what the producer's account takes from the system
 // account: its run requests, every tenant's intake, the run and call events
-// live, and direct gets of the streams it follows and the blobs it reads,
+// and the model's deltas live, and direct gets of the streams it follows and the blobs it reads,
 // through the JetStream API prefix events.ImportedJSAPI.
 func producerImports() []Import {
 	out := []Import{
@@ -91,6 +91,8 @@ func producerImports() []Import {
 		{Subject: events.SubjectsIntake},
 		{Subject: events.SubjectsRuns, Events: true},
 		{Subject: events.SubjectsCalls, Events: true},
+		// The live deltas of streamed model answers (events/delta.go).
+		{Subject: events.SubjectsDelta, Events: true},
 	}
 	api := func(s string) string { return events.ImportedJSAPI + strings.TrimPrefix(s, "$JS.API") }
 	for _, s := range producerReads() {

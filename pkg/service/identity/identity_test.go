@@ -206,6 +206,8 @@ func TestPermissionMatrix(t *testing.T) {
 		{"$KV." + provision.BucketDLQAudit + ".x", []identity.Role{ops}},
 		{"$JS.API.CONSUMER.CREATE.OBJ_" + provision.ObjectDeadLetters + ".x", []identity.Role{orch, pol, exe, sbx, rec, ops}},
 		{"$JS.API.CONSUMER.CREATE.KV_" + provision.BucketDLQAudit + ".x", []identity.Role{ops}},
+		// The model's deltas: the orchestrator's alone (core NATS).
+		{"toolwire.delta.r1.1", []identity.Role{orch}},
 		{"toolwire.rpc.worker.q.register", nil},
 		{"elsewhere.anything", nil},
 	}
@@ -218,6 +220,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{"toolwire.run.r1.requested", "toolwire.run.r1.requested", []identity.Role{rec}},
 		{"toolwire.call.r1.>", "toolwire.call.r1." + call + ".completed", []identity.Role{rec}},
 		{"toolwire.sandbox.r1.>", "toolwire.sandbox.r1." + call + ".completed", []identity.Role{rec}},
+		{"toolwire.delta.r1.*", "toolwire.delta.r1.1", []identity.Role{rec}},
 		{events.SubjectPreview, events.SubjectPreview, []identity.Role{exe}},
 		{events.SubjectsWorkerRPC, "toolwire.rpc.worker.q.beat", []identity.Role{exe}},
 		{"toolwire.worker.q.call", "toolwire.worker.q.call", nil},
@@ -227,6 +230,12 @@ func TestPermissionMatrix(t *testing.T) {
 		{"_INBOX_executor.>", "_INBOX_executor.x", []identity.Role{exe}},
 		{"_INBOX_producer.>", "_INBOX_producer.x", nil},
 	}
+	// A core NATS subject no stream holds answers a publish through a
+	// responder of the operator's.
+	echo, err := op.nc.Subscribe("toolwire.delta.r1.1", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = echo.Unsubscribe() })
+	require.NoError(t, op.nc.Flush())
 	for _, r := range identity.Roles() {
 		if r == identity.Operator || r == identity.Producer {
 			continue // the producer is in an account of its own: TestProducerAccount

@@ -150,6 +150,8 @@ func (r Role) Permissions() Permissions {
 		// Runs' cancel requests, live: a model call of a cancelled run is
 		// stopped (services/orchestrator/cancel.go).
 		p.Subscribe = append(p.Subscribe, events.Filters(events.FilterRunCancelRequested)...)
+		// The deltas of streamed model answers, on core NATS only.
+		p.Publish = append(p.Publish, events.SubjectsDelta)
 		return p
 	case Policy:
 		return r.service(
@@ -217,7 +219,8 @@ func (r Role) Permissions() Permissions {
 		// The events of the runs its API's clients wait on, live: each
 		// wakes the recorder's consumer of its stream (services/recorder/
 		// live.go), which reads every stream anyway.
-		p.Subscribe = append(p.Subscribe, events.SubjectsRuns, events.SubjectsCalls, events.SubjectsSandbox)
+		// The model's deltas of those runs, for its live stream.
+		p.Subscribe = append(p.Subscribe, events.SubjectsRuns, events.SubjectsCalls, events.SubjectsSandbox, events.SubjectsDelta)
 		return p
 	case Operations:
 		return operations()
@@ -235,7 +238,7 @@ func (r Role) Permissions() Permissions {
 			// JetStream: how a client learns it is a producer's
 			// (direct.JetStream).
 			Publish:   flat(pub(events.FilterRunRequested, events.FilterRunCancelRequested), []string{events.SubjectsIntake, "$JS.API.INFO"}, reads),
-			Subscribe: []string{r.InboxPrefix() + ".>", events.SubjectsRuns, events.SubjectsCalls},
+			Subscribe: []string{r.InboxPrefix() + ".>", events.SubjectsRuns, events.SubjectsCalls, events.SubjectsDelta},
 		}
 	}
 	return Permissions{}

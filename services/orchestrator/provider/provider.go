@@ -9,6 +9,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 
 	"github.com/toolwire/toolwire/pkg/envelope"
@@ -23,6 +24,53 @@ type Request struct {
 	System    string
 	Messages  []envelope.Message
 	Tools     []envelope.ToolDefinition
+
+	// ToolChoice is this call's: auto, required, none or a tool's name
+	// (envelope.Agent.ToolChoiceAt); "" is auto.
+	ToolChoice string
+	// ParallelToolCalls, when set, allows or forbids several tool calls in
+	// one answer; nil leaves the provider's default.
+	ParallelToolCalls *bool
+	// OutputSchema, when set, is the JSON Schema a final answer must
+	// satisfy: an adapter uses its provider's native structured output
+	// where it has one (OutputToolName for a tool-forced one), else says
+	// so in the system prompt. The orchestrator validates the answer.
+	OutputSchema json.RawMessage
+}
+
+// OutputToolName is the tool an adapter without a native structured-output
+// mode offers for the final answer (Anthropic's tool-forced output): the
+// model's call of it is its answer, its input the value, never a tool call
+// of the turn. An agent with an output schema enables no tool of that name.
+const OutputToolName = envelope.OutputToolName
+
+// Delta is a piece of a streamed answer: text, or a piece of one tool call,
+// or the news that what the call streamed so far is void (Discard: the
+// stream failed and the call starts over).
+type Delta struct {
+	Text     string         `json:"text,omitempty"`
+	ToolCall *ToolCallDelta `json:"tool_call,omitempty"`
+	Discard  bool           `json:"discard,omitempty"`
+}
+
+// ToolCallDelta is a piece of tool call Index (from 0, in the answer's
+// order): its ID and Name on its first piece, then pieces of its
+// arguments' JSON text, which add up to the arguments.
+type ToolCallDelta struct {
+	Index     int    `json:"index"`
+	ID        string `json:"id,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+}
+
+// Streamer is a Provider that streams: Stream is Complete calling onDelta
+// with each piece of the answer, in order, as it arrives (from the caller's
+// goroutine: onDelta must not block long). The response it returns is what
+// the pieces since the last Discard add up to: its content the texts
+// joined, its tool calls the pieces of each index joined.
+type Streamer interface {
+	Provider
+	Stream(ctx context.Context, req Request, onDelta func(Delta)) (envelope.ModelResponse, error)
 }
 
 // Provider calls a model. Adapters translate toolwire's neutral messages and

@@ -65,3 +65,14 @@ func (p *Provider) Complete(_ context.Context, req provider.Request) (envelope.M
 	r.ToolCalls = slices.Clone(r.ToolCalls)
 	return r, nil
 }
+
+// Stream implements provider.Streamer: the recorded response, in pieces of
+// provider.DefaultChunkBytes.
+func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) (envelope.ModelResponse, error) {
+	r, err := p.Complete(ctx, req)
+	if err != nil {
+		return r, err
+	}
+	provider.Chunks(r, provider.DefaultChunkBytes, onDelta)
+	return r, nil
+}

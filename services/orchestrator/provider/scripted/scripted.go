@@ -59,8 +59,48 @@ func Parse(options json.RawMessage) (Script, error) {
 // Provider plays a script of turns from the run's model options, one
 // turn per model call, with zero latency: the model of the demo, of tests and
 // of benchmarks. Past the end of the script it answers with the last turn's
-// content, or an empty answer.
+// content, or an empty answer. It honours the tool controls as a model
+// must: under tool_choice none a turn's calls are dropped (a turn of calls
+// only is an error), required and a named tool need a turn that calls
+// (that tool), and without parallel tool calls only a turn's first call is
+// made. It streams (Stream) its answer in pieces of
+// provider.DefaultChunkBytes.
 type Provider struct{}
+
+// Stream implements provider.Streamer: the answer Complete gives, in
+// pieces.
+func (p Provider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) (envelope.ModelResponse, error) {
+	resp, err := p.Complete(ctx, req)
+	if err != nil {
+		return resp, err
+	}
+	provider.Chunks(resp, provider.DefaultChunkBytes, onDelta)
+	return resp, nil
+}
+
+// honour applies the request's tool controls to script turn n (from 0).
+func honour(t Turn, n int, req provider.Request) (Turn, error) {
+	switch c := req.ToolChoice; c {
+	case "", envelope.ToolChoiceAuto:
+	case envelope.ToolChoiceNone:
+		if len(t.ToolCalls) > 0 && t.Content == "" {
+			return t, fmt.Errorf("scripted model: script[%d] only calls tools, which tool_choice none forbids", n)
+		}
+		t.ToolCalls = nil
+	case envelope.ToolChoiceRequired:
+		if len(t.ToolCalls) == 0 {
+			return t, fmt.Errorf("scripted model: script[%d] calls no tool, and tool_choice is required", n)
+		}
+	default:
+		if len(t.ToolCalls) == 0 || t.ToolCalls[0].Name != c {
+			return t, fmt.Errorf("scripted model: script[%d] does not call %s first, and tool_choice names it", n, c)
+		}
+	}
+	if req.ParallelToolCalls != nil && !*req.ParallelToolCalls && len(t.ToolCalls) > 1 {
+		t.ToolCalls = t.ToolCalls[:1]
+	}
+	return t, nil
+}
 
 // Complete implements provider.Provider.
 func (Provider) Complete(_ context.Context, req provider.Request) (envelope.ModelResponse, error) {
@@ -84,7 +124,10 @@ func (Provider) Complete(_ context.Context, req provider.Request) (envelope.Mode
 		return envelope.ModelResponse{Content: s.Turns[len(s.Turns)-1].Content, StopReason: "end_turn",
 			Usage: envelope.Usage{InputTokens: in}}, nil
 	}
-	t := s.Turns[n]
+	t, err := honour(s.Turns[n], n, req)
+	if err != nil {
+		return envelope.ModelResponse{}, err
+	}
 	resp := envelope.ModelResponse{Content: t.Content, StopReason: "end_turn"}
 	for i, c := range t.ToolCalls {
 		args := c.Arguments
