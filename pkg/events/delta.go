@@ -18,6 +18,9 @@ import (
 // attempt add up to. A watcher that connects mid-turn gets the deltas the
 // recorder holds of the current turn, then the live ones.
 
+// SchemaDelta names the JSON Schema of a delta (schemas/delta.schema.json).
+const SchemaDelta = "delta"
+
 // SubjectsDelta matches every delta.
 const SubjectsDelta = Prefix + ".delta.>"
 

@@ -62,3 +62,28 @@ func FuzzDecodeDelta(f *testing.F) {
 		require.Equal(t, d, again)
 	})
 }
+
+// TestDeltaSchema: what EncodeDelta writes is what delta.schema.json (the
+// AsyncAPI document's payload) accepts, and the schema refuses what
+// DecodeDelta refuses.
+func TestDeltaSchema(t *testing.T) {
+	s, err := events.NewSchemas()
+	require.NoError(t, err)
+	for _, d := range []events.Delta{
+		{RunID: "r1", Iteration: 1, Attempt: 1, Seq: 1, Text: "Hel"},
+		{RunID: "r1", Iteration: 2, Attempt: 2, Seq: 9, ToolCall: &events.DeltaToolCall{Index: 1, ID: "c1", Name: "echo", Arguments: `{"a`}},
+		{RunID: "r1", Iteration: 2, Attempt: 1, Seq: 5, Discarded: true},
+	} {
+		b, err := events.EncodeDelta(d)
+		require.NoError(t, err)
+		require.NoError(t, s.Validate(events.SchemaDelta, b), "%s", b)
+	}
+	for _, bad := range []string{
+		`{"run_id":"r1","iteration":1,"attempt":1,"seq":1}`,
+		`{"run_id":"r1","iteration":1,"attempt":1,"seq":1,"text":"a","discarded":true}`,
+		`{"run_id":"r1","iteration":0,"attempt":1,"seq":1,"text":"a"}`,
+		`{"run_id":"r1","iteration":1,"attempt":1,"seq":1,"text":"a","extra":1}`,
+	} {
+		require.Error(t, s.Validate(events.SchemaDelta, []byte(bad)), bad)
+	}
+}

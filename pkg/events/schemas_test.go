@@ -21,7 +21,7 @@ func TestSchemaFSHoldsEveryEventSchema(t *testing.T) {
 	require.ElementsMatch(t, []string{
 		events.SchemaRunStatus, events.SchemaTurn, events.SchemaCallRequest, events.SchemaCallStarted,
 		events.SchemaApprovalRequest, events.SchemaDecision, events.SchemaCancelRequest,
-		events.SchemaSandboxJob, events.SchemaSandboxResult,
+		events.SchemaSandboxJob, events.SchemaSandboxResult, events.SchemaDelta,
 	}, got)
 }
 
