@@ -80,10 +80,10 @@ type (
 		Messages orderedMap[aaMessage] `yaml:"messages"`
 	}
 	aaMessage struct {
-		Name        string   `yaml:"name"`
-		Title       string   `yaml:"title"`
-		Summary     string   `yaml:"summary"`
-		ContentType string   `yaml:"contentType"`
+		Name        string    `yaml:"name"`
+		Title       string    `yaml:"title"`
+		Summary     string    `yaml:"summary"`
+		ContentType string    `yaml:"contentType"`
 		Headers     *aaSchema `yaml:"headers,omitempty"`
 		Payload     aaRef     `yaml:"payload"`
 	}
@@ -438,7 +438,7 @@ func deltaChannel(doc *aaDoc, params map[string]aaParameter, natsChannel, natsOp
 	ch.Messages.set(key, aaRef{"#/components/messages/" + key})
 	doc.Channels.set(key, ch)
 	doc.Components.Messages.set(key, aaMessage{Name: "delta", Title: "model delta",
-		Summary: "One piece of a streamed answer: text, a piece of a tool call, or discarded (the attempt is void).",
+		Summary:     "One piece of a streamed answer: text, a piece of a tool call, or discarded (the attempt is void).",
 		ContentType: "application/json", Payload: aaRef{schemaPath(events.SchemaDelta)}})
 	msg := []aaRef{{"#/channels/" + key + "/messages/" + key}}
 	for _, r := range identity.Roles() {
