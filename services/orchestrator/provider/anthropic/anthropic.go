@@ -1,10 +1,13 @@
 // Package anthropic is the adapter of the Anthropic Messages API, through the
-// official SDK.
+// official SDK. Complete makes one request for the whole answer; Stream
+// (provider.Streamer) streams its events and starts over when the stream
+// breaks. Both map the request's tool controls to tool_choice (with
+// disable_parallel_tool_use), and its output schema to a tool-forced output:
+// the tool provider.OutputToolName, whose call is the answer (output.go).
 package anthropic
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -29,10 +32,16 @@ const DefaultMaxTokens = 4096
 // with the registry's input schemas; the model's tool_use blocks become tool
 // calls, and the results of one turn go back in one user message carrying a
 // tool_result block per call, in the order of the calls, with is_error set
-// for a failed call.
+// for a failed call. ToolChoice is tool_choice ("required" is "any", a
+// tool's name {"type":"tool","name":...}), ParallelToolCalls false is its
+// disable_parallel_tool_use, and an OutputSchema offers the tool
+// provider.OutputToolName for the final answer (output.go).
 type Provider struct {
-	client anthropic.Client
+	client  anthropic.Client
+	retries int // of a stream that breaks (Stream)
 }
+
+var _ provider.Streamer = (*Provider)(nil)
 
 // New returns the adapter.
 func New(c provider.Config) *Provider {
@@ -51,16 +60,26 @@ func New(c provider.Config) *Provider {
 	if c.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(c.HTTPClient))
 	}
-	return &Provider{client: anthropic.NewClient(opts...)}
+	return &Provider{client: anthropic.NewClient(opts...), retries: provider.Retries(c.MaxRetries)}
 }
 
 // Complete implements provider.Provider.
 func (p *Provider) Complete(ctx context.Context, req provider.Request) (envelope.ModelResponse, error) {
-	params, err := messageParams(req)
+	params, out, err := messageParams(req)
 	if err != nil {
 		return envelope.ModelResponse{}, err
 	}
 	var attempts atomic.Int32
+	msg, err := p.client.Messages.New(ctx, params, requestOptions(req, &attempts)...)
+	if err != nil {
+		return envelope.ModelResponse{}, provider.Failure(Name, req.Model.Name, int(attempts.Load()), err)
+	}
+	return messageResponse(req, out, msg)
+}
+
+// requestOptions are a request's options: its attempts counted in
+// attempts, and the temperature.
+func requestOptions(req provider.Request, attempts *atomic.Int32) []option.RequestOption {
 	opts := []option.RequestOption{option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		attempts.Add(1)
 		return next(r)
@@ -69,14 +88,60 @@ func (p *Provider) Complete(ctx context.Context, req provider.Request) (envelope
 		// The SDK's parameters have no field for it; the wire format does.
 		opts = append(opts, option.WithJSONSet("temperature", *t))
 	}
-	msg, err := p.client.Messages.New(ctx, params, opts...)
-	if err != nil {
-		return envelope.ModelResponse{}, provider.Failure(Name, req.Model.Name, int(attempts.Load()), err)
-	}
-	return messageResponse(req, msg)
+	return opts
 }
 
-func messageParams(req provider.Request) (anthropic.MessageNewParams, error) {
+// messageParams is the request's wire form, and how it offers its output
+// schema.
+func messageParams(req provider.Request) (anthropic.MessageNewParams, output, error) {
+	p, err := conversation(req)
+	if err != nil {
+		return p, output{}, err
+	}
+	for _, d := range req.Tools {
+		schema, err := provider.InputSchema(d)
+		if err != nil {
+			return p, output{}, err
+		}
+		tool := anthropic.ToolParam{Name: d.Name, InputSchema: inputSchema(schema)}
+		if d.Description != "" {
+			tool.Description = anthropic.String(d.Description)
+		}
+		p.Tools = append(p.Tools, anthropic.ToolUnionParam{OfTool: &tool})
+	}
+	out, err := offerOutput(&p, req)
+	if err != nil {
+		return p, out, err
+	}
+	if err := toolChoice(&p, req, out); err != nil {
+		return p, out, err
+	}
+	return p, out, nil
+}
+
+// inputSchema is an object schema as the Messages API takes a tool's.
+func inputSchema(schema map[string]any) anthropic.ToolInputSchemaParam {
+	in := anthropic.ToolInputSchemaParam{Properties: schema["properties"], ExtraFields: map[string]any{}}
+	if req, ok := schema["required"].([]any); ok {
+		for _, r := range req {
+			if s, ok := r.(string); ok {
+				in.Required = append(in.Required, s)
+			}
+		}
+	}
+	for k, v := range schema {
+		switch k {
+		case "type", "properties", "required":
+		default:
+			in.ExtraFields[k] = v
+		}
+	}
+	return in
+}
+
+// conversation is the request's model settings, system prompt and
+// messages.
+func conversation(req provider.Request) (anthropic.MessageNewParams, error) {
 	p := anthropic.MessageNewParams{Model: anthropic.Model(req.Model.Name), MaxTokens: DefaultMaxTokens}
 	if req.Model.MaxTokens > 0 {
 		p.MaxTokens = int64(req.Model.MaxTokens)
@@ -134,70 +199,31 @@ func messageParams(req provider.Request) (anthropic.MessageNewParams, error) {
 	if len(system) > 0 {
 		p.System = []anthropic.TextBlockParam{{Text: strings.Join(system, "\n\n")}}
 	}
-	for _, d := range req.Tools {
-		schema, err := provider.InputSchema(d)
-		if err != nil {
-			return p, err
-		}
-		in := anthropic.ToolInputSchemaParam{Properties: schema["properties"], ExtraFields: map[string]any{}}
-		if req, ok := schema["required"].([]any); ok {
-			for _, r := range req {
-				if s, ok := r.(string); ok {
-					in.Required = append(in.Required, s)
-				}
-			}
-		}
-		for k, v := range schema {
-			switch k {
-			case "type", "properties", "required":
-			default:
-				in.ExtraFields[k] = v
-			}
-		}
-		tool := anthropic.ToolParam{Name: d.Name, InputSchema: in}
-		if d.Description != "" {
-			tool.Description = anthropic.String(d.Description)
-		}
-		p.Tools = append(p.Tools, anthropic.ToolUnionParam{OfTool: &tool})
-	}
 	return p, nil
 }
 
-func messageResponse(req provider.Request, msg *anthropic.Message) (envelope.ModelResponse, error) {
+func messageResponse(req provider.Request, out output, msg *anthropic.Message) (envelope.ModelResponse, error) {
 	if msg == nil {
 		return envelope.ModelResponse{}, fmt.Errorf("anthropic model %s: malformed response: empty", req.Model.Name)
 	}
 	u := msg.Usage
-	out := envelope.ModelResponse{
-		StopReason: string(msg.StopReason),
-		// Cache writes and reads are input too; pricing them at the input
-		// price errs on the side of the budget.
-		Usage: envelope.Usage{
-			InputTokens:  int(u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens),
-			OutputTokens: int(u.OutputTokens),
-		},
-	}
-	var text []string
+	t := newTurn(req, out, nil)
 	for i, b := range msg.Content {
-		switch b.Type {
-		case "text":
-			text = append(text, b.Text)
-		case "tool_use":
-			if b.Name == "" {
-				return envelope.ModelResponse{}, fmt.Errorf("anthropic model %s: malformed response: tool_use block %d has no name", req.Model.Name, i)
-			}
-			args := json.RawMessage(b.Input)
-			if len(args) == 0 || !json.Valid(args) {
-				args = json.RawMessage(`{}`)
-			}
-			out.ToolCalls = append(out.ToolCalls, envelope.ToolCall{
-				ID: provider.CallID(b.ID, req.Iteration, len(out.ToolCalls)), Name: b.Name, Arguments: args,
-			})
+		if err := t.start(int64(i), b.Type, b.Text, b.ID, b.Name, string(b.Input)); err != nil {
+			return envelope.ModelResponse{}, err
 		}
 	}
-	if len(text) == 0 && len(out.ToolCalls) == 0 && msg.StopReason == "" {
+	if t.empty() && msg.StopReason == "" {
 		return envelope.ModelResponse{}, fmt.Errorf("anthropic model %s: malformed response: no content and no stop_reason", req.Model.Name)
 	}
-	out.Content = strings.Join(text, "")
-	return out, nil
+	resp := t.response()
+	resp.StopReason = string(msg.StopReason)
+	resp.Usage = usage(u.InputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens, u.OutputTokens)
+	return resp, nil
+}
+
+// usage is the usage of a message: cache writes and reads are input too;
+// pricing them at the input price errs on the side of the budget.
+func usage(input, cacheWrites, cacheReads, output int64) envelope.Usage {
+	return envelope.Usage{InputTokens: int(input + cacheWrites + cacheReads), OutputTokens: int(output)}
 }

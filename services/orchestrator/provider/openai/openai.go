@@ -1,13 +1,19 @@
 // Package openai is the adapter of the OpenAI Chat Completions API, through
 // the official SDK: OpenAI's models, and any server that speaks Chat
-// Completions (vLLM, Ollama, LiteLLM).
+// Completions (vLLM, Ollama, LiteLLM). Complete makes one request for the
+// whole answer; Stream (provider.Streamer) streams it chunk by chunk and
+// starts over when the stream breaks. Both map the request's tool controls
+// to tool_choice and parallel_tool_calls, and its output schema to the
+// native structured output (response_format json_schema).
 package openai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 
 	"github.com/openai/openai-go/v3"
@@ -24,11 +30,19 @@ const Name = "openai"
 // Provider calls a model through the OpenAI Chat Completions API with the
 // official SDK (github.com/openai/openai-go/v3). Tools are offered as
 // functions whose parameters are the registry's input schemas; the model may
-// call several at once (parallel_tool_calls), and each result goes back as
-// its own role "tool" message.
+// call several at once (parallel_tool_calls, unless the request forbids
+// it), and each result goes back as its own role "tool" message. The
+// request's ToolChoice is tool_choice ("auto", "required", "none", or
+// {"type":"function","function":{"name":...}} for a tool's name), and its
+// OutputSchema the response_format json_schema named
+// provider.OutputToolName (not strict: the orchestrator validates the
+// answer).
 type Provider struct {
-	client openai.Client
+	client  openai.Client
+	retries int // of a stream that breaks (Stream)
 }
+
+var _ provider.Streamer = (*Provider)(nil)
 
 // New returns the adapter. The key is sent as the bearer token; without one
 // (a local server), a placeholder is. Any server that speaks Chat
@@ -48,7 +62,7 @@ func New(c provider.Config) *Provider {
 	if c.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(c.HTTPClient))
 	}
-	return &Provider{client: openai.NewClient(opts...)}
+	return &Provider{client: openai.NewClient(opts...), retries: provider.Retries(c.MaxRetries)}
 }
 
 // Complete implements provider.Provider.
@@ -60,14 +74,19 @@ func (p *Provider) Complete(ctx context.Context, req provider.Request) (envelope
 	var attempts atomic.Int32
 	resp, err := p.client.Chat.Completions.New(ctx, params, option.WithMiddleware(countAttempts(&attempts)))
 	if err != nil {
-		var apiErr *openai.Error
-		if errors.As(err, &apiErr) && apiErr.Message != "" {
-			// The SDK's error names the status only; the body says why.
-			err = fmt.Errorf("%w: %s", err, apiErr.Message)
-		}
-		return envelope.ModelResponse{}, provider.Failure(Name, req.Model.Name, int(attempts.Load()), err)
+		return envelope.ModelResponse{}, provider.Failure(Name, req.Model.Name, int(attempts.Load()), withMessage(err))
 	}
 	return chatResponse(req, resp)
+}
+
+// withMessage is the SDK's error with what the body says: the error names
+// the status only.
+func withMessage(err error) error {
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) && apiErr.Message != "" {
+		return fmt.Errorf("%w: %s", err, apiErr.Message)
+	}
+	return err
 }
 
 func countAttempts(n *atomic.Int32) option.Middleware {
@@ -118,8 +137,22 @@ func chatParams(req provider.Request) (openai.ChatCompletionNewParams, error) {
 		}
 		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(fn))
 	}
-	if len(p.Tools) > 0 {
-		p.ParallelToolCalls = openai.Bool(true)
+	if err := toolControls(&p, req); err != nil {
+		return p, err
+	}
+	if len(req.OutputSchema) > 0 {
+		if !json.Valid(req.OutputSchema) {
+			return p, errors.New("openai: output schema is not valid JSON")
+		}
+		p.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{
+				Name:   provider.OutputToolName,
+				Schema: json.RawMessage(req.OutputSchema),
+				// Strict mode takes a subset of JSON Schema only; the
+				// orchestrator validates the answer against all of it.
+				Strict: openai.Bool(false),
+			},
+		}}
 	}
 	if t := req.Model.Temperature; t != nil {
 		p.Temperature = openai.Float(*t)
@@ -128,6 +161,39 @@ func chatParams(req provider.Request) (openai.ChatCompletionNewParams, error) {
 		p.MaxCompletionTokens = openai.Int(int64(req.Model.MaxTokens))
 	}
 	return p, nil
+}
+
+// toolControls sets tool_choice and parallel_tool_calls from the request,
+// when there are tools to offer: the API takes neither without them.
+// parallel_tool_calls is the request's, or true when it leaves it, and is
+// not sent with tool_choice "none".
+func toolControls(p *openai.ChatCompletionNewParams, req provider.Request) error {
+	c := req.ToolChoice
+	if len(p.Tools) == 0 {
+		switch c {
+		case "", envelope.ToolChoiceAuto, envelope.ToolChoiceNone:
+			return nil
+		}
+		return fmt.Errorf("openai: tool_choice %q needs a tool, and the request offers none", c)
+	}
+	switch c {
+	case "":
+	case envelope.ToolChoiceAuto, envelope.ToolChoiceRequired, envelope.ToolChoiceNone:
+		p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String(c)}
+	default:
+		if !slices.ContainsFunc(req.Tools, func(d envelope.ToolDefinition) bool { return d.Name == c }) {
+			return fmt.Errorf("openai: tool_choice %q is not auto, required, none or the name of an offered tool", c)
+		}
+		p.ToolChoice = openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: c})
+	}
+	if c != envelope.ToolChoiceNone {
+		parallel := true
+		if req.ParallelToolCalls != nil {
+			parallel = *req.ParallelToolCalls
+		}
+		p.ParallelToolCalls = openai.Bool(parallel)
+	}
+	return nil
 }
 
 func chatResponse(req provider.Request, resp *openai.ChatCompletion) (envelope.ModelResponse, error) {

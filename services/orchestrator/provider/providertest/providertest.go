@@ -1,6 +1,7 @@
 // Package providertest fakes a model provider's HTTP API for the tests of the
 // adapters and of the agent loop: an httptest server that speaks a
-// provider's wire format as the test scripts it.
+// provider's wire format as the test scripts it, whole answers or streams
+// of server-sent events.
 package providertest
 
 import (
@@ -36,6 +37,35 @@ type Reply struct {
 	Status  int
 	Headers map[string]string
 	Body    string
+	// Events, when set, make the reply a stream of server-sent events
+	// (text/event-stream) in place of Body, each written and flushed in
+	// turn.
+	Events []Event
+	// Drop, after the Events, drops the connection: the stream breaks off
+	// without its end, and the client reads an unexpected EOF.
+	Drop bool
+}
+
+// Event is one server-sent event of a streamed reply: "event: Type" (no
+// such line when Type is empty, as in OpenAI's streams) and "data: Data",
+// then a blank line.
+type Event struct {
+	Type string
+	Data string
+	// After, when set, holds the event back until it is closed or the
+	// request ends: a test closes it once its client has seen the events
+	// before (Deltas.First), which shows they streamed before the reply
+	// ended.
+	After <-chan struct{}
+}
+
+// Data is an event of each data text, without event types.
+func Data(data ...string) []Event {
+	out := make([]Event, len(data))
+	for i, d := range data {
+		out[i] = Event{Data: d}
+	}
+	return out
 }
 
 // Request is a request the server received.
@@ -73,13 +103,42 @@ func (m *Model) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(k, v)
 	}
 	if w.Header().Get("Content-Type") == "" {
-		w.Header().Set("Content-Type", "application/json")
+		if rep.Events != nil {
+			w.Header().Set("Content-Type", "text/event-stream")
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+		}
 	}
 	if rep.Status == 0 {
 		rep.Status = http.StatusOK
 	}
 	w.WriteHeader(rep.Status)
-	_, _ = io.WriteString(w, rep.Body)
+	if rep.Events == nil {
+		_, _ = io.WriteString(w, rep.Body)
+		return
+	}
+	flusher, _ := w.(http.Flusher)
+	for _, ev := range rep.Events {
+		if ev.After != nil {
+			select {
+			case <-ev.After:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if ev.Type != "" {
+			_, _ = io.WriteString(w, "event: "+ev.Type+"\n")
+		}
+		_, _ = io.WriteString(w, "data: "+ev.Data+"\n\n")
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	if rep.Drop {
+		// The server closes the connection in the middle of the chunked
+		// body; the handler's panic is net/http's way to say so.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // Requests returns the requests received so far, in order.
@@ -187,6 +246,99 @@ func CheckFailures(t *testing.T, cases []Failure, key, content string,
 			if tc.MinGap > 0 {
 				require.GreaterOrEqual(t, got[1].At.Sub(got[0].At), tc.MinGap, "the retry waited as long as Retry-After said")
 			}
+		})
+	}
+}
+
+// Deltas records what a Streamer passes to onDelta (its On).
+type Deltas struct {
+	mu    sync.Mutex
+	got   []provider.Delta
+	first chan struct{}
+	once  sync.Once
+}
+
+// NewDeltas returns an empty record.
+func NewDeltas() *Deltas { return &Deltas{first: make(chan struct{})} }
+
+// On records d; it is the onDelta of a Stream.
+func (d *Deltas) On(delta provider.Delta) {
+	d.mu.Lock()
+	d.got = append(d.got, delta)
+	d.mu.Unlock()
+	d.once.Do(func() { close(d.first) })
+}
+
+// First is closed once the first delta is recorded: the After of a reply's
+// event that must wait for the client to see the ones before.
+func (d *Deltas) First() <-chan struct{} { return d.first }
+
+// All are the deltas recorded, in order.
+func (d *Deltas) All() []provider.Delta {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]provider.Delta(nil), d.got...)
+}
+
+// Discards is how many of the deltas are Discards.
+func (d *Deltas) Discards() int {
+	n := 0
+	for _, x := range d.All() {
+		if x.Discard {
+			n++
+		}
+	}
+	return n
+}
+
+// RequireSum asserts that resp, a Stream's answer to model call iteration,
+// is what its deltas add up to (provider.Accumulate).
+func RequireSum(t testing.TB, iteration int, deltas []provider.Delta, resp envelope.ModelResponse) {
+	t.Helper()
+	sum := provider.Accumulate(iteration, deltas...)
+	require.Equal(t, sum.Content, resp.Content, "the content is the text deltas joined")
+	require.Equal(t, sum.ToolCalls, resp.ToolCalls, "the tool calls are the tool call deltas joined")
+}
+
+// StreamCase is a case of an adapter's stream table: what the fake model
+// replies to each request, and what Stream must make of it.
+type StreamCase struct {
+	Name     string
+	Retries  int // the adapter's MaxRetries
+	Replies  []Reply
+	Attempts int // requests the model receives
+	Discards int // Discard deltas
+	// Want is the answer when the call succeeds (Err empty).
+	Want envelope.ModelResponse
+	// Err are substrings of the error; none: the call succeeds.
+	Err []string
+}
+
+// CheckStreams runs each case on a fake model of its replies, with the
+// streaming adapter newProvider builds for the model's base URL and the
+// case's retries: the adapter makes the requests the case says and sends
+// the Discards it says; a call that succeeds answers Want, which is what
+// the deltas since the last Discard add up to; a call that fails says what
+// the case says.
+func CheckStreams(t *testing.T, cases []StreamCase, newProvider func(baseURL string, retries int) provider.Streamer, req provider.Request) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			m := New(t, tc.Replies...)
+			deltas := NewDeltas()
+			resp, err := newProvider(m.URL, tc.Retries).Stream(t.Context(), req, deltas.On)
+			require.Len(t, m.Requests(), tc.Attempts, "requests")
+			require.Equal(t, tc.Discards, deltas.Discards(), "discards")
+			if len(tc.Err) > 0 {
+				require.Error(t, err)
+				for _, s := range tc.Err {
+					require.ErrorContains(t, err, s)
+				}
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.Want, resp)
+			RequireSum(t, req.Iteration, deltas.All(), resp)
 		})
 	}
 }
