@@ -1,6 +1,8 @@
 package envelope
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"regexp"
 )
@@ -83,7 +85,16 @@ func (p PinnedHandle) Validate() error {
 
 // Select returns the envelope the handle selects from the outputs, or nil when
 // none matches.
+//
+// A handle whose selector names OutputToolName selects the run's validated
+// final answer (AgentOutputs.Output, set by an output schema or a stop
+// tool) when it has one: an envelope of that name whose output is the
+// value (outputEnvelope), so that a graph pins the answer as it pins a
+// tool's output.
 func (p PinnedHandle) Select(out AgentOutputs) *ToolEnvelope {
+	if p.Selector.Tool == OutputToolName && hasValue(out.Output) {
+		return outputEnvelope(out.Output)
+	}
 	var found *ToolEnvelope
 	for _, id := range out.ToolOrder {
 		env, ok := out.ToolsByID[id]
@@ -128,4 +139,22 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// hasValue reports whether raw holds a JSON value other than null.
+func hasValue(raw json.RawMessage) bool {
+	b := bytes.TrimSpace(raw)
+	return len(b) > 0 && !bytes.Equal(b, []byte("null"))
+}
+
+// outputEnvelope is the envelope a pin of OutputToolName resolves to: the
+// final answer's value as its output, its input {} and its call id the
+// hash of the value (CallID of OutputToolName, seq 0: no call of a run
+// has seq 0), so that the same answer pins under the same id.
+func outputEnvelope(value json.RawMessage) *ToolEnvelope {
+	id, err := CallID(OutputToolName, "", value, 0)
+	if err != nil {
+		id, _ = CallID(OutputToolName, "", []byte(`null`), 0)
+	}
+	return &ToolEnvelope{CallID: id, Name: OutputToolName, Input: json.RawMessage(`{}`), Output: value}
 }

@@ -1,6 +1,7 @@
 package envelope_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -212,4 +213,26 @@ func TestResolvePins(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPinTheFinalOutput: a handle on final_output selects the validated
+// answer when the run has one (an envelope whose output is the value, the
+// same id for the same value), and on_missing otherwise.
+func TestPinTheFinalOutput(t *testing.T) {
+	pin := envelope.PinnedHandle{Name: "answer", Selector: envelope.PinSelector{Tool: envelope.OutputToolName}}
+	require.NoError(t, pin.Validate())
+	out := envelope.NewAgentOutputs(`{"city":"Lyon"}`, nil, "")
+	out.Output = json.RawMessage(`{"city":"Lyon"}`)
+	got := pin.Select(out)
+	require.NotNil(t, got)
+	require.Equal(t, envelope.OutputToolName, got.Name)
+	require.JSONEq(t, `{"city":"Lyon"}`, string(got.Output))
+	require.Regexp(t, `^[0-9a-f]{64}$`, got.CallID)
+	require.Equal(t, got.CallID, pin.Select(out).CallID)
+
+	out.Output = json.RawMessage(`null`)
+	require.Nil(t, pin.Select(out), "no validated answer: nothing to pin")
+	pin.OnMissing = envelope.MissingError
+	_, err := envelope.ResolvePins(out, []envelope.PinnedHandle{pin})
+	require.ErrorIs(t, err, envelope.ErrPinMissing)
 }

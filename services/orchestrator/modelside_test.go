@@ -35,11 +35,14 @@ func TestOutputSchema(t *testing.T) {
 		map[string]any{"content": ` {"city": "Lyon", "temp_c": 21.5} `},
 	)
 	req.Agent.OutputSchema = json.RawMessage(citySchema)
+	req.Agent.PinnedHandles = []envelope.PinnedHandle{{Name: "answer", Selector: envelope.PinSelector{Tool: envelope.OutputToolName}}}
 	h.Submit(ctx, req)
 	final, err := h.Wait(ctx, req.RunID)
 	require.NoError(t, err)
 	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
 	require.JSONEq(t, `{"city":"Lyon","temp_c":21.5}`, string(final.Outputs.Output))
+	require.NotNil(t, final.Pinned["answer"], "the answer is pinned like a tool output")
+	require.JSONEq(t, `{"city":"Lyon","temp_c":21.5}`, string(final.Pinned["answer"].Output))
 	require.Equal(t, ` {"city": "Lyon", "temp_c": 21.5} `, final.Outputs.Response)
 	turns := orchestratortest.Turns(t, orchestratortest.OfType(h.StreamEvents(ctx)[req.RunID], events.TypeTurnCompleted))
 	require.Len(t, turns, 1, "the rejected answer is a turn; the accepted one rides on the end")
