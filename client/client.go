@@ -138,10 +138,14 @@ func intakeNonce() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// Event is one event of a run, decoded.
+// Event is one event of a run, decoded, or (with WithDeltas) one delta of
+// its model's streamed answer.
 type Event struct {
 	Subject events.ParsedSubject
 	Event   *event.Event
+	// Delta is set, and Subject and Event are zero, for a delta (no stream
+	// keeps it: the turn event it leads to is the record).
+	Delta *events.Delta
 }
 
 // Follow delivers every event of the run (run and call subjects, from the
@@ -160,7 +164,14 @@ type Event struct {
 // events stored before it; past that, the status comes with an error
 // wrapping ErrEventsMissed. With a nil fn nothing is delivered and the end is
 // returned at once.
-func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) (*events.RunStatus, error) {
+//
+// WithDeltas has fn see the run's deltas too, among its events;
+// WithSubscribed runs a function (a submit) once Follow listens.
+func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool, opts ...FollowOption) (*events.RunStatus, error) {
+	var cfg followConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	runSubj, err := events.RunEvents(runID)
 	if err != nil {
 		return nil, err
@@ -188,11 +199,28 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 		}
 		defer func() { _ = sub.Unsubscribe() }()
 	}
+	// The deltas, when asked for, on the same connection.
+	var (
+		feed   *deltaFeed
+		deltas <-chan *nats.Msg
+	)
+	if cfg.deltas && fn != nil {
+		if feed, err = subscribeDeltas(nc, runID); err != nil {
+			return nil, err
+		}
+		defer func() { _ = feed.sub.Unsubscribe() }()
+		deltas = feed.msgs
+	}
 	fctx, fcancel := context.WithTimeout(ctx, followFlush)
 	err = nc.FlushWithContext(fctx)
 	fcancel()
 	if err != nil {
 		return nil, fmt.Errorf("follow %s: %w", runID, err)
+	}
+	if cfg.subscribed != nil {
+		if err := cfg.subscribed(ctx); err != nil {
+			return nil, err
+		}
 	}
 	readers := []*reader{
 		{js: c.js, stream: events.StreamRuns, filter: runSubj},
@@ -213,6 +241,11 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 				}
 				pending = append(pending, got...)
 			}
+			// The deltas published before what was read are in by now:
+			// they go before it.
+			if feed != nil && feed.absorb() > 0 && len(pending) == 0 {
+				return followed{delta: true}, true, nil
+			}
 			if len(pending) > 0 {
 				break
 			}
@@ -232,6 +265,9 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 				return followed{}, false, ctx.Err()
 			case <-drain:
 				return followed{}, false, nil
+			case m := <-deltas:
+				feed.take(m)
+				return followed{delta: true}, true, nil
 			case <-wake:
 				woken = 1
 			case <-poll.C:
@@ -253,10 +289,29 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 		drain      <-chan time.Time
 		order      = newCallOrder()
 	)
+	// deliver hands fn an event, with the deltas due before it and those
+	// it lets go.
+	deliver := func(e Event) bool {
+		if feed == nil {
+			return fn(e)
+		}
+		if !sendDeltas(fn, feed.order.before(e)) || !fn(e) {
+			return false
+		}
+		feed.order.delivered(e)
+		return feed.send(fn)
+	}
 	for end == nil || lastCall < callsUntil {
 		it, ok, err := next(drain)
 		if err != nil {
 			return nil, err
+		}
+		// The deltas that may go go first: they came before what is read.
+		if feed != nil && !feed.send(fn) {
+			return nil, nil
+		}
+		if it.delta {
+			continue
 		}
 		if !ok {
 			out, err := c.withOutputs(ctx, end)
@@ -290,11 +345,11 @@ func (c *Client) Follow(ctx context.Context, runID string, fn func(Event) bool) 
 			drain = t.C
 			continue
 		}
-		if fn != nil && !order.deliver(it.ev, fn) {
+		if fn != nil && !order.deliver(it.ev, deliver) {
 			return nil, nil
 		}
 	}
-	if fn != nil && (!order.flush(fn) || !fn(endEv)) {
+	if fn != nil && (!order.flush(deliver) || !deliver(endEv)) {
 		return nil, nil
 	}
 	return c.withOutputs(ctx, end)
@@ -349,10 +404,11 @@ func (r *reader) read(ctx context.Context) ([]followed, error) {
 
 // followed is an event Follow read, or why it could not.
 type followed struct {
-	ev   Event
-	err  error
-	call bool   // from the calls stream
-	seq  uint64 // its stream sequence
+	ev    Event
+	delta bool // a delta came (it is in the feed), not an event
+	err   error
+	call  bool   // from the calls stream
+	seq   uint64 // its stream sequence
 }
 
 // callOrder holds a call's events until the turn that asked for the call

@@ -31,6 +31,7 @@ type runFlags struct {
 	prompt    string
 	maxBudget float64
 	deadline  time.Duration
+	stream    bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -38,6 +39,7 @@ func newRunCmd() *cobra.Command {
 		natsURL string
 		f       runFlags
 		timeout time.Duration
+		asJSON  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -55,10 +57,18 @@ OpenAI-compatible server such as vLLM or Ollama) or anthropic (it needs
 ANTHROPIC_API_KEY). --prompt asks the demo agent (tools echo, calculator,
 get_current_time) your own question.
 
+--stream has the model stream its answers (agent.stream): the text of each
+model call shows as it grows, on a "thinking" line per turn, and an attempt
+the provider failed mid-stream is marked "[attempt N discarded, retrying]".
+--json (-o json) prints the steps as JSON lines instead, on standard error:
+{"type":"event","event":<CloudEvent>} per event, {"type":"delta",...} per
+delta (pkg/events/delta.go); standard output is the same.
+
   toolwire run --demo
   toolwire run --demo --provider openai --model gpt-4o-mini
   toolwire run --provider anthropic --model claude-haiku-4-5 --prompt "What is 17*23? Use a tool."
-  toolwire run -f request.json --provider openai --model gpt-4.1-mini`,
+  toolwire run -f request.json --provider openai --model gpt-4.1-mini
+  toolwire run --demo --stream -o json 2>progress.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req, err := buildRunRequest(f, cmd.InOrStdin(), time.Now())
@@ -67,7 +77,7 @@ get_current_time) your own question.
 			}
 			// runs.go: the progress lines, the end, and what to do when
 			// the wait ends before the run does.
-			return followToEnd(cmd, natsURL, timeout, req.RunID, func(ctx context.Context, js jetstream.JetStream) error {
+			return followProgress(cmd, natsURL, timeout, req.RunID, asJSON, func(ctx context.Context, js jetstream.JetStream) error {
 				return client.New(js, "/toolwire/cli").Submit(ctx, req)
 			})
 		},
@@ -82,6 +92,8 @@ get_current_time) your own question.
 	fl.StringVar(&f.prompt, "prompt", "", "ask the demo agent this instead (needs --provider and --model)")
 	fl.Float64Var(&f.maxBudget, "max-budget", 0, "stop the run before a call that would make it cost more than this (USD at the orchestrator's prices)")
 	fl.DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the run")
+	fl.BoolVar(&f.stream, "stream", false, "have the model stream its answers (agent.stream) and show them as they grow")
+	progressFlag(cmd, &asJSON)
 	fl.DurationVar(&f.deadline, "deadline", 0, "the run's deadline (deadline_s, whole seconds up to 24h): past it the run ends failed with TIMEOUT; default the request's, else the orchestrator's TOOLWIRE_RUN_DEADLINE")
 	return cmd
 }
@@ -130,6 +142,9 @@ func buildRunRequest(f runFlags, stdin io.Reader, now time.Time) (envelope.RunRe
 	}
 	if f.maxBudget > 0 {
 		req.Agent.Policy.MaxBudget = f.maxBudget
+	}
+	if f.stream {
+		req.Agent.Stream = true
 	}
 	if f.deadline < 0 {
 		return req, errors.New("--deadline must not be negative")

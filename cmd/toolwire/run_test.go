@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/envelope"
+	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/recorder/store/postgres/pgtest"
 	"github.com/toolwire/toolwire/stack"
 )
@@ -77,6 +78,10 @@ func TestBuildRunRequest(t *testing.T) {
 		{name: "deadline", f: runFlags{demo: true, deadline: 90*time.Second + time.Millisecond},
 			check: func(t *testing.T, r envelope.RunRequest) { require.Equal(t, 91, r.DeadlineS, "rounded up") }},
 		{name: "negative deadline", f: runFlags{demo: true, deadline: -time.Second}, err: "--deadline must not be negative"},
+		{name: "stream", f: runFlags{demo: true, stream: true},
+			check: func(t *testing.T, r envelope.RunRequest) { require.True(t, r.Agent.Stream, "agent.stream") }},
+		{name: "no stream unless asked", f: runFlags{demo: true},
+			check: func(t *testing.T, r envelope.RunRequest) { require.False(t, r.Agent.Stream) }},
 		{name: "a file that ends early", f: runFlags{file: write(`{"run_id":"x"`)}, err: "invalid JSON: it ends before its value does"},
 		{name: "a file with more after the request", f: runFlags{file: write(string(b) + ` {"run_id":"another"}`)},
 			err: "invalid JSON: content after its value"},
@@ -174,4 +179,82 @@ func TestDevDemoWithoutAPIKey(t *testing.T) {
 	require.Equal(t, demo.Response, outputs.Response)
 	require.Len(t, outputs.ToolOrder, 4)
 	require.Contains(t, errOut, "recorded: ")
+}
+
+// TestRunStream: `toolwire run --stream` on a stack (as `toolwire dev` runs
+// it) shows each model call's answer as it streams, on a thinking line
+// before the turn's line; with -o json, each delta is a JSON line of type
+// delta, before its turn's event, and the deltas of a call add up to its
+// answer. Standard output is the outputs either way.
+func TestRunStream(t *testing.T) {
+	st, err := stack.Start(t.Context(), stack.Options{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Stop(context.Background())) })
+
+	t.Run("text", func(t *testing.T) {
+		out, errOut, err := runCLI(t, "", "run", "--demo", "--stream", "--run-id", "stream-text", "--nats", st.URL)
+		require.NoError(t, err, errOut)
+		var outputs envelope.AgentOutputs
+		require.NoError(t, json.Unmarshal([]byte(out), &outputs), out)
+		require.Equal(t, demo.Response, outputs.Response)
+		for _, want := range []string{
+			"  thinking (turn 1): [calls echo] [calls calculator] [calls get_current_time] \n  model turn 1: 3 tool call(s)",
+			"  thinking (turn 2): [calls calculator] \n  model turn 2: 1 tool call(s)",
+			"  thinking (turn 3): " + demo.Response + "\n  model turn 3: 0 tool call(s)",
+		} {
+			require.Contains(t, errOut, want)
+		}
+	})
+
+	t.Run("json", func(t *testing.T) {
+		out, errOut, err := runCLI(t, "", "run", "--demo", "--stream", "-o", "json", "--run-id", "stream-json", "--nats", st.URL)
+		require.NoError(t, err, errOut)
+		var outputs envelope.AgentOutputs
+		require.NoError(t, json.Unmarshal([]byte(out), &outputs), "standard output is the outputs: %s", out)
+		text := map[int]string{} // per model call, its deltas' text
+		turned := map[int]bool{} // model calls whose turn came
+		var calls []string       // tool names, as their calls started
+		for _, line := range strings.Split(strings.TrimSpace(errOut), "\n") {
+			var l struct {
+				Type      string `json:"type"`
+				Iteration int    `json:"iteration"`
+				Seq       int    `json:"seq"`
+				Text      string `json:"text"`
+				ToolCall  *struct {
+					Name string `json:"name"`
+				} `json:"tool_call"`
+				Event *struct {
+					Type string `json:"type"`
+					Data struct {
+						Iteration int `json:"iteration"`
+						Turn      *struct {
+							Iteration int `json:"iteration"`
+						} `json:"turn"`
+					} `json:"data"`
+				} `json:"event"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(line), &l), "every progress line is JSON: %q", line)
+			switch l.Type {
+			case "delta":
+				require.False(t, turned[l.Iteration], "a delta of call %d after its turn: %s", l.Iteration, line)
+				text[l.Iteration] += l.Text
+				if l.ToolCall != nil && l.ToolCall.Name != "" {
+					calls = append(calls, l.ToolCall.Name)
+				}
+			case "event":
+				require.NotNil(t, l.Event, line)
+				switch {
+				case l.Event.Type == events.TypeTurnCompleted:
+					turned[l.Event.Data.Iteration] = true
+				case l.Event.Data.Turn != nil:
+					turned[l.Event.Data.Turn.Iteration] = true
+				}
+			default:
+				t.Fatalf("a progress line of type %q: %s", l.Type, line)
+			}
+		}
+		require.Equal(t, demo.Response, text[3], "the final call's deltas add up to its answer")
+		require.Equal(t, []string{"echo", "calculator", "get_current_time", "calculator"}, calls)
+		require.Equal(t, map[int]bool{1: true, 2: true, 3: true}, turned)
+	})
 }

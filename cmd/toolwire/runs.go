@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,7 +16,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -386,6 +389,7 @@ func newRunsFollowCmd() *cobra.Command {
 	var (
 		natsURL string
 		timeout time.Duration
+		asJSON  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "follow RUN_ID",
@@ -395,19 +399,50 @@ server's) from its first, prints each step as toolwire run does, and ends with
 the run's end: a completed run's AgentOutputs as JSON, a failed run's status
 as JSON (exit status 3). A run still going is followed until it ends or
 --timeout passes (exit status 4; the run goes on). A run whose events NATS
-does not hold exits 6.`,
-		Example: `  toolwire runs follow demo-1764650000000000000`,
-		Args:    runArg,
+does not hold exits 6.
+
+When the run's agent streams (agent.stream), the text of each model call
+shows as it grows, on a "thinking" line per turn, from the moment follow
+listens (NATS keeps no delta: what streamed before is in the turn's line).
+--json (-o json) prints the steps as JSON lines instead, on standard error
+too: {"type":"event","event":<CloudEvent>} per event and
+{"type":"delta",...} per delta (pkg/events/delta.go); standard output is
+the same.`,
+		Example: `  toolwire runs follow demo-1764650000000000000
+  toolwire runs follow demo-1764650000000000000 -o json 2>progress.jsonl`,
+		Args: runArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			runID := args[0]
-			return followToEnd(cmd, natsURL, timeout, runID, func(ctx context.Context, js jetstream.JetStream) error {
+			return followProgress(cmd, natsURL, timeout, runID, asJSON, func(ctx context.Context, js jetstream.JetStream) error {
 				return runKnown(ctx, js, runID)
 			})
 		},
 	}
 	natsFlag(cmd.Flags(), &natsURL)
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the run's end")
+	progressFlag(cmd, &asJSON)
 	return cmd
+}
+
+// progressFlag adds --json, and -o/--output json|text, to a command that
+// follows a run: JSON lines instead of the text lines of its progress.
+func progressFlag(cmd *cobra.Command, dst *bool) {
+	var output string
+	fl := cmd.Flags()
+	fl.BoolVar(dst, "json", false, "print the run's progress (its events, its model's deltas) as JSON lines")
+	fl.StringVarP(&output, "output", "o", "", `"json" prints the progress as JSON lines (as --json), "text" as text`)
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		switch output {
+		case "":
+		case "json":
+			*dst = true
+		case "text":
+			*dst = false
+		default:
+			return usageError(fmt.Errorf("-o %q: want json or text", output))
+		}
+		return nil
+	}
 }
 
 // runKnown says whether NATS holds an event of the run (its request at
@@ -433,30 +468,43 @@ func runKnown(ctx context.Context, js jetstream.JetStream, runID string) error {
 	return nil
 }
 
-// followToEnd connects to NATS, runs before (the submit of toolwire run, the
-// check that the run exists of runs follow), and follows the run to its end
-// with the progress lines on standard error. It prints a completed run's
-// outputs, or a failed run's status (exit status exitRunFailed), on
-// standard output. Interrupted or past timeout once before has succeeded,
-// it says that the run goes on and how to reattach.
+// followToEnd is followProgress with the progress as text lines.
 func followToEnd(cmd *cobra.Command, natsURL string, timeout time.Duration, runID string,
+	before func(ctx context.Context, js jetstream.JetStream) error) error {
+	return followProgress(cmd, natsURL, timeout, runID, false, before)
+}
+
+// followProgress connects to NATS, follows the run to its end with the
+// progress on standard error (text lines, or asJSON JSON lines:
+// followPrinter), its model's deltas included, and runs before (the submit
+// of toolwire run, the check that the run exists of runs follow) once the
+// follow listens, so that none of the run's deltas goes by unheard. It
+// prints a completed run's outputs, or a failed run's status (exit status
+// exitRunFailed), on standard output. Interrupted or past timeout once
+// before has succeeded, it says that the run goes on and how to reattach.
+func followProgress(cmd *cobra.Command, natsURL string, timeout time.Duration, runID string, asJSON bool,
 	before func(ctx context.Context, js jetstream.JetStream) error) error {
 	var (
 		final    *events.RunStatus
 		attached bool
 	)
+	p := newFollowPrinter(cmd.ErrOrStderr(), asJSON)
 	err := withJetStream(cmd.Context(), natsURL, timeout, func(ctx context.Context, js jetstream.JetStream) (err error) {
-		if err := before(ctx, js); err != nil {
-			return err
-		}
-		attached = true
-		final, err = client.New(js, "/toolwire/cli").Follow(ctx, runID, progressPrinter(cmd.ErrOrStderr()))
+		final, err = client.New(js, "/toolwire/cli").Follow(ctx, runID, p.print, client.WithDeltas(),
+			client.WithSubscribed(func(ctx context.Context) error {
+				if err := before(ctx, js); err != nil {
+					return err
+				}
+				attached = true
+				return nil
+			}))
 		return err
 	})
+	p.finish()
 	if err != nil {
 		return detached(cmd, err, attached, natsURL, timeout, runID)
 	}
-	if final.Spend > 0 {
+	if final.Spend > 0 && !asJSON {
 		fmt.Fprintf(cmd.ErrOrStderr(), "spend: %s\n", formatSpend(final.Spend))
 	}
 	if final.Status != events.StatusCompleted {
@@ -487,4 +535,125 @@ func detached(cmd *cobra.Command, err error, attached bool, natsURL string, time
 			runID, timeout, again))
 	}
 	return err
+}
+
+// followPrinter shows a followed run's progress: progressPrinter's lines,
+// and for a streaming model a "thinking" line per model call, its text as
+// it grows, the tools it starts to call and a mark for each attempt
+// discarded, ended by the call's turn; or, asJSON, a JSON line per event
+// ({"type":"event"}) and per delta ({"type":"delta"}).
+type followPrinter struct {
+	w        io.Writer
+	asJSON   bool
+	progress func(client.Event) bool
+	open     int // the model call whose thinking line is open; 0: none
+}
+
+func newFollowPrinter(w io.Writer, asJSON bool) *followPrinter {
+	return &followPrinter{w: w, asJSON: asJSON, progress: progressPrinter(w)}
+}
+
+// print is client.Follow's callback.
+func (p *followPrinter) print(e client.Event) bool {
+	if p.asJSON {
+		p.printJSON(e)
+		return true
+	}
+	if e.Delta != nil {
+		p.delta(*e.Delta)
+		return true
+	}
+	p.finish()
+	return p.progress(e)
+}
+
+// finish ends the open thinking line.
+func (p *followPrinter) finish() {
+	if p.open != 0 {
+		fmt.Fprintln(p.w)
+		p.open = 0
+	}
+}
+
+// thinkingPrefix starts the thinking line of model call n.
+func (p *followPrinter) thinkingPrefix(n int) {
+	fmt.Fprintf(p.w, "  thinking (turn %d): ", n)
+	p.open = n
+}
+
+// delta extends the thinking line of d's model call.
+func (p *followPrinter) delta(d events.Delta) {
+	if p.open != d.Iteration {
+		p.finish()
+		p.thinkingPrefix(d.Iteration)
+	}
+	switch {
+	case d.Discarded:
+		fmt.Fprintf(p.w, " [attempt %d discarded, retrying]\n", d.Attempt)
+		p.thinkingPrefix(d.Iteration)
+	case d.ToolCall != nil:
+		if d.ToolCall.Name != "" {
+			fmt.Fprintf(p.w, "[calls %s] ", oneLine(d.ToolCall.Name))
+		}
+	default:
+		fmt.Fprint(p.w, oneLine(d.Text))
+	}
+}
+
+// oneLine is s as a terminal shows it on one line: line breaks and tabs as
+// spaces, no other control character (a model's text must not drive the
+// terminal).
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\r' || r == '\t':
+			return ' '
+		case unicode.IsControl(r):
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// followLine is a JSON line of the progress: an event or a delta.
+type followLine struct {
+	Type  string         `json:"type"`
+	Event map[string]any `json:"event,omitempty"`
+	*events.Delta
+}
+
+// printJSON prints e as a JSON line.
+func (p *followPrinter) printJSON(e client.Event) {
+	line := followLine{Type: "delta", Delta: e.Delta}
+	if e.Delta == nil {
+		line = followLine{Type: "event", Event: cloudEventJSON(e.Event)}
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return // an extension that does not encode: not for this line
+	}
+	fmt.Fprintf(p.w, "%s\n", b)
+}
+
+// cloudEventJSON is e in the CloudEvents JSON format, its data inline (as
+// the recorder's live stream has it), not base64 as the SDK writes the
+// bytes it was decoded from.
+func cloudEventJSON(e *event.Event) map[string]any {
+	ce := map[string]any{}
+	maps.Copy(ce, e.Extensions())
+	ce["specversion"], ce["id"], ce["source"], ce["type"] = e.SpecVersion(), e.ID(), e.Source(), e.Type()
+	if !e.Time().IsZero() {
+		ce["time"] = e.Time().UTC().Format(time.RFC3339Nano)
+	}
+	for k, v := range map[string]string{"datacontenttype": e.DataContentType(), "dataschema": e.DataSchema(), "subject": e.Subject()} {
+		if v != "" {
+			ce[k] = v
+		}
+	}
+	if d := e.Data(); json.Valid(d) {
+		ce["data"] = json.RawMessage(d)
+	} else if len(d) > 0 {
+		ce["data_base64"] = d // encoding/json writes []byte in base64
+	}
+	return ce
 }

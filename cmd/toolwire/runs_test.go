@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/demo"
 	"github.com/toolwire/toolwire/pkg/envelope"
 	"github.com/toolwire/toolwire/pkg/events"
@@ -359,4 +360,92 @@ func TestRunsWithAuthentication(t *testing.T) {
 	out, errOut, err = runCLI(t, "", append([]string{"runs", "list", "--json", "--token", acmeToken}, rec...)...)
 	require.NoError(t, err, errOut)
 	require.JSONEq(t, "[]", out, "another org's runs do not show")
+}
+
+// TestFollowPrinter: the progress of a streaming model's run shows each
+// model call on a thinking line, its text as it grows (on one line, without
+// control characters), the tools it starts to call, a mark for an attempt
+// discarded, and the call's turn ends the line; in JSON mode each delta and
+// each event is a JSON line of its type.
+func TestFollowPrinter(t *testing.T) {
+	const runID = "printed"
+	d := func(iteration, attempt, seq int) events.Delta {
+		return events.Delta{RunID: runID, Iteration: iteration, Attempt: attempt, Seq: seq}
+	}
+	text := func(iteration, attempt, seq int, s string) client.Event {
+		x := d(iteration, attempt, seq)
+		x.Text = s
+		return client.Event{Delta: &x}
+	}
+	tool := func(iteration, seq int, name, args string) client.Event {
+		x := d(iteration, 1, seq)
+		x.ToolCall = &events.DeltaToolCall{Name: name, Arguments: args}
+		return client.Event{Delta: &x}
+	}
+	discarded := func(iteration, attempt, seq int) client.Event {
+		x := d(iteration, attempt, seq)
+		x.Discarded = true
+		return client.Event{Delta: &x}
+	}
+	turnOut, err := events.NewTurnCompleted("/test", events.Turn{RunID: runID, Iteration: 1, Verdict: events.LoopVerdict{Allowed: true},
+		Response: &envelope.ModelResponse{}}, events.RunTrace{})
+	require.NoError(t, err)
+	subj, err := events.ParseSubject(turnOut.Subject)
+	require.NoError(t, err)
+	turn := client.Event{Subject: subj, Event: &turnOut.Event}
+
+	for _, tc := range []struct {
+		name string
+		evs  []client.Event
+		want string
+	}{
+		{"text, then the turn", []client.Event{text(1, 1, 1, "Let me "), text(1, 1, 2, "look."), turn},
+			"  thinking (turn 1): Let me look.\n  model turn 1: 0 tool call(s)\n"},
+		{"tool calls by name", []client.Event{tool(1, 1, "echo", ""), tool(1, 2, "", `{"text":`), tool(1, 3, "calculator", ""), turn},
+			"  thinking (turn 1): [calls echo] [calls calculator] \n  model turn 1: 0 tool call(s)\n"},
+		{"a discarded attempt", []client.Event{text(1, 1, 1, "Hal"), discarded(1, 1, 2), text(1, 2, 3, "Hello"), turn},
+			"  thinking (turn 1): Hal [attempt 1 discarded, retrying]\n  thinking (turn 1): Hello\n  model turn 1: 0 tool call(s)\n"},
+		{"one line, no control characters", []client.Event{text(1, 1, 1, "two\nlines\tand \x1b[31mred\x1b[0m"), turn},
+			"  thinking (turn 1): two lines and [31mred[0m\n  model turn 1: 0 tool call(s)\n"},
+		{"a new model call starts a new line", []client.Event{text(1, 1, 1, "one"), text(2, 1, 1, "two")},
+			"  thinking (turn 1): one\n  thinking (turn 2): two\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			p := newFollowPrinter(&out, false)
+			for _, e := range tc.evs {
+				require.True(t, p.print(e))
+			}
+			p.finish()
+			require.Equal(t, tc.want, out.String())
+		})
+	}
+
+	t.Run("json", func(t *testing.T) {
+		var out bytes.Buffer
+		p := newFollowPrinter(&out, true)
+		for _, e := range []client.Event{text(1, 1, 1, "hi"), discarded(1, 1, 2), turn} {
+			require.True(t, p.print(e))
+		}
+		p.finish()
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		require.Len(t, lines, 3)
+		require.JSONEq(t, `{"type":"delta","run_id":"printed","iteration":1,"attempt":1,"seq":1,"text":"hi"}`, lines[0])
+		require.JSONEq(t, `{"type":"delta","run_id":"printed","iteration":1,"attempt":1,"seq":2,"discarded":true}`, lines[1])
+		var ev struct {
+			Type  string `json:"type"`
+			Event struct {
+				Type  string `json:"type"`
+				RunID string `json:"runid"`
+				Data  struct {
+					Iteration int `json:"iteration"`
+				} `json:"data"`
+			} `json:"event"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(lines[2]), &ev))
+		require.Equal(t, "event", ev.Type)
+		require.Equal(t, events.TypeTurnCompleted, ev.Event.Type)
+		require.Equal(t, runID, ev.Event.RunID)
+		require.Equal(t, 1, ev.Event.Data.Iteration, "the event's data inline")
+	})
 }

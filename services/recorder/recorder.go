@@ -111,6 +111,7 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 	r.writer.tracer, r.writer.kind = r.Tracer, db.kind
 	r.writer.onCommit = func(recs []store.Record) {
 		m.recorded.Add(float64(len(recs)))
+		r.live.recorded(recs) // before the streams wake: they send the turns, not their deltas
 		r.changes.Notify(recs)
 	}
 	r.writer.onState = func(up bool) {
@@ -133,11 +134,14 @@ func New(d service.Deps, cfg Config) (*Service, error) {
 		d.Log.Warn("AUTHENTICATION OFF ON PURPOSE (" + EnvInsecureNoAuth + "=1): everyone who reaches this recorder's HTTP port reads every tenant's runs, tool inputs and outputs")
 	}
 	mux := http.NewServeMux()
-	var watch api.Watcher
+	var (
+		watch  api.Watcher
+		deltas api.DeltaSource
+	)
 	if r.live != nil {
-		watch = r.live
+		watch, deltas = r.live, r.live
 	}
-	mux.Handle("/v1/", api.New(db.store, api.Options{Log: d.Log, Changes: r.changes, Live: watch, JS: d.JS, Done: r.streams,
+	mux.Handle("/v1/", api.New(db.store, api.Options{Log: d.Log, Changes: r.changes, Live: watch, Deltas: deltas, JS: d.JS, Done: r.streams,
 		AdminToken: cfg.AdminToken, Auth: authn, StreamWait: cfg.StreamWait}))
 	var (
 		catalog *api.Catalog

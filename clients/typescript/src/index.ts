@@ -1,5 +1,5 @@
 // @toolwire/client: toolwire's HTTP API from TypeScript. Submit a run,
-// follow its events live, cancel it, decide on a call that waits for an
+// follow its events live (and a streaming model's answer as it grows), cancel it, decide on a call that waits for an
 // approval, read the run and its outputs. Every request and response type
 // comes from src/schema.d.ts, generated from the recorder's OpenAPI document
 // (services/recorder/api/openapi.yaml) by openapi-typescript; the calls go
@@ -33,6 +33,14 @@ export type AgentOutputs = JSONBody<paths["/v1/runs/{run_id}/outputs"]["get"]["r
 export type ErrorBody = components["schemas"]["Error"];
 /** The data of the stream's `end` message. */
 export type StreamEnd = components["schemas"]["StreamEnd"];
+/**
+ * The data of the stream's `delta` messages: a piece of a streaming model's
+ * answer (`agent.stream`), never stored; the turn event is the record.
+ */
+export type Delta = components["schemas"]["Delta"];
+
+/** One message of followStream: a stored event of the run, or a delta. */
+export type RunMessage = { type: "event"; event: CloudEvent } | { type: "delta"; delta: Delta };
 
 /**
  * A CloudEvent 1.0 in JSON structured format, as the live stream carries each
@@ -124,6 +132,58 @@ export interface Follower extends AsyncIterable<CloudEvent> {
   readonly end: CloudEvent | undefined;
 }
 
+/**
+ * The live events of a run and its model's deltas, in the order the stream
+ * sent them; iterate it with `for await`, as a Follower.
+ */
+export interface StreamFollower extends AsyncIterable<RunMessage> {
+  /** The stream id of the last event received: pass it as lastEventId to resume. */
+  readonly lastEventId: string | undefined;
+  /** The run's end event, once it came. */
+  readonly end: CloudEvent | undefined;
+}
+
+/** The turn iteration an event closes: a turn's, or every one for the run's end; 0 for any other. */
+function closes(e: CloudEvent): number {
+  if (END_TYPES.has(e.type)) return Infinity;
+  if (e.type !== "dev.toolwire.run.turn.completed.v1") return 0;
+  const n = (e.data as { iteration?: unknown } | undefined)?.iteration;
+  return typeof n === "number" ? n : 0;
+}
+
+/**
+ * DeltaFilter drops what a reconnection sends again (the recorder sends the
+ * current model call's deltas it holds to a stream that reconnects): a
+ * delta of a call whose turn came, the call's last discarded delta again,
+ * or a delta whose seq was seen since it (after a discarded attempt, seq
+ * may start again at 1: a redelivered call).
+ */
+class DeltaFilter {
+  private turned = 0;
+  private readonly calls = new Map<number, { discard?: string; seen: Set<number> }>();
+
+  event(e: CloudEvent): void {
+    this.turned = Math.max(this.turned, closes(e));
+    for (const n of this.calls.keys()) if (n <= this.turned) this.calls.delete(n);
+  }
+
+  keep(d: Delta): boolean {
+    if (d.iteration <= this.turned) return false;
+    let c = this.calls.get(d.iteration);
+    if (!c) this.calls.set(d.iteration, (c = { seen: new Set() }));
+    if (d.discarded) {
+      const key = `${d.attempt}/${d.seq}`;
+      if (c.discard === key) return false;
+      c.discard = key;
+      c.seen.clear();
+      return true;
+    }
+    if (c.seen.has(d.seq)) return false;
+    c.seen.add(d.seq);
+    return true;
+  }
+}
+
 /** toolwire's HTTP API. */
 export class Client {
   readonly api: ReturnType<typeof createClient<paths>>;
@@ -194,12 +254,37 @@ export class Client {
    * that retrying cannot change (4xx), throw.
    */
   follow(runId: string, fo: FollowOptions = {}): Follower {
+    const s = this.followStream(runId, fo);
+    async function* events(): AsyncGenerator<CloudEvent> {
+      for await (const m of s) if (m.type === "event") yield m.event;
+    }
+    return {
+      [Symbol.asyncIterator]: () => events(),
+      get lastEventId() {
+        return s.lastEventId;
+      },
+      get end() {
+        return s.end;
+      },
+    };
+  }
+
+  /**
+   * follow, with the deltas of a streaming model (`agent.stream`) among the
+   * events: each model call's answer as it grows, `{type: "delta", delta}`,
+   * after the events it follows and before its turn. A delta with
+   * `discarded` voids what its attempt streamed. Deltas are live only: none
+   * is stored, a reconnection (which resumes the events) gets the current
+   * call's again, and those already received are skipped.
+   */
+  followStream(runId: string, fo: FollowOptions = {}): StreamFollower {
     const self = this;
     const state: { lastEventId: string | undefined; end: CloudEvent | undefined } = { lastEventId: fo.lastEventId, end: undefined };
+    const deltas = new DeltaFilter();
     // Each iteration is a generator of its own, from the last event received
     // on: leaving a loop (break, return) closes its connection, and the next
     // loop over the same follower resumes where it stopped.
-    async function* events(): AsyncGenerator<CloudEvent> {
+    async function* messages(): AsyncGenerator<RunMessage> {
       if (state.end && !fo.untilSettled) return;
       let failures = 0;
       let retry = self.o.retryMs;
@@ -224,11 +309,17 @@ export class Client {
             if (m.retry !== undefined) retry = m.retry;
             if (m.event === "end") return; // the server's own end of the stream
             if (m.event === "error") throw toError(0, JSON.parse(m.data)); // e.g. the run was never recorded
+            if (m.event === "delta") {
+              const d = JSON.parse(m.data) as Delta;
+              if (deltas.keep(d)) yield { type: "delta", delta: d };
+              continue;
+            }
             if (m.id !== undefined) state.lastEventId = m.id;
             if (m.data === "" || m.event !== "message") continue;
             failures = 0;
             const e = JSON.parse(m.data) as CloudEvent;
-            yield e;
+            deltas.event(e);
+            yield { type: "event", event: e };
             if (END_TYPES.has(e.type)) {
               state.end = e;
               if (!fo.untilSettled) return;
@@ -248,7 +339,7 @@ export class Client {
       }
     }
     return {
-      [Symbol.asyncIterator]: () => events(),
+      [Symbol.asyncIterator]: () => messages(),
       get lastEventId() {
         return state.lastEventId;
       },

@@ -203,6 +203,26 @@ export interface paths {
          *     resumes after every event recorded up to that seq (what a page already rendered).
          *     Comments (`: keep-alive`) keep an idle stream open. After the run's end event, an `end` event
          *     (data: StreamEnd) closes the stream.
+         *
+         *     Deltas: for a run whose agent streams (`agent.stream: true`), the stream also relays the pieces
+         *     of each model call's answer as the model writes them, as messages of event type `delta`:
+         *
+         *         event: delta
+         *         data: <one Delta, JSON, on one line>
+         *
+         *     A delta has no `id`: Last-Event-ID and `after` keep naming the stored events, and no delta is
+         *     stored (the turn event stays the record, and holds what its model call's last attempt streamed).
+         *     A delta of a model call comes after the events it follows (the previous turn and the completions
+         *     of the calls that turn asked for, or at the latest right before its own turn) and never after the
+         *     turn of its call or the run's end. `seq` numbers a call's deltas from 1 over its attempts; a gap
+         *     means deltas were lost (they are live only). A delta with `discarded: true` voids everything its
+         *     attempt streamed: the provider failed mid-stream and the call starts over (`attempt` + 1; after a
+         *     redelivery, `seq` may start again at 1). A client that connects, or reconnects, while the model
+         *     streams gets the stored events, then the deltas of the current model call so far (the recorder
+         *     keeps them, from its last discarded attempt on, up to 4096 deltas or 1 MiB, while any client
+         *     watches the run), then the live ones: after a reconnect, skip a delta whose `seq` you have
+         *     already seen since its call's last discarded delta. Clients that do not know `delta` ignore it
+         *     (an EventSource's `onmessage` does not see named events).
          */
         get: operations["streamEvents"];
         put?: never;
@@ -642,6 +662,35 @@ export interface components {
         } & {
             [key: string]: string;
         };
+        /**
+         * @description A piece of a streaming model's answer (pkg/events/delta.go): exactly one of `text`, `tool_call`
+         *     and `discarded`. The pieces of a model call's last attempt add up to its turn's response: its
+         *     content the texts joined, each tool call the pieces of its index joined.
+         */
+        Delta: {
+            run_id: string;
+            /** @description The model call (its turn's iteration). */
+            iteration: number;
+            /** @description The call's attempt: a discarded delta ends one. */
+            attempt: number;
+            /** @description The call's deltas numbered from 1, over its attempts. */
+            seq: number;
+            /** @description A piece of the answer's text. */
+            text?: string;
+            tool_call?: components["schemas"]["DeltaToolCall"];
+            /**
+             * @description What this attempt streamed is void; the call starts over.
+             * @enum {boolean}
+             */
+            discarded?: true;
+        };
+        /** @description A piece of tool call `index` of the answer; its id and name on its first piece, then pieces of its arguments' JSON text. */
+        DeltaToolCall: {
+            index: number;
+            id?: string;
+            name?: string;
+            arguments?: string;
+        };
         StreamEnd: {
             run_id: string;
             /** @enum {string} */
@@ -793,6 +842,14 @@ export interface components {
         /** @description The agent node's stable outputs (pkg/envelope/schemas/agent_outputs.schema.json). */
         AgentOutputs: {
             response: string;
+            /**
+             * @description The final answer as a validated JSON value: the value agent.output_schema accepted, or the
+             *     output of the agent.stop_at_tools call that ended the run; null for every other run. Always
+             *     written (an older record may lack it: read a missing output as null).
+             */
+            output?: {
+                [key: string]: unknown;
+            } | unknown[] | string | number | boolean | null;
             tools_by_id: {
                 [key: string]: components["schemas"]["ToolEnvelope"];
             };
@@ -1469,8 +1526,8 @@ export interface operations {
         requestBody?: never;
         responses: {
             /**
-             * @description An event stream. Message kinds: unnamed (`message`, data: CloudEvent), `end` (data: StreamEnd),
-             *     `error` (data: Error).
+             * @description An event stream. Message kinds: unnamed (`message`, data: CloudEvent), `delta` (data: Delta),
+             *     `end` (data: StreamEnd), `error` (data: Error).
              */
             200: {
                 headers: {

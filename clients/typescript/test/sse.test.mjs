@@ -128,3 +128,45 @@ test("follow counts a stream closed before the run's end as a failure, and gives
     await new Promise((r) => server.close(r));
   }
 });
+
+test("followStream yields the deltas among the events, skips what a reconnection sends again; follow yields the events only", async () => {
+  const delta = (seq, fields) => JSON.stringify({ run_id: "r1", iteration: 1, attempt: 1, seq, ...fields });
+  const turn = { ...ce("r1/turn/1", "dev.toolwire.run.turn.completed.v1"), data: { iteration: 1 } };
+  const seen = [];
+  const server = createServer((req, res) => {
+    seen.push(req.headers["last-event-id"]);
+    res.writeHead(200, { "Content-Type": "text/event-stream" });
+    res.write("retry: 10\n\n");
+    if (seen.length === 1) {
+      res.write(`id: 1\ndata: ${JSON.stringify(ce("r1/requested", "dev.toolwire.run.requested.v1"))}\n\n`);
+      res.write(`event: delta\ndata: ${delta(1, { text: "Hel" })}\n\n`);
+      res.write(`event: delta\ndata: ${delta(2, { discarded: true })}\n\n`);
+      setTimeout(() => res.destroy(), 50); // the connection drops mid-call
+      return;
+    }
+    // Reconnected: the recorder sends the current call's deltas it holds again, then the live ones.
+    res.write(`event: delta\ndata: ${delta(2, { discarded: true })}\n\n`);
+    res.write(`event: delta\ndata: ${delta(3, { attempt: 2, text: "Hello" })}\n\n`);
+    res.write(`event: delta\ndata: ${delta(4, { attempt: 2, tool_call: { index: 0, id: "tc_1", name: "echo" } })}\n\n`);
+    res.write(`id: 2\ndata: ${JSON.stringify(turn)}\n\n`);
+    res.write(`event: delta\ndata: ${delta(5, { attempt: 2, text: "late" })}\n\n`);
+    res.write(`id: 3\ndata: ${JSON.stringify(ce("r1/completed", "dev.toolwire.run.completed.v1"))}\n\n`);
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  try {
+    const c = new Client({ baseUrl: `http://127.0.0.1:${server.address().port}`, retryMs: 10 });
+    const s = c.followStream("r1");
+    const got = (await collect(s)).map((m) => (m.type === "event" ? m.event.id : `delta ${m.delta.seq}`));
+    assert.deepEqual(got, ["r1/requested", "delta 1", "delta 2", "delta 3", "delta 4", "r1/turn/1", "r1/completed"]);
+    assert.deepEqual(seen, [undefined, "1"], "a delta moves no resume point");
+    assert.equal(s.lastEventId, "3");
+    assert.equal(s.end?.type, "dev.toolwire.run.completed.v1");
+
+    seen.length = 0;
+    const f = c.follow("r1");
+    assert.deepEqual((await collect(f)).map((e) => e.id), ["r1/requested", "r1/turn/1", "r1/completed"]);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+  }
+});

@@ -44,6 +44,10 @@ type Options struct {
 	// for as long as it does (the recorder then records that run as it
 	// happens rather than at its consumers' poll); nil: nothing is.
 	Live Watcher
+	// Deltas, when set, are the live deltas of runs whose agent streams
+	// (pkg/events/delta.go): a live event stream relays those of its run
+	// as messages of event type "delta" (deltas.go); nil: none are.
+	Deltas DeltaSource
 	// JS is the JetStream the blobs of truncated outputs are read from
 	// (GET /v1/blobs/...) and the tool registry of the catalog; nil: neither.
 	JS jetstream.JetStream

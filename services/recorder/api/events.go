@@ -139,6 +139,13 @@ func (a *api) getEvents(w http.ResponseWriter, r *http.Request) {
 // the first through causalOrder, which is deterministic, and what was
 // released up to that event is not sent again. ?after=seq instead skips
 // every event recorded up to seq (what a page already shows).
+//
+// For a run whose agent streams, the stream also relays the model's answer
+// as it grows (Options.Deltas): messages of event type "delta", data a
+// events.Delta, without an id (Last-Event-ID keeps meaning the stored
+// events'). A client that connects mid-turn gets the stored events, then
+// the deltas of the current model call so far, then the live ones; a delta
+// goes after the events it follows and never after its turn (deltaRelay).
 func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 	id, ok := a.runID(w, r)
 	if !ok {
@@ -172,6 +179,17 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 		stop := a.opts.Live.Watch(id)
 		defer stop()
 	}
+	// The run's deltas are followed from the start (core NATS keeps none
+	// for a late subscriber: the first pieces of an answer often come
+	// while the stream still waits for the run to be recorded), and kept
+	// apart until the run proves to be the principal's to see.
+	var heldDeltas []events.Delta
+	var pendingDeltas <-chan events.Delta
+	if a.opts.Deltas != nil {
+		held, next, stop := a.opts.Deltas.Deltas(id)
+		defer stop()
+		heldDeltas, pendingDeltas = held, next
+	}
 	var changed <-chan struct{}
 	if a.opts.Changes != nil {
 		ch, cancel := a.opts.Changes.Subscribe(id)
@@ -183,31 +201,54 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 	beat := time.NewTicker(a.opts.Heartbeat)
 	defer beat.Stop()
 	ctx := r.Context()
-	// wait waits for the next change, a poll or a heartbeat; false: the
-	// stream is over.
+	// The run's deltas (set once the run is visible to the principal) and
+	// what decides when each goes (deltaRelay).
+	relay := newDeltaRelay()
+	var deltas <-chan events.Delta
+	// relayDeltas writes the deltas that may go now; false: the stream is
+	// over.
+	relayDeltas := func() bool {
+		ds := relay.release()
+		if len(ds) == 0 {
+			return true
+		}
+		return writeDeltas(w, ds) == nil && rc.Flush() == nil
+	}
+	// wait waits for the next change, a poll or a heartbeat, relaying the
+	// deltas that come meanwhile; false: the stream is over.
 	var quiet <-chan time.Time // set while a settled run's stream waits out settleQuiet
 	wait := func() bool {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-a.opts.Done:
-			return false // the recorder stops: the client reconnects to another one
-		case <-changed:
-		case <-poll.C:
-		case <-quiet:
-		case <-beat.C:
-			// The credentials are checked again at each heartbeat: a token
-			// revoked (or expired) meanwhile ends the stream, and the
-			// client's reconnection is refused.
-			if _, err := a.opts.Auth.Authenticate(r); err != nil {
-				a.log.Info("event stream: credentials no longer valid; closing", "run_id", id, "err", err)
+		for {
+			select {
+			case <-ctx.Done():
 				return false
+			case <-a.opts.Done:
+				return false // the recorder stops: the client reconnects to another one
+			case d := <-deltas:
+				if !relay.add(d) {
+					a.log.Debug("event stream: too many deltas held; dropped", "run_id", id, "iteration", d.Iteration, "seq", d.Seq)
+				}
+				if !relayDeltas() {
+					return false
+				}
+				continue // deltas need no read of the store
+			case <-changed:
+			case <-poll.C:
+			case <-quiet:
+			case <-beat.C:
+				// The credentials are checked again at each heartbeat: a token
+				// revoked (or expired) meanwhile ends the stream, and the
+				// client's reconnection is refused.
+				if _, err := a.opts.Auth.Authenticate(r); err != nil {
+					a.log.Info("event stream: credentials no longer valid; closing", "run_id", id, "err", err)
+					return false
+				}
+				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
+					return false
+				}
 			}
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
-				return false
-			}
+			return true
 		}
-		return true
 	}
 
 	// The run may not be recorded yet: wait for it, bounded.
@@ -236,6 +277,14 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	// The run is the principal's to see: so are its deltas, those held of
+	// its current model call first, then those that came while the stream
+	// waited for the run.
+	for _, d := range heldDeltas {
+		relay.add(d)
+	}
+	deltas = pendingDeltas
+
 	// A Last-Event-ID that is no event of the run (a client's own number)
 	// resumes as after= does.
 	if resume > 0 {
@@ -251,17 +300,19 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 	order := newCausalOrder()
 	send := func(evs []store.EventRow) bool {
 		for _, e := range evs {
-			if skipping {
-				skipping = e.Seq != resume
-				continue
-			}
-			if e.Seq <= after {
+			if skipping || e.Seq <= after {
+				skipping = skipping && e.Seq != resume
+				relay.sent(e) // the client has it
 				continue
 			}
 			b, err := cloudEventJSON(e)
 			if err != nil {
 				return false
 			}
+			if writeDeltas(w, relay.before(e)) != nil {
+				return false
+			}
+			relay.sent(e)
 			if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.Seq, b); err != nil {
 				return false
 			}
@@ -294,6 +345,11 @@ func (a *api) streamEvents(w http.ResponseWriter, r *http.Request) {
 			if e.Stream != "" {
 				seen[e.Stream]++ // one row per event, and per message
 			}
+		}
+		// The deltas the events just sent let go (or those held when the
+		// stream began), after them.
+		if !relayDeltas() {
+			return
 		}
 		if len(evs) > 0 {
 			lastNew = time.Now()
