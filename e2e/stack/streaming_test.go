@@ -162,7 +162,7 @@ func TestStreamedAnswerReachesTheSSEClientFirst(t *testing.T) {
 			require.Equal(t, http.StatusOK, resp.StatusCode)
 
 			run := envelope.RunRequest{RunID: runID, Tenant: envelope.Tenant{OrgID: "acme"},
-				Agent: envelope.Agent{Name: "chat", Model: envelope.Model{Provider: p.provider, Name: p.model}, EnabledTools: []string{}, Stream: true},
+				Agent:    envelope.Agent{Name: "chat", Model: envelope.Model{Provider: p.provider, Name: p.model}, EnabledTools: []string{}, Stream: true},
 				Messages: []envelope.Message{{Role: envelope.RoleUser, Content: "Say twenty things."}}}
 			require.NoError(t, st.Client.Submit(ctx, run))
 
