@@ -5,26 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolwire/toolwire/client"
 	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
 )
-
-// publishDeltas publishes ds as the orchestrator does, on core NATS.
-func publishDeltas(t *testing.T, nc *nats.Conn, ds ...events.Delta) {
-	t.Helper()
-	for _, d := range ds {
-		subj, err := events.DeltaSubject(d.RunID, d.Iteration)
-		require.NoError(t, err)
-		b, err := events.EncodeDelta(d)
-		require.NoError(t, err)
-		require.NoError(t, nc.Publish(subj, b))
-	}
-	require.NoError(t, nc.Flush())
-}
 
 // followLabel names what Follow delivered: an event's type, or
 // delta <iteration>.<seq>.
@@ -78,15 +64,15 @@ func TestFollowWithDeltas(t *testing.T) {
 	d := func(iteration, seq int) events.Delta {
 		return events.Delta{RunID: req.RunID, Iteration: iteration, Attempt: 1, Seq: seq, Text: "x"}
 	}
-	publishDeltas(t, nc, d(1, 1))
+	eventstest.PublishDeltas(t, nc, d(1, 1))
 	require.NoError(t, nc.Publish("toolwire.delta.client-deltas.1", []byte(`{"run_id":"client-deltas","iteration":1}`)))
-	publishDeltas(t, nc, d(1, 2))
+	eventstest.PublishDeltas(t, nc, d(1, 2))
 	require.Equal(t, "delta 1.1", next(got))
 	require.Equal(t, "delta 1.2", next(got), "the invalid delta is dropped")
 
 	env.Publish(t, turn1)
 	require.Equal(t, events.TypeTurnCompleted, next(got))
-	publishDeltas(t, nc, d(1, 3), d(2, 1)) // a straggler of the first call; the second streams
+	eventstest.PublishDeltas(t, nc, d(1, 3), d(2, 1)) // a straggler of the first call; the second streams
 	env.Publish(t, callEvents...)
 	require.Equal(t, []string{events.TypeCallApproved, events.TypeCallCompleted, "delta 2.1"},
 		[]string{next(got), next(got), next(got)}, "the second call's delta after the call it follows; none of the first after its turn")

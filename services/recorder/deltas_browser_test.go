@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/recorder/pages/browsertest"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
@@ -51,7 +52,7 @@ func TestTimelineShowsTheModelThinkingInBrowser(t *testing.T) {
 	text := func(sel string) string {
 		return page.Eval(`(document.querySelector(` + strconv.Quote(sel) + `) || {innerText: ""}).innerText`)
 	}
-	publishDeltas(t, nc, append(textDeltas(fx.RunID, 1, 1, "Looking up ", "the <b>weather</b>"),
+	eventstest.PublishDeltas(t, nc, append(textDeltas(fx.RunID, 1, 1, "Looking up ", "the <b>weather</b>"),
 		events.Delta{RunID: fx.RunID, Iteration: 1, Attempt: 1, Seq: 3, ToolCall: &events.DeltaToolCall{Index: 0, ID: "tc_1", Name: "web_search"}})...)
 	page.Until("the thinking line shows the text so far and the tool called",
 		`(document.querySelector('`+line+` .thinking-text') || {}).textContent === "Looking up the <b>weather</b>" && `+
@@ -59,7 +60,7 @@ func TestTimelineShowsTheModelThinkingInBrowser(t *testing.T) {
 	require.Empty(t, page.Eval(`document.querySelector('`+line+` b') ? "markup" : ""`), "the model's text is text, never markup")
 	require.Empty(t, text(`.iteration[data-iteration="1"] .turn-meta`), "the turn is not recorded yet")
 
-	publishDeltas(t, nc, events.Delta{RunID: fx.RunID, Iteration: 1, Attempt: 1, Seq: 4, Discarded: true},
+	eventstest.PublishDeltas(t, nc, events.Delta{RunID: fx.RunID, Iteration: 1, Attempt: 1, Seq: 4, Discarded: true},
 		events.Delta{RunID: fx.RunID, Iteration: 1, Attempt: 2, Seq: 5, Text: "Let me search."})
 	page.Until("the discarded attempt is marked, and the next one shows",
 		`(document.querySelector('`+line+` .discarded') || {}).textContent === "attempt 1 discarded, retrying" && `+

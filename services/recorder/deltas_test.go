@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolwire/toolwire/pkg/embedded/eventstest"
 	"github.com/toolwire/toolwire/pkg/events"
 	"github.com/toolwire/toolwire/services/recorder/store/storetest"
 )
@@ -75,20 +75,6 @@ func readLabels(t *testing.T, s *sseStream, n int) []string {
 		out = append(out, readStreamed(t, s).label())
 	}
 	return out
-}
-
-// publishDeltas publishes ds as the orchestrator does: encoded, each on
-// its iteration's core NATS subject.
-func publishDeltas(t *testing.T, nc *nats.Conn, ds ...events.Delta) {
-	t.Helper()
-	for _, d := range ds {
-		subj, err := events.DeltaSubject(d.RunID, d.Iteration)
-		require.NoError(t, err)
-		b, err := events.EncodeDelta(d)
-		require.NoError(t, err)
-		require.NoError(t, nc.Publish(subj, b))
-	}
-	require.NoError(t, nc.Flush())
 }
 
 // textDeltas are deltas of run's model call iteration, numbered from
@@ -168,7 +154,7 @@ func TestEventStreamRelaysDeltas(t *testing.T) {
 	first = append(first,
 		events.Delta{RunID: fx.RunID, Iteration: 1, Attempt: 1, Seq: 3, ToolCall: &events.DeltaToolCall{Index: 0, ID: "tc_1", Name: "web_search"}},
 		events.Delta{RunID: fx.RunID, Iteration: 1, Attempt: 1, Seq: 4, ToolCall: &events.DeltaToolCall{Index: 0, Arguments: `{"query":`}})
-	publishDeltas(t, nc, first[:2]...)
+	eventstest.PublishDeltas(t, nc, first[:2]...)
 	subj1, err := events.DeltaSubject(fx.RunID, 1)
 	require.NoError(t, err)
 	for _, bad := range []string{
@@ -181,7 +167,7 @@ func TestEventStreamRelaysDeltas(t *testing.T) {
 	} {
 		require.NoError(t, nc.Publish(subj1, []byte(bad)))
 	}
-	publishDeltas(t, nc, first[2:]...)
+	eventstest.PublishDeltas(t, nc, first[2:]...)
 	require.Equal(t, deltaLabels(first...), readLabels(t, s, len(first)), "the valid deltas, in seq order; the invalid dropped")
 
 	// The turn is recorded; a straggler of its model call comes after it,
@@ -190,8 +176,8 @@ func TestEventStreamRelaysDeltas(t *testing.T) {
 	h.publish(turn1)
 	require.Equal(t, []string{events.TypeTurnCompleted}, readLabels(t, s, 1))
 	second := textDeltas(fx.RunID, 2, 1, "It is ", "sunny.")
-	publishDeltas(t, nc, textDeltas(fx.RunID, 1, 5, "late")...)
-	publishDeltas(t, nc, second...)
+	eventstest.PublishDeltas(t, nc, textDeltas(fx.RunID, 1, 5, "late")...)
+	eventstest.PublishDeltas(t, nc, second...)
 	h.publish(calls...)
 	requireDeltasAfterCalls(t, calls, second, readLabels(t, s, len(calls)+len(second)))
 
@@ -213,13 +199,13 @@ func TestEventStreamLateSubscriberGetsTheCurrentModelCall(t *testing.T) {
 	early := h.stream(fx.RunID, "")
 	require.Equal(t, []string{events.TypeRunRequested, events.TypeRunStarted}, readLabels(t, early, 2))
 	ds := textDeltas(fx.RunID, 1, 1, "Let ", "me ", "see", ", then ", "search.")
-	publishDeltas(t, nc, ds[:3]...)
+	eventstest.PublishDeltas(t, nc, ds[:3]...)
 	require.Equal(t, deltaLabels(ds[:3]...), readLabels(t, early, 3))
 
 	late := h.stream(fx.RunID, "")
 	require.Equal(t, append([]string{events.TypeRunRequested, events.TypeRunStarted}, deltaLabels(ds[:3]...)...),
 		readLabels(t, late, 5), "the stored events, then the deltas held")
-	publishDeltas(t, nc, ds[3:]...)
+	eventstest.PublishDeltas(t, nc, ds[3:]...)
 	for name, s := range map[string]*sseStream{"early": early, "late": late} {
 		require.Equal(t, deltaLabels(ds[3:]...), readLabels(t, s, 2), "%s: the live deltas after the held ones", name)
 	}
@@ -233,7 +219,7 @@ func TestEventStreamLateSubscriberGetsTheCurrentModelCall(t *testing.T) {
 	require.Equal(t, []string{events.TypeRunRequested, events.TypeRunStarted, events.TypeTurnCompleted}, readLabels(t, after, 3))
 	h.publish(calls...)
 	second := textDeltas(fx.RunID, 2, 1, "Sun", "ny.")
-	publishDeltas(t, nc, second...)
+	eventstest.PublishDeltas(t, nc, second...)
 	for name, s := range map[string]*sseStream{"early": early, "late": late, "after": after} {
 		t.Log(name)
 		requireDeltasAfterCalls(t, calls, second, readLabels(t, s, len(calls)+len(second)))
@@ -284,7 +270,7 @@ func TestEventStreamDeltasAreTheTenantsOnly(t *testing.T) {
 	mine := open("viewer A")
 	lines(mine, "id: 2") // the run's stored events are sent
 	d := textDeltas(fx.RunID, 1, 1, "secret")
-	publishDeltas(t, nc, d...)
+	eventstest.PublishDeltas(t, nc, d...)
 	require.Contains(t, lines(mine, "data: {\"run_id\""), "event: delta")
 	rest := lines(other, "event: error")
 	require.NotContains(t, rest, "delta", "another tenant's stream relays no delta")
