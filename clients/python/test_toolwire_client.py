@@ -100,6 +100,41 @@ class SSETest(unittest.TestCase):
         self.assertEqual(f.last_event_id, "3")
         self.assertEqual(end_status(f.end), "completed")
 
+    def test_follow_hands_deltas_over_once(self):
+        seen = []
+
+        def delta(it, seq, **kw):
+            d = {"run_id": "r1", "iteration": it, "attempt": 1, "seq": seq, **kw}
+            return f"event: delta\ndata: {json.dumps(d)}\n\n".encode()
+
+        def handle(h):
+            seen.append(h.headers.get("Last-Event-ID"))
+            h.send_response(200)
+            h.send_header("Content-Type", "text/event-stream")
+            h.send_header("Connection", "close")
+            h.end_headers()
+            h.wfile.write(b"retry: 10\n\n")
+            if len(seen) == 1:
+                h.wfile.write(f"id: 1\ndata: {json.dumps(ce('r1/requested', 'dev.toolwire.run.requested.v1'))}\n\n".encode())
+            h.wfile.write(delta(1, 1, text="Hel") + delta(1, 2, text="lo"))
+            if len(seen) == 1:
+                h.wfile.flush()
+                return  # drops mid-turn: the reconnection sends the held deltas again
+            h.wfile.write(b"event: delta\ndata: {not json\n\n")
+            h.wfile.write(delta(1, 3, tool_call={"index": 0, "id": "c1", "name": "echo"}))
+            h.wfile.write(f"id: 2\ndata: {json.dumps(ce('r1/completed', 'dev.toolwire.run.completed.v1'))}\n\n".encode())
+            h.wfile.flush()
+            time.sleep(0.5)
+
+        got = []
+        c = Client(self._serve(handle), retry_s=0.01)
+        f = c.follow("r1", on_delta=got.append)
+        self.assertEqual([e["id"] for e in f], ["r1/requested", "r1/completed"])
+        self.assertEqual([(d["seq"], d.get("text"), d.get("tool_call", {}).get("name")) for d in got],
+                         [(1, "Hel", None), (2, "lo", None), (3, None, "echo")])
+        self.assertEqual(seen, [None, "1"], "deltas do not move the resume point")
+        self.assertEqual(f.last_event_id, "2")
+
     def test_follow_raises_the_api_error_at_once(self):
         hits = []
 

@@ -26,7 +26,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Literal, Optional, TypedDict
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, TypedDict
 
 __all__ = [
     "END_TYPES",
@@ -193,7 +193,13 @@ class Follower:
     """The live events of a run; iterate it. lastEventId resumes, end is the run's end event."""
 
     def __init__(
-        self, client: "Client", run_id: str, last_event_id: Optional[str], until_settled: bool, timeout_s: Optional[float]
+        self,
+        client: "Client",
+        run_id: str,
+        last_event_id: Optional[str],
+        until_settled: bool,
+        timeout_s: Optional[float],
+        on_delta: Optional[Callable[[Dict[str, Any]], None]] = None,
     ):
         self._c = client
         self.run_id = run_id
@@ -201,6 +207,8 @@ class Follower:
         self.until_settled = until_settled
         self.end: Optional[CloudEvent] = None
         self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._on_delta = on_delta
+        self._deltas_seen: set = set()  # (iteration, seq): a reconnect sends the held ones again
 
     def _lines(self, resp) -> Iterator[bytes]:
         for line in iter(resp.readline, b""):
@@ -225,6 +233,9 @@ class Follower:
                             return
                         if m.event == "error":  # e.g. the run was never recorded
                             raise _error(0, m.data.encode(), final=True)
+                        if m.event == "delta":
+                            self._delta(m.data)
+                            continue
                         if m.id is not None:
                             self.last_event_id = m.id
                         if m.data == "" or m.event != "message":
@@ -254,6 +265,22 @@ class Follower:
                     0, "", f"run {self.run_id}: the event stream failed {failures} times in a row: {last}"
                 )
             time.sleep(retry_s)
+
+
+    def _delta(self, data: str) -> None:
+        """Hands a delta to on_delta, once: a piece of a streamed model answer
+        (pkg/events/delta.go), never stored, so it does not move last_event_id."""
+        if self._on_delta is None:
+            return
+        try:
+            d = json.loads(data)
+            key = (int(d["iteration"]), int(d["seq"]))
+        except (ValueError, KeyError, TypeError):
+            return  # not a delta: the server validates them; skip what is not one
+        if key in self._deltas_seen:
+            return
+        self._deltas_seen.add(key)
+        self._on_delta(d)
 
 
 class Client:
@@ -331,12 +358,18 @@ class Client:
         last_event_id: Optional[str] = None,
         until_settled: bool = False,
         timeout_s: Optional[float] = None,
+        on_delta: Optional[Callable[[Dict[str, Any]], None]] = None,
     ) -> Follower:
         """The run's events, live, up to its end event (until_settled: until the server
         closes the stream, once every event of the run is recorded). The stream may be
         opened before the run exists; a dropped connection is reopened with Last-Event-ID.
-        timeout_s bounds the whole follow (checked at each line, keep-alives included)."""
-        return Follower(self, run_id, last_event_id, until_settled, timeout_s)
+        timeout_s bounds the whole follow (checked at each line, keep-alives included).
+
+        on_delta, for an agent that streams (agent.stream), is called with each piece
+        of the model's answer as it arrives (a dict: run_id, iteration, attempt, seq and
+        one of text, tool_call, discarded), in order among the events and once each; a
+        discarded delta voids what its attempt streamed."""
+        return Follower(self, run_id, last_event_id, until_settled, timeout_s, on_delta)
 
     def wait(self, run_id: str) -> CloudEvent:
         """Follows the run to its end and returns its end event."""
