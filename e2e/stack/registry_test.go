@@ -223,9 +223,15 @@ func TestDraftRefusedUntilPublished(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.NotContains(t, string(body), "beta_probe@2.0.0", "a draft is in no catalog")
 
+	// A registry change reaches the services within a second (within), as
+	// a block or an activation does above: not at once.
 	require.NoError(t, reg.Publish(ctx, def.Ref(), "reviewer"))
-	final = runToEnd(t, st, scripted(t, "draft-after", []string{"beta_probe@2.0.0"}, turns...))
-	require.Equal(t, events.StatusCompleted, final.Status, final.Reason)
+	n := 0
+	servicetest.PollUntil(t, within, "the published version runs", func() bool {
+		n++
+		final = runToEnd(t, st, scripted(t, fmt.Sprintf("draft-after-%d", n), []string{"beta_probe@2.0.0"}, turns...))
+		return final.Status == events.StatusCompleted
+	})
 	require.JSONEq(t, `{"text":"hi"}`, string(envelopeAt(t, final, 1).Output))
 	e, err := reg.Get(ctx, def.Ref())
 	require.NoError(t, err)
