@@ -72,13 +72,7 @@ func TestAnthropicToolControls(t *testing.T) {
 				}
 				f := providertest.New(t, reply)
 				p := anthropic.New(provider.Config{APIKey: "k", BaseURL: f.URL})
-				var err error
-				if mode == "Complete" {
-					_, err = p.Complete(t.Context(), req)
-				} else {
-					_, err = p.Stream(t.Context(), req, nil)
-				}
-				require.NoError(t, err)
+				require.NoError(t, providertest.Ask(t.Context(), p, mode, req))
 				body := f.Requests()[0].Body
 				if tc.choiceIs == "" {
 					require.NotContains(t, body, "tool_choice")

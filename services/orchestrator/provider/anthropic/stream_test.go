@@ -107,10 +107,6 @@ func streamer(baseURL string, retries int) provider.Streamer {
 	return anthropic.New(provider.Config{APIKey: "sk-ant-secret", BaseURL: baseURL, MaxRetries: retries})
 }
 
-func textCall(i int, id, name, args string) provider.Delta {
-	return provider.Delta{ToolCall: &provider.ToolCallDelta{Index: i, ID: id, Name: name, Arguments: args}}
-}
-
 // A text of 20 text_delta events streams event by event: the fake model
 // writes the first, then waits for onDelta to have it before it writes the
 // rest, so the call cannot have buffered the answer; the input usage is
@@ -166,14 +162,14 @@ func TestAnthropicStreamToolUse(t *testing.T) {
 	require.Equal(t, []provider.Delta{
 		{Text: "I'll echo and "},
 		{Text: "compute at once."},
-		textCall(0, "toolu_01A09q90qw90lq917835lq9", "echo", ""),
-		textCall(0, "", "", `{"te`),
-		textCall(1, "toolu_01B19q90qw90lq917835lq8", "calculator", ""),
-		textCall(1, "", "", `{"expr`),
-		textCall(0, "", "", `xt": "h`),
-		textCall(1, "", "", `ession": 4`),
-		textCall(0, "", "", `i"}`),
-		textCall(1, "", "", `2}`),
+		providertest.CallDelta(0, "toolu_01A09q90qw90lq917835lq9", "echo", ""),
+		providertest.CallDelta(0, "", "", `{"te`),
+		providertest.CallDelta(1, "toolu_01B19q90qw90lq917835lq8", "calculator", ""),
+		providertest.CallDelta(1, "", "", `{"expr`),
+		providertest.CallDelta(0, "", "", `xt": "h`),
+		providertest.CallDelta(1, "", "", `ession": 4`),
+		providertest.CallDelta(0, "", "", `i"}`),
+		providertest.CallDelta(1, "", "", `2}`),
 	}, deltas.All())
 	providertest.RequireSum(t, 1, deltas.All(), resp)
 }

@@ -152,9 +152,7 @@ func TestOpenAIStreamParallelToolCalls(t *testing.T) {
 		ToolCalls:  providertest.Calls("call_echo_1", "call_calc_2"),
 		Usage:      envelope.Usage{InputTokens: 82, OutputTokens: 17},
 	}, resp)
-	call := func(i int, id, name, args string) provider.Delta {
-		return provider.Delta{ToolCall: &provider.ToolCallDelta{Index: i, ID: id, Name: name, Arguments: args}}
-	}
+	call := providertest.CallDelta
 	require.Equal(t, []provider.Delta{
 		call(0, "call_echo_1", "echo", ""),
 		call(0, "", "", `{"te`),
@@ -279,13 +277,7 @@ func TestOpenAIToolControls(t *testing.T) {
 				}
 				f := providertest.New(t, reply)
 				p := openai.New(provider.Config{APIKey: "k", BaseURL: f.URL})
-				var err error
-				if mode == "Complete" {
-					_, err = p.Complete(t.Context(), req)
-				} else {
-					_, err = p.Stream(t.Context(), req, nil)
-				}
-				require.NoError(t, err)
+				require.NoError(t, providertest.Ask(t.Context(), p, mode, req))
 				body := f.Requests()[0].Body
 				picked := map[string]any{}
 				for _, k := range []string{"tool_choice", "parallel_tool_calls", "response_format"} {

@@ -5,6 +5,7 @@
 package providertest
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -341,4 +342,22 @@ func CheckStreams(t *testing.T, cases []StreamCase, newProvider func(baseURL str
 			RequireSum(t, req.Iteration, deltas.All(), resp)
 		})
 	}
+}
+
+// CallDelta is a piece of tool call i as a Streamer hands it over: its id
+// and name on the first piece, then pieces of its arguments.
+func CallDelta(i int, id, name, args string) provider.Delta {
+	return provider.Delta{ToolCall: &provider.ToolCallDelta{Index: i, ID: id, Name: name, Arguments: args}}
+}
+
+// Ask makes one model call of p the way mode names ("Complete" or
+// "Stream", deltas dropped): the tests that read what reached a provider's
+// request run each case both ways.
+func Ask(ctx context.Context, p provider.Streamer, mode string, req provider.Request) error {
+	if mode == "Complete" {
+		_, err := p.Complete(ctx, req)
+		return err
+	}
+	_, err := p.Stream(ctx, req, nil)
+	return err
 }
