@@ -255,16 +255,19 @@ func (s *Service) Start(ctx context.Context) error {
 			return err
 		}
 		s.OnStopFunc(stopCancels)
+		// The other executors' circuits, read by every call (peerRefusal):
+		// watched before the first call can come, stopped after the last
+		// has drained.
+		if s.peers, err = registry.WatchWorkers(ctx, s.JS, s.now); err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+		s.OnStopFunc(s.peers.Stop)
 		// First at Stop: drains the calls in flight.
 		if err := s.Consume(ctx, s.cfg.Concurrency, specs...); err != nil {
 			return err
 		}
 		// Announced last, once every queue's consumer runs; at Stop, withdrawn
 		// first (before the consumers drain), so that no new call is routed here.
-		if s.peers, err = registry.WatchWorkers(ctx, s.JS, s.now); err != nil {
-			return fmt.Errorf("executor: %w", err)
-		}
-		s.OnStopFunc(s.peers.Stop)
 		beats, err := s.startHeartbeats(ctx, life)
 		if err != nil {
 			return err
